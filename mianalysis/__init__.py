@@ -1,0 +1,23 @@
+"""mianalysis: is averaging the right way to combine federated clients' parameters?
+
+Treat each client's trained parameter vector as a random variable, sample it many times,
+and measure how clients relate: mutual information and distances between their
+parameter vectors.
+
+Importing the package loads NumPy and SciPy only; Numba compiles the KSG kernel on first
+use, and PyTorch and Matplotlib are loaded by the parts that need them.
+"""
+
+from .distances import mean_paired_distance, paired_distances
+from .estimators import PermutationTestResult, gaussian_mi, ksg_mi, mi_permutation_test
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "gaussian_mi",
+    "ksg_mi",
+    "mi_permutation_test",
+    "PermutationTestResult",
+    "paired_distances",
+    "mean_paired_distance",
+]

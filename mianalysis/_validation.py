@@ -1,0 +1,117 @@
+"""Input checks shared by the public entry points.
+
+Every public function calls these before computing, so kernels can trust their input
+(contiguous, finite, floating point, two-dimensional). Messages name the parameter in
+backticks, as scipy does, and say what was received.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+UNITS = {"nats": 1.0, "bits": 1.0 / np.log(2.0)}
+
+
+def check_samples(a, name, *, dtype=np.float64):
+    """Return `a` as a C-contiguous 2-D floating array of shape (n_samples, n_features).
+
+    A 1-D array is one feature. Raises `TypeError` for non-numeric or complex data and
+    `ValueError` for empty, >2-D or non-finite data; messages name `name`.
+    """
+    try:
+        arr = np.asarray(a)
+    except Exception as exc:  # ragged nested lists and the like
+        raise TypeError(f"`{name}` could not be converted to an array: {exc}") from exc
+    if arr.dtype.kind == "c":
+        raise TypeError(f"`{name}` must be real; got complex dtype {arr.dtype}")
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(f"`{name}` must be a numeric array; got dtype {arr.dtype}")
+    if arr.ndim == 0:
+        raise ValueError(f"`{name}` must be a 1-D or 2-D array; got a scalar")
+    if arr.ndim > 2:
+        raise ValueError(
+            f"`{name}` must be a 1-D or 2-D array of shape (n_samples, n_features); "
+            f"got {arr.ndim}-D array of shape {arr.shape}"
+        )
+    if arr.size == 0:
+        raise ValueError(f"`{name}` is empty (shape {arr.shape})")
+    if arr.ndim == 1:
+        arr = arr[:, None]
+    arr = np.ascontiguousarray(arr, dtype=dtype)
+    if not np.isfinite(arr).all():
+        n_nan = int(np.isnan(arr).sum())
+        n_inf = int(np.isinf(arr).sum())
+        raise ValueError(
+            f"`{name}` contains non-finite values: {n_nan} NaN and {n_inf} inf "
+            f"of {arr.size} entries"
+        )
+    return arr
+
+
+def check_paired(x, y, *, min_samples=2, dtype=np.float64):
+    """Check `x` and `y` as paired samples: same number of rows, at least `min_samples`."""
+    x = check_samples(x, "x", dtype=dtype)
+    y = check_samples(y, "y", dtype=dtype)
+    if x.shape[0] != y.shape[0]:
+        raise ValueError(
+            "`x` and `y` must have the same number of samples (rows); "
+            f"got {x.shape[0]} and {y.shape[0]}"
+        )
+    if x.shape[0] < min_samples:
+        raise ValueError(
+            f"`x` and `y` need at least {min_samples} samples (rows); got {x.shape[0]}"
+        )
+    return x, y
+
+
+def check_units(units):
+    """Return the factor that converts nats to `units` ("bits" or "nats")."""
+    if not isinstance(units, str) or units not in UNITS:
+        raise ValueError(f"`units` must be one of {sorted(UNITS)}; got {units!r}")
+    return UNITS[units]
+
+
+def check_choice(value, name, choices):
+    """Raise a `ValueError` naming `name` unless `value` is one of `choices`."""
+    if value not in choices:
+        known = ", ".join(repr(c) for c in choices)
+        raise ValueError(f"`{name}` must be one of {known}; got {value!r}")
+    return value
+
+
+def check_int(value, name, *, low, high=None):
+    """Return `value` as int; `TypeError` if not an integer, `ValueError` outside [low, high]."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"`{name}` must be an integer; got {value!r}")
+    value = int(value)
+    if value < low or (high is not None and value > high):
+        bound = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise ValueError(f"`{name}` must be {bound}; got {value}")
+    return value
+
+
+def check_nonnegative_float(value, name):
+    """Return `value` as a finite float >= 0."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"`{name}` must be a real number; got {value!r}")
+    value = float(value)
+    if not np.isfinite(value) or value < 0:
+        raise ValueError(f"`{name}` must be a finite number >= 0; got {value}")
+    return value
+
+
+def check_random_state(random_state):
+    """Return a `numpy.random.Generator` from None, an int seed or a Generator."""
+    if random_state is None or isinstance(random_state, (numbers.Integral, np.random.SeedSequence)):
+        if isinstance(random_state, bool):
+            raise TypeError(f"`random_state` must be None, an int or a Generator; got {random_state!r}")
+        if isinstance(random_state, numbers.Integral) and random_state < 0:
+            raise ValueError(f"`random_state` must be >= 0; got {random_state}")
+        return np.random.default_rng(random_state)
+    if isinstance(random_state, np.random.Generator):
+        return random_state
+    raise TypeError(
+        f"`random_state` must be None, an int or a numpy Generator; got {type(random_state).__name__}"
+    )

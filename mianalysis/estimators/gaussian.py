@@ -1,0 +1,172 @@
+"""Mutual information of jointly Gaussian vectors from log-determinants of covariances."""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.linalg import LinAlgError, cholesky
+from scipy.special import digamma
+
+from .._validation import check_choice, check_paired, check_units
+
+SHRINKAGE = (None, "ledoit-wolf")
+
+
+def gaussian_mi(x, y, *, units="bits", bias_correction=True, shrinkage=None):
+    r"""Mutual information of `x` and `y` under a joint Gaussian model.
+
+    .. math::
+
+        I(X;Y) = \tfrac12 \left(\log\det\Sigma_X + \log\det\Sigma_Y
+                 - \log\det\Sigma_{XY}\right)
+
+    with the covariances estimated from the paired samples (``ddof=1``) and the
+    log-determinants computed by Cholesky factorisation (Cover and Thomas 2006, eq. 8.5;
+    the estimator of Section 3.1 of the core paper).
+
+    Parameters
+    ----------
+    x : array-like of shape (n_samples, n_features_x) or (n_samples,)
+        Samples of X; row ``i`` is paired with row ``i`` of `y`. A 1-D array is one feature.
+    y : array-like of shape (n_samples, n_features_y) or (n_samples,)
+        Samples of Y.
+    units : {"bits", "nats"}, default="bits"
+        Unit of the result.
+    bias_correction : bool, default=True
+        If True, subtract from each log-determinant the exact bias of the log-determinant
+        of a sample covariance of Gaussian data. With ``(n - 1) S ~ Wishart_p(Sigma, n - 1)``,
+
+        .. math::
+
+            \mathbb{E}[\log\det S] - \log\det\Sigma
+            = p \log\frac{2}{n-1} + \sum_{i=0}^{p-1} \psi\!\left(\frac{n-1-i}{2}\right),
+
+        so the corrected estimate is unbiased for Gaussian data. Plug-in estimates are biased
+        upwards and the bias grows like ``p_x p_y / (2 n)`` nats; with ``n`` a few times the
+        dimension it dominates the estimate. False gives the plain plug-in formula used in the
+        core paper. The correction is not applied with `shrinkage` (the Wishart law
+        describes only the plain sample covariance).
+    shrinkage : {None, "ledoit-wolf"}, default=None
+        None uses the sample covariance, which must be positive definite. "ledoit-wolf" fits
+        scikit-learn's :class:`~sklearn.covariance.LedoitWolf` to the standardised joint
+        samples and takes the X and Y blocks from that one matrix (so the estimate stays
+        >= 0); use it when ``n_samples <= n_features_x + n_features_y`` or the covariance is
+        near-singular. Shrinkage pulls correlations towards zero, so it biases MI downwards.
+
+    Returns
+    -------
+    mi : float
+        The estimate in `units`. With `bias_correction` it may be slightly negative for
+        independent data.
+
+    Raises
+    ------
+    ValueError
+        If a covariance block (x, y or joint) is not numerically positive definite, naming
+        the block and the reason (too few samples, constant or linearly dependent features).
+
+    Notes
+    -----
+    The estimate is computed from correlation matrices: MI is unchanged by rescaling any
+    feature, and this avoids overflow in the determinants of parameter vectors. It is
+    invariant under any invertible linear map of `x` or of `y`.
+
+    References
+    ----------
+    T. M. Cover and J. A. Thomas, *Elements of Information Theory*, 2nd ed., Wiley, 2006.
+
+    N. R. Goodman, "Statistical analysis based on a certain multivariate complex Gaussian
+    distribution", Ann. Math. Statist. 34 (1963) 152-177 (expected log-determinant of a
+    Wishart matrix).
+
+    O. Ledoit and M. Wolf, "A well-conditioned estimator for large-dimensional covariance
+    matrices", J. Multivariate Anal. 88 (2004) 365-411.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mianalysis import gaussian_mi
+    >>> rng = np.random.default_rng(0)
+    >>> x = rng.standard_normal(100_000)
+    >>> y = 0.6 * x + 0.8 * rng.standard_normal(100_000)
+    >>> round(gaussian_mi(x, y, units="nats"), 2)   # -0.5 log(1 - 0.6**2) = 0.22
+    0.22
+    """
+    factor = check_units(units)
+    check_choice(shrinkage, "shrinkage", SHRINKAGE)
+    if not isinstance(bias_correction, (bool, np.bool_)):
+        raise TypeError(f"`bias_correction` must be True or False; got {bias_correction!r}")
+    x, y = check_paired(x, y)
+    n, dx = x.shape
+    dy = y.shape[1]
+    d = dx + dy
+
+    corr = _joint_correlation(x, y, shrinkage)
+    blocks = (("x", slice(0, dx)), ("y", slice(dx, d)), ("joint", slice(0, d)))
+    logdet = {}
+    for name, sl in blocks:
+        logdet[name] = _logdet_pd(corr[sl, sl], name, n, shrinkage)
+
+    mi = 0.5 * (logdet["x"] + logdet["y"] - logdet["joint"])
+    if bias_correction and shrinkage is None:
+        # Reached only when the joint covariance is positive definite, so n > d.
+        mi -= 0.5 * (
+            wishart_logdet_bias(dx, n) + wishart_logdet_bias(dy, n) - wishart_logdet_bias(d, n)
+        )
+    return float(mi * factor)
+
+
+def wishart_logdet_bias(p, n_samples):
+    r"""Bias of ``log det S`` for the ``ddof=1`` sample covariance of `n_samples` p-variate
+    Gaussian samples: :math:`p\log(2/(n-1)) + \sum_{i=0}^{p-1}\psi((n-1-i)/2)` nats.
+    """
+    dof = n_samples - 1
+    return p * np.log(2.0 / dof) + float(digamma((dof - np.arange(p)) / 2.0).sum())
+
+
+def _joint_correlation(x, y, shrinkage):
+    """Correlation matrix of the joint samples [x, y], shrunk if asked."""
+    z = np.hstack([x, y])
+    z -= z.mean(axis=0)
+    std = np.sqrt(np.einsum("ij,ij->j", z, z) / (z.shape[0] - 1))
+    constant = np.flatnonzero(std == 0)
+    if constant.size:
+        dx = x.shape[1]
+        where = [f"x[:, {j}]" if j < dx else f"y[:, {j - dx}]" for j in constant[:5]]
+        more = "" if constant.size <= 5 else f" and {constant.size - 5} more"
+        raise ValueError(
+            f"{constant.size} constant feature(s) ({', '.join(where)}{more}): a constant "
+            "feature carries no information and makes the covariance singular; drop it"
+        )
+    z /= std
+    if shrinkage == "ledoit-wolf":
+        from sklearn.covariance import LedoitWolf
+
+        cov = LedoitWolf(assume_centered=True).fit(z).covariance_
+        # LedoitWolf normalises by n; rescale so the diagonal is exactly 1.
+        scale = np.sqrt(np.diag(cov))
+        return cov / scale[:, None] / scale[None, :]
+    return (z.T @ z) / (z.shape[0] - 1)
+
+
+def _logdet_pd(corr, block, n_samples, shrinkage):
+    """log det of a correlation matrix by Cholesky, or a ValueError naming the block."""
+    p = corr.shape[0]
+    hint = "" if shrinkage else "; use shrinkage='ledoit-wolf'"
+    try:
+        chol = cholesky(corr, lower=True, check_finite=False)
+        diag = np.diag(chol)
+        ok = np.all(diag > 0)
+    except LinAlgError:
+        ok = False
+    # diag(chol)**2 is the variance of each standardised feature left unexplained by the
+    # features before it: below this tolerance the matrix is singular to working precision.
+    tol = max(p, n_samples) * np.finfo(np.float64).eps
+    if not ok or np.min(diag**2) <= tol:
+        if n_samples <= p:
+            why = f"n_samples={n_samples} <= {p} features"
+        else:
+            why = "features are linearly dependent (or nearly so)"
+        raise ValueError(
+            f"the {block} covariance matrix ({p}x{p}) is not positive definite: {why}{hint}"
+        )
+    return 2.0 * float(np.log(diag).sum())

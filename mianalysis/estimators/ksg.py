@@ -1,0 +1,142 @@
+"""Kraskov-Stoegbauer-Grassberger k-nearest-neighbour mutual information estimator."""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.special import digamma
+
+from .._validation import (
+    check_choice,
+    check_int,
+    check_nonnegative_float,
+    check_paired,
+    check_random_state,
+    check_units,
+)
+
+DTYPES = ("float64", "float32")
+
+
+def ksg_mi(
+    x,
+    y,
+    *,
+    k=3,
+    algorithm=1,
+    units="bits",
+    noise=1e-10,
+    random_state=None,
+    dtype="float64",
+):
+    r"""Mutual information of `x` and `y` by the KSG k-nearest-neighbour estimator.
+
+    Distances are max-norms in the joint space and in each marginal space. For every
+    sample i, :math:`\epsilon_i` is the distance to its k-th nearest neighbour in the joint
+    space. Algorithm 1 (Kraskov et al. 2004, eq. 8) counts the samples strictly closer than
+    :math:`\epsilon_i` in each marginal space,
+
+    .. math::
+
+        I^{(1)} = \psi(k) + \psi(N) - \langle \psi(n_x + 1) + \psi(n_y + 1) \rangle;
+
+    algorithm 2 (eq. 9) uses the marginal extents :math:`\epsilon_{x,i}, \epsilon_{y,i}` of
+    the k nearest joint neighbours and counts samples within them (inclusive),
+
+    .. math::
+
+        I^{(2)} = \psi(k) - 1/k + \psi(N) - \langle \psi(n_x) + \psi(n_y) \rangle.
+
+    Parameters
+    ----------
+    x : array-like of shape (n_samples, n_features_x) or (n_samples,)
+        Samples of X; row ``i`` is paired with row ``i`` of `y`. A 1-D array is one feature.
+    y : array-like of shape (n_samples, n_features_y) or (n_samples,)
+        Samples of Y.
+    k : int, default=3
+        Number of nearest neighbours, ``1 <= k < n_samples``.
+    algorithm : {1, 2}, default=1
+        Which of the two KSG estimators.
+    units : {"bits", "nats"}, default="bits"
+        Unit of the result.
+    noise : float, default=1e-10
+        Before estimating, add Gaussian noise with standard deviation ``noise`` times each
+        feature's standard deviation, to break ties between equal coordinates (as Kraskov
+        et al. recommend). 0 adds none: the result is then exactly the textbook estimator
+        on the given data.
+    random_state : None, int or numpy.random.Generator, default=None
+        Seed of the noise.
+    dtype : {"float64", "float32"}, default="float64"
+        Precision of the distance computation. "float32" is about twice as fast; its
+        distances carry relative rounding errors of ~6e-8, so neighbour counts can change
+        where two distances are that close and estimates typically differ from float64 by
+        well under 1e-3 nats.
+
+    Returns
+    -------
+    mi : float
+        The estimate in `units`. It is returned as computed, negative values included: KSG
+        is biased in high dimensions (often downwards, so that dependent high-dimensional
+        data can give estimates below zero). Use :func:`mianalysis.mi_permutation_test` to
+        tell whether an estimate differs from independence.
+
+    Notes
+    -----
+    The computation is an exact brute-force pass over all pairs, O(n^2 (d_x + d_y)) time
+    and O(n) memory beyond a per-thread buffer of 16 x n distances per side; it is
+    parallel over rows (Numba) and its result does not depend on the number of threads.
+    Among neighbours at exactly the same joint distance, algorithm 2 takes all of those at
+    the k-th distance as neighbours; with `noise` > 0 such ties have probability zero.
+
+    References
+    ----------
+    A. Kraskov, H. Stoegbauer and P. Grassberger, "Estimating mutual information",
+    Phys. Rev. E 69, 066138 (2004). doi:10.1103/PhysRevE.69.066138
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mianalysis import ksg_mi
+    >>> rng = np.random.default_rng(0)
+    >>> x = rng.standard_normal(5000)
+    >>> y = 0.6 * x + 0.8 * rng.standard_normal(5000)
+    >>> round(ksg_mi(x, y, units="nats", random_state=0), 1)  # exact: 0.223
+    0.2
+    """
+    factor = check_units(units)
+    check_choice(algorithm, "algorithm", (1, 2))
+    check_choice(dtype, "dtype", DTYPES)
+    noise = check_nonnegative_float(noise, "noise")
+    x, y = check_paired(x, y)
+    n = x.shape[0]
+    k = check_int(k, "k", low=1, high=n - 1)
+    rng = check_random_state(random_state)
+    if noise > 0:
+        x = add_tie_breaking_noise(x, noise, rng)
+        y = add_tie_breaking_noise(y, noise, rng)
+    nx, ny = ksg_counts(x, y, k, algorithm, dtype)
+    return float(ksg_from_counts(nx, ny, k, algorithm) * factor)
+
+
+def add_tie_breaking_noise(a, noise, rng):
+    """Return `a` plus Gaussian noise of `noise` times each column's standard deviation."""
+    scale = noise * a.std(axis=0)
+    return a + rng.standard_normal(a.shape) * scale
+
+
+def ksg_counts(x, y, k, algorithm, dtype="float64"):
+    """Neighbour counts of every sample: validated 2-D `x`, `y` in, int64 arrays out."""
+    from ._kernels import ksg_neighbour_counts
+
+    x = np.ascontiguousarray(x, dtype=dtype)
+    y = np.ascontiguousarray(y, dtype=dtype)
+    return ksg_neighbour_counts(
+        x, y, np.ascontiguousarray(x.T), np.ascontiguousarray(y.T), int(k), int(algorithm)
+    )
+
+
+def ksg_from_counts(nx, ny, k, algorithm):
+    """The KSG estimate in nats from the marginal neighbour counts."""
+    n = nx.shape[0]
+    if algorithm == 1:
+        return digamma(k) + digamma(n) - np.mean(digamma(nx + 1.0) + digamma(ny + 1.0))
+    return digamma(k) - 1.0 / k + digamma(n) - np.mean(digamma(nx) + digamma(ny))

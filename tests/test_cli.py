@@ -1,0 +1,49 @@
+import numpy as np
+import pytest
+
+from mianalysis.cli import main
+
+
+def test_demo_prints_table(capsys):
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert "exact" in out and "ksg" in out
+    # Four cases, each row with 10 columns.
+    rows = [line.split() for line in out.splitlines() if line.strip().startswith("5000")]
+    assert len(rows) == 4 and all(len(r) == 10 for r in rows)
+
+
+@pytest.fixture
+def pair(tmp_path, rng):
+    x = rng.standard_normal((200, 2))
+    y = x + 0.5 * rng.standard_normal((200, 2))
+    np.save(tmp_path / "x.npy", x)
+    np.savetxt(tmp_path / "y.txt", y)
+    return tmp_path / "x.npy", tmp_path / "y.txt", x, y
+
+
+def test_estimate_ksg(pair, capsys):
+    from mianalysis import ksg_mi
+
+    xp, yp, x, y = pair
+    assert main(["estimate", str(xp), str(yp), "-k", "4", "--units", "nats", "--seed", "3"]) == 0
+    value = float(capsys.readouterr().out.split("=")[1].split()[0])
+    assert value == pytest.approx(ksg_mi(x, np.loadtxt(yp), k=4, units="nats", random_state=3), rel=1e-5)
+
+
+def test_estimate_gaussian_with_permutations(pair, capsys):
+    xp, yp, _, _ = pair
+    assert main(["estimate", str(xp), str(yp), "--estimator", "gaussian", "--permutations", "9", "--seed", "1"]) == 0
+    assert "p = 0.1 (9 permutations)" in capsys.readouterr().out
+
+
+def test_missing_file_is_one_line_error(tmp_path, capsys):
+    assert main(["estimate", str(tmp_path / "nope.npy"), str(tmp_path / "nope.txt")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("mianalysis estimate: error: cannot read `x`") and err.count("\n") == 1
+
+
+def test_bad_k_is_one_line_error(pair, capsys):
+    xp, yp, _, _ = pair
+    assert main(["estimate", str(xp), str(yp), "-k", "0"]) == 2
+    assert "`k` must be in [1, 199]; got 0" in capsys.readouterr().err
