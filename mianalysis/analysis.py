@@ -1,0 +1,193 @@
+"""Dump -> tidy table of MI and distances between clients per checkpoint."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+from pathlib import Path
+
+import numpy as np
+
+from ._validation import check_choice, check_int
+from .distances import METRICS, paired_distances
+from .estimators import gaussian_mi, ksg_mi, mi_permutation_test
+
+ESTIMATORS = ("gaussian", "ksg")
+COLUMNS = ("checkpoint", "iteration", "client_a", "client_b", "quantity", "value", "spread",
+           "null_mean", "null_std", "p_value", "n_runs", "note")
+
+
+def gaussian_settings(n_runs, n_features):
+    """How the Gaussian estimator is run for `n_runs` samples of `n_features` joint
+    dimensions: the plain bias-corrected estimate while the sample covariance is
+    well-determined (n_runs > 2 * n_features), Ledoit-Wolf shrinkage otherwise."""
+    if n_runs > 2 * n_features:
+        return {}, ""
+    return ({"shrinkage": "ledoit-wolf"},
+            f"ledoit-wolf shrinkage: {n_runs} runs <= 2 x {n_features} joint dimensions")
+
+
+def _drop_constant(x, y):
+    keep_x = np.ptp(x, axis=0) > 0
+    keep_y = np.ptp(y, axis=0) > 0
+    dropped = int((~keep_x).sum() + (~keep_y).sum())
+    return x[:, keep_x], y[:, keep_y], dropped
+
+
+def _mi_row(x, y, estimator, k, permutations, rng):
+    """(value, null_mean, null_std, p_value, note) for one estimator on one client pair."""
+    if np.array_equal(x, y):
+        return np.inf, np.nan, np.nan, np.nan, "identical samples (same initial point): MI is infinite"
+    x, y, dropped = _drop_constant(x, y)
+    notes = [f"dropped {dropped} constant parameters"] if dropped else []
+    if x.shape[1] == 0 or y.shape[1] == 0:
+        return np.nan, np.nan, np.nan, np.nan, "no variation across runs: MI undefined"
+    if estimator == "gaussian":
+        kwargs, note = gaussian_settings(x.shape[0], x.shape[1] + y.shape[1])
+        if note:
+            notes.append(note)
+        try:
+            gaussian_mi(x, y, **kwargs)
+        except ValueError as exc:  # singular covariance: shrink, and say why
+            kwargs = {"shrinkage": "ledoit-wolf"}
+            notes.append(f"ledoit-wolf shrinkage: {exc}")
+    else:
+        kwargs = {"k": k}
+    if permutations:
+        res = mi_permutation_test(x, y, estimator=estimator, n_permutations=permutations, random_state=rng, **kwargs)
+        return res.estimate, res.null_mean, res.null_std, res.pvalue, "; ".join(notes)
+    func = gaussian_mi if estimator == "gaussian" else ksg_mi
+    if estimator == "ksg":
+        kwargs["random_state"] = rng
+    return func(x, y, **kwargs), np.nan, np.nan, np.nan, "; ".join(notes)
+
+
+def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0, layer=None,
+            random_state=0, out=None, progress=False):
+    """MI and distances between every pair of clients at every checkpoint of a dump.
+
+    Parameters
+    ----------
+    dump : ParameterDump or path
+    estimators : sequence of {"gaussian", "ksg"}
+    metrics : sequence of {"euclidean", "manhattan", "chebyshev"}
+        Mean paired distance between the clients' samples (run i of a with run i of b).
+    k : int, default=3
+        Neighbours for KSG.
+    permutations : int, default=0
+        If > 0, a permutation test per MI estimate: null mean, sd and p-value.
+    layer : str or list of str, optional
+        Analyse only these tensors of the parameter vector (see ParameterDump.layer_columns).
+    random_state : int, default=0
+        Seed of KSG's noise and of the permutations.
+    out : path, optional
+        Also write the table as CSV.
+    progress : bool, default=False
+
+    Returns
+    -------
+    rows : list of dict
+        Tidy table with columns ``checkpoint, iteration, client_a, client_b, quantity,
+        value, spread, null_mean, null_std, p_value, n_runs, note``. ``quantity`` is
+        "mi_gaussian", "mi_ksg" (bits), a metric name (``spread`` = sd over runs), or a
+        recorded training metric such as "loss" (``client_b`` empty; mean and sd over runs).
+
+    Notes
+    -----
+    The Gaussian estimator is bias-corrected while runs outnumber twice the joint
+    dimension, and uses Ledoit-Wolf shrinkage otherwise; parameters that are constant over
+    runs are dropped. Each such choice is written in the row's ``note``. At a checkpoint
+    where two clients' samples are identical (all clients start from the same point) MI is
+    reported as infinite, with a note.
+    """
+    from .dumps import ParameterDump
+
+    if not isinstance(dump, ParameterDump):
+        dump = ParameterDump.open(dump)
+    estimators = tuple(estimators)
+    metrics = tuple(metrics)
+    for e in estimators:
+        check_choice(e, "estimators", ESTIMATORS)
+    for m in metrics:
+        check_choice(m, "metrics", METRICS)
+    k = check_int(k, "k", low=1)
+    permutations = check_int(permutations, "permutations", low=0)
+    cols = dump.layer_columns(layer)
+    n_runs = dump.completed_runs
+    if n_runs < 2:
+        raise ValueError(f"dump {dump.path} has {n_runs} completed runs; analysis needs at least 2")
+    rng = np.random.default_rng(random_state)
+    pairs = list(itertools.combinations(range(len(dump.clients)), 2))
+    rows = []
+
+    def add(t, a, b, quantity, value, spread=np.nan, null_mean=np.nan, null_std=np.nan, p=np.nan, note=""):
+        rows.append({"checkpoint": t, "iteration": dump.checkpoints[t], "client_a": dump.clients[a],
+                     "client_b": "" if b is None else dump.clients[b], "quantity": quantity,
+                     "value": float(value), "spread": float(spread), "null_mean": float(null_mean),
+                     "null_std": float(null_std), "p_value": float(p), "n_runs": n_runs, "note": note})
+
+    work = [(t, pair) for t in range(len(dump.checkpoints)) for pair in pairs]
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(work), unit="pair", desc="analyzing")
+    for t in range(len(dump.checkpoints)):
+        for c in range(len(dump.clients)):
+            for name in dump.metric_names:
+                values = dump.metric(c, name)[t]
+                add(t, c, None, name, np.mean(values), np.std(values, ddof=1))
+        samples = [np.asarray(dump.samples(c, t)[:, cols], dtype=np.float64) for c in range(len(dump.clients))]
+        for a, b in pairs:
+            x, y = samples[a], samples[b]
+            for metric in metrics:
+                d = paired_distances(x, y, metric)
+                add(t, a, b, metric, d.mean(), d.std(ddof=1))
+            for estimator in estimators:
+                value, null_mean, null_std, p, note = _mi_row(x, y, estimator, k, permutations, rng)
+                add(t, a, b, f"mi_{estimator}", value, null_mean=null_mean, null_std=null_std, p=p, note=note)
+            if bar is not None:
+                bar.update(1)
+    if bar is not None:
+        bar.close()
+    if out is not None:
+        write_table(rows, out)
+    return rows
+
+
+def write_table(rows, path):
+    """Write analysis rows as CSV (NaN as an empty field)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=COLUMNS)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: ("" if isinstance(v, float) and np.isnan(v) else v) for k, v in row.items()})
+
+
+def read_table(path):
+    """Read a CSV written by :func:`write_table` back into rows (numbers as floats/ints)."""
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"results table {path} does not exist")
+    rows = []
+    with open(path, newline="") as fh:
+        reader = csv.DictReader(fh)
+        missing = set(COLUMNS) - set(reader.fieldnames or ())
+        if missing:
+            raise ValueError(f"{path} is not an analysis table: missing columns {sorted(missing)}")
+        for row in reader:
+            for key in ("value", "spread", "null_mean", "null_std", "p_value"):
+                row[key] = float(row[key]) if row[key] != "" else np.nan
+            for key in ("checkpoint", "iteration", "n_runs"):
+                row[key] = int(row[key])
+            rows.append(row)
+    return rows
+
+
+def select(rows, quantity, client_a=None, client_b=None):
+    """Rows of one quantity (optionally one pair), sorted by checkpoint."""
+    hits = [r for r in rows if r["quantity"] == quantity
+            and (client_a is None or r["client_a"] == client_a) and (client_b is None or r["client_b"] == client_b)]
+    return sorted(hits, key=lambda r: r["checkpoint"])

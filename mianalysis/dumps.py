@@ -1,0 +1,469 @@
+"""ParameterDump: samples of clients' parameter vectors on disk.
+
+A dump is a folder::
+
+    manifest.json          format version, meta (task, settings, seed), clients,
+                           checkpoints, parameter layout, metric names, completed chunks
+    client_<i>.f32         float32, shape (n_checkpoints, n_runs, n_params), C order
+    metrics_<i>.f32        float32, shape (n_metrics, n_checkpoints, n_runs), C order
+
+Array files are raw little-endian float32, read by memory map. Runs are written in chunks;
+after a chunk is written and flushed its SHA-256 checksums are added to the manifest, and
+the manifest is replaced atomically (write a temporary file, fsync, rename). A dump killed
+while writing is therefore always valid up to its last completed chunk, and a writer can
+resume from there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+DTYPE = np.dtype("<f4")
+
+
+class DumpError(ValueError):
+    """A dump folder is missing, damaged, or does not match what was asked of it."""
+
+
+@dataclass(frozen=True)
+class LayoutEntry:
+    """One tensor of the flattened parameter vector: columns [offset, offset + size)."""
+
+    name: str
+    shape: tuple
+    offset: int
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def to_json(self):
+        return {"name": self.name, "shape": list(self.shape), "offset": self.offset, "size": self.size}
+
+
+def layout_from_shapes(named_shapes):
+    """Layout entries for tensors of the given (name, shape) pairs, flattened in order."""
+    entries, offset = [], 0
+    for name, shape in named_shapes:
+        entry = LayoutEntry(str(name), tuple(int(s) for s in shape), offset)
+        entries.append(entry)
+        offset += entry.size
+    return entries
+
+
+def _client_file(index):
+    return f"client_{index}.f32"
+
+
+def _metrics_file(index):
+    return f"metrics_{index}.f32"
+
+
+def _write_json_atomically(path, obj):
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as fh:
+        json.dump(obj, fh, indent=1)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+class ParameterDump:
+    """Samples of several clients' flattened parameter vectors at training checkpoints.
+
+    Use :meth:`open` for an existing dump, :meth:`create` to start one (the sampler does),
+    :meth:`from_arrays` for your own arrays and :meth:`from_torch_checkpoints` for a folder
+    of PyTorch state_dict files.
+
+    Attributes
+    ----------
+    path : pathlib.Path
+    clients : list of str
+        Client names.
+    checkpoints : list of int
+        Training iteration of each checkpoint (0 is the initial state).
+    n_runs : int
+        Runs the dump holds when complete.
+    completed_runs : int
+        Runs written so far (the dump is usable up to here).
+    n_params : int
+    layout : list of LayoutEntry
+        Name, shape and column offset of each tensor in the flattened vector.
+    metric_names : list of str
+        Per-checkpoint metrics recorded for every client and run (e.g. "loss").
+    meta : dict
+        Free-form description: task, its settings, seed, sampler settings.
+    """
+
+    def __init__(self, path, manifest):
+        self.path = Path(path)
+        self._manifest = manifest
+        self.clients = list(manifest["clients"])
+        self.checkpoints = [int(c) for c in manifest["checkpoints"]]
+        self.n_runs = int(manifest["n_runs"])
+        self.layout = [LayoutEntry(e["name"], tuple(e["shape"]), int(e["offset"])) for e in manifest["layout"]]
+        self.n_params = int(manifest["n_params"])
+        self.metric_names = list(manifest["metrics"])
+        self.meta = manifest["meta"]
+
+    # ------------------------------------------------------------------ creation
+    @classmethod
+    def create(cls, path, *, clients, checkpoints, n_runs, layout, metric_names=(), meta=None):
+        """Start an empty dump in a new (or empty) folder and return it.
+
+        Raises
+        ------
+        DumpError
+            If `path` exists and is not an empty folder: nothing there is changed.
+        """
+        path = Path(path)
+        if path.exists() and (not path.is_dir() or any(path.iterdir())):
+            raise DumpError(f"{path} already exists and is not an empty folder; nothing was written")
+        clients = [str(c) for c in clients]
+        if not clients:
+            raise ValueError("`clients` must name at least one client")
+        if len(set(clients)) != len(clients):
+            raise ValueError(f"`clients` must be unique; got {clients}")
+        checkpoints = [int(c) for c in checkpoints]
+        if not checkpoints:
+            raise ValueError("`checkpoints` must not be empty")
+        if int(n_runs) < 1:
+            raise ValueError(f"`n_runs` must be >= 1; got {n_runs}")
+        if not layout:
+            raise ValueError("`layout` must describe at least one tensor")
+        n_params = layout[-1].offset + layout[-1].size
+        manifest = {
+            "format_version": FORMAT_VERSION,
+            "meta": meta or {},
+            "clients": clients,
+            "checkpoints": checkpoints,
+            "n_runs": int(n_runs),
+            "n_params": int(n_params),
+            "layout": [e.to_json() for e in layout],
+            "metrics": [str(m) for m in metric_names],
+            "dtype": DTYPE.str,
+            "chunks": [],
+        }
+        path.mkdir(parents=True, exist_ok=True)
+        dump = cls(path, manifest)
+        for i in range(len(clients)):
+            for name, shape in ((_client_file(i), dump._sample_shape()), (_metrics_file(i), dump._metric_shape())):
+                with open(path / name, "wb") as fh:
+                    fh.truncate(int(np.prod(shape)) * DTYPE.itemsize)
+        _write_json_atomically(path / MANIFEST, manifest)
+        return dump
+
+    @classmethod
+    def from_arrays(cls, path, samples, *, checkpoints=None, layout=None, metrics=None, meta=None):
+        """Write your own samples as a dump.
+
+        Parameters
+        ----------
+        path : str or Path
+            A new folder.
+        samples : dict of name -> array-like, or sequence of array-like
+            For each client, an array of shape (n_checkpoints, n_runs, n_params), or
+            (n_runs, n_params) for a single checkpoint. All clients the same shape.
+        checkpoints : sequence of int, optional
+            Iteration of each checkpoint; default 0, 1, 2, ...
+        layout : sequence of (name, shape), optional
+            Tensors making up the parameter vector; default one tensor "params".
+        metrics : dict of client -> dict of metric name -> array (n_checkpoints, n_runs), optional
+        meta : dict, optional
+
+        Returns
+        -------
+        ParameterDump
+        """
+        from ._validation import check_samples
+
+        if not isinstance(samples, dict):
+            samples = {str(i): a for i, a in enumerate(samples)}
+        if not samples:
+            raise ValueError("`samples` must hold at least one client")
+        arrays = {}
+        for name, a in samples.items():
+            a = np.asarray(a)
+            if a.ndim == 2:
+                a = a[None]
+            if a.ndim != 3:
+                raise ValueError(
+                    f"`samples[{name!r}]` must have shape (n_checkpoints, n_runs, n_params); got {a.shape}"
+                )
+            checked = check_samples(a.reshape(-1, a.shape[-1]), f"samples[{name!r}]", dtype=np.float32)
+            arrays[str(name)] = checked.reshape(a.shape)
+        shapes = {a.shape for a in arrays.values()}
+        if len(shapes) != 1:
+            raise ValueError(f"every client's samples must have the same shape; got {sorted(shapes)}")
+        n_ckpt, n_runs, n_params = shapes.pop()
+        checkpoints = list(range(n_ckpt)) if checkpoints is None else [int(c) for c in checkpoints]
+        if len(checkpoints) != n_ckpt:
+            raise ValueError(f"`checkpoints` has {len(checkpoints)} entries for {n_ckpt} checkpoints")
+        layout = layout_from_shapes(layout if layout is not None else [("params", (n_params,))])
+        if layout[-1].offset + layout[-1].size != n_params:
+            raise ValueError(
+                f"`layout` describes {layout[-1].offset + layout[-1].size} parameters; samples have {n_params}"
+            )
+        metric_names = sorted({m for per in (metrics or {}).values() for m in per})
+        dump = cls.create(
+            path, clients=list(arrays), checkpoints=checkpoints, n_runs=n_runs, layout=layout,
+            metric_names=metric_names, meta=meta,
+        )
+        metric_arrays = {}
+        for name in arrays:
+            per = (metrics or {}).get(name, {})
+            m = np.full((len(metric_names), n_ckpt, n_runs), np.nan, dtype=np.float32)
+            for j, mname in enumerate(metric_names):
+                if mname in per:
+                    m[j] = np.asarray(per[mname], dtype=np.float32).reshape(n_ckpt, n_runs)
+            metric_arrays[name] = m
+        dump.write_chunk(0, n_runs, arrays, metric_arrays)
+        return dump
+
+    @classmethod
+    def from_torch_checkpoints(cls, path, root, *, meta=None):
+        """Import a folder of PyTorch state_dict files laid out as ``root/CLIENT/CHECKPOINT/RUN.pt``.
+
+        CLIENT is any folder name; CHECKPOINT a folder named by the training iteration (an
+        integer); RUN any file name, the same set under every client and checkpoint. Each
+        file holds a state_dict (``torch.save(model.state_dict(), ...)``); its floating-point
+        tensors, in the dict's order, make up the parameter vector (integer buffers such as
+        BatchNorm's ``num_batches_tracked`` are skipped). Every file must hold the same
+        tensors with the same shapes.
+        """
+        import torch
+
+        root = Path(root)
+        if not root.is_dir():
+            raise DumpError(f"{root} is not a folder")
+        clients = sorted(p.name for p in root.iterdir() if p.is_dir())
+        if not clients:
+            raise DumpError(f"{root} has no client folders (expected root/CLIENT/CHECKPOINT/RUN.pt)")
+        checkpoint_dirs = sorted((p.name for p in (root / clients[0]).iterdir() if p.is_dir()), key=_int_name)
+        runs = sorted(p.name for p in (root / clients[0] / checkpoint_dirs[0]).glob("*.pt")) if checkpoint_dirs else []
+        if not runs:
+            raise DumpError(f"{root / clients[0]} has no CHECKPOINT/RUN.pt files")
+        named_shapes = None
+        samples = {}
+        for client in clients:
+            found = sorted((p.name for p in (root / client).iterdir() if p.is_dir()), key=_int_name)
+            if found != checkpoint_dirs:
+                raise DumpError(f"{root / client} has checkpoints {found}; {root / clients[0]} has {checkpoint_dirs}")
+            out = None
+            for t, ckpt in enumerate(checkpoint_dirs):
+                for r, run in enumerate(runs):
+                    file = root / client / ckpt / run
+                    if not file.exists():
+                        raise DumpError(f"{file} is missing (every client and checkpoint needs runs {runs[:3]}...)")
+                    state = torch.load(file, map_location="cpu", weights_only=True)
+                    tensors = [(k, v) for k, v in state.items() if torch.is_tensor(v) and v.is_floating_point()]
+                    shapes = [(k, tuple(v.shape)) for k, v in tensors]
+                    if named_shapes is None:
+                        named_shapes = shapes
+                        n_params = sum(int(np.prod(s)) for _, s in shapes)
+                    elif shapes != named_shapes:
+                        raise DumpError(f"{file} holds tensors {shapes[:3]}...; expected {named_shapes[:3]}...")
+                    if out is None:
+                        out = np.empty((len(checkpoint_dirs), len(runs), n_params), dtype=np.float32)
+                    out[t, r] = torch.cat([v.detach().reshape(-1).float() for _, v in tensors]).numpy()
+            samples[client] = out
+        meta = dict(meta or {}, imported_from=str(root), runs=runs)
+        return cls.from_arrays(
+            path, samples, checkpoints=[_int_name(c) for c in checkpoint_dirs], layout=named_shapes, meta=meta
+        )
+
+    # ------------------------------------------------------------------ opening
+    @classmethod
+    def open(cls, path):
+        """Open an existing dump, checking its manifest and file sizes (not checksums: see verify)."""
+        path = Path(path)
+        if not path.exists():
+            raise DumpError(f"dump {path} does not exist")
+        mpath = path / MANIFEST
+        if not path.is_dir() or not mpath.exists():
+            raise DumpError(f"{path} is not a dump: no {MANIFEST} in it")
+        try:
+            manifest = json.loads(mpath.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise DumpError(f"{mpath} is damaged (not valid JSON: {exc})") from exc
+        required = ("format_version", "meta", "clients", "checkpoints", "n_runs", "n_params", "layout", "metrics", "chunks")
+        if not isinstance(manifest, dict) or any(k not in manifest for k in required):
+            missing = [k for k in required if not isinstance(manifest, dict) or k not in manifest]
+            raise DumpError(f"{mpath} is damaged: missing {missing}")
+        version = manifest["format_version"]
+        if not isinstance(version, int) or version > FORMAT_VERSION:
+            raise DumpError(
+                f"{mpath} has format version {version!r}; this mianalysis reads up to {FORMAT_VERSION}: upgrade mianalysis"
+            )
+        try:
+            dump = cls(path, manifest)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DumpError(f"{mpath} is damaged: {exc!r}") from exc
+        dump._check_files()
+        return dump
+
+    def _sample_shape(self):
+        return (len(self.checkpoints), self.n_runs, self.n_params)
+
+    def _metric_shape(self):
+        return (len(self.metric_names), len(self.checkpoints), self.n_runs)
+
+    def _check_files(self):
+        layout_params = self.layout[-1].offset + self.layout[-1].size if self.layout else 0
+        if layout_params != self.n_params:
+            raise DumpError(f"{self.path / MANIFEST}: layout describes {layout_params} parameters, n_params is {self.n_params}")
+        stop = 0
+        for chunk in self._manifest["chunks"]:
+            if chunk["start"] != stop or not chunk["start"] < chunk["stop"] <= self.n_runs:
+                raise DumpError(f"{self.path / MANIFEST}: chunk list is damaged at runs {chunk['start']}-{chunk['stop']}")
+            stop = chunk["stop"]
+        for i in range(len(self.clients)):
+            for name, shape in ((_client_file(i), self._sample_shape()), (_metrics_file(i), self._metric_shape())):
+                file = self.path / name
+                if not file.exists():
+                    raise DumpError(f"{file} is missing (client {self.clients[i]!r})")
+                want = int(np.prod(shape)) * DTYPE.itemsize
+                size = file.stat().st_size
+                if size != want:
+                    raise DumpError(
+                        f"{file} has {size} bytes; the manifest's shape {shape} needs {want} "
+                        f"({'truncated' if size < want else 'too long'})"
+                    )
+
+    # ------------------------------------------------------------------ reading
+    @property
+    def completed_runs(self):
+        chunks = self._manifest["chunks"]
+        return int(chunks[-1]["stop"]) if chunks else 0
+
+    @property
+    def complete(self):
+        return self.completed_runs == self.n_runs
+
+    def _client_index(self, client):
+        if isinstance(client, str) and client in self.clients:
+            return self.clients.index(client)
+        if isinstance(client, (int, np.integer)) and not isinstance(client, bool) and 0 <= client < len(self.clients):
+            return int(client)
+        raise ValueError(f"`client` must be one of {self.clients} or an index below {len(self.clients)}; got {client!r}")
+
+    def _checkpoint_index(self, checkpoint):
+        if not isinstance(checkpoint, (int, np.integer)) or isinstance(checkpoint, bool) or not 0 <= checkpoint < len(self.checkpoints):
+            raise ValueError(
+                f"`checkpoint` must be an index in [0, {len(self.checkpoints) - 1}] "
+                f"(iterations {self.checkpoints}); got {checkpoint!r}"
+            )
+        return int(checkpoint)
+
+    def _memmap(self, name, shape, mode="r"):
+        return np.memmap(self.path / name, dtype=DTYPE, mode=mode, shape=shape)
+
+    def layer_columns(self, layer):
+        """Column indices of `layer`: a tensor name, a prefix of names ("rnn.0" matches
+        "rnn.0.weight" and "rnn.0.bias"), or a list of those. None means all columns."""
+        if layer is None:
+            return slice(0, self.n_params)
+        names = [layer] if isinstance(layer, str) else list(layer)
+        cols = []
+        for name in names:
+            hits = [e for e in self.layout if e.name == name or e.name.startswith(name + ".")]
+            if not hits:
+                raise ValueError(f"`layer` {name!r} is not in the layout; tensors: {[e.name for e in self.layout]}")
+            cols.extend(np.arange(e.offset, e.offset + e.size) for e in hits)
+        return np.concatenate(cols)
+
+    def samples(self, client, checkpoint, layer=None):
+        """Parameter samples of one client at one checkpoint: array of shape (runs, params).
+
+        Only completed runs are returned. `checkpoint` is an index into :attr:`checkpoints`;
+        `layer` selects tensors (see :meth:`layer_columns`). The array is a read-only memory
+        map when `layer` is None.
+        """
+        c = self._client_index(client)
+        t = self._checkpoint_index(checkpoint)
+        cols = self.layer_columns(layer)
+        data = self._memmap(_client_file(c), self._sample_shape())[t, : self.completed_runs]
+        return data if layer is None else np.asarray(data[:, cols])
+
+    def metric(self, client, name):
+        """Recorded metric `name` of one client: array of shape (n_checkpoints, completed runs)."""
+        if name not in self.metric_names:
+            raise ValueError(f"`name` must be one of {self.metric_names}; got {name!r}")
+        c = self._client_index(client)
+        data = self._memmap(_metrics_file(c), self._metric_shape())
+        return np.asarray(data[self.metric_names.index(name), :, : self.completed_runs])
+
+    # ------------------------------------------------------------------ writing
+    def write_chunk(self, start, stop, samples, metrics=None):
+        """Write runs [start, stop) of every client, flush, and record the chunk atomically.
+
+        `samples` maps each client name to an array (n_checkpoints, stop - start, n_params);
+        `metrics` each client name to (n_metrics, n_checkpoints, stop - start). Chunks are
+        written in order: `start` must equal :attr:`completed_runs`.
+        """
+        if start != self.completed_runs or not start < stop <= self.n_runs:
+            raise DumpError(f"chunk {start}-{stop} does not follow the completed runs 0-{self.completed_runs} of {self.n_runs}")
+        checksums = {}
+        for i, client in enumerate(self.clients):
+            block = np.asarray(samples[client], dtype=DTYPE)
+            if block.shape != (len(self.checkpoints), stop - start, self.n_params):
+                raise ValueError(f"samples of client {client!r} have shape {block.shape}; expected "
+                                 f"{(len(self.checkpoints), stop - start, self.n_params)}")
+            mblock = np.asarray(metrics[client] if metrics else np.full(self._metric_shape()[:2] + (stop - start,), np.nan), dtype=DTYPE)
+            mm = self._memmap(_client_file(i), self._sample_shape(), "r+")
+            mm[:, start:stop] = block
+            mm.flush()
+            del mm
+            mm = self._memmap(_metrics_file(i), self._metric_shape(), "r+")
+            mm[:, :, start:stop] = mblock
+            mm.flush()
+            del mm
+            checksums[client] = self._chunk_checksum(i, start, stop)
+        self._manifest["chunks"].append({"start": int(start), "stop": int(stop), "sha256": checksums})
+        _write_json_atomically(self.path / MANIFEST, self._manifest)
+
+    def _chunk_checksum(self, index, start, stop):
+        h = hashlib.sha256()
+        samples = self._memmap(_client_file(index), self._sample_shape())
+        for t in range(len(self.checkpoints)):
+            h.update(np.ascontiguousarray(samples[t, start:stop]).tobytes())
+        metrics = self._memmap(_metrics_file(index), self._metric_shape())
+        h.update(np.ascontiguousarray(metrics[:, :, start:stop]).tobytes())
+        return h.hexdigest()
+
+    def verify(self):
+        """Check file sizes and every completed chunk's checksums; raise DumpError naming
+        the file and the runs that are damaged. Returns the number of verified runs."""
+        self._check_files()
+        for chunk in self._manifest["chunks"]:
+            for i, client in enumerate(self.clients):
+                if self._chunk_checksum(i, chunk["start"], chunk["stop"]) != chunk["sha256"].get(client):
+                    raise DumpError(
+                        f"{self.path / _client_file(i)} or {_metrics_file(i)}: runs {chunk['start']}-{chunk['stop']} "
+                        f"of client {client!r} do not match their checksum (damaged)"
+                    )
+        return self.completed_runs
+
+    def __repr__(self):
+        return (f"ParameterDump({str(self.path)!r}, clients={self.clients}, checkpoints={self.checkpoints}, "
+                f"runs={self.completed_runs}/{self.n_runs}, params={self.n_params})")
+
+
+def _int_name(name):
+    try:
+        return int(name)
+    except ValueError as exc:
+        raise DumpError(f"checkpoint folder {name!r} is not an integer iteration") from exc

@@ -1,0 +1,20 @@
+"""Sampling tasks: per-client data and a model written over a replica dimension.
+
+Tasks load PyTorch when used; importing this package does not.
+"""
+
+from .base import ClientBatchData, Task
+from .digits import DigitsLeNetTask
+from .signal import SignalRNNTask
+
+TASKS = {task.name: task for task in (SignalRNNTask, DigitsLeNetTask)}
+
+
+def get_task(name, preset="paper", **settings):
+    """The task called `name` with a preset's settings and `settings` on top."""
+    if name not in TASKS:
+        raise ValueError(f"`task` must be one of {sorted(TASKS)}; got {name!r}")
+    return TASKS[name].from_preset(preset, **settings)
+
+
+__all__ = ["Task", "ClientBatchData", "SignalRNNTask", "DigitsLeNetTask", "TASKS", "get_task"]

@@ -1,0 +1,110 @@
+"""What a sampling task provides: data per client, a model as pure batched functions.
+
+A task's model is written over a leading *replica* dimension: every parameter tensor has
+shape (R, ...) and every input (R, batch, ...), so that R independent copies (runs x
+clients) train as one batched computation. Randomness never happens inside the model:
+data order, augmentation and dropout masks are drawn from one ``torch.Generator`` per
+replica, seeded from (seed, run, client), so a run's result does not depend on which other
+runs share its chunk.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+
+@dataclass
+class ClientBatchData:
+    """Training data of R replicas: inputs (R, n_examples, ...), targets (R, n_examples, ...),
+    and optional extra tensors used only for evaluation (e.g. a held-out test set)."""
+
+    inputs: object
+    targets: object
+    extra: dict
+
+
+class Task(ABC):
+    """A model and per-client data, as batched pure functions (see the module docstring)."""
+
+    name = "task"
+    presets = {}
+
+    def __init__(self, **settings):
+        self.settings = {**self.default_settings(), **settings}
+        unknown = set(settings) - set(self.default_settings())
+        if unknown:
+            raise ValueError(f"unknown setting(s) {sorted(unknown)} for task {self.name!r}; "
+                             f"known: {sorted(self.default_settings())}")
+
+    @classmethod
+    def from_preset(cls, preset="paper", **overrides):
+        """The task with a named preset's settings, then `overrides`."""
+        if preset not in cls.presets:
+            raise ValueError(f"`preset` must be one of {sorted(cls.presets)} for task {cls.name!r}; got {preset!r}")
+        return cls(**{**cls.presets[preset], **overrides})
+
+    @staticmethod
+    @abstractmethod
+    def default_settings():
+        """Every setting with its default value (JSON-serialisable)."""
+
+    @property
+    def n_clients(self):
+        return int(self.settings["n_clients"])
+
+    @property
+    def n_examples(self):
+        """Training examples per client."""
+        return int(self.settings["n_examples"])
+
+    @property
+    def batch_size(self):
+        return int(self.settings["batch_size"])
+
+    @property
+    def lr(self):
+        return float(self.settings["lr"])
+
+    @property
+    def n_iterations(self):
+        """Iterations in one epoch (the last batch may be smaller)."""
+        return -(-self.n_examples // self.batch_size)
+
+    @abstractmethod
+    def parameter_shapes(self):
+        """[(name, shape)] of the trained tensors, in the order they are flattened."""
+
+    @abstractmethod
+    def init_params(self, generator):
+        """A fresh initial point: list of tensors (unbatched), drawn from `generator`."""
+
+    def fixed_params(self):
+        """The initial point used by ``init="fixed"``."""
+        import torch
+
+        return self.init_params(torch.Generator().manual_seed(int(self.settings.get("data_seed", 0))))
+
+    @abstractmethod
+    def client_data(self, client, generators):
+        """ClientBatchData for one client and one generator per replica (drawn in order)."""
+
+    def draw_masks(self, generators, batch_size):
+        """Per-iteration random masks (e.g. dropout), or None."""
+        return None
+
+    @abstractmethod
+    def forward(self, params, inputs, masks=None):
+        """Outputs (R, batch, ...) of batched `params` on `inputs` (R, batch, ...)."""
+
+    @abstractmethod
+    def loss(self, outputs, targets):
+        """Per-replica mean loss, shape (R,)."""
+
+    metric_names = ("loss",)
+
+    def evaluate(self, params, data):
+        """Metrics at a checkpoint: dict name -> (R,) tensor; at least "loss", on the first
+        `eval_examples` examples of the local data (all of them by default)."""
+        m = int(self.settings.get("eval_examples") or self.n_examples)
+        return {"loss": self.loss(self.forward(params, data.inputs[:, :m]), data.targets[:, :m])}

@@ -1,0 +1,254 @@
+"""digits-lenet: retrain the last layer of a pretrained LeNet on augmented digits."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+
+from .base import ClientBatchData, Task
+
+
+def default_cache_dir():
+    """Where pretrained networks are cached: $MIANALYSIS_CACHE or ~/.cache/mianalysis."""
+    return Path(os.environ.get("MIANALYSIS_CACHE", Path.home() / ".cache" / "mianalysis"))
+
+
+def build_lenet(image_size):
+    """LeNet-5-style network for square grey images; returns (body, head).
+
+    28x28 (MNIST): conv 5x5 (6, padding 2) - pool - conv 5x5 (16) - pool - 400 - 120 - 84.
+    8x8 (scikit-learn digits): conv 3x3 (6, padding 1) - pool - conv 3x3 (16, padding 1) -
+    pool - 64 - 120 - 84. Both with ReLU; the head is the last fully connected layer
+    84 -> 10 (850 parameters).
+    """
+    from torch import nn
+
+    if image_size >= 28:
+        convs = [nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2)]
+        flat = 16 * ((image_size // 2 - 4) // 2) ** 2
+    else:
+        convs = [nn.Conv2d(1, 6, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(6, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2)]
+        flat = 16 * (image_size // 4) ** 2
+    body = nn.Sequential(*convs, nn.Flatten(), nn.Linear(flat, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU())
+    return body, nn.Linear(84, 10)
+
+
+class DigitsLeNetTask(Task):
+    """Transfer learning as in the core paper's second experiment.
+
+    A LeNet is trained once on the whole training set (deterministic from `data_seed`,
+    cached under :func:`default_cache_dir`); then only its last fully connected layer
+    (84 -> 10, 850 parameters) is retrained per client. Each client holds
+    `per_digit` base images of every digit (200 with the default 20), drawn once per client
+    from the training set; every run augments them afresh (random rotation within
+    +-`max_rotation` degrees, zoom in [1 - `max_zoom`, 1 + `max_zoom`], shift within
+    +-`max_shift` of the image width), so a run's randomness is the initial head, the
+    augmentation and the data order. Adam, cross-entropy.
+
+    Data: scikit-learn's 8x8 digits by default (1797 images; 70 % train, 30 % test,
+    stratified); MNIST from its standard IDX files when `mnist_path` names their folder.
+    Metrics at each checkpoint: "loss" on the client's (augmented) training data and
+    "accuracy" on the held-out test set.
+    """
+
+    name = "digits-lenet"
+    presets = {
+        "paper": {},
+        # 200 examples with batch 50 and lr 1e-5 give 4 tiny steps per epoch; 1000 examples
+        # (100 per digit) with lr 1e-3 give 20 steps that visibly train the head.
+        "long": {"per_digit": 100, "lr": 1e-3},
+    }
+    metric_names = ("loss", "accuracy")
+
+    @staticmethod
+    def default_settings():
+        return {
+            "n_clients": 3,
+            "per_digit": 20,
+            "lr": 1e-5,
+            "batch_size": 50,
+            "max_rotation": 15.0,
+            "max_zoom": 0.1,
+            "max_shift": 0.125,
+            "mnist_path": None,
+            "pretrain_epochs": 30,
+            "pretrain_lr": 1e-3,
+            "data_seed": 0,
+        }
+
+    def __init__(self, **settings):
+        super().__init__(**settings)
+        self._data = None
+        self._body = None
+        self._test_features = None
+
+    @property
+    def n_examples(self):
+        return 10 * int(self.settings["per_digit"])
+
+    # ---------------------------------------------------------------- data and body
+    def dataset(self):
+        """(train_images, train_labels, test_images, test_labels), images float32 (n, H, W)."""
+        if self._data is None:
+            if self.settings["mnist_path"]:
+                from .idx import load_mnist
+
+                self._data = load_mnist(self.settings["mnist_path"])
+            else:
+                from sklearn.datasets import load_digits
+                from sklearn.model_selection import train_test_split
+
+                digits = load_digits()
+                images = (digits.images / 16.0).astype(np.float32)
+                xtr, xte, ytr, yte = train_test_split(
+                    images, digits.target.astype(np.int64), test_size=0.3,
+                    random_state=int(self.settings["data_seed"]), stratify=digits.target,
+                )
+                self._data = (xtr, ytr, xte, yte)
+        return self._data
+
+    def _pretrain_key(self):
+        xtr, ytr, _, _ = self.dataset()
+        h = hashlib.sha256()
+        h.update(json.dumps({k: self.settings[k] for k in ("pretrain_epochs", "pretrain_lr", "data_seed")}).encode())
+        h.update(xtr.tobytes())
+        h.update(ytr.tobytes())
+        return h.hexdigest()[:16]
+
+    def pretrained(self):
+        """The pretrained (body, head), trained on first use and cached on disk."""
+        import torch
+
+        if self._body is None:
+            xtr, ytr, _, _ = self.dataset()
+            body, head = build_lenet(xtr.shape[-1])
+            path = default_cache_dir() / f"lenet-{xtr.shape[-1]}-{self._pretrain_key()}.pt"
+            if path.exists():
+                state = torch.load(path, map_location="cpu", weights_only=True)
+                body.load_state_dict(state["body"])
+                head.load_state_dict(state["head"])
+            else:
+                self._pretrain(body, head, xtr, ytr)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_suffix(".tmp")
+                torch.save({"body": body.state_dict(), "head": head.state_dict()}, tmp)
+                os.replace(tmp, path)
+            body.eval()
+            for p in body.parameters():
+                p.requires_grad_(False)
+            self._body, self._head = body, head
+        return self._body, self._head
+
+    def _pretrain(self, body, head, images, labels):
+        import torch
+
+        gen = torch.Generator().manual_seed(int(self.settings["data_seed"]))
+        for module in list(body) + [head]:
+            if hasattr(module, "weight"):
+                bound = 1.0 / math.sqrt(module.weight[0].numel())
+                with torch.no_grad():
+                    module.weight.uniform_(-bound, bound, generator=gen)
+                    module.bias.uniform_(-bound, bound, generator=gen)
+        model = torch.nn.Sequential(body, head)
+        opt = torch.optim.Adam(model.parameters(), lr=float(self.settings["pretrain_lr"]))
+        x = torch.from_numpy(images).unsqueeze(1)
+        y = torch.from_numpy(labels)
+        for _ in range(int(self.settings["pretrain_epochs"])):
+            order = torch.randperm(len(x), generator=gen)
+            for start in range(0, len(x), 64):
+                idx = order[start:start + 64]
+                opt.zero_grad()
+                torch.nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()
+                opt.step()
+
+    def client_base_images(self, client):
+        """Indices into the training set of the client's base images, `per_digit` per digit."""
+        _, ytr, _, _ = self.dataset()
+        rng = np.random.default_rng([int(self.settings["data_seed"]), 1000 + int(client)])
+        per = int(self.settings["per_digit"])
+        picks = []
+        for digit in range(10):
+            pool = np.flatnonzero(ytr == digit)
+            if len(pool) == 0:
+                raise ValueError(f"the training set has no image of digit {digit}")
+            picks.append(rng.choice(pool, size=per, replace=len(pool) < per))
+        return np.concatenate(picks)
+
+    def augment(self, images, generators):
+        """Random rotation, zoom and shift of `images` (n, H, W), independently per replica:
+        returns (R, n, H, W)."""
+        import torch
+        import torch.nn.functional as F
+
+        s = self.settings
+        n = images.shape[0]
+        r = len(generators)
+        u = torch.stack([torch.rand(n, 4, generator=g) for g in generators])  # (R, n, 4)
+        angle = (2 * u[..., 0] - 1) * math.radians(float(s["max_rotation"]))
+        zoom = 1 + (2 * u[..., 1] - 1) * float(s["max_zoom"])
+        shift = (2 * u[..., 2:] - 1) * 2 * float(s["max_shift"])  # grid units span 2
+        cos, sin = torch.cos(angle) / zoom, torch.sin(angle) / zoom
+        theta = torch.stack([torch.stack([cos, -sin, shift[..., 0]], -1), torch.stack([sin, cos, shift[..., 1]], -1)], -2)
+        src = torch.from_numpy(images).unsqueeze(1).expand(r, n, 1, *images.shape[1:]).reshape(r * n, 1, *images.shape[1:])
+        grid = F.affine_grid(theta.reshape(r * n, 2, 3), list(src.shape), align_corners=False)
+        out = F.grid_sample(src, grid, align_corners=False, padding_mode="zeros")
+        return out.reshape(r, n, *images.shape[1:])
+
+    def features(self, images):
+        """84-dimensional features of the frozen body for images (..., H, W)."""
+        import torch
+
+        body, _ = self.pretrained()
+        lead = images.shape[:-2]
+        with torch.no_grad():
+            feats = body(images.reshape(-1, 1, *images.shape[-2:]))
+        return feats.reshape(*lead, feats.shape[-1])
+
+    # ---------------------------------------------------------------- Task interface
+    def parameter_shapes(self):
+        return [("fc3.weight", (10, 84)), ("fc3.bias", (10,))]
+
+    def init_params(self, generator):
+        """A fresh last layer: weights N(0, 1/84), biases 0."""
+        import torch
+
+        return [torch.randn(10, 84, generator=generator) / math.sqrt(84.0), torch.zeros(10)]
+
+    def fixed_params(self):
+        """The pretrained last layer."""
+        _, head = self.pretrained()
+        return [head.weight.detach().clone(), head.bias.detach().clone()]
+
+    def client_data(self, client, generators):
+        import torch
+
+        xtr, ytr, xte, yte = self.dataset()
+        idx = self.client_base_images(client)
+        feats = self.features(self.augment(xtr[idx], generators))  # (R, n, 84)
+        targets = torch.from_numpy(ytr[idx]).expand(len(generators), len(idx))
+        if self._test_features is None:
+            self._test_features = (self.features(torch.from_numpy(xte)), torch.from_numpy(yte))
+        return ClientBatchData(feats, targets, {"test": self._test_features})
+
+    def forward(self, params, inputs, masks=None):
+        import torch
+
+        weight, bias = params
+        return torch.einsum("rbi,roi->rbo", inputs, weight) + bias[:, None, :]
+
+    def loss(self, outputs, targets):
+        import torch.nn.functional as F
+
+        r, b, c = outputs.shape
+        return F.cross_entropy(outputs.reshape(r * b, c), targets.reshape(r * b), reduction="none").reshape(r, b).mean(1)
+
+    def evaluate(self, params, data):
+        test_x, test_y = data.extra["test"]
+        logits = self.forward(params, test_x.expand(params[0].shape[0], *test_x.shape))
+        accuracy = (logits.argmax(-1) == test_y).float().mean(1)
+        return {"loss": self.loss(self.forward(params, data.inputs), data.targets), "accuracy": accuracy}
