@@ -53,6 +53,58 @@ def _cmd_estimate(args):
         print(f"{args.estimator} MI = {value:.6g} {args.units}")
 
 
+def _parse_settings(pairs):
+    import json
+
+    settings = {}
+    for item in pairs or []:
+        if "=" not in item:
+            raise ValueError(f"--set expects KEY=VALUE; got {item!r}")
+        key, value = item.split("=", 1)
+        try:
+            settings[key] = json.loads(value)
+        except json.JSONDecodeError:
+            settings[key] = value
+    return settings
+
+
+def _cmd_sample(args):
+    from .sampling import ParameterSampler
+    from .tasks import get_task
+
+    task = get_task(args.task, args.preset, **_parse_settings(args.set))
+    sampler = ParameterSampler(task, seed=args.seed, init=args.init, every=args.every,
+                               chunk_size=args.chunk_size, progress=not args.no_progress)
+    dump = sampler.sample(args.runs, args.out)
+    print(f"wrote {dump}")
+
+
+def _cmd_analyze(args):
+    from .analysis import analyze
+
+    rows = analyze(args.dump, estimators=args.estimators, metrics=args.metrics, k=args.k,
+                   permutations=args.permutations, layer=args.layer, random_state=args.seed,
+                   out=args.out, progress=not args.no_progress)
+    print(f"wrote {len(rows)} rows to {args.out}")
+
+
+def _cmd_plot(args):
+    from .analysis import read_table
+    from .plots import save_figure
+
+    path = save_figure(read_table(args.table), args.kind, args.out, title=args.title)
+    print(f"wrote {path}")
+
+
+def _cmd_verify(args):
+    from .dumps import ParameterDump
+
+    dump = ParameterDump.open(args.dump)
+    runs = dump.verify()
+    state = "complete" if dump.complete else f"incomplete ({runs} of {dump.n_runs} runs)"
+    print(f"{args.dump}: OK, {runs} runs verified, {state}")
+
+
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="mianalysis",
@@ -74,6 +126,44 @@ def build_parser():
     est.add_argument("--permutations", type=int, default=0, help="permutation test with this many shuffles")
     est.add_argument("--seed", type=int, default=None)
     est.set_defaults(func=_cmd_estimate)
+
+    from .tasks import TASKS
+
+    smp = sub.add_parser("sample", help="retrain every client many times and write a dump")
+    smp.add_argument("--task", required=True, choices=sorted(TASKS))
+    smp.add_argument("--preset", default="paper", help="settings preset (paper, long)")
+    smp.add_argument("--runs", type=int, required=True)
+    smp.add_argument("--out", required=True, help="dump folder (resumed if it holds the same sampling)")
+    smp.add_argument("--seed", type=int, default=0)
+    smp.add_argument("--init", choices=["per-run", "fixed"], default="per-run")
+    smp.add_argument("--every", type=int, default=1, help="checkpoint every this many iterations")
+    smp.add_argument("--chunk-size", type=int, default=64, help="runs trained together")
+    smp.add_argument("--set", action="append", metavar="KEY=VALUE", help="task setting (JSON value)")
+    smp.add_argument("--no-progress", action="store_true")
+    smp.set_defaults(func=_cmd_sample)
+
+    ana = sub.add_parser("analyze", help="MI and distances between clients per checkpoint of a dump")
+    ana.add_argument("dump")
+    ana.add_argument("--out", required=True, help="CSV table to write")
+    ana.add_argument("--estimators", nargs="+", default=["gaussian", "ksg"])
+    ana.add_argument("--metrics", nargs="+", default=["euclidean", "manhattan", "chebyshev"])
+    ana.add_argument("-k", type=int, default=3)
+    ana.add_argument("--permutations", type=int, default=0)
+    ana.add_argument("--layer", action="append", help="analyse only this tensor (repeatable)")
+    ana.add_argument("--seed", type=int, default=0)
+    ana.add_argument("--no-progress", action="store_true")
+    ana.set_defaults(func=_cmd_analyze)
+
+    plo = sub.add_parser("plot", help="figure from an analysis table")
+    plo.add_argument("table")
+    plo.add_argument("--out", required=True)
+    plo.add_argument("--kind", choices=["mi", "distances"], default="mi")
+    plo.add_argument("--title")
+    plo.set_defaults(func=_cmd_plot)
+
+    ver = sub.add_parser("verify", help="check a dump's files and checksums")
+    ver.add_argument("dump")
+    ver.set_defaults(func=_cmd_verify)
     return parser
 
 
@@ -82,7 +172,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         args.func(args)
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, OSError) as exc:
         print(f"mianalysis {args.command}: error: {exc}", file=sys.stderr)
         return 2
     return 0

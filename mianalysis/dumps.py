@@ -369,6 +369,8 @@ class ParameterDump:
         return int(checkpoint)
 
     def _memmap(self, name, shape, mode="r"):
+        if int(np.prod(shape)) == 0:  # a dump without metrics: nothing to map
+            return np.zeros(shape, dtype=DTYPE)
         return np.memmap(self.path / name, dtype=DTYPE, mode=mode, shape=shape)
 
     def layer_columns(self, layer):
@@ -423,17 +425,19 @@ class ParameterDump:
                 raise ValueError(f"samples of client {client!r} have shape {block.shape}; expected "
                                  f"{(len(self.checkpoints), stop - start, self.n_params)}")
             mblock = np.asarray(metrics[client] if metrics else np.full(self._metric_shape()[:2] + (stop - start,), np.nan), dtype=DTYPE)
-            mm = self._memmap(_client_file(i), self._sample_shape(), "r+")
-            mm[:, start:stop] = block
-            mm.flush()
-            del mm
-            mm = self._memmap(_metrics_file(i), self._metric_shape(), "r+")
-            mm[:, :, start:stop] = mblock
-            mm.flush()
-            del mm
+            self._write_block(_client_file(i), self._sample_shape(), (slice(None), slice(start, stop)), block)
+            self._write_block(_metrics_file(i), self._metric_shape(), (slice(None), slice(None), slice(start, stop)), mblock)
             checksums[client] = self._chunk_checksum(i, start, stop)
         self._manifest["chunks"].append({"start": int(start), "stop": int(stop), "sha256": checksums})
         _write_json_atomically(self.path / MANIFEST, self._manifest)
+
+    def _write_block(self, name, shape, where, block):
+        if block.size == 0:
+            return
+        mm = self._memmap(name, shape, "r+")
+        mm[where] = block
+        mm.flush()
+        del mm
 
     def _chunk_checksum(self, index, start, stop):
         h = hashlib.sha256()

@@ -47,3 +47,34 @@ def test_bad_k_is_one_line_error(pair, capsys):
     xp, yp, _, _ = pair
     assert main(["estimate", str(xp), str(yp), "-k", "0"]) == 2
     assert "`k` must be in [1, 199]; got 0" in capsys.readouterr().err
+
+
+def test_sample_analyze_plot_verify(tmp_path, capsys):
+    dump = tmp_path / "dump"
+    args = ["sample", "--task", "signal-rnn", "--runs", "6", "--out", str(dump), "--seed", "1", "--no-progress",
+            "--set", "n_layers=2", "--set", "seq_len=8", "--set", "n_examples=16", "--set", "batch_size=8"]
+    assert main(args) == 0
+    assert main(["verify", str(dump)]) == 0
+    assert "OK, 6 runs verified, complete" in capsys.readouterr().out
+    assert main(["analyze", str(dump), "--out", str(tmp_path / "r.csv"), "--permutations", "2", "--no-progress"]) == 0
+    assert main(["plot", str(tmp_path / "r.csv"), "--out", str(tmp_path / "f.png"), "--kind", "distances"]) == 0
+    assert (tmp_path / "f.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["verify", "/nonexistent/dump"], "mianalysis verify: error: dump /nonexistent/dump does not exist"),
+        (["analyze", "/nonexistent/dump", "--out", "x.csv"], "mianalysis analyze: error: dump /nonexistent/dump does not exist"),
+        (["plot", "/nonexistent.csv", "--out", "x.png"], "mianalysis plot: error: results table /nonexistent.csv does not exist"),
+        (["sample", "--task", "signal-rnn", "--runs", "0", "--out", "d"], "mianalysis sample: error: `runs` must be >= 1; got 0"),
+        (["sample", "--task", "signal-rnn", "--runs", "2", "--out", "d", "--set", "layers=3"], "unknown setting(s) ['layers']"),
+        (["sample", "--task", "signal-rnn", "--runs", "2", "--out", "d", "--set", "nolayers"], "--set expects KEY=VALUE"),
+    ],
+)
+def test_command_errors_are_one_line(args, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert not (tmp_path / "d").exists()

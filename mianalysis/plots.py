@@ -1,0 +1,127 @@
+"""Figures from analysis tables only (never from dumps)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .analysis import select
+
+
+def _pairs(rows):
+    return sorted({(r["client_a"], r["client_b"]) for r in rows if r["client_b"] != ""})
+
+
+def _clients(rows):
+    return sorted({r["client_a"] for r in rows if r["client_b"] == ""})
+
+
+def _finite(xs, ys):
+    xs, ys = np.asarray(xs, float), np.asarray(ys, float)
+    ok = np.isfinite(ys)
+    return xs[ok], ys[ok]
+
+
+def plot_mi_panel(ax, rows, estimator):
+    """MI of every client pair vs iteration, with the permutation null (mean +- 2 sd) as a band."""
+    for a, b in _pairs(rows):
+        hits = select(rows, f"mi_{estimator}", a, b)
+        if not hits:
+            continue
+        it, val = _finite([r["iteration"] for r in hits], [r["value"] for r in hits])
+        line, = ax.plot(it, val, marker="o", ms=3, label=f"Client({a}, {b})")
+        it_n, mean = _finite([r["iteration"] for r in hits], [r["null_mean"] for r in hits])
+        if len(mean):
+            _, sd = _finite([r["iteration"] for r in hits], [r["null_std"] for r in hits])
+            ax.fill_between(it_n, mean - 2 * sd, mean + 2 * sd, color=line.get_color(), alpha=0.15, lw=0)
+    name = {"gaussian": "Gaussian (log-det)", "ksg": "KSG (k-NN)"}[estimator]
+    ax.set_title(f"MI, {name}")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("MI (bits)")
+    ax.legend(fontsize=7)
+
+
+def plot_metric_panel(ax, rows, metric):
+    """A recorded training metric (loss, accuracy) per client vs iteration, mean +- sd over runs."""
+    for c in _clients(rows):
+        hits = select(rows, metric, c)
+        if not hits:
+            continue
+        it = np.array([r["iteration"] for r in hits])
+        val = np.array([r["value"] for r in hits])
+        sd = np.array([r["spread"] for r in hits])
+        line, = ax.plot(it, val, marker="o", ms=3, label=f"Client {c}")
+        ax.fill_between(it, val - sd, val + sd, color=line.get_color(), alpha=0.15, lw=0)
+    ax.set_title(metric)
+    ax.set_xlabel("iteration")
+    ax.set_ylabel(metric)
+    ax.legend(fontsize=7)
+
+
+def plot_distance_panel(ax, rows, metric):
+    """Mean paired distance of every client pair vs iteration."""
+    for a, b in _pairs(rows):
+        hits = select(rows, metric, a, b)
+        ax.plot([r["iteration"] for r in hits], [r["value"] for r in hits], marker="o", ms=3, label=f"Client({a}, {b})")
+    ax.set_title(f"{metric.capitalize()} distance")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("mean distance")
+    ax.legend(fontsize=7)
+
+
+def figure_mi(rows, title=None):
+    """Figure 1/2 analogue: (a) Gaussian MI, (b) KSG MI, (c) loss or accuracy."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    quantities = {r["quantity"] for r in rows}
+    metric = "accuracy" if "accuracy" in quantities else "loss"
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    for ax, est in zip(axes[:2], ("gaussian", "ksg")):
+        if f"mi_{est}" in quantities:
+            plot_mi_panel(ax, rows, est)
+        else:
+            ax.set_axis_off()
+    if metric in quantities:
+        plot_metric_panel(axes[2], rows, metric)
+    else:
+        axes[2].set_axis_off()
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def figure_distances(rows, title=None):
+    """Figure 3/4 analogue: Euclidean, Manhattan and Chebyshev distances vs iteration."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    for ax, metric in zip(axes, ("euclidean", "manhattan", "chebyshev")):
+        plot_distance_panel(ax, rows, metric)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+FIGURES = {"mi": figure_mi, "distances": figure_distances}
+
+
+def save_figure(rows, kind, path, title=None):
+    """Draw figure `kind` ("mi" or "distances") from `rows` and save it to `path`."""
+    from pathlib import Path
+
+    import matplotlib.pyplot as plt
+
+    if kind not in FIGURES:
+        raise ValueError(f"`kind` must be one of {sorted(FIGURES)}; got {kind!r}")
+    fig = FIGURES[kind](rows, title)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)

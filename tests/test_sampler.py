@@ -1,0 +1,185 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from conftest import TINY_DIGITS, TINY_SIGNAL
+
+torch = pytest.importorskip("torch")
+
+from mianalysis.dumps import DumpError, ParameterDump  # noqa: E402
+from mianalysis.sampling import BatchedAdam, ParameterSampler  # noqa: E402
+from mianalysis.tasks import DigitsLeNetTask, SignalRNNTask, get_task  # noqa: E402
+from mianalysis.tasks.signal import elman_recurrence  # noqa: E402
+
+
+@pytest.mark.parametrize("task", [SignalRNNTask(**TINY_SIGNAL), DigitsLeNetTask(**TINY_DIGITS)], ids=["signal", "digits"])
+def test_vectorised_equals_one_run_at_a_time(task):
+    sampler = ParameterSampler(task, seed=3, progress=False)
+    batched = sampler.train_chunk(range(5))
+    loop = sampler.train_chunk(range(5), vectorised=False)
+    np.testing.assert_allclose(batched.samples, loop.samples, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(batched.metrics, loop.metrics, rtol=1e-5, atol=1e-6)
+    # and training moved the parameters
+    assert np.abs(batched.samples[:, -1] - batched.samples[:, 0]).max() > 0
+
+
+def test_batched_adam_matches_torch_adam():
+    p1 = torch.randn(3, 4, requires_grad=True)
+    p2 = p1.detach().clone().requires_grad_(True)
+    ours, theirs = BatchedAdam([p1], lr=0.01), torch.optim.Adam([p2], lr=0.01)
+    for step in range(5):
+        g = torch.randn(3, 4, generator=torch.Generator().manual_seed(step))
+        ours.step([g])
+        p2.grad = g.clone()
+        theirs.step()
+    torch.testing.assert_close(p1, p2)
+
+
+def test_elman_recurrence_gradient():
+    drive = torch.randn(6, 2, 3, 4, dtype=torch.float64, requires_grad=True)
+    w = (0.5 * torch.randn(2, 4, 4, dtype=torch.float64)).requires_grad_(True)
+    assert torch.autograd.gradcheck(elman_recurrence, (drive, w))
+
+
+def test_parameter_counts():
+    assert SignalRNNTask().parameter_shapes()[-1] == ("head.bias", (2,))
+    count = lambda t: sum(int(np.prod(s)) for _, s in t.parameter_shapes())  # noqa: E731
+    assert count(SignalRNNTask()) == 358
+    assert count(SignalRNNTask(n_layers=11)) == 394
+    assert count(DigitsLeNetTask()) == 850
+
+
+def test_signal_examples_follow_shift_and_scale():
+    inputs, targets = SignalRNNTask().client_examples(0)
+    np.testing.assert_allclose(inputs.mean(axis=1), targets[:, 0], atol=1e-5)
+    np.testing.assert_allclose(inputs.std(axis=1), targets[:, 1], rtol=1e-4)
+    other, _ = SignalRNNTask().client_examples(1)
+    assert not np.allclose(inputs, other)
+
+
+def test_checkpoints_and_init_modes():
+    task = SignalRNNTask(**TINY_SIGNAL)  # 20 examples, batch 8: 3 iterations
+    assert ParameterSampler(task, every=2).checkpoints == [0, 2, 3]
+    assert ParameterSampler(task, every=1).checkpoints == [0, 1, 2, 3]
+    per_run = ParameterSampler(task, seed=1, progress=False).train_chunk(range(3)).samples
+    assert np.array_equal(per_run[0, 0], per_run[2, 0])  # clients of a run share the start
+    assert not np.array_equal(per_run[0, 0, 0], per_run[0, 0, 1])  # runs do not
+    assert not np.array_equal(per_run[0, -1], per_run[1, -1])  # clients train differently
+    fixed = ParameterSampler(task, seed=1, init="fixed", progress=False).train_chunk(range(3)).samples
+    assert np.array_equal(fixed[0, 0, 0], fixed[1, 0, 2])
+
+
+def test_same_seed_same_samples_and_chunking_does_not_matter():
+    task = SignalRNNTask(**TINY_SIGNAL)
+    a = ParameterSampler(task, seed=5, progress=False).train_chunk(range(6)).samples
+    b = ParameterSampler(task, seed=5, progress=False).train_chunk(range(6)).samples
+    np.testing.assert_array_equal(a, b)
+    split = np.concatenate([ParameterSampler(task, seed=5, progress=False).train_chunk(r).samples
+                            for r in (range(0, 2), range(2, 6))], axis=2)
+    np.testing.assert_allclose(a, split, rtol=1e-6, atol=1e-7)
+    c = ParameterSampler(task, seed=6, progress=False).train_chunk(range(6)).samples
+    assert not np.allclose(a[:, -1], c[:, -1])
+
+
+def test_sample_writes_dump_and_resumes(tmp_path):
+    task = SignalRNNTask(**TINY_SIGNAL)
+    full = ParameterSampler(task, seed=2, chunk_size=3, progress=False).sample(7, tmp_path / "full")
+    assert full.complete and full.n_runs == 7 and full.metric_names == ["loss"]
+    assert full.meta["task"] == "signal-rnn" and full.meta["seed"] == 2
+    # An interrupted sampling: only the first chunk written.
+    part = ParameterSampler(task, seed=2, chunk_size=3, progress=False)
+    result = part.train_chunk(range(0, 3))
+    dump = ParameterDump.create(tmp_path / "part", clients=full.clients, checkpoints=full.checkpoints, n_runs=7,
+                                layout=full.layout, metric_names=full.metric_names, meta=full.meta)
+    dump.write_chunk(0, 3, {c: result.samples[i] for i, c in enumerate(dump.clients)},
+                     {c: result.metrics[i] for i, c in enumerate(dump.clients)})
+    resumed = part.sample(7, tmp_path / "part")
+    for name in ("client_0.f32", "client_2.f32", "metrics_1.f32"):
+        assert (tmp_path / "full" / name).read_bytes() == (tmp_path / "part" / name).read_bytes()
+    assert resumed.verify() == 7
+
+
+def test_other_settings_in_same_folder_is_an_error(tmp_path):
+    task = SignalRNNTask(**TINY_SIGNAL)
+    ParameterSampler(task, seed=2, progress=False).sample(2, tmp_path / "d")
+    before = {p.name: p.read_bytes() for p in (tmp_path / "d").iterdir()}
+    with pytest.raises(DumpError, match=r"holds a dump with other settings .*'seed': \(2, 3\)"):
+        ParameterSampler(task, seed=3, progress=False).sample(2, tmp_path / "d")
+    assert before == {p.name: p.read_bytes() for p in (tmp_path / "d").iterdir()}
+
+
+def test_unknown_task_setting_and_preset():
+    with pytest.raises(ValueError, match=r"unknown setting\(s\) \['layers'\] for task 'signal-rnn'"):
+        SignalRNNTask(layers=3)
+    with pytest.raises(ValueError, match="`preset` must be one of"):
+        get_task("signal-rnn", preset="huge")
+    with pytest.raises(ValueError, match="`task` must be one of"):
+        get_task("cifar")
+    with pytest.raises(ValueError, match="`init` must be one of 'per-run', 'fixed'"):
+        ParameterSampler(SignalRNNTask(), init="random")
+
+
+def test_digits_augmentation_without_ranges_is_identity():
+    task = DigitsLeNetTask(max_rotation=0.0, max_zoom=0.0, max_shift=0.0)
+    images = task.dataset()[0][:5]
+    out = task.augment(images, [torch.Generator().manual_seed(0)] * 2)
+    np.testing.assert_allclose(out[1].numpy(), images, atol=1e-6)
+    moved = DigitsLeNetTask().augment(images, [torch.Generator().manual_seed(0)])
+    assert not np.allclose(moved[0].numpy(), images)
+
+
+def test_digits_pretrained_network_is_cached_and_accurate():
+    task = DigitsLeNetTask()
+    body, head = task.pretrained()
+    _, _, xte, yte = task.dataset()
+    with torch.no_grad():
+        acc = (head(body(torch.from_numpy(xte).unsqueeze(1))).argmax(1).numpy() == yte).mean()
+    assert acc > 0.85
+    again = DigitsLeNetTask()
+    torch.testing.assert_close(again.fixed_params()[0], head.weight)
+
+
+def test_sigkill_at_random_moments_then_resume_is_bit_identical(tmp_path):
+    settings = ["--set", "n_layers=2", "--set", "seq_len=16", "--set", "n_examples=64", "--set", "batch_size=8"]
+    cmd = [sys.executable, "-m", "mianalysis.cli", "sample", "--task", "signal-rnn", "--runs", "40",
+           "--chunk-size", "2", "--seed", "4", "--no-progress", *settings]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run(cmd + ["--out", str(tmp_path / "clean")], check=True, env=env, capture_output=True)
+    rng = np.random.default_rng(0)
+    manifest = tmp_path / "killed" / "manifest.json"
+    kills = 0
+    for attempt in range(5):
+        proc = subprocess.Popen(cmd + ["--out", str(tmp_path / "killed")], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # Kill at a random moment after a random number of further chunks is recorded.
+        target = _completed(manifest) + int(rng.integers(1, 4))
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and _completed(manifest) < target and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0, 0.05))
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            kills += 1
+        proc.wait()
+        ParameterDump.open(tmp_path / "killed").verify()  # valid at its last completed chunk
+    subprocess.run(cmd + ["--out", str(tmp_path / "killed")], check=True, env=env, capture_output=True)
+    assert kills == 5
+    for name in ("client_0.f32", "client_1.f32", "client_2.f32", "metrics_0.f32", "metrics_2.f32"):
+        assert (tmp_path / "clean" / name).read_bytes() == (tmp_path / "killed" / name).read_bytes()
+    clean = json.loads((tmp_path / "clean" / "manifest.json").read_text())
+    killed = json.loads((tmp_path / "killed" / "manifest.json").read_text())
+    assert [c["sha256"] for c in clean["chunks"]] != [] and clean["chunks"][-1]["stop"] == 40
+    assert {c["stop"]: c["sha256"] for c in clean["chunks"]}.items() >= {c["stop"]: c["sha256"] for c in killed["chunks"]}.items()
+
+
+def _completed(manifest):
+    try:
+        chunks = json.loads(manifest.read_text())["chunks"]
+    except (OSError, ValueError):
+        return 0
+    return chunks[-1]["stop"] // 2 if chunks else 0
