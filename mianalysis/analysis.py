@@ -74,8 +74,9 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
         Mean paired distance between the clients' samples (run i of a with run i of b).
     k : int, default=3
         Neighbours for KSG.
-    permutations : int, default=0
-        If > 0, a permutation test per MI estimate: null mean, sd and p-value.
+    permutations : int or dict of estimator -> int, default=0
+        If > 0, a permutation test per MI estimate: null mean, sd and p-value. A dict sets
+        the number per estimator (e.g. ``{"gaussian": 100, "ksg": 10}``; missing ones 0).
     layer : str or list of str, optional
         Analyse only these tensors of the parameter vector (see ParameterDump.layer_columns).
     random_state : int, default=0
@@ -111,7 +112,12 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
     for m in metrics:
         check_choice(m, "metrics", METRICS)
     k = check_int(k, "k", low=1)
-    permutations = check_int(permutations, "permutations", low=0)
+    if not isinstance(permutations, dict):
+        permutations = {e: permutations for e in estimators}
+    unknown = set(permutations) - set(ESTIMATORS)
+    if unknown:
+        raise ValueError(f"`permutations` names unknown estimators {sorted(unknown)}; known: {list(ESTIMATORS)}")
+    permutations = {e: check_int(permutations.get(e, 0), "permutations", low=0) for e in estimators}
     cols = dump.layer_columns(layer)
     n_runs = dump.completed_runs
     if n_runs < 2:
@@ -144,7 +150,7 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
                 d = paired_distances(x, y, metric)
                 add(t, a, b, metric, d.mean(), d.std(ddof=1))
             for estimator in estimators:
-                value, null_mean, null_std, p, note = _mi_row(x, y, estimator, k, permutations, rng)
+                value, null_mean, null_std, p, note = _mi_row(x, y, estimator, k, permutations[estimator], rng)
                 add(t, a, b, f"mi_{estimator}", value, null_mean=null_mean, null_std=null_std, p=p, note=note)
             if bar is not None:
                 bar.update(1)

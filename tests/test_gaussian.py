@@ -108,3 +108,14 @@ def test_constant_feature_is_named(rng):
     y[:, 1] = 3.0
     with pytest.raises(ValueError, match=r"constant feature.*y\[:, 1\]"):
         gaussian_mi(x, y)
+
+
+@pytest.mark.parametrize("n, p", [(30, 50), (200, 20), (50, 50)])
+def test_ledoit_wolf_equals_scikit_learn(n, p, rng):
+    from sklearn.covariance import LedoitWolf
+
+    from mianalysis.estimators.gaussian import ledoit_wolf_covariance
+
+    z = rng.standard_normal((n, p)) @ rng.standard_normal((p, p))
+    np.testing.assert_allclose(ledoit_wolf_covariance(z), LedoitWolf(assume_centered=True).fit(z).covariance_,
+                               rtol=1e-10, atol=1e-12)

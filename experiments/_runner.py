@@ -1,0 +1,35 @@
+"""Shared command line of the experiment scripts: configurations -> run_experiment."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from mianalysis.experiment import finding, run_experiment, summary_table
+from mianalysis.tasks import get_task
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main(task_name, configs, description):
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help="one small configuration, under 2 minutes")
+    parser.add_argument("--out", default=str(ROOT / "figures"), help="figures and tables")
+    parser.add_argument("--work", default=str(ROOT / "runs"), help="dumps (resumed when rerun)")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args()
+    chosen = {k: v for k, v in configs.items() if (k == "quick") == args.quick}
+    for name, cfg in chosen.items():
+        full_name = f"{task_name.replace('-', '_')}_{name}"
+        task = get_task(task_name, cfg.get("preset", "paper"), **cfg.get("settings", {}))
+        start = time.perf_counter()
+        rows = run_experiment(task, runs=cfg["runs"], out_dir=args.out, name=full_name, seed=cfg.get("seed", 0),
+                              every=cfg.get("every", 1), init=cfg.get("init", "per-run"),
+                              permutations=cfg.get("permutations", 0), progress=not args.no_progress,
+                              dump_dir=Path(args.work) / full_name)
+        print(f"\n== {full_name}: preset {cfg.get('preset', 'paper')}, {cfg['runs']} runs, "
+              f"{time.perf_counter() - start:.0f} s ==")
+        print(summary_table(rows))
+        print("paper's finding:", json.dumps(finding(rows)))
