@@ -25,3 +25,4 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_estimators.py
+	$(PY) benchmarks/bench_sampler.py --paper-scale

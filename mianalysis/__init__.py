@@ -8,8 +8,11 @@ Importing the package loads NumPy and SciPy only; Numba compiles the KSG kernel 
 use, and PyTorch and Matplotlib are loaded by the parts that need them.
 """
 
+from .analysis import analyze
 from .distances import mean_paired_distance, paired_distances
+from .dumps import DumpError, ParameterDump
 from .estimators import PermutationTestResult, gaussian_mi, ksg_mi, mi_permutation_test
+from .sampling import ParameterSampler
 
 __version__ = "0.1.0"
 
@@ -20,4 +23,8 @@ __all__ = [
     "PermutationTestResult",
     "paired_distances",
     "mean_paired_distance",
+    "ParameterDump",
+    "DumpError",
+    "ParameterSampler",
+    "analyze",
 ]

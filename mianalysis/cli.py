@@ -18,15 +18,20 @@ def _load_array(path, name):
 
 
 def _cmd_demo(args):
-    from .demo import estimator_table, format_table
+    if args.estimators_only:
+        from .demo import estimator_table, format_table
 
-    print("Mutual information (bits) of correlated Gaussians: exact vs estimated")
-    print(format_table(estimator_table(seed=args.seed)))
-    print(
-        "\ngauss-plugin: log-det formula of the core paper; gauss: with the Wishart bias"
-        " correction;\nksg: KSG algorithm 1, k=3; p(gauss), p(ksg): permutation p-values"
-        " (20 shuffles of the pairing; the smallest possible is 1/21)."
-    )
+        print("Mutual information (bits) of correlated Gaussians: exact vs estimated")
+        print(format_table(estimator_table(seed=args.seed)))
+        print(
+            "\ngauss-plugin: log-det formula of the core paper; gauss: with the Wishart bias"
+            " correction;\nksg: KSG algorithm 1, k=3; p(gauss), p(ksg): permutation p-values"
+            " (20 shuffles of the pairing; the smallest possible is 1/21)."
+        )
+        return
+    from .demo import run_demo
+
+    run_demo(out_dir=args.out, runs=args.runs, seed=args.seed, progress=not args.no_progress)
 
 
 def _cmd_estimate(args):
@@ -112,8 +117,13 @@ def build_parser():
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    demo = sub.add_parser("demo", help="estimators vs closed forms on generated Gaussian data")
+    demo = sub.add_parser("demo", help="the main job on generated data: sample, analyse and plot signal-rnn")
+    demo.add_argument("--out", default="runs/demo", help="folder for the dump, table and figures")
+    demo.add_argument("--runs", type=int, default=400)
     demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--no-progress", action="store_true")
+    demo.add_argument("--estimators-only", action="store_true",
+                      help="instead: estimators vs closed forms on correlated Gaussians")
     demo.set_defaults(func=_cmd_demo)
 
     est = sub.add_parser("estimate", help="MI between two sample arrays (.npy or text, rows = samples)")

@@ -4,13 +4,23 @@ import pytest
 from mianalysis.cli import main
 
 
-def test_demo_prints_table(capsys):
-    assert main(["demo"]) == 0
+def test_estimator_demo_prints_table(capsys):
+    assert main(["demo", "--estimators-only"]) == 0
     out = capsys.readouterr().out
     assert "exact" in out and "ksg" in out
     # Four cases, each row with 10 columns.
     rows = [line.split() for line in out.splitlines() if line.strip().startswith("5000")]
     assert len(rows) == 4 and all(len(r) == 10 for r in rows)
+
+
+def test_demo_runs_the_main_job(tmp_path, capsys):
+    assert main(["demo", "--runs", "5", "--out", str(tmp_path), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "iterations per epoch" in out and "distances growing" in out
+    for name in ("signal_rnn_demo.csv", "signal_rnn_demo_mi.png", "signal_rnn_demo_distances.png"):
+        assert (tmp_path / name).exists()
+    # 5 checkpoints (0, 2, 4, 6, 8) x 3 pairs in the summary
+    assert sum(1 for line in out.splitlines() if line.strip()[:1].isdigit() and "-" in line.split()[1]) == 15
 
 
 @pytest.fixture
