@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import check_choice
+from ._validation import check_choice, check_samples
 
 METRICS = ("euclidean", "manhattan", "chebyshev")
 
 
 def _check_pair(x, y):
-    from ._validation import check_samples
-
     x = check_samples(x, "x")
     y = check_samples(y, "y")
     if x.shape != y.shape:

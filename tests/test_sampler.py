@@ -183,3 +183,42 @@ def _completed(manifest):
     except (OSError, ValueError):
         return 0
     return chunks[-1]["stop"] // 2 if chunks else 0
+
+
+def _write_tiny_mnist(folder, rng, per_digit_train=3, per_digit_test=2):
+    from mianalysis.tasks.idx import write_idx
+
+    folder.mkdir()
+    for prefix, per in (("train", per_digit_train), ("t10k", per_digit_test)):
+        labels = np.repeat(np.arange(10), per).astype(np.uint8)
+        images = rng.integers(0, 256, size=(len(labels), 28, 28)).astype(np.uint8)
+        images[:, 10:18, 10:18] = (labels[:, None, None] * 25).astype(np.uint8)  # a learnable mark
+        write_idx(folder / f"{prefix}-images-idx3-ubyte", images)
+        write_idx(folder / f"{prefix}-labels-idx1-ubyte", labels)
+    return folder
+
+
+def test_idx_round_trip_and_errors(tmp_path, rng):
+    from mianalysis.tasks.idx import read_idx, write_idx
+
+    a = rng.integers(0, 256, size=(4, 5, 6)).astype(np.uint8)
+    write_idx(tmp_path / "a", a)
+    np.testing.assert_array_equal(read_idx(tmp_path / "a"), a)
+    (tmp_path / "bad").write_bytes(b"\x01\x02\x03\x04")
+    with pytest.raises(ValueError, match="is not an IDX file"):
+        read_idx(tmp_path / "bad")
+    (tmp_path / "short").write_bytes((tmp_path / "a").read_bytes()[:-3])
+    with pytest.raises(ValueError, match=r"header says shape \(4, 5, 6\)"):
+        read_idx(tmp_path / "short")
+
+
+def test_digits_task_on_mnist_idx_files(tmp_path, rng):
+    folder = _write_tiny_mnist(tmp_path / "mnist", rng)
+    task = DigitsLeNetTask(mnist_path=str(folder), per_digit=2, batch_size=5, pretrain_epochs=1, lr=1e-3)
+    xtr, ytr, xte, yte = task.dataset()
+    assert xtr.shape == (30, 28, 28) and xte.shape == (20, 28, 28) and xtr.max() <= 1.0
+    result = ParameterSampler(task, seed=0, progress=False).train_chunk(range(2))
+    assert result.samples.shape == (3, 5, 2, 850)  # 20 examples / batch 5: 4 iterations
+    assert np.all((result.metrics[:, 1] >= 0) & (result.metrics[:, 1] <= 1))  # accuracy
+    with pytest.raises(FileNotFoundError, match="has no train-images-idx3-ubyte"):
+        DigitsLeNetTask(mnist_path=str(tmp_path)).dataset()
