@@ -2,8 +2,10 @@
 
 Every rule takes ``stacked`` of shape (n_clients, n_params) -- client parameters, updates
 or gradients, one row per client -- and optional ``weights`` of shape (n_clients,)
-(usually each client's number of examples), and returns one vector (n_params,). NumPy
-arrays in give NumPy arrays out; torch tensors give tensors.
+(usually each client's number of examples), and returns one vector (n_params,). Leading
+batch dimensions are allowed, (..., n_clients, n_params) -> (..., n_params): the rule is
+applied to each batch entry on its own (the simulator uses this for replicate runs).
+NumPy arrays in give NumPy arrays out; torch tensors give tensors.
 
 Weights generalise every rule so that an integer weight w is the same as repeating that
 client w times; equal weights are the unweighted rule.
@@ -41,7 +43,7 @@ def _prepare(stacked, weights):
         x = stacked if stacked.is_floating_point() else stacked.double()
     if x.ndim == 1:
         x = x[:, None]
-    if x.ndim != 2 or x.shape[0] == 0 or x.shape[1] == 0:
+    if x.ndim < 2 or x.shape[-2] == 0 or x.shape[-1] == 0:
         raise ValueError(f"`stacked` must have shape (n_clients, n_params) with both > 0; got {tuple(x.shape)}")
     if not torch.isfinite(x).all():
         raise ValueError(f"`stacked` contains {int((~torch.isfinite(x)).sum())} non-finite values")
@@ -49,8 +51,8 @@ def _prepare(stacked, weights):
     if weights is not None:
         w = torch.as_tensor(np.asarray(weights, dtype=np.float64) if not torch.is_tensor(weights) else weights,
                             dtype=x.dtype)
-        if w.shape != (x.shape[0],):
-            raise ValueError(f"`weights` must have shape ({x.shape[0]},), one per client; got {tuple(w.shape)}")
+        if w.shape != (x.shape[-2],):
+            raise ValueError(f"`weights` must have shape ({x.shape[-2]},), one per client; got {tuple(w.shape)}")
         if not torch.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
             raise ValueError("`weights` must be finite, >= 0 and not all 0")
 
@@ -62,8 +64,8 @@ def _prepare(stacked, weights):
 
 def _mean(x, w):
     if w is None:
-        return x.mean(0)
-    return (w[:, None] * x).sum(0) / w.sum()
+        return x.mean(-2)
+    return (w[:, None] * x).sum(-2) / w.sum()
 
 
 def fedavg(stacked, weights=None):
@@ -97,16 +99,14 @@ def median(stacked, weights=None):
 
     x, w, out = _prepare(stacked, weights)
     if w is None:
-        w = torch.ones(x.shape[0], dtype=x.dtype)
-    values, order = torch.sort(x, dim=0)
-    cum = torch.cumsum(w[order], dim=0)
-    half = w.sum() / 2
-    lower = torch.searchsorted(cum.T.contiguous(), torch.full((x.shape[1], 1), float(half), dtype=x.dtype))
-    upper = torch.searchsorted(cum.T.contiguous(), torch.full((x.shape[1], 1), float(half), dtype=x.dtype), right=True)
-    n = x.shape[0]
-    lo = values.gather(0, lower.clamp(max=n - 1).T).squeeze(0)
-    hi = values.gather(0, upper.clamp(max=n - 1).T).squeeze(0)
-    return out((lo + hi) / 2)
+        w = torch.ones(x.shape[-2], dtype=x.dtype)
+    values, order = torch.sort(x.movedim(-2, -1).contiguous(), dim=-1)  # (..., P, K)
+    cum = torch.cumsum(w[order], dim=-1)
+    half = torch.full(cum.shape[:-1] + (1,), float(w.sum() / 2), dtype=x.dtype)
+    last = x.shape[-2] - 1
+    lo = values.gather(-1, torch.searchsorted(cum, half).clamp(max=last))
+    hi = values.gather(-1, torch.searchsorted(cum, half, right=True).clamp(max=last))
+    return out(((lo + hi) / 2).squeeze(-1))
 
 
 def trimmed_mean(stacked, beta=0.1, weights=None):
@@ -128,16 +128,16 @@ def trimmed_mean(stacked, beta=0.1, weights=None):
         raise ValueError(f"`beta` must be a number in [0, 0.5); got {beta!r}")
     x, w, out = _prepare(stacked, weights)
     if w is None:
-        w = torch.ones(x.shape[0], dtype=x.dtype)
-    values, order = torch.sort(x, dim=0)
-    ws = w[order]  # (n, p) weights in sorted order
+        w = torch.ones(x.shape[-2], dtype=x.dtype)
+    values, order = torch.sort(x, dim=-2)
+    ws = w[order]  # weights in sorted order
     total = w.sum()
     cut = beta * total
-    upper_edge = torch.cumsum(ws, dim=0)
+    upper_edge = torch.cumsum(ws, dim=-2)
     lower_edge = upper_edge - ws
     # Weight of each sorted entry that lies inside [cut, total - cut].
     kept = (torch.minimum(upper_edge, total - cut) - torch.maximum(lower_edge, cut)).clamp(min=0)
-    return out((kept * values).sum(0) / kept.sum(0))
+    return out((kept * values).sum(-2) / kept.sum(-2))
 
 
 def _agreement_mask(x, w, threshold):
@@ -150,7 +150,7 @@ def _agreement_mask(x, w, threshold):
 
 
 def _rescale(masked, mask, rescale):
-    return masked / (mask.mean() + EPS) if rescale else masked
+    return masked / (mask.mean(-1, keepdim=True) + EPS) if rescale else masked
 
 
 def and_mask(grads, threshold=0.2, rescale=True, weights=None):

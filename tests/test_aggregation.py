@@ -99,3 +99,14 @@ def test_torch_in_torch_out():
 def test_bad_input(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+@pytest.mark.parametrize("name", sorted(RULES))
+def test_leading_batch_dimensions_apply_per_entry(name, rng):
+    x = rng.standard_normal((3, 5, 7))  # 3 replicates of 5 clients
+    x[1, :, :2] = np.abs(x[1, :, :2])  # a replicate whose masks differ from the others
+    w = np.array([1.0, 2.0, 1.0, 3.0, 1.0])
+    batched = RULES[name](x, weights=w)
+    assert batched.shape == (3, 7)
+    for i in range(3):
+        np.testing.assert_allclose(batched[i], RULES[name](x[i], weights=w), rtol=1e-12, atol=1e-14)
