@@ -18,6 +18,24 @@ def default_cache_dir():
     return Path(os.environ.get("MIANALYSIS_CACHE", Path.home() / ".cache" / "mianalysis"))
 
 
+def load_digit_images(mnist_path=None, seed=0):
+    """(train_images, train_labels, test_images, test_labels), images float32 in [0, 1] of
+    shape (n, H, W): MNIST from the IDX files in `mnist_path`, else scikit-learn's 8x8
+    digits split 70 / 30 (stratified, shuffled by `seed`)."""
+    if mnist_path:
+        from .idx import load_mnist
+
+        return load_mnist(mnist_path)
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    digits = load_digits()
+    images = (digits.images / 16.0).astype(np.float32)
+    xtr, xte, ytr, yte = train_test_split(images, digits.target.astype(np.int64), test_size=0.3,
+                                          random_state=seed, stratify=digits.target)
+    return xtr, ytr, xte, yte
+
+
 def build_lenet(image_size):
     """LeNet-5-style network for square grey images; returns (body, head).
 
@@ -95,21 +113,7 @@ class DigitsLeNetTask(Task):
     def dataset(self):
         """(train_images, train_labels, test_images, test_labels), images float32 (n, H, W)."""
         if self._data is None:
-            if self.settings["mnist_path"]:
-                from .idx import load_mnist
-
-                self._data = load_mnist(self.settings["mnist_path"])
-            else:
-                from sklearn.datasets import load_digits
-                from sklearn.model_selection import train_test_split
-
-                digits = load_digits()
-                images = (digits.images / 16.0).astype(np.float32)
-                xtr, xte, ytr, yte = train_test_split(
-                    images, digits.target.astype(np.int64), test_size=0.3,
-                    random_state=int(self.settings["data_seed"]), stratify=digits.target,
-                )
-                self._data = (xtr, ytr, xte, yte)
+            self._data = load_digit_images(self.settings["mnist_path"], int(self.settings["data_seed"]))
         return self._data
 
     def _pretrain_key(self):

@@ -1,0 +1,421 @@
+"""Federated learning simulator: rounds, client fraction, local epochs, aggregation rules.
+
+Replicate runs (the same federated run with different seeds) train as one batched
+computation: every parameter carries a leading replicate dimension and per-example
+gradients come from ``torch.func.vmap(torch.func.grad(...))``. Replicates share the data
+partition and the schedule of clients per round (drawn from (seed, round)); they differ in
+their initial model (seed, replicate) and each client's data order (seed, replicate,
+round, client).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from ._validation import check_choice, check_int
+from .aggregation import AGGREGATORS, get_aggregator
+from .sampling import replica_seed
+
+ALGORITHMS = ("fedavg", "fedsgd")
+MODELS = ("mlp", "cnn")
+
+
+def build_model(name, image_size, n_classes=10, hidden=200):
+    """The models of McMahan et al. 2017, sized for square grey images.
+
+    "mlp": the 2NN, two hidden layers of `hidden` ReLU units. "cnn": two convolutions
+    (32 and 64 channels; 5x5 for 28x28 images, 3x3 for smaller ones) each followed by 2x2
+    max pooling, a fully connected ReLU layer (512 units for 28x28, 128 otherwise) and a
+    linear output.
+    """
+    from torch import nn
+
+    check_choice(name, "model", MODELS)
+    if name == "mlp":
+        return nn.Sequential(nn.Flatten(), nn.Linear(image_size * image_size, hidden), nn.ReLU(),
+                             nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, n_classes))
+    big = image_size >= 28
+    k, pad = (5, 2) if big else (3, 1)
+    side = image_size // 4
+    width = 512 if big else 128
+    return nn.Sequential(nn.Conv2d(1, 32, k, padding=pad), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(32, 64, k, padding=pad), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                         nn.Linear(64 * side * side, width), nn.ReLU(), nn.Linear(width, n_classes))
+
+
+@dataclass
+class FederatedData:
+    """Images (n, H, W) and labels of a train and a test set, and each client's train indices."""
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    clients: list
+
+    @classmethod
+    def digits(cls, n_clients, scheme="iid", *, seed=0, mnist_path=None, **partition_args):
+        """Digits (scikit-learn 8x8, or MNIST IDX files) split between `n_clients` clients."""
+        from .tasks.digits import load_digit_images
+        from .tasks.partition import partition
+
+        xtr, ytr, xte, yte = load_digit_images(mnist_path, seed)
+        return cls(xtr, ytr, xte, yte, partition(ytr, n_clients, scheme, seed=seed, **partition_args))
+
+    @property
+    def n_clients(self):
+        return len(self.clients)
+
+    def sizes(self):
+        return np.array([len(c) for c in self.clients])
+
+
+@dataclass
+class FederatedConfig:
+    """Settings of a federated run.
+
+    Attributes
+    ----------
+    rounds : int
+    client_fraction : float
+        C: the fraction of clients that take part in a round (at least one).
+    local_epochs : int
+        E: passes over the local data per round (FedAvg).
+    batch_size : int or None
+        B: local minibatch size; None means the full local data set (B = infinity).
+    lr : float
+        Client learning rate (plain SGD); for FedSGD also the server's step size.
+    algorithm : {"fedavg", "fedsgd"}
+        FedAvg: clients train E epochs and send their model update; FedSGD: clients send
+        one full-batch gradient at the global model and the server takes one step.
+    aggregator : str
+        Rule combining what clients send (see mianalysis.aggregation), e.g. "fedavg",
+        "median", "and_mask"; with ``aggregator_params`` (threshold, beta, ...).
+    weighted : bool
+        Weight clients by their numbers of examples.
+    """
+
+    rounds: int = 50
+    client_fraction: float = 0.1
+    local_epochs: int = 1
+    batch_size: int | None = 10
+    lr: float = 0.05
+    algorithm: str = "fedavg"
+    aggregator: str = "fedavg"
+    aggregator_params: dict = field(default_factory=dict)
+    weighted: bool = True
+
+    def check(self):
+        check_int(self.rounds, "rounds", low=1)
+        check_int(self.local_epochs, "local_epochs", low=1)
+        if self.batch_size is not None:
+            check_int(self.batch_size, "batch_size", low=1)
+        if not 0 < self.client_fraction <= 1:
+            raise ValueError(f"`client_fraction` must be in (0, 1]; got {self.client_fraction}")
+        if not self.lr > 0:
+            raise ValueError(f"`lr` must be > 0; got {self.lr}")
+        check_choice(self.algorithm, "algorithm", ALGORITHMS)
+        get_aggregator(self.aggregator, **self.aggregator_params)
+        return self
+
+    def updates_per_round(self, n_examples):
+        """u = E n / B: local updates per round of a client with `n_examples` (McMahan et al.)."""
+        if self.algorithm == "fedsgd":
+            return 1.0
+        steps = 1 if self.batch_size is None else math.ceil(n_examples / self.batch_size)
+        return self.local_epochs * steps
+
+
+class FederatedSimulation:
+    """A federated run of `config` on `data` with `model` ("mlp" or "cnn"), repeated over
+    `replicates` seeds as one batched computation.
+
+    Use :meth:`run` to train; it returns the per-round history and, with ``record=True``,
+    every client's local model at every round (checkpoint 0 is the initial model).
+    """
+
+    def __init__(self, model, data, config, *, replicates=1, seed=0):
+        self.model_name = check_choice(model, "model", MODELS)
+        self.data = data
+        self.config = config.check()
+        self.replicates = check_int(replicates, "replicates", low=1)
+        self.seed = check_int(seed, "seed", low=0)
+        self.rule = get_aggregator(config.aggregator, **config.aggregator_params)
+
+    # ------------------------------------------------------------------ setup
+    def _setup(self, replicate_ids):
+        import torch
+        from torch.func import functional_call, grad, vmap
+
+        self.module = build_model(self.model_name, self.data.x_train.shape[-1])
+        self.names = [n for n, _ in self.module.named_parameters()]
+        self.shapes = [p.shape for _, p in self.module.named_parameters()]
+        module = self.module
+
+        def loss_fn(params, x, y):
+            logits = functional_call(module, params, (x,))
+            return torch.nn.functional.cross_entropy(logits, y)
+
+        def predict(params, x):
+            return functional_call(module, params, (x,))
+
+        self._grad = vmap(grad(loss_fn))
+        self._predict = vmap(predict, in_dims=(0, None))
+        self.x_train = torch.from_numpy(self.data.x_train).float().unsqueeze(1)
+        self.y_train = torch.from_numpy(self.data.y_train).long()
+        self.x_test = torch.from_numpy(self.data.x_test).float().unsqueeze(1)
+        self.y_test = torch.from_numpy(self.data.y_test).long()
+        return {name: torch.stack([self._init(r)[name] for r in replicate_ids]) for name in self.names}
+
+    def _init(self, replicate):
+        """Initial parameters of one replicate: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) per layer."""
+        import torch
+
+        gen = torch.Generator().manual_seed(replica_seed(self.seed, replicate, 0))
+        params = {}
+        for mod_name, mod in self.module.named_modules():
+            if getattr(mod, "weight", None) is None:
+                continue
+            bound = 1.0 / math.sqrt(mod.weight[0].numel())
+            prefix = f"{mod_name}." if mod_name else ""
+            for pname in ("weight", "bias"):
+                t = getattr(mod, pname)
+                params[prefix + pname] = (torch.rand(t.shape, generator=gen) * 2 - 1) * bound
+        return params
+
+    def _flat(self, params):
+        return __import__("torch").cat([params[n].reshape(params[n].shape[0], -1) for n in self.names], dim=1)
+
+    def _unflat(self, flat):
+        out, offset = {}, 0
+        for name, shape in zip(self.names, self.shapes):
+            size = int(np.prod(shape))
+            out[name] = flat[:, offset:offset + size].reshape(flat.shape[0], *shape)
+            offset += size
+        return out
+
+    def layout(self):
+        """(name, shape) of every parameter tensor, in the flattened order."""
+        module = build_model(self.model_name, self.data.x_train.shape[-1])
+        return [(n, tuple(p.shape)) for n, p in module.named_parameters()]
+
+    def schedule(self, round_index):
+        """Indices of the clients taking part in round `round_index` (1-based)."""
+        k = max(1, int(round(self.config.client_fraction * self.data.n_clients)))
+        rng = np.random.default_rng(replica_seed(self.seed, round_index, 1))
+        return np.sort(rng.choice(self.data.n_clients, size=k, replace=False))
+
+    # ------------------------------------------------------------------ training
+    def _local(self, params, client, replicate_ids, round_index):
+        """What one client sends for every replicate: a model update (FedAvg) or a
+        full-batch gradient (FedSGD), flattened (R, P); and its local model (R, P)."""
+        import torch
+
+        cfg = self.config
+        idx = torch.from_numpy(self.data.clients[client])
+        x, y = self.x_train[idx], self.y_train[idx]
+        r = len(replicate_ids)
+        if cfg.algorithm == "fedsgd":
+            grads = self._grad(params, x.expand(r, *x.shape), y.expand(r, *y.shape))
+            flat_g = self._flat(grads)
+            return flat_g, self._flat(params) - cfg.lr * flat_g
+        local = {n: t.clone() for n, t in params.items()}
+        n = len(idx)
+        b = n if cfg.batch_size is None else min(cfg.batch_size, n)
+        gens = [torch.Generator().manual_seed(replica_seed(self.seed, rep, round_index, client + 2))
+                for rep in replicate_ids]
+        rows = torch.arange(r)[:, None]
+        for _ in range(cfg.local_epochs):
+            order = torch.stack([torch.randperm(n, generator=g) for g in gens])
+            for start in range(0, n, b):
+                sel = order[:, start:start + b]
+                grads = self._grad(local, x[sel], y[sel])
+                with torch.no_grad():
+                    for name in self.names:
+                        local[name] -= cfg.lr * grads[name]
+        flat_local = self._flat(local)
+        return flat_local - self._flat(params), flat_local
+
+    def evaluate(self, params):
+        """Per-replicate train/test loss and accuracy of the global model: dict of (R,) arrays."""
+        import torch
+
+        out = {}
+        with torch.no_grad():
+            for split, x, y in (("train", self.x_train, self.y_train), ("test", self.x_test, self.y_test)):
+                logits = self._predict(params, x)
+                r = logits.shape[0]
+                loss = torch.nn.functional.cross_entropy(
+                    logits.reshape(-1, logits.shape[-1]), y.repeat(r), reduction="none").reshape(r, -1).mean(1)
+                out[f"{split}_loss"] = loss.numpy()
+                out[f"{split}_accuracy"] = (logits.argmax(-1) == y).float().mean(1).numpy()
+        return out
+
+    def run(self, *, replicate_ids=None, record=False, progress=False):
+        """Train all rounds.
+
+        Parameters
+        ----------
+        replicate_ids : sequence of int, optional
+            Which replicates to run (default ``range(replicates)``).
+        record : bool
+            Also return every client's local model per round; needs ``client_fraction=1``.
+        progress : bool
+            A tqdm progress bar over rounds.
+
+        Returns
+        -------
+        history : list of dict
+            Per round (0 = before training) and replicate: round, replicate, train_loss,
+            train_accuracy, test_loss, test_accuracy.
+        local_models : ndarray (n_clients, rounds + 1, R, P) or None
+        """
+        import torch
+
+        cfg = self.config
+        replicate_ids = list(range(self.replicates)) if replicate_ids is None else list(replicate_ids)
+        if record and cfg.client_fraction < 1:
+            raise ValueError("recording every client's model needs `client_fraction` = 1 (all clients every round)")
+        params = self._setup(replicate_ids)
+        weights = torch.from_numpy(self.data.sizes().astype(np.float64)) if cfg.weighted else None
+        history = []
+        local_models = None
+        if record:
+            flat0 = self._flat(params).numpy()
+            local_models = np.empty((self.data.n_clients, cfg.rounds + 1, len(replicate_ids), flat0.shape[1]),
+                                    dtype=np.float32)
+            local_models[:, 0] = flat0
+
+        def log(round_index):
+            metrics = self.evaluate(params)
+            for i, rep in enumerate(replicate_ids):
+                history.append({"round": round_index, "replicate": rep, **{k: float(v[i]) for k, v in metrics.items()}})
+
+        log(0)
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=cfg.rounds, unit="round", desc=f"{cfg.algorithm}/{cfg.aggregator}")
+        for t in range(1, cfg.rounds + 1):
+            clients = self.schedule(t)
+            sent, models = [], []
+            for c in clients:
+                message, model = self._local(params, int(c), replicate_ids, t)
+                sent.append(message)
+                models.append(model)
+            stacked = torch.stack(sent, dim=1).double()  # (R, K, P)
+            w = None if weights is None else weights[torch.from_numpy(clients)]
+            combined = self.rule(stacked, weights=w).float()
+            flat = self._flat(params)
+            flat = flat - cfg.lr * combined if cfg.algorithm == "fedsgd" else flat + combined
+            params = self._unflat(flat)
+            if record:
+                for c, model in zip(clients, models):
+                    local_models[c, t] = model.numpy()
+            log(t)
+            if bar is not None:
+                bar.update(1)
+        if bar is not None:
+            bar.close()
+        self.final_params = self._flat(params).numpy()  # (R, P): the global model after the last round
+        return history, local_models
+
+    def describe(self):
+        return {"model": self.model_name, "config": asdict(self.config), "seed": self.seed,
+                "n_clients": self.data.n_clients, "client_sizes": self.data.sizes().tolist()}
+
+
+def rounds_to_accuracy(history, target, split="test"):
+    """First round at which the replicate-mean accuracy reaches `target`, or None."""
+    by_round = {}
+    for row in history:
+        by_round.setdefault(row["round"], []).append(row[f"{split}_accuracy"])
+    for t in sorted(by_round):
+        if np.mean(by_round[t]) >= target:
+            return t
+    return None
+
+
+def record_replicates(simulation, out, *, chunk_size=16, layer=None, progress=True):
+    """Run `simulation.replicates` replicates with every client's local model recorded per
+    round into a ParameterDump at `out` (checkpoint = round; client = FL client), written
+    in chunks of replicates and resumed if `out` holds the same recording.
+
+    Parameters
+    ----------
+    layer : str or list of str, optional
+        Record only these tensors (names as in :meth:`FederatedSimulation.layout`).
+
+    Returns
+    -------
+    dump : ParameterDump
+    history : list of dict
+        The global model's metrics per round and replicate.
+    """
+    import json
+    from pathlib import Path
+
+    from .dumps import MANIFEST, DumpError, ParameterDump, layout_from_shapes
+
+    layout = layout_from_shapes(simulation.layout())
+    full = ParameterDump.__new__(ParameterDump)
+    full.layout, full.n_params = layout, layout[-1].offset + layout[-1].size
+    cols = ParameterDump.layer_columns(full, layer)
+    if layer is None:
+        rec_layout = layout
+    else:
+        names = [layer] if isinstance(layer, str) else list(layer)
+        rec_layout = layout_from_shapes([(e.name, e.shape) for e in layout
+                                         if any(e.name == n or e.name.startswith(n + ".") for n in names)])
+    meta = json.loads(json.dumps({"federated": simulation.describe(), "layer": layer,
+                                  "replicates": simulation.replicates, "chunk_size": chunk_size}))
+    out = Path(out)
+    if (out / MANIFEST).exists():
+        dump = ParameterDump.open(out)
+        if dump.meta != meta:
+            raise DumpError(f"{out} holds a dump with other settings; choose another folder")
+    else:
+        dump = ParameterDump.create(out, clients=[str(c) for c in range(simulation.data.n_clients)],
+                                    checkpoints=list(range(simulation.config.rounds + 1)),
+                                    n_runs=simulation.replicates, layout=rec_layout,
+                                    metric_names=("test_accuracy",), meta=meta)
+    history = []
+    for start in range(dump.completed_runs, simulation.replicates, chunk_size):
+        stop = min(start + chunk_size, simulation.replicates)
+        hist, models = simulation.run(replicate_ids=range(start, stop), record=True, progress=progress)
+        history += hist
+        acc = np.zeros((simulation.config.rounds + 1, stop - start), dtype=np.float32)
+        for row in hist:
+            acc[row["round"], row["replicate"] - start] = row["test_accuracy"]
+        dump.write_chunk(start, stop, {str(c): models[c][:, :, cols] for c in range(simulation.data.n_clients)},
+                         {str(c): acc[None] for c in range(simulation.data.n_clients)})
+    return dump, history
+
+
+def history_table(history, path):
+    """Write per-round metrics, averaged over replicates (with sd), as CSV; returns the rows."""
+    import csv
+
+    keys = ("train_loss", "train_accuracy", "test_loss", "test_accuracy")
+    rows = []
+    for t in sorted({h["round"] for h in history}):
+        at = [h for h in history if h["round"] == t]
+        row = {"round": t, "replicates": len(at)}
+        for k in keys:
+            vals = np.array([h[k] for h in at])
+            row[k] = float(vals.mean())
+            row[f"{k}_sd"] = float(vals.std(ddof=1)) if len(vals) > 1 else 0.0
+        rows.append(row)
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return rows
+
+
+__all__ = ["FederatedConfig", "FederatedData", "FederatedSimulation", "build_model", "record_replicates",
+           "rounds_to_accuracy", "history_table", "AGGREGATORS"]
