@@ -131,14 +131,16 @@ class FederatedConfig:
 
 class FederatedSimulation:
     """A federated run of `config` on `data` with `model` ("mlp" or "cnn"), repeated over
-    `replicates` seeds as one batched computation.
+    `replicates` seeds as one batched computation. `hidden` is the MLP's width (200 is
+    McMahan et al.'s 2NN).
 
     Use :meth:`run` to train; it returns the per-round history and, with ``record=True``,
     every client's local model at every round (checkpoint 0 is the initial model).
     """
 
-    def __init__(self, model, data, config, *, replicates=1, seed=0):
+    def __init__(self, model, data, config, *, replicates=1, seed=0, hidden=200):
         self.model_name = check_choice(model, "model", MODELS)
+        self.hidden = check_int(hidden, "hidden", low=1)
         self.data = data
         self.config = config.check()
         self.replicates = check_int(replicates, "replicates", low=1)
@@ -150,7 +152,7 @@ class FederatedSimulation:
         import torch
         from torch.func import functional_call, grad, vmap
 
-        self.module = build_model(self.model_name, self.data.x_train.shape[-1])
+        self.module = build_model(self.model_name, self.data.x_train.shape[-1], hidden=self.hidden)
         self.names = [n for n, _ in self.module.named_parameters()]
         self.shapes = [p.shape for _, p in self.module.named_parameters()]
         module = self.module
@@ -199,7 +201,7 @@ class FederatedSimulation:
 
     def layout(self):
         """(name, shape) of every parameter tensor, in the flattened order."""
-        module = build_model(self.model_name, self.data.x_train.shape[-1])
+        module = build_model(self.model_name, self.data.x_train.shape[-1], hidden=self.hidden)
         return [(n, tuple(p.shape)) for n, p in module.named_parameters()]
 
     def schedule(self, round_index):
@@ -325,7 +327,7 @@ class FederatedSimulation:
         return history, local_models
 
     def describe(self):
-        return {"model": self.model_name, "config": asdict(self.config), "seed": self.seed,
+        return {"model": self.model_name, "hidden": self.hidden, "config": asdict(self.config), "seed": self.seed,
                 "n_clients": self.data.n_clients, "client_sizes": self.data.sizes().tolist()}
 
 

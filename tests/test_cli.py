@@ -88,3 +88,20 @@ def test_command_errors_are_one_line(args, message, capsys, tmp_path, monkeypatc
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
     assert not (tmp_path / "d").exists()
+
+
+def test_federate_records_and_reports(tmp_path, capsys):
+    out = tmp_path / "fl"
+    args = ["federate", "--clients", "3", "--fraction", "1", "--rounds", "2", "--replicates", "2", "--record",
+            "--layer", "5", "--aggregator", "and_mask", "--param", "threshold=0.5", "--out", str(out), "--no-progress"]
+    assert main(args) == 0
+    assert "round 2: test accuracy" in capsys.readouterr().out
+    assert main(["verify", str(out / "dump")]) == 0
+    lines = (out / "history.csv").read_text().splitlines()
+    assert lines[0].startswith("round,replicates,train_loss") and len(lines) == 4
+
+
+def test_federate_bad_aggregator_is_one_line(tmp_path, capsys):
+    assert main(["federate", "--aggregator", "krum", "--out", str(tmp_path / "x"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown aggregator 'krum'" in err and err.count("\n") == 1
