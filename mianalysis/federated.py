@@ -256,7 +256,7 @@ class FederatedSimulation:
                 out[f"{split}_accuracy"] = (logits.argmax(-1) == y).float().mean(1).numpy()
         return out
 
-    def run(self, *, replicate_ids=None, record=False, progress=False):
+    def run(self, *, replicate_ids=None, record=False, progress=False, stop_at_accuracy=None):
         """Train all rounds.
 
         Parameters
@@ -267,6 +267,8 @@ class FederatedSimulation:
             Also return every client's local model per round; needs ``client_fraction=1``.
         progress : bool
             A tqdm progress bar over rounds.
+        stop_at_accuracy : float, optional
+            Stop after the first round whose replicate-mean test accuracy reaches this.
 
         Returns
         -------
@@ -321,6 +323,8 @@ class FederatedSimulation:
             log(t)
             if bar is not None:
                 bar.update(1)
+            if stop_at_accuracy is not None and np.mean([h["test_accuracy"] for h in history[-len(replicate_ids):]]) >= stop_at_accuracy:
+                break
         if bar is not None:
             bar.close()
         self.final_params = self._flat(params).numpy()  # (R, P): the global model after the last round

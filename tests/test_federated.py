@@ -138,3 +138,9 @@ def test_recording_needs_all_clients(small_data):
         sim.run(record=True)
     with pytest.raises(ValueError, match="`model` must be one of 'mlp', 'cnn'"):
         FederatedSimulation("resnet", small_data, FederatedConfig())
+
+
+def test_stop_at_accuracy(small_data):
+    cfg = FederatedConfig(rounds=30, client_fraction=1.0, batch_size=10, lr=0.5)
+    history, _ = FederatedSimulation("mlp", small_data, cfg, seed=0).run(stop_at_accuracy=0.0)
+    assert max(h["round"] for h in history) == 1
