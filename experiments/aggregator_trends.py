@@ -9,7 +9,7 @@ client's local model after each round is recorded (the last layer, 330 parameter
 nulls) and the three distances per round.
 
     python experiments/aggregator_trends.py --quick   # 150 replicates, 6 rounds
-    python experiments/aggregator_trends.py           # 1000 replicates, 15 rounds
+    python experiments/aggregator_trends.py           # 500 replicates, 10 rounds
 
 Writes figures/aggregator_trends{_quick}.png (one panel per quantity, a line per rule,
 averaged over the three client pairs; MI panels show the permutation null as a dotted
@@ -36,7 +36,7 @@ def main():
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--work", default=str(ROOT / "runs"))
     args = parser.parse_args()
-    replicates, rounds, perms = (150, 6, 10) if args.quick else (1000, 15, 20)
+    replicates, rounds, perms = (150, 6, 10) if args.quick else (500, 10, 20)
     suffix = "_quick" if args.quick else ""
     data = FederatedData.digits(3, "dirichlet", seed=0, alpha=0.5)
     tables, accuracy, timing = {}, {}, {}
