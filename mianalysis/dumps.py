@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -157,13 +158,21 @@ class ParameterDump:
             "dtype": DTYPE.str,
             "chunks": [],
         }
-        path.mkdir(parents=True, exist_ok=True)
-        dump = cls(path, manifest)
+        # Build the dump in a hidden sibling folder and rename it into place, so that a
+        # process killed while creating leaves no half-made dump at `path`.
+        path.parent.mkdir(parents=True, exist_ok=True)
+        staging = path.parent / f".{path.name}.creating"
+        if staging.exists():
+            shutil.rmtree(staging)
+        staging.mkdir()
+        dump = cls(staging, manifest)
         for i in range(len(clients)):
             for name, shape in ((_client_file(i), dump._sample_shape()), (_metrics_file(i), dump._metric_shape())):
-                with open(path / name, "wb") as fh:
+                with open(staging / name, "wb") as fh:
                     fh.truncate(int(np.prod(shape)) * DTYPE.itemsize)
-        _write_json_atomically(path / MANIFEST, manifest)
+        _write_json_atomically(staging / MANIFEST, manifest)
+        os.replace(staging, path)  # an empty folder at `path` is replaced
+        dump.path = path
         return dump
 
     @classmethod

@@ -165,3 +165,15 @@ def test_from_torch_checkpoints(tmp_path):
     (root / "bob" / "10" / "run1.pt").unlink()
     with pytest.raises(DumpError, match="run1.pt is missing"):
         ParameterDump.from_torch_checkpoints(tmp_path / "dump2", root)
+
+
+def test_creation_is_atomic_and_an_empty_folder_is_used(tmp_path):
+    layout = layout_from_shapes([("p", (2,))])
+    (tmp_path / "empty").mkdir()
+    ParameterDump.create(tmp_path / "empty", clients=["0"], checkpoints=[0], n_runs=2, layout=layout)
+    assert (tmp_path / "empty" / "manifest.json").exists()
+    # A creation killed half-way leaves only a hidden staging folder, cleared next time.
+    (tmp_path / ".d.creating").mkdir()
+    (tmp_path / ".d.creating" / "client_0.f32").write_bytes(b"junk")
+    ParameterDump.create(tmp_path / "d", clients=["0"], checkpoints=[0], n_runs=2, layout=layout)
+    assert not (tmp_path / ".d.creating").exists() and ParameterDump.open(tmp_path / "d").n_runs == 2
