@@ -13,7 +13,7 @@ CONFIGS = {
     # The paper's settings (200 examples, batch 50, Adam 1e-5: 4 iterations). The paper
     # used 26,400 runs; 8,000 keeps KSG on 850 + 850 dimensions to minutes per checkpoint.
     "paper": {"preset": "paper", "runs": 8000, "every": 1, "permutations": {"gaussian": 50, "ksg": 2}},
-    # 1000 examples, Adam 1e-3: 20 iterations that visibly train the head.
+    # 1000 examples, Adam 1e-2: 20 iterations that visibly train the head.
     "long": {"preset": "long", "runs": 2000, "every": 2, "permutations": {"gaussian": 20, "ksg": 10}},
     "quick": {"preset": "long", "runs": 400, "every": 4, "permutations": {"gaussian": 10, "ksg": 10}},
 }

@@ -78,8 +78,9 @@ class DigitsLeNetTask(Task):
     presets = {
         "paper": {},
         # 200 examples with batch 50 and lr 1e-5 give 4 tiny steps per epoch; 1000 examples
-        # (100 per digit) with lr 1e-3 give 20 steps that visibly train the head.
-        "long": {"per_digit": 100, "lr": 1e-3},
+        # (100 per digit) with lr 1e-2 give 20 steps that train a fresh head from ~10 % to
+        # ~80 % test accuracy.
+        "long": {"per_digit": 100, "lr": 1e-2},
     }
     metric_names = ("loss", "accuracy")
 
