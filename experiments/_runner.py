@@ -19,8 +19,11 @@ def main(task_name, configs, description):
     parser.add_argument("--out", default=str(ROOT / "figures"), help="figures and tables")
     parser.add_argument("--work", default=str(ROOT / "runs"), help="dumps (resumed when rerun)")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--only", choices=sorted(configs), help="run just this configuration")
     args = parser.parse_args()
     chosen = {k: v for k, v in configs.items() if (k == "quick") == args.quick}
+    if args.only:
+        chosen = {args.only: configs[args.only]}
     for name, cfg in chosen.items():
         full_name = f"{task_name.replace('-', '_')}_{name}"
         task = get_task(task_name, cfg.get("preset", "paper"), **cfg.get("settings", {}))

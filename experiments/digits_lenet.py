@@ -2,6 +2,7 @@
 
     python experiments/digits_lenet.py --quick   # ~1 minute: 400 runs of the long preset
     python experiments/digits_lenet.py           # paper preset (8,000 runs) and long preset
+    python experiments/digits_lenet.py --only long   # one configuration
 
 scikit-learn's 8x8 digits (MNIST: add --set mnist_path=DIR through `mianalysis sample`).
 Writes figures/digits_lenet_<config>{_mi,_distances}.png, .csv and .json.

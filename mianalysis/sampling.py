@@ -172,6 +172,8 @@ class ParameterSampler:
     def _train(self, runs, clients, optimizer):
         import torch
 
+        from .tasks.base import ClientBatchData
+
         task = self.task
         # Replica i = (client, run): client-major, so each client's runs are contiguous.
         pairs = [(c, r) for c in clients for r in runs]
@@ -182,7 +184,7 @@ class ParameterSampler:
         per_client = [task.client_data(c, generators[i * len(runs):(i + 1) * len(runs)]) for i, c in enumerate(clients)]
         inputs = torch.cat([d.inputs for d in per_client])
         targets = torch.cat([d.targets for d in per_client])
-        data = per_client[0].__class__(inputs, targets, per_client[0].extra)
+        data = ClientBatchData(inputs, targets, per_client[0].extra)
         n, b = task.n_examples, task.batch_size
         order = torch.stack([torch.randperm(n, generator=g) for g in generators])  # (R, n)
 
