@@ -17,6 +17,7 @@ import numpy as np
 
 from ._validation import check_choice, check_int
 from .aggregation import AGGREGATORS, get_aggregator
+from .diagnostics import eb_criterion
 from .sampling import replica_seed
 
 ALGORITHMS = ("fedavg", "fedsgd")
@@ -274,7 +275,9 @@ class FederatedSimulation:
         -------
         history : list of dict
             Per round (0 = before training) and replicate: round, replicate, train_loss,
-            train_accuracy, test_loss, test_accuracy.
+            train_accuracy, test_loss, test_accuracy, and eb_clients -- the EB criterion of
+            the round's client messages treated as samples (mianalysis.diagnostics; > 0
+            when the clients' mean update is within their spread).
         local_models : ndarray (n_clients, rounds + 1, R, P) or None
         """
         import torch
@@ -312,6 +315,7 @@ class FederatedSimulation:
                 sent.append(message)
                 models.append(model)
             stacked = torch.stack(sent, dim=1).double()  # (R, K, P)
+            eb = [eb_criterion(stacked[i].numpy()) if len(clients) > 1 else np.nan for i in range(stacked.shape[0])]
             w = None if weights is None else weights[torch.from_numpy(clients)]
             combined = self.rule(stacked, weights=w).float()
             flat = self._flat(params)
@@ -321,6 +325,8 @@ class FederatedSimulation:
                 for c, model in zip(clients, models):
                     local_models[c, t] = model.numpy()
             log(t)
+            for row, value in zip(history[-len(replicate_ids):], eb):
+                row["eb_clients"] = float(value)
             if bar is not None:
                 bar.update(1)
             if stop_at_accuracy is not None and np.mean([h["test_accuracy"] for h in history[-len(replicate_ids):]]) >= stop_at_accuracy:
@@ -406,13 +412,13 @@ def history_table(history, path):
     """Write per-round metrics, averaged over replicates (with sd), as CSV; returns the rows."""
     import csv
 
-    keys = ("train_loss", "train_accuracy", "test_loss", "test_accuracy")
+    keys = ("train_loss", "train_accuracy", "test_loss", "test_accuracy", "eb_clients")
     rows = []
     for t in sorted({h["round"] for h in history}):
         at = [h for h in history if h["round"] == t]
         row = {"round": t, "replicates": len(at)}
         for k in keys:
-            vals = np.array([h[k] for h in at])
+            vals = np.array([h.get(k, np.nan) for h in at])
             row[k] = float(vals.mean())
             row[f"{k}_sd"] = float(vals.std(ddof=1)) if len(vals) > 1 else 0.0
         rows.append(row)

@@ -144,3 +144,14 @@ def test_stop_at_accuracy(small_data):
     cfg = FederatedConfig(rounds=30, client_fraction=1.0, batch_size=10, lr=0.5)
     history, _ = FederatedSimulation("mlp", small_data, cfg, seed=0).run(stop_at_accuracy=0.0)
     assert max(h["round"] for h in history) == 1
+
+
+def test_history_logs_eb_across_clients(small_data):
+    from mianalysis.diagnostics import eb_criterion
+
+    cfg = FederatedConfig(rounds=1, client_fraction=1.0, algorithm="fedsgd", lr=0.1)
+    sim = FederatedSimulation("mlp", small_data, cfg, seed=0)
+    history, models = sim.run(record=True)
+    grads = (models[:, 0, 0] - models[:, 1, 0]) / 0.1  # each client's one-step model gives its gradient
+    assert history[1]["eb_clients"] == pytest.approx(eb_criterion(grads), rel=1e-3)
+    assert "eb_clients" not in history[0]
