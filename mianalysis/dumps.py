@@ -60,6 +60,19 @@ def layout_from_shapes(named_shapes):
     return entries
 
 
+def select_layout(layout, layer):
+    """Entries of `layout` named by `layer`: a tensor name, a prefix of names ("rnn.0"
+    matches "rnn.0.weight"), or a list of those; ValueError for a name that matches none."""
+    names = [layer] if isinstance(layer, str) else list(layer)
+    hits = []
+    for name in names:
+        found = [e for e in layout if e.name == name or e.name.startswith(name + ".")]
+        if not found:
+            raise ValueError(f"`layer` {name!r} is not in the layout; tensors: {[e.name for e in layout]}")
+        hits.extend(found)
+    return hits
+
+
 def _client_file(index):
     return f"client_{index}.f32"
 
@@ -387,14 +400,7 @@ class ParameterDump:
         "rnn.0.weight" and "rnn.0.bias"), or a list of those. None means all columns."""
         if layer is None:
             return slice(0, self.n_params)
-        names = [layer] if isinstance(layer, str) else list(layer)
-        cols = []
-        for name in names:
-            hits = [e for e in self.layout if e.name == name or e.name.startswith(name + ".")]
-            if not hits:
-                raise ValueError(f"`layer` {name!r} is not in the layout; tensors: {[e.name for e in self.layout]}")
-            cols.extend(np.arange(e.offset, e.offset + e.size) for e in hits)
-        return np.concatenate(cols)
+        return np.concatenate([np.arange(e.offset, e.offset + e.size) for e in select_layout(self.layout, layer)])
 
     def samples(self, client, checkpoint, layer=None):
         """Parameter samples of one client at one checkpoint: array of shape (runs, params).

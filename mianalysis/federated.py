@@ -371,18 +371,15 @@ def record_replicates(simulation, out, *, chunk_size=16, layer=None, progress=Tr
     import json
     from pathlib import Path
 
-    from .dumps import MANIFEST, DumpError, ParameterDump, layout_from_shapes
+    from .dumps import MANIFEST, DumpError, ParameterDump, layout_from_shapes, select_layout
 
     layout = layout_from_shapes(simulation.layout())
-    full = ParameterDump.__new__(ParameterDump)
-    full.layout, full.n_params = layout, layout[-1].offset + layout[-1].size
-    cols = ParameterDump.layer_columns(full, layer)
     if layer is None:
-        rec_layout = layout
+        cols, rec_layout = slice(None), layout
     else:
-        names = [layer] if isinstance(layer, str) else list(layer)
-        rec_layout = layout_from_shapes([(e.name, e.shape) for e in layout
-                                         if any(e.name == n or e.name.startswith(n + ".") for n in names)])
+        chosen = select_layout(layout, layer)
+        cols = np.concatenate([np.arange(e.offset, e.offset + e.size) for e in chosen])
+        rec_layout = layout_from_shapes([(e.name, e.shape) for e in chosen])
     meta = json.loads(json.dumps({"federated": simulation.describe(), "layer": layer,
                                   "replicates": simulation.replicates, "chunk_size": chunk_size}))
     out = Path(out)
