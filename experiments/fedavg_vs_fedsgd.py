@@ -64,12 +64,22 @@ def main():
                 best = None
                 for lr in plan["lrs"][algorithm]:
                     start = time.perf_counter()
-                    cfg, history, curve = run_config(model, data, algorithm, epochs, batch, lr,
-                                                     plan["rounds"][algorithm], plan["replicates"])
+                    try:
+                        cfg, history, curve = run_config(model, data, algorithm, epochs, batch, lr,
+                                                         plan["rounds"][algorithm], plan["replicates"])
+                    except ValueError as exc:  # diverged at this learning rate
+                        print(f"{partition} {model} {algorithm} E={epochs} B={batch} lr={lr}: {exc}", flush=True)
+                        continue
                     reached = rounds_to_accuracy(history, TARGET[model])
                     key = (reached if reached is not None else np.inf, -curve[-1])  # fewest rounds, then accuracy
                     if best is None or key < best[0]:
                         best = (key, lr, reached, curve, time.perf_counter() - start, cfg)
+                if best is None:
+                    rows.append({"partition": partition, "model": model, "algorithm": algorithm, "E": epochs,
+                                 "B": "inf" if batch is None else batch, "u": "", "lr": "all diverged",
+                                 "target": TARGET[model], "rounds": "", "max_rounds": plan["rounds"][algorithm],
+                                 "final_accuracy": float("nan"), "speedup_vs_fedsgd": "", "seconds": ""})
+                    continue
                 _, lr, reached, curve, seconds, cfg = best
                 if algorithm == "fedsgd":
                     base = reached

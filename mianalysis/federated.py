@@ -315,6 +315,10 @@ class FederatedSimulation:
                 sent.append(message)
                 models.append(model)
             stacked = torch.stack(sent, dim=1).double()  # (R, K, P)
+            if not torch.isfinite(stacked).all():
+                what = "gradient" if cfg.algorithm == "fedsgd" else "model update"
+                raise ValueError(f"training diverged in round {t}: a client's {what} is not finite; lower `lr` "
+                                 f"(now {cfg.lr})")
             eb = [eb_criterion(stacked[i].numpy()) if len(clients) > 1 else np.nan for i in range(stacked.shape[0])]
             w = None if weights is None else weights[torch.from_numpy(clients)]
             combined = self.rule(stacked, weights=w).float()

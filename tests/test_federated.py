@@ -155,3 +155,9 @@ def test_history_logs_eb_across_clients(small_data):
     grads = (models[:, 0, 0] - models[:, 1, 0]) / 0.1  # each client's one-step model gives its gradient
     assert history[1]["eb_clients"] == pytest.approx(eb_criterion(grads), rel=1e-3)
     assert "eb_clients" not in history[0]
+
+
+def test_divergence_is_a_clear_error(small_data):
+    cfg = FederatedConfig(rounds=5, client_fraction=1.0, batch_size=5, lr=1e6)
+    with pytest.raises(ValueError, match=r"training diverged in round \d: a client's model update is not finite; lower `lr`"):
+        FederatedSimulation("mlp", small_data, cfg, seed=0).run()
