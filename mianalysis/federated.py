@@ -171,7 +171,8 @@ class FederatedSimulation:
         self.y_train = torch.from_numpy(self.data.y_train).long()
         self.x_test = torch.from_numpy(self.data.x_test).float().unsqueeze(1)
         self.y_test = torch.from_numpy(self.data.y_test).long()
-        return {name: torch.stack([self._init(r)[name] for r in replicate_ids]) for name in self.names}
+        inits = [self._init(r) for r in replicate_ids]
+        return {name: torch.stack([init[name] for init in inits]) for name in self.names}
 
     def _init(self, replicate):
         """Initial parameters of one replicate: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) per layer."""
@@ -190,7 +191,9 @@ class FederatedSimulation:
         return params
 
     def _flat(self, params):
-        return __import__("torch").cat([params[n].reshape(params[n].shape[0], -1) for n in self.names], dim=1)
+        import torch
+
+        return torch.cat([params[n].reshape(params[n].shape[0], -1) for n in self.names], dim=1)
 
     def _unflat(self, flat):
         out, offset = {}, 0
