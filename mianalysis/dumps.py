@@ -189,6 +189,27 @@ class ParameterDump:
         return dump
 
     @classmethod
+    def open_or_create(cls, path, *, meta, **create_args):
+        """Resume the dump at `path` if it was written with the same `meta`, else create it.
+
+        Raises
+        ------
+        DumpError
+            If `path` holds a dump with other `meta` (the differences are listed), or is a
+            non-empty folder that is not a dump. Nothing there is changed.
+        """
+        meta = json.loads(json.dumps(meta))
+        path = Path(path)
+        if (path / MANIFEST).exists():
+            dump = cls.open(path)
+            if dump.meta != meta:
+                diff = {k: (dump.meta.get(k), v) for k, v in meta.items() if dump.meta.get(k) != v}
+                raise DumpError(f"{path} holds a dump with other settings (existing, requested): {diff}; "
+                                "choose another folder")
+            return dump
+        return cls.create(path, meta=meta, **create_args)
+
+    @classmethod
     def from_arrays(cls, path, samples, *, checkpoints=None, layout=None, metrics=None, meta=None):
         """Write your own samples as a dump.
 

@@ -375,10 +375,7 @@ def record_replicates(simulation, out, *, chunk_size=16, layer=None, progress=Tr
     history : list of dict
         The global model's metrics per round and replicate.
     """
-    import json
-    from pathlib import Path
-
-    from .dumps import MANIFEST, DumpError, ParameterDump, layout_from_shapes, select_layout
+    from .dumps import ParameterDump, layout_from_shapes, select_layout
 
     layout = layout_from_shapes(simulation.layout())
     if layer is None:
@@ -387,18 +384,13 @@ def record_replicates(simulation, out, *, chunk_size=16, layer=None, progress=Tr
         chosen = select_layout(layout, layer)
         cols = np.concatenate([np.arange(e.offset, e.offset + e.size) for e in chosen])
         rec_layout = layout_from_shapes([(e.name, e.shape) for e in chosen])
-    meta = json.loads(json.dumps({"federated": simulation.describe(), "layer": layer,
-                                  "replicates": simulation.replicates, "chunk_size": chunk_size}))
-    out = Path(out)
-    if (out / MANIFEST).exists():
-        dump = ParameterDump.open(out)
-        if dump.meta != meta:
-            raise DumpError(f"{out} holds a dump with other settings; choose another folder")
-    else:
-        dump = ParameterDump.create(out, clients=[str(c) for c in range(simulation.data.n_clients)],
-                                    checkpoints=list(range(simulation.config.rounds + 1)),
-                                    n_runs=simulation.replicates, layout=rec_layout,
-                                    metric_names=("test_accuracy",), meta=meta)
+    meta = {"federated": simulation.describe(), "layer": layer, "replicates": simulation.replicates,
+            "chunk_size": chunk_size}
+    dump = ParameterDump.open_or_create(
+        out, meta=meta, clients=[str(c) for c in range(simulation.data.n_clients)],
+        checkpoints=list(range(simulation.config.rounds + 1)), n_runs=simulation.replicates,
+        layout=rec_layout, metric_names=("test_accuracy",),
+    )
     history = []
     for start in range(dump.completed_runs, simulation.replicates, chunk_size):
         stop = min(start + chunk_size, simulation.replicates)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._validation import check_choice, check_int
-from .dumps import DumpError, ParameterDump, layout_from_shapes
+from .dumps import ParameterDump, layout_from_shapes
 
 INIT_MODES = ("per-run", "fixed")
 
@@ -115,25 +115,12 @@ class ParameterSampler:
         with other settings, or a non-empty folder that is not a dump, is an error and is
         left untouched.
         """
-        from .dumps import MANIFEST
-
         runs = check_int(runs, "runs", low=1)
-        meta = self.settings(runs)
-        from pathlib import Path
-
-        out = Path(out)
-        if (out / MANIFEST).exists():
-            dump = ParameterDump.open(out)
-            if dump.meta != _jsonable(meta):
-                diff = {k: (dump.meta.get(k), v) for k, v in _jsonable(meta).items() if dump.meta.get(k) != v}
-                raise DumpError(f"{out} holds a dump with other settings (existing, requested): {diff}; "
-                                "choose another folder")
-        else:
-            dump = ParameterDump.create(
-                out, clients=[str(c) for c in range(self.task.n_clients)], checkpoints=self.checkpoints,
-                n_runs=runs, layout=layout_from_shapes(self.task.parameter_shapes()),
-                metric_names=self.task.metric_names, meta=_jsonable(meta),
-            )
+        dump = ParameterDump.open_or_create(
+            out, meta=self.settings(runs), clients=[str(c) for c in range(self.task.n_clients)],
+            checkpoints=self.checkpoints, n_runs=runs, layout=layout_from_shapes(self.task.parameter_shapes()),
+            metric_names=self.task.metric_names,
+        )
         bar = _progress(runs, dump.completed_runs, self.progress)
         for start in range(dump.completed_runs, runs, self.chunk_size):
             stop = min(start + self.chunk_size, runs)
@@ -222,12 +209,6 @@ class ParameterSampler:
         s = np.stack(samples).reshape(len(record_at), len(clients), len(runs), -1).transpose(1, 0, 2, 3)
         m = np.stack(metrics).reshape(len(record_at), len(task.metric_names), len(clients), len(runs)).transpose(2, 1, 0, 3)
         return ChunkResult(np.ascontiguousarray(s, dtype=np.float32), np.ascontiguousarray(m, dtype=np.float32))
-
-
-def _jsonable(obj):
-    import json
-
-    return json.loads(json.dumps(obj))
 
 
 class _NoBar:
