@@ -42,12 +42,13 @@ def _mi_row(x, y, estimator, k, permutations, rng):
     notes = [f"dropped {dropped} constant parameters"] if dropped else []
     if x.shape[1] == 0 or y.shape[1] == 0:
         return np.nan, np.nan, np.nan, np.nan, "no variation across runs: MI undefined"
+    value = None
     if estimator == "gaussian":
         kwargs, note = gaussian_settings(x.shape[0], x.shape[1] + y.shape[1])
         if note:
             notes.append(note)
         try:
-            gaussian_mi(x, y, **kwargs)
+            value = gaussian_mi(x, y, **kwargs)
         except ValueError as exc:  # singular covariance: shrink, and say why
             kwargs = {"shrinkage": "ledoit-wolf"}
             notes.append(f"ledoit-wolf shrinkage: {exc}")
@@ -56,10 +57,9 @@ def _mi_row(x, y, estimator, k, permutations, rng):
     if permutations:
         res = mi_permutation_test(x, y, estimator=estimator, n_permutations=permutations, random_state=rng, **kwargs)
         return res.estimate, res.null_mean, res.null_std, res.pvalue, "; ".join(notes)
-    func = gaussian_mi if estimator == "gaussian" else ksg_mi
-    if estimator == "ksg":
-        kwargs["random_state"] = rng
-    return func(x, y, **kwargs), np.nan, np.nan, np.nan, "; ".join(notes)
+    if value is None:
+        value = gaussian_mi(x, y, **kwargs) if estimator == "gaussian" else ksg_mi(x, y, random_state=rng, **kwargs)
+    return value, np.nan, np.nan, np.nan, "; ".join(notes)
 
 
 def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0, layer=None,
@@ -132,12 +132,11 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
                      "value": float(value), "spread": float(spread), "null_mean": float(null_mean),
                      "null_std": float(null_std), "p_value": float(p), "n_runs": n_runs, "note": note})
 
-    work = [(t, pair) for t in range(len(dump.checkpoints)) for pair in pairs]
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(work), unit="pair", desc="analyzing")
+        bar = tqdm(total=len(dump.checkpoints) * len(pairs), unit="pair", desc="analyzing")
     for t in range(len(dump.checkpoints)):
         for c in range(len(dump.clients)):
             for name in dump.metric_names:

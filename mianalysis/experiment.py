@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .analysis import analyze, read_table, select, write_table
+from .analysis import analyze, select, write_table
 from .plots import save_figure
 
 
@@ -116,8 +116,3 @@ def _significant(row):
     if row["p_value"] <= 0.05:
         return True
     return row["value"] > row["null_mean"] + 3 * max(row["null_std"], 1e-12)
-
-
-def load_rows(path):
-    """Rows of a table written by :func:`run_experiment`."""
-    return read_table(path)

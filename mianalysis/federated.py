@@ -215,7 +215,7 @@ class FederatedSimulation:
         return np.sort(rng.choice(self.data.n_clients, size=k, replace=False))
 
     # ------------------------------------------------------------------ training
-    def _local(self, params, client, replicate_ids, round_index):
+    def _local(self, params, flat_params, client, replicate_ids, round_index):
         """What one client sends for every replicate: a model update (FedAvg) or a
         full-batch gradient (FedSGD), flattened (R, P); and its local model (R, P)."""
         import torch
@@ -227,7 +227,7 @@ class FederatedSimulation:
         if cfg.algorithm == "fedsgd":
             grads = self._grad(params, x.expand(r, *x.shape), y.expand(r, *y.shape))
             flat_g = self._flat(grads)
-            return flat_g, self._flat(params) - cfg.lr * flat_g
+            return flat_g, flat_params - cfg.lr * flat_g
         local = {n: t.clone() for n, t in params.items()}
         n = len(idx)
         b = n if cfg.batch_size is None else min(cfg.batch_size, n)
@@ -243,7 +243,7 @@ class FederatedSimulation:
                     for name in self.names:
                         local[name] -= cfg.lr * grads[name]
         flat_local = self._flat(local)
-        return flat_local - self._flat(params), flat_local
+        return flat_local - flat_params, flat_local
 
     def evaluate(self, params):
         """Per-replicate train/test loss and accuracy of the global model: dict of (R,) arrays."""
@@ -312,9 +312,10 @@ class FederatedSimulation:
             bar = tqdm(total=cfg.rounds, unit="round", desc=f"{cfg.algorithm}/{cfg.aggregator}")
         for t in range(1, cfg.rounds + 1):
             clients = self.schedule(t)
+            flat = self._flat(params)  # the global model, flattened once per round
             sent, models = [], []
             for c in clients:
-                message, model = self._local(params, int(c), replicate_ids, t)
+                message, model = self._local(params, flat, int(c), replicate_ids, t)
                 sent.append(message)
                 models.append(model)
             stacked = torch.stack(sent, dim=1).double()  # (R, K, P)
@@ -325,7 +326,6 @@ class FederatedSimulation:
             eb = [eb_criterion(stacked[i].numpy()) if len(clients) > 1 else np.nan for i in range(stacked.shape[0])]
             w = None if weights is None else weights[torch.from_numpy(clients)]
             combined = self.rule(stacked, weights=w).float()
-            flat = self._flat(params)
             flat = flat - cfg.lr * combined if cfg.algorithm == "fedsgd" else flat + combined
             params = self._unflat(flat)
             if record:

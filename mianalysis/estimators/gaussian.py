@@ -46,10 +46,11 @@ def gaussian_mi(x, y, *, units="bits", bias_correction=True, shrinkage=None):
         core paper. The correction is not applied with `shrinkage` (the Wishart law
         describes only the plain sample covariance).
     shrinkage : {None, "ledoit-wolf"}, default=None
-        None uses the sample covariance, which must be positive definite. "ledoit-wolf" applies
-        the Ledoit-Wolf estimator (as scikit-learn's :class:`~sklearn.covariance.LedoitWolf`,
-        computed in one Gram matrix) to the standardised joint samples and takes the X and Y blocks from that one matrix (so the estimate stays
-        >= 0); use it when ``n_samples <= n_features_x + n_features_y`` or the covariance is
+        None uses the sample covariance, which must be positive definite. "ledoit-wolf"
+        applies the Ledoit-Wolf estimator (as scikit-learn's
+        :class:`~sklearn.covariance.LedoitWolf`, computed from one Gram matrix) to the
+        standardised joint samples and takes the X and Y blocks from that one matrix (so
+        the estimate stays >= 0); use it when ``n_samples <= n_features_x + n_features_y`` or the covariance is
         near-singular. Shrinkage pulls correlations towards zero, so it biases MI downwards.
 
     Returns
