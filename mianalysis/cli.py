@@ -106,17 +106,22 @@ def _cmd_federate(args):
     from pathlib import Path
 
     from .federated import (FederatedConfig, FederatedData, FederatedSimulation, history_table,
-                            record_replicates)
+                            record_replicates, write_rows)
 
-    if args.task != "digits":
-        raise ValueError(f"`task` must be 'digits'; got {args.task!r}")
-    partition_args = {"alpha": args.alpha} if args.partition == "dirichlet" else {}
-    data = FederatedData.digits(args.clients, args.partition, seed=args.seed, mnist_path=args.mnist_path,
-                                **partition_args)
+    if args.task == "digits":
+        partition_args = {"alpha": args.alpha} if args.partition == "dirichlet" else {}
+        data = FederatedData.digits(args.clients, args.partition, seed=args.seed, mnist_path=args.mnist_path,
+                                    **partition_args)
+    elif args.task == "environments":
+        data = FederatedData.environments(n_clients=args.clients, equal_size=args.partition != "unequal",
+                                          seed=args.seed)
+    else:
+        raise ValueError(f"`task` must be 'digits' or 'environments'; got {args.task!r}")
     config = FederatedConfig(rounds=args.rounds, client_fraction=args.fraction, local_epochs=args.epochs,
                              batch_size=None if args.batch in (None, 0) else args.batch, lr=args.lr,
                              algorithm=args.algorithm, aggregator=args.aggregator,
-                             aggregator_params=_parse_settings(args.param), weighted=not args.unweighted)
+                             aggregator_params=_parse_settings(args.param), weighted=not args.unweighted,
+                             placement=args.placement)
     sim = FederatedSimulation(args.model, data, config, replicates=args.replicates, seed=args.seed)
     out = Path(args.out)
     if out.exists() and any(out.iterdir()) and not (out / "dump").exists():
@@ -125,7 +130,9 @@ def _cmd_federate(args):
     if args.record:
         _, history = record_replicates(sim, out / "dump", layer=args.layer, progress=not args.no_progress)
     else:
-        history, _ = sim.run(progress=not args.no_progress)
+        history, _ = sim.run(progress=not args.no_progress, log_client_eb=args.client_eb)
+        if args.client_eb:
+            write_rows(sim.client_eb, out / "client_eb.csv")
     rows = history_table(history, out / "history.csv")
     (out / "settings.json").write_text(json.dumps(sim.describe(), indent=1) + "\n")
     last = rows[-1]
@@ -204,13 +211,20 @@ def build_parser():
     plo.set_defaults(func=_cmd_plot)
 
     fed = sub.add_parser("federate", help="simulate federated training (FedAvg, FedSGD, any aggregator)")
-    fed.add_argument("--task", default="digits", help="data set: digits (8x8, or MNIST with --mnist-path)")
+    fed.add_argument("--task", default="digits",
+                     help="data set: digits (8x8, or MNIST with --mnist-path) or environments (synthetic "
+                          "multi-environment task; --partition unequal for unequal client sizes)")
     fed.add_argument("--mnist-path")
     fed.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
     fed.add_argument("--clients", type=int, default=100)
     fed.add_argument("--partition", choices=["iid", "shards", "dirichlet", "unequal"], default="iid")
     fed.add_argument("--alpha", type=float, default=0.5, help="Dirichlet concentration")
     fed.add_argument("--algorithm", choices=["fedavg", "fedsgd"], default="fedavg")
+    fed.add_argument("--placement", choices=["update", "step"], default="update",
+                     help="apply the aggregator to the round's client messages, or (with --algorithm fedsgd) to "
+                          "the clients' minibatch gradients at every step")
+    fed.add_argument("--client-eb", action="store_true",
+                     help="log each client's EB criterion per round into OUT/client_eb.csv")
     fed.add_argument("--aggregator", default="fedavg", help="fedavg, fedsgd, median, trimmed_mean, and_mask, geometric_mask")
     fed.add_argument("--param", action="append", metavar="KEY=VALUE", help="aggregator parameter, e.g. threshold=0.2")
     fed.add_argument("--rounds", type=int, default=50)

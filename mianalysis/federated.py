@@ -21,23 +21,29 @@ from .diagnostics import eb_criterion
 from .sampling import replica_seed
 
 ALGORITHMS = ("fedavg", "fedsgd")
+PLACEMENTS = ("update", "step")
 MODELS = ("mlp", "cnn")
 
 
-def build_model(name, image_size, n_classes=10, hidden=200):
-    """The models of McMahan et al. 2017, sized for square grey images.
+def build_model(name, input_shape, n_classes=10, hidden=200):
+    """The models of McMahan et al. 2017 for one example of shape `input_shape`.
 
-    "mlp": the 2NN, two hidden layers of `hidden` ReLU units. "cnn": two convolutions
-    (32 and 64 channels; 5x5 for 28x28 images, 3x3 for smaller ones) each followed by 2x2
-    max pooling, a fully connected ReLU layer (512 units for 28x28, 128 otherwise) and a
-    linear output.
+    "mlp": the 2NN, a three-layer network with two hidden layers of `hidden` ReLU units,
+    for images (H, W) or feature vectors (d,). "cnn" (square grey images only): two
+    convolutions (32 and 64 channels; 5x5 for 28x28 images, 3x3 for smaller ones) each
+    followed by 2x2 max pooling, a fully connected ReLU layer (512 units for 28x28, 128
+    otherwise) and a linear output.
     """
     from torch import nn
 
     check_choice(name, "model", MODELS)
+    n_inputs = int(np.prod(input_shape))
     if name == "mlp":
-        return nn.Sequential(nn.Flatten(), nn.Linear(image_size * image_size, hidden), nn.ReLU(),
+        return nn.Sequential(nn.Flatten(), nn.Linear(n_inputs, hidden), nn.ReLU(),
                              nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, n_classes))
+    if len(input_shape) != 2 or input_shape[0] != input_shape[1]:
+        raise ValueError(f"the cnn model needs square images (H, W); got examples of shape {tuple(input_shape)}")
+    image_size = input_shape[-1]
     big = image_size >= 28
     k, pad = (5, 2) if big else (3, 1)
     side = image_size // 4
@@ -49,13 +55,16 @@ def build_model(name, image_size, n_classes=10, hidden=200):
 
 @dataclass
 class FederatedData:
-    """Images (n, H, W) and labels of a train and a test set, and each client's train indices."""
+    """Examples -- images (n, H, W) or feature vectors (n, d) -- and labels of a train and a
+    test set, each client's indices into the train set, and optionally a validation set."""
 
     x_train: np.ndarray
     y_train: np.ndarray
     x_test: np.ndarray
     y_test: np.ndarray
     clients: list
+    x_val: np.ndarray | None = None
+    y_val: np.ndarray | None = None
 
     @classmethod
     def digits(cls, n_clients, scheme="iid", *, seed=0, mnist_path=None, **partition_args):
@@ -66,9 +75,23 @@ class FederatedData:
         xtr, ytr, xte, yte = load_digit_images(mnist_path, seed)
         return cls(xtr, ytr, xte, yte, partition(ytr, n_clients, scheme, seed=seed, **partition_args))
 
+    @classmethod
+    def environments(cls, **settings):
+        """The synthetic multi-environment task (mianalysis.tasks.environments): training
+        environments as clients, validation data from the same environments, test data from
+        held-out environments. `settings` go to ``make_environments``."""
+        from .tasks.environments import make_environments
+
+        d = make_environments(**settings)
+        return cls(d["x_train"], d["y_train"], d["x_test"], d["y_test"], d["clients"], d["x_val"], d["y_val"])
+
     @property
     def n_clients(self):
         return len(self.clients)
+
+    @property
+    def n_classes(self):
+        return int(max(self.y_train.max(), self.y_test.max())) + 1
 
     def sizes(self):
         return np.array([len(c) for c in self.clients])
@@ -97,6 +120,15 @@ class FederatedConfig:
         "median", "and_mask"; with ``aggregator_params`` (threshold, beta, ...).
     weighted : bool
         Weight clients by their numbers of examples.
+    placement : {"update", "step"}
+        Where the rule is applied. "update": to what clients send at the end of a round
+        (model updates for FedAvg, one full-batch gradient each for FedSGD). "step" (needs
+        ``algorithm="fedsgd"``): a round is E epochs of synchronised minibatch steps; at
+        every step each participating client computes the gradient of one minibatch (B
+        examples of its own data, reshuffled every pass) at the shared model, the rule
+        combines them and the model takes one step of `lr`. A round has
+        E * ceil(max participating client size / B) steps; smaller clients cycle through
+        their data more often.
     """
 
     rounds: int = 50
@@ -108,6 +140,7 @@ class FederatedConfig:
     aggregator: str = "fedavg"
     aggregator_params: dict = field(default_factory=dict)
     weighted: bool = True
+    placement: str = "update"
 
     def check(self):
         check_int(self.rounds, "rounds", low=1)
@@ -119,12 +152,16 @@ class FederatedConfig:
         if not self.lr > 0:
             raise ValueError(f"`lr` must be > 0; got {self.lr}")
         check_choice(self.algorithm, "algorithm", ALGORITHMS)
+        check_choice(self.placement, "placement", PLACEMENTS)
+        if self.placement == "step" and self.algorithm != "fedsgd":
+            raise ValueError("`placement`='step' applies the rule to per-client gradients at every step of a "
+                             "FedSGD-style round; set `algorithm`='fedsgd'")
         get_aggregator(self.aggregator, **self.aggregator_params)
         return self
 
     def updates_per_round(self, n_examples):
         """u = E n / B: local updates per round of a client with `n_examples` (McMahan et al.)."""
-        if self.algorithm == "fedsgd":
+        if self.algorithm == "fedsgd" and self.placement == "update":
             return 1.0
         steps = 1 if self.batch_size is None else math.ceil(n_examples / self.batch_size)
         return self.local_epochs * steps
@@ -153,7 +190,7 @@ class FederatedSimulation:
         import torch
         from torch.func import functional_call, grad, vmap
 
-        self.module = build_model(self.model_name, self.data.x_train.shape[-1], hidden=self.hidden)
+        self.module = self._build()
         self.names = [n for n, _ in self.module.named_parameters()]
         self.shapes = [p.shape for _, p in self.module.named_parameters()]
         module = self.module
@@ -165,14 +202,29 @@ class FederatedSimulation:
         def predict(params, x):
             return functional_call(module, params, (x,))
 
+        def example_loss(params, x, y):
+            return loss_fn(params, x[None], y[None])
+
         self._grad = vmap(grad(loss_fn))
+        # Per-example gradients of every replicate: params (R, ...), x (n, ...) -> (R, n, ...).
+        self._example_grads = vmap(vmap(grad(example_loss), in_dims=(None, 0, 0)), in_dims=(0, None, None))
         self._predict = vmap(predict, in_dims=(0, None))
-        self.x_train = torch.from_numpy(self.data.x_train).float().unsqueeze(1)
-        self.y_train = torch.from_numpy(self.data.y_train).long()
-        self.x_test = torch.from_numpy(self.data.x_test).float().unsqueeze(1)
-        self.y_test = torch.from_numpy(self.data.y_test).long()
+
+        def tensor(x):  # images get a channel dimension
+            t = torch.from_numpy(np.asarray(x)).float()
+            return t.unsqueeze(1) if t.ndim == 3 else t
+
+        self.x_train, self.y_train = tensor(self.data.x_train), torch.from_numpy(self.data.y_train).long()
+        self.x_test, self.y_test = tensor(self.data.x_test), torch.from_numpy(self.data.y_test).long()
+        self.splits = [("train", self.x_train, self.y_train), ("test", self.x_test, self.y_test)]
+        if self.data.x_val is not None:
+            self.splits.append(("val", tensor(self.data.x_val), torch.from_numpy(self.data.y_val).long()))
         inits = [self._init(r) for r in replicate_ids]
         return {name: torch.stack([init[name] for init in inits]) for name in self.names}
+
+    def _build(self):
+        return build_model(self.model_name, self.data.x_train.shape[1:], n_classes=self.data.n_classes,
+                           hidden=self.hidden)
 
     def _init(self, replicate):
         """Initial parameters of one replicate: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) per layer."""
@@ -205,7 +257,7 @@ class FederatedSimulation:
 
     def layout(self):
         """(name, shape) of every parameter tensor, in the flattened order."""
-        module = build_model(self.model_name, self.data.x_train.shape[-1], hidden=self.hidden)
+        module = self._build()
         return [(n, tuple(p.shape)) for n, p in module.named_parameters()]
 
     def schedule(self, round_index):
@@ -245,13 +297,82 @@ class FederatedSimulation:
         flat_local = self._flat(local)
         return flat_local - flat_params, flat_local
 
+    def _update_round(self, params, flat, clients, replicate_ids, round_index, weights):
+        """placement="update": clients train locally, the rule combines what they send.
+        Returns the new flattened global model, the clients' local models and the EB
+        criterion of the messages per replicate."""
+        import torch
+
+        cfg = self.config
+        sent, models = [], []
+        for c in clients:
+            message, model = self._local(params, flat, int(c), replicate_ids, round_index)
+            sent.append(message)
+            models.append(model)
+        stacked = torch.stack(sent, dim=1).double()  # (R, K, P)
+        if not torch.isfinite(stacked).all():
+            what = "gradient" if cfg.algorithm == "fedsgd" else "model update"
+            raise ValueError(f"training diverged in round {round_index}: a client's {what} is not finite; lower "
+                             f"`lr` (now {cfg.lr})")
+        eb = [eb_criterion(stacked[i].numpy()) if len(clients) > 1 else np.nan for i in range(stacked.shape[0])]
+        combined = self.rule(stacked, weights=weights).float()
+        flat = flat - cfg.lr * combined if cfg.algorithm == "fedsgd" else flat + combined
+        return flat, models, eb
+
+    def _stepwise_round(self, flat, clients, replicate_ids, round_index, weights):
+        """placement="step": synchronised minibatch steps, the rule applied to the clients'
+        gradients at every step. Returns the new flattened global model (R, P)."""
+        import torch
+
+        cfg = self.config
+        r = len(replicate_ids)
+        data = []
+        for c in clients:
+            idx = torch.from_numpy(self.data.clients[c])
+            b = len(idx) if cfg.batch_size is None else min(cfg.batch_size, len(idx))
+            gens = [torch.Generator().manual_seed(replica_seed(self.seed, rep, round_index, int(c) + 2))
+                    for rep in replicate_ids]
+            data.append({"x": self.x_train[idx], "y": self.y_train[idx], "b": b, "gens": gens, "order": None, "pos": 0})
+        longest = max(len(self.data.clients[c]) for c in clients)
+        b_max = longest if cfg.batch_size is None else min(cfg.batch_size, longest)
+        n_steps = cfg.local_epochs * math.ceil(longest / b_max)
+        for step in range(n_steps):
+            params = self._unflat(flat)
+            grads = []
+            for d in data:
+                n = d["x"].shape[0]
+                if d["order"] is None or d["pos"] + d["b"] > n:  # a new pass over the client's data
+                    d["order"] = torch.stack([torch.randperm(n, generator=g) for g in d["gens"]])
+                    d["pos"] = 0
+                sel = d["order"][:, d["pos"]:d["pos"] + d["b"]]
+                d["pos"] += d["b"]
+                grads.append(self._flat(self._grad(params, d["x"][sel], d["y"][sel])))
+            stacked = torch.stack(grads, dim=1).double()
+            if not torch.isfinite(stacked).all():
+                raise ValueError(f"training diverged in round {round_index}, step {step + 1}: a client's gradient "
+                                 f"is not finite; lower `lr` (now {cfg.lr})")
+            flat = flat - cfg.lr * self.rule(stacked, weights=weights).float()
+        return flat
+
+    def per_client_eb(self, params, client, max_examples=256):
+        """EB criterion of each replicate's per-example gradients of `client` at `params`
+        (its first `max_examples` examples): array (R,)."""
+        import torch
+
+        idx = torch.from_numpy(np.asarray(self.data.clients[client][:max_examples]))
+        if len(idx) < 2:
+            return np.full(next(iter(params.values())).shape[0], np.nan)
+        grads = self._example_grads(params, self.x_train[idx], self.y_train[idx])
+        flat = np.concatenate([grads[n].reshape(*grads[n].shape[:2], -1).numpy() for n in self.names], axis=2)
+        return np.array([eb_criterion(f.astype(np.float64)) for f in flat])
+
     def evaluate(self, params):
-        """Per-replicate train/test loss and accuracy of the global model: dict of (R,) arrays."""
+        """Per-replicate train/test(/val) loss and accuracy of the global model: dict of (R,) arrays."""
         import torch
 
         out = {}
         with torch.no_grad():
-            for split, x, y in (("train", self.x_train, self.y_train), ("test", self.x_test, self.y_test)):
+            for split, x, y in self.splits:
                 logits = self._predict(params, x)
                 r = logits.shape[0]
                 loss = torch.nn.functional.cross_entropy(
@@ -260,7 +381,7 @@ class FederatedSimulation:
                 out[f"{split}_accuracy"] = (logits.argmax(-1) == y).float().mean(1).numpy()
         return out
 
-    def run(self, *, replicate_ids=None, record=False, progress=False, stop_at_accuracy=None):
+    def run(self, *, replicate_ids=None, record=False, progress=False, stop_at_accuracy=None, log_client_eb=False):
         """Train all rounds.
 
         Parameters
@@ -273,6 +394,11 @@ class FederatedSimulation:
             A tqdm progress bar over rounds.
         stop_at_accuracy : float, optional
             Stop after the first round whose replicate-mean test accuracy reaches this.
+        log_client_eb : bool
+            Also compute, at the start of every round, the EB criterion of each
+            participating client's per-example gradients at the global model (up to 256
+            examples per client); stored in ``self.client_eb`` as rows (round, replicate,
+            client, eb).
 
         Returns
         -------
@@ -289,9 +415,13 @@ class FederatedSimulation:
         replicate_ids = list(range(self.replicates)) if replicate_ids is None else list(replicate_ids)
         if record and cfg.client_fraction < 1:
             raise ValueError("recording every client's model needs `client_fraction` = 1 (all clients every round)")
+        if record and cfg.placement == "step":
+            raise ValueError("recording local models needs `placement`='update': with 'step' the clients share one "
+                             "model throughout the round")
         params = self._setup(replicate_ids)
         weights = torch.from_numpy(self.data.sizes().astype(np.float64)) if cfg.weighted else None
         history = []
+        self.client_eb = []
         local_models = None
         if record:
             flat0 = self._flat(params).numpy()
@@ -313,20 +443,16 @@ class FederatedSimulation:
         for t in range(1, cfg.rounds + 1):
             clients = self.schedule(t)
             flat = self._flat(params)  # the global model, flattened once per round
-            sent, models = [], []
-            for c in clients:
-                message, model = self._local(params, flat, int(c), replicate_ids, t)
-                sent.append(message)
-                models.append(model)
-            stacked = torch.stack(sent, dim=1).double()  # (R, K, P)
-            if not torch.isfinite(stacked).all():
-                what = "gradient" if cfg.algorithm == "fedsgd" else "model update"
-                raise ValueError(f"training diverged in round {t}: a client's {what} is not finite; lower `lr` "
-                                 f"(now {cfg.lr})")
-            eb = [eb_criterion(stacked[i].numpy()) if len(clients) > 1 else np.nan for i in range(stacked.shape[0])]
             w = None if weights is None else weights[torch.from_numpy(clients)]
-            combined = self.rule(stacked, weights=w).float()
-            flat = flat - cfg.lr * combined if cfg.algorithm == "fedsgd" else flat + combined
+            if log_client_eb:
+                for c in clients:
+                    for rep, value in zip(replicate_ids, self.per_client_eb(params, int(c))):
+                        self.client_eb.append({"round": t, "replicate": rep, "client": int(c), "eb": float(value)})
+            if cfg.placement == "step":
+                flat = self._stepwise_round(flat, clients, replicate_ids, t, w)
+                models, eb = None, [np.nan] * len(replicate_ids)
+            else:
+                flat, models, eb = self._update_round(params, flat, clients, replicate_ids, t, w)
             params = self._unflat(flat)
             if record:
                 for c, model in zip(clients, models):
@@ -404,11 +530,22 @@ def record_replicates(simulation, out, *, chunk_size=16, layer=None, progress=Tr
     return dump, history
 
 
-def history_table(history, path):
-    """Write per-round metrics, averaged over replicates (with sd), as CSV; returns the rows."""
+def write_rows(rows, path):
+    """Write a list of dicts with the same keys as CSV."""
     import csv
 
-    keys = ("train_loss", "train_accuracy", "test_loss", "test_accuracy", "eb_clients")
+    if not rows:
+        raise ValueError(f"nothing to write to {path}")
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def history_table(history, path):
+    """Write per-round metrics, averaged over replicates (with sd), as CSV; returns the rows."""
+    keys = [k for k in ("train_loss", "train_accuracy", "val_loss", "val_accuracy", "test_loss", "test_accuracy",
+                        "eb_clients") if k in history[0] or k == "eb_clients"]
     rows = []
     for t in sorted({h["round"] for h in history}):
         at = [h for h in history if h["round"] == t]
@@ -418,12 +555,9 @@ def history_table(history, path):
             row[k] = float(vals.mean())
             row[f"{k}_sd"] = float(vals.std(ddof=1)) if len(vals) > 1 else 0.0
         rows.append(row)
-    with open(path, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_rows(rows, path)
     return rows
 
 
 __all__ = ["FederatedConfig", "FederatedData", "FederatedSimulation", "build_model", "record_replicates",
-           "rounds_to_accuracy", "history_table", "AGGREGATORS"]
+           "rounds_to_accuracy", "history_table", "write_rows", "AGGREGATORS", "PLACEMENTS"]

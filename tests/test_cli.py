@@ -105,3 +105,15 @@ def test_federate_bad_aggregator_is_one_line(tmp_path, capsys):
     assert main(["federate", "--aggregator", "krum", "--out", str(tmp_path / "x"), "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert "unknown aggregator 'krum'" in err and err.count("\n") == 1
+
+
+def test_federate_environments_step_placement_with_client_eb(tmp_path, capsys):
+    out = tmp_path / "env"
+    args = ["federate", "--task", "environments", "--clients", "4", "--fraction", "0.5", "--rounds", "2",
+            "--algorithm", "fedsgd", "--placement", "step", "--aggregator", "and_mask", "--batch", "16",
+            "--client-eb", "--out", str(out), "--no-progress"]
+    assert main(args) == 0
+    header = (out / "history.csv").read_text().splitlines()[0]
+    assert "val_accuracy" in header and "test_accuracy" in header
+    eb = (out / "client_eb.csv").read_text().splitlines()
+    assert eb[0] == "round,replicate,client,eb" and len(eb) == 1 + 2 * 2  # 2 rounds x 2 clients
