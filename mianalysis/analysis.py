@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import itertools
+import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -80,9 +83,13 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
     layer : str or list of str, optional
         Analyse only these tensors of the parameter vector (see ParameterDump.layer_columns).
     random_state : int, default=0
-        Seed of KSG's noise and of the permutations.
+        Seed of KSG's noise and of the permutations; each (checkpoint, pair, estimator)
+        draws from its own stream, so the table does not depend on what else is analysed.
     out : path, optional
-        Also write the table as CSV.
+        Also write the table as CSV. The analysis is then resumable: every finished
+        checkpoint is appended to ``OUT.partial`` (with the settings), a rerun with the same
+        arguments after an interruption continues from there, and the CSV is written
+        atomically at the end, when the journal is removed.
     progress : bool, default=False
 
     Returns
@@ -118,13 +125,23 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
     if unknown:
         raise ValueError(f"`permutations` names unknown estimators {sorted(unknown)}; known: {list(ESTIMATORS)}")
     permutations = {e: check_int(permutations.get(e, 0), "permutations", low=0) for e in estimators}
+    random_state = check_int(random_state, "random_state", low=0)
     cols = dump.layer_columns(layer)
     n_runs = dump.completed_runs
     if n_runs < 2:
         raise ValueError(f"dump {dump.path} has {n_runs} completed runs; analysis needs at least 2")
-    rng = np.random.default_rng(random_state)
     pairs = list(itertools.combinations(range(len(dump.clients)), 2))
     rows = []
+    journal = None
+    done = set()
+    if out is not None:
+        settings = {"dump": str(Path(dump.path).resolve()), "n_runs": n_runs, "chunks": _chunks_digest(dump),
+                    "estimators": list(estimators), "metrics": list(metrics), "k": k, "permutations": permutations,
+                    "layer": layer, "random_state": random_state}
+        journal = _Journal(Path(str(out) + ".partial"), settings)
+        for t, saved in journal.read():
+            rows += saved
+            done.add(t)
 
     def add(t, a, b, quantity, value, spread=np.nan, null_mean=np.nan, null_std=np.nan, p=np.nan, note=""):
         rows.append({"checkpoint": t, "iteration": dump.checkpoints[t], "client_a": dump.clients[a],
@@ -136,8 +153,11 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(dump.checkpoints) * len(pairs), unit="pair", desc="analyzing")
+        bar = tqdm(total=(len(dump.checkpoints) - len(done)) * len(pairs), unit="pair", desc="analyzing")
     for t in range(len(dump.checkpoints)):
+        if t in done:
+            continue
+        first = len(rows)
         for c in range(len(dump.clients)):
             for name in dump.metric_names:
                 values = dump.metric(c, name)[t]
@@ -149,15 +169,79 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
                 d = paired_distances(x, y, metric)
                 add(t, a, b, metric, d.mean(), d.std(ddof=1))
             for estimator in estimators:
+                rng = np.random.default_rng([random_state, t, a, b, ESTIMATORS.index(estimator)])
                 value, null_mean, null_std, p, note = _mi_row(x, y, estimator, k, permutations[estimator], rng)
                 add(t, a, b, f"mi_{estimator}", value, null_mean=null_mean, null_std=null_std, p=p, note=note)
             if bar is not None:
                 bar.update(1)
+        if journal is not None:
+            journal.append(t, rows[first:])
     if bar is not None:
         bar.close()
+    rows.sort(key=lambda r: r["checkpoint"])  # stable: the order within a checkpoint is kept
     if out is not None:
-        write_table(rows, out)
+        tmp = Path(str(out) + ".tmp")
+        write_table(rows, tmp)
+        os.replace(tmp, out)
+        journal.remove()
     return rows
+
+
+def _chunks_digest(dump):
+    """A fingerprint of the dump's completed chunks (their checksums)."""
+    return hashlib.sha256(json.dumps(dump._manifest["chunks"], sort_keys=True).encode()).hexdigest()[:16]
+
+
+class _Journal:
+    """Finished checkpoints of an analysis, one JSON line each after a settings line."""
+
+    def __init__(self, path, settings):
+        self.path = path
+        self.settings = json.loads(json.dumps(settings))
+
+    def read(self):
+        """[(checkpoint, rows)] saved by an earlier run with the same settings; starts the
+        journal if there is none."""
+        if not self.path.exists():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._write_line({"settings": self.settings}, mode="w")
+            return []
+        lines = self.path.read_text().split("\n")
+        try:
+            saved = json.loads(lines[0])["settings"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{self.path} is not an analysis journal ({exc}); delete it to start again") from exc
+        if saved != self.settings:
+            diff = {k: (saved.get(k), v) for k, v in self.settings.items() if saved.get(k) != v}
+            raise ValueError(f"{self.path} holds a partial analysis with other settings (saved, requested): {diff}; "
+                             "delete it or choose another `out`")
+        entries = []
+        for line in lines[1:]:
+            try:
+                entry = json.loads(line)
+            except ValueError:  # the last line of a run killed while writing it
+                break
+            entries.append((entry["checkpoint"], entry["rows"]))
+        # Replace the journal by its intact lines, so that appends start on a fresh line.
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with open(tmp, "w") as fh:
+            fh.write("\n".join(lines[:1 + len(entries)]) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.path)
+        return entries
+
+    def append(self, checkpoint, rows):
+        self._write_line({"checkpoint": checkpoint, "rows": rows}, mode="a")
+
+    def _write_line(self, obj, mode):
+        with open(self.path, mode) as fh:
+            fh.write(json.dumps(obj) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def remove(self):
+        self.path.unlink(missing_ok=True)
 
 
 def write_table(rows, path):

@@ -124,11 +124,13 @@ def _cmd_federate(args):
                              placement=args.placement)
     sim = FederatedSimulation(args.model, data, config, replicates=args.replicates, seed=args.seed)
     out = Path(args.out)
-    if out.exists() and any(out.iterdir()) and not (out / "dump").exists():
-        raise ValueError(f"{out} exists and is not empty; choose another folder")
+    ours = {"dump", ".dump.creating", "history.csv", "settings.json", "client_eb.csv"}
+    if out.exists() and (not out.is_dir() or not {p.name for p in out.iterdir()} <= ours):
+        raise ValueError(f"{out} exists and holds files other than a federate run's; choose another folder")
     out.mkdir(parents=True, exist_ok=True)
     if args.record:
-        _, history = record_replicates(sim, out / "dump", layer=args.layer, progress=not args.no_progress)
+        _, history = record_replicates(sim, out / "dump", chunk_size=args.chunk_size, layer=args.layer,
+                                       progress=not args.no_progress)
     else:
         history, _ = sim.run(progress=not args.no_progress, log_client_eb=args.client_eb)
         if args.client_eb:
@@ -236,6 +238,7 @@ def build_parser():
     fed.add_argument("--replicates", type=int, default=1)
     fed.add_argument("--record", action="store_true", help="record every client's model per round into OUT/dump")
     fed.add_argument("--layer", action="append", help="record only this tensor (repeatable)")
+    fed.add_argument("--chunk-size", type=int, default=16, help="replicates recorded together (with --record)")
     fed.add_argument("--seed", type=int, default=0)
     fed.add_argument("--out", required=True)
     fed.add_argument("--no-progress", action="store_true")

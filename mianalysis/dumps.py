@@ -83,11 +83,15 @@ def _metrics_file(index):
 
 def _write_json_atomically(path, obj):
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as fh:
-        json.dump(obj, fh, indent=1)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as fh:
+            json.dump(obj, fh, indent=1)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
@@ -179,12 +183,16 @@ class ParameterDump:
             shutil.rmtree(staging)
         staging.mkdir()
         dump = cls(staging, manifest)
-        for i in range(len(clients)):
-            for name, shape in ((_client_file(i), dump._sample_shape()), (_metrics_file(i), dump._metric_shape())):
-                with open(staging / name, "wb") as fh:
-                    fh.truncate(int(np.prod(shape)) * DTYPE.itemsize)
-        _write_json_atomically(staging / MANIFEST, manifest)
-        os.replace(staging, path)  # an empty folder at `path` is replaced
+        try:
+            for i in range(len(clients)):
+                for name, shape in ((_client_file(i), dump._sample_shape()), (_metrics_file(i), dump._metric_shape())):
+                    with open(staging / name, "wb") as fh:
+                        fh.truncate(int(np.prod(shape)) * DTYPE.itemsize)
+            _write_json_atomically(staging / MANIFEST, manifest)
+            os.replace(staging, path)  # an empty folder at `path` is replaced
+        except OSError as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise DumpError(f"could not create the dump {path} ({exc}); nothing was written there") from exc
         dump.path = path
         return dump
 
@@ -454,26 +462,44 @@ class ParameterDump:
         """
         if start != self.completed_runs or not start < stop <= self.n_runs:
             raise DumpError(f"chunk {start}-{stop} does not follow the completed runs 0-{self.completed_runs} of {self.n_runs}")
-        checksums = {}
-        for i, client in enumerate(self.clients):
+        blocks = []
+        for client in self.clients:  # check everything before writing anything
             block = np.asarray(samples[client], dtype=DTYPE)
             if block.shape != (len(self.checkpoints), stop - start, self.n_params):
                 raise ValueError(f"samples of client {client!r} have shape {block.shape}; expected "
                                  f"{(len(self.checkpoints), stop - start, self.n_params)}")
-            mblock = np.asarray(metrics[client] if metrics else np.full(self._metric_shape()[:2] + (stop - start,), np.nan), dtype=DTYPE)
-            self._write_block(_client_file(i), self._sample_shape(), (slice(None), slice(start, stop)), block)
-            self._write_block(_metrics_file(i), self._metric_shape(), (slice(None), slice(None), slice(start, stop)), mblock)
-            checksums[client] = self._chunk_checksum(i, start, stop)
-        self._manifest["chunks"].append({"start": int(start), "stop": int(stop), "sha256": checksums})
-        _write_json_atomically(self.path / MANIFEST, self._manifest)
+            mshape = self._metric_shape()[:2] + (stop - start,)
+            mblock = np.asarray(metrics[client] if metrics else np.full(mshape, np.nan), dtype=DTYPE)
+            if mblock.shape != mshape:
+                raise ValueError(f"metrics of client {client!r} have shape {mblock.shape}; expected {mshape}")
+            blocks.append((block, mblock))
+        try:
+            checksums = {}
+            for i, (client, (block, mblock)) in enumerate(zip(self.clients, blocks)):
+                self._write_runs(_client_file(i), self._sample_shape(), 1, start, block)
+                self._write_runs(_metrics_file(i), self._metric_shape(), 2, start, mblock)
+                checksums[client] = self._chunk_checksum(i, start, stop)
+            manifest = {**self._manifest, "chunks": self._manifest["chunks"] + [
+                {"start": int(start), "stop": int(stop), "sha256": checksums}]}
+            _write_json_atomically(self.path / MANIFEST, manifest)
+        except OSError as exc:
+            raise DumpError(f"writing runs {start}-{stop} to {self.path} failed ({exc}); the dump is intact up to "
+                            f"run {self.completed_runs}: free space or fix the cause and rerun to resume") from exc
+        self._manifest = manifest
 
-    def _write_block(self, name, shape, where, block):
+    def _write_runs(self, name, shape, run_axis, start, block):
+        """Write `block` into runs [start, start + block.shape[run_axis]) of the array file
+        `name` of `shape` with ordinary file writes (a full disk raises OSError), then fsync."""
         if block.size == 0:
             return
-        mm = self._memmap(name, shape, "r+")
-        mm[where] = block
-        mm.flush()
-        del mm
+        n_runs = shape[run_axis]
+        inner = int(np.prod(shape[run_axis + 1:]))
+        with open(self.path / name, "r+b") as fh:
+            for outer, index in enumerate(np.ndindex(*shape[:run_axis])):
+                fh.seek((outer * n_runs + start) * inner * DTYPE.itemsize)
+                fh.write(np.ascontiguousarray(block[index]).tobytes())
+            fh.flush()
+            os.fsync(fh.fileno())
 
     def _chunk_checksum(self, index, start, stop):
         h = hashlib.sha256()

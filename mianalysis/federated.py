@@ -510,23 +510,35 @@ def record_replicates(simulation, out, *, chunk_size=16, layer=None, progress=Tr
         chosen = select_layout(layout, layer)
         cols = np.concatenate([np.arange(e.offset, e.offset + e.size) for e in chosen])
         rec_layout = layout_from_shapes([(e.name, e.shape) for e in chosen])
+    names = ["train_loss", "train_accuracy", "test_loss", "test_accuracy", "eb_clients"]
+    if simulation.data.x_val is not None:
+        names[2:2] = ["val_loss", "val_accuracy"]
     meta = {"federated": simulation.describe(), "layer": layer, "replicates": simulation.replicates,
             "chunk_size": chunk_size}
     dump = ParameterDump.open_or_create(
         out, meta=meta, clients=[str(c) for c in range(simulation.data.n_clients)],
         checkpoints=list(range(simulation.config.rounds + 1)), n_runs=simulation.replicates,
-        layout=rec_layout, metric_names=("test_accuracy",),
+        layout=rec_layout, metric_names=names,
     )
-    history = []
     for start in range(dump.completed_runs, simulation.replicates, chunk_size):
         stop = min(start + chunk_size, simulation.replicates)
         hist, models = simulation.run(replicate_ids=range(start, stop), record=True, progress=progress)
-        history += hist
-        acc = np.zeros((simulation.config.rounds + 1, stop - start), dtype=np.float32)
+        values = np.full((len(names), simulation.config.rounds + 1, stop - start), np.nan, dtype=np.float32)
         for row in hist:
-            acc[row["round"], row["replicate"] - start] = row["test_accuracy"]
+            for m, name in enumerate(names):
+                values[m, row["round"], row["replicate"] - start] = row.get(name, np.nan)
         dump.write_chunk(start, stop, {str(c): models[c][:, :, cols] for c in range(simulation.data.n_clients)},
-                         {str(c): acc[None] for c in range(simulation.data.n_clients)})
+                         {str(c): values for c in range(simulation.data.n_clients)})
+    # The history of every replicate, read back from the dump (float32), whether this call
+    # ran all chunks or resumed after an interruption.
+    recorded = {name: dump.metric("0", name) for name in names}
+    history = []
+    for rep in range(dump.completed_runs):
+        for t in range(simulation.config.rounds + 1):
+            row = {"round": t, "replicate": rep}
+            row.update({name: float(recorded[name][t, rep]) for name in names
+                        if not (name == "eb_clients" and t == 0)})
+            history.append(row)
     return dump, history
 
 

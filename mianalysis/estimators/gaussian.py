@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 from scipy.linalg import LinAlgError, cholesky
 from scipy.special import digamma
@@ -139,13 +141,45 @@ def _joint_correlation(x, y, shrinkage):
             "feature carries no information and makes the covariance singular; drop it"
         )
     z /= std
-    gram = z.T @ z
+    gram = gram_matrix(z)
     if shrinkage == "ledoit-wolf":
         cov = ledoit_wolf_covariance(z, gram)
         # Ledoit-Wolf normalises by n; rescale so the diagonal is exactly 1.
         scale = np.sqrt(np.diag(cov))
         return cov / scale[:, None] / scale[None, :]
     return gram / (z.shape[0] - 1)
+
+
+GRAM_BLOCK = 256
+
+
+def gram_matrix(z, block=GRAM_BLOCK):
+    """``z.T @ z``, the same to the last bit whatever the number of BLAS threads.
+
+    Multithreaded BLAS may split a product's sums differently for different thread
+    counts. Here every block of ``block`` columns is one single-threaded BLAS call; the
+    blocks run in parallel on a thread pool, so the result depends only on `z`. The
+    lower triangle is mirrored so that the matrix is exactly symmetric.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from threadpoolctl import threadpool_limits
+
+    p = z.shape[1]
+    gram = np.empty((p, p))
+    starts = list(range(0, p, block))
+
+    def lower_block(s):  # rows s.. of the column block s..s+block: the lower triangle only
+        gram[s:, s:s + block] = z[:, s:].T @ z[:, s:s + block]
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        if len(starts) == 1:
+            lower_block(0)
+        else:
+            with ThreadPoolExecutor(max_workers=min(len(starts), os.cpu_count() or 1)) as pool:
+                list(pool.map(lower_block, starts))
+    lower = np.tril(gram)
+    return lower + np.tril(lower, -1).T
 
 
 def ledoit_wolf_covariance(z, gram=None):
@@ -158,7 +192,7 @@ def ledoit_wolf_covariance(z, gram=None):
     the cost is one Gram matrix.
     """
     n, p = z.shape
-    gram = z.T @ z if gram is None else gram
+    gram = gram_matrix(z) if gram is None else gram
     cov = gram / n
     trace = np.trace(cov)
     mu = trace / p
@@ -177,8 +211,11 @@ def _logdet_pd(corr, block, n_samples, shrinkage):
     """log det of a correlation matrix by Cholesky, or a ValueError naming the block."""
     p = corr.shape[0]
     hint = "" if shrinkage else "; use shrinkage='ledoit-wolf'"
+    from threadpoolctl import threadpool_limits
+
     try:
-        chol = cholesky(corr, lower=True, check_finite=False)
+        with threadpool_limits(limits=1, user_api="blas"):  # the same bits for any thread count
+            chol = cholesky(corr, lower=True, check_finite=False)
         diag = np.diag(chol)
         ok = np.all(diag > 0)
     except LinAlgError:

@@ -104,6 +104,11 @@ def ksg_mi(
     """
     factor = check_units(units)
     check_choice(algorithm, "algorithm", (1, 2))
+    if not isinstance(dtype, str):  # np.float32, np.dtype("float32"), ...
+        try:
+            dtype = np.dtype(dtype).name
+        except TypeError:
+            pass
     check_choice(dtype, "dtype", DTYPES)
     noise = check_nonnegative_float(noise, "noise")
     x, y = check_paired(x, y)

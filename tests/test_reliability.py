@@ -1,0 +1,307 @@
+"""Interrupted work loses nothing, failed writes leave valid dumps, damage is caught,
+and the same seed gives the same bytes whatever the threads and chunk sizes."""
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from mianalysis.cli import main
+from mianalysis.dumps import DumpError, ParameterDump
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
+CLI = [sys.executable, "-m", "mianalysis.cli"]
+
+
+def _arrays(n_ckpt=12, runs=150, params=4, seed=0):
+    rng = np.random.default_rng(seed)
+    shared = rng.standard_normal((n_ckpt, runs, params))
+    return {c: (shared + rng.standard_normal((n_ckpt, runs, params))).astype(np.float32) for c in "abc"}
+
+
+def _kill_five_times(cmd, progress, tmp_path, seed):
+    """Start `cmd` five times, each killed with SIGKILL at a random moment after
+    `progress()` has advanced by 1-2 more steps; return how many were really killed."""
+    rng = np.random.default_rng(seed)
+    kills = 0
+    for _ in range(5):
+        proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        target = progress() + int(rng.integers(1, 3))
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and progress() < target and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0, 0.05))
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            kills += 1
+        proc.wait()
+    return kills
+
+
+def test_analyze_killed_at_random_moments_resumes_to_identical_table(tmp_path):
+    ParameterDump.from_arrays(tmp_path / "d", _arrays())
+    args = ["analyze", str(tmp_path / "d"), "--permutations", "30", "--seed", "3", "--no-progress"]
+    subprocess.run(CLI + args + ["--out", str(tmp_path / "clean.csv")], check=True, env=ENV, capture_output=True)
+    journal = tmp_path / "killed.csv.partial"
+
+    def finished_checkpoints():
+        try:
+            return max(0, journal.read_text().count("\n") - 1)
+        except OSError:
+            return 0
+
+    kills = _kill_five_times(CLI + args + ["--out", str(tmp_path / "killed.csv")], finished_checkpoints, tmp_path, 1)
+    assert kills == 5 and journal.exists() and not (tmp_path / "killed.csv").exists()
+    subprocess.run(CLI + args + ["--out", str(tmp_path / "killed.csv")], check=True, env=ENV, capture_output=True)
+    assert (tmp_path / "killed.csv").read_bytes() == (tmp_path / "clean.csv").read_bytes()
+    assert not journal.exists()
+
+
+def test_analyze_journal_with_other_settings_is_refused(tmp_path):
+    from mianalysis.analysis import analyze
+
+    ParameterDump.from_arrays(tmp_path / "d", _arrays(n_ckpt=2, runs=30))
+    out = tmp_path / "t.csv"
+    journal = tmp_path / "t.csv.partial"
+    journal.write_text(json.dumps({"settings": {"k": 5}}) + "\n")
+    before = journal.read_bytes()
+    with pytest.raises(ValueError, match=r"t.csv.partial holds a partial analysis with other settings .*'k': \(5, 3\)"):
+        analyze(tmp_path / "d", out=out)
+    assert journal.read_bytes() == before and not out.exists()
+    journal.write_text("not json\n")
+    with pytest.raises(ValueError, match="is not an analysis journal"):
+        analyze(tmp_path / "d", out=out)
+
+
+def test_analyze_torn_journal_line_is_recomputed(tmp_path):
+    from mianalysis.analysis import analyze
+
+    ParameterDump.from_arrays(tmp_path / "d", _arrays(n_ckpt=3, runs=40))
+    clean = analyze(tmp_path / "d", out=tmp_path / "clean.csv")
+    # A journal with checkpoint 0 finished and checkpoint 1 cut off mid-line.
+    analyze(tmp_path / "d", out=tmp_path / "t.csv")
+    (tmp_path / "t.csv").unlink()
+    first = json.dumps({"settings": _settings_of(tmp_path)})
+    rows0 = [r for r in clean if r["checkpoint"] == 0]
+    (tmp_path / "t.csv.partial").write_text(first + "\n" + json.dumps({"checkpoint": 0, "rows": rows0}) + "\n"
+                                            + '{"checkpoint": 1, "ro')
+    again = analyze(tmp_path / "d", out=tmp_path / "t.csv")
+    assert (tmp_path / "t.csv").read_bytes() == (tmp_path / "clean.csv").read_bytes()
+    assert len(again) == len(clean)
+
+
+def _settings_of(tmp_path):
+    """The settings line analyze writes for the default arguments on tmp_path/d."""
+    from mianalysis.analysis import analyze
+
+    captured = {}
+    import mianalysis.analysis as analysis
+
+    original = analysis._Journal.__init__
+
+    def spy(self, path, settings):
+        captured.update(settings)
+        original(self, path, settings)
+
+    analysis._Journal.__init__ = spy
+    try:
+        analyze(tmp_path / "d", out=tmp_path / "spy.csv")
+    finally:
+        analysis._Journal.__init__ = original
+    return json.loads(json.dumps(captured))
+
+
+def test_federate_killed_at_random_moments_resumes_to_identical_outputs(tmp_path):
+    pytest.importorskip("torch")
+    args = ["federate", "--clients", "3", "--fraction", "1", "--rounds", "3", "--replicates", "14", "--record",
+            "--chunk-size", "1", "--batch", "20", "--layer", "5", "--seed", "2", "--no-progress"]
+    subprocess.run(CLI + args + ["--out", str(tmp_path / "clean")], check=True, env=ENV, capture_output=True)
+    manifest = tmp_path / "killed" / "dump" / "manifest.json"
+
+    def chunks():
+        try:
+            return len(json.loads(manifest.read_text())["chunks"])
+        except (OSError, ValueError):
+            return 0
+
+    kills = _kill_five_times(CLI + args + ["--out", str(tmp_path / "killed")], chunks, tmp_path, 2)
+    assert kills == 5
+    ParameterDump.open(tmp_path / "killed" / "dump").verify()
+    subprocess.run(CLI + args + ["--out", str(tmp_path / "killed")], check=True, env=ENV, capture_output=True)
+    for name in ("dump/client_0.f32", "dump/client_2.f32", "dump/metrics_1.f32", "history.csv"):
+        assert (tmp_path / "killed" / name).read_bytes() == (tmp_path / "clean" / name).read_bytes(), name
+
+
+# ---------------------------------------------------------------------- failing writes
+def _chunked_dump(path):
+    from mianalysis.dumps import layout_from_shapes
+
+    dump = ParameterDump.create(path, clients=["a", "b"], checkpoints=[0, 1], n_runs=6,
+                                layout=layout_from_shapes([("w", (3,))]), metric_names=["loss"])
+    block = {c: np.full((2, 2, 3), i + 1.0, dtype=np.float32) for i, c in enumerate("ab")}
+    dump.write_chunk(0, 2, block)
+    return dump, block
+
+
+def test_failing_array_write_leaves_the_dump_valid(tmp_path, monkeypatch):
+    dump, block = _chunked_dump(tmp_path / "d")
+    manifest = (tmp_path / "d" / "manifest.json").read_bytes()
+    calls = {"n": 0}
+    original = ParameterDump._write_runs
+
+    def disk_full(self, *args):
+        calls["n"] += 1
+        if calls["n"] == 3:  # client b's samples: a's are already written
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return original(self, *args)
+
+    monkeypatch.setattr(ParameterDump, "_write_runs", disk_full)
+    with pytest.raises(DumpError, match=r"writing runs 2-4 to .* failed \(\[Errno 28\] No space left on device\); "
+                                        r"the dump is intact up to run 2"):
+        dump.write_chunk(2, 4, block)
+    assert (tmp_path / "d" / "manifest.json").read_bytes() == manifest
+    assert dump.completed_runs == 2
+    again = ParameterDump.open(tmp_path / "d")
+    assert again.verify() == 2
+    monkeypatch.setattr(ParameterDump, "_write_runs", original)
+    again.write_chunk(2, 4, block)  # the rerun resumes
+    assert again.verify() == 4 and ParameterDump.open(tmp_path / "d").completed_runs == 4
+
+
+def test_failing_manifest_write_keeps_the_old_manifest(tmp_path, monkeypatch):
+    dump, block = _chunked_dump(tmp_path / "d")
+    manifest = (tmp_path / "d" / "manifest.json").read_bytes()
+    real_replace = os.replace
+
+    def failing_replace(src, dst):
+        if str(dst).endswith("manifest.json"):
+            raise OSError(errno.EIO, "Input/output error")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", failing_replace)
+    with pytest.raises(DumpError, match="writing runs 2-4 .* failed .*Input/output error"):
+        dump.write_chunk(2, 4, block)
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert (tmp_path / "d" / "manifest.json").read_bytes() == manifest
+    assert not (tmp_path / "d" / "manifest.json.tmp").exists()
+    assert ParameterDump.open(tmp_path / "d").verify() == 2 and dump.completed_runs == 2
+
+
+def test_file_size_limit_while_creating_is_a_clear_error(tmp_path):
+    code = (
+        "import resource, sys\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))\n"
+        "from mianalysis.dumps import ParameterDump, DumpError, layout_from_shapes\n"
+        "try:\n"
+        "    ParameterDump.create(sys.argv[1], clients=['a'], checkpoints=[0, 1], n_runs=1000,\n"
+        "                         layout=layout_from_shapes([('w', (100,))]))\n"
+        "except DumpError as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "big")], env=ENV, capture_output=True,
+                         text=True, check=True).stdout
+    assert "could not create the dump" in out and "File too large" in out and "nothing was written" in out
+    assert not (tmp_path / "big").exists() and not any(tmp_path.iterdir())
+
+
+# ---------------------------------------------------------------------- damage via the CLI
+def _damage_truncate(d):
+    f = d / "client_1.f32"
+    f.write_bytes(f.read_bytes()[:-4])
+
+
+def _damage_flip(d):
+    f = d / "client_0.f32"
+    raw = bytearray(f.read_bytes())
+    raw[100] ^= 0x01
+    f.write_bytes(bytes(raw))
+
+
+def _damage_manifest_edit(d):
+    m = d / "manifest.json"
+    manifest = json.loads(m.read_text())
+    manifest["n_params"] = 5
+    m.write_text(json.dumps(manifest))
+
+
+def _damage_manifest_truncate(d):
+    m = d / "manifest.json"
+    m.write_text(m.read_text()[:-30])
+
+
+def _damage_missing(d):
+    (d / "client_2.f32").unlink()
+
+
+def _damage_shape(d):
+    m = d / "manifest.json"
+    manifest = json.loads(m.read_text())
+    manifest["checkpoints"] = manifest["checkpoints"] + [99]
+    m.write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("damage, message", [
+    (_damage_truncate, r"client_1.f32 has \d+ bytes; the manifest's shape .* \(truncated\)"),
+    (_damage_flip, r"client_0.f32 or metrics_0.f32: runs 0-150 of client 'a' do not match their checksum"),
+    (_damage_manifest_edit, r"manifest.json: layout describes 4 parameters, n_params is 5"),
+    (_damage_manifest_truncate, r"manifest.json is damaged \(not valid JSON"),
+    (_damage_missing, r"client_2.f32 is missing \(client 'c'\)"),
+    (_damage_shape, r"client_0.f32 has \d+ bytes; the manifest's shape \(13, 150, 4\)"),
+])
+def test_verify_detects_damage(tmp_path, capsys, damage, message):
+    import re
+
+    ParameterDump.from_arrays(tmp_path / "d", _arrays())
+    assert main(["verify", str(tmp_path / "d")]) == 0
+    capsys.readouterr()
+    damage(tmp_path / "d")
+    assert main(["verify", str(tmp_path / "d")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert re.search(message, err), err
+    with pytest.raises(DumpError, match=message):
+        ParameterDump.open(tmp_path / "d").verify()
+
+
+# ---------------------------------------------------------------------- determinism
+def _sample_and_analyze(tmp_path, name, threads, chunk):
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "NUMBA_NUM_THREADS": str(threads),
+           "MKL_NUM_THREADS": str(threads)}
+    settings = ["--set", "n_layers=2", "--set", "seq_len=16", "--set", "n_examples=32", "--set", "batch_size=8"]
+    out = tmp_path / name
+    subprocess.run(CLI + ["sample", "--task", "signal-rnn", "--runs", "24", "--chunk-size", str(chunk), "--seed", "7",
+                          "--out", str(out), "--no-progress", *settings], check=True, env=env, capture_output=True)
+    subprocess.run(CLI + ["analyze", str(out), "--out", str(tmp_path / f"{name}.csv"), "--permutations", "3",
+                          "--no-progress"], check=True, env=env, capture_output=True)
+    return out
+
+
+def test_same_seed_same_bytes_across_threads_and_chunk_sizes(tmp_path):
+    pytest.importorskip("torch")
+    a = _sample_and_analyze(tmp_path, "t1", threads=1, chunk=8)
+    b = _sample_and_analyze(tmp_path, "t2", threads=2, chunk=5)
+    for name in ("client_0.f32", "client_1.f32", "client_2.f32", "metrics_0.f32"):
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    assert (tmp_path / "t1.csv").read_bytes() == (tmp_path / "t2.csv").read_bytes()
+
+
+def test_estimates_do_not_depend_on_threads():
+    code = ("import numpy as np, numba\n"
+            "from mianalysis import ksg_mi, gaussian_mi, mi_permutation_test\n"
+            "rng = np.random.default_rng(0)\n"
+            "x = rng.standard_normal((700, 6)); y = x + rng.standard_normal((700, 6))\n"
+            "r = mi_permutation_test(x, y, n_permutations=5, random_state=1)\n"
+            "print(repr(ksg_mi(x, y, random_state=2)), repr(ksg_mi(x, y, algorithm=2, dtype=np.float32)),"
+            " repr(gaussian_mi(x, y)), repr(r.pvalue), repr(r.null_mean))\n")
+    outs = []
+    for threads in ("1", "2"):
+        env = {**os.environ, "NUMBA_NUM_THREADS": threads, "OMP_NUM_THREADS": threads}
+        outs.append(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                   check=True).stdout)
+    assert outs[0] == outs[1] and outs[0].count(" ") == 4
