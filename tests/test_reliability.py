@@ -4,13 +4,12 @@ and the same seed gives the same bytes whatever the threads and chunk sizes."""
 import errno
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
+from interrupt import kill_at_random_moments
 
 from mianalysis.cli import main
 from mianalysis.dumps import DumpError, ParameterDump
@@ -25,25 +24,6 @@ def _arrays(n_ckpt=12, runs=150, params=4, seed=0):
     return {c: (shared + rng.standard_normal((n_ckpt, runs, params))).astype(np.float32) for c in "abc"}
 
 
-def _kill_five_times(cmd, progress, tmp_path, seed):
-    """Start `cmd` five times, each killed with SIGKILL at a random moment after
-    `progress()` has advanced by 1-2 more steps; return how many were really killed."""
-    rng = np.random.default_rng(seed)
-    kills = 0
-    for _ in range(5):
-        proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        target = progress() + int(rng.integers(1, 3))
-        deadline = time.monotonic() + 120
-        while proc.poll() is None and progress() < target and time.monotonic() < deadline:
-            time.sleep(0.005)
-        time.sleep(rng.uniform(0, 0.05))
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
-            kills += 1
-        proc.wait()
-    return kills
-
-
 def test_analyze_killed_at_random_moments_resumes_to_identical_table(tmp_path):
     ParameterDump.from_arrays(tmp_path / "d", _arrays())
     args = ["analyze", str(tmp_path / "d"), "--permutations", "30", "--seed", "3", "--no-progress"]
@@ -56,7 +36,8 @@ def test_analyze_killed_at_random_moments_resumes_to_identical_table(tmp_path):
         except OSError:
             return 0
 
-    kills = _kill_five_times(CLI + args + ["--out", str(tmp_path / "killed.csv")], finished_checkpoints, tmp_path, 1)
+    kills = kill_at_random_moments(CLI + args + ["--out", str(tmp_path / "killed.csv")], finished_checkpoints,
+                                   env=ENV, seed=1)
     assert kills == 5 and journal.exists() and not (tmp_path / "killed.csv").exists()
     subprocess.run(CLI + args + ["--out", str(tmp_path / "killed.csv")], check=True, env=ENV, capture_output=True)
     assert (tmp_path / "killed.csv").read_bytes() == (tmp_path / "clean.csv").read_bytes()
@@ -130,7 +111,7 @@ def test_federate_killed_at_random_moments_resumes_to_identical_outputs(tmp_path
         except (OSError, ValueError):
             return 0
 
-    kills = _kill_five_times(CLI + args + ["--out", str(tmp_path / "killed")], chunks, tmp_path, 2)
+    kills = kill_at_random_moments(CLI + args + ["--out", str(tmp_path / "killed")], chunks, env=ENV, seed=2)
     assert kills == 5
     ParameterDump.open(tmp_path / "killed" / "dump").verify()
     subprocess.run(CLI + args + ["--out", str(tmp_path / "killed")], check=True, env=ENV, capture_output=True)

@@ -1,13 +1,12 @@
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 from conftest import TINY_DIGITS, TINY_SIGNAL
+from interrupt import kill_at_random_moments
 
 torch = pytest.importorskip("torch")
 
@@ -150,23 +149,9 @@ def test_sigkill_at_random_moments_then_resume_is_bit_identical(tmp_path):
            "--chunk-size", "2", "--seed", "4", "--no-progress", *settings]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     subprocess.run(cmd + ["--out", str(tmp_path / "clean")], check=True, env=env, capture_output=True)
-    rng = np.random.default_rng(0)
     manifest = tmp_path / "killed" / "manifest.json"
-    kills = 0
-    for attempt in range(5):
-        proc = subprocess.Popen(cmd + ["--out", str(tmp_path / "killed")], env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        # Kill at a random moment after a random number of further chunks is recorded.
-        target = _completed(manifest) + int(rng.integers(1, 4))
-        deadline = time.monotonic() + 120
-        while proc.poll() is None and _completed(manifest) < target and time.monotonic() < deadline:
-            time.sleep(0.005)
-        time.sleep(rng.uniform(0, 0.05))
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
-            kills += 1
-        proc.wait()
-        ParameterDump.open(tmp_path / "killed").verify()  # valid at its last completed chunk
+    kills = kill_at_random_moments(cmd + ["--out", str(tmp_path / "killed")], lambda: _completed(manifest), env=env,
+                                   seed=0, after_each=lambda: ParameterDump.open(tmp_path / "killed").verify())
     subprocess.run(cmd + ["--out", str(tmp_path / "killed")], check=True, env=env, capture_output=True)
     assert kills == 5
     for name in ("client_0.f32", "client_1.f32", "client_2.f32", "metrics_0.f32", "metrics_2.f32"):
