@@ -12,7 +12,8 @@ def _load_array(path, name):
     try:
         if str(path).endswith(".npy"):
             return np.load(path, allow_pickle=False)
-        return np.loadtxt(path, ndmin=2)
+        # Text: comma-separated (.csv) or whitespace-separated, one sample per row.
+        return np.loadtxt(path, ndmin=2, delimiter="," if str(path).endswith(".csv") else None)
     except (OSError, ValueError) as exc:
         raise ValueError(f"cannot read `{name}` from {path}: {exc}") from exc
 
@@ -151,8 +152,16 @@ def _cmd_verify(args):
     print(f"{args.dump}: OK, {runs} runs verified, {state}")
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """Argument errors as one line ("mianalysis sample: error: ..."), no usage block."""
+
+    def error(self, message):
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def build_parser():
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="mianalysis",
         description="Mutual information and distances between federated clients' parameter vectors.",
     )
@@ -167,7 +176,7 @@ def build_parser():
                       help="instead: estimators vs closed forms on correlated Gaussians")
     demo.set_defaults(func=_cmd_demo)
 
-    est = sub.add_parser("estimate", help="MI between two sample arrays (.npy or text, rows = samples)")
+    est = sub.add_parser("estimate", help="MI between two sample arrays (.npy, .csv or whitespace-separated text; rows = samples)")
     est.add_argument("x")
     est.add_argument("y")
     est.add_argument("--estimator", choices=["ksg", "gaussian"], default="ksg")
@@ -252,7 +261,10 @@ def build_parser():
 
 def main(argv=None):
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argument errors (exit 2) and --help (exit 0)
+        return exc.code
     try:
         args.func(args)
     except (ValueError, TypeError, OSError) as exc:
