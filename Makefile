@@ -26,3 +26,4 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/bench_estimators.py
 	$(PY) benchmarks/bench_sampler.py --paper-scale
+	$(PY) benchmarks/bench_memory.py
