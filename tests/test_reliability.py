@@ -286,3 +286,16 @@ def test_estimates_do_not_depend_on_threads():
         outs.append(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                                    check=True).stdout)
     assert outs[0] == outs[1] and outs[0].count(" ") == 4
+
+
+def test_federated_recording_same_bytes_across_threads_and_chunk_sizes(tmp_path):
+    pytest.importorskip("torch")
+    args = ["federate", "--clients", "3", "--fraction", "1", "--rounds", "2", "--replicates", "6", "--record",
+            "--batch", "10", "--layer", "5", "--seed", "1", "--no-progress"]
+    for name, threads, chunk in (("a", "1", "2"), ("b", "2", "5")):
+        env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+        subprocess.run(CLI + args + ["--chunk-size", chunk, "--out", str(tmp_path / name)], check=True, env=env,
+                       capture_output=True)
+    for name in ("client_0.f32", "client_2.f32", "metrics_0.f32"):
+        assert (tmp_path / "a" / "dump" / name).read_bytes() == (tmp_path / "b" / "dump" / name).read_bytes(), name
+    assert (tmp_path / "a" / "history.csv").read_bytes() == (tmp_path / "b" / "history.csv").read_bytes()
