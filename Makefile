@@ -27,3 +27,4 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_estimators.py
 	$(PY) benchmarks/bench_sampler.py --paper-scale
 	$(PY) benchmarks/bench_memory.py
+	$(PY) benchmarks/bench_permutations.py

@@ -45,3 +45,25 @@ def test_estimator_arguments_are_passed_on(rng):
     bits = mi_permutation_test(x, y, estimator="gaussian", n_permutations=3, random_state=1)
     nats = mi_permutation_test(x, y, estimator="gaussian", n_permutations=3, random_state=1, units="nats")
     assert nats.estimate == pytest.approx(bits.estimate * np.log(2))
+
+
+@pytest.mark.parametrize("algorithm, k", [(1, 3), (2, 3), (1, 40), (2, 1)])
+def test_cached_marginal_distances_give_the_same_null_to_the_bit(algorithm, k):
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((300, 4))
+    y = np.round(0.5 * x[:, :2] + rng.standard_normal((300, 2)), 1)  # ties: the noise must match too
+    kwargs = dict(n_permutations=12, random_state=5, algorithm=algorithm, k=k)
+    cached = mi_permutation_test(x, y, distance_cache=True, **kwargs)
+    direct = mi_permutation_test(x, y, distance_cache=False, **kwargs)
+    assert cached.estimate == direct.estimate and cached.pvalue == direct.pvalue
+    np.testing.assert_array_equal(cached.null_distribution, direct.null_distribution)
+
+
+def test_distance_cache_argument():
+    x = np.random.default_rng(0).standard_normal((30, 2))
+    with pytest.raises(ValueError, match="`distance_cache` must be 'auto', True or False; got 'yes'"):
+        mi_permutation_test(x, x[::-1], distance_cache="yes")
+    with pytest.raises(TypeError, match=r"unexpected keyword arguments \['kk'\]"):
+        mi_permutation_test(x, x[::-1], kk=3)
+    with pytest.raises(ValueError, match=r"`k` must be in \[1, 29\]"):
+        mi_permutation_test(x, x[::-1], k=30)

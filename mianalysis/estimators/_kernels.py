@@ -171,3 +171,52 @@ def ksg_neighbour_counts(x, y, x_t, y_t, k, algorithm):
             nx[i] = cx
             ny[i] = cy
     return nx, ny
+
+
+# ---------------------------------------------------------------------- permutation nulls
+PERMUTED_BLOCK = 64  # rows per work item of the permuted-count kernel
+
+
+@numba.njit(parallel=True, cache=True)
+def marginal_distance_matrix(data, data_t, out):
+    """out[i, j] = max_f |data[i, f] - data[j, f]|: the full max-norm distance matrix of
+    one marginal space, computed by the same tiles as :func:`ksg_neighbour_counts` (so
+    the values are bit-identical to the ones that kernel uses)."""
+    n = data.shape[0]
+    n_groups = (n + GROUP_ROWS - 1) // GROUP_ROWS
+    for g in prange(n_groups):
+        r0 = g * GROUP_ROWS
+        r1 = min(r0 + GROUP_ROWS, n)
+        q = np.empty((GROUP_ROWS, data.shape[1]), dtype=data.dtype)
+        for r in range(GROUP_ROWS):
+            q[r] = data[min(r0 + r, n - 1)]
+        buf = np.empty((GROUP_ROWS, n), dtype=data.dtype)
+        _maxabs_rows(data_t, q, buf)
+        for i in range(r0, r1):
+            out[i] = buf[i - r0]
+
+
+@numba.njit(parallel=True, cache=True)
+def permuted_neighbour_counts(dx, dy, perm, k, algorithm):
+    """Neighbour counts of the pairing x[i] <-> y[perm[i]] from cached marginal distance
+    matrices: O(n^2) per permutation instead of O(n^2 d).
+
+    The joint distance of samples i and j is max(dx[i, j], dy[perm[i], perm[j]]); row
+    perm[i] of dy, gathered through perm, is the y-row of sample i. Counts equal those of
+    :func:`ksg_neighbour_counts` on (x, y[perm]) exactly.
+    """
+    n = dx.shape[0]
+    nx = np.empty(n, dtype=np.int64)
+    ny = np.empty(n, dtype=np.int64)
+    n_blocks = (n + PERMUTED_BLOCK - 1) // PERMUTED_BLOCK
+    for b in prange(n_blocks):
+        gathered = np.empty(n, dtype=dy.dtype)
+        scratch = np.empty(n if k > INSERTION_MAX_K else k, dtype=dx.dtype)
+        for i in range(b * PERMUTED_BLOCK, min((b + 1) * PERMUTED_BLOCK, n)):
+            row = dy[perm[i]]
+            for j in range(n):
+                gathered[j] = row[perm[j]]
+            cx, cy = _row_counts(dx[i], gathered, i, k, algorithm, scratch)
+            nx[i] = cx
+            ny[i] = cy
+    return nx, ny
