@@ -125,3 +125,22 @@ def test_matches_kraskov_milca_program(name, xcols, ycols, ks, expected):
     for k, want in zip(ks, expected):
         got = ksg_mi(data[:, xcols], data[:, ycols], k=k, algorithm=2, noise=0, units="nats")
         assert got == pytest.approx(want, abs=1e-7), f"k={k}"
+
+
+@pytest.mark.parametrize("algorithm", [1, 2])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_torch_backend_gives_the_numba_counts(algorithm, dtype):
+    torch = pytest.importorskip("torch")  # noqa: F841
+    from mianalysis.estimators.ksg import ksg_counts, ksg_counts_torch
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((700, 5))
+    y = np.round(x[:, :2] + rng.standard_normal((700, 2)), 1)  # many ties
+    for k in (1, 3, 40):
+        expected = ksg_counts(x, y, k, algorithm, dtype)
+        got = ksg_counts_torch(x, y, k, algorithm, dtype, device="cpu", block=128)
+        np.testing.assert_array_equal(got[0], expected[0])
+        np.testing.assert_array_equal(got[1], expected[1])
+    assert ksg_mi(x, y, backend="torch", device="cpu", random_state=1) == ksg_mi(x, y, random_state=1)
+    with pytest.raises(ValueError, match="`backend` must be one of 'numba', 'torch'"):
+        ksg_mi(x, y, backend="jax")
