@@ -99,3 +99,29 @@ def test_plots_from_table(tmp_path, rng):
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ValueError, match="`kind` must be one of"):
         save_figure(rows, "bars", tmp_path / "x.png")
+
+
+def test_ksg_from_each_clients_cached_distances(tmp_path, rng):
+    from mianalysis import ksg_mi
+    from mianalysis.analysis import KSG_NOISE
+    from mianalysis.estimators.ksg import add_tie_breaking_noise
+
+    samples = correlated_clients(rng, n_runs=400)
+    dump = ParameterDump.from_arrays(tmp_path / "d", samples)
+    cached = analyze(dump, estimators=("ksg",), metrics=(), permutations=4, random_state=3, distance_cache=True)
+    direct = analyze(dump, estimators=("ksg",), metrics=(), permutations=4, random_state=3, distance_cache=False)
+    # The cache draws the tie-breaking noise per (checkpoint, client): the same estimates as
+    # ksg_mi on those noised samples, and the permutations of the pair's own stream.
+    t, a, b = 2, 0, 2
+    noised = [add_tie_breaking_noise(dump.samples(str(c), t).astype(float), KSG_NOISE,
+                                     np.random.default_rng([3, t, c, 2])) for c in range(3)]
+    row = select(cached, "mi_ksg", "0", "2")[t]
+    assert row["value"] == pytest.approx(ksg_mi(noised[a], noised[b], noise=0), abs=1e-12)
+    perm_rng = np.random.default_rng([3, t, a, b, 1])
+    null = [ksg_mi(noised[a], noised[b][perm_rng.permutation(400)], noise=0) for _ in range(4)]
+    assert row["null_mean"] == pytest.approx(np.mean(null), abs=1e-12)
+    # Without the cache the noise differs, which cannot move counts of continuous data.
+    for r_cached, r_direct in zip(cached, direct):
+        assert r_cached["value"] == pytest.approx(r_direct["value"], abs=1e-9)
+    with pytest.raises(ValueError, match="`distance_cache` must be 'auto', True or False"):
+        analyze(dump, distance_cache="always")

@@ -142,65 +142,36 @@ def check_ksg_settings(units, algorithm, dtype):
     return factor, algorithm, dtype
 
 
-def ksg_permutation_estimates(x, y, permutations, k, algorithm, dtype="float64"):
-    """KSG estimates (nats) of the pairing x[i] <-> y[perm[i]] for the identity and each
-    permutation, from the two marginal distance matrices computed once (O(n^2 d)); each
-    pairing then costs O(n^2). Needs 2 n^2 values of `dtype` in memory. Equal, to the
-    bit, to ``ksg_mi(x, y[perm], noise=0)`` for each perm."""
-    from ._kernels import marginal_distance_matrix, permuted_neighbour_counts
+def marginal_distances(a, dtype="float64"):
+    """The (n, n) max-norm distance matrix of the samples `a` (n, d), as the KSG kernel
+    computes its distances (bit for bit)."""
+    from ._kernels import marginal_distance_matrix
 
-    n = x.shape[0]
-    dist = []
-    for a in (x, y):
-        a = np.ascontiguousarray(a, dtype=dtype)
-        d = np.empty((n, n), dtype=dtype)
-        marginal_distance_matrix(a, np.ascontiguousarray(a.T), d)
-        dist.append(d)
+    a = np.ascontiguousarray(a, dtype=dtype)
+    out = np.empty((a.shape[0], a.shape[0]), dtype=dtype)
+    marginal_distance_matrix(a, np.ascontiguousarray(a.T), out)
+    return out
+
+
+def ksg_estimates_from_distances(dx, dy, permutations, k, algorithm):
+    """KSG estimates (nats) of the pairing x[i] <-> y[perm[i]] for the identity and then
+    each permutation, from the marginal distance matrices: O(n^2) each."""
+    from ._kernels import permuted_neighbour_counts
+
     out = []
-    for perm in [np.arange(n)] + list(permutations):
-        nx, ny = permuted_neighbour_counts(dist[0], dist[1], np.ascontiguousarray(perm, dtype=np.int64), int(k),
-                                           int(algorithm))
+    for perm in [np.arange(dx.shape[0])] + list(permutations):
+        nx, ny = permuted_neighbour_counts(dx, dy, np.ascontiguousarray(perm, dtype=np.int64), int(k), int(algorithm))
         out.append(ksg_from_counts(nx, ny, k, algorithm))
     return np.array(out)
 
 
-def ksg_counts_torch(x, y, k, algorithm, dtype="float64", device=None, block=1024):
-    """:func:`ksg_counts` with PyTorch: rows in blocks of `block`, full marginal rows by
-    ``torch.cdist(p=inf)``, the k-th joint distance by ``topk``, counts by comparisons."""
-    import torch
-
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    tdtype = torch.float64 if dtype == "float64" else torch.float32
-    xt = torch.as_tensor(np.ascontiguousarray(x), dtype=tdtype, device=device)
-    yt = torch.as_tensor(np.ascontiguousarray(y), dtype=tdtype, device=device)
-    n = xt.shape[0]
-    nx = torch.empty(n, dtype=torch.int64, device=device)
-    ny = torch.empty(n, dtype=torch.int64, device=device)
-    for r0 in range(0, n, block):
-        r1 = min(r0 + block, n)
-        rows = torch.arange(r1 - r0, device=device)
-        dx = torch.cdist(xt[r0:r1], xt, p=float("inf"))
-        dy = torch.cdist(yt[r0:r1], yt, p=float("inf"))
-        joint = torch.maximum(dx, dy)
-        joint[rows, rows + r0] = float("inf")  # a sample is not its own neighbour
-        eps = torch.topk(joint, k, dim=1, largest=False).values[:, -1:]
-        if algorithm == 1:
-            cx = (dx < eps).sum(1) - 1  # the sample itself is at distance 0 < eps
-            cy = (dy < eps).sum(1) - 1
-            if bool((eps <= 0).any()):  # eps = 0: the self pair was not counted
-                cx = cx + (eps[:, 0] <= 0)
-                cy = cy + (eps[:, 0] <= 0)
-        else:
-            within = joint <= eps
-            zero = torch.zeros((), dtype=tdtype, device=device)
-            eps_x = torch.where(within, dx, zero).amax(1, keepdim=True)
-            eps_y = torch.where(within, dy, zero).amax(1, keepdim=True)
-            cx = (dx <= eps_x).sum(1) - 1
-            cy = (dy <= eps_y).sum(1) - 1
-        nx[r0:r1] = cx
-        ny[r0:r1] = cy
-    return nx.cpu().numpy(), ny.cpu().numpy()
+def ksg_permutation_estimates(x, y, permutations, k, algorithm, dtype="float64"):
+    """KSG estimates (nats) of the identity pairing and each permutation, from the two
+    marginal distance matrices computed once (O(n^2 d)); each pairing then costs O(n^2).
+    Needs 2 n^2 values of `dtype` in memory. Equal, to the bit, to
+    ``ksg_mi(x, y[perm], noise=0)`` for each perm."""
+    return ksg_estimates_from_distances(marginal_distances(x, dtype), marginal_distances(y, dtype), permutations, k,
+                                        algorithm)
 
 
 def add_tie_breaking_noise(a, noise, rng):
