@@ -19,6 +19,11 @@ table gives mean and standard deviation over them.
     python experiments/invariance.py --quick   # 5 rounds, 5 local epochs, 2 replicates
     python experiments/invariance.py           # 10 rounds, 50 local epochs, 5 replicates
 
+Each configuration's result is saved under runs/invariance{_quick}/ as it finishes, so an
+interrupted run resumes, and `--sizes equal` / `--sizes unequal` can run in two processes
+at once; a final run with the default `--sizes both` writes the table and figure. Torch
+runs on one thread per process (the per-step work is small).
+
 Writes figures/invariance{_quick}.md (the table), .csv (per-round metrics of every
 configuration), .png (held-out and validation accuracy per round) and .json (settings,
 times).
@@ -47,18 +52,34 @@ METRICS = ["train_loss", "val_loss", "train_accuracy", "val_accuracy", "test_acc
 
 
 def main():
+    import torch
+
+    torch.set_num_threads(1)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--sizes", choices=["both", "equal", "unequal"], default="both")
+    parser.add_argument("--work", default=str(ROOT / "runs"), help="per-configuration results (resumed)")
     args = parser.parse_args()
     rounds, epochs, replicates = (5, 5, 2) if args.quick else (10, 50, 5)
     suffix = "_quick" if args.quick else ""
     out = ROOT / "figures"
+    work = Path(args.work) / f"invariance{suffix}"
+    work.mkdir(parents=True, exist_ok=True)
+    settings = {"rounds": rounds, "epochs": epochs, "replicates": replicates, "lr": args.lr}
     results, curves, timing = [], [], {}
-    for equal in (True, False):
+    for equal in {"both": (True, False), "equal": (True,), "unequal": (False,)}[args.sizes]:
         data = FederatedData.environments(n_clients=53, n_test_clients=10, examples_per_client=200,
                                           equal_size=equal, seed=0)
         for label, rule, placement in ALGORITHMS:
+            key = f"{'equal' if equal else 'unequal'}/{label}/{placement}"
+            saved = work / (key.replace("/", "_").replace(" ", "-") + ".json")
+            if saved.exists() and json.loads(saved.read_text())["settings"] == settings:
+                done = json.loads(saved.read_text())
+                results.append(done["row"])
+                curves += done["curves"]
+                timing[key] = done["seconds"]
+                continue
             cfg = FederatedConfig(rounds=rounds, client_fraction=15 / 53, local_epochs=epochs, batch_size=64,
                                   lr=args.lr, algorithm="fedavg" if placement == "update" else "fedsgd",
                                   aggregator=rule, placement=placement,
@@ -66,7 +87,6 @@ def main():
             sim = FederatedSimulation("mlp", data, cfg, replicates=replicates, seed=0, hidden=256)
             start = time.perf_counter()
             history, _ = sim.run()
-            key = f"{'equal' if equal else 'unequal'}/{label}/{placement}"
             timing[key] = round(time.perf_counter() - start, 1)
             final = [h for h in history if h["round"] == rounds]
             row = {"equal_size": equal, "algorithm": label, "placement": placement}
@@ -74,11 +94,18 @@ def main():
                 vals = np.array([h[m] for h in final])
                 row[m], row[f"{m}_sd"] = float(vals.mean()), float(vals.std(ddof=1))
             results.append(row)
+            mine = []
             for t in range(rounds + 1):
                 at = [h for h in history if h["round"] == t]
-                curves.append({"equal_size": equal, "algorithm": label, "placement": placement, "round": t,
-                               **{m: float(np.mean([h[m] for h in at])) for m in METRICS}})
+                mine.append({"equal_size": equal, "algorithm": label, "placement": placement, "round": t,
+                             **{m: float(np.mean([h[m] for h in at])) for m in METRICS}})
+            curves += mine
+            tmp = saved.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"settings": settings, "row": row, "curves": mine, "seconds": timing[key]}))
+            tmp.replace(saved)
             print(f"{key}: {timing[key]} s, held-out accuracy {row['test_accuracy']:.3f}", flush=True)
+    if args.sizes != "both":
+        return
     with open(out / f"invariance{suffix}.csv", "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(curves[0]))
         writer.writeheader()
