@@ -174,6 +174,45 @@ def ksg_permutation_estimates(x, y, permutations, k, algorithm, dtype="float64")
                                         algorithm)
 
 
+def ksg_counts_torch(x, y, k, algorithm, dtype="float64", device=None, block=1024):
+    """:func:`ksg_counts` with PyTorch: rows in blocks of `block`, full marginal rows by
+    ``torch.cdist(p=inf)``, the k-th joint distance by ``topk``, counts by comparisons."""
+    import torch
+
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    tdtype = torch.float64 if dtype == "float64" else torch.float32
+    xt = torch.as_tensor(np.ascontiguousarray(x), dtype=tdtype, device=device)
+    yt = torch.as_tensor(np.ascontiguousarray(y), dtype=tdtype, device=device)
+    n = xt.shape[0]
+    nx = torch.empty(n, dtype=torch.int64, device=device)
+    ny = torch.empty(n, dtype=torch.int64, device=device)
+    for r0 in range(0, n, block):
+        r1 = min(r0 + block, n)
+        rows = torch.arange(r1 - r0, device=device)
+        dx = torch.cdist(xt[r0:r1], xt, p=float("inf"))
+        dy = torch.cdist(yt[r0:r1], yt, p=float("inf"))
+        joint = torch.maximum(dx, dy)
+        joint[rows, rows + r0] = float("inf")  # a sample is not its own neighbour
+        eps = torch.topk(joint, k, dim=1, largest=False).values[:, -1:]
+        if algorithm == 1:
+            cx = (dx < eps).sum(1) - 1  # the sample itself is at distance 0 < eps
+            cy = (dy < eps).sum(1) - 1
+            if bool((eps <= 0).any()):  # eps = 0: the self pair was not counted
+                cx = cx + (eps[:, 0] <= 0)
+                cy = cy + (eps[:, 0] <= 0)
+        else:
+            within = joint <= eps
+            zero = torch.zeros((), dtype=tdtype, device=device)
+            eps_x = torch.where(within, dx, zero).amax(1, keepdim=True)
+            eps_y = torch.where(within, dy, zero).amax(1, keepdim=True)
+            cx = (dx <= eps_x).sum(1) - 1
+            cy = (dy <= eps_y).sum(1) - 1
+        nx[r0:r1] = cx
+        ny[r0:r1] = cy
+    return nx.cpu().numpy(), ny.cpu().numpy()
+
+
 def add_tie_breaking_noise(a, noise, rng):
     """Return `a` plus Gaussian noise of `noise` times each column's standard deviation."""
     scale = noise * a.std(axis=0)
