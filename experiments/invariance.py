@@ -62,6 +62,8 @@ def main():
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--sizes", choices=["both", "equal", "unequal"], default="both")
     parser.add_argument("--work", default=str(ROOT / "runs"), help="per-configuration results (resumed)")
+    parser.add_argument("--reverse", action="store_true",
+                        help="run the configurations in reverse order (a second process on the same sizes)")
     args = parser.parse_args()
     rounds, epochs, replicates = (5, 5, 2) if args.quick else (10, 50, 5)
     suffix = "_quick" if args.quick else ""
@@ -73,7 +75,7 @@ def main():
     for equal in {"both": (True, False), "equal": (True,), "unequal": (False,)}[args.sizes]:
         data = FederatedData.environments(n_clients=53, n_test_clients=10, examples_per_client=200,
                                           equal_size=equal, seed=0)
-        for label, rule, placement in ALGORITHMS:
+        for label, rule, placement in (ALGORITHMS[::-1] if args.reverse else ALGORITHMS):
             key = f"{'equal' if equal else 'unequal'}/{label}/{placement}"
             saved = work / (key.replace("/", "_").replace(" ", "-") + ".json")
             if saved.exists() and json.loads(saved.read_text())["settings"] == settings:
