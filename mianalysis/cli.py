@@ -90,7 +90,8 @@ def _cmd_analyze(args):
 
     rows = analyze(args.dump, estimators=args.estimators, metrics=args.metrics, k=args.k,
                    permutations=args.permutations, layer=args.layer, random_state=args.seed,
-                   out=args.out, progress=not args.no_progress)
+                   out=args.out, progress=not args.no_progress,
+                   distance_cache=False if args.no_distance_cache else "auto")
     print(f"wrote {len(rows)} rows to {args.out}")
 
 
@@ -211,6 +212,8 @@ def build_parser():
     ana.add_argument("--permutations", type=int, default=0)
     ana.add_argument("--layer", action="append", help="analyse only this tensor (repeatable)")
     ana.add_argument("--seed", type=int, default=0)
+    ana.add_argument("--no-distance-cache", action="store_true",
+                     help="do not keep each client's runs x runs KSG distance matrix in memory")
     ana.add_argument("--no-progress", action="store_true")
     ana.set_defaults(func=_cmd_analyze)
 

@@ -1,7 +1,9 @@
 import numpy as np
 import pytest
 
+from mianalysis.analysis import read_table
 from mianalysis.cli import main
+from mianalysis.dumps import ParameterDump
 
 
 def test_estimator_demo_prints_table(capsys):
@@ -117,3 +119,15 @@ def test_federate_environments_step_placement_with_client_eb(tmp_path, capsys):
     assert "val_accuracy" in header and "test_accuracy" in header
     eb = (out / "client_eb.csv").read_text().splitlines()
     assert eb[0] == "round,replicate,client,eb" and len(eb) == 1 + 2 * 2  # 2 rounds x 2 clients
+
+
+def test_analyze_without_distance_cache_gives_the_same_table(tmp_path):
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((2, 60, 3))
+    ParameterDump.from_arrays(tmp_path / "d", {c: base + rng.standard_normal(base.shape) for c in "ab"})
+    assert main(["analyze", str(tmp_path / "d"), "--out", str(tmp_path / "a.csv"), "--no-progress"]) == 0
+    assert main(["analyze", str(tmp_path / "d"), "--out", str(tmp_path / "b.csv"), "--no-progress",
+                 "--no-distance-cache"]) == 0
+    a, b = read_table(tmp_path / "a.csv"), read_table(tmp_path / "b.csv")
+    assert [r["quantity"] for r in a] == [r["quantity"] for r in b]
+    np.testing.assert_allclose([r["value"] for r in a], [r["value"] for r in b], atol=1e-9)
