@@ -19,13 +19,13 @@ thread: the models are tiny and a second thread only adds overhead.
 """
 
 import argparse
-import csv
 import json
 import time
 from pathlib import Path
 
 import numpy as np
 
+from mianalysis.federated import write_rows
 from mianalysis.personalized import PersonalizedConfig, PersonalizedSimulation
 from mianalysis.tasks.multitask import DEFAULT_TASKS, make_multitask
 
@@ -59,10 +59,8 @@ def main():
                 rows += [{"allocation": alloc, "method": method, "seed": seed, **r} for r in sim.run()]
             timing[f"{alloc}/{method}"] = round(time.perf_counter() - start, 1)
             print(f"{alloc}/{method}: {timing[f'{alloc}/{method}']} s", flush=True)
-    with open(out / f"fedgradnorm{suffix}.csv", "w", newline="") as fh:  # every 10th round, to keep it small
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(r for r in rows if r["round"] % 10 == 0 or r["round"] == rounds)
+    # every 10th round, to keep the file small
+    write_rows([r for r in rows if r["round"] % 10 == 0 or r["round"] == rounds], out / f"fedgradnorm{suffix}.csv")
     table, final = markdown_table(rows, rounds)
     (out / f"fedgradnorm{suffix}.md").write_text(
         f"{seeds} seeds per cell (mean ± sd) after {rounds} rounds; accuracy for the classifiers, test MSE for the "

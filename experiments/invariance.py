@@ -32,14 +32,13 @@ times).
 """
 
 import argparse
-import csv
 import json
 import time
 from pathlib import Path
 
 import numpy as np
 
-from mianalysis.federated import FederatedConfig, FederatedData, FederatedSimulation
+from mianalysis.federated import FederatedConfig, FederatedData, FederatedSimulation, build_model, write_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 ALGORITHMS = [  # (label, aggregator, placement)
@@ -111,10 +110,7 @@ def main():
     if args.sizes != "both":
         return
     controls = centralised_controls(epochs=30 if not args.quick else 5, lr=args.lr, seeds=3)
-    with open(out / f"invariance{suffix}.csv", "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(curves[0]))
-        writer.writeheader()
-        writer.writerows(curves)
+    write_rows(curves, out / f"invariance{suffix}.csv")
     table = markdown_table(results)
     (out / f"invariance{suffix}.md").write_text(
         f"{replicates} replicates per row (mean ± sd), {rounds} rounds, {epochs} local epochs, 15 of 53 clients per "
@@ -147,8 +143,7 @@ def centralised_controls(epochs, lr, seeds):
         for seed in range(seeds):
             gen = torch.Generator().manual_seed(seed)
             torch.manual_seed(seed)
-            model = torch.nn.Sequential(torch.nn.Linear(x.shape[1], 256), torch.nn.ReLU(), torch.nn.Linear(256, 256),
-                                        torch.nn.ReLU(), torch.nn.Linear(256, 2))
+            model = build_model("mlp", (x.shape[1],), n_classes=2, hidden=256)
             opt = torch.optim.SGD(model.parameters(), lr=lr)
             for _ in range(epochs):
                 order = torch.randperm(len(y), generator=gen)

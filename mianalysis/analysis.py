@@ -15,7 +15,7 @@ from ._validation import check_choice, check_int
 from .distances import METRICS, paired_distances
 from .estimators import gaussian_mi, ksg_mi, mi_permutation_test
 from .estimators.ksg import add_tie_breaking_noise, ksg_estimates_from_distances, marginal_distances
-from .estimators.significance import physical_memory_bytes
+from .estimators.significance import PermutationTestResult, use_distance_cache
 
 KSG_NOISE = 1e-10  # tie-breaking noise, times each parameter's sd over runs
 
@@ -57,9 +57,8 @@ def _mi_row(x, y, estimator, k, permutations, rng, distances=None):
         values = ksg_estimates_from_distances(distances[0], distances[1], perms, k, 1) / np.log(2)
         if not permutations:
             return values[0], np.nan, np.nan, np.nan, "; ".join(notes)
-        null = values[1:]
-        return (values[0], null.mean(), null.std(ddof=1) if permutations > 1 else 0.0,
-                (1.0 + np.count_nonzero(null >= values[0])) / (1.0 + permutations), "; ".join(notes))
+        res = PermutationTestResult.from_null(values[0], values[1:], "ksg")
+        return res.estimate, res.null_mean, res.null_std, res.pvalue, "; ".join(notes)
     value = None
     if estimator == "gaussian":
         kwargs, note = gaussian_settings(x.shape[0], x.shape[1] + y.shape[1])
@@ -153,10 +152,7 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
     if n_runs < 2:
         raise ValueError(f"dump {dump.path} has {n_runs} completed runs; analysis needs at least 2")
     pairs = list(itertools.combinations(range(len(dump.clients)), 2))
-    if distance_cache not in ("auto", True, False):
-        raise ValueError(f"`distance_cache` must be 'auto', True or False; got {distance_cache!r}")
-    need = len(dump.clients) * n_runs * n_runs * 8
-    reuse_distances = distance_cache is True or (distance_cache == "auto" and need <= physical_memory_bytes() / 2)
+    reuse_distances = use_distance_cache(distance_cache, len(dump.clients) * n_runs * n_runs * 8)
     rows = []
     journal = None
     done = set()

@@ -73,6 +73,11 @@ def select_layout(layout, layer):
     return hits
 
 
+def layout_columns(entries):
+    """Indices of the flattened parameter vector covered by layout `entries`."""
+    return np.concatenate([np.arange(e.offset, e.offset + e.size) for e in entries])
+
+
 def _client_file(index):
     return f"client_{index}.f32"
 
@@ -429,7 +434,7 @@ class ParameterDump:
         "rnn.0.weight" and "rnn.0.bias"), or a list of those. None means all columns."""
         if layer is None:
             return slice(0, self.n_params)
-        return np.concatenate([np.arange(e.offset, e.offset + e.size) for e in select_layout(self.layout, layer)])
+        return layout_columns(select_layout(self.layout, layer))
 
     def samples(self, client, checkpoint, layer=None):
         """Parameter samples of one client at one checkpoint: array of shape (runs, params).

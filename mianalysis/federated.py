@@ -267,6 +267,13 @@ class FederatedSimulation:
         return np.sort(rng.choice(self.data.n_clients, size=k, replace=False))
 
     # ------------------------------------------------------------------ training
+    def _data_order_generators(self, client, replicate_ids, round_index):
+        """One generator per replicate for `client`'s data order in a round."""
+        import torch
+
+        return [torch.Generator().manual_seed(replica_seed(self.seed, rep, round_index, client + 2))
+                for rep in replicate_ids]
+
     def _local(self, params, flat_params, client, replicate_ids, round_index):
         """What one client sends for every replicate: a model update (FedAvg) or a
         full-batch gradient (FedSGD), flattened (R, P); and its local model (R, P)."""
@@ -283,11 +290,9 @@ class FederatedSimulation:
         local = {n: t.clone() for n, t in params.items()}
         n = len(idx)
         b = n if cfg.batch_size is None else min(cfg.batch_size, n)
-        gens = [torch.Generator().manual_seed(replica_seed(self.seed, rep, round_index, client + 2))
-                for rep in replicate_ids]
-        rows = torch.arange(r)[:, None]
+        gens = self._data_order_generators(client, replicate_ids, round_index)
         for _ in range(cfg.local_epochs):
-            order = torch.stack([torch.randperm(n, generator=g) for g in gens])
+            order = _shuffles(n, gens)
             for start in range(0, n, b):
                 sel = order[:, start:start + b]
                 grads = self._grad(local, x[sel], y[sel])
@@ -325,13 +330,11 @@ class FederatedSimulation:
         import torch
 
         cfg = self.config
-        r = len(replicate_ids)
         data = []
         for c in clients:
             idx = torch.from_numpy(self.data.clients[c])
             b = len(idx) if cfg.batch_size is None else min(cfg.batch_size, len(idx))
-            gens = [torch.Generator().manual_seed(replica_seed(self.seed, rep, round_index, int(c) + 2))
-                    for rep in replicate_ids]
+            gens = self._data_order_generators(int(c), replicate_ids, round_index)
             data.append({"x": self.x_train[idx], "y": self.y_train[idx], "b": b, "gens": gens, "order": None, "pos": 0})
         longest = max(len(self.data.clients[c]) for c in clients)
         b_max = longest if cfg.batch_size is None else min(cfg.batch_size, longest)
@@ -342,7 +345,7 @@ class FederatedSimulation:
             for d in data:
                 n = d["x"].shape[0]
                 if d["order"] is None or d["pos"] + d["b"] > n:  # a new pass over the client's data
-                    d["order"] = torch.stack([torch.randperm(n, generator=g) for g in d["gens"]])
+                    d["order"] = _shuffles(n, d["gens"])
                     d["pos"] = 0
                 sel = d["order"][:, d["pos"]:d["pos"] + d["b"]]
                 d["pos"] += d["b"]
@@ -474,6 +477,13 @@ class FederatedSimulation:
                 "n_clients": self.data.n_clients, "client_sizes": self.data.sizes().tolist()}
 
 
+def _shuffles(n, generators):
+    """A random order of n examples per generator: (len(generators), n)."""
+    import torch
+
+    return torch.stack([torch.randperm(n, generator=g) for g in generators])
+
+
 def rounds_to_accuracy(history, target, split="test"):
     """First round at which the replicate-mean accuracy reaches `target`, or None."""
     by_round = {}
@@ -501,14 +511,14 @@ def record_replicates(simulation, out, *, chunk_size=16, layer=None, progress=Tr
     history : list of dict
         The global model's metrics per round and replicate.
     """
-    from .dumps import ParameterDump, layout_from_shapes, select_layout
+    from .dumps import ParameterDump, layout_columns, layout_from_shapes, select_layout
 
     layout = layout_from_shapes(simulation.layout())
     if layer is None:
         cols, rec_layout = slice(None), layout
     else:
         chosen = select_layout(layout, layer)
-        cols = np.concatenate([np.arange(e.offset, e.offset + e.size) for e in chosen])
+        cols = layout_columns(chosen)
         rec_layout = layout_from_shapes([(e.name, e.shape) for e in chosen])
     names = ["train_loss", "train_accuracy", "test_loss", "test_accuracy", "eb_clients"]
     if simulation.data.x_val is not None:

@@ -196,38 +196,34 @@ class PersonalizedSimulation:
             for i, (c, d) in enumerate(zip(self.clients, data)):
                 body.load_state_dict(global_state)
                 sample = self._sampler(d["x_train"].shape[0], gens[i])
-                for p in body.parameters():
-                    p.requires_grad_(False)
-                for _ in range(cfg.tau_h):
-                    idx = next(sample)
-                    head_opts[i].zero_grad()
-                    self._loss(c, heads[i](body(d["x_train"][idx])), d["y_train"][idx]).backward()
-                    head_opts[i].step()
-                for p in body.parameters():
-                    p.requires_grad_(True)
-                for p in heads[i].parameters():
-                    p.requires_grad_(False)
+
+                def steps(optimizer, frozen, count):
+                    """`count` minibatch steps of `optimizer` with the module `frozen` fixed."""
+                    for p in frozen.parameters():
+                        p.requires_grad_(False)
+                    for _ in range(count):
+                        idx = next(sample)
+                        optimizer.zero_grad()
+                        self._loss(c, heads[i](body(d["x_train"][idx])), d["y_train"][idx]).backward()
+                        optimizer.step()
+                    for p in frozen.parameters():
+                        p.requires_grad_(True)
+
+                steps(head_opts[i], body, cfg.tau_h)
                 loss = self._loss(c, heads[i](body(d["x_train"])), d["y_train"])
                 (g,) = torch.autograd.grad(loss, [last_shared])
                 norms.append(float(g.norm()))
                 losses.append(loss.item())
-                body_opt = torch.optim.Adam(body.parameters(), lr=cfg.beta)
-                for _ in range(cfg.tau_w):
-                    idx = next(sample)
-                    body_opt.zero_grad()
-                    self._loss(c, heads[i](body(d["x_train"][idx])), d["y_train"][idx]).backward()
-                    body_opt.step()
-                for p in heads[i].parameters():
-                    p.requires_grad_(True)
+                steps(torch.optim.Adam(body.parameters(), lr=cfg.beta), heads[i], cfg.tau_w)
                 deltas.append({n: v - global_state[n] for n, v in body.state_dict().items()})
+            if not all(np.isfinite(losses)):
+                raise ValueError(f"training diverged in round {k}: a client's loss is not finite; lower `beta` "
+                                 f"(now {cfg.beta})")
             if initial_loss is None:
                 initial_loss = np.array(losses)
             if cfg.method == "fedgradnorm":
                 weights.step(norms, np.array(losses) / initial_loss)
             p = weights.p
-            if not all(np.isfinite(losses)):
-                raise ValueError(f"training diverged in round {k}: a client's loss is not finite; lower `beta` "
-                                 f"(now {cfg.beta})")
             global_state = {n: global_state[n] + sum(p[i] * deltas[i][n] for i in range(len(deltas))) / len(deltas)
                             for n in global_state}
             body.load_state_dict(global_state)

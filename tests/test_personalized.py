@@ -111,3 +111,10 @@ def test_same_seed_same_run(small_clients):
 def test_bad_config(kwargs, match):
     with pytest.raises(ValueError, match=match):
         PersonalizedConfig(**kwargs).check()
+
+
+def test_divergence_is_a_clear_error(small_clients):
+    clients = [dict(c) for c in small_clients]
+    clients[0]["y_train"] = np.full_like(clients[0]["y_train"], np.inf)
+    with pytest.raises(ValueError, match=r"training diverged in round 1: a client's loss is not finite; lower `beta`"):
+        PersonalizedSimulation(clients, PersonalizedConfig(rounds=2)).run()

@@ -41,6 +41,19 @@ class PermutationTestResult:
     def n_permutations(self):
         return int(self.null_distribution.shape[0])
 
+    @classmethod
+    def from_null(cls, estimate, null, estimator):
+        """The result for an observed `estimate` and its null distribution."""
+        null = np.asarray(null, dtype=float)
+        return cls(
+            estimate=float(estimate),
+            null_mean=float(null.mean()),
+            null_std=float(null.std(ddof=1)) if null.size > 1 else 0.0,
+            pvalue=float((1.0 + np.count_nonzero(null >= estimate)) / (1.0 + null.size)),
+            null_distribution=null,
+            estimator=estimator,
+        )
+
 
 def physical_memory_bytes():
     """Total physical memory of this machine (0 where unknown)."""
@@ -50,6 +63,14 @@ def physical_memory_bytes():
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return 0
+
+
+def use_distance_cache(distance_cache, n_bytes):
+    """Whether to keep `n_bytes` of distance matrices in memory: always for True, never
+    for False, for "auto" when they take at most half the physical memory."""
+    if distance_cache not in ("auto", True, False):
+        raise ValueError(f"`distance_cache` must be 'auto', True or False; got {distance_cache!r}")
+    return distance_cache is True or (distance_cache == "auto" and n_bytes <= physical_memory_bytes() / 2)
 
 
 def mi_permutation_test(
@@ -114,19 +135,18 @@ def mi_permutation_test(
             x = add_tie_breaking_noise(x, noise, rng)
             y = add_tie_breaking_noise(y, noise, rng)
         kwargs["noise"] = 0.0
-    if distance_cache not in ("auto", True, False):
-        raise ValueError(f"`distance_cache` must be 'auto', True or False; got {distance_cache!r}")
     n = x.shape[0]
     cached = False
-    if estimator == "ksg" and distance_cache:
+    if estimator != "ksg" or distance_cache is False:
+        use_distance_cache(distance_cache, 0)  # only checks the argument
+    else:
         factor, algorithm, dtype = check_ksg_settings(kwargs.get("units", "bits"), kwargs.get("algorithm", 1),
                                                       kwargs.get("dtype", "float64"))
         k = check_int(kwargs.get("k", 3), "k", low=1, high=n - 1)
         unknown = set(kwargs) - {"units", "algorithm", "dtype", "k", "noise"}
         if unknown:
             raise TypeError(f"ksg_mi() got unexpected keyword arguments {sorted(unknown)}")
-        need = 2 * n * n * np.dtype(dtype).itemsize
-        cached = distance_cache is True or need <= physical_memory_bytes() / 2
+        cached = use_distance_cache(distance_cache, 2 * n * n * np.dtype(dtype).itemsize)
     if cached:
         perms = [rng.permutation(n) for _ in range(n_permutations)]
         values = ksg_permutation_estimates(x, y, perms, k, algorithm, dtype) * factor
@@ -136,12 +156,4 @@ def mi_permutation_test(
         null = np.empty(n_permutations)
         for b in range(n_permutations):
             null[b] = estimate_mi(x, y[rng.permutation(y.shape[0])], **kwargs)
-    pvalue = (1.0 + np.count_nonzero(null >= observed)) / (1.0 + n_permutations)
-    return PermutationTestResult(
-        estimate=float(observed),
-        null_mean=float(null.mean()),
-        null_std=float(null.std(ddof=1)) if n_permutations > 1 else 0.0,
-        pvalue=float(pvalue),
-        null_distribution=null,
-        estimator=estimator,
-    )
+    return PermutationTestResult.from_null(observed, null, estimator)
