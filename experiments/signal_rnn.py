@@ -12,7 +12,7 @@ from _runner import main
 
 CONFIGS = {
     # The paper's settings: 100 examples, batch 64 -> 2 iterations per epoch, 22,000 runs.
-    "paper": {"preset": "paper", "runs": 22000, "every": 1, "permutations": {"gaussian": 50, "ksg": 2}},
+    "paper": {"preset": "paper", "runs": 22000, "every": 1, "permutations": {"gaussian": 100, "ksg": 100}},
     # 1024 examples -> 16 iterations per epoch: enough training phases for curves.
     "long": {"preset": "long", "runs": 2000, "every": 2, "permutations": {"gaussian": 20, "ksg": 20}},
     # One fixed initial point for all runs: client randomness (data order, dropout) is then

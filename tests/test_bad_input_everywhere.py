@@ -70,6 +70,8 @@ API_CASES = [
     ("ksg-dtype", lambda f: ksg_mi(X, Y, dtype="float16"), ValueError, "`dtype` must be one of 'float64', 'float32'"),
     ("ksg-k-float", lambda f: ksg_mi(X, Y, k=2.5), TypeError, "`k` must be an integer; got 2.5"),
     ("ksg-units", lambda f: ksg_mi(X, Y, units="bans"), ValueError, "`units` must be one of"),
+    ("ksg-distance-cache", lambda f: ksg_mi(X, Y, distance_cache="yes"), ValueError,
+     "`distance_cache` must be 'auto', True or False; got 'yes'"),
     ("gauss-shrinkage", lambda f: gaussian_mi(X, Y, shrinkage="oas"), ValueError, "`shrinkage` must be one of"),
     ("gauss-bias", lambda f: gaussian_mi(X, Y, bias_correction="yes"), TypeError, "`bias_correction` must be True"),
     ("perm-estimator", lambda f: mi_permutation_test(X, Y, estimator="kde"), ValueError,

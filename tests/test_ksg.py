@@ -144,3 +144,56 @@ def test_torch_backend_gives_the_numba_counts(algorithm, dtype):
     assert ksg_mi(x, y, backend="torch", device="cpu", random_state=1) == ksg_mi(x, y, random_state=1)
     with pytest.raises(ValueError, match="`backend` must be one of 'numba', 'torch'"):
         ksg_mi(x, y, backend="jax")
+
+
+@pytest.mark.parametrize("n", [255, 256, 257, 600, 1100])  # 1 to 5 blocks of 256, partial last block
+@pytest.mark.parametrize("algorithm", [1, 2])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_each_distance_once_gives_the_counts_of_every_distance_twice(n, algorithm, dtype):
+    # The distance cache computes each tile above the diagonal once and reuses it,
+    # transposed, for the later rows; the O(n)-memory kernel computes every distance twice.
+    from mianalysis.estimators.ksg import ksg_counts
+
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal((n, 6))
+    y = np.round(x[:, :2] + rng.standard_normal((n, 2)), 1)  # many ties
+    for k in (1, 3, 40):
+        cached = ksg_counts(x, y, k, algorithm, dtype, distance_cache=True)
+        direct = ksg_counts(x, y, k, algorithm, dtype, distance_cache=False)
+        np.testing.assert_array_equal(cached[0], direct[0])
+        np.testing.assert_array_equal(cached[1], direct[1])
+
+
+@pytest.mark.parametrize("algorithm", [1, 2])
+def test_distance_cache_equals_reference_over_several_blocks(algorithm, rng):
+    x = rng.standard_normal((700, 4))
+    y = 0.5 * x[:, :2] + rng.standard_normal((700, 2))
+    want = ksg_reference(x, y, 5, algorithm)
+    for cache in (True, False):
+        got = ksg_mi(x, y, k=5, algorithm=algorithm, noise=0, units="nats", distance_cache=cache)
+        assert abs(got - want) < 1e-10
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_marginal_distances_are_the_max_norm_matrix(dtype, rng):
+    from mianalysis.estimators.ksg import marginal_distances
+
+    a = rng.standard_normal((600, 7)).astype(dtype)
+    want = np.abs(a[:, None, :] - a[None, :, :]).max(axis=-1)
+    got = marginal_distances(a, dtype)
+    assert got.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("n", [1, 256, 1000, 22000])
+def test_pool_size_is_the_most_tiles_held_at_once(n):
+    from mianalysis.estimators._kernels import BLOCK
+    from mianalysis.estimators.ksg import symmetric_pool_tiles
+
+    n_blocks = -(-n // BLOCK)
+    held, most = set(), 0
+    for m in range(n_blocks):
+        held -= {(m, i) for i in range(m)}  # copied into block m's rows, then freed
+        held |= {(j, m) for j in range(m + 1, n_blocks)}
+        most = max(most, len(held))
+    assert symmetric_pool_tiles(n) == max(1, most)

@@ -31,31 +31,34 @@ from numba import prange
 GROUP_ROWS = 16  # query rows per group; a multiple of 4 (the register block)
 TILE = 256  # samples per tile of the distance loop
 INSERTION_MAX_K = 32  # above this, select the k-th distance with np.partition
+BLOCK = 256  # samples per block of the symmetric kernels; a multiple of GROUP_ROWS
 
 
 @numba.njit(fastmath=True, cache=True)
-def _maxabs_rows(data_t, query, out):
-    """out[q, j] = max_f |data_t[f, j] - query[q, f]| for every query row q and sample j.
+def _maxabs_tile(data_t, c0, c1, query, out, oc):
+    """out[q, oc + j - c0] = max_f |data_t[f, j] - query[q, f]| for every query row q and
+    sample j in [c0, c1).
 
-    data_t has shape (n_features, n_samples); query (GROUP_ROWS, n_features); out
-    (GROUP_ROWS, n_samples).
+    data_t has shape (n_features, n_samples); query (n_query, n_features) with n_query a
+    multiple of 4; out (n_query, >= oc + c1 - c0), C-contiguous.
     """
-    n_features, n_samples = data_t.shape
+    n_features = data_t.shape[0]
     n_query = query.shape[0]
-    for j0 in range(0, n_samples, TILE):
-        j1 = min(j0 + TILE, n_samples)
+    for j0 in range(c0, c1, TILE):
+        j1 = min(j0 + TILE, c1)
         width = j1 - j0
+        o = oc + j0 - c0
         for q in range(n_query):
-            out[q, j0:j1] = 0.0
+            out[q, o:o + width] = 0.0
         # Dimensions outside, the 4-row blocks inside: the tile's accumulators
         # (GROUP_ROWS x TILE) and the current data row stay in L1 for every dimension.
         for f in range(n_features):
             row = data_t[f, j0:j1]
             for q0 in range(0, n_query, 4):
-                o0 = out[q0, j0:j1]
-                o1 = out[q0 + 1, j0:j1]
-                o2 = out[q0 + 2, j0:j1]
-                o3 = out[q0 + 3, j0:j1]
+                o0 = out[q0, o:o + width]
+                o1 = out[q0 + 1, o:o + width]
+                o2 = out[q0 + 2, o:o + width]
+                o3 = out[q0 + 3, o:o + width]
                 v0 = query[q0, f]
                 v1 = query[q0 + 1, f]
                 v2 = query[q0 + 2, f]
@@ -66,6 +69,35 @@ def _maxabs_rows(data_t, query, out):
                     o1[j] = max(o1[j], abs(a - v1))
                     o2[j] = max(o2[j], abs(a - v2))
                     o3[j] = max(o3[j], abs(a - v3))
+
+
+@numba.njit(cache=True)
+def _block_tile(data, data_t, i0, i1, j0, j1, out, oc):
+    """out[r - i0, oc + c - j0] = distance(r, c) for rows r in [i0, i1) and samples c in
+    [j0, j1), in groups of GROUP_ROWS rows (the last group padded by repeating row i1 - 1,
+    so `out` needs round_up(i1 - i0, GROUP_ROWS) rows)."""
+    query = np.empty((GROUP_ROWS, data.shape[1]), dtype=data.dtype)
+    for g0 in range(i0, i1, GROUP_ROWS):
+        for r in range(GROUP_ROWS):
+            query[r] = data[min(g0 + r, i1 - 1)]
+        _maxabs_tile(data_t, j0, j1, query, out[g0 - i0:g0 - i0 + GROUP_ROWS], oc)
+
+
+@numba.njit(cache=True)
+def _copy_transposed(src, r_count, c0, c_count, dst, dr, dc):
+    """dst[dr + c, dc + r] = src[r, c0 + c] for r < r_count, c < c_count, in 8 x 8 blocks."""
+    for cb in range(0, c_count, 8):
+        for rb in range(0, r_count, 8):
+            for c in range(cb, min(cb + 8, c_count)):
+                for r in range(rb, min(rb + 8, r_count)):
+                    dst[dr + c, dc + r] = src[r, c0 + c]
+
+
+@numba.njit(cache=True)
+def _copy_rows(src, r_count, c_count, dst, dr, dc):
+    """dst[dr + r, dc + c] = src[r, c] for r < r_count, c < c_count."""
+    for r in range(r_count):
+        dst[dr + r, dc:dc + c_count] = src[r, :c_count]
 
 
 @numba.njit(cache=True)
@@ -163,8 +195,8 @@ def ksg_neighbour_counts(x, y, x_t, y_t, k, algorithm):
             qy[q] = y[src]
         dx = np.empty((GROUP_ROWS, n), dtype=x.dtype)
         dy = np.empty((GROUP_ROWS, n), dtype=y.dtype)
-        _maxabs_rows(x_t, qx, dx)
-        _maxabs_rows(y_t, qy, dy)
+        _maxabs_tile(x_t, 0, n, qx, dx, 0)
+        _maxabs_tile(y_t, 0, n, qy, dy, 0)
         scratch = np.empty(n if k > INSERTION_MAX_K else k, dtype=x.dtype)
         for i in range(r0, r1):
             cx, cy = _row_counts(dx[i - r0], dy[i - r0], i, k, algorithm, scratch)
@@ -173,27 +205,98 @@ def ksg_neighbour_counts(x, y, x_t, y_t, k, algorithm):
     return nx, ny
 
 
+# ------------------------------------------------------- each distance once (symmetric)
+@numba.njit(parallel=True, cache=True)
+def symmetric_block_rows(x, x_t, y, y_t, m, rows_x, rows_y, pool_x, pool_y, old_slots, new_slots):
+    """Fill rows_x, rows_y (BLOCK, n) with the full distance rows of block m, computing
+    only the tiles on and right of the diagonal.
+
+    The tiles left of the diagonal, (m, I) for I < m, were computed as tiles (I, m) in
+    earlier steps and kept transposed in the pools (pool[old_slots[I]][r, c] = distance
+    of rows i0 + r and I * BLOCK + c); they are copied first, so that their slots can be
+    reused. Each new tile (m, J), J > m, is then stored transposed in pool[new_slots[J]]
+    for step J. Distances are exactly symmetric, so the rows are bit-identical to a direct
+    computation.
+    """
+    n = x.shape[0]
+    n_blocks = (n + BLOCK - 1) // BLOCK
+    i0 = m * BLOCK
+    i1 = min(i0 + BLOCK, n)
+    for t in prange(2 * m):
+        side = t % 2
+        block = t // 2
+        c0 = block * BLOCK
+        if side == 0:
+            _copy_rows(pool_x[old_slots[block]], i1 - i0, BLOCK, rows_x, 0, c0)
+        else:
+            _copy_rows(pool_y[old_slots[block]], i1 - i0, BLOCK, rows_y, 0, c0)
+    for t in prange(2 * (n_blocks - m)):
+        side = t % 2
+        block = m + t // 2
+        j0 = block * BLOCK
+        j1 = min(j0 + BLOCK, n)
+        if side == 0:
+            _block_tile(x, x_t, i0, i1, j0, j1, rows_x, j0)
+        else:
+            _block_tile(y, y_t, i0, i1, j0, j1, rows_y, j0)
+        if block > m:
+            if side == 0:
+                _copy_transposed(rows_x, i1 - i0, j0, j1 - j0, pool_x[new_slots[block]], 0, 0)
+            else:
+                _copy_transposed(rows_y, i1 - i0, j0, j1 - j0, pool_y[new_slots[block]], 0, 0)
+
+
+@numba.njit(parallel=True, cache=True)
+def block_row_counts(rows_x, rows_y, i0, i1, k, algorithm, nx, ny):
+    """nx[i], ny[i] for the samples i in [i0, i1) from their full distance rows."""
+    n = rows_x.shape[1]
+    n_groups = (i1 - i0 + GROUP_ROWS - 1) // GROUP_ROWS
+    for g in prange(n_groups):
+        scratch = np.empty(n if k > INSERTION_MAX_K else k, dtype=rows_x.dtype)
+        for i in range(i0 + g * GROUP_ROWS, min(i0 + (g + 1) * GROUP_ROWS, i1)):
+            cx, cy = _row_counts(rows_x[i - i0], rows_y[i - i0], i, k, algorithm, scratch)
+            nx[i] = cx
+            ny[i] = cy
+
+
 # ---------------------------------------------------------------------- permutation nulls
 PERMUTED_BLOCK = 64  # rows per work item of the permuted-count kernel
+
+
+@numba.njit(cache=True)
+def _upper_tile(t, n_blocks):
+    """(row block, column block) of tile t of the upper triangle, counted row by row:
+    (0, 0), (0, 1), ..., (0, n_blocks - 1), (1, 1), ..."""
+    bi = 0
+    while t >= n_blocks - bi:
+        t -= n_blocks - bi
+        bi += 1
+    return bi, bi + t
 
 
 @numba.njit(parallel=True, cache=True)
 def marginal_distance_matrix(data, data_t, out):
     """out[i, j] = max_f |data[i, f] - data[j, f]|: the full max-norm distance matrix of
-    one marginal space, computed by the same tiles as :func:`ksg_neighbour_counts` (so
-    the values are bit-identical to the ones that kernel uses)."""
+    one marginal space.
+
+    Each BLOCK x BLOCK tile above the diagonal is computed once and written to both of its
+    places (distances are symmetric, exactly: |a - b| = |b - a|). The values are
+    bit-identical to the ones :func:`ksg_neighbour_counts` uses.
+    """
     n = data.shape[0]
-    n_groups = (n + GROUP_ROWS - 1) // GROUP_ROWS
-    for g in prange(n_groups):
-        r0 = g * GROUP_ROWS
-        r1 = min(r0 + GROUP_ROWS, n)
-        q = np.empty((GROUP_ROWS, data.shape[1]), dtype=data.dtype)
-        for r in range(GROUP_ROWS):
-            q[r] = data[min(r0 + r, n - 1)]
-        buf = np.empty((GROUP_ROWS, n), dtype=data.dtype)
-        _maxabs_rows(data_t, q, buf)
-        for i in range(r0, r1):
-            out[i] = buf[i - r0]
+    n_blocks = (n + BLOCK - 1) // BLOCK
+    n_tiles = n_blocks * (n_blocks + 1) // 2
+    for t in prange(n_tiles):
+        bi, bj = _upper_tile(np.int64(t), np.int64(n_blocks))
+        i0 = bi * BLOCK
+        i1 = min(i0 + BLOCK, n)
+        j0 = bj * BLOCK
+        j1 = min(j0 + BLOCK, n)
+        buf = np.empty((BLOCK, BLOCK), dtype=data.dtype)
+        _block_tile(data, data_t, i0, i1, j0, j1, buf, 0)
+        _copy_rows(buf, i1 - i0, j1 - j0, out, i0, j0)
+        if bj != bi:
+            _copy_transposed(buf, i1 - i0, 0, j1 - j0, out, j0, i0)
 
 
 @numba.njit(parallel=True, cache=True)

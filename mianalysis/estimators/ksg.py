@@ -30,6 +30,7 @@ def ksg_mi(
     dtype="float64",
     backend="numba",
     device=None,
+    distance_cache="auto",
 ):
     r"""Mutual information of `x` and `y` by the KSG k-nearest-neighbour estimator.
 
@@ -80,6 +81,13 @@ def ksg_mi(
         way to use one.
     device : str, optional
         Torch device for ``backend="torch"``; default "cuda" when available, else "cpu".
+    distance_cache : {"auto", True, False}, default="auto"
+        Numba backend only. Distances are symmetric: with the cache, each is computed once
+        (rows in blocks of 256; a block's tiles right of the diagonal are kept, transposed,
+        until the later blocks need them), about 1.8x faster at the paper's sizes. It holds
+        about n^2 / 2 values of `dtype` (1.9 GB at n = 22,000 in float64, half in
+        float32). "auto" uses it when that is at most half the physical memory; False
+        computes every distance twice in O(n) memory. The result is the same to the bit.
 
     Returns
     -------
@@ -91,9 +99,10 @@ def ksg_mi(
 
     Notes
     -----
-    The computation is an exact brute-force pass over all pairs, O(n^2 (d_x + d_y)) time
-    and O(n) memory beyond a per-thread buffer of 16 x n distances per side; it is
-    parallel over rows (Numba) and its result does not depend on the number of threads.
+    The computation is an exact brute-force pass over all pairs, O(n^2 (d_x + d_y)) time;
+    memory is O(n^2) with the distance cache and O(n) beyond a per-thread buffer of
+    16 x n distances per side without it. It is parallel (Numba) and its result does not
+    depend on the number of threads.
     Among neighbours at exactly the same joint distance, algorithm 2 takes all of those at
     the k-th distance as neighbours; with `noise` > 0 such ties have probability zero.
 
@@ -122,10 +131,11 @@ def ksg_mi(
         x = add_tie_breaking_noise(x, noise, rng)
         y = add_tie_breaking_noise(y, noise, rng)
     check_choice(backend, "backend", BACKENDS)
+    use_distance_cache(distance_cache, 0)  # only checks the argument
     if backend == "torch":
         nx, ny = ksg_counts_torch(x, y, k, algorithm, dtype, device)
     else:
-        nx, ny = ksg_counts(x, y, k, algorithm, dtype)
+        nx, ny = ksg_counts(x, y, k, algorithm, dtype, distance_cache)
     return float(ksg_from_counts(nx, ny, k, algorithm) * factor)
 
 
@@ -213,21 +223,92 @@ def ksg_counts_torch(x, y, k, algorithm, dtype="float64", device=None, block=102
     return nx.cpu().numpy(), ny.cpu().numpy()
 
 
+def physical_memory_bytes():
+    """Total physical memory of this machine (0 where unknown)."""
+    import os
+
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def use_distance_cache(distance_cache, n_bytes):
+    """Whether to keep `n_bytes` of distances in memory: always for True, never for False,
+    for "auto" when they take at most half the physical memory."""
+    if distance_cache not in ("auto", True, False):
+        raise ValueError(f"`distance_cache` must be 'auto', True or False; got {distance_cache!r}")
+    return distance_cache is True or (distance_cache == "auto" and n_bytes <= physical_memory_bytes() / 2)
+
+
 def add_tie_breaking_noise(a, noise, rng):
     """Return `a` plus Gaussian noise of `noise` times each column's standard deviation."""
     scale = noise * a.std(axis=0)
     return a + rng.standard_normal(a.shape) * scale
 
 
-def ksg_counts(x, y, k, algorithm, dtype="float64"):
-    """Neighbour counts of every sample: validated 2-D `x`, `y` in, int64 arrays out."""
+def ksg_counts(x, y, k, algorithm, dtype="float64", distance_cache="auto"):
+    """Neighbour counts of every sample: validated 2-D `x`, `y` in, int64 arrays out.
+
+    With the distance cache (see :func:`symmetric_cache_bytes`) every distance is computed
+    once; without it, twice, in O(n) memory. The counts are the same either way.
+    """
     from ._kernels import ksg_neighbour_counts
 
     x = np.ascontiguousarray(x, dtype=dtype)
     y = np.ascontiguousarray(y, dtype=dtype)
+    if use_distance_cache(distance_cache, symmetric_cache_bytes(x.shape[0], dtype)):
+        return ksg_counts_symmetric(x, y, int(k), int(algorithm))
     return ksg_neighbour_counts(
         x, y, np.ascontiguousarray(x.T), np.ascontiguousarray(y.T), int(k), int(algorithm)
     )
+
+
+def symmetric_pool_tiles(n_samples):
+    """Most transposed tiles :func:`ksg_counts_symmetric` holds at once per side: after
+    row block m, the tiles (J, I) with I <= m < J."""
+    from ._kernels import BLOCK
+
+    n_blocks = -(-n_samples // BLOCK)
+    return max(1, max((m + 1) * (n_blocks - 1 - m) for m in range(n_blocks)))
+
+
+def symmetric_cache_bytes(n_samples, dtype):
+    """Memory of :func:`ksg_counts_symmetric`: about n^2 / 4 distances per side."""
+    from ._kernels import BLOCK
+
+    per_side = symmetric_pool_tiles(n_samples) * BLOCK * BLOCK + BLOCK * n_samples
+    return 2 * per_side * np.dtype(dtype).itemsize
+
+
+def ksg_counts_symmetric(x, y, k, algorithm):
+    """Neighbour counts computing each distance once: row blocks in order, each block's
+    tiles right of the diagonal computed and kept transposed for the later blocks' rows.
+    `x`, `y` C-contiguous of one float dtype."""
+    from ._kernels import BLOCK, block_row_counts, symmetric_block_rows
+
+    n = x.shape[0]
+    n_blocks = -(-n // BLOCK)
+    tiles = symmetric_pool_tiles(n)
+    pool_x = np.empty((tiles, BLOCK, BLOCK), dtype=x.dtype)
+    pool_y = np.empty_like(pool_x)
+    rows_x = np.empty((BLOCK, n), dtype=x.dtype)
+    rows_y = np.empty_like(rows_x)
+    x_t = np.ascontiguousarray(x.T)
+    y_t = np.ascontiguousarray(y.T)
+    nx = np.empty(n, dtype=np.int64)
+    ny = np.empty(n, dtype=np.int64)
+    free = list(range(tiles))
+    held = {}  # (row block, column block) -> pool slot of that tile, stored transposed
+    for m in range(n_blocks):
+        old_slots = np.array([held.pop((m, block)) for block in range(m)], dtype=np.int64)
+        free.extend(old_slots.tolist())  # copied out before the new tiles are written
+        new_slots = np.full(n_blocks, -1, dtype=np.int64)
+        for block in range(m + 1, n_blocks):
+            new_slots[block] = held[(block, m)] = free.pop()
+        symmetric_block_rows(x, x_t, y, y_t, m, rows_x, rows_y, pool_x, pool_y, old_slots, new_slots)
+        block_row_counts(rows_x, rows_y, m * BLOCK, min((m + 1) * BLOCK, n), k, algorithm, nx, ny)
+    return nx, ny
 
 
 def ksg_from_counts(nx, ny, k, algorithm):

@@ -8,7 +8,13 @@ import numpy as np
 
 from .._validation import check_int, check_nonnegative_float, check_paired, check_random_state
 from .gaussian import gaussian_mi
-from .ksg import add_tie_breaking_noise, check_ksg_settings, ksg_mi, ksg_permutation_estimates
+from .ksg import (
+    add_tie_breaking_noise,
+    check_ksg_settings,
+    ksg_mi,
+    ksg_permutation_estimates,
+    use_distance_cache,
+)
 
 ESTIMATORS = {"ksg": ksg_mi, "gaussian": gaussian_mi}
 
@@ -53,24 +59,6 @@ class PermutationTestResult:
             null_distribution=null,
             estimator=estimator,
         )
-
-
-def physical_memory_bytes():
-    """Total physical memory of this machine (0 where unknown)."""
-    import os
-
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 0
-
-
-def use_distance_cache(distance_cache, n_bytes):
-    """Whether to keep `n_bytes` of distance matrices in memory: always for True, never
-    for False, for "auto" when they take at most half the physical memory."""
-    if distance_cache not in ("auto", True, False):
-        raise ValueError(f"`distance_cache` must be 'auto', True or False; got {distance_cache!r}")
-    return distance_cache is True or (distance_cache == "auto" and n_bytes <= physical_memory_bytes() / 2)
 
 
 def mi_permutation_test(
