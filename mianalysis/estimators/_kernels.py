@@ -100,25 +100,46 @@ def _copy_rows(src, r_count, c_count, dst, dr, dc):
         dst[dr + r, dc:dc + c_count] = src[r, :c_count]
 
 
-@numba.njit(cache=True)
+# No-NaN flags (the data are checked finite) help LLVM vectorise the scans below; "ninf"
+# is left out because the k-th distance starts at +inf.
+REDUCTION_FLAGS = {"nnan", "nsz", "contract", "arcp", "reassoc"}
+SELECT_CHUNK = 64  # samples per chunk of the k-th-distance scan
+
+
+@numba.njit(fastmath=REDUCTION_FLAGS, cache=True)
 def _kth_smallest_joint(dx, dy, self_index, k, scratch):
-    """k-th smallest max(dx[j], dy[j]) over j != self_index."""
+    """k-th smallest max(dx[j], dy[j]) over j != self_index.
+
+    For k <= INSERTION_MAX_K, a sorted list of the k smallest so far; a chunk of
+    SELECT_CHUNK samples is only looked at one by one when one of its joint distances (a
+    vectorised count) beats the current k-th, which after the first few chunks is rare.
+    """
     n = dx.shape[0]
     if k <= INSERTION_MAX_K:
         best = scratch[:k]
         best[:] = np.inf
         worst = np.inf
-        for j in range(n):
-            if j == self_index:
-                continue
-            z = max(dx[j], dy[j])
-            if z < worst:
-                pos = k - 1
-                while pos > 0 and best[pos - 1] > z:
-                    best[pos] = best[pos - 1]
-                    pos -= 1
-                best[pos] = z
-                worst = best[k - 1]
+        for c0 in range(0, n, SELECT_CHUNK):
+            width = min(SELECT_CHUNK, n - c0)
+            a = dx[c0:c0 + width]
+            b = dy[c0:c0 + width]
+            if width == SELECT_CHUNK:  # a fixed trip count over slices: vectorised
+                hits = 0
+                for j in range(SELECT_CHUNK):
+                    hits += (a[j] < worst) & (b[j] < worst)  # max(a, b) < worst
+                if hits == 0:
+                    continue
+            for j in range(width):
+                if c0 + j == self_index:
+                    continue
+                z = max(a[j], b[j])
+                if z < worst:
+                    pos = k - 1
+                    while pos > 0 and best[pos - 1] > z:
+                        best[pos] = best[pos - 1]
+                        pos -= 1
+                    best[pos] = z
+                    worst = best[k - 1]
         return worst
     m = 0
     for j in range(n):
@@ -128,14 +149,16 @@ def _kth_smallest_joint(dx, dy, self_index, k, scratch):
     return np.partition(scratch[:m], k - 1)[k - 1]
 
 
-@numba.njit(cache=True)
+@numba.njit(fastmath=REDUCTION_FLAGS, cache=True)
 def _row_counts(dx, dy, i, k, algorithm, scratch):
     """Marginal neighbour counts of sample i from its rows of the distance matrices.
 
     Algorithm 1: eps = k-th joint distance; counts of dx < eps and dy < eps (strictly).
     Algorithm 2: eps_x, eps_y = largest marginal distances among the joint neighbours
     within eps (the k nearest when there are no ties); counts of dx <= eps_x, dy <= eps_y.
-    Sample i itself is never counted.
+    Sample i itself is never counted. The rows hold i's distance to itself, dx[i] =
+    dy[i] = 0: the loops run over every j (so they vectorise) and then take i's own
+    contribution back out.
     """
     n = dx.shape[0]
     eps = _kth_smallest_joint(dx, dy, i, k, scratch)
@@ -143,25 +166,19 @@ def _row_counts(dx, dy, i, k, algorithm, scratch):
     ny = 0
     if algorithm == 1:
         for j in range(n):
-            if j != i:
-                if dx[j] < eps:
-                    nx += 1
-                if dy[j] < eps:
-                    ny += 1
-        return nx, ny
-    eps_x = 0.0
+            nx += dx[j] < eps
+            ny += dy[j] < eps
+        return nx - (dx[i] < eps), ny - (dy[i] < eps)
+    eps_x = 0.0  # i itself (distance 0) changes neither maximum
     eps_y = 0.0
     for j in range(n):
-        if j != i and max(dx[j], dy[j]) <= eps:
+        if max(dx[j], dy[j]) <= eps:
             eps_x = max(eps_x, dx[j])
             eps_y = max(eps_y, dy[j])
     for j in range(n):
-        if j != i:
-            if dx[j] <= eps_x:
-                nx += 1
-            if dy[j] <= eps_y:
-                ny += 1
-    return nx, ny
+        nx += dx[j] <= eps_x
+        ny += dy[j] <= eps_y
+    return nx - (dx[i] <= eps_x), ny - (dy[i] <= eps_y)
 
 
 @numba.njit(parallel=True, cache=True)
@@ -304,26 +321,36 @@ def marginal_distance_matrix(data, data_t, out):
 
 
 @numba.njit(parallel=True, cache=True)
-def permuted_neighbour_counts(dx, dy, perm, k, algorithm):
-    """Neighbour counts of the pairing x[i] <-> y[perm[i]] from cached marginal distance
-    matrices: O(n^2) per permutation instead of O(n^2 d).
+def permuted_neighbour_counts(dx, dy, perms, k, algorithm):
+    """Neighbour counts of the pairings x[i] <-> y[perms[p, i]] from cached marginal
+    distance matrices: O(n^2) per pairing instead of O(n^2 d).
 
     The joint distance of samples i and j is max(dx[i, j], dy[perm[i], perm[j]]); row
-    perm[i] of dy, gathered through perm, is the y-row of sample i. Counts equal those of
-    :func:`ksg_neighbour_counts` on (x, y[perm]) exactly.
+    perm[i] of dy, gathered through perm, is the y-row of sample i. Row i of dx is read
+    once for all pairings (it stays in cache while they run), so each pairing costs about
+    one n x n read instead of two. Counts equal those of :func:`ksg_neighbour_counts` on
+    (x, y[perm]) exactly.
+
+    Returns nx, ny of shape (n_pairings, n_samples).
     """
     n = dx.shape[0]
-    nx = np.empty(n, dtype=np.int64)
-    ny = np.empty(n, dtype=np.int64)
+    n_perms = perms.shape[0]
+    nx = np.empty((n_perms, n), dtype=np.int64)
+    ny = np.empty((n_perms, n), dtype=np.int64)
     n_blocks = (n + PERMUTED_BLOCK - 1) // PERMUTED_BLOCK
     for b in prange(n_blocks):
         gathered = np.empty(n, dtype=dy.dtype)
+        row = np.empty(n, dtype=dy.dtype)
         scratch = np.empty(n if k > INSERTION_MAX_K else k, dtype=dx.dtype)
         for i in range(b * PERMUTED_BLOCK, min((b + 1) * PERMUTED_BLOCK, n)):
-            row = dy[perm[i]]
-            for j in range(n):
-                gathered[j] = row[perm[j]]
-            cx, cy = _row_counts(dx[i], gathered, i, k, algorithm, scratch)
-            nx[i] = cx
-            ny[i] = cy
+            for p in range(n_perms):
+                perm = perms[p]
+                # A sequential copy streams the row in from memory; gathering straight
+                # from the matrix would fetch its cache lines in random order.
+                row[:] = dy[perm[i]]
+                for j in range(n):
+                    gathered[j] = row[perm[j]]
+                cx, cy = _row_counts(dx[i], gathered, i, k, algorithm, scratch)
+                nx[p, i] = cx
+                ny[p, i] = cy
     return nx, ny

@@ -15,6 +15,7 @@ from .._validation import (
 )
 
 BACKENDS = ("numba", "torch")
+PERMUTATION_BATCH = 32  # pairings per pass over the distance matrices
 SYMMETRIC_MIN_FEATURES = 100  # below, computing each distance twice in O(n) memory is faster
 DTYPES = ("float64", "float32")
 
@@ -171,10 +172,11 @@ def ksg_estimates_from_distances(dx, dy, permutations, k, algorithm):
     each permutation, from the marginal distance matrices: O(n^2) each."""
     from ._kernels import permuted_neighbour_counts
 
+    perms = np.array([np.arange(dx.shape[0])] + list(permutations), dtype=np.int64)
     out = []
-    for perm in [np.arange(dx.shape[0])] + list(permutations):
-        nx, ny = permuted_neighbour_counts(dx, dy, np.ascontiguousarray(perm, dtype=np.int64), int(k), int(algorithm))
-        out.append(ksg_from_counts(nx, ny, k, algorithm))
+    for start in range(0, perms.shape[0], PERMUTATION_BATCH):
+        nx, ny = permuted_neighbour_counts(dx, dy, perms[start:start + PERMUTATION_BATCH], int(k), int(algorithm))
+        out.extend(ksg_from_counts(nx[p], ny[p], k, algorithm) for p in range(nx.shape[0]))
     return np.array(out)
 
 
