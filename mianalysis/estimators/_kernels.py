@@ -4,22 +4,27 @@ The estimator needs, for every sample i, the distance to its k-th nearest neighb
 joint space (max-norm, so the joint distance is the larger of the two marginal distances)
 and how many samples fall inside that distance in each marginal space. In the
 parameter-vector case (hundreds to thousands of dimensions per side) space-partitioning
-trees do not prune, so every pair is visited once:
+trees do not prune, so every pair is visited:
 
-* rows are processed in groups of ``GROUP_ROWS``; a group computes its full rows of both
-  marginal distance matrices into a buffer of ``GROUP_ROWS x n`` (memory O(group x n) per
-  thread), then selects the k-th joint distance and counts, row by row;
 * the distance tile loops over dimensions on the outside and over samples on the inside,
   with the data transposed to (n_features, n_samples) so that the inner loop is a
   contiguous vector loop; four query rows share each loaded sample value (register
-  blocking) and tiles of ``TILE`` samples keep the accumulators in L1 cache. At n = 22,000
-  with 394 + 394 dimensions this runs at ~15 G pair-dimension operations per second on
-  two cores in float64 (benchmarks/bench_estimators.py).
+  blocking) and tiles of ``TILE`` samples keep the accumulators in L1 cache;
+* :func:`ksg_neighbour_counts` (O(n) memory) processes rows in groups of ``GROUP_ROWS``:
+  a group computes its full rows of both marginal distance matrices, then selects the
+  k-th joint distance and counts, row by row. Every distance is computed twice;
+* :func:`symmetric_block_rows` + :func:`block_row_counts` (the distance cache) compute
+  each distance once: rows in blocks of ``BLOCK``, each block's tiles on and right of the
+  diagonal computed in a compact buffer, the tiles right of it kept transposed until the
+  later blocks' rows need them (about n^2 / 4 values per side at the peak);
+* :func:`marginal_distance_matrix` writes the full matrix from the upper-triangle tiles,
+  and :func:`permuted_neighbour_counts` evaluates many pairings of x and y rows from two
+  such matrices in O(n^2) each (permutation nulls).
 
-Every distance is ``abs(a - b)`` rounded once and reduced with ``max``, which is exact, so
-the kernel gives the same distances as any NumPy reference, in any order, with any number
-of threads. Each row's counts depend only on that row, so results do not depend on the
-number of threads.
+Every distance is ``abs(a - b)`` rounded once and reduced with ``max``, which is exact and
+symmetric, so all kernels give the same distances as any NumPy reference, in any order,
+with any number of threads. Each row's counts depend only on that row, so results do not
+depend on the number of threads either. Rates: benchmarks/bench_estimators.py.
 """
 
 from __future__ import annotations
