@@ -127,7 +127,7 @@ def main():
     for n, d, cache in runs:
         x, y = data(n, d)
         for dtype in ("float64", "float32"):
-            repeats = 3 if n * n * d < 5e9 else 1
+            repeats = 3 if n * n * d < 5e10 else 1
             warm_memory()
             seconds, value = best_time(
                 lambda: ksg_mi(x, y, dtype=dtype, random_state=0, distance_cache=cache), repeats)
