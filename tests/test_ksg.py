@@ -197,3 +197,21 @@ def test_pool_size_is_the_most_tiles_held_at_once(n):
         held |= {(j, m) for j in range(m + 1, n_blocks)}
         most = max(most, len(held))
     assert symmetric_pool_tiles(n) == max(1, most)
+
+
+def test_auto_distance_cache_needs_enough_features_and_memory(monkeypatch, rng):
+    from mianalysis.estimators import ksg
+
+    def refuse(*args):
+        raise AssertionError("the distance cache was used")
+
+    monkeypatch.setattr(ksg, "ksg_counts_symmetric", refuse)
+    narrow = rng.standard_normal((300, 49)), rng.standard_normal((300, 50))
+    wide = rng.standard_normal((300, 50)), rng.standard_normal((300, 50))
+    ksg_mi(*narrow)  # 99 features: every distance twice
+    with pytest.raises(AssertionError, match="the distance cache was used"):
+        ksg_mi(*wide)
+    with pytest.raises(AssertionError, match="the distance cache was used"):
+        ksg_mi(*narrow, distance_cache=True)
+    monkeypatch.setattr(ksg, "physical_memory_bytes", lambda: 1000)  # the cache does not fit
+    ksg_mi(*wide)
