@@ -42,11 +42,12 @@ def _drop_constant(x, y):
     return x[:, keep_x], y[:, keep_y], dropped
 
 
-def _mi_row(x, y, estimator, k, permutations, rng, distances=None):
+def _mi_row(x, y, estimator, k, permutations, rng, distances=None, distance_cache="auto"):
     """(value, null_mean, null_std, p_value, note) for one estimator on one client pair.
 
     `distances`: the two clients' marginal distance matrices of their noised samples (KSG
-    only); the estimate and its permutation null then cost O(n^2) each."""
+    only); the estimate and its permutation null then cost O(n^2) each. Otherwise
+    `distance_cache` is passed on to the KSG estimator and its permutation test."""
     if np.array_equal(x, y):
         return np.inf, np.nan, np.nan, np.nan, "identical samples (same initial point): MI is infinite"
     x, y, dropped = _drop_constant(x, y)
@@ -71,7 +72,7 @@ def _mi_row(x, y, estimator, k, permutations, rng, distances=None):
             kwargs = {"shrinkage": "ledoit-wolf"}
             notes.append(f"ledoit-wolf shrinkage: {exc}")
     else:
-        kwargs = {"k": k}
+        kwargs = {"k": k, "distance_cache": distance_cache}
     if permutations:
         res = mi_permutation_test(x, y, estimator=estimator, n_permutations=permutations, random_state=rng, **kwargs)
         return res.estimate, res.null_mean, res.null_std, res.pvalue, "; ".join(notes)
@@ -111,7 +112,9 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
         checkpoint and derive every pair's estimate and permutation null from them, in
         O(n_runs^2) each instead of O(n_runs^2 d). Needs n_clients x n_runs^2 float64
         values in memory (11.6 GB for 3 clients x 22,000 runs); "auto" uses it when that is
-        at most half the physical memory. Results are the same either way up to the
+        at most half the physical memory; when it does not fit, each pair's KSG estimate
+        and test still use their own distance caches where those fit. False keeps every
+        KSG computation in O(n_runs) memory. Results are the same either way up to the
         tie-breaking noise, which the cache draws per client rather than per pair.
 
     Returns
@@ -154,6 +157,7 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
         raise ValueError(f"dump {dump.path} has {n_runs} completed runs; analysis needs at least 2")
     pairs = list(itertools.combinations(range(len(dump.clients)), 2))
     reuse_distances = use_distance_cache(distance_cache, len(dump.clients) * n_runs * n_runs * 8)
+    inner_cache = False if distance_cache is False else "auto"  # False: O(n_runs) memory throughout
     rows = []
     journal = None
     done = set()
@@ -201,7 +205,7 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
                 rng = np.random.default_rng([random_state, t, a, b, ESTIMATORS.index(estimator)])
                 cached = (distances[a], distances[b]) if estimator == "ksg" and distances is not None else None
                 value, null_mean, null_std, p, note = _mi_row(x, y, estimator, k, permutations[estimator], rng,
-                                                              cached)
+                                                              cached, inner_cache)
                 add(t, a, b, f"mi_{estimator}", value, null_mean=null_mean, null_std=null_std, p=p, note=note)
             if bar is not None:
                 bar.update(1)

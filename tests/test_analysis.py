@@ -125,3 +125,25 @@ def test_ksg_from_each_clients_cached_distances(tmp_path, rng):
         assert r_cached["value"] == pytest.approx(r_direct["value"], abs=1e-9)
     with pytest.raises(ValueError, match="`distance_cache` must be 'auto', True or False"):
         analyze(dump, distance_cache="always")
+
+
+def test_without_distance_cache_no_ksg_call_keeps_distances(tmp_path, rng, monkeypatch):
+    import mianalysis.analysis as analysis
+
+    seen = []
+    real_test, real_ksg = analysis.mi_permutation_test, analysis.ksg_mi
+
+    def spy_test(*args, **kwargs):
+        seen.append(kwargs.get("distance_cache", "missing"))
+        return real_test(*args, **kwargs)
+
+    def spy_ksg(*args, **kwargs):
+        seen.append(kwargs.get("distance_cache", "missing"))
+        return real_ksg(*args, **kwargs)
+
+    monkeypatch.setattr(analysis, "mi_permutation_test", spy_test)
+    monkeypatch.setattr(analysis, "ksg_mi", spy_ksg)
+    dump = ParameterDump.from_arrays(tmp_path / "d", correlated_clients(rng, n_runs=200))
+    for permutations in (0, 2):
+        analyze(dump, estimators=("ksg",), metrics=(), permutations=permutations, distance_cache=False)
+    assert seen and set(seen) == {False}
