@@ -67,3 +67,16 @@ def test_distance_cache_argument():
         mi_permutation_test(x, x[::-1], kk=3)
     with pytest.raises(ValueError, match=r"`k` must be in \[1, 29\]"):
         mi_permutation_test(x, x[::-1], k=30)
+
+
+def test_without_distance_cache_every_estimate_is_in_linear_memory(monkeypatch, rng):
+    from mianalysis.estimators import ksg
+
+    def refuse(*args):
+        raise AssertionError("a distance cache was used")
+
+    monkeypatch.setattr(ksg, "ksg_counts_symmetric", refuse)
+    x = rng.standard_normal((200, 60))
+    y = x + rng.standard_normal((200, 60))
+    res = mi_permutation_test(x, y, n_permutations=3, random_state=0, distance_cache=False)
+    assert res.n_permutations == 3

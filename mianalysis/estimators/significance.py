@@ -88,7 +88,8 @@ def mi_permutation_test(
         once (O(n^2 d)) and every shuffle costs O(n^2), for the same values to the bit.
         It needs 2 n^2 values of the estimator's dtype in memory (7.7 GB at n = 22,000 in
         float64, half in float32); "auto" uses it when that is at most half the physical
-        memory, False never (each shuffle then recomputes distances, in O(n d) memory).
+        memory, False never (each shuffle then recomputes distances, in O(n d) memory;
+        False is passed on to :func:`ksg_mi`).
     **estimator_kwargs
         Passed to the estimator (e.g. ``k``, ``units``). For KSG the tie-breaking noise is
         added once, before the observed estimate, and the same noisy data are shuffled.
@@ -135,6 +136,8 @@ def mi_permutation_test(
         if unknown:
             raise TypeError(f"ksg_mi() got unexpected keyword arguments {sorted(unknown)}")
         cached = use_distance_cache(distance_cache, 2 * n * n * np.dtype(dtype).itemsize)
+    if estimator == "ksg":  # without the matrices, each estimate may still keep its tiles
+        kwargs["distance_cache"] = False if distance_cache is False else "auto"
     if cached:
         perms = [rng.permutation(n) for _ in range(n_permutations)]
         values = ksg_permutation_estimates(x, y, perms, k, algorithm, dtype) * factor
