@@ -28,7 +28,7 @@ import numpy as np
 
 from mianalysis import gaussian_mi, ksg_mi
 from mianalysis.estimators._kernels import BLOCK
-from mianalysis.estimators.ksg import SYMMETRIC_MIN_FEATURES
+from mianalysis.estimators._neighbours import SYMMETRIC_MIN_FEATURES
 
 KSG_SIZES = [(2000, 1), (5000, 50), (10000, 100), (22000, 394), (22000, 850)]
 GAUSSIAN_SIZES = KSG_SIZES[:-1] + [(26400, 850)]

@@ -14,8 +14,8 @@ import numpy as np
 from ._validation import check_choice, check_int
 from .distances import METRICS, paired_distances
 from .estimators import gaussian_mi, ksg_mi, mi_permutation_test
-from .estimators.ksg import add_tie_breaking_noise, ksg_estimates_from_distances, marginal_distances
-from .estimators.ksg import use_distance_cache
+from .estimators._neighbours import marginal_distances, use_distance_cache
+from .estimators.ksg import add_tie_breaking_noise, ksg_estimates_from_distances
 from .estimators.significance import PermutationTestResult
 
 KSG_NOISE = 1e-10  # tie-breaking noise, times each parameter's sd over runs

@@ -131,7 +131,7 @@ def test_matches_kraskov_milca_program(name, xcols, ycols, ks, expected):
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_torch_backend_gives_the_numba_counts(algorithm, dtype):
     torch = pytest.importorskip("torch")  # noqa: F841
-    from mianalysis.estimators.ksg import ksg_counts, ksg_counts_torch
+    from mianalysis.estimators._neighbours import ksg_counts, ksg_counts_torch
 
     rng = np.random.default_rng(3)
     x = rng.standard_normal((700, 5))
@@ -152,7 +152,7 @@ def test_torch_backend_gives_the_numba_counts(algorithm, dtype):
 def test_each_distance_once_gives_the_counts_of_every_distance_twice(n, algorithm, dtype):
     # The distance cache computes each tile above the diagonal once and reuses it,
     # transposed, for the later rows; the O(n)-memory kernel computes every distance twice.
-    from mianalysis.estimators.ksg import ksg_counts
+    from mianalysis.estimators._neighbours import ksg_counts
 
     rng = np.random.default_rng(n)
     x = rng.standard_normal((n, 6))
@@ -176,7 +176,7 @@ def test_distance_cache_equals_reference_over_several_blocks(algorithm, rng):
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_marginal_distances_are_the_max_norm_matrix(dtype, rng):
-    from mianalysis.estimators.ksg import marginal_distances
+    from mianalysis.estimators._neighbours import marginal_distances
 
     a = rng.standard_normal((600, 7)).astype(dtype)
     want = np.abs(a[:, None, :] - a[None, :, :]).max(axis=-1)
@@ -188,7 +188,7 @@ def test_marginal_distances_are_the_max_norm_matrix(dtype, rng):
 @pytest.mark.parametrize("n", [1, 256, 1000, 22000])
 def test_pool_size_is_the_most_tiles_held_at_once(n):
     from mianalysis.estimators._kernels import BLOCK
-    from mianalysis.estimators.ksg import symmetric_pool_tiles
+    from mianalysis.estimators._neighbours import symmetric_pool_tiles
 
     n_blocks = -(-n // BLOCK)
     held, most = set(), 0
@@ -200,12 +200,12 @@ def test_pool_size_is_the_most_tiles_held_at_once(n):
 
 
 def test_auto_distance_cache_needs_enough_features_and_memory(monkeypatch, rng):
-    from mianalysis.estimators import ksg
+    from mianalysis.estimators import _neighbours
 
     def refuse(*args):
         raise AssertionError("the distance cache was used")
 
-    monkeypatch.setattr(ksg, "ksg_counts_symmetric", refuse)
+    monkeypatch.setattr(_neighbours, "ksg_counts_symmetric", refuse)
     narrow = rng.standard_normal((300, 49)), rng.standard_normal((300, 50))
     wide = rng.standard_normal((300, 50)), rng.standard_normal((300, 50))
     ksg_mi(*narrow)  # 99 features: every distance twice
@@ -213,5 +213,5 @@ def test_auto_distance_cache_needs_enough_features_and_memory(monkeypatch, rng):
         ksg_mi(*wide)
     with pytest.raises(AssertionError, match="the distance cache was used"):
         ksg_mi(*narrow, distance_cache=True)
-    monkeypatch.setattr(ksg, "physical_memory_bytes", lambda: 1000)  # the cache does not fit
+    monkeypatch.setattr(_neighbours, "physical_memory_bytes", lambda: 1000)  # the cache does not fit
     ksg_mi(*wide)

@@ -8,13 +8,8 @@ import numpy as np
 
 from .._validation import check_int, check_nonnegative_float, check_paired, check_random_state
 from .gaussian import gaussian_mi
-from .ksg import (
-    add_tie_breaking_noise,
-    check_ksg_settings,
-    ksg_mi,
-    ksg_permutation_estimates,
-    use_distance_cache,
-)
+from ._neighbours import use_distance_cache
+from .ksg import add_tie_breaking_noise, check_ksg_settings, ksg_mi, ksg_permutation_estimates
 
 ESTIMATORS = {"ksg": ksg_mi, "gaussian": gaussian_mi}
 
