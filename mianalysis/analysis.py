@@ -157,7 +157,6 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
         raise ValueError(f"dump {dump.path} has {n_runs} completed runs; analysis needs at least 2")
     pairs = list(itertools.combinations(range(len(dump.clients)), 2))
     reuse_distances = use_distance_cache(distance_cache, len(dump.clients) * n_runs * n_runs * 8)
-    inner_cache = False if distance_cache is False else "auto"  # False: O(n_runs) memory throughout
     rows = []
     journal = None
     done = set()
@@ -205,7 +204,7 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
                 rng = np.random.default_rng([random_state, t, a, b, ESTIMATORS.index(estimator)])
                 cached = (distances[a], distances[b]) if estimator == "ksg" and distances is not None else None
                 value, null_mean, null_std, p, note = _mi_row(x, y, estimator, k, permutations[estimator], rng,
-                                                              cached, inner_cache)
+                                                              cached, distance_cache)
                 add(t, a, b, f"mi_{estimator}", value, null_mean=null_mean, null_std=null_std, p=p, note=note)
             if bar is not None:
                 bar.update(1)

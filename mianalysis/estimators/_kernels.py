@@ -228,6 +228,24 @@ def ksg_neighbour_counts(x, y, x_t, y_t, k, algorithm):
 
 
 # ------------------------------------------------------- each distance once (symmetric)
+@numba.njit(cache=True)
+def _tile_into_rows(data, data_t, i0, i1, block, rows, pool, slot):
+    """Tile (rows [i0, i1), column block `block`) into its columns of `rows`, and
+    transposed into pool[slot] unless slot < 0.
+
+    The tile is accumulated in a compact BLOCK x BLOCK buffer rather than in place in
+    `rows`, whose rows lie n values apart and compete for the same cache sets.
+    """
+    n = data.shape[0]
+    j0 = block * BLOCK
+    j1 = min(j0 + BLOCK, n)
+    buf = np.empty((BLOCK, BLOCK), dtype=data.dtype)
+    _block_tile(data, data_t, i0, i1, j0, j1, buf, 0)
+    _copy_rows(buf, i1 - i0, j1 - j0, rows, 0, j0)
+    if slot >= 0:
+        _copy_transposed(buf, i1 - i0, 0, j1 - j0, pool[slot], 0, 0)
+
+
 @numba.njit(parallel=True, cache=True)
 def symmetric_block_rows(x, x_t, y, y_t, m, rows_x, rows_y, pool_x, pool_y, old_slots, new_slots):
     """Fill rows_x, rows_y (BLOCK, n) with the full distance rows of block m, computing
@@ -245,31 +263,18 @@ def symmetric_block_rows(x, x_t, y, y_t, m, rows_x, rows_y, pool_x, pool_y, old_
     i0 = m * BLOCK
     i1 = min(i0 + BLOCK, n)
     for t in prange(2 * m):
-        side = t % 2
         block = t // 2
-        c0 = block * BLOCK
-        if side == 0:
-            _copy_rows(pool_x[old_slots[block]], i1 - i0, BLOCK, rows_x, 0, c0)
+        if t % 2 == 0:
+            _copy_rows(pool_x[old_slots[block]], i1 - i0, BLOCK, rows_x, 0, block * BLOCK)
         else:
-            _copy_rows(pool_y[old_slots[block]], i1 - i0, BLOCK, rows_y, 0, c0)
+            _copy_rows(pool_y[old_slots[block]], i1 - i0, BLOCK, rows_y, 0, block * BLOCK)
     for t in prange(2 * (n_blocks - m)):
-        side = t % 2
         block = m + t // 2
-        j0 = block * BLOCK
-        j1 = min(j0 + BLOCK, n)
-        # The tile is accumulated in a compact buffer (rows 2 KB apart in float64), which
-        # runs ~1.5x faster than accumulating in place in rows n values apart.
-        buf = np.empty((BLOCK, BLOCK), dtype=x.dtype)
-        if side == 0:
-            _block_tile(x, x_t, i0, i1, j0, j1, buf, 0)
-            _copy_rows(buf, i1 - i0, j1 - j0, rows_x, 0, j0)
-            if block > m:
-                _copy_transposed(buf, i1 - i0, 0, j1 - j0, pool_x[new_slots[block]], 0, 0)
+        slot = new_slots[block] if block > m else -1  # the diagonal tile is not kept
+        if t % 2 == 0:
+            _tile_into_rows(x, x_t, i0, i1, block, rows_x, pool_x, slot)
         else:
-            _block_tile(y, y_t, i0, i1, j0, j1, buf, 0)
-            _copy_rows(buf, i1 - i0, j1 - j0, rows_y, 0, j0)
-            if block > m:
-                _copy_transposed(buf, i1 - i0, 0, j1 - j0, pool_y[new_slots[block]], 0, 0)
+            _tile_into_rows(y, y_t, i0, i1, block, rows_y, pool_y, slot)
 
 
 @numba.njit(parallel=True, cache=True)

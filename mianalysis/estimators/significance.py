@@ -132,7 +132,7 @@ def mi_permutation_test(
             raise TypeError(f"ksg_mi() got unexpected keyword arguments {sorted(unknown)}")
         cached = use_distance_cache(distance_cache, 2 * n * n * np.dtype(dtype).itemsize)
     if estimator == "ksg":  # without the matrices, each estimate may still keep its tiles
-        kwargs["distance_cache"] = False if distance_cache is False else "auto"
+        kwargs["distance_cache"] = distance_cache
     if cached:
         perms = [rng.permutation(n) for _ in range(n_permutations)]
         values = ksg_permutation_estimates(x, y, perms, k, algorithm, dtype) * factor
