@@ -20,16 +20,12 @@ from pathlib import Path
 import numba
 import numpy as np
 
+from bench_estimators import data  # the same correlated Gaussians
+
 from mianalysis import mi_permutation_test
 
 OUT = Path(__file__).parent / "results" / "permutations.json"
 SIZES = [(2000, 10, "float64"), (10000, 100, "float64"), (22000, 394, "float64"), (22000, 394, "float32")]
-
-
-def data(n, d, seed=0):
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((n, d))
-    return x, 0.5 * x + np.sqrt(0.75) * rng.standard_normal((n, d))
 
 
 def main():

@@ -21,16 +21,12 @@ from pathlib import Path
 
 import numpy as np
 
+from bench_estimators import data  # the same correlated Gaussians
+
 from mianalysis import ksg_mi
 
 SIZES = [(5000, 50), (10000, 100), (22000, 394), (22000, 850)]
 OUT_DIR = Path(__file__).parent / "results"
-
-
-def data(n, d, seed=0):
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((n, d))
-    return x, 0.5 * x + np.sqrt(0.75) * rng.standard_normal((n, d))
 
 
 def timed(func):

@@ -36,6 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bench_estimators import data, warm_memory  # the same correlated Gaussians
+
 from mianalysis import ksg_mi
 
 HERE = Path(__file__).parent
@@ -43,7 +45,6 @@ VENV = HERE / ".peers-venv"
 SIZES = [(2000, 1), (2000, 10), (5000, 50), (10000, 100), (22000, 394)]
 PEER_PACKAGES = ["numpy", "scipy", "scikit-learn", "ennemi", "npeet-plus", "infomeasure", "idtxl-uv", "jpype1"]
 PEERS = ["npeet", "infomeasure", "ennemi", "jidt"]
-WARM_GIB = 4
 
 # Run inside the peers' environment: python -c RUNNER PEER X.npy Y.npy -> JSON line.
 RUNNER = r"""
@@ -87,12 +88,6 @@ def ensure_venv():
     return python
 
 
-def data(n, d, seed=0):
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((n, d))
-    return x, 0.5 * x + np.sqrt(0.75) * rng.standard_normal((n, d))
-
-
 def agrees(theirs, ours):
     """Same KSG value up to the peers' 1e-10 tie-breaking noise and summation order."""
     return bool(abs(theirs - ours) <= 1e-6 + 1e-4 * abs(ours))
@@ -122,7 +117,7 @@ def main():
         previous = {(row["n"], row["d"]): row["peers"] for row in old["sizes"]}
         args.cap = old["cap_seconds"]
     python = None if args.reuse_peers else ensure_venv()
-    np.ones(WARM_GIB * 2**30 // 8)
+    warm_memory()
     ksg_mi(*data(64, 2), noise=0)  # compile or load from cache
     ksg_mi(*data(64, 2), noise=0, dtype="float32")
     sizes = SIZES[:3] if args.quick else SIZES
