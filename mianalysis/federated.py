@@ -6,6 +6,15 @@ gradients come from ``torch.func.vmap(torch.func.grad(...))``. Replicates share 
 partition and the schedule of clients per round (drawn from (seed, round)); they differ in
 their initial model (seed, replicate) and each client's data order (seed, replicate,
 round, client).
+
+Determinism: the simulator computes on one PyTorch thread (whatever the process's
+setting), because a batched matrix product of one replicate split over several threads
+sums in another order than the same product inside a batch of replicates. With one thread
+a replicate's recorded parameters and metrics are the same bytes for every chunk size and
+every thread setting of the process, on a given CPU code path (tested under PyTorch's
+``default``, ``avx2`` and native code paths and MKL's compatible and native ones). Runs on
+different code paths (another instruction set) agree only to rounding, which training
+amplifies.
 """
 
 from __future__ import annotations
@@ -15,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from ._threads import torch_threads
 from ._validation import check_choice, check_int
 from .aggregation import AGGREGATORS, get_aggregator
 from .diagnostics import eb_criterion
@@ -385,7 +395,7 @@ class FederatedSimulation:
         return out
 
     def run(self, *, replicate_ids=None, record=False, progress=False, stop_at_accuracy=None, log_client_eb=False):
-        """Train all rounds.
+        """Train all rounds, on one PyTorch thread (see the module docstring).
 
         Parameters
         ----------
@@ -412,6 +422,10 @@ class FederatedSimulation:
             when the clients' mean update is within their spread).
         local_models : ndarray (n_clients, rounds + 1, R, P) or None
         """
+        with torch_threads(1):
+            return self._run(replicate_ids, record, progress, stop_at_accuracy, log_client_eb)
+
+    def _run(self, replicate_ids, record, progress, stop_at_accuracy, log_client_eb):
         import torch
 
         cfg = self.config

@@ -4,6 +4,7 @@ and the same seed gives the same bytes whatever the threads and chunk sizes."""
 import errno
 import json
 import os
+import platform
 import subprocess
 import sys
 
@@ -251,9 +252,30 @@ def test_verify_detects_damage(tmp_path, capsys, damage, message):
 
 
 # ---------------------------------------------------------------------- determinism
-def _sample_and_analyze(tmp_path, name, threads, chunk):
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "NUMBA_NUM_THREADS": str(threads),
-           "MKL_NUM_THREADS": str(threads)}
+# Chunk-size and thread-count comparisons run under several CPU code paths, so that a
+# dependence that would show only on another instruction set (e.g. an AVX2-only machine)
+# fails here too: PyTorch's ATen kernels (ATEN_CPU_CAPABILITY), MKL's (MKL_CBWR), NumPy's
+# OpenBLAS (OPENBLAS_CORETYPE) and Numba's compiled kernels (NUMBA_CPU_NAME). Runs on
+# different code paths are compared only with runs on the same path.
+CODE_PATHS = {
+    "native": {},
+    "baseline": {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", "OPENBLAS_CORETYPE": "Prescott",
+                 "NUMBA_CPU_NAME": "generic"},
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "OPENBLAS_CORETYPE": "Haswell"},
+}
+x86_only = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"),
+                              reason="x86-64 code path settings")
+code_paths = pytest.mark.parametrize("code_path", [
+    "native", pytest.param("baseline", marks=x86_only), pytest.param("avx2", marks=x86_only)])
+
+
+def _env(code_path, threads):
+    return {**os.environ, **CODE_PATHS[code_path], "OMP_NUM_THREADS": str(threads),
+            "NUMBA_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+
+
+def _sample_and_analyze(tmp_path, name, threads, chunk, code_path):
+    env = _env(code_path, threads)
     settings = ["--set", "n_layers=2", "--set", "seq_len=16", "--set", "n_examples=32", "--set", "batch_size=8"]
     out = tmp_path / name
     subprocess.run(CLI + ["sample", "--task", "signal-rnn", "--runs", "24", "--chunk-size", str(chunk), "--seed", "7",
@@ -263,13 +285,46 @@ def _sample_and_analyze(tmp_path, name, threads, chunk):
     return out
 
 
-def test_same_seed_same_bytes_across_threads_and_chunk_sizes(tmp_path):
+@code_paths
+def test_same_seed_same_bytes_across_threads_and_chunk_sizes(tmp_path, code_path):
     pytest.importorskip("torch")
-    a = _sample_and_analyze(tmp_path, "t1", threads=1, chunk=8)
-    b = _sample_and_analyze(tmp_path, "t2", threads=2, chunk=5)
+    a = _sample_and_analyze(tmp_path, "t1", threads=1, chunk=8, code_path=code_path)
+    b = _sample_and_analyze(tmp_path, "t2", threads=2, chunk=5, code_path=code_path)
     for name in ("client_0.f32", "client_1.f32", "client_2.f32", "metrics_0.f32"):
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
     assert (tmp_path / "t1.csv").read_bytes() == (tmp_path / "t2.csv").read_bytes()
+
+
+# Runs alone or beside others, on 1 or 2 threads: a lone replica (one client, a chunk of
+# one run) and digits-lenet, whose frozen body sees a chunk's worth of images.
+_SAMPLER_CHUNKS = """
+import sys, numpy as np, torch
+from mianalysis.sampling import ParameterSampler
+from mianalysis.tasks import get_task
+tasks = [get_task("signal-rnn", "paper", n_clients=1, n_layers=2, seq_len=16, n_examples=32, batch_size=8),
+         get_task("digits-lenet", "paper", pretrain_epochs=1, per_digit=3, batch_size=10)]
+for task in tasks:
+    sampler = ParameterSampler(task, seed=3, progress=False)
+    torch.set_num_threads(1)
+    together = sampler.train_chunk(range(6))
+    torch.set_num_threads(2)
+    for runs in ([4], [3, 4, 5], [0, 1, 2, 3, 4]):
+        part = sampler.train_chunk(runs)
+        for i, run in enumerate(runs):
+            same = np.array_equal(part.samples[:, :, i], together.samples[:, :, run]) and np.array_equal(
+                part.metrics[..., i], together.metrics[..., run])
+            print(task.name, runs, run, "same" if same else "DIFFERENT")
+"""
+
+
+@code_paths
+def test_sampled_run_same_bytes_alone_or_in_any_chunk(tmp_path, code_path):
+    pytest.importorskip("torch")
+    env = {**_env(code_path, 2), "XDG_CACHE_HOME": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", _SAMPLER_CHUNKS], env=env, capture_output=True, text=True,
+                         check=True).stdout
+    lines = out.splitlines()
+    assert len(lines) == 2 * 9 and all(line.endswith(" same") for line in lines), out
 
 
 def test_estimates_do_not_depend_on_threads():
@@ -288,14 +343,15 @@ def test_estimates_do_not_depend_on_threads():
     assert outs[0] == outs[1] and outs[0].count(" ") == 4
 
 
-def test_federated_recording_same_bytes_across_threads_and_chunk_sizes(tmp_path):
+@code_paths
+def test_federated_recording_same_bytes_across_threads_and_chunk_sizes(tmp_path, code_path):
     pytest.importorskip("torch")
     args = ["federate", "--clients", "3", "--fraction", "1", "--rounds", "2", "--replicates", "6", "--record",
             "--batch", "10", "--layer", "5", "--seed", "1", "--no-progress"]
-    for name, threads, chunk in (("a", "1", "2"), ("b", "2", "5")):
-        env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
-        subprocess.run(CLI + args + ["--chunk-size", chunk, "--out", str(tmp_path / name)], check=True, env=env,
-                       capture_output=True)
+    # Chunks of 5 leave a last chunk of one replicate: a batch of one on 2 threads.
+    for name, threads, chunk in (("a", 1, 2), ("b", 2, 5)):
+        subprocess.run(CLI + args + ["--chunk-size", str(chunk), "--out", str(tmp_path / name)], check=True,
+                       env=_env(code_path, threads), capture_output=True)
     for name in ("client_0.f32", "client_2.f32", "metrics_0.f32"):
         assert (tmp_path / "a" / "dump" / name).read_bytes() == (tmp_path / "b" / "dump" / name).read_bytes(), name
     assert (tmp_path / "a" / "history.csv").read_bytes() == (tmp_path / "b" / "history.csv").read_bytes()

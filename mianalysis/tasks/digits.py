@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._threads import torch_threads
 from .base import ClientBatchData, Task
 
 
@@ -205,12 +206,21 @@ class DigitsLeNetTask(Task):
         return out.reshape(r, n, *images.shape[1:])
 
     def features(self, images):
-        """84-dimensional features of the frozen body for images (..., H, W)."""
+        """84-dimensional features of the frozen body for images (H, W), (n, H, W) or
+        (R, n, H, W).
+
+        With a replica dimension R the body runs once per replica, and always on one
+        thread, so that a replica's features are computed by the same kernels whatever
+        the number of replicas and threads (a matrix product's summation order may depend
+        on its number of rows and, on some CPU code paths, on how it is split over threads).
+        """
         import torch
 
         body, _ = self.pretrained()
-        lead = images.shape[:-2]
-        with torch.no_grad():
+        with torch.no_grad(), torch_threads(1):
+            if images.ndim == 4:
+                return torch.stack([self.features(replica) for replica in images])
+            lead = images.shape[:-2]
             feats = body(images.reshape(-1, 1, *images.shape[-2:]))
         return feats.reshape(*lead, feats.shape[-1])
 
@@ -234,7 +244,8 @@ class DigitsLeNetTask(Task):
 
         xtr, ytr, xte, yte = self.dataset()
         idx = self.client_base_images(client)
-        feats = self.features(self.augment(xtr[idx], generators))  # (R, n, 84)
+        # Augmented per replica, like the features: shapes that do not follow the chunk.
+        feats = torch.cat([self.features(self.augment(xtr[idx], [g])) for g in generators])  # (R, n, 84)
         targets = torch.from_numpy(ytr[idx]).expand(len(generators), len(idx))
         if self._test_features is None:
             self._test_features = (self.features(torch.from_numpy(xte)), torch.from_numpy(yte))
