@@ -78,7 +78,7 @@ class ParameterSampler:
     beside a copy of itself). Tested for chunk sizes 1-8 and 1 or 2 threads under
     PyTorch's ``default``, ``avx2`` and native code paths and MKL's compatible and native
     ones. Samples made on different code paths (another instruction set) agree only to
-    rounding, which training amplifies (about 3e-5 after two signal-rnn iterations).
+    rounding, which training amplifies.
 
     Parameters
     ----------
