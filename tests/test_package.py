@@ -1,7 +1,10 @@
 import json
 import os
+import posixpath
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -58,3 +61,55 @@ def test_public_api_is_documented(name):
 
     doc = getattr(mianalysis, name).__doc__
     assert "Parameters" in doc and "Returns" in doc
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def git(root, *args):
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=60)
+
+
+def links_outside(root):
+    """Tracked symbolic links (mode 120000) of the git checkout `root` whose target lies outside it.
+
+    The target is the link's committed blob, resolved relative to the link's folder; an
+    absolute target always counts as outside (a fresh clone elsewhere cannot have it).
+    """
+    listing = git(root, "ls-files", "-s", "-z")
+    assert listing.returncode == 0, listing.stderr
+    outside = []
+    for entry in listing.stdout.split("\0"):
+        if not entry.startswith("120000 "):
+            continue
+        meta, path = entry.split("\t", 1)
+        target = git(root, "cat-file", "blob", meta.split()[1]).stdout
+        resolved = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
+        if posixpath.isabs(target) or resolved == ".." or resolved.startswith("../"):
+            outside.append(f"{path} -> {target}")
+    return outside
+
+
+def test_links_outside_finds_absolute_and_escaping_links(tmp_path):
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    assert git(tmp_path, "init", "-q").returncode == 0
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "file").write_text("x")
+    os.symlink("/tmp/elsewhere", tmp_path / "absolute")
+    os.symlink("../../outside", tmp_path / "sub" / "escaping")
+    os.symlink("../file", tmp_path / "sub" / "up-and-back")  # repo/file: inside, though dangling
+    os.symlink("file", tmp_path / "sub" / "inside")
+    assert git(tmp_path, "add", "-A").returncode == 0
+    assert sorted(links_outside(tmp_path)) == ["absolute -> /tmp/elsewhere", "sub/escaping -> ../../outside"]
+
+
+def test_no_tracked_link_points_outside_the_repository():
+    # A committed link to an absolute path (benchmarks/.peers-venv -> /tmp/peers-venv) broke
+    # compare_peers.py on every fresh clone.
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    top = git(REPO, "rev-parse", "--show-toplevel")
+    if top.returncode != 0 or Path(top.stdout.strip()).resolve() != REPO:
+        pytest.skip(f"{REPO} is not the root of a git checkout")
+    assert links_outside(REPO) == []
