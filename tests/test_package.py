@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+REPO = Path(__file__).resolve().parents[1]
+
 
 def run_python(code, env=None):
     out = subprocess.run(
@@ -25,6 +27,36 @@ def test_import_does_not_load_torch_or_matplotlib():
         )
     )
     assert loaded == []
+
+
+def test_version_command_exits_zero_without_loading_torch_or_matplotlib():
+    out = subprocess.run(
+        [sys.executable, "-c", "import json, sys; from mianalysis.cli import main; code = main(['--version']); "
+         "print(json.dumps([code, [m for m in ('torch', 'matplotlib') if m in sys.modules]]))"],
+        capture_output=True, text=True, cwd=REPO, timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    version_line, result = out.stdout.splitlines()
+    import mianalysis
+
+    assert version_line == f"mianalysis {mianalysis.__version__}"
+    assert json.loads(result) == [0, []]
+
+
+def test_pyproject_metadata():
+    tomllib = pytest.importorskip("tomllib")
+    meta = tomllib.loads((REPO / "pyproject.toml").read_text())
+    project = meta["project"]
+    # One source of truth for the version: mianalysis.__version__, read at build time.
+    assert "version" not in project and "version" in project["dynamic"]
+    assert meta["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "mianalysis.__version__"}
+    # PEP 639 licence metadata, and the file it names.
+    assert project["license"] == "BSD-3-Clause" and project["license-files"] == ["LICENSE"]
+    assert (REPO / "LICENSE").read_text().startswith("BSD 3-Clause License\n")
+    assert "setuptools>=77" in meta["build-system"]["requires"]
+    # The package states what it needs; this machine's torch build is a constraint, not a cap.
+    assert "torch>=2.1" in project["dependencies"]
+    assert "torch==2.13.0" in (REPO / "constraints.txt").read_text().splitlines()
 
 
 KSG_IN_SUBPROCESS = """
@@ -62,8 +94,6 @@ def test_public_api_is_documented(name):
     doc = getattr(mianalysis, name).__doc__
     assert "Parameters" in doc and "Returns" in doc
 
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def git(root, *args):
