@@ -1,6 +1,6 @@
 # The README's two commands: `make demo` (main job on embedded data) and `make test`.
 # Each creates .venv if missing and installs into it once; running again installs nothing
-# unless pyproject.toml changed.
+# unless pyproject.toml or constraints.txt changed.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -10,11 +10,12 @@ STAMP := $(VENV)/.installed
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	# The CPU build of PyTorch on this disk, before anything can pull another build.
-	$(PY) -m pip install --quiet "torch==2.13.0"
-	$(PY) -m pip install --quiet -e ".[dev]"
+	# PyTorch first, at the build constraints.txt pins (the CPU build on this disk), then the
+	# package under the same constraints so that nothing can pull another build.
+	$(PY) -m pip install --quiet -c constraints.txt torch
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev]"
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -80,11 +80,38 @@ print(json.dumps({"seconds": time.perf_counter() - start, "nats": value}))
 """
 
 
-def ensure_venv():
-    python = VENV / "bin" / "python"
+def ensure_venv(venv=VENV):
+    """The peers' Python, creating the environment at `venv` and installing the peers on first use.
+
+    A dangling link, a file, or a folder that holds files but no working interpreter at
+    `venv` stops the run with a message saying what to remove (it is never deleted here).
+    A marker file records a finished install, so an interrupted install is retried.
+    """
+    python = venv / "bin" / "python"
+    installed = venv / ".peers-installed"
+    if venv.is_symlink() and not venv.exists():
+        raise SystemExit(f"{venv} is a link to {os.readlink(venv)}, which does not exist; remove the link "
+                         f"(rm {venv}) and run again to create the peers' environment there")
+    if venv.exists() and not venv.is_dir():
+        raise SystemExit(f"{venv} exists and is not a folder; remove it (rm {venv}) and run again to create "
+                         "the peers' environment there")
+    if venv.is_dir() and not python.exists() and any(venv.iterdir()):
+        raise SystemExit(f"{venv} holds files but no working Python ({python} is missing or a broken link); "
+                         f"remove it (rm -r {venv}) and run again to recreate the peers' environment")
     if not python.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", *PEER_PACKAGES], check=True)
+        # venv refuses a link, even one to a folder: create the environment where it points.
+        try:
+            subprocess.run([sys.executable, "-m", "venv", str(venv.resolve())], check=True)
+        except subprocess.CalledProcessError as exc:
+            raise SystemExit(f"`{sys.executable} -m venv {venv}` failed with exit code {exc.returncode}; "
+                             "see its message above") from exc
+    if not installed.exists():
+        try:
+            subprocess.run([str(python), "-m", "pip", "install", "-q", *PEER_PACKAGES], check=True)
+        except subprocess.CalledProcessError as exc:
+            raise SystemExit(f"installing the peers ({' '.join(PEER_PACKAGES)}) into {venv} failed with exit "
+                             f"code {exc.returncode} (it needs access to PyPI); run again to retry") from exc
+        installed.touch()
     return python
 
 

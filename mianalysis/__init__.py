@@ -8,13 +8,14 @@ Importing the package loads NumPy and SciPy only; Numba compiles the KSG kernel 
 use, and PyTorch and Matplotlib are loaded by the parts that need them.
 """
 
+# The one place the version is written: pyproject.toml reads it (tool.setuptools.dynamic).
+__version__ = "0.1.0"
+
 from .analysis import analyze
 from .distances import mean_paired_distance, paired_distances
 from .dumps import DumpError, ParameterDump
 from .estimators import PermutationTestResult, gaussian_mi, ksg_mi, mi_permutation_test
 from .sampling import ParameterSampler
-
-__version__ = "0.1.0"
 
 __all__ = [
     "gaussian_mi",

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from . import __version__
+
 
 def _load_array(path, name):
     import numpy as np
@@ -166,6 +168,7 @@ def build_parser():
         prog="mianalysis",
         description="Mutual information and distances between federated clients' parameter vectors.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="the main job on generated data: sample, analyse and plot signal-rnn")

@@ -1,9 +1,19 @@
+import re
+
 import numpy as np
 import pytest
 
 from mianalysis.analysis import read_table
 from mianalysis.cli import main
 from mianalysis.dumps import ParameterDump
+
+
+def test_version(capsys):
+    import mianalysis
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"mianalysis {mianalysis.__version__}\n"
+    assert re.fullmatch(r"\d+\.\d+\.\d+", mianalysis.__version__)
 
 
 def test_estimator_demo_prints_table(capsys):

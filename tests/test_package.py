@@ -1,9 +1,14 @@
 import json
 import os
+import posixpath
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def run_python(code, env=None):
@@ -22,6 +27,36 @@ def test_import_does_not_load_torch_or_matplotlib():
         )
     )
     assert loaded == []
+
+
+def test_version_command_exits_zero_without_loading_torch_or_matplotlib():
+    out = subprocess.run(
+        [sys.executable, "-c", "import json, sys; from mianalysis.cli import main; code = main(['--version']); "
+         "print(json.dumps([code, [m for m in ('torch', 'matplotlib') if m in sys.modules]]))"],
+        capture_output=True, text=True, cwd=REPO, timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    version_line, result = out.stdout.splitlines()
+    import mianalysis
+
+    assert version_line == f"mianalysis {mianalysis.__version__}"
+    assert json.loads(result) == [0, []]
+
+
+def test_pyproject_metadata():
+    tomllib = pytest.importorskip("tomllib")
+    meta = tomllib.loads((REPO / "pyproject.toml").read_text())
+    project = meta["project"]
+    # One source of truth for the version: mianalysis.__version__, read at build time.
+    assert "version" not in project and "version" in project["dynamic"]
+    assert meta["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "mianalysis.__version__"}
+    # PEP 639 licence metadata, and the file it names.
+    assert project["license"] == "BSD-3-Clause" and project["license-files"] == ["LICENSE"]
+    assert (REPO / "LICENSE").read_text().startswith("BSD 3-Clause License\n")
+    assert "setuptools>=77" in meta["build-system"]["requires"]
+    # The package states what it needs; this machine's torch build is a constraint, not a cap.
+    assert "torch>=2.1" in project["dependencies"]
+    assert "torch==2.13.0" in (REPO / "constraints.txt").read_text().splitlines()
 
 
 KSG_IN_SUBPROCESS = """
@@ -58,3 +93,53 @@ def test_public_api_is_documented(name):
 
     doc = getattr(mianalysis, name).__doc__
     assert "Parameters" in doc and "Returns" in doc
+
+
+
+def git(root, *args):
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=60)
+
+
+def links_outside(root):
+    """Tracked symbolic links (mode 120000) of the git checkout `root` whose target lies outside it.
+
+    The target is the link's committed blob, resolved relative to the link's folder; an
+    absolute target always counts as outside (a fresh clone elsewhere cannot have it).
+    """
+    listing = git(root, "ls-files", "-s", "-z")
+    assert listing.returncode == 0, listing.stderr
+    outside = []
+    for entry in listing.stdout.split("\0"):
+        if not entry.startswith("120000 "):
+            continue
+        meta, path = entry.split("\t", 1)
+        target = git(root, "cat-file", "blob", meta.split()[1]).stdout
+        resolved = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
+        if posixpath.isabs(target) or resolved == ".." or resolved.startswith("../"):
+            outside.append(f"{path} -> {target}")
+    return outside
+
+
+def test_links_outside_finds_absolute_and_escaping_links(tmp_path):
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    assert git(tmp_path, "init", "-q").returncode == 0
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "file").write_text("x")
+    os.symlink("/tmp/elsewhere", tmp_path / "absolute")
+    os.symlink("../../outside", tmp_path / "sub" / "escaping")
+    os.symlink("../file", tmp_path / "sub" / "up-and-back")  # repo/file: inside, though dangling
+    os.symlink("file", tmp_path / "sub" / "inside")
+    assert git(tmp_path, "add", "-A").returncode == 0
+    assert sorted(links_outside(tmp_path)) == ["absolute -> /tmp/elsewhere", "sub/escaping -> ../../outside"]
+
+
+def test_no_tracked_link_points_outside_the_repository():
+    # A committed link to an absolute path (benchmarks/.peers-venv -> /tmp/peers-venv) broke
+    # compare_peers.py on every fresh clone.
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    top = git(REPO, "rev-parse", "--show-toplevel")
+    if top.returncode != 0 or Path(top.stdout.strip()).resolve() != REPO:
+        pytest.skip(f"{REPO} is not the root of a git checkout")
+    assert links_outside(REPO) == []
