@@ -68,5 +68,13 @@ def mean_paired_distance(x, y, metric="euclidean"):
     Returns
     -------
     distance : float
+
+    Examples
+    --------
+    >>> from mianalysis import mean_paired_distance
+    >>> mean_paired_distance([[0, 0], [1, 1]], [[3, 4], [1, 2]], "euclidean")  # (5 + 1) / 2
+    3.0
+    >>> mean_paired_distance([[0, 0], [1, 1]], [[3, 4], [1, 2]], "manhattan")  # (7 + 1) / 2
+    4.0
     """
     return float(np.mean(paired_distances(x, y, metric)))

@@ -129,6 +129,28 @@ class ParameterDump:
         Per-checkpoint metrics recorded for every client and run (e.g. "loss").
     meta : dict
         Free-form description: task, its settings, seed, sampler settings.
+
+    Examples
+    --------
+    Two clients, 2 checkpoints (iterations 0 and 10), 100 runs, a parameter vector made of
+    a tensor "w" of 2 values and a tensor "b" of 1:
+
+    >>> import numpy as np
+    >>> from mianalysis import ParameterDump
+    >>> rng = np.random.default_rng(0)
+    >>> a = rng.standard_normal((2, 100, 3))
+    >>> ParameterDump.from_arrays("my_dump", {"a": a, "b": 2 * a}, checkpoints=[0, 10],
+    ...                           layout=[("w", (2,)), ("b", (1,))])
+    ParameterDump('my_dump', clients=['a', 'b'], checkpoints=[0, 10], runs=100/100, params=3)
+    >>> dump = ParameterDump.open("my_dump")
+    >>> dump.samples("b", checkpoint=1).shape        # (runs, params) at iteration 10
+    (100, 3)
+    >>> dump.samples("b", 1, layer="b").shape        # only the tensor "b"
+    (100, 1)
+    >>> bool(np.all(dump.samples("b", 1) == 2 * dump.samples("a", 1)))   # float32 on disk
+    True
+    >>> dump.verify()                                # sizes and checksums: runs verified
+    100
     """
 
     def __init__(self, path, manifest):
