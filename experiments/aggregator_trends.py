@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mianalysis._provenance import collect, utc_now
 from mianalysis.analysis import analyze, select, write_table
 from mianalysis.federated import FederatedConfig, FederatedData, FederatedSimulation, record_replicates
 
@@ -36,10 +37,11 @@ def main():
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--work", default=str(ROOT / "runs"))
     args = parser.parse_args()
+    started = utc_now()
     replicates, rounds, perms = (150, 6, 10) if args.quick else (500, 10, 20)
     suffix = "_quick" if args.quick else ""
     data = FederatedData.digits(3, "dirichlet", seed=0, alpha=0.5)
-    tables, accuracy, timing = {}, {}, {}
+    tables, accuracy, timing, dumps = {}, {}, {}, {}
     for rule, params in RULES.items():
         start = time.perf_counter()
         cfg = FederatedConfig(rounds=rounds, client_fraction=1.0, local_epochs=1, batch_size=10, lr=0.05,
@@ -50,6 +52,7 @@ def main():
         rows = analyze(dump, permutations=perms, random_state=0)
         write_table(rows, ROOT / "figures" / f"aggregator_trends{suffix}_{rule}.csv")
         tables[rule] = rows
+        dumps[rule] = dump.provenance
         accuracy[rule] = [float(np.mean(dump.metric("0", "test_accuracy")[t])) for t in range(rounds + 1)]
         timing[rule] = round(time.perf_counter() - start, 1)
         print(f"{rule}: {timing[rule]} s, final test accuracy {accuracy[rule][-1]:.3f}", flush=True)
@@ -57,7 +60,8 @@ def main():
          f"{replicates} replicate runs, 3 clients, last layer (330 parameters)")
     summary = {"replicates": replicates, "rounds": rounds, "permutations": perms, "seconds": timing,
                "final_test_accuracy": {r: a[-1] for r, a in accuracy.items()},
-               "partition_sizes": data.sizes().tolist()}
+               "partition_sizes": data.sizes().tolist(),
+               "provenance": [collect(started, finished=True)], "dump_provenance": dumps}
     for rule, rows in tables.items():
         for q in QUANTITIES:
             series = _pair_mean(rows, q)

@@ -5,17 +5,21 @@ X ~ N(0, I_d), Y = rho X + sqrt(1 - rho^2) E, so I(X;Y) = -d/2 log(1 - rho^2) ex
 
     python experiments/calibration.py [--quick]
 
-Prints the table and writes figures/calibration.csv.
+Prints the table and writes figures/calibration.csv, with its provenance (versions,
+machine, command line, times) in figures/calibration.csv.json.
 """
 
 import argparse
 import csv
+import json
 import time
 from pathlib import Path
 
 import numpy as np
 
 from mianalysis import gaussian_mi, ksg_mi
+from mianalysis._provenance import collect, utc_now
+from mianalysis.analysis import sidecar_path
 
 ROOT = Path(__file__).resolve().parents[1]
 # (n samples, d per side): the paper's signal-rnn scale with its reported 394 parameters,
@@ -30,6 +34,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
+    started = utc_now()
     rows = []
     header = (f"{'n':>6} {'d+d':>9} {'rho':>4} {'true':>8} {'plug-in':>8} {'gauss':>8} "
               f"{'gauss how':>12} {'ksg':>8} {'ksg s':>6}")
@@ -59,6 +64,8 @@ def main():
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
+    record = {"table": out.name, "provenance": [collect(started, finished=True)]}
+    sidecar_path(out).write_text(json.dumps(record, indent=1) + "\n")
     print(f"wrote {out}")
 
 

@@ -10,7 +10,8 @@ the target.
     python experiments/fedavg_vs_fedsgd.py --quick   # MLP, IID, a few configurations
     python experiments/fedavg_vs_fedsgd.py           # both models, both partitions
 
-Writes figures/fedavg_vs_fedsgd{_quick}.md / .csv (the table) and _accuracy.png.
+Writes figures/fedavg_vs_fedsgd{_quick}.md / .csv (the table), .csv.json (provenance:
+versions, machine, command line, times) and _accuracy.png.
 """
 
 import argparse
@@ -21,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from mianalysis._provenance import collect, utc_now
+from mianalysis.analysis import sidecar_path
 from mianalysis.federated import FederatedConfig, FederatedData, FederatedSimulation, rounds_to_accuracy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,6 +53,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
+    started = utc_now()
     plan = QUICK if args.quick else FULL
     suffix = "_quick" if args.quick else ""
     rows, curves = [], {}
@@ -93,16 +97,20 @@ def main():
                        "speedup_vs_fedsgd": round(speedup, 1) if speedup else "", "seconds": round(seconds, 1)}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-            write_results(rows, curves, plan, suffix, time.perf_counter() - start_all)  # partial results survive
+            # partial results survive
+            write_results(rows, curves, plan, suffix, time.perf_counter() - start_all, started)
 
 
-def write_results(rows, curves, plan, suffix, seconds):
+def write_results(rows, curves, plan, suffix, seconds, started):
     out = ROOT / "figures"
     out.mkdir(exist_ok=True)
     with open(out / f"fedavg_vs_fedsgd{suffix}.csv", "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
+    sidecar_path(out / f"fedavg_vs_fedsgd{suffix}.csv").write_text(json.dumps(
+        {"table": f"fedavg_vs_fedsgd{suffix}.csv", "plan": plan,
+         "provenance": [collect(started, finished=True)]}, indent=1) + "\n")
     lines = ["| partition | model | algorithm | E | B | u | lr | rounds to target | speedup vs FedSGD |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:

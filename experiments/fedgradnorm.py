@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mianalysis._provenance import collect, utc_now
 from mianalysis.federated import write_rows
 from mianalysis.personalized import PersonalizedConfig, PersonalizedSimulation
 from mianalysis.tasks.multitask import DEFAULT_TASKS, make_multitask
@@ -46,6 +47,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
+    started = utc_now()
     rounds, seeds = (60, 2) if args.quick else (1000, 3)
     suffix = "_quick" if args.quick else ""
     out = ROOT / "figures"
@@ -68,7 +70,8 @@ def main():
     plot(rows, out / f"fedgradnorm{suffix}.png")
     (out / f"fedgradnorm{suffix}.json").write_text(json.dumps(
         {"rounds": rounds, "seeds": seeds, "tasks": task_names(), "seconds": timing, "final": final,
-         "config": PersonalizedConfig().__dict__ | {"rounds": rounds}}, indent=1) + "\n")
+         "config": PersonalizedConfig().__dict__ | {"rounds": rounds},
+         "provenance": [collect(started, finished=True)]}, indent=1) + "\n")
     print(table)
 
 

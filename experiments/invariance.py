@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mianalysis._provenance import collect, utc_now
 from mianalysis.federated import FederatedConfig, FederatedData, FederatedSimulation, build_model, write_rows
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,6 +65,7 @@ def main():
     parser.add_argument("--reverse", action="store_true",
                         help="run the configurations in reverse order (a second process on the same sizes)")
     args = parser.parse_args()
+    started = utc_now()
     rounds, epochs, replicates = (5, 5, 2) if args.quick else (10, 50, 5)
     suffix = "_quick" if args.quick else ""
     out = ROOT / "figures"
@@ -71,6 +73,7 @@ def main():
     work.mkdir(parents=True, exist_ok=True)
     settings = {"rounds": rounds, "epochs": epochs, "replicates": replicates, "lr": args.lr}
     results, curves, timing = [], [], {}
+    earlier = {}  # (start, command line) -> provenance of an earlier session whose configurations are reused
     for equal in {"both": (True, False), "equal": (True,), "unequal": (False,)}[args.sizes]:
         data = FederatedData.environments(n_clients=53, n_test_clients=10, examples_per_client=200,
                                           equal_size=equal, seed=0)
@@ -82,6 +85,10 @@ def main():
                 results.append(done["row"])
                 curves += done["curves"]
                 timing[key] = done["seconds"]
+                prov = done.get("provenance")
+                if prov:  # one entry per session, with the end of its last configuration
+                    ident = (prov.get("started"), tuple(prov.get("argv", ())))
+                    earlier[ident] = max(earlier.get(ident, prov), prov, key=lambda p: p.get("ended") or "")
                 continue
             cfg = FederatedConfig(rounds=rounds, client_fraction=15 / 53, local_epochs=epochs, batch_size=64,
                                   lr=args.lr, algorithm="fedavg" if placement == "update" else "fedsgd",
@@ -104,7 +111,8 @@ def main():
                              **{m: float(np.mean([h[m] for h in at])) for m in METRICS}})
             curves += mine
             tmp = saved.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"settings": settings, "row": row, "curves": mine, "seconds": timing[key]}))
+            tmp.write_text(json.dumps({"settings": settings, "row": row, "curves": mine, "seconds": timing[key],
+                                       "provenance": collect(started, finished=True)}))
             tmp.replace(saved)
             print(f"{key}: {timing[key]} s, held-out accuracy {row['test_accuracy']:.3f}", flush=True)
     if args.sizes != "both":
@@ -123,7 +131,8 @@ def main():
     plot(curves, out / f"invariance{suffix}.png", rounds)
     (out / f"invariance{suffix}.json").write_text(json.dumps(
         {"rounds": rounds, "local_epochs": epochs, "replicates": replicates, "lr": args.lr, "seconds": timing,
-         "results": results, "controls": controls}, indent=1) + "\n")
+         "results": results, "controls": controls,
+         "provenance": list(earlier.values()) + [collect(started, finished=True)]}, indent=1) + "\n")
     print(table)
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._provenance import collect
 from ._validation import check_choice, check_int
 from .distances import METRICS, paired_distances
 from .estimators import gaussian_mi, ksg_mi, mi_permutation_test
@@ -105,7 +106,10 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
         Also write the table as CSV. The analysis is then resumable: every finished
         checkpoint is appended to ``OUT.partial`` (with the settings), a rerun with the same
         arguments after an interruption continues from there, and the CSV is written
-        atomically at the end, when the journal is removed.
+        atomically at the end, when the journal is removed. Next to it goes the JSON
+        sidecar ``OUT.json`` (e.g. ``table.csv.json``): the analysis settings, the dump's
+        provenance and the provenance of every session that computed the table (see
+        :func:`sidecar_path`); the CSV itself holds only results.
     progress : bool, default=False
     distance_cache : {"auto", True, False}, default="auto"
         KSG: compute each client's (n_runs x n_runs) max-norm distance matrix once per
@@ -236,8 +240,24 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
         tmp = Path(str(out) + ".tmp")
         write_table(rows, tmp)
         os.replace(tmp, out)
+        _write_sidecar(out, {"table": Path(out).name, "settings": journal.settings,
+                             "dump_provenance": dump.provenance, "provenance": journal.finished_sessions()})
         journal.remove()
     return rows
+
+
+def sidecar_path(table):
+    """The JSON sidecar of a CSV table: its full name plus ``.json`` (``t.csv`` -> ``t.csv.json``),
+    so that any table name maps to one sidecar and it never clashes with another output
+    (the experiments write ``NAME.csv`` and their own record ``NAME.json`` side by side)."""
+    return Path(str(table) + ".json")
+
+
+def _write_sidecar(table, record):
+    path = sidecar_path(table)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    os.replace(tmp, path)
 
 
 def _chunks_digest(dump):
@@ -246,22 +266,25 @@ def _chunks_digest(dump):
 
 
 class _Journal:
-    """Finished checkpoints of an analysis, one JSON line each after a settings line."""
+    """Finished checkpoints of an analysis, one JSON line each after a line with the settings
+    and the provenance of the sessions that worked on it, this one's last."""
 
     def __init__(self, path, settings):
         self.path = path
         self.settings = json.loads(json.dumps(settings))
+        self.sessions = [collect()]
 
     def read(self):
         """[(checkpoint, rows)] saved by an earlier run with the same settings; starts the
         journal if there is none."""
         if not self.path.exists():
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._write_line({"settings": self.settings}, mode="w")
+            self._write_line(self._head(), mode="w")
             return []
         lines = self.path.read_text().split("\n")
         try:
-            saved = json.loads(lines[0])["settings"]
+            head = json.loads(lines[0])
+            saved = head["settings"]
         except (ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"{self.path} is not an analysis journal ({exc}); delete it to start again") from exc
         if saved != self.settings:
@@ -275,14 +298,24 @@ class _Journal:
             except ValueError:  # the last line of a run killed while writing it
                 break
             entries.append((entry["checkpoint"], entry["rows"]))
+        # The earlier sessions' provenance is kept (settings alone decide whether to resume).
+        earlier = head.get("provenance")
+        self.sessions = (earlier if isinstance(earlier, list) else []) + self.sessions
         # Replace the journal by its intact lines, so that appends start on a fresh line.
         tmp = self.path.with_name(self.path.name + ".tmp")
         with open(tmp, "w") as fh:
-            fh.write("\n".join(lines[:1 + len(entries)]) + "\n")
+            fh.write("\n".join([json.dumps(self._head())] + lines[1:1 + len(entries)]) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, self.path)
         return entries
+
+    def _head(self):
+        return {"settings": self.settings, "provenance": self.sessions}
+
+    def finished_sessions(self):
+        """The sessions' provenance, this (the last) one ended now."""
+        return self.sessions[:-1] + [collect(self.sessions[-1]["started"], finished=True)]
 
     def append(self, checkpoint, rows):
         self._write_line({"checkpoint": checkpoint, "rows": rows}, mode="a")

@@ -88,13 +88,13 @@ def _cmd_sample(args):
 
 
 def _cmd_analyze(args):
-    from .analysis import analyze
+    from .analysis import analyze, sidecar_path
 
     rows = analyze(args.dump, estimators=args.estimators, metrics=args.metrics, k=args.k,
                    permutations=args.permutations, layer=args.layer, random_state=args.seed,
                    out=args.out, progress=not args.no_progress,
                    distance_cache=False if args.no_distance_cache else "auto")
-    print(f"wrote {len(rows)} rows to {args.out}")
+    print(f"wrote {len(rows)} rows to {args.out} (settings and provenance: {sidecar_path(args.out)})")
 
 
 def _cmd_plot(args):
@@ -105,13 +105,34 @@ def _cmd_plot(args):
     print(f"wrote {path}")
 
 
-def _cmd_federate(args):
+def _write_federate_settings(path, settings, session, resumed):
+    """Write federate's settings.json: the simulation's settings and a list ``provenance``
+    of sessions, this one last. A resumed recording keeps the sessions of an earlier
+    settings.json with the same settings; the provenance never counts as a setting."""
     import json
+
+    settings = json.loads(json.dumps(settings))
+    sessions = []
+    if resumed and path.exists():
+        try:
+            earlier = json.loads(path.read_text())
+        except (OSError, ValueError):
+            earlier = None
+        if isinstance(earlier, dict) and isinstance(earlier.get("provenance"), list) and \
+                {k: v for k, v in earlier.items() if k != "provenance"} == settings:
+            sessions = earlier["provenance"]
+    record = {**settings, "provenance": sessions + [session]}
+    path.write_text(json.dumps(record, indent=1) + "\n")
+
+
+def _cmd_federate(args):
     from pathlib import Path
 
+    from ._provenance import collect, utc_now
     from .federated import (FederatedConfig, FederatedData, FederatedSimulation, history_table,
                             record_replicates, write_rows)
 
+    started = utc_now()
     if args.task == "digits":
         partition_args = {"alpha": args.alpha} if args.partition == "dirichlet" else {}
         data = FederatedData.digits(args.clients, args.partition, seed=args.seed, mnist_path=args.mnist_path,
@@ -140,7 +161,8 @@ def _cmd_federate(args):
         if args.client_eb:
             write_rows(sim.client_eb, out / "client_eb.csv")
     rows = history_table(history, out / "history.csv")
-    (out / "settings.json").write_text(json.dumps(sim.describe(), indent=1) + "\n")
+    _write_federate_settings(out / "settings.json", sim.describe(), collect(started, finished=True),
+                             resumed=args.record)
     last = rows[-1]
     print(f"round {last['round']}: test accuracy {last['test_accuracy']:.4f}, test loss {last['test_loss']:.4f} "
           f"(mean of {last['replicates']} replicates); wrote {out / 'history.csv'}")

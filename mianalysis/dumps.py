@@ -3,7 +3,8 @@
 A dump is a folder::
 
     manifest.json          format version, meta (task, settings, seed), clients,
-                           checkpoints, parameter layout, metric names, completed chunks
+                           checkpoints, parameter layout, metric names, completed chunks,
+                           provenance (one record per writing session)
     client_<i>.f32         float32, shape (n_checkpoints, n_runs, n_params), C order
     metrics_<i>.f32        float32, shape (n_metrics, n_checkpoints, n_runs), C order
 
@@ -12,6 +13,12 @@ after a chunk is written and flushed its SHA-256 checksums are added to the mani
 the manifest is replaced atomically (write a temporary file, fsync, rename). A dump killed
 while writing is therefore always valid up to its last completed chunk, and a writer can
 resume from there.
+
+``provenance`` lists the sessions that wrote the dump, oldest first (see
+mianalysis._provenance.collect): code and package versions, machine, threads, command line,
+start time, and the end time, threads and runs written as of the session's last completed
+chunk.
+It is not part of `meta`, so it never decides whether a rerun resumes.
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from ._provenance import collect
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -129,6 +138,9 @@ class ParameterDump:
         Per-checkpoint metrics recorded for every client and run (e.g. "loss").
     meta : dict
         Free-form description: task, its settings, seed, sampler settings.
+    provenance : list of dict
+        One record per session that wrote the dump, oldest first (empty for dumps written
+        before provenance was recorded).
 
     Examples
     --------
@@ -163,6 +175,8 @@ class ParameterDump:
         self.n_params = int(manifest["n_params"])
         self.metric_names = list(manifest["metrics"])
         self.meta = manifest["meta"]
+        self._session = None  # this writer's provenance record, collected when it starts writing
+        self._session_index = None  # its position in the manifest's provenance list, once written
 
     # ------------------------------------------------------------------ creation
     @classmethod
@@ -201,6 +215,7 @@ class ParameterDump:
             "metrics": [str(m) for m in metric_names],
             "dtype": DTYPE.str,
             "chunks": [],
+            "provenance": [{**collect(), "runs_written": None}],
         }
         # Build the dump in a hidden sibling folder and rename it into place, so that a
         # process killed while creating leaves no half-made dump at `path`.
@@ -221,6 +236,7 @@ class ParameterDump:
             shutil.rmtree(staging, ignore_errors=True)
             raise DumpError(f"could not create the dump {path} ({exc}); nothing was written there") from exc
         dump.path = path
+        dump._session, dump._session_index = manifest["provenance"][0], 0
         return dump
 
     @classmethod
@@ -241,6 +257,7 @@ class ParameterDump:
                 diff = {k: (dump.meta.get(k), v) for k, v in meta.items() if dump.meta.get(k) != v}
                 raise DumpError(f"{path} holds a dump with other settings (existing, requested): {diff}; "
                                 "choose another folder")
+            dump._session = collect()  # added to the provenance with the first chunk this session writes
             return dump
         return cls.create(path, meta=meta, **create_args)
 
@@ -423,6 +440,11 @@ class ParameterDump:
 
     # ------------------------------------------------------------------ reading
     @property
+    def provenance(self):
+        """Records of the sessions that wrote the dump, oldest first (a copy of the list)."""
+        return list(self._manifest.get("provenance", []))
+
+    @property
     def completed_runs(self):
         chunks = self._manifest["chunks"]
         return int(chunks[-1]["stop"]) if chunks else 0
@@ -507,12 +529,30 @@ class ParameterDump:
                 self._write_runs(_metrics_file(i), self._metric_shape(), 2, start, mblock)
                 checksums[client] = self._chunk_checksum(i, start, stop)
             manifest = {**self._manifest, "chunks": self._manifest["chunks"] + [
-                {"start": int(start), "stop": int(stop), "sha256": checksums}]}
+                {"start": int(start), "stop": int(stop), "sha256": checksums}],
+                "provenance": self._sessions_after(start, stop)}
             _write_json_atomically(self.path / MANIFEST, manifest)
         except OSError as exc:
             raise DumpError(f"writing runs {start}-{stop} to {self.path} failed ({exc}); the dump is intact up to "
                             f"run {self.completed_runs}: free space or fix the cause and rerun to resume") from exc
         self._manifest = manifest
+        if self._session_index is None:
+            self._session_index = len(manifest["provenance"]) - 1
+        self._session = manifest["provenance"][self._session_index]
+
+    def _sessions_after(self, start, stop):
+        """The manifest's provenance list once this session has written runs [start, stop):
+        its record appended (first chunk) or its end time and runs written updated."""
+        sessions = self.provenance
+        if self._session is None:  # a dump opened with open() and written to
+            self._session = collect()
+        first = (self._session.get("runs_written") or [start])[0]
+        record = {**collect(self._session["started"], finished=True), "runs_written": [int(first), int(stop)]}
+        if self._session_index is None:
+            sessions.append(record)
+        else:
+            sessions[self._session_index] = record
+        return sessions
 
     def _write_runs(self, name, shape, run_axis, start, block):
         """Write `block` into runs [start, start + block.shape[run_axis]) of the array file

@@ -19,16 +19,19 @@ def run_experiment(task, *, runs, out_dir, name, seed=0, every=1, init="per-run"
 
     Writes ``out_dir/NAME.csv`` (the analysis table), ``out_dir/NAME_mi.png`` (Figure 1/2
     analogue), ``out_dir/NAME_distances.png`` (Figure 3/4 analogue) and
-    ``out_dir/NAME.json`` (settings and timings). The dump goes to `dump_dir` (default
-    ``out_dir/dumps/NAME``) and is resumed if it exists with the same settings.
+    ``out_dir/NAME.json`` (settings, timings, and the provenance of this session and of
+    the dump: versions, machine, command line, times). The dump goes to `dump_dir`
+    (default ``out_dir/dumps/NAME``) and is resumed if it exists with the same settings.
 
     Returns
     -------
     rows : list of dict
         The analysis table.
     """
+    from ._provenance import collect, utc_now
     from .sampling import ParameterSampler
 
+    started = utc_now()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     dump_dir = Path(dump_dir) if dump_dir else out_dir / "dumps" / name
@@ -46,7 +49,8 @@ def run_experiment(task, *, runs, out_dir, name, seed=0, every=1, init="per-run"
     record = {"task": task.name, "settings": task.settings, "runs": runs, "seed": seed, "every": every,
               "init": init, "permutations": permutations, "k": k, "n_params": dump.n_params,
               "checkpoints": dump.checkpoints, "sampling_seconds": round(sampled - start, 1),
-              "analysis_seconds": round(analysed - sampled, 1)}
+              "analysis_seconds": round(analysed - sampled, 1),
+              "provenance": [collect(started, finished=True)], "dump_provenance": dump.provenance}
     (out_dir / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n")
     return rows
 
