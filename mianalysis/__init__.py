@@ -8,6 +8,7 @@ Importing the package loads NumPy and SciPy only; Numba compiles the KSG kernel 
 use, and PyTorch and Matplotlib are loaded by the parts that need them.
 """
 
+from ._locking import LockedError
 from .analysis import analyze
 from .distances import mean_paired_distance, paired_distances
 from .dumps import DumpError, ParameterDump
@@ -25,6 +26,7 @@ __all__ = [
     "mean_paired_distance",
     "ParameterDump",
     "DumpError",
+    "LockedError",
     "ParameterSampler",
     "analyze",
 ]
