@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import itertools
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._locking import WriterLock
 from ._validation import check_choice, check_int
 from .distances import METRICS, paired_distances
 from .estimators import gaussian_mi, ksg_mi, mi_permutation_test
@@ -105,7 +107,9 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
         Also write the table as CSV. The analysis is then resumable: every finished
         checkpoint is appended to ``OUT.partial`` (with the settings), a rerun with the same
         arguments after an interruption continues from there, and the CSV is written
-        atomically at the end, when the journal is removed.
+        atomically at the end, when the journal is removed. While it runs it holds the
+        writer lock of `out` (``.OUT.lock`` beside it): a second analysis writing the same
+        `out` gets a LockedError naming this process.
     progress : bool, default=False
     distance_cache : {"auto", True, False}, default="auto"
         KSG: compute each client's (n_runs x n_runs) max-norm distance matrix once per
@@ -157,67 +161,69 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
         raise ValueError(f"dump {dump.path} has {n_runs} completed runs; analysis needs at least 2")
     pairs = list(itertools.combinations(range(len(dump.clients)), 2))
     reuse_distances = use_distance_cache(distance_cache, len(dump.clients) * n_runs * n_runs * 8)
-    rows = []
-    journal = None
-    done = set()
-    if out is not None:
-        settings = {"dump": str(Path(dump.path).resolve()), "n_runs": n_runs, "chunks": _chunks_digest(dump),
-                    "estimators": list(estimators), "metrics": list(metrics), "k": k, "permutations": permutations,
-                    "layer": layer, "random_state": random_state, "distance_cache": reuse_distances}
-        journal = _Journal(Path(str(out) + ".partial"), settings)
-        for t, saved in journal.read():
-            rows += saved
-            done.add(t)
+    # One writer per table: the lock of `out` covers its journal and the final CSV.
+    with WriterLock(out) if out is not None else contextlib.nullcontext():
+        rows = []
+        journal = None
+        done = set()
+        if out is not None:
+            settings = {"dump": str(Path(dump.path).resolve()), "n_runs": n_runs, "chunks": _chunks_digest(dump),
+                        "estimators": list(estimators), "metrics": list(metrics), "k": k, "permutations": permutations,
+                        "layer": layer, "random_state": random_state, "distance_cache": reuse_distances}
+            journal = _Journal(Path(str(out) + ".partial"), settings)
+            for t, saved in journal.read():
+                rows += saved
+                done.add(t)
 
-    def add(t, a, b, quantity, value, spread=np.nan, null_mean=np.nan, null_std=np.nan, p=np.nan, note=""):
-        rows.append({"checkpoint": t, "iteration": dump.checkpoints[t], "client_a": dump.clients[a],
-                     "client_b": "" if b is None else dump.clients[b], "quantity": quantity,
-                     "value": float(value), "spread": float(spread), "null_mean": float(null_mean),
-                     "null_std": float(null_std), "p_value": float(p), "n_runs": n_runs, "note": note})
+        def add(t, a, b, quantity, value, spread=np.nan, null_mean=np.nan, null_std=np.nan, p=np.nan, note=""):
+            rows.append({"checkpoint": t, "iteration": dump.checkpoints[t], "client_a": dump.clients[a],
+                         "client_b": "" if b is None else dump.clients[b], "quantity": quantity,
+                         "value": float(value), "spread": float(spread), "null_mean": float(null_mean),
+                         "null_std": float(null_std), "p_value": float(p), "n_runs": n_runs, "note": note})
 
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
 
-        bar = tqdm(total=(len(dump.checkpoints) - len(done)) * len(pairs), unit="pair", desc="analyzing")
-    for t in range(len(dump.checkpoints)):
-        if t in done:
-            continue
-        first = len(rows)
-        for c in range(len(dump.clients)):
-            for name in dump.metric_names:
-                values = dump.metric(c, name)[t]
-                add(t, c, None, name, np.mean(values), np.std(values, ddof=1))
-        samples = [np.asarray(dump.samples(c, t)[:, cols], dtype=np.float64) for c in range(len(dump.clients))]
-        distances = None
-        if "ksg" in estimators and reuse_distances:
-            # Each client's marginal distances serve every pair it is in, the estimate and
-            # all its permutations; tie-breaking noise is drawn per (checkpoint, client).
-            distances = [marginal_distances(add_tie_breaking_noise(s, KSG_NOISE, np.random.default_rng(
-                [random_state, t, c, len(ESTIMATORS)]))) for c, s in enumerate(samples)]
-        for a, b in pairs:
-            x, y = samples[a], samples[b]
-            for metric in metrics:
-                d = paired_distances(x, y, metric)
-                add(t, a, b, metric, d.mean(), d.std(ddof=1))
-            for estimator in estimators:
-                rng = np.random.default_rng([random_state, t, a, b, ESTIMATORS.index(estimator)])
-                cached = (distances[a], distances[b]) if estimator == "ksg" and distances is not None else None
-                value, null_mean, null_std, p, note = _mi_row(x, y, estimator, k, permutations[estimator], rng,
-                                                              cached, distance_cache)
-                add(t, a, b, f"mi_{estimator}", value, null_mean=null_mean, null_std=null_std, p=p, note=note)
-            if bar is not None:
-                bar.update(1)
-        if journal is not None:
-            journal.append(t, rows[first:])
-    if bar is not None:
-        bar.close()
-    rows.sort(key=lambda r: r["checkpoint"])  # stable: the order within a checkpoint is kept
-    if out is not None:
-        tmp = Path(str(out) + ".tmp")
-        write_table(rows, tmp)
-        os.replace(tmp, out)
-        journal.remove()
+            bar = tqdm(total=(len(dump.checkpoints) - len(done)) * len(pairs), unit="pair", desc="analyzing")
+        for t in range(len(dump.checkpoints)):
+            if t in done:
+                continue
+            first = len(rows)
+            for c in range(len(dump.clients)):
+                for name in dump.metric_names:
+                    values = dump.metric(c, name)[t]
+                    add(t, c, None, name, np.mean(values), np.std(values, ddof=1))
+            samples = [np.asarray(dump.samples(c, t)[:, cols], dtype=np.float64) for c in range(len(dump.clients))]
+            distances = None
+            if "ksg" in estimators and reuse_distances:
+                # Each client's marginal distances serve every pair it is in, the estimate and
+                # all its permutations; tie-breaking noise is drawn per (checkpoint, client).
+                distances = [marginal_distances(add_tie_breaking_noise(s, KSG_NOISE, np.random.default_rng(
+                    [random_state, t, c, len(ESTIMATORS)]))) for c, s in enumerate(samples)]
+            for a, b in pairs:
+                x, y = samples[a], samples[b]
+                for metric in metrics:
+                    d = paired_distances(x, y, metric)
+                    add(t, a, b, metric, d.mean(), d.std(ddof=1))
+                for estimator in estimators:
+                    rng = np.random.default_rng([random_state, t, a, b, ESTIMATORS.index(estimator)])
+                    cached = (distances[a], distances[b]) if estimator == "ksg" and distances is not None else None
+                    value, null_mean, null_std, p, note = _mi_row(x, y, estimator, k, permutations[estimator], rng,
+                                                                  cached, distance_cache)
+                    add(t, a, b, f"mi_{estimator}", value, null_mean=null_mean, null_std=null_std, p=p, note=note)
+                if bar is not None:
+                    bar.update(1)
+            if journal is not None:
+                journal.append(t, rows[first:])
+        if bar is not None:
+            bar.close()
+        rows.sort(key=lambda r: r["checkpoint"])  # stable: the order within a checkpoint is kept
+        if out is not None:
+            tmp = Path(str(out) + ".tmp")
+            write_table(rows, tmp)
+            os.replace(tmp, out)
+            journal.remove()
     return rows
 
 
