@@ -11,6 +11,7 @@ use, and PyTorch and Matplotlib are loaded by the parts that need them.
 # The one place the version is written: pyproject.toml reads it (tool.setuptools.dynamic).
 __version__ = "0.1.0"
 
+from ._locking import LockedError
 from .analysis import analyze
 from .distances import mean_paired_distance, paired_distances
 from .dumps import DumpError, ParameterDump
@@ -26,6 +27,7 @@ __all__ = [
     "mean_paired_distance",
     "ParameterDump",
     "DumpError",
+    "LockedError",
     "ParameterSampler",
     "analyze",
 ]

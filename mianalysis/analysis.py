@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import itertools
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._locking import WriterLock
 from ._provenance import collect
 from ._validation import check_choice, check_int
 from .distances import METRICS, paired_distances
@@ -109,7 +111,9 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
         atomically at the end, when the journal is removed. Next to it goes the JSON
         sidecar ``OUT.json`` (e.g. ``table.csv.json``): the analysis settings, the dump's
         provenance and the provenance of every session that computed the table (see
-        :func:`sidecar_path`); the CSV itself holds only results.
+        :func:`sidecar_path`); the CSV itself holds only results. While it runs it holds the
+        writer lock of `out` (``.OUT.lock`` beside it): a second analysis writing the same
+        `out` gets a LockedError naming this process.
     progress : bool, default=False
     distance_cache : {"auto", True, False}, default="auto"
         KSG: compute each client's (n_runs x n_runs) max-norm distance matrix once per
@@ -136,25 +140,6 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
     runs are dropped. Each such choice is written in the row's ``note``. At a checkpoint
     where two clients' samples are identical (all clients start from the same point) MI is
     reported as infinite, with a note.
-
-    Examples
-    --------
-    Two clients whose 2 parameters are correlated by 0.6, 1000 runs, one checkpoint:
-
-    >>> import numpy as np
-    >>> from mianalysis import ParameterDump, analyze
-    >>> rng = np.random.default_rng(0)
-    >>> a = rng.standard_normal((1, 1000, 2))
-    >>> b = 0.6 * a + 0.8 * rng.standard_normal((1, 1000, 2))
-    >>> dump = ParameterDump.from_arrays("ab", {"a": a, "b": b})
-    >>> rows = analyze(dump, estimators=["gaussian"], metrics=["euclidean"], permutations=99)
-    >>> for row in rows:
-    ...     print(row["quantity"], round(row["value"], 3), row["p_value"])
-    euclidean 1.125 nan
-    mi_gaussian 0.625 0.01
-
-    The exact values: the mean distance between a and b is sqrt(0.8 pi / 2) = 1.121 (a
-    Rayleigh mean), and the MI is -(2 / 2) log2(1 - 0.6^2) = 0.644 bits.
     """
     from .dumps import ParameterDump
 
@@ -180,69 +165,71 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
         raise ValueError(f"dump {dump.path} has {n_runs} completed runs; analysis needs at least 2")
     pairs = list(itertools.combinations(range(len(dump.clients)), 2))
     reuse_distances = use_distance_cache(distance_cache, len(dump.clients) * n_runs * n_runs * 8)
-    rows = []
-    journal = None
-    done = set()
-    if out is not None:
-        settings = {"dump": str(Path(dump.path).resolve()), "n_runs": n_runs, "chunks": _chunks_digest(dump),
-                    "estimators": list(estimators), "metrics": list(metrics), "k": k, "permutations": permutations,
-                    "layer": layer, "random_state": random_state, "distance_cache": reuse_distances}
-        journal = _Journal(Path(str(out) + ".partial"), settings)
-        for t, saved in journal.read():
-            rows += saved
-            done.add(t)
+    # One writer per table: the lock of `out` covers its journal and the final CSV.
+    with WriterLock(out) if out is not None else contextlib.nullcontext():
+        rows = []
+        journal = None
+        done = set()
+        if out is not None:
+            settings = {"dump": str(Path(dump.path).resolve()), "n_runs": n_runs, "chunks": _chunks_digest(dump),
+                        "estimators": list(estimators), "metrics": list(metrics), "k": k, "permutations": permutations,
+                        "layer": layer, "random_state": random_state, "distance_cache": reuse_distances}
+            journal = _Journal(Path(str(out) + ".partial"), settings)
+            for t, saved in journal.read():
+                rows += saved
+                done.add(t)
 
-    def add(t, a, b, quantity, value, spread=np.nan, null_mean=np.nan, null_std=np.nan, p=np.nan, note=""):
-        rows.append({"checkpoint": t, "iteration": dump.checkpoints[t], "client_a": dump.clients[a],
-                     "client_b": "" if b is None else dump.clients[b], "quantity": quantity,
-                     "value": float(value), "spread": float(spread), "null_mean": float(null_mean),
-                     "null_std": float(null_std), "p_value": float(p), "n_runs": n_runs, "note": note})
+        def add(t, a, b, quantity, value, spread=np.nan, null_mean=np.nan, null_std=np.nan, p=np.nan, note=""):
+            rows.append({"checkpoint": t, "iteration": dump.checkpoints[t], "client_a": dump.clients[a],
+                         "client_b": "" if b is None else dump.clients[b], "quantity": quantity,
+                         "value": float(value), "spread": float(spread), "null_mean": float(null_mean),
+                         "null_std": float(null_std), "p_value": float(p), "n_runs": n_runs, "note": note})
 
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
 
-        bar = tqdm(total=(len(dump.checkpoints) - len(done)) * len(pairs), unit="pair", desc="analyzing")
-    for t in range(len(dump.checkpoints)):
-        if t in done:
-            continue
-        first = len(rows)
-        for c in range(len(dump.clients)):
-            for name in dump.metric_names:
-                values = dump.metric(c, name)[t]
-                add(t, c, None, name, np.mean(values), np.std(values, ddof=1))
-        samples = [np.asarray(dump.samples(c, t)[:, cols], dtype=np.float64) for c in range(len(dump.clients))]
-        distances = None
-        if "ksg" in estimators and reuse_distances:
-            # Each client's marginal distances serve every pair it is in, the estimate and
-            # all its permutations; tie-breaking noise is drawn per (checkpoint, client).
-            distances = [marginal_distances(add_tie_breaking_noise(s, KSG_NOISE, np.random.default_rng(
-                [random_state, t, c, len(ESTIMATORS)]))) for c, s in enumerate(samples)]
-        for a, b in pairs:
-            x, y = samples[a], samples[b]
-            for metric in metrics:
-                d = paired_distances(x, y, metric)
-                add(t, a, b, metric, d.mean(), d.std(ddof=1))
-            for estimator in estimators:
-                rng = np.random.default_rng([random_state, t, a, b, ESTIMATORS.index(estimator)])
-                cached = (distances[a], distances[b]) if estimator == "ksg" and distances is not None else None
-                value, null_mean, null_std, p, note = _mi_row(x, y, estimator, k, permutations[estimator], rng,
-                                                              cached, distance_cache)
-                add(t, a, b, f"mi_{estimator}", value, null_mean=null_mean, null_std=null_std, p=p, note=note)
-            if bar is not None:
-                bar.update(1)
-        if journal is not None:
-            journal.append(t, rows[first:])
-    if bar is not None:
-        bar.close()
-    rows.sort(key=lambda r: r["checkpoint"])  # stable: the order within a checkpoint is kept
-    if out is not None:
-        tmp = Path(str(out) + ".tmp")
-        write_table(rows, tmp)
-        os.replace(tmp, out)
-        _write_sidecar(out, {"table": Path(out).name, "settings": journal.settings,
-                             "dump_provenance": dump.provenance, "provenance": journal.finished_sessions()})
-        journal.remove()
+            bar = tqdm(total=(len(dump.checkpoints) - len(done)) * len(pairs), unit="pair", desc="analyzing")
+        for t in range(len(dump.checkpoints)):
+            if t in done:
+                continue
+            first = len(rows)
+            for c in range(len(dump.clients)):
+                for name in dump.metric_names:
+                    values = dump.metric(c, name)[t]
+                    add(t, c, None, name, np.mean(values), np.std(values, ddof=1))
+            samples = [np.asarray(dump.samples(c, t)[:, cols], dtype=np.float64) for c in range(len(dump.clients))]
+            distances = None
+            if "ksg" in estimators and reuse_distances:
+                # Each client's marginal distances serve every pair it is in, the estimate and
+                # all its permutations; tie-breaking noise is drawn per (checkpoint, client).
+                distances = [marginal_distances(add_tie_breaking_noise(s, KSG_NOISE, np.random.default_rng(
+                    [random_state, t, c, len(ESTIMATORS)]))) for c, s in enumerate(samples)]
+            for a, b in pairs:
+                x, y = samples[a], samples[b]
+                for metric in metrics:
+                    d = paired_distances(x, y, metric)
+                    add(t, a, b, metric, d.mean(), d.std(ddof=1))
+                for estimator in estimators:
+                    rng = np.random.default_rng([random_state, t, a, b, ESTIMATORS.index(estimator)])
+                    cached = (distances[a], distances[b]) if estimator == "ksg" and distances is not None else None
+                    value, null_mean, null_std, p, note = _mi_row(x, y, estimator, k, permutations[estimator], rng,
+                                                                  cached, distance_cache)
+                    add(t, a, b, f"mi_{estimator}", value, null_mean=null_mean, null_std=null_std, p=p, note=note)
+                if bar is not None:
+                    bar.update(1)
+            if journal is not None:
+                journal.append(t, rows[first:])
+        if bar is not None:
+            bar.close()
+        rows.sort(key=lambda r: r["checkpoint"])  # stable: the order within a checkpoint is kept
+        if out is not None:
+            tmp = Path(str(out) + ".tmp")
+            write_table(rows, tmp)
+            os.replace(tmp, out)
+            _write_sidecar(out, {"table": Path(out).name, "settings": journal.settings,
+                                 "dump_provenance": dump.provenance, "provenance": journal.finished_sessions()})
+            journal.remove()
     return rows
 
 

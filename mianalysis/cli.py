@@ -129,6 +129,7 @@ def _cmd_federate(args):
     from pathlib import Path
 
     from ._provenance import collect, utc_now
+    from ._locking import WriterLock, lock_path
     from .federated import (FederatedConfig, FederatedData, FederatedSimulation, history_table,
                             record_replicates, write_rows)
 
@@ -149,20 +150,22 @@ def _cmd_federate(args):
                              placement=args.placement)
     sim = FederatedSimulation(args.model, data, config, replicates=args.replicates, seed=args.seed)
     out = Path(args.out)
-    ours = {"dump", ".dump.creating", "history.csv", "settings.json", "client_eb.csv"}
-    if out.exists() and (not out.is_dir() or not {p.name for p in out.iterdir()} <= ours):
-        raise ValueError(f"{out} exists and holds files other than a federate run's; choose another folder")
-    out.mkdir(parents=True, exist_ok=True)
-    if args.record:
-        _, history = record_replicates(sim, out / "dump", chunk_size=args.chunk_size, layer=args.layer,
-                                       progress=not args.no_progress)
-    else:
-        history, _ = sim.run(progress=not args.no_progress, log_client_eb=args.client_eb)
-        if args.client_eb:
-            write_rows(sim.client_eb, out / "client_eb.csv")
-    rows = history_table(history, out / "history.csv")
-    _write_federate_settings(out / "settings.json", sim.describe(), collect(started, finished=True),
-                             resumed=args.record)
+    # What a federate run writes in OUT: the dump, its staging folder and writer lock, tables.
+    ours = {"dump", ".dump.creating", lock_path(out / "dump").name, "history.csv", "settings.json", "client_eb.csv"}
+    with WriterLock(out):  # one federate run per OUT (its dump has its own lock as well)
+        if out.exists() and (not out.is_dir() or not {p.name for p in out.iterdir()} <= ours):
+            raise ValueError(f"{out} exists and holds files other than a federate run's; choose another folder")
+        out.mkdir(parents=True, exist_ok=True)
+        if args.record:
+            _, history = record_replicates(sim, out / "dump", chunk_size=args.chunk_size, layer=args.layer,
+                                           progress=not args.no_progress)
+        else:
+            history, _ = sim.run(progress=not args.no_progress, log_client_eb=args.client_eb)
+            if args.client_eb:
+                write_rows(sim.client_eb, out / "client_eb.csv")
+        rows = history_table(history, out / "history.csv")
+        _write_federate_settings(out / "settings.json", sim.describe(), collect(started, finished=True),
+                                 resumed=args.record)
     last = rows[-1]
     print(f"round {last['round']}: test accuracy {last['test_accuracy']:.4f}, test loss {last['test_loss']:.4f} "
           f"(mean of {last['replicates']} replicates); wrote {out / 'history.csv'}")

@@ -19,6 +19,11 @@ mianalysis._provenance.collect): code and package versions, machine, threads, co
 start time, and the end time, threads and runs written as of the session's last completed
 chunk.
 It is not part of `meta`, so it never decides whether a rerun resumes.
+
+One process writes a dump at a time: creating it, importing into it and writing chunks
+take its writer lock, the hidden file ``.NAME.lock`` beside the folder (see
+:mod:`mianalysis._locking`); a second writer gets a LockedError naming the first. Readers
+take no lock.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._locking import WriterLock
 from ._provenance import collect
 
 FORMAT_VERSION = 1
@@ -183,14 +189,17 @@ class ParameterDump:
     def create(cls, path, *, clients, checkpoints, n_runs, layout, metric_names=(), meta=None):
         """Start an empty dump in a new (or empty) folder and return it.
 
+        The dump's writer lock (see :mod:`mianalysis._locking`) is held while it is built,
+        so two processes creating the same dump cannot both build it.
+
         Raises
         ------
         DumpError
             If `path` exists and is not an empty folder: nothing there is changed.
+        LockedError
+            If another process is writing `path`: nothing is changed.
         """
         path = Path(path)
-        if path.exists() and (not path.is_dir() or any(path.iterdir())):
-            raise DumpError(f"{path} already exists and is not an empty folder; nothing was written")
         clients = [str(c) for c in clients]
         if not clients:
             raise ValueError("`clients` must name at least one client")
@@ -217,8 +226,16 @@ class ParameterDump:
             "chunks": [],
             "provenance": [{**collect(), "runs_written": None}],
         }
-        # Build the dump in a hidden sibling folder and rename it into place, so that a
-        # process killed while creating leaves no half-made dump at `path`.
+        with WriterLock(path):  # held from the check until the dump is in place
+            if path.exists() and (not path.is_dir() or any(path.iterdir())):
+                raise DumpError(f"{path} already exists and is not an empty folder; nothing was written")
+            return cls._build(path, manifest)
+
+    @classmethod
+    def _build(cls, path, manifest):
+        """Write an empty dump with `manifest` in a hidden sibling folder and rename it to
+        `path`, so that a process killed while creating leaves no half-made dump at `path`.
+        The caller holds the writer lock (a staging folder found here is a killed creator's)."""
         path.parent.mkdir(parents=True, exist_ok=True)
         staging = path.parent / f".{path.name}.creating"
         if staging.exists():
@@ -226,7 +243,7 @@ class ParameterDump:
         staging.mkdir()
         dump = cls(staging, manifest)
         try:
-            for i in range(len(clients)):
+            for i in range(len(dump.clients)):
                 for name, shape in ((_client_file(i), dump._sample_shape()), (_metrics_file(i), dump._metric_shape())):
                     with open(staging / name, "wb") as fh:
                         fh.truncate(int(np.prod(shape)) * DTYPE.itemsize)
@@ -243,23 +260,29 @@ class ParameterDump:
     def open_or_create(cls, path, *, meta, **create_args):
         """Resume the dump at `path` if it was written with the same `meta`, else create it.
 
+        The writer lock is held while deciding and creating; hold it yourself around the
+        writing that follows (the sampler does) to keep other writers out in between.
+
         Raises
         ------
         DumpError
             If `path` holds a dump with other `meta` (the differences are listed), or is a
             non-empty folder that is not a dump. Nothing there is changed.
+        LockedError
+            If another process is writing `path`.
         """
         meta = json.loads(json.dumps(meta))
         path = Path(path)
-        if (path / MANIFEST).exists():
-            dump = cls.open(path)
-            if dump.meta != meta:
-                diff = {k: (dump.meta.get(k), v) for k, v in meta.items() if dump.meta.get(k) != v}
-                raise DumpError(f"{path} holds a dump with other settings (existing, requested): {diff}; "
-                                "choose another folder")
-            dump._session = collect()  # added to the provenance with the first chunk this session writes
-            return dump
-        return cls.create(path, meta=meta, **create_args)
+        with WriterLock(path):
+            if (path / MANIFEST).exists():
+                dump = cls.open(path)
+                if dump.meta != meta:
+                    diff = {k: (dump.meta.get(k), v) for k, v in meta.items() if dump.meta.get(k) != v}
+                    raise DumpError(f"{path} holds a dump with other settings (existing, requested): {diff}; "
+                                    "choose another folder")
+                dump._session = collect()  # added to the provenance with the first chunk this session writes
+                return dump
+            return cls.create(path, meta=meta, **create_args)
 
     @classmethod
     def from_arrays(cls, path, samples, *, checkpoints=None, layout=None, metrics=None, meta=None):
@@ -313,10 +336,6 @@ class ParameterDump:
                 f"`layout` describes {layout[-1].offset + layout[-1].size} parameters; samples have {n_params}"
             )
         metric_names = sorted({m for per in (metrics or {}).values() for m in per})
-        dump = cls.create(
-            path, clients=list(arrays), checkpoints=checkpoints, n_runs=n_runs, layout=layout,
-            metric_names=metric_names, meta=meta,
-        )
         metric_arrays = {}
         for name in arrays:
             per = (metrics or {}).get(name, {})
@@ -325,7 +344,12 @@ class ParameterDump:
                 if mname in per:
                     m[j] = np.asarray(per[mname], dtype=np.float32).reshape(n_ckpt, n_runs)
             metric_arrays[name] = m
-        dump.write_chunk(0, n_runs, arrays, metric_arrays)
+        with WriterLock(path):  # one writer from creation to the written samples
+            dump = cls.create(
+                path, clients=list(arrays), checkpoints=checkpoints, n_runs=n_runs, layout=layout,
+                metric_names=metric_names, meta=meta,
+            )
+            dump.write_chunk(0, n_runs, arrays, metric_arrays)
         return dump
 
     @classmethod
@@ -337,48 +361,16 @@ class ParameterDump:
         file holds a state_dict (``torch.save(model.state_dict(), ...)``); its floating-point
         tensors, in the dict's order, make up the parameter vector (integer buffers such as
         BatchNorm's ``num_batches_tracked`` are skipped). Every file must hold the same
-        tensors with the same shapes.
+        tensors with the same shapes. The writer lock of `path` is held from before the
+        files are read (LockedError at once if another process is writing `path`).
         """
-        import torch
-
         root = Path(root)
         if not root.is_dir():
             raise DumpError(f"{root} is not a folder")
-        clients = sorted(p.name for p in root.iterdir() if p.is_dir())
-        if not clients:
-            raise DumpError(f"{root} has no client folders (expected root/CLIENT/CHECKPOINT/RUN.pt)")
-        checkpoint_dirs = sorted((p.name for p in (root / clients[0]).iterdir() if p.is_dir()), key=_int_name)
-        runs = sorted(p.name for p in (root / clients[0] / checkpoint_dirs[0]).glob("*.pt")) if checkpoint_dirs else []
-        if not runs:
-            raise DumpError(f"{root / clients[0]} has no CHECKPOINT/RUN.pt files")
-        named_shapes = None
-        samples = {}
-        for client in clients:
-            found = sorted((p.name for p in (root / client).iterdir() if p.is_dir()), key=_int_name)
-            if found != checkpoint_dirs:
-                raise DumpError(f"{root / client} has checkpoints {found}; {root / clients[0]} has {checkpoint_dirs}")
-            out = None
-            for t, ckpt in enumerate(checkpoint_dirs):
-                for r, run in enumerate(runs):
-                    file = root / client / ckpt / run
-                    if not file.exists():
-                        raise DumpError(f"{file} is missing (every client and checkpoint needs runs {runs[:3]}...)")
-                    state = torch.load(file, map_location="cpu", weights_only=True)
-                    tensors = [(k, v) for k, v in state.items() if torch.is_tensor(v) and v.is_floating_point()]
-                    shapes = [(k, tuple(v.shape)) for k, v in tensors]
-                    if named_shapes is None:
-                        named_shapes = shapes
-                        n_params = sum(int(np.prod(s)) for _, s in shapes)
-                    elif shapes != named_shapes:
-                        raise DumpError(f"{file} holds tensors {shapes[:3]}...; expected {named_shapes[:3]}...")
-                    if out is None:
-                        out = np.empty((len(checkpoint_dirs), len(runs), n_params), dtype=np.float32)
-                    out[t, r] = torch.cat([v.detach().reshape(-1).float() for _, v in tensors]).numpy()
-            samples[client] = out
-        meta = dict(meta or {}, imported_from=str(root), runs=runs)
-        return cls.from_arrays(
-            path, samples, checkpoints=[_int_name(c) for c in checkpoint_dirs], layout=named_shapes, meta=meta
-        )
+        with WriterLock(path):  # a second importer of `path` fails now, not after reading every file
+            samples, checkpoints, named_shapes, runs = _read_state_dicts(root)
+            meta = dict(meta or {}, imported_from=str(root), runs=runs)
+            return cls.from_arrays(path, samples, checkpoints=checkpoints, layout=named_shapes, meta=meta)
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -507,7 +499,8 @@ class ParameterDump:
 
         `samples` maps each client name to an array (n_checkpoints, stop - start, n_params);
         `metrics` each client name to (n_metrics, n_checkpoints, stop - start). Chunks are
-        written in order: `start` must equal :attr:`completed_runs`.
+        written in order: `start` must equal :attr:`completed_runs`. The writer lock is
+        held while writing (LockedError if another process holds it).
         """
         if start != self.completed_runs or not start < stop <= self.n_runs:
             raise DumpError(f"chunk {start}-{stop} does not follow the completed runs 0-{self.completed_runs} of {self.n_runs}")
@@ -522,6 +515,11 @@ class ParameterDump:
             if mblock.shape != mshape:
                 raise ValueError(f"metrics of client {client!r} have shape {mblock.shape}; expected {mshape}")
             blocks.append((block, mblock))
+        with WriterLock(self.path):  # outside the try: a busy dump is not a failed write
+            self._write_chunk_locked(start, stop, blocks)
+
+    def _write_chunk_locked(self, start, stop, blocks):
+        """Write checked (samples, metrics) `blocks` as runs [start, stop), then the manifest."""
         try:
             checksums = {}
             for i, (client, (block, mblock)) in enumerate(zip(self.clients, blocks)):
@@ -600,3 +598,42 @@ def _int_name(name):
         return int(name)
     except ValueError as exc:
         raise DumpError(f"checkpoint folder {name!r} is not an integer iteration") from exc
+
+
+def _read_state_dicts(root):
+    """Samples of every client from ``root/CLIENT/CHECKPOINT/RUN.pt`` (see
+    :meth:`ParameterDump.from_torch_checkpoints`): (samples, checkpoints, named shapes, run files)."""
+    import torch
+
+    clients = sorted(p.name for p in root.iterdir() if p.is_dir())
+    if not clients:
+        raise DumpError(f"{root} has no client folders (expected root/CLIENT/CHECKPOINT/RUN.pt)")
+    checkpoint_dirs = sorted((p.name for p in (root / clients[0]).iterdir() if p.is_dir()), key=_int_name)
+    runs = sorted(p.name for p in (root / clients[0] / checkpoint_dirs[0]).glob("*.pt")) if checkpoint_dirs else []
+    if not runs:
+        raise DumpError(f"{root / clients[0]} has no CHECKPOINT/RUN.pt files")
+    named_shapes = None
+    samples = {}
+    for client in clients:
+        found = sorted((p.name for p in (root / client).iterdir() if p.is_dir()), key=_int_name)
+        if found != checkpoint_dirs:
+            raise DumpError(f"{root / client} has checkpoints {found}; {root / clients[0]} has {checkpoint_dirs}")
+        out = None
+        for t, ckpt in enumerate(checkpoint_dirs):
+            for r, run in enumerate(runs):
+                file = root / client / ckpt / run
+                if not file.exists():
+                    raise DumpError(f"{file} is missing (every client and checkpoint needs runs {runs[:3]}...)")
+                state = torch.load(file, map_location="cpu", weights_only=True)
+                tensors = [(k, v) for k, v in state.items() if torch.is_tensor(v) and v.is_floating_point()]
+                shapes = [(k, tuple(v.shape)) for k, v in tensors]
+                if named_shapes is None:
+                    named_shapes = shapes
+                    n_params = sum(int(np.prod(s)) for _, s in shapes)
+                elif shapes != named_shapes:
+                    raise DumpError(f"{file} holds tensors {shapes[:3]}...; expected {named_shapes[:3]}...")
+                if out is None:
+                    out = np.empty((len(checkpoint_dirs), len(runs), n_params), dtype=np.float32)
+                out[t, r] = torch.cat([v.detach().reshape(-1).float() for _, v in tensors]).numpy()
+        samples[client] = out
+    return samples, [_int_name(c) for c in checkpoint_dirs], named_shapes, runs

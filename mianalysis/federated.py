@@ -512,7 +512,8 @@ def rounds_to_accuracy(history, target, split="test"):
 def record_replicates(simulation, out, *, chunk_size=16, layer=None, progress=True):
     """Run `simulation.replicates` replicates with every client's local model recorded per
     round into a ParameterDump at `out` (checkpoint = round; client = FL client), written
-    in chunks of replicates and resumed if `out` holds the same recording.
+    in chunks of replicates and resumed if `out` holds the same recording. The dump's
+    writer lock is held throughout (LockedError if another process is writing `out`).
 
     Parameters
     ----------
@@ -525,6 +526,7 @@ def record_replicates(simulation, out, *, chunk_size=16, layer=None, progress=Tr
     history : list of dict
         The global model's metrics per round and replicate.
     """
+    from ._locking import WriterLock
     from .dumps import ParameterDump, layout_columns, layout_from_shapes, select_layout
 
     layout = layout_from_shapes(simulation.layout())
@@ -539,20 +541,21 @@ def record_replicates(simulation, out, *, chunk_size=16, layer=None, progress=Tr
         names[2:2] = ["val_loss", "val_accuracy"]
     meta = {"federated": simulation.describe(), "layer": layer, "replicates": simulation.replicates,
             "chunk_size": chunk_size}
-    dump = ParameterDump.open_or_create(
-        out, meta=meta, clients=[str(c) for c in range(simulation.data.n_clients)],
-        checkpoints=list(range(simulation.config.rounds + 1)), n_runs=simulation.replicates,
-        layout=rec_layout, metric_names=names,
-    )
-    for start in range(dump.completed_runs, simulation.replicates, chunk_size):
-        stop = min(start + chunk_size, simulation.replicates)
-        hist, models = simulation.run(replicate_ids=range(start, stop), record=True, progress=progress)
-        values = np.full((len(names), simulation.config.rounds + 1, stop - start), np.nan, dtype=np.float32)
-        for row in hist:
-            for m, name in enumerate(names):
-                values[m, row["round"], row["replicate"] - start] = row.get(name, np.nan)
-        dump.write_chunk(start, stop, {str(c): models[c][:, :, cols] for c in range(simulation.data.n_clients)},
-                         {str(c): values for c in range(simulation.data.n_clients)})
+    with WriterLock(out):  # one recorder per dump, from opening it to its last chunk
+        dump = ParameterDump.open_or_create(
+            out, meta=meta, clients=[str(c) for c in range(simulation.data.n_clients)],
+            checkpoints=list(range(simulation.config.rounds + 1)), n_runs=simulation.replicates,
+            layout=rec_layout, metric_names=names,
+        )
+        for start in range(dump.completed_runs, simulation.replicates, chunk_size):
+            stop = min(start + chunk_size, simulation.replicates)
+            hist, models = simulation.run(replicate_ids=range(start, stop), record=True, progress=progress)
+            values = np.full((len(names), simulation.config.rounds + 1, stop - start), np.nan, dtype=np.float32)
+            for row in hist:
+                for m, name in enumerate(names):
+                    values[m, row["round"], row["replicate"] - start] = row.get(name, np.nan)
+            dump.write_chunk(start, stop, {str(c): models[c][:, :, cols] for c in range(simulation.data.n_clients)},
+                             {str(c): values for c in range(simulation.data.n_clients)})
     # The history of every replicate, read back from the dump (float32), whether this call
     # ran all chunks or resumed after an interruption.
     recorded = {name: dump.metric("0", name) for name in names}

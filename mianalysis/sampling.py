@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._locking import WriterLock
 from ._validation import check_choice, check_int
 from .dumps import ParameterDump, layout_from_shapes
 
@@ -119,23 +120,25 @@ class ParameterSampler:
         If `out` already holds a dump written with the same settings, sampling resumes after
         its last completed chunk; the result is bit-identical to an uninterrupted run. A dump
         with other settings, or a non-empty folder that is not a dump, is an error and is
-        left untouched.
+        left untouched. The dump's writer lock is held throughout: a second sampler (or any
+        writer) of `out` gets a LockedError naming this process.
         """
         runs = check_int(runs, "runs", low=1)
-        dump = ParameterDump.open_or_create(
-            out, meta=self.settings(runs), clients=[str(c) for c in range(self.task.n_clients)],
-            checkpoints=self.checkpoints, n_runs=runs, layout=layout_from_shapes(self.task.parameter_shapes()),
-            metric_names=self.task.metric_names,
-        )
-        bar = _progress(runs, dump.completed_runs, self.progress)
-        for start in range(dump.completed_runs, runs, self.chunk_size):
-            stop = min(start + self.chunk_size, runs)
-            result = self.train_chunk(range(start, stop))
-            clients = dump.clients
-            dump.write_chunk(start, stop, {c: result.samples[i] for i, c in enumerate(clients)},
-                             {c: result.metrics[i] for i, c in enumerate(clients)})
-            bar.update(stop - start)
-        bar.close()
+        with WriterLock(out):
+            dump = ParameterDump.open_or_create(
+                out, meta=self.settings(runs), clients=[str(c) for c in range(self.task.n_clients)],
+                checkpoints=self.checkpoints, n_runs=runs, layout=layout_from_shapes(self.task.parameter_shapes()),
+                metric_names=self.task.metric_names,
+            )
+            bar = _progress(runs, dump.completed_runs, self.progress)
+            for start in range(dump.completed_runs, runs, self.chunk_size):
+                stop = min(start + self.chunk_size, runs)
+                result = self.train_chunk(range(start, stop))
+                clients = dump.clients
+                dump.write_chunk(start, stop, {c: result.samples[i] for i, c in enumerate(clients)},
+                                 {c: result.metrics[i] for i, c in enumerate(clients)})
+                bar.update(stop - start)
+            bar.close()
         return dump
 
     def initial_params(self, run):

@@ -40,9 +40,11 @@ def test_analyze_killed_at_random_moments_resumes_to_identical_table(tmp_path):
     kills = kill_at_random_moments(CLI + args + ["--out", str(tmp_path / "killed.csv")], finished_checkpoints,
                                    env=ENV, seed=1)
     assert kills == 5 and journal.exists() and not (tmp_path / "killed.csv").exists()
+    lock = tmp_path / ".killed.csv.lock"
+    assert lock.exists()  # left by the last killed analysis; it must not block the rerun
     subprocess.run(CLI + args + ["--out", str(tmp_path / "killed.csv")], check=True, env=ENV, capture_output=True)
     assert (tmp_path / "killed.csv").read_bytes() == (tmp_path / "clean.csv").read_bytes()
-    assert not journal.exists()
+    assert not journal.exists() and not lock.exists()
 
 
 def test_analyze_journal_with_other_settings_is_refused(tmp_path):
@@ -115,7 +117,10 @@ def test_federate_killed_at_random_moments_resumes_to_identical_outputs(tmp_path
     kills = kill_at_random_moments(CLI + args + ["--out", str(tmp_path / "killed")], chunks, env=ENV, seed=2)
     assert kills == 5
     ParameterDump.open(tmp_path / "killed" / "dump").verify()
+    lock = tmp_path / "killed" / ".dump.lock"
+    assert lock.exists()  # left by the last killed recorder; it must not block the rerun
     subprocess.run(CLI + args + ["--out", str(tmp_path / "killed")], check=True, env=ENV, capture_output=True)
+    assert not lock.exists()
     for name in ("dump/client_0.f32", "dump/client_2.f32", "dump/metrics_1.f32", "history.csv"):
         assert (tmp_path / "killed" / name).read_bytes() == (tmp_path / "clean" / name).read_bytes(), name
 
