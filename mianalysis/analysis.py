@@ -140,6 +140,25 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
     runs are dropped. Each such choice is written in the row's ``note``. At a checkpoint
     where two clients' samples are identical (all clients start from the same point) MI is
     reported as infinite, with a note.
+
+    Examples
+    --------
+    Two clients whose 2 parameters are correlated by 0.6, 1000 runs, one checkpoint:
+
+    >>> import numpy as np
+    >>> from mianalysis import ParameterDump, analyze
+    >>> rng = np.random.default_rng(0)
+    >>> a = rng.standard_normal((1, 1000, 2))
+    >>> b = 0.6 * a + 0.8 * rng.standard_normal((1, 1000, 2))
+    >>> dump = ParameterDump.from_arrays("ab", {"a": a, "b": b})
+    >>> rows = analyze(dump, estimators=["gaussian"], metrics=["euclidean"], permutations=99)
+    >>> for row in rows:
+    ...     print(row["quantity"], round(row["value"], 3), row["p_value"])
+    euclidean 1.125 nan
+    mi_gaussian 0.625 0.01
+
+    The exact values: the mean distance between a and b is sqrt(0.8 pi / 2) = 1.121 (a
+    Rayleigh mean), and the MI is -(2 / 2) log2(1 - 0.6^2) = 0.644 bits.
     """
     from .dumps import ParameterDump
 

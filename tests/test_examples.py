@@ -114,6 +114,7 @@ def test_docstring_examples_are_found():
 # Public names without an Examples section, and why.
 NO_EXAMPLES = {
     "DumpError": "an exception",
+    "LockedError": "an exception; tests/test_locking.py shows when it is raised",
     "PermutationTestResult": "what mi_permutation_test returns; its example shows it",
     "ParameterSampler": "trains PyTorch models; the README's dump example runs it",
 }

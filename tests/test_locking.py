@@ -102,7 +102,12 @@ def assert_refused(result, command, target, holder_pid, holder_command):
 
 
 def files_of(folder):
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+    """Every file's bytes; a manifest without its provenance (which sessions wrote it)."""
+    files = {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+    if "manifest.json" in files:
+        manifest = json.loads(files["manifest.json"])
+        files["manifest.json"] = {k: v for k, v in manifest.items() if k != "provenance"}
+    return files
 
 
 def _arrays(n_ckpt=3, runs=40, params=3, seed=0):
