@@ -66,6 +66,26 @@ def check_paired(x, y, *, min_samples=2, dtype=np.float64):
     return x, y
 
 
+def check_k(k, n_samples, *, samples="n_samples"):
+    """Return the KSG neighbour count `k` as int, checked against the data: ``1 <= k < n_samples``.
+
+    Every sample needs k nearest neighbours other than itself, and only ``n_samples - 1``
+    other samples exist. Every path to a KSG kernel (any backend, with or without a
+    distance cache, permutation tests, `analyze`) checks `k` here, before any work: a kernel
+    asked for more neighbours than there are reads past its data. `samples` names the
+    sample count in the message (e.g. "the number of runs").
+    """
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+        raise TypeError(f"`k` must be an integer; got {k!r}")
+    k = int(k)
+    if not 1 <= k < n_samples:
+        raise ValueError(
+            f"`k` must be in [1, {n_samples - 1}]; got {k}: KSG needs k neighbours of every sample other "
+            f"than the sample itself, so 1 <= k < {samples} ({n_samples})"
+        )
+    return k
+
+
 def check_units(units):
     """Return the factor that converts nats to `units` ("bits" or "nats")."""
     if not isinstance(units, str) or units not in UNITS:

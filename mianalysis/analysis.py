@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._validation import check_choice, check_int
+from ._validation import check_choice, check_int, check_k
 from .distances import METRICS, paired_distances
 from .estimators import gaussian_mi, ksg_mi, mi_permutation_test
 from .estimators._neighbours import marginal_distances, use_distance_cache
@@ -92,7 +92,9 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
     metrics : sequence of {"euclidean", "manhattan", "chebyshev"}
         Mean paired distance between the clients' samples (run i of a with run i of b).
     k : int, default=3
-        Neighbours for KSG.
+        Neighbours for KSG, ``1 <= k < n_runs`` (each run is one sample, and every sample
+        needs k neighbours other than itself); checked before any work or file, with or
+        without the distance cache.
     permutations : int or dict of estimator -> int, default=0
         If > 0, a permutation test per MI estimate: null mean, sd and p-value. A dict sets
         the number per estimator (e.g. ``{"gaussian": 100, "ksg": 10}``; missing ones 0).
@@ -155,6 +157,8 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
     n_runs = dump.completed_runs
     if n_runs < 2:
         raise ValueError(f"dump {dump.path} has {n_runs} completed runs; analysis needs at least 2")
+    if "ksg" in estimators:  # before any work or file: each run is one sample
+        k = check_k(k, n_runs, samples="the number of runs")
     pairs = list(itertools.combinations(range(len(dump.clients)), 2))
     reuse_distances = use_distance_cache(distance_cache, len(dump.clients) * n_runs * n_runs * 8)
     rows = []

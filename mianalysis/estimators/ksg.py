@@ -7,7 +7,7 @@ from scipy.special import digamma
 
 from .._validation import (
     check_choice,
-    check_int,
+    check_k,
     check_nonnegative_float,
     check_paired,
     check_random_state,
@@ -58,7 +58,9 @@ def ksg_mi(
     y : array-like of shape (n_samples, n_features_y) or (n_samples,)
         Samples of Y.
     k : int, default=3
-        Number of nearest neighbours, ``1 <= k < n_samples``.
+        Number of nearest neighbours, ``1 <= k < n_samples``: every sample needs k
+        neighbours other than itself. Checked before any work, whatever the backend or
+        distance cache.
     algorithm : {1, 2}, default=1
         Which of the two KSG estimators.
     units : {"bits", "nats"}, default="bits"
@@ -127,8 +129,7 @@ def ksg_mi(
     factor, algorithm, dtype = check_ksg_settings(units, algorithm, dtype)
     noise = check_nonnegative_float(noise, "noise")
     x, y = check_paired(x, y)
-    n = x.shape[0]
-    k = check_int(k, "k", low=1, high=n - 1)
+    k = check_k(k, x.shape[0])
     rng = check_random_state(random_state)
     check_choice(backend, "backend", BACKENDS)
     use_distance_cache(distance_cache, 0)  # only checks the argument
@@ -158,6 +159,7 @@ def check_ksg_settings(units, algorithm, dtype):
 def ksg_estimates_from_distances(dx, dy, permutations, k, algorithm):
     """KSG estimates (nats) of the pairing x[i] <-> y[perm[i]] for the identity and then
     each permutation, from the marginal distance matrices: O(n^2) each."""
+    k = check_k(k, dx.shape[0])
     perms = [np.arange(dx.shape[0])] + list(permutations)
     return np.array([ksg_from_counts(nx, ny, k, algorithm)
                      for nx, ny in permuted_counts(dx, dy, perms, int(k), int(algorithm))])
@@ -168,6 +170,7 @@ def ksg_permutation_estimates(x, y, permutations, k, algorithm, dtype="float64")
     marginal distance matrices computed once (O(n^2 d)); each pairing then costs O(n^2).
     Needs 2 n^2 values of `dtype` in memory. Equal, to the bit, to
     ``ksg_mi(x, y[perm], noise=0)`` for each perm."""
+    k = check_k(k, x.shape[0])
     return ksg_estimates_from_distances(marginal_distances(x, dtype), marginal_distances(y, dtype), permutations, k,
                                         algorithm)
 
