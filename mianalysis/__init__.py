@@ -8,6 +8,7 @@ Importing the package loads NumPy and SciPy only; Numba compiles the KSG kernel 
 use, and PyTorch and Matplotlib are loaded by the parts that need them.
 """
 
+from ._validation import ConstantFeatureWarning
 from .analysis import analyze
 from .distances import mean_paired_distance, paired_distances
 from .dumps import DumpError, ParameterDump
@@ -21,6 +22,7 @@ __all__ = [
     "ksg_mi",
     "mi_permutation_test",
     "PermutationTestResult",
+    "ConstantFeatureWarning",
     "paired_distances",
     "mean_paired_distance",
     "ParameterDump",

@@ -8,6 +8,7 @@ backticks, as scipy does, and say what was received.
 from __future__ import annotations
 
 import numbers
+import warnings
 
 import numpy as np
 
@@ -84,6 +85,37 @@ def check_k(k, n_samples, *, samples="n_samples"):
             f"than the sample itself, so 1 <= k < {samples} ({n_samples})"
         )
     return k
+
+
+class ConstantFeatureWarning(UserWarning):
+    """A feature (column) of `x` or `y` is constant over the samples and was dropped."""
+
+
+def drop_constant_features(x, y):
+    """(x, y) without their constant columns, warning with `ConstantFeatureWarning` if any.
+
+    A constant feature carries no information: ``I((X, c); Y) = I(X; Y)`` exactly, and
+    ``I(c; Y) = 0``. Dropping it is therefore exact, whereas keeping it makes covariances
+    singular and leaves KSG with no distances in that column. The estimators call this on
+    checked 2-D input; a column is constant when its maximum equals its minimum (exact, unlike
+    a variance, which rounding in the mean can make nonzero). Either result may have no
+    columns left: the MI is then 0.
+    """
+    keep_x = x.max(axis=0) > x.min(axis=0)
+    keep_y = y.max(axis=0) > y.min(axis=0)
+    if keep_x.all() and keep_y.all():
+        return x, y
+    names = [f"x[:, {j}]" for j in np.flatnonzero(~keep_x)] + [f"y[:, {j}]" for j in np.flatnonzero(~keep_y)]
+    shown = ", ".join(names[:5]) + ("" if len(names) <= 5 else f" and {len(names) - 5} more")
+    left = "" if keep_x.any() and keep_y.any() else (
+        f"; no feature of `{'x' if not keep_x.any() else 'y'}` varies, so the mutual information is 0")
+    warnings.warn(
+        f"dropped {len(names)} constant feature(s) ({shown}): a constant carries no information, so "
+        f"dropping constants leaves the mutual information unchanged{left}",
+        ConstantFeatureWarning,
+        stacklevel=3,
+    )
+    return np.ascontiguousarray(x[:, keep_x]), np.ascontiguousarray(y[:, keep_y])
 
 
 def check_units(units):

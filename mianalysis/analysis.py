@@ -48,12 +48,17 @@ def _mi_row(x, y, estimator, k, permutations, rng, distances=None, distance_cach
     `distances`: the two clients' marginal distance matrices of their noised samples (KSG
     only); the estimate and its permutation null then cost O(n^2) each. Otherwise
     `distance_cache` is passed on to the KSG estimator and its permutation test."""
-    if np.array_equal(x, y):
-        return np.inf, np.nan, np.nan, np.nan, "identical samples (same initial point): MI is infinite"
     x, y, dropped = _drop_constant(x, y)
     notes = [f"dropped {dropped} constant parameters"] if dropped else []
-    if x.shape[1] == 0 or y.shape[1] == 0:
-        return np.nan, np.nan, np.nan, np.nan, "no variation across runs: MI undefined"
+    if x.shape[1] == 0 or y.shape[1] == 0:  # I(c; Y) = 0, as the estimators return (with null 0, p = 1)
+        side = "client_a's" if x.shape[1] == 0 else "client_b's"
+        notes.append(f"{side} parameters are constant across runs: MI is 0")
+        if permutations:
+            return 0.0, 0.0, 0.0, 1.0, "; ".join(notes)
+        return 0.0, np.nan, np.nan, np.nan, "; ".join(notes)
+    if np.array_equal(x, y):
+        notes.append("identical samples (same initial point): MI is infinite")
+        return np.inf, np.nan, np.nan, np.nan, "; ".join(notes)
     if distances is not None:  # constant parameters add 0 to every max-norm distance
         perms = [rng.permutation(x.shape[0]) for _ in range(permutations)]
         values = ksg_estimates_from_distances(distances[0], distances[1], perms, k, 1) / np.log(2)
@@ -131,9 +136,14 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
     -----
     The Gaussian estimator is bias-corrected while runs outnumber twice the joint
     dimension, and uses Ledoit-Wolf shrinkage otherwise; parameters that are constant over
-    runs are dropped. Each such choice is written in the row's ``note``. At a checkpoint
-    where two clients' samples are identical (all clients start from the same point) MI is
-    reported as infinite, with a note.
+    runs are dropped (they carry no information; the estimators drop them the same way).
+    Each such choice is written in the row's ``note``. When all of a client's parameters
+    are constant over runs, its MI with any client is 0 (null 0, p-value 1 with
+    permutations), as :func:`mianalysis.gaussian_mi`, :func:`mianalysis.ksg_mi` and
+    :func:`mianalysis.mi_permutation_test` return; this includes clients that all start
+    from one fixed point. At a checkpoint where two clients' varying parameters are
+    identical in every run (all clients start from the same random point) MI is reported
+    as infinite, with a note.
     """
     from .dumps import ParameterDump
 

@@ -8,7 +8,7 @@ import numpy as np
 from scipy.linalg import LinAlgError, cholesky
 from scipy.special import digamma
 
-from .._validation import check_choice, check_paired, check_units
+from .._validation import check_choice, check_paired, check_units, drop_constant_features
 
 SHRINKAGE = (None, "ledoit-wolf")
 
@@ -65,13 +65,26 @@ def gaussian_mi(x, y, *, units="bits", bias_correction=True, shrinkage=None):
     ------
     ValueError
         If a covariance block (x, y or joint) is not numerically positive definite, naming
-        the block and the reason (too few samples, constant or linearly dependent features).
+        the block and the reason (too few samples, linearly dependent features).
+
+    Warns
+    -----
+    ConstantFeatureWarning
+        If a feature is constant; it is dropped (see Notes).
 
     Notes
     -----
     The estimate is computed from correlation matrices: MI is unchanged by rescaling any
     feature, and this avoids overflow in the determinants of parameter vectors. It is
     invariant under any invertible linear map of `x` or of `y`.
+
+    Constant features are dropped with a :class:`mianalysis.ConstantFeatureWarning` naming
+    them: a constant carries no information, ``I((X, c); Y) = I(X; Y)`` exactly, while
+    keeping it would make every covariance singular. The bias correction then counts only
+    the varying features (a constant has no sampling error). If no feature of `x` or of `y`
+    varies, the result is 0.0, the exact ``I(c; Y)``, which is also what the formula gives
+    for an empty block. :func:`ksg_mi`, :func:`mi_permutation_test` and
+    :func:`mianalysis.analyze` follow the same rule.
 
     References
     ----------
@@ -94,11 +107,11 @@ def gaussian_mi(x, y, *, units="bits", bias_correction=True, shrinkage=None):
     >>> round(gaussian_mi(x, y, units="nats"), 2)   # -0.5 log(1 - 0.6**2) = 0.22
     0.22
     """
-    factor = check_units(units)
-    check_choice(shrinkage, "shrinkage", SHRINKAGE)
-    if not isinstance(bias_correction, (bool, np.bool_)):
-        raise TypeError(f"`bias_correction` must be True or False; got {bias_correction!r}")
+    factor = check_gaussian_settings(units, bias_correction, shrinkage)
     x, y = check_paired(x, y)
+    x, y = drop_constant_features(x, y)
+    if x.shape[1] == 0 or y.shape[1] == 0:
+        return 0.0  # I(c; Y) = 0 (see Notes)
     n, dx = x.shape
     dy = y.shape[1]
     d = dx + dy
@@ -116,6 +129,15 @@ def gaussian_mi(x, y, *, units="bits", bias_correction=True, shrinkage=None):
             wishart_logdet_bias(dx, n) + wishart_logdet_bias(dy, n) - wishart_logdet_bias(d, n)
         )
     return float(mi * factor)
+
+
+def check_gaussian_settings(units="bits", bias_correction=True, shrinkage=None):
+    """Check :func:`gaussian_mi`'s settings (same defaults); return the nats-to-units factor."""
+    factor = check_units(units)
+    check_choice(shrinkage, "shrinkage", SHRINKAGE)
+    if not isinstance(bias_correction, (bool, np.bool_)):
+        raise TypeError(f"`bias_correction` must be True or False; got {bias_correction!r}")
+    return factor
 
 
 def wishart_logdet_bias(p, n_samples):

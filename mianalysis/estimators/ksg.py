@@ -12,6 +12,7 @@ from .._validation import (
     check_paired,
     check_random_state,
     check_units,
+    drop_constant_features,
 )
 from ._neighbours import ksg_counts, ksg_counts_torch, marginal_distances, permuted_counts, use_distance_cache
 
@@ -111,6 +112,15 @@ def ksg_mi(
     Among neighbours at exactly the same joint distance, algorithm 2 takes all of those at
     the k-th distance as neighbours; with `noise` > 0 such ties have probability zero.
 
+    Constant features are dropped with a :class:`mianalysis.ConstantFeatureWarning` naming
+    them: a constant carries no information, ``I((X, c); Y) = I(X; Y)`` exactly (it adds 0
+    to every max-norm distance, so the estimate is the same as without it). If no feature
+    of `x` or of `y` varies, the result is 0.0, the exact ``I(c; Y)``; the formulas would
+    otherwise return an artefact of the zero distances (algorithm 2 gives
+    ``1/(n-1) - 1/k``; a constant `x` and `y` gave about 12 bits), and raising would refuse
+    a question that has an exact answer. :func:`gaussian_mi`, :func:`mi_permutation_test`
+    and :func:`mianalysis.analyze` follow the same rule.
+
     References
     ----------
     A. Kraskov, H. Stoegbauer and P. Grassberger, "Estimating mutual information",
@@ -133,6 +143,9 @@ def ksg_mi(
     rng = check_random_state(random_state)
     check_choice(backend, "backend", BACKENDS)
     use_distance_cache(distance_cache, 0)  # only checks the argument
+    x, y = drop_constant_features(x, y)
+    if x.shape[1] == 0 or y.shape[1] == 0:
+        return 0.0  # I(c; Y) = 0 (see Notes)
     if noise > 0:
         x = add_tie_breaking_noise(x, noise, rng)
         y = add_tie_breaking_noise(y, noise, rng)
@@ -169,7 +182,7 @@ def ksg_permutation_estimates(x, y, permutations, k, algorithm, dtype="float64")
     """KSG estimates (nats) of the identity pairing and each permutation, from the two
     marginal distance matrices computed once (O(n^2 d)); each pairing then costs O(n^2).
     Needs 2 n^2 values of `dtype` in memory. Equal, to the bit, to
-    ``ksg_mi(x, y[perm], noise=0)`` for each perm."""
+    ``ksg_mi(x, y[perm], noise=0)`` for each perm (`x` and `y` without constant columns)."""
     k = check_k(k, x.shape[0])
     return ksg_estimates_from_distances(marginal_distances(x, dtype), marginal_distances(y, dtype), permutations, k,
                                         algorithm)

