@@ -16,12 +16,14 @@ import warnings
 import numpy as np
 import pytest
 
-from mianalysis import ConstantFeatureWarning, ParameterDump, analyze, gaussian_mi, ksg_mi, mi_permutation_test
+from mianalysis import (ConstantFeatureWarning, ParameterDump, analyze, gaussian_mi, ksg_mi, mean_paired_distance,
+                        mi_permutation_test, paired_distances)
 from mianalysis.analysis import select
 
 RNG = np.random.default_rng(11)
 X = RNG.standard_normal((300, 2))
 Y = 0.6 * X + 0.8 * RNG.standard_normal((300, 2))
+SCALES = [1e-300, 1e-200, 1e-30, 1e30, 1e200, 1e300]
 
 
 @contextlib.contextmanager
@@ -118,3 +120,38 @@ def test_analyze_identical_varying_parameters_are_still_infinite(tmp_path):
     dump = ParameterDump.from_arrays(tmp_path / "d", {"a": same, "b": other})
     row = select(analyze(dump, metrics=()), "mi_gaussian")[0]
     assert row["value"] == np.inf and "identical samples" in row["note"] and "dropped 2 constant" in row["note"]
+
+
+# ---------------------------------------------------------------------- distances
+@pytest.mark.parametrize("scale", SCALES)
+@pytest.mark.parametrize("metric", ["euclidean", "manhattan", "chebyshev"])
+def test_paired_distances_scale_with_the_data(scale, metric):
+    want = paired_distances(X, Y, metric)
+    with no_warnings():
+        got = paired_distances(scale * X, scale * Y, metric)
+    np.testing.assert_allclose(got / scale, want, rtol=1e-13)
+    assert mean_paired_distance(scale * X, scale * Y, metric) / scale == pytest.approx(want.mean(), rel=1e-13)
+
+
+@pytest.mark.parametrize("metric, want", [("euclidean", 2e200 * np.sqrt(3)), ("manhattan", 6e200),
+                                          ("chebyshev", 2e200)])
+def test_paired_distances_of_huge_and_tiny_vectors(metric, want):
+    big = np.full((2, 3), 1e200)
+    assert paired_distances(big, -big, metric) == pytest.approx([want, want], rel=1e-14)
+    assert paired_distances(big * 1e-400, -big * 1e-400, metric) == pytest.approx([want * 1e-400] * 2, rel=1e-14)
+    # Differences far below the vectors' size.
+    assert paired_distances([[1.0, 1e-300]], [[1.0, 0.0]], metric) == pytest.approx([1e-300], rel=1e-14)
+    # x - y itself beyond float64, its distance not.
+    assert paired_distances([[1.2e308]], [[-0.5e308]], metric) == pytest.approx([1.7e308], rel=1e-14)
+
+
+@pytest.mark.parametrize("metric", ["euclidean", "manhattan", "chebyshev"])
+def test_unrepresentable_distance_is_an_error_not_inf(metric):
+    with pytest.raises(ValueError, match=rf"the {metric} distance between row 1 of `x` and of `y` exceeds the "
+                                         r"largest float64"):
+        paired_distances([[0.0, 0.0], [1e308, 1e308]], [[1.0, 1.0], [-1e308, -1e308]], metric)
+
+
+def test_mean_of_huge_distances_is_finite():
+    d = mean_paired_distance(np.full((4, 1), 1.5e308), np.zeros((4, 1)))
+    assert d == pytest.approx(1.5e308, rel=1e-14)
