@@ -122,6 +122,95 @@ def test_analyze_identical_varying_parameters_are_still_infinite(tmp_path):
     assert row["value"] == np.inf and "identical samples" in row["note"] and "dropped 2 constant" in row["note"]
 
 
+# ---------------------------------------------------------------------- magnitudes
+KSG_SETTINGS = {
+    "float64": {},
+    "float64-alg2": {"algorithm": 2},
+    "float64-cache": {"distance_cache": True},
+    "float32": {"dtype": "float32"},
+    "float32-alg2-cache": {"dtype": "float32", "algorithm": 2, "distance_cache": True},
+}
+
+
+@pytest.mark.parametrize("scale", SCALES)
+@pytest.mark.parametrize("setting", sorted(KSG_SETTINGS))
+def test_ksg_is_scale_invariant_at_any_magnitude(scale, setting):
+    kwargs = KSG_SETTINGS[setting]
+    want = ksg_mi(X, Y, random_state=3, **kwargs)
+    with no_warnings():
+        got = ksg_mi(scale * X, scale * Y, random_state=3, **kwargs)
+    assert got == pytest.approx(want, abs=1e-9)
+
+
+@pytest.mark.parametrize("scale", [1e-300, 1e300])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_torch_backend_is_scale_invariant(scale, dtype):
+    pytest.importorskip("torch")
+    want = ksg_mi(X, Y, random_state=3, dtype=dtype)
+    assert ksg_mi(scale * X, scale * Y, random_state=3, dtype=dtype, backend="torch", device="cpu") == \
+        pytest.approx(want, abs=1e-9)
+
+
+@pytest.mark.parametrize("scale", SCALES)
+@pytest.mark.parametrize("estimator, kwargs", [("ksg", {}), ("ksg", {"dtype": "float32"}),
+                                               ("ksg", {"distance_cache": False}), ("gaussian", {})])
+def test_permutation_test_is_scale_invariant(scale, estimator, kwargs):
+    want = mi_permutation_test(X, Y, estimator=estimator, n_permutations=5, random_state=2, **kwargs)
+    with no_warnings():
+        got = mi_permutation_test(scale * X, scale * Y, estimator=estimator, n_permutations=5, random_state=2,
+                                  **kwargs)
+    assert got.estimate == pytest.approx(want.estimate, abs=1e-9)
+    np.testing.assert_allclose(got.null_distribution, want.null_distribution, atol=1e-9)
+
+
+@pytest.mark.parametrize("scale", SCALES + [1e-307, 1.5e307])
+@pytest.mark.parametrize("shrinkage", [None, "ledoit-wolf"])
+def test_gaussian_is_scale_invariant_at_any_magnitude(scale, shrinkage):
+    want = gaussian_mi(X, Y, shrinkage=shrinkage)
+    with no_warnings():
+        got = gaussian_mi(scale * X, scale * Y, shrinkage=shrinkage)
+    assert got == pytest.approx(want, rel=1e-9, abs=1e-12)
+
+
+def test_gaussian_columns_of_very_different_magnitudes():
+    want = gaussian_mi(X, Y)
+    scales_x, scales_y = np.array([1e-250, 1e250]), np.array([1e300, 1e-30])
+    assert gaussian_mi(X * scales_x, Y * scales_y) == pytest.approx(want, rel=1e-9)
+
+
+@pytest.mark.parametrize("offset", [1e2, 1e4, 1e6, -1e8, 3e10])
+@pytest.mark.parametrize("algorithm", [1, 2])
+def test_float32_within_1e3_nats_of_float64_far_from_zero(offset, algorithm):
+    kwargs = dict(units="nats", random_state=0, algorithm=algorithm)
+    f64 = ksg_mi(X + offset, Y, **kwargs)
+    f32 = ksg_mi(X + offset, Y, dtype="float32", **kwargs)
+    assert abs(f32 - f64) < 1e-3
+    assert f64 == pytest.approx(ksg_mi(X, Y, **kwargs), abs=1e-9)  # a translation
+
+
+@pytest.mark.parametrize("offset", [1e4, 1e6])
+def test_float32_permutation_test_far_from_zero(offset):
+    kwargs = dict(n_permutations=6, random_state=1, dtype="float32", units="nats")
+    cached = mi_permutation_test(X + offset, Y - offset, distance_cache=True, **kwargs)
+    direct = mi_permutation_test(X + offset, Y - offset, distance_cache=False, **kwargs)
+    assert cached.estimate == direct.estimate  # the preparation commutes with shuffles: same bits
+    np.testing.assert_array_equal(cached.null_distribution, direct.null_distribution)
+    f64 = mi_permutation_test(X + offset, Y - offset, n_permutations=6, random_state=1, units="nats")
+    assert abs(cached.estimate - f64.estimate) < 1e-3
+
+
+@pytest.mark.parametrize("scale", [1e-35, 1e35])
+def test_analyze_is_scale_invariant_within_float32(tmp_path, scale):
+    rng = np.random.default_rng(8)
+    base = rng.standard_normal((1, 200, 3))
+    samples = {"a": base, "b": 0.7 * base + 0.7 * rng.standard_normal((1, 200, 3))}
+    plain = analyze(ParameterDump.from_arrays(tmp_path / "p", samples), metrics=())
+    scaled = analyze(ParameterDump.from_arrays(tmp_path / "s", {c: s * scale for c, s in samples.items()}),
+                     metrics=())
+    for a, b in zip(plain, scaled):
+        assert b["value"] == pytest.approx(a["value"], abs=1e-6), (a, b)
+
+
 # ---------------------------------------------------------------------- distances
 @pytest.mark.parametrize("scale", SCALES)
 @pytest.mark.parametrize("metric", ["euclidean", "manhattan", "chebyshev"])

@@ -8,6 +8,7 @@ import numpy as np
 from scipy.linalg import LinAlgError, cholesky
 from scipy.special import digamma
 
+from .._scaling import SAFE_HIGH, SAFE_LOW, pow2_scale
 from .._validation import check_choice, check_paired, check_units, drop_constant_features
 
 SHRINKAGE = (None, "ledoit-wolf")
@@ -76,7 +77,10 @@ def gaussian_mi(x, y, *, units="bits", bias_correction=True, shrinkage=None):
     -----
     The estimate is computed from correlation matrices: MI is unchanged by rescaling any
     feature, and this avoids overflow in the determinants of parameter vectors. It is
-    invariant under any invertible linear map of `x` or of `y`.
+    invariant under any invertible linear map of `x` or of `y`. Columns with values beyond
+    ~1e135 or below ~1e-135 are first divided by a power of two near their largest value,
+    so the means and variances neither overflow nor underflow: the estimate is the same at
+    any finite magnitude (1e-300 to 1e300), and per column.
 
     Constant features are dropped with a :class:`mianalysis.ConstantFeatureWarning` naming
     them: a constant carries no information, ``I((X, c); Y) = I(X; Y)`` exactly, while
@@ -151,6 +155,14 @@ def wishart_logdet_bias(p, n_samples):
 def _joint_correlation(x, y, shrinkage):
     """Correlation matrix of the joint samples [x, y], shrunk if asked."""
     z = np.hstack([x, y])
+    # Correlations do not depend on the scale of a column: bring columns whose values are
+    # beyond ~1e135 or below ~1e-135 to [1, 2) by a power of two (exact), so that neither
+    # the mean's sum nor the squares below overflow or underflow. Other columns are left
+    # as they are (the same bits as without this step).
+    top = np.abs(z).max(axis=0)
+    extreme = (top > SAFE_HIGH) | (top < SAFE_LOW)
+    if extreme.any():
+        z[:, extreme] /= pow2_scale(top[extreme])
     z -= z.mean(axis=0)
     std = np.sqrt(np.einsum("ij,ij->j", z, z) / (z.shape[0] - 1))
     constant = np.flatnonzero(std == 0)
