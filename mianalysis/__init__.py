@@ -12,6 +12,7 @@ use, and PyTorch and Matplotlib are loaded by the parts that need them.
 __version__ = "0.1.0"
 
 from ._locking import LockedError
+from ._validation import ConstantFeatureWarning
 from .analysis import analyze
 from .distances import mean_paired_distance, paired_distances
 from .dumps import DumpError, ParameterDump
@@ -23,6 +24,7 @@ __all__ = [
     "ksg_mi",
     "mi_permutation_test",
     "PermutationTestResult",
+    "ConstantFeatureWarning",
     "paired_distances",
     "mean_paired_distance",
     "ParameterDump",

@@ -8,6 +8,7 @@ backticks, as scipy does, and say what was received.
 from __future__ import annotations
 
 import numbers
+import warnings
 
 import numpy as np
 
@@ -64,6 +65,57 @@ def check_paired(x, y, *, min_samples=2, dtype=np.float64):
             f"`x` and `y` need at least {min_samples} samples (rows); got {x.shape[0]}"
         )
     return x, y
+
+
+def check_k(k, n_samples, *, samples="n_samples"):
+    """Return the KSG neighbour count `k` as int, checked against the data: ``1 <= k < n_samples``.
+
+    Every sample needs k nearest neighbours other than itself, and only ``n_samples - 1``
+    other samples exist. Every path to a KSG kernel (any backend, with or without a
+    distance cache, permutation tests, `analyze`) checks `k` here, before any work: a kernel
+    asked for more neighbours than there are reads past its data. `samples` names the
+    sample count in the message (e.g. "the number of runs").
+    """
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+        raise TypeError(f"`k` must be an integer; got {k!r}")
+    k = int(k)
+    if not 1 <= k < n_samples:
+        raise ValueError(
+            f"`k` must be in [1, {n_samples - 1}]; got {k}: KSG needs k neighbours of every sample other "
+            f"than the sample itself, so 1 <= k < {samples} ({n_samples})"
+        )
+    return k
+
+
+class ConstantFeatureWarning(UserWarning):
+    """A feature (column) of `x` or `y` is constant over the samples and was dropped."""
+
+
+def drop_constant_features(x, y):
+    """(x, y) without their constant columns, warning with `ConstantFeatureWarning` if any.
+
+    A constant feature carries no information: ``I((X, c); Y) = I(X; Y)`` exactly, and
+    ``I(c; Y) = 0``. Dropping it is therefore exact, whereas keeping it makes covariances
+    singular and leaves KSG with no distances in that column. The estimators call this on
+    checked 2-D input; a column is constant when its maximum equals its minimum (exact, unlike
+    a variance, which rounding in the mean can make nonzero). Either result may have no
+    columns left: the MI is then 0.
+    """
+    keep_x = x.max(axis=0) > x.min(axis=0)
+    keep_y = y.max(axis=0) > y.min(axis=0)
+    if keep_x.all() and keep_y.all():
+        return x, y
+    names = [f"x[:, {j}]" for j in np.flatnonzero(~keep_x)] + [f"y[:, {j}]" for j in np.flatnonzero(~keep_y)]
+    shown = ", ".join(names[:5]) + ("" if len(names) <= 5 else f" and {len(names) - 5} more")
+    left = "" if keep_x.any() and keep_y.any() else (
+        f"; no feature of `{'x' if not keep_x.any() else 'y'}` varies, so the mutual information is 0")
+    warnings.warn(
+        f"dropped {len(names)} constant feature(s) ({shown}): a constant carries no information, so "
+        f"dropping constants leaves the mutual information unchanged{left}",
+        ConstantFeatureWarning,
+        stacklevel=3,
+    )
+    return np.ascontiguousarray(x[:, keep_x]), np.ascontiguousarray(y[:, keep_y])
 
 
 def check_units(units):

@@ -14,7 +14,7 @@ import numpy as np
 
 from ._locking import WriterLock
 from ._provenance import collect
-from ._validation import check_choice, check_int
+from ._validation import check_choice, check_int, check_k
 from .distances import METRICS, paired_distances
 from .estimators import gaussian_mi, ksg_mi, mi_permutation_test
 from .estimators._neighbours import marginal_distances, use_distance_cache
@@ -51,12 +51,17 @@ def _mi_row(x, y, estimator, k, permutations, rng, distances=None, distance_cach
     `distances`: the two clients' marginal distance matrices of their noised samples (KSG
     only); the estimate and its permutation null then cost O(n^2) each. Otherwise
     `distance_cache` is passed on to the KSG estimator and its permutation test."""
-    if np.array_equal(x, y):
-        return np.inf, np.nan, np.nan, np.nan, "identical samples (same initial point): MI is infinite"
     x, y, dropped = _drop_constant(x, y)
     notes = [f"dropped {dropped} constant parameters"] if dropped else []
-    if x.shape[1] == 0 or y.shape[1] == 0:
-        return np.nan, np.nan, np.nan, np.nan, "no variation across runs: MI undefined"
+    if x.shape[1] == 0 or y.shape[1] == 0:  # I(c; Y) = 0, as the estimators return (with null 0, p = 1)
+        side = "client_a's" if x.shape[1] == 0 else "client_b's"
+        notes.append(f"{side} parameters are constant across runs: MI is 0")
+        if permutations:
+            return 0.0, 0.0, 0.0, 1.0, "; ".join(notes)
+        return 0.0, np.nan, np.nan, np.nan, "; ".join(notes)
+    if np.array_equal(x, y):
+        notes.append("identical samples (same initial point): MI is infinite")
+        return np.inf, np.nan, np.nan, np.nan, "; ".join(notes)
     if distances is not None:  # constant parameters add 0 to every max-norm distance
         perms = [rng.permutation(x.shape[0]) for _ in range(permutations)]
         values = ksg_estimates_from_distances(distances[0], distances[1], perms, k, 1) / np.log(2)
@@ -95,7 +100,9 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
     metrics : sequence of {"euclidean", "manhattan", "chebyshev"}
         Mean paired distance between the clients' samples (run i of a with run i of b).
     k : int, default=3
-        Neighbours for KSG.
+        Neighbours for KSG, ``1 <= k < n_runs`` (each run is one sample, and every sample
+        needs k neighbours other than itself); checked before any work or file, with or
+        without the distance cache.
     permutations : int or dict of estimator -> int, default=0
         If > 0, a permutation test per MI estimate: null mean, sd and p-value. A dict sets
         the number per estimator (e.g. ``{"gaussian": 100, "ksg": 10}``; missing ones 0).
@@ -137,9 +144,14 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
     -----
     The Gaussian estimator is bias-corrected while runs outnumber twice the joint
     dimension, and uses Ledoit-Wolf shrinkage otherwise; parameters that are constant over
-    runs are dropped. Each such choice is written in the row's ``note``. At a checkpoint
-    where two clients' samples are identical (all clients start from the same point) MI is
-    reported as infinite, with a note.
+    runs are dropped (they carry no information; the estimators drop them the same way).
+    Each such choice is written in the row's ``note``. When all of a client's parameters
+    are constant over runs, its MI with any client is 0 (null 0, p-value 1 with
+    permutations), as :func:`mianalysis.gaussian_mi`, :func:`mianalysis.ksg_mi` and
+    :func:`mianalysis.mi_permutation_test` return; this includes clients that all start
+    from one fixed point. At a checkpoint where two clients' varying parameters are
+    identical in every run (all clients start from the same random point) MI is reported
+    as infinite, with a note.
 
     Examples
     --------
@@ -182,6 +194,8 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
     n_runs = dump.completed_runs
     if n_runs < 2:
         raise ValueError(f"dump {dump.path} has {n_runs} completed runs; analysis needs at least 2")
+    if "ksg" in estimators:  # before any work or file: each run is one sample
+        k = check_k(k, n_runs, samples="the number of runs")
     pairs = list(itertools.combinations(range(len(dump.clients)), 2))
     reuse_distances = use_distance_cache(distance_cache, len(dump.clients) * n_runs * n_runs * 8)
     # One writer per table: the lock of `out` covers its journal and the final CSV.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._scaling import SAFE_HIGH, SAFE_LOW, pow2_scale
 from ._validation import check_choice, check_samples
 
 METRICS = ("euclidean", "manhattan", "chebyshev")
@@ -34,9 +35,21 @@ def paired_distances(x, y, metric="euclidean"):
     -------
     distances : ndarray of shape (n_samples,)
 
+    Raises
+    ------
+    ValueError
+        If a distance exceeds the largest float64 (~1.8e308), which finite input can
+        produce (e.g. 1e308 and -1e308); it is not returned as inf.
+
     See Also
     --------
     mean_paired_distance : their mean, the quantity the core paper plots.
+
+    Notes
+    -----
+    Accurate at any finite magnitude: rows whose differences are beyond ~1e135 or below
+    ~1e-135 are computed in units of powers of two (as ``hypot`` does), so squares and sums
+    neither overflow nor underflow; other rows are computed directly, as always.
 
     Examples
     --------
@@ -46,12 +59,44 @@ def paired_distances(x, y, metric="euclidean"):
     """
     check_choice(metric, "metric", METRICS)
     x, y = _check_pair(x, y)
-    diff = np.abs(x - y)
-    if metric == "euclidean":
-        return np.sqrt(np.einsum("ij,ij->i", diff, diff))
-    if metric == "manhattan":
-        return diff.sum(axis=1)
-    return diff.max(axis=1)
+    with np.errstate(over="ignore"):
+        diff = np.abs(x - y)
+    out = _reduce(diff, metric)
+    # Rows whose differences are beyond ~1e135 (squares or sums could overflow, or x - y
+    # did) or below ~1e-135 (squares underflow): again in units of a power of two (exact).
+    top = diff.max(axis=1)
+    redo = np.flatnonzero(~(top <= SAFE_HIGH) | ((top < SAFE_LOW) & (top > 0)))
+    if redo.size:
+        d = diff[redo]
+        outer = np.ones(redo.size)
+        overflowed = ~np.isfinite(top[redo])  # x - y itself: subtract in units of the rows' largest value
+        if overflowed.any():
+            xs, ys = x[redo[overflowed]], y[redo[overflowed]]
+            outer[overflowed] = pow2_scale(np.maximum(np.abs(xs).max(axis=1), np.abs(ys).max(axis=1)))
+            with np.errstate(under="ignore"):
+                d[overflowed] = np.abs(xs / outer[overflowed, None] - ys / outer[overflowed, None])
+        inner = pow2_scale(d.max(axis=1))
+        with np.errstate(under="ignore"):
+            scaled = _reduce(d / inner[:, None], metric)  # the largest difference is in [1, 2)
+        with np.errstate(over="ignore", under="ignore"):
+            out[redo] = scaled * inner * outer
+        over = redo[~np.isfinite(out[redo])]
+        if over.size:
+            raise ValueError(
+                f"the {metric} distance between row {over[0]} of `x` and of `y` exceeds the largest float64 "
+                f"({np.finfo(np.float64).max:.3g}): {over.size} row(s) cannot be represented; rescale `x` and `y`"
+            )
+    return out
+
+
+def _reduce(diff, metric):
+    """Each row's norm of the absolute differences `diff`."""
+    with np.errstate(over="ignore", under="ignore"):
+        if metric == "euclidean":
+            return np.sqrt(np.einsum("ij,ij->i", diff, diff))
+        if metric == "manhattan":
+            return diff.sum(axis=1)
+        return diff.max(axis=1)
 
 
 def mean_paired_distance(x, y, metric="euclidean"):
@@ -68,6 +113,8 @@ def mean_paired_distance(x, y, metric="euclidean"):
     Returns
     -------
     distance : float
+        Finite whenever every distance is (the mean is taken in units of the largest if
+        the plain sum overflows).
 
     Examples
     --------
@@ -77,4 +124,10 @@ def mean_paired_distance(x, y, metric="euclidean"):
     >>> mean_paired_distance([[0, 0], [1, 1]], [[3, 4], [1, 2]], "manhattan")  # (7 + 1) / 2
     4.0
     """
-    return float(np.mean(paired_distances(x, y, metric)))
+    d = paired_distances(x, y, metric)
+    with np.errstate(over="ignore"):
+        mean = float(np.mean(d))
+    if not np.isfinite(mean):
+        top = float(pow2_scale(d.max()))
+        mean = float(np.mean(d / top)) * top
+    return mean

@@ -103,11 +103,16 @@ def test_too_few_samples_for_joint_block(rng):
         gaussian_mi(x, y, bias_correction=False)
 
 
-def test_constant_feature_is_named(rng):
+def test_constant_feature_is_named_and_dropped(rng):
+    # A constant carries no information: dropped with a warning naming it (it used to be
+    # an error; the estimators now share one rule, see test_degenerate_data.py).
+    from mianalysis import ConstantFeatureWarning
+
     x, y, _ = correlated_gaussians(100, 2, 2, 0.5, rng)
+    want = gaussian_mi(x, y[:, :1])
     y[:, 1] = 3.0
-    with pytest.raises(ValueError, match=r"constant feature.*y\[:, 1\]"):
-        gaussian_mi(x, y)
+    with pytest.warns(ConstantFeatureWarning, match=r"constant feature.*y\[:, 1\]"):
+        assert gaussian_mi(x, y) == want
 
 
 @pytest.mark.parametrize("n, p", [(30, 50), (200, 20), (50, 50)])

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._validation import check_k
+
 PERMUTATION_BATCH = 32  # pairings per pass over the distance matrices
 SYMMETRIC_MIN_FEATURES = 100  # below, computing each distance twice in O(n) memory is faster
 
@@ -26,6 +28,7 @@ def ksg_counts_torch(x, y, k, algorithm, dtype="float64", device=None, block=102
     ``torch.cdist(p=inf)``, the k-th joint distance by ``topk``, counts by comparisons."""
     import torch
 
+    k = check_k(k, x.shape[0])  # topk needs k other samples in every row
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     tdtype = torch.float64 if dtype == "float64" else torch.float32
@@ -86,6 +89,7 @@ def ksg_counts(x, y, k, algorithm, dtype="float64", distance_cache="auto"):
     """
     from ._kernels import ksg_neighbour_counts
 
+    k = check_k(k, x.shape[0])  # the kernels read k neighbours per row without a bound check
     x = np.ascontiguousarray(x, dtype=dtype)
     y = np.ascontiguousarray(y, dtype=dtype)
     # The cache saves half of the O(n^2 d) distance work and adds O(n^2) memory traffic:
@@ -151,6 +155,7 @@ def permuted_counts(dx, dy, permutations, k, algorithm):
     marginal distance matrices: O(n^2) each, PERMUTATION_BATCH pairings per pass."""
     from ._kernels import permuted_neighbour_counts
 
+    k = check_k(k, dx.shape[0])
     perms = np.asarray(permutations, dtype=np.int64).reshape(-1, dx.shape[0])
     for start in range(0, perms.shape[0], PERMUTATION_BATCH):
         nx, ny = permuted_neighbour_counts(dx, dy, np.ascontiguousarray(perms[start:start + PERMUTATION_BATCH]), k,

@@ -8,7 +8,8 @@ import numpy as np
 from scipy.linalg import LinAlgError, cholesky
 from scipy.special import digamma
 
-from .._validation import check_choice, check_paired, check_units
+from .._scaling import SAFE_HIGH, SAFE_LOW, pow2_scale
+from .._validation import check_choice, check_paired, check_units, drop_constant_features
 
 SHRINKAGE = (None, "ledoit-wolf")
 
@@ -65,13 +66,29 @@ def gaussian_mi(x, y, *, units="bits", bias_correction=True, shrinkage=None):
     ------
     ValueError
         If a covariance block (x, y or joint) is not numerically positive definite, naming
-        the block and the reason (too few samples, constant or linearly dependent features).
+        the block and the reason (too few samples, linearly dependent features).
+
+    Warns
+    -----
+    ConstantFeatureWarning
+        If a feature is constant; it is dropped (see Notes).
 
     Notes
     -----
     The estimate is computed from correlation matrices: MI is unchanged by rescaling any
     feature, and this avoids overflow in the determinants of parameter vectors. It is
-    invariant under any invertible linear map of `x` or of `y`.
+    invariant under any invertible linear map of `x` or of `y`. Columns with values beyond
+    ~1e135 or below ~1e-135 are first divided by a power of two near their largest value,
+    so the means and variances neither overflow nor underflow: the estimate is the same at
+    any finite magnitude (1e-300 to 1e300), and per column.
+
+    Constant features are dropped with a :class:`mianalysis.ConstantFeatureWarning` naming
+    them: a constant carries no information, ``I((X, c); Y) = I(X; Y)`` exactly, while
+    keeping it would make every covariance singular. The bias correction then counts only
+    the varying features (a constant has no sampling error). If no feature of `x` or of `y`
+    varies, the result is 0.0, the exact ``I(c; Y)``, which is also what the formula gives
+    for an empty block. :func:`ksg_mi`, :func:`mi_permutation_test` and
+    :func:`mianalysis.analyze` follow the same rule.
 
     References
     ----------
@@ -94,11 +111,11 @@ def gaussian_mi(x, y, *, units="bits", bias_correction=True, shrinkage=None):
     >>> round(gaussian_mi(x, y, units="nats"), 3)   # exact: -0.5 log(1 - 0.6**2) = 0.223
     0.223
     """
-    factor = check_units(units)
-    check_choice(shrinkage, "shrinkage", SHRINKAGE)
-    if not isinstance(bias_correction, (bool, np.bool_)):
-        raise TypeError(f"`bias_correction` must be True or False; got {bias_correction!r}")
+    factor = check_gaussian_settings(units, bias_correction, shrinkage)
     x, y = check_paired(x, y)
+    x, y = drop_constant_features(x, y)
+    if x.shape[1] == 0 or y.shape[1] == 0:
+        return 0.0  # I(c; Y) = 0 (see Notes)
     n, dx = x.shape
     dy = y.shape[1]
     d = dx + dy
@@ -118,6 +135,15 @@ def gaussian_mi(x, y, *, units="bits", bias_correction=True, shrinkage=None):
     return float(mi * factor)
 
 
+def check_gaussian_settings(units="bits", bias_correction=True, shrinkage=None):
+    """Check :func:`gaussian_mi`'s settings (same defaults); return the nats-to-units factor."""
+    factor = check_units(units)
+    check_choice(shrinkage, "shrinkage", SHRINKAGE)
+    if not isinstance(bias_correction, (bool, np.bool_)):
+        raise TypeError(f"`bias_correction` must be True or False; got {bias_correction!r}")
+    return factor
+
+
 def wishart_logdet_bias(p, n_samples):
     r"""Bias of ``log det S`` for the ``ddof=1`` sample covariance of `n_samples` p-variate
     Gaussian samples: :math:`p\log(2/(n-1)) + \sum_{i=0}^{p-1}\psi((n-1-i)/2)` nats.
@@ -129,6 +155,14 @@ def wishart_logdet_bias(p, n_samples):
 def _joint_correlation(x, y, shrinkage):
     """Correlation matrix of the joint samples [x, y], shrunk if asked."""
     z = np.hstack([x, y])
+    # Correlations do not depend on the scale of a column: bring columns whose values are
+    # beyond ~1e135 or below ~1e-135 to [1, 2) by a power of two (exact), so that neither
+    # the mean's sum nor the squares below overflow or underflow. Other columns are left
+    # as they are (the same bits as without this step).
+    top = np.abs(z).max(axis=0)
+    extreme = (top > SAFE_HIGH) | (top < SAFE_LOW)
+    if extreme.any():
+        z[:, extreme] /= pow2_scale(top[extreme])
     z -= z.mean(axis=0)
     std = np.sqrt(np.einsum("ij,ij->j", z, z) / (z.shape[0] - 1))
     constant = np.flatnonzero(std == 0)

@@ -5,13 +5,15 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import digamma
 
+from .._scaling import column_std, pow2_scale
 from .._validation import (
     check_choice,
-    check_int,
+    check_k,
     check_nonnegative_float,
     check_paired,
     check_random_state,
     check_units,
+    drop_constant_features,
 )
 from ._neighbours import ksg_counts, ksg_counts_torch, marginal_distances, permuted_counts, use_distance_cache
 
@@ -58,7 +60,9 @@ def ksg_mi(
     y : array-like of shape (n_samples, n_features_y) or (n_samples,)
         Samples of Y.
     k : int, default=3
-        Number of nearest neighbours, ``1 <= k < n_samples``.
+        Number of nearest neighbours, ``1 <= k < n_samples``: every sample needs k
+        neighbours other than itself. Checked before any work, whatever the backend or
+        distance cache.
     algorithm : {1, 2}, default=1
         Which of the two KSG estimators.
     units : {"bits", "nats"}, default="bits"
@@ -74,7 +78,9 @@ def ksg_mi(
         Precision of the distance computation. "float32" is about twice as fast; its
         distances carry relative rounding errors of ~6e-8, so neighbour counts can change
         where two distances are that close and estimates typically differ from float64 by
-        well under 1e-3 nats.
+        well under 1e-3 nats. Columns far from 0 compared with their spread are centred, and
+        values outside float32's comfortable range rescaled, in float64 before the cast
+        (see Notes), so this holds whatever the location and magnitude of the data.
     backend : {"numba", "torch"}, default="numba"
         "torch" computes the same statistics with PyTorch on `device`, in blocks of rows
         (memory O(block x n)); on CPU it gives the same neighbour counts as the Numba
@@ -109,6 +115,22 @@ def ksg_mi(
     Among neighbours at exactly the same joint distance, algorithm 2 takes all of those at
     the k-th distance as neighbours; with `noise` > 0 such ties have probability zero.
 
+    Constant features are dropped with a :class:`mianalysis.ConstantFeatureWarning` naming
+    them: a constant carries no information, ``I((X, c); Y) = I(X; Y)`` exactly (it adds 0
+    to every max-norm distance, so the estimate is the same as without it). If no feature
+    of `x` or of `y` varies, the result is 0.0, the exact ``I(c; Y)``; the formulas would
+    otherwise return an artefact of the zero distances (algorithm 2 gives
+    ``1/(n-1) - 1/k``; a constant `x` and `y` gave about 12 bits), and raising would refuse
+    a question that has an exact answer. :func:`gaussian_mi`, :func:`mi_permutation_test`
+    and :func:`mianalysis.analyze` follow the same rule.
+
+    Magnitudes: any finite data are handled. The estimate is invariant under scaling `x`
+    and `y` by one common factor, and is computed so at every magnitude from ~1e-300 to
+    ~1e300: the noise scale is computed without overflow or underflow in its squares,
+    float64 data beyond 2^1000 (where a difference of two samples could overflow) are
+    multiplied by a power of two, which changes no distance comparison, and float32
+    inputs are centred and rescaled in float64 before the cast (see `dtype`).
+
     References
     ----------
     A. Kraskov, H. Stoegbauer and P. Grassberger, "Estimating mutual information",
@@ -127,14 +149,17 @@ def ksg_mi(
     factor, algorithm, dtype = check_ksg_settings(units, algorithm, dtype)
     noise = check_nonnegative_float(noise, "noise")
     x, y = check_paired(x, y)
-    n = x.shape[0]
-    k = check_int(k, "k", low=1, high=n - 1)
+    k = check_k(k, x.shape[0])
     rng = check_random_state(random_state)
     check_choice(backend, "backend", BACKENDS)
     use_distance_cache(distance_cache, 0)  # only checks the argument
+    x, y = drop_constant_features(x, y)
+    if x.shape[1] == 0 or y.shape[1] == 0:
+        return 0.0  # I(c; Y) = 0 (see Notes)
     if noise > 0:
         x = add_tie_breaking_noise(x, noise, rng)
         y = add_tie_breaking_noise(y, noise, rng)
+    x, y = kernel_input(x, y, dtype)
     if backend == "torch":
         nx, ny = ksg_counts_torch(x, y, k, algorithm, dtype, device)
     else:
@@ -158,6 +183,7 @@ def check_ksg_settings(units, algorithm, dtype):
 def ksg_estimates_from_distances(dx, dy, permutations, k, algorithm):
     """KSG estimates (nats) of the pairing x[i] <-> y[perm[i]] for the identity and then
     each permutation, from the marginal distance matrices: O(n^2) each."""
+    k = check_k(k, dx.shape[0])
     perms = [np.arange(dx.shape[0])] + list(permutations)
     return np.array([ksg_from_counts(nx, ny, k, algorithm)
                      for nx, ny in permuted_counts(dx, dy, perms, int(k), int(algorithm))])
@@ -167,15 +193,64 @@ def ksg_permutation_estimates(x, y, permutations, k, algorithm, dtype="float64")
     """KSG estimates (nats) of the identity pairing and each permutation, from the two
     marginal distance matrices computed once (O(n^2 d)); each pairing then costs O(n^2).
     Needs 2 n^2 values of `dtype` in memory. Equal, to the bit, to
-    ``ksg_mi(x, y[perm], noise=0)`` for each perm."""
+    ``ksg_mi(x, y[perm], noise=0)`` for each perm (`x` and `y` without constant columns)."""
+    k = check_k(k, x.shape[0])
+    x, y = kernel_input(x, y, dtype)
     return ksg_estimates_from_distances(marginal_distances(x, dtype), marginal_distances(y, dtype), permutations, k,
                                         algorithm)
 
 
 def add_tie_breaking_noise(a, noise, rng):
-    """Return `a` plus Gaussian noise of `noise` times each column's standard deviation."""
-    scale = noise * a.std(axis=0)
-    return a + rng.standard_normal(a.shape) * scale
+    """Return `a` plus Gaussian noise of `noise` times each column's standard deviation
+    (computed without overflow or underflow at any finite magnitude)."""
+    return a + rng.standard_normal(a.shape) * column_std(a, noise)
+
+
+# float64 distances are exact max-abs differences at any magnitude below this; beyond it a
+# difference of two samples could overflow.
+FLOAT64_MAX_ABS = 2.0**1000
+# float32 keeps its relative precision (2^-24) for distances between values of these sizes.
+FLOAT32_RANGE = (2.0**-60, 2.0**60)
+
+
+def kernel_input(x, y, dtype):
+    """`x` and `y` (float64) prepared to be cast to `dtype` for the neighbour-count kernels,
+    as far as possible without changing any neighbour count.
+
+    float64: if any value exceeds 2^1000, both are multiplied by one power of two (exact; a
+    common factor keeps every comparison of x- and y-distances), so that no difference of two
+    samples overflows. float32: each column whose midrange is farther from 0 than its range
+    is wide is first centred on its midrange, in float64 (a translation: distances change
+    only by float64 rounding; e.g. 1e4 + N(0, 1) would otherwise carry absolute rounding
+    errors of ~1e-3 into its float32 distances), and then both are scaled by one power of two when
+    their largest value lies outside [2^-60, 2^60] (1e-200 would underflow float32 and 1e300
+    overflow it). The midrange and the maximum do not depend on the order of the rows, so a
+    permutation of the rows of `y` commutes with this preparation.
+    """
+    if dtype == "float64":
+        top = max(np.abs(x).max(), np.abs(y).max())
+        if top <= FLOAT64_MAX_ABS:
+            return x, y
+        scale = pow2_scale(top)
+        return x / scale, y / scale
+    x, y = _centre_far_columns(x), _centre_far_columns(y)
+    top = max(np.abs(x).max(), np.abs(y).max())
+    if top == 0 or FLOAT32_RANGE[0] <= top <= FLOAT32_RANGE[1]:
+        return x, y
+    scale = pow2_scale(top)
+    with np.errstate(under="ignore"):
+        return x / scale, y / scale
+
+
+def _centre_far_columns(a):
+    """`a` with each column whose midrange is farther from 0 than its range is wide
+    translated to midrange 0 (float64; halves first, so that nothing overflows)."""
+    low, high = a.min(axis=0), a.max(axis=0)
+    mid = low / 2 + high / 2
+    far = np.abs(mid) > high / 2 - low / 2
+    if not far.any():
+        return a
+    return a - np.where(far, mid, 0.0)
 
 
 def ksg_from_counts(nx, ny, k, algorithm):

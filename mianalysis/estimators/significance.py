@@ -6,12 +6,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import check_int, check_nonnegative_float, check_paired, check_random_state
-from .gaussian import gaussian_mi
+from .._validation import (
+    check_choice,
+    check_int,
+    check_k,
+    check_nonnegative_float,
+    check_paired,
+    check_random_state,
+    drop_constant_features,
+)
+from .gaussian import check_gaussian_settings, gaussian_mi
 from ._neighbours import use_distance_cache
-from .ksg import add_tie_breaking_noise, check_ksg_settings, ksg_mi, ksg_permutation_estimates
+from .ksg import BACKENDS, add_tie_breaking_noise, check_ksg_settings, ksg_mi, ksg_permutation_estimates
 
 ESTIMATORS = {"ksg": ksg_mi, "gaussian": gaussian_mi}
+KSG_ARGUMENTS = {"k", "algorithm", "units", "noise", "dtype", "backend", "device"}
+GAUSSIAN_ARGUMENTS = {"units", "bias_correction", "shrinkage"}
 
 
 @dataclass(frozen=True)
@@ -84,7 +94,8 @@ def mi_permutation_test(
         It needs 2 n^2 values of the estimator's dtype in memory (7.7 GB at n = 22,000 in
         float64, half in float32); "auto" uses it when that is at most half the physical
         memory, False never (each shuffle then recomputes distances, in O(n d) memory;
-        False is passed on to :func:`ksg_mi`).
+        False is passed on to :func:`ksg_mi`). With ``backend="torch"`` each estimate is
+        computed by :func:`ksg_mi` on the torch backend.
     **estimator_kwargs
         Passed to the estimator (e.g. ``k``, ``units``). For KSG the tie-breaking noise is
         added once, before the observed estimate, and the same noisy data are shuffled.
@@ -96,6 +107,14 @@ def mi_permutation_test(
 
     Notes
     -----
+    All arguments, the estimator's included (``k`` against the number of samples), are
+    checked before any work, whichever path computes the estimates.
+
+    Constant features are dropped once, with a :class:`mianalysis.ConstantFeatureWarning`
+    (they carry no information; see :func:`ksg_mi`). If no feature of `x` or of `y` varies,
+    the MI of the data and of every shuffle is exactly 0: the result has estimate 0, a null
+    distribution of zeros and p-value 1.
+
     The p-value counts the observed pairing as one of the permutations (Phipson and Smyth
     2010), so it is never 0 and is valid at any number of permutations: the smallest
     possible value is ``1 / (1 + n_permutations)``.
@@ -128,29 +147,39 @@ def mi_permutation_test(
     n_permutations = check_int(n_permutations, "n_permutations", low=1)
     rng = check_random_state(random_state)
     x, y = check_paired(x, y)
+    use_distance_cache(distance_cache, 0)  # only checks the argument
     estimate_mi = ESTIMATORS[estimator]
     kwargs = dict(estimator_kwargs)
+    n = x.shape[0]
     if estimator == "ksg":
+        # Every KSG argument is checked here, before any work, whichever path runs below.
+        unknown = set(kwargs) - KSG_ARGUMENTS
+        if unknown:
+            raise TypeError(f"ksg_mi() got unexpected keyword arguments {sorted(unknown)}")
+        factor, algorithm, dtype = check_ksg_settings(kwargs.get("units", "bits"), kwargs.get("algorithm", 1),
+                                                      kwargs.get("dtype", "float64"))
+        k = check_k(kwargs.get("k", 3), n)
         noise = check_nonnegative_float(kwargs.pop("noise", 1e-10), "noise")
+        backend = check_choice(kwargs.get("backend", "numba"), "backend", BACKENDS)
+    else:
+        unknown = set(kwargs) - GAUSSIAN_ARGUMENTS
+        if unknown:
+            raise TypeError(f"gaussian_mi() got unexpected keyword arguments {sorted(unknown)}")
+        check_gaussian_settings(**kwargs)
+    x, y = drop_constant_features(x, y)
+    if x.shape[1] == 0 or y.shape[1] == 0:  # I(c; Y) = 0, for the data and every shuffle
+        return PermutationTestResult.from_null(0.0, np.zeros(n_permutations), estimator)
+    cached = False
+    if estimator == "ksg":
         if noise > 0:
             # Noise once: the observed and the shuffled estimates see the same data.
             x = add_tie_breaking_noise(x, noise, rng)
             y = add_tie_breaking_noise(y, noise, rng)
         kwargs["noise"] = 0.0
-    n = x.shape[0]
-    cached = False
-    if estimator != "ksg" or distance_cache is False:
-        use_distance_cache(distance_cache, 0)  # only checks the argument
-    else:
-        factor, algorithm, dtype = check_ksg_settings(kwargs.get("units", "bits"), kwargs.get("algorithm", 1),
-                                                      kwargs.get("dtype", "float64"))
-        k = check_int(kwargs.get("k", 3), "k", low=1, high=n - 1)
-        unknown = set(kwargs) - {"units", "algorithm", "dtype", "k", "noise"}
-        if unknown:
-            raise TypeError(f"ksg_mi() got unexpected keyword arguments {sorted(unknown)}")
-        cached = use_distance_cache(distance_cache, 2 * n * n * np.dtype(dtype).itemsize)
-    if estimator == "ksg":  # without the matrices, each estimate may still keep its tiles
-        kwargs["distance_cache"] = distance_cache
+        # The marginal distance matrices are Numba's; backend="torch" computes each estimate.
+        cached = backend == "numba" and distance_cache is not False and use_distance_cache(
+            distance_cache, 2 * n * n * np.dtype(dtype).itemsize)
+        kwargs["distance_cache"] = distance_cache  # without the matrices, each estimate may keep its tiles
     if cached:
         perms = [rng.permutation(n) for _ in range(n_permutations)]
         values = ksg_permutation_estimates(x, y, perms, k, algorithm, dtype) * factor
