@@ -115,6 +115,7 @@ def test_docstring_examples_are_found():
 NO_EXAMPLES = {
     "DumpError": "an exception",
     "LockedError": "an exception; tests/test_locking.py shows when it is raised",
+    "ConstantFeatureWarning": "a warning; tests/test_degenerate_data.py shows when it is raised",
     "PermutationTestResult": "what mi_permutation_test returns; its example shows it",
     "ParameterSampler": "trains PyTorch models; the README's dump example runs it",
 }
