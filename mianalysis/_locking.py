@@ -17,6 +17,7 @@ takes it again for each chunk); it does not separate threads of one process.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shlex
@@ -121,9 +122,12 @@ def _take(path, target):
                       "which this Python does not have")
     path.parent.mkdir(parents=True, exist_ok=True)
     for _ in range(100):
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:  # never through a link: the holder's record would be written into the link's target
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise OSError(f"the lock file {path} is a symbolic link; locks are never taken through links: "
+                              f"remove it and rerun (nothing was written to {target})") from None
             raise OSError(f"cannot create the lock file {path} to write {target} ({exc})") from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -145,7 +149,7 @@ def _take(path, target):
 def _is_current(fd, path):
     """Whether `path` still names the file open as `fd` (holders remove their lock file)."""
     try:
-        st = os.stat(path)
+        st = os.lstat(path)
     except FileNotFoundError:
         return False
     fst = os.fstat(fd)

@@ -126,6 +126,7 @@ def _write_federate_settings(path, settings, session, resumed):
 
 
 def _cmd_federate(args):
+    import os
     from pathlib import Path
 
     from ._provenance import collect, utc_now
@@ -155,6 +156,15 @@ def _cmd_federate(args):
     with WriterLock(out):  # one federate run per OUT (its dump has its own lock as well)
         if out.exists() and (not out.is_dir() or not {p.name for p in out.iterdir()} <= ours):
             raise ValueError(f"{out} exists and holds files other than a federate run's; choose another folder")
+        for name in ("dump", ".dump.creating", "history.csv", "settings.json", "client_eb.csv"):
+            # Its own files and folders: never a link, through which another file would be written.
+            entry, folder = out / name, name in ("dump", ".dump.creating")
+            if os.path.islink(entry):
+                raise ValueError(f"{entry} is a symbolic link; federate writes its own files in OUT, never through "
+                                 "a link: remove it or choose another folder")
+            if os.path.lexists(entry) and os.path.isdir(entry) != folder:
+                raise ValueError(f"{entry} is not a {'folder' if folder else 'regular file'}; federate writes its "
+                                 "own files in OUT: remove it or choose another folder")
         out.mkdir(parents=True, exist_ok=True)
         if args.record:
             _, history = record_replicates(sim, out / "dump", chunk_size=args.chunk_size, layer=args.layer,

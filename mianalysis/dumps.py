@@ -24,14 +24,21 @@ One process writes a dump at a time: creating it, importing into it and writing 
 take its writer lock, the hidden file ``.NAME.lock`` beside the folder (see
 :mod:`mianalysis._locking`); a second writer gets a LockedError naming the first. Readers
 take no lock.
+
+A dump's files are regular files inside its folder. A symbolic link, a folder or a fifo in
+the place of one is damage (DumpError naming it, from open, verify and any read or write):
+files are opened with ``O_NOFOLLOW`` and checked with ``fstat``, so nothing is ever read
+from or written into a file outside the dump through a link placed in it.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import shutil
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,10 +108,64 @@ def _metrics_file(index):
     return f"metrics_{index}.f32"
 
 
+def _not_regular(st):
+    """Why a file whose lstat is `st` cannot be a file of a dump, or None if it can."""
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symbolic link"
+    if stat.S_ISDIR(st.st_mode):
+        return "is a folder"
+    return None if stat.S_ISREG(st.st_mode) else "is not a regular file"
+
+
+def _member_error(file, what):
+    return DumpError(f"{file} {what}: the dump is damaged (a dump's files are regular files inside its folder, "
+                     "and nothing is read or written through anything else); restore the file or recreate the dump")
+
+
+def _open_member(file, flags):
+    """A descriptor of the dump's file `file` opened with `flags` (O_RDONLY or O_RDWR), never
+    through a symbolic link and only if it is a regular file; DumpError naming it otherwise."""
+    try:  # O_NONBLOCK: opening a fifo must not wait for a writer (no effect on regular files)
+        fd = os.open(file, flags | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+            raise
+        try:
+            what = _not_regular(os.lstat(file)) or "is not a regular file"
+        except OSError:
+            raise exc from None
+        raise _member_error(file, what) from None
+    what = _not_regular(os.fstat(fd))
+    if what:
+        os.close(fd)
+        raise _member_error(file, what)
+    return fd
+
+
+def _create_file(path, size=0, data=b""):
+    """Create the new regular file `path` holding `data`, then `size` bytes long (never
+    through a link, never over an existing file: FileExistsError)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    try:
+        if data:
+            os.write(fd, data)
+        if size:
+            os.ftruncate(fd, size)
+    finally:
+        os.close(fd)
+
+
+def _create_array_file(path, size):
+    _create_file(path, size)
+
+
 def _write_json_atomically(path, obj):
     tmp = path.with_name(path.name + ".tmp")
     try:
-        with open(tmp, "w") as fh:
+        # A leftover temporary file (or anything planted in its place) is removed, never written through.
+        tmp.unlink(missing_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w") as fh:
             json.dump(obj, fh, indent=1)
             fh.flush()
             os.fsync(fh.fileno())
@@ -274,7 +335,7 @@ class ParameterDump:
         meta = json.loads(json.dumps(meta))
         path = Path(path)
         with WriterLock(path):
-            if (path / MANIFEST).exists():
+            if os.path.lexists(path / MANIFEST):
                 dump = cls.open(path)
                 if dump.meta != meta:
                     diff = {k: (dump.meta.get(k), v) for k, v in meta.items() if dump.meta.get(k) != v}
@@ -380,10 +441,12 @@ class ParameterDump:
         if not path.exists():
             raise DumpError(f"dump {path} does not exist")
         mpath = path / MANIFEST
-        if not path.is_dir() or not mpath.exists():
+        if not path.is_dir() or not os.path.lexists(mpath):
             raise DumpError(f"{path} is not a dump: no {MANIFEST} in it")
+        with os.fdopen(_open_member(mpath, os.O_RDONLY), "rb") as fh:
+            raw = fh.read()
         try:
-            manifest = json.loads(mpath.read_text())
+            manifest = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise DumpError(f"{mpath} is damaged (not valid JSON: {exc})") from exc
         required = ("format_version", "meta", "clients", "checkpoints", "n_runs", "n_params", "layout", "metrics", "chunks")
@@ -420,10 +483,14 @@ class ParameterDump:
         for i in range(len(self.clients)):
             for name, shape in ((_client_file(i), self._sample_shape()), (_metrics_file(i), self._metric_shape())):
                 file = self.path / name
-                if not file.exists():
-                    raise DumpError(f"{file} is missing (client {self.clients[i]!r})")
+                try:
+                    st = os.lstat(file)
+                except FileNotFoundError:
+                    raise DumpError(f"{file} is missing (client {self.clients[i]!r})") from None
+                if _not_regular(st):
+                    raise _member_error(file, _not_regular(st))
                 want = int(np.prod(shape)) * DTYPE.itemsize
-                size = file.stat().st_size
+                size = st.st_size
                 if size != want:
                     raise DumpError(
                         f"{file} has {size} bytes; the manifest's shape {shape} needs {want} "
@@ -463,7 +530,9 @@ class ParameterDump:
     def _memmap(self, name, shape, mode="r"):
         if int(np.prod(shape)) == 0:  # a dump without metrics: nothing to map
             return np.zeros(shape, dtype=DTYPE)
-        return np.memmap(self.path / name, dtype=DTYPE, mode=mode, shape=shape)
+        flags = os.O_RDONLY if mode == "r" else os.O_RDWR
+        with os.fdopen(_open_member(self.path / name, flags), "rb" if mode == "r" else "r+b") as fh:
+            return np.memmap(fh, dtype=DTYPE, mode=mode, shape=shape)  # the map outlives the file object
 
     def layer_columns(self, layer):
         """Column indices of `layer`: a tensor name, a prefix of names ("rnn.0" matches
@@ -559,7 +628,7 @@ class ParameterDump:
             return
         n_runs = shape[run_axis]
         inner = int(np.prod(shape[run_axis + 1:]))
-        with open(self.path / name, "r+b") as fh:
+        with os.fdopen(_open_member(self.path / name, os.O_RDWR), "r+b") as fh:
             for outer, index in enumerate(np.ndindex(*shape[:run_axis])):
                 fh.seek((outer * n_runs + start) * inner * DTYPE.itemsize)
                 fh.write(np.ascontiguousarray(block[index]).tobytes())

@@ -1,0 +1,224 @@
+"""No file is overwritten or written outside the dump, and damage is not carried forward.
+
+A. Files overwritten or written outside the dump: `analyze --out` never replaces a dump's
+   files or an unrelated file; a dump's files are regular files inside its folder (a
+   symbolic link, a folder or a fifo in their place is damage, never read or written
+   through); a folder the user named is never replaced (a dump is created inside it).
+B. Damage carried forward: resuming a dump verifies the chunks it builds on; `analyze`
+   verifies the checksums of the dump before it reads it (unless told not to, and then
+   says so).
+"""
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mianalysis.analysis import analyze, sidecar_path
+from mianalysis.cli import main
+from mianalysis.dumps import DumpError, ParameterDump, layout_from_shapes
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
+CLI = [sys.executable, "-m", "mianalysis.cli"]
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ["sample", "--task", "signal-rnn", "--runs", "12", "--chunk-size", "4", "--set", "n_layers=2",
+          "--set", "seq_len=16", "--set", "n_examples=32", "--set", "batch_size=8", "--no-progress"]
+FAST = {"estimators": ["gaussian"], "metrics": ["euclidean"]}  # a quick analysis
+
+
+def _arrays(seed=0, n_ckpt=2, runs=20, params=3):
+    rng = np.random.default_rng(seed)
+    shared = rng.standard_normal((n_ckpt, runs, params))
+    return {c: (shared + rng.standard_normal((n_ckpt, runs, params))).astype(np.float32) for c in "ab"}
+
+
+def _dump(path, seed=0):
+    arrays = _arrays(seed)
+    metrics = {c: {"loss": np.arange(40.0).reshape(2, 20) + seed} for c in arrays}
+    return ParameterDump.from_arrays(path, arrays, metrics=metrics)
+
+
+def _incomplete(path, seed=0, chunks=((0, 4), (4, 8)), n_runs=12):
+    """A dump of 2 clients, 2 checkpoints, `n_runs` runs of 3 parameters, with `chunks` written."""
+    rng = np.random.default_rng(seed)
+    dump = ParameterDump.create(path, clients=["a", "b"], checkpoints=[0, 1], n_runs=n_runs,
+                                layout=layout_from_shapes([("w", (3,))]), metric_names=["loss"], meta={"seed": seed})
+    for start, stop in chunks:
+        dump.write_chunk(start, stop, {c: rng.standard_normal((2, stop - start, 3)) for c in dump.clients},
+                         {c: rng.standard_normal((1, 2, stop - start)) for c in dump.clients})
+    return dump
+
+
+def _snapshot(folder):
+    """Every entry of `folder` (recursively, links not followed) with its bytes or link target."""
+    folder = os.fspath(folder)
+    state = {}
+    for root, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            p = os.path.join(root, name)
+            rel = os.path.relpath(p, folder)
+            if os.path.islink(p):
+                state[rel] = ("link", os.readlink(p))
+            elif os.path.isfile(p):
+                state[rel] = hashlib.sha256(open(p, "rb").read()).hexdigest()
+            else:
+                state[rel] = "dir" if os.path.isdir(p) else "other"
+    return state
+
+
+def _flip(file, offset):
+    raw = bytearray(file.read_bytes())
+    raw[offset] ^= 0x01
+    file.write_bytes(bytes(raw))
+
+
+# ====================================================================== A. links and non-regular files
+def _make_symlink(file, victim):
+    file.unlink()
+    os.symlink(victim, file)
+
+
+def _make_folder(file, victim):
+    file.unlink()
+    file.mkdir()
+
+
+def _make_fifo(file, victim):
+    file.unlink()
+    os.mkfifo(file)
+
+
+KINDS = {"symlink": (_make_symlink, "is a symbolic link"), "folder": (_make_folder, "is a folder"),
+         "fifo": (_make_fifo, "is not a regular file")}
+MEMBERS = ["client_0.f32", "metrics_1.f32", "manifest.json"]
+
+
+@pytest.mark.parametrize("member", MEMBERS)
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_open_and_verify_report_a_member_that_is_not_a_regular_file(tmp_path, capsys, member, kind):
+    _dump(tmp_path / "d")
+    _dump(tmp_path / "other", seed=1)  # the same shapes: a link to its file has the right size
+    make, message = KINDS[kind]
+    make(tmp_path / "d" / member, tmp_path / "other" / member)
+    with pytest.raises(DumpError, match=rf"{re.escape(str(tmp_path / 'd' / member))} {message}.*"
+                                        r"regular files inside"):
+        ParameterDump.open(tmp_path / "d")
+    assert main(["verify", str(tmp_path / "d")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{member} {message}" in err
+    before = _snapshot(tmp_path)
+    with pytest.raises(DumpError, match=message):
+        analyze(tmp_path / "d", out=tmp_path / "t.csv", **FAST)
+    assert _snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("member", ["client_0.f32", "metrics_1.f32"])
+def test_an_open_dump_does_not_read_through_a_link_placed_later(tmp_path, member):
+    dump = _dump(tmp_path / "d")
+    _dump(tmp_path / "other", seed=1)
+    _make_symlink(tmp_path / "d" / member, tmp_path / "other" / member)
+    with pytest.raises(DumpError, match=rf"{member} is a symbolic link"):
+        dump.samples("a", 0) if member.startswith("client") else dump.metric("b", "loss")
+    with pytest.raises(DumpError, match=rf"{member} is a symbolic link"):
+        analyze(dump, **FAST)
+    with pytest.raises(DumpError, match=rf"{member} is a symbolic link"):
+        dump.verify()
+
+
+@pytest.mark.parametrize("member", ["client_0.f32", "metrics_1.f32", "manifest.json"])
+def test_resume_never_writes_through_a_link_into_another_dump(tmp_path, member):
+    _incomplete(tmp_path / "d")
+    _incomplete(tmp_path / "other", seed=1, chunks=((0, 4), (4, 8), (8, 12)))
+    _make_symlink(tmp_path / "d" / member, tmp_path / "other" / member)
+    victim = _snapshot(tmp_path / "other")
+    with pytest.raises(DumpError, match=rf"{member} is a symbolic link"):
+        ParameterDump.open_or_create(tmp_path / "d", meta={"seed": 0}, clients=["a", "b"], checkpoints=[0, 1],
+                                     n_runs=12, layout=layout_from_shapes([("w", (3,))]), metric_names=["loss"])
+    assert _snapshot(tmp_path / "other") == victim and ParameterDump.open(tmp_path / "other").verify() == 12
+
+
+@pytest.mark.parametrize("member, refused", [
+    ("client_0.f32", r"client_0.f32 is a symbolic link"),
+    ("metrics_1.f32", r"metrics_1.f32 is a symbolic link"),
+    ("manifest.json.tmp", None),  # a temporary file: replaced by a new one, the chunk is written
+    ("../.d.lock", r"lock file .*\.d\.lock is a symbolic link"),
+])
+def test_writing_a_chunk_never_writes_through_a_link_placed_after_opening(tmp_path, member, refused):
+    """Also the manifest's temporary file and the writer lock beside the dump."""
+    dump = _incomplete(tmp_path / "d")
+    _incomplete(tmp_path / "other", seed=1, chunks=((0, 4), (4, 8), (8, 12)))
+    link = tmp_path / "d" / member
+    if link.exists():
+        link.unlink()
+    os.symlink(tmp_path / "other" / "client_0.f32", link)
+    victim = _snapshot(tmp_path / "other")
+    rng = np.random.default_rng(5)
+
+    def write():
+        dump.write_chunk(8, 12, {c: rng.standard_normal((2, 4, 3)) for c in dump.clients},
+                         {c: rng.standard_normal((1, 2, 4)) for c in dump.clients})
+
+    if refused:
+        with pytest.raises((DumpError, OSError), match=refused):
+            write()
+    else:
+        write()
+        assert not (tmp_path / "d" / "manifest.json").is_symlink()
+        assert ParameterDump.open(tmp_path / "d").verify() == 12
+    assert _snapshot(tmp_path / "other") == victim and ParameterDump.open(tmp_path / "other").verify() == 12
+
+
+# ---------------------------------------------------------------------- the sampler, end to end
+@pytest.fixture(scope="module")
+def sampled(tmp_path_factory):
+    """A dump sampled by the CLI: 3 clients, 12 runs in chunks of 4, 5 checkpoints, 70 parameters."""
+    folder = tmp_path_factory.mktemp("sampled")
+    subprocess.run(CLI + SAMPLE + ["--out", str(folder / "d")], check=True, env=ENV, capture_output=True)
+    return folder / "d"
+
+
+def _unfinished_copy(sampled, dest):
+    """A copy of `sampled` as if killed before recording its last chunk (runs 0-8 completed)."""
+    shutil.copytree(sampled, dest)
+    manifest = json.loads((dest / "manifest.json").read_text())
+    manifest["chunks"] = manifest["chunks"][:-1]
+    (dest / "manifest.json").write_text(json.dumps(manifest))
+    return dest
+
+
+def test_resumed_sample_does_not_write_through_a_link_into_another_dump(tmp_path, sampled):
+    victim = tmp_path / "other" / "client_1.f32"  # e.g. a file of another dump, of the same size
+    victim.parent.mkdir()
+    victim.write_bytes(np.random.default_rng(0).bytes((sampled / "client_1.f32").stat().st_size))
+    d = _unfinished_copy(sampled, tmp_path / "d")
+    _make_symlink(d / "client_1.f32", victim)
+    before = victim.read_bytes()
+    proc = subprocess.run(CLI + SAMPLE + ["--out", str(d)], env=ENV, capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.count("\n") == 1 and f"{d / 'client_1.f32'} is a symbolic link" in proc.stderr
+    assert victim.read_bytes() == before
+
+
+FEDERATE = ["federate", "--clients", "3", "--fraction", "1", "--rounds", "1", "--replicates", "2", "--record",
+            "--chunk-size", "1", "--batch", "10", "--layer", "5", "--seed", "1", "--no-progress"]
+
+
+@pytest.mark.parametrize("planted", ["history.csv", "settings.json", "dump"])
+def test_federate_never_writes_through_a_link_in_its_folder(tmp_path, capsys, planted):
+    """federate writes its own files in OUT (the dump, history.csv, settings.json): a link
+    there (to a file or a dump of another run) is refused before anything is written."""
+    _incomplete(tmp_path / "other", chunks=((0, 4),))
+    (tmp_path / "out").mkdir()
+    os.symlink(tmp_path / "other" / ("" if planted == "dump" else "manifest.json"), tmp_path / "out" / planted)
+    before = _snapshot(tmp_path)
+    assert main(FEDERATE + ["--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{tmp_path / 'out' / planted} is a symbolic link" in err
+    assert _snapshot(tmp_path) == before and ParameterDump.open(tmp_path / "other").verify() == 4
