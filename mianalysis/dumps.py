@@ -50,6 +50,7 @@ from ._provenance import collect
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 DTYPE = np.dtype("<f4")
+CREATING = ".mianalysis-creating"  # in a folder a dump is being created in: the files it will hold
 
 
 class DumpError(ValueError):
@@ -180,6 +181,27 @@ def _write_json_atomically(path, obj):
         os.close(dir_fd)
 
 
+def _clear_killed_creation(folder):
+    """Remove what a creation of a dump in `folder` that was killed left there: the files its
+    CREATING marker lists, the manifest's temporary file and the marker. Only when the folder
+    holds nothing else and no manifest; otherwise nothing is touched (the folder is then
+    refused as not empty)."""
+    marker = folder / CREATING
+    try:
+        if _not_regular(os.lstat(marker)):
+            return
+        listed = json.loads(marker.read_bytes())
+    except (OSError, ValueError):
+        return
+    if not isinstance(listed, list) or not all(isinstance(n, str) for n in listed):
+        return
+    names = {p.name for p in folder.iterdir()}
+    if MANIFEST in names or not names <= set(listed) | {MANIFEST + ".tmp", CREATING}:
+        return
+    for name in sorted(names - {CREATING}) + [CREATING]:
+        (folder / name).unlink()  # a link is removed, never followed; a folder fails (OSError)
+
+
 class ParameterDump:
     """Samples of several clients' flattened parameter vectors at training checkpoints.
 
@@ -288,6 +310,8 @@ class ParameterDump:
             "provenance": [{**collect(), "runs_written": None}],
         }
         with WriterLock(path):  # held from the check until the dump is in place
+            if path.is_dir():
+                _clear_killed_creation(path)
             if path.exists() and (not path.is_dir() or any(path.iterdir())):
                 raise DumpError(f"{path} already exists and is not an empty folder; nothing was written")
             return cls._build(path, manifest)
@@ -296,7 +320,10 @@ class ParameterDump:
     def _build(cls, path, manifest):
         """Write an empty dump with `manifest` in a hidden sibling folder and rename it to
         `path`, so that a process killed while creating leaves no half-made dump at `path`.
-        The caller holds the writer lock (a staging folder found here is a killed creator's)."""
+        The caller holds the writer lock (a staging folder found here is a killed creator's).
+        An existing (empty) folder at `path` is never replaced: the dump is created in it."""
+        if path.is_dir():  # a folder the user named, perhaps the working directory
+            return cls._build_in_place(path, manifest)
         path.parent.mkdir(parents=True, exist_ok=True)
         staging = path.parent / f".{path.name}.creating"
         if staging.exists():
@@ -309,11 +336,43 @@ class ParameterDump:
                     with open(staging / name, "wb") as fh:
                         fh.truncate(int(np.prod(shape)) * DTYPE.itemsize)
             _write_json_atomically(staging / MANIFEST, manifest)
-            os.replace(staging, path)  # an empty folder at `path` is replaced
+            os.replace(staging, path)  # `path` does not exist (an existing folder is built in place)
         except OSError as exc:
             shutil.rmtree(staging, ignore_errors=True)
             raise DumpError(f"could not create the dump {path} ({exc}); nothing was written there") from exc
         dump.path = path
+        dump._session, dump._session_index = manifest["provenance"][0], 0
+        return dump
+
+    @classmethod
+    def _build_in_place(cls, path, manifest):
+        """Write an empty dump with `manifest` into the empty folder `path`: first the hidden
+        file CREATING listing the array files, then the array files, then the manifest
+        (atomically), then CREATING is removed. A process killed on the way leaves no
+        manifest, so nothing that opens as a dump; the next creation removes what CREATING
+        lists (see _clear_killed_creation). The caller holds the writer lock."""
+        dump = cls(path, manifest)
+        files = [(name, int(np.prod(shape)) * DTYPE.itemsize) for i in range(len(dump.clients))
+                 for name, shape in ((_client_file(i), dump._sample_shape()), (_metrics_file(i), dump._metric_shape()))]
+        created = []
+        try:
+            _create_file(path / CREATING, data=json.dumps([name for name, _ in files]).encode())
+            created.append(path / CREATING)
+            for name, size in files:
+                _create_array_file(path / name, size)
+                created.append(path / name)
+            _write_json_atomically(path / MANIFEST, manifest)
+        except OSError as exc:
+            for file in [path / MANIFEST, path / (MANIFEST + ".tmp")] + created[::-1]:  # the folder as it was: empty
+                try:
+                    file.unlink(missing_ok=True)
+                except OSError:
+                    pass
+            raise DumpError(f"could not create the dump {path} ({exc}); nothing was written there") from exc
+        try:
+            (path / CREATING).unlink()
+        except OSError:
+            pass  # the manifest is written: the dump is complete, the marker only a leftover
         dump._session, dump._session_index = manifest["provenance"][0], 0
         return dump
 

@@ -222,3 +222,72 @@ def test_federate_never_writes_through_a_link_in_its_folder(tmp_path, capsys, pl
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{tmp_path / 'out' / planted} is a symbolic link" in err
     assert _snapshot(tmp_path) == before and ParameterDump.open(tmp_path / "other").verify() == 4
+
+
+# ---------------------------------------------------------------------- a folder the user named
+@pytest.mark.parametrize("out", [".", "absolute"])
+def test_sample_into_the_empty_working_directory_creates_the_dump_in_it(tmp_path, out):
+    folder = tmp_path / "here"
+    folder.mkdir()
+    inode = folder.stat().st_ino
+    probe = ("import os, runpy, sys\n"
+             "sys.argv = ['mianalysis', *sys.argv[1:]]\n"
+             "try:\n"
+             "    runpy.run_module('mianalysis.cli', run_name='__main__')\n"
+             "finally:\n"
+             "    print('cwd holds', sorted(os.listdir('.')))\n")
+    args = SAMPLE[:4] + ["4"] + SAMPLE[5:]  # 12 -> 4 runs
+    env = {**ENV, "PYTHONPATH": os.pathsep.join([str(ROOT), ENV.get("PYTHONPATH", "")])}  # this checkout
+    proc = subprocess.run([sys.executable, "-c", probe, *args, "--out", "." if out == "." else str(folder)],
+                          cwd=folder, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert folder.stat().st_ino == inode  # the same folder, not one renamed over it
+    assert "'manifest.json'" in proc.stdout  # the process still sees its working directory and the dump
+    assert ParameterDump.open(folder).verify() == 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["here"]  # no staging folder or lock left
+
+
+def test_create_in_an_empty_folder_keeps_the_folder(tmp_path):
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    inode = folder.stat().st_ino
+    _incomplete(folder, chunks=((0, 4),))
+    assert folder.stat().st_ino == inode and ParameterDump.open(folder).verify() == 4
+    assert sorted(p.name for p in folder.iterdir()) == ["client_0.f32", "client_1.f32", "manifest.json",
+                                                        "metrics_0.f32", "metrics_1.f32"]
+
+
+KILL_WHILE_CREATING = (
+    "import os, sys\n"
+    "from mianalysis import dumps\n"
+    "def killed(*args, **kwargs):\n"
+    "    os._exit(9)\n"
+    "dumps.{name} = killed\n"
+    "dumps.ParameterDump.create(sys.argv[1], clients=['a', 'b'], checkpoints=[0, 1], n_runs=12,\n"
+    "                           layout=dumps.layout_from_shapes([('w', (3,))]), metric_names=['loss'])\n"
+)
+
+
+@pytest.mark.parametrize("where", ["_write_json_atomically", "_create_array_file"])
+def test_creation_killed_in_an_empty_folder_leaves_no_dump_and_is_redone(tmp_path, where):
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    inode = folder.stat().st_ino
+    proc = subprocess.run([sys.executable, "-c", KILL_WHILE_CREATING.format(name=where), str(folder)], env=ENV)
+    assert proc.returncode == 9
+    assert not (folder / "manifest.json").exists()  # nothing that looks like a dump
+    with pytest.raises(DumpError, match="is not a dump"):
+        ParameterDump.open(folder)
+    _incomplete(folder, chunks=((0, 4),))  # the next creation clears what the killed one left
+    assert folder.stat().st_ino == inode and ParameterDump.open(folder).verify() == 4
+    assert sorted(p.name for p in folder.iterdir()) == ["client_0.f32", "client_1.f32", "manifest.json",
+                                                        "metrics_0.f32", "metrics_1.f32"]
+
+
+def test_a_folder_with_other_files_is_still_refused(tmp_path):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "client_0.f32").write_bytes(b"my own file")
+    with pytest.raises(DumpError, match="already exists and is not an empty folder"):
+        _incomplete(folder)
+    assert (folder / "client_0.f32").read_bytes() == b"my own file"
