@@ -291,3 +291,38 @@ def test_a_folder_with_other_files_is_still_refused(tmp_path):
     with pytest.raises(DumpError, match="already exists and is not an empty folder"):
         _incomplete(folder)
     assert (folder / "client_0.f32").read_bytes() == b"my own file"
+
+
+# ====================================================================== B. resume verifies
+# Byte offsets into the sampled dump's files: client files are (5 checkpoints, 12 runs, 70
+# parameters) float32, metrics files (1 metric, 5 checkpoints, 12 runs).
+FLIPS = {
+    "chunk0": ("client_0.f32", 100, "runs 0-4 of client '0'"),
+    "last chunk": ("client_2.f32", (12 * 70 * 3 + 7 * 70) * 4 + 9, "runs 4-8 of client '2'"),
+    "metrics": ("metrics_1.f32", 4 * 5, "runs 4-8 of client '1'"),
+}
+
+
+@pytest.mark.parametrize("flip", list(FLIPS))
+def test_resumed_sample_refuses_a_damaged_chunk(tmp_path, sampled, flip):
+    name, offset, runs = FLIPS[flip]
+    d = _unfinished_copy(sampled, tmp_path / "d")
+    _flip(d / name, offset)
+    before = _snapshot(tmp_path)
+    proc = subprocess.run(CLI + SAMPLE + ["--out", str(d)], env=ENV, capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    err = proc.stderr
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"{runs} do not match their checksum" in err and "cannot be resumed" in err, err
+    assert _snapshot(tmp_path) == before  # nothing written: no chunk built on the damage
+
+
+@pytest.mark.parametrize("flip", ["first", "last"])
+def test_open_or_create_verifies_what_it_resumes(tmp_path, flip):
+    """The resume path of the sampler and of federated.record_replicates."""
+    _incomplete(tmp_path / "d")
+    _flip(tmp_path / "d" / "client_1.f32", 4 if flip == "first" else (12 * 3 + 5 * 3) * 4)
+    runs = "0-4" if flip == "first" else "4-8"
+    with pytest.raises(DumpError, match=rf"runs {runs} of client 'b' do not match their checksum.*cannot be resumed"):
+        ParameterDump.open_or_create(tmp_path / "d", meta={"seed": 0}, clients=["a", "b"], checkpoints=[0, 1],
+                                     n_runs=12, layout=layout_from_shapes([("w", (3,))]), metric_names=["loss"])
