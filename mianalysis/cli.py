@@ -93,8 +93,11 @@ def _cmd_analyze(args):
     rows = analyze(args.dump, estimators=args.estimators, metrics=args.metrics, k=args.k,
                    permutations=args.permutations, layer=args.layer, random_state=args.seed,
                    out=args.out, progress=not args.no_progress,
-                   distance_cache=False if args.no_distance_cache else "auto")
-    print(f"wrote {len(rows)} rows to {args.out} (settings and provenance: {sidecar_path(args.out)})")
+                   distance_cache=False if args.no_distance_cache else "auto",
+                   verify=not args.no_verify, force=args.force)
+    verified = ("dump checksums NOT verified (--no-verify)" if args.no_verify
+                else f"dump checksums of {rows[0]['n_runs'] if rows else 0} runs verified")
+    print(f"wrote {len(rows)} rows to {args.out} ({verified}; settings and provenance: {sidecar_path(args.out)})")
 
 
 def _cmd_plot(args):
@@ -252,6 +255,10 @@ def build_parser():
     ana.add_argument("--seed", type=int, default=0)
     ana.add_argument("--no-distance-cache", action="store_true",
                      help="do not keep each client's runs x runs KSG distance matrix in memory")
+    ana.add_argument("--no-verify", action="store_true",
+                     help="do not check the dump's checksums first (the sidecar then says so)")
+    ana.add_argument("--force", action="store_true",
+                     help="replace an existing --out that is not an earlier analysis with the same settings")
     ana.add_argument("--no-progress", action="store_true")
     ana.set_defaults(func=_cmd_analyze)
 

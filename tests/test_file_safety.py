@@ -79,6 +79,129 @@ def _flip(file, offset):
     file.write_bytes(bytes(raw))
 
 
+# ====================================================================== A. analyze --out
+@pytest.fixture
+def analysed(tmp_path):
+    """A dump "d" and a folder "t" beside it."""
+    _dump(tmp_path / "d")
+    (tmp_path / "t").mkdir()
+    return tmp_path
+
+
+@pytest.mark.parametrize("target", ["manifest.json", "client_0.f32", "metrics_1.f32", "", "table.csv",
+                                    "sub/table.csv"])
+def test_analyze_never_writes_into_a_dump(analysed, target):
+    """--out naming a file of the dump, the dump folder itself or a new file inside it."""
+    out = analysed / "d" / target if target else analysed / "d"
+    before = _snapshot(analysed)
+    where = "is the dump" if not target else "is inside the dump"
+    with pytest.raises(ValueError, match=rf"{re.escape(str(out))} {where} {re.escape(str(analysed / 'd'))}.*"
+                                         r"choose an `out` outside it"):
+        analyze(analysed / "d", out=out, **FAST)
+    with pytest.raises(ValueError, match=where):
+        analyze(analysed / "d", out=out, force=True, **FAST)  # force never overrides this
+    assert _snapshot(analysed) == before  # nothing changed: no table, journal, sidecar or lock
+    assert ParameterDump.open(analysed / "d").verify() == 20
+
+
+def test_analyze_never_writes_into_a_dump_through_a_symlinked_path(analysed):
+    os.symlink(analysed / "d" / "manifest.json", analysed / "t" / "m.csv")
+    before = _snapshot(analysed)
+    with pytest.raises(ValueError, match="is inside the dump"):
+        analyze(analysed / "d", out=analysed / "t" / "m.csv", force=True, **FAST)
+    assert _snapshot(analysed) == before
+
+
+def _previous_analysis_with_other_settings(t):
+    analyze(t.parent.parent / "d", out=t, k=5, **FAST)
+
+
+def _unrelated_file(t):
+    t.write_text("my own notes\n")
+
+
+def _unrelated_file_with_a_json_beside(t):
+    t.write_text("my own notes\n")
+    sidecar_path(t).write_text(json.dumps({"something": "else"}))
+
+
+def _table_of_a_previous_analysis_without_its_sidecar(t):
+    _previous_analysis_with_other_settings(t)
+    sidecar_path(t).unlink()
+
+
+def _unrelated_sidecar_only(t):
+    sidecar_path(t).write_text("my own json\n")
+
+
+@pytest.mark.parametrize("make, reason", [
+    (_previous_analysis_with_other_settings, r"t.csv exists and holds an analysis with other settings \(saved, requested\): "
+                                             r"\{'k': \(5, 3\)\}"),
+    (_unrelated_file, r"t.csv exists and is not a table of an earlier analysis \(no sidecar .*t.csv.json records its settings\)"),
+    (_unrelated_file_with_a_json_beside, r"t.csv exists and its sidecar .*t.csv.json is not the record of an "
+                                         r"analysis"),
+    (_table_of_a_previous_analysis_without_its_sidecar, r"t.csv exists and is not a table .*no sidecar"),
+    (_unrelated_sidecar_only, r"t.csv.json exists and is not the record of an analysis"),
+])
+def test_analyze_does_not_replace_an_unrelated_file_without_force(analysed, make, reason):
+    out = analysed / "t" / "t.csv"
+    make(out)
+    before = _snapshot(analysed)
+    with pytest.raises(ValueError, match=rf"{reason}.*left as it is.*force=True.*--force"):
+        analyze(analysed / "d", out=out, k=3, **FAST)
+    assert _snapshot(analysed) == before  # no table, journal or lock file
+    rows = analyze(analysed / "d", out=out, k=3, force=True, **FAST)
+    assert len(rows) > 0 and out.read_text().startswith("checkpoint,")
+    assert json.loads(sidecar_path(out).read_text())["settings"]["k"] == 3
+    assert sorted(p.name for p in out.parent.iterdir()) == ["t.csv", "t.csv.json"]
+
+
+def test_analyze_replaces_a_previous_analysis_with_the_same_settings(analysed):
+    out = analysed / "t" / "t.csv"
+    analyze(analysed / "d", out=out, **FAST)
+    first = out.read_bytes()
+    out.write_text("stale")  # e.g. an older version of the same table
+    analyze(analysed / "d", out=out, **FAST)
+    assert out.read_bytes() == first
+
+
+def test_analyze_refuses_a_folder_as_out(analysed):
+    before = _snapshot(analysed)
+    with pytest.raises(ValueError, match=rf"{re.escape(str(analysed / 't'))} is a folder.*give a file name"):
+        analyze(analysed / "d", out=analysed / "t", force=True, **FAST)
+    assert _snapshot(analysed) == before
+
+
+@pytest.mark.parametrize("planted", ["t.csv.tmp", "t.csv.json.tmp", "t.csv.partial"])
+def test_analyze_never_writes_through_a_planted_symlink(analysed, planted):
+    """Temporary files and the journal beside the table are written as new files, never
+    through a symbolic link found there (here pointing at a file of another dump)."""
+    _dump(analysed / "other", seed=1)
+    os.symlink(analysed / "other" / "client_0.f32", analysed / "t" / planted)
+    victim = _snapshot(analysed / "other")
+    try:
+        analyze(analysed / "d", out=analysed / "t" / "t.csv", **FAST)
+    except ValueError as exc:  # a journal that is a link is refused, naming it
+        assert planted == "t.csv.partial" and "t.csv.partial is a symbolic link" in str(exc)
+    assert _snapshot(analysed / "other") == victim
+    assert ParameterDump.open(analysed / "other").verify() == 20
+
+
+def test_cli_analyze_out_refusals_are_one_line_and_force_replaces(analysed, capsys):
+    d, t = str(analysed / "d"), analysed / "t" / "t.csv"
+    assert main(["analyze", d, "--out", f"{d}/manifest.json", "--no-progress", "--estimators", "gaussian"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "manifest.json is inside the dump" in err
+    t.write_text("keep me\n")
+    before = _snapshot(analysed)
+    assert main(["analyze", d, "--out", str(t), "--no-progress", "--estimators", "gaussian"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{t} exists" in err and "--force" in err
+    assert _snapshot(analysed) == before
+    assert main(["analyze", d, "--out", str(t), "--no-progress", "--estimators", "gaussian", "--force"]) == 0
+    assert t.read_text().startswith("checkpoint,")
+
+
 # ====================================================================== A. links and non-regular files
 def _make_symlink(file, victim):
     file.unlink()
@@ -326,3 +449,34 @@ def test_open_or_create_verifies_what_it_resumes(tmp_path, flip):
     with pytest.raises(DumpError, match=rf"runs {runs} of client 'b' do not match their checksum.*cannot be resumed"):
         ParameterDump.open_or_create(tmp_path / "d", meta={"seed": 0}, clients=["a", "b"], checkpoints=[0, 1],
                                      n_runs=12, layout=layout_from_shapes([("w", (3,))]), metric_names=["loss"])
+
+
+# ====================================================================== B. analyze verifies
+@pytest.mark.parametrize("flip", ["first", "last", "metrics"])
+def test_analyze_refuses_a_damaged_dump(tmp_path, capsys, flip):
+    _incomplete(tmp_path / "d")
+    file, offset, runs = {"first": ("client_0.f32", 0, "0-4"), "last": ("client_1.f32", (12 * 3 + 7 * 3) * 4, "4-8"),
+                          "metrics": ("metrics_0.f32", 4 * 5, "4-8")}[flip]
+    _flip(tmp_path / "d" / file, offset)
+    before = _snapshot(tmp_path)
+    with pytest.raises(DumpError, match=rf"{file}.*runs {runs} .* do not match their checksum"):
+        analyze(tmp_path / "d", out=tmp_path / "t.csv", **FAST)
+    assert main(["analyze", str(tmp_path / "d"), "--out", str(tmp_path / "t.csv"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"runs {runs}" in err and "--no-verify" in err
+    assert _snapshot(tmp_path) == before  # no table, journal or lock
+
+
+def test_analyze_says_whether_it_verified(tmp_path, capsys):
+    _incomplete(tmp_path / "d")
+    assert main(["analyze", str(tmp_path / "d"), "--out", str(tmp_path / "t.csv"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "checksums of 8 runs verified" in out
+    assert json.loads(sidecar_path(tmp_path / "t.csv").read_text())["dump_verified"] is True
+    _flip(tmp_path / "d" / "client_0.f32", 0)
+    assert main(["analyze", str(tmp_path / "d"), "--out", str(tmp_path / "u.csv"), "--no-progress",
+                 "--no-verify"]) == 0
+    out = capsys.readouterr().out
+    assert "checksums NOT verified (--no-verify)" in out
+    assert json.loads(sidecar_path(tmp_path / "u.csv").read_text())["dump_verified"] is False
+    assert analyze(tmp_path / "d", verify=False, **FAST)  # the API's switch
