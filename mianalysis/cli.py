@@ -155,17 +155,26 @@ def _cmd_federate(args):
     with WriterLock(out):  # one federate run per OUT (its dump has its own lock as well)
         if out.exists() and (not out.is_dir() or not {p.name for p in out.iterdir()} <= ours):
             raise ValueError(f"{out} exists and holds files other than a federate run's; choose another folder")
-        out.mkdir(parents=True, exist_ok=True)
-        if args.record:
-            _, history = record_replicates(sim, out / "dump", chunk_size=args.chunk_size, layer=args.layer,
-                                           progress=not args.no_progress)
-        else:
-            history, _ = sim.run(progress=not args.no_progress, log_client_eb=args.client_eb)
-            if args.client_eb:
+        # OUT is created only once the run is under way: by the recorder, which checks everything
+        # before it creates OUT/dump, or after a run that is not recorded. An OUT this command
+        # created is removed again if the command fails or is interrupted with nothing in it.
+        created = not out.exists()
+        try:
+            if args.record:
+                _, history = record_replicates(sim, out / "dump", chunk_size=args.chunk_size, layer=args.layer,
+                                               progress=not args.no_progress)
+            else:
+                history, _ = sim.run(progress=not args.no_progress, log_client_eb=args.client_eb)
+            out.mkdir(parents=True, exist_ok=True)
+            if args.client_eb and not args.record:
                 write_rows(sim.client_eb, out / "client_eb.csv")
-        rows = history_table(history, out / "history.csv")
-        _write_federate_settings(out / "settings.json", sim.describe(), collect(started, finished=True),
-                                 resumed=args.record)
+            rows = history_table(history, out / "history.csv")
+            _write_federate_settings(out / "settings.json", sim.describe(), collect(started, finished=True),
+                                     resumed=args.record)
+        except BaseException:
+            if created and out.is_dir() and not any(out.iterdir()):
+                out.rmdir()
+            raise
     last = rows[-1]
     print(f"round {last['round']}: test accuracy {last['test_accuracy']:.4f}, test loss {last['test_loss']:.4f} "
           f"(mean of {last['replicates']} replicates); wrote {out / 'history.csv'}")

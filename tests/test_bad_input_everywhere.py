@@ -34,9 +34,11 @@ def dump_dir(tmp_path):
 
 
 def snapshot(folder):
-    """Every file under `folder` with the SHA-256 of its bytes."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    """Every file under `folder` with the SHA-256 of its bytes, and every folder (an empty
+    one too: a rejected call must not leave an empty output folder behind). Hidden files
+    (staging folders, lock files) count like any other."""
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "folder"
+            for p in sorted(folder.rglob("*"))}
 
 
 def _newer_version(folder):
@@ -131,6 +133,43 @@ API_CASES = [
     ("personalized-method", lambda f: _personalized(method="fedprox"), ValueError, "`method` must be one of"),
 ]
 
+Z = np.zeros((2, 3, 1))  # a client's samples: 2 checkpoints, 3 runs, 1 parameter
+
+# Rejected writers leave nothing behind: every check runs before the dump (or its staging
+# folder) is created.
+API_CASES += [
+    ("dump-metrics-shape", lambda f: ParameterDump.from_arrays(f / "new", {"a": Z}, metrics={"a": {"loss": np.zeros(5)}}),
+     ValueError, r"`metrics\['a'\]\['loss'\]` must have shape \(2, 3\) \(checkpoints, runs\); got \(5,\)"),
+    ("dump-metrics-client", lambda f: ParameterDump.from_arrays(f / "new", {"a": Z}, metrics={"b": {"loss": Z[..., 0]}}),
+     ValueError, r"`metrics` names clients that have no samples: \['b'\]"),
+    ("dump-metrics-type", lambda f: ParameterDump.from_arrays(f / "new", {"a": Z}, metrics={"a": [1.0]}),
+     TypeError, r"`metrics\['a'\]` must be a dict of metric name -> array"),
+    ("dump-metrics-values", lambda f: ParameterDump.from_arrays(f / "new", {"a": Z}, metrics={"a": {"loss": "low"}}),
+     TypeError, r"`metrics\['a'\]\['loss'\]` must be numeric"),
+    ("dump-meta-json", lambda f: ParameterDump.from_arrays(f / "new", {"a": Z}, meta={"x": object()}),
+     TypeError, "`meta` must be JSON-serialisable"),
+    ("dump-meta-type", lambda f: ParameterDump.from_arrays(f / "new", {"a": Z}, meta=["x"]),
+     TypeError, "`meta` must be a dict or None; got list"),
+    ("dump-create-meta-json", lambda f: ParameterDump.create(f / "new", clients=["a"], checkpoints=[0], n_runs=2,
+                                                              layout=layout_from_shapes([("w", (1,))]), meta={"s": {1}}),
+     TypeError, "`meta` must be JSON-serialisable"),
+    ("record-fraction", _torch(lambda f: _record(f, client_fraction=0.5)), ValueError,
+     "recording every client's model needs `client_fraction` = 1"),
+    ("record-step", _torch(lambda f: _record(f, algorithm="fedsgd", placement="step")), ValueError,
+     "recording local models needs `placement`='update'"),
+    ("record-chunk-size", _torch(lambda f: _record(f, chunk_size=0)), ValueError, "`chunk_size` must be >= 1; got 0"),
+    ("record-layer", _torch(lambda f: _record(f, layer="conv")), ValueError, "`layer` 'conv' is not in the layout"),
+    ("record-other-dump", _torch(lambda f: _record(f, out="dump")), DumpError, "holds a dump with other settings"),
+]
+
+
+def _record(folder, *, out="rec", layer=None, chunk_size=16, **config):
+    from mianalysis.federated import FederatedConfig, FederatedData, FederatedSimulation, record_replicates
+
+    config = {"rounds": 1, "client_fraction": 1.0, "batch_size": 20, **config}
+    sim = FederatedSimulation("mlp", FederatedData.digits(3, seed=0), FederatedConfig(**config))
+    return record_replicates(sim, folder / out, layer=layer, chunk_size=chunk_size, progress=False)
+
 
 def _sampler(**kwargs):
     from conftest import TINY_SIGNAL
@@ -211,6 +250,19 @@ CLI_CASES = [
     ("federate-into-dump", ["federate", "--out", "{d}/dump", "--rounds", "1"], "holds files other than"),
 ]
 
+FL = ["federate", "--clients", "3", "--rounds", "1", "--batch", "20", "--out", "{d}/fl"]
+# Rejected federate runs leave no OUT (not even an empty one) and no dump in it.
+CLI_CASES += [
+    ("federate-record-fraction", FL + ["--record", "--fraction", "0.5"], "needs `client_fraction` = 1"),
+    ("federate-record-step", FL + ["--record", "--fraction", "1", "--algorithm", "fedsgd", "--placement", "step"],
+     "needs `placement`='update'"),
+    ("federate-record-layer", FL + ["--record", "--fraction", "1", "--layer", "conv"], "`layer` 'conv'"),
+    ("federate-record-chunk", FL + ["--record", "--fraction", "1", "--chunk-size", "0"], "`chunk_size` must be >= 1"),
+    ("federate-mnist-path", FL + ["--mnist-path", "{d}/nowhere"], "nowhere"),
+    ("federate-diverges", FL + ["--fraction", "1", "--lr", "1e30"], "training diverged in round 1"),
+    ("federate-record-diverges", FL + ["--record", "--fraction", "1", "--lr", "1e30"], "training diverged in round 1"),
+]
+
 
 @pytest.mark.parametrize("argv, match", [c[1:] for c in CLI_CASES], ids=[c[0] for c in CLI_CASES])
 def test_cli_rejects_bad_input_in_one_line(dump_dir, capsys, argv, match):
@@ -225,3 +277,58 @@ def test_cli_rejects_bad_input_in_one_line(dump_dir, capsys, argv, match):
     assert err.startswith(f"mianalysis {argv[0]}: error: ")
     assert re.search(match, err), err
     assert snapshot(dump_dir) == before
+
+
+def _fail(*args, **kwargs):
+    raise OSError(28, "No space left on device")
+
+
+def _interrupt(*args, **kwargs):
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("writer", ["from_arrays", "sample", "record"])
+@pytest.mark.parametrize("failure", [_fail, _interrupt], ids=["disk-full", "interrupted"])
+def test_writer_stopped_before_its_first_chunk_leaves_nothing(dump_dir, monkeypatch, writer, failure):
+    """A dump created by a call that then fails or is interrupted before its first chunk is
+    removed again (an empty folder given as the target is put back): the rerun starts afresh
+    instead of being refused for an empty dump with other settings."""
+    (dump_dir / "empty").mkdir()
+    before = snapshot(dump_dir)
+    if writer == "from_arrays":
+        monkeypatch.setattr(ParameterDump, "_write_chunk_locked", failure)
+        call = lambda out: ParameterDump.from_arrays(out, {"a": Z})  # noqa: E731
+    elif writer == "sample":
+        pytest.importorskip("torch")
+        from mianalysis import ParameterSampler
+
+        monkeypatch.setattr(ParameterSampler, "train_chunk", failure)
+        call = lambda out: _sampler(progress=False).sample(4, out)  # noqa: E731
+    else:
+        pytest.importorskip("torch")
+        from mianalysis.federated import FederatedSimulation
+
+        monkeypatch.setattr(FederatedSimulation, "run", failure)
+        call = lambda out: _record(dump_dir, out=out)  # noqa: E731
+    for out in (dump_dir / "new", dump_dir / "empty"):
+        with pytest.raises((OSError, KeyboardInterrupt)):
+            call(out)
+        assert snapshot(dump_dir) == before
+
+
+def test_sampler_failing_after_a_chunk_keeps_the_dump_to_resume(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    from mianalysis import ParameterSampler
+
+    original, calls = ParameterSampler.train_chunk, []
+
+    def second_fails(self, runs, **kwargs):
+        calls.append(runs)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return original(self, runs, **kwargs)
+
+    monkeypatch.setattr(ParameterSampler, "train_chunk", second_fails)
+    with pytest.raises(KeyboardInterrupt):
+        _sampler(chunk_size=2, progress=False).sample(4, tmp_path / "s")
+    assert ParameterDump.open(tmp_path / "s").completed_runs == 2
