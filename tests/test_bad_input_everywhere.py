@@ -170,6 +170,100 @@ def _record(folder, *, out="rec", layer=None, chunk_size=16, **config):
     sim = FederatedSimulation("mlp", FederatedData.digits(3, seed=0), FederatedConfig(**config))
     return record_replicates(sim, folder / out, layer=layer, chunk_size=chunk_size, progress=False)
 
+# Task settings, each checked by type and range when the task is built, before anything is
+# written: setting -> (a value of the wrong type, out-of-range values, a fractional value for
+# an integer setting or None, what the message says the setting must be).
+INT1 = r"an integer >= 1"
+SETTINGS = {
+    "signal-rnn": {
+        "n_clients": ("three", [0, -2], 2.5, INT1),
+        "n_examples": ([100], [0], 31.5, INT1),
+        "seq_len": ("long", [0, 1], 16.5, r"an integer >= 2"),
+        "n_layers": ("abc", [-1, 0], 2.7, INT1),
+        "hidden": (True, [0], 3.5, INT1),
+        "dropout": ("0.1", [-0.1, 1.0, float("nan")], None, r"a finite number in \[0, 1\)"),
+        "lr": ("fast", [0, -1e-3, 1e38, 11.0, float("inf"), float("nan")], None,
+               r"a finite number in \(0, 10\] \(Adam moves each parameter by about lr per step\)"),
+        "batch_size": ("all", [0, -8], 8.5, INT1),
+        "n_components": (None, [0], 1.5, INT1),
+        "noise": ("none", [-0.1, float("inf")], None, r"a finite number >= 0"),
+        "shift_range": ("wide", [[1.0, -1.0], [0.0, float("nan")]], None,
+                        r"a pair \[low, high\] of finite numbers with low <= high"),
+        "scale_range": ([0.5, 1.0, 2.0], [[2.0, 0.5]], None, r"a pair \[low, high\] of finite numbers with low <= high"),
+        "data_seed": ("zero", [-1, 2**32], 0.5, r"an integer in \[0, 4294967295\]"),
+        "eval_examples": ("all", [0], 2.5, r"None or an integer >= 1"),
+    },
+    "digits-lenet": {
+        "n_clients": ("three", [0], 1.5, INT1),
+        "per_digit": ("few", [0, -1], 2.5, INT1),
+        "lr": ([1e-3], [0, 1e38, float("nan")], None, r"a finite number in \(0, 10\]"),
+        "batch_size": ("all", [0], 5.5, INT1),
+        "max_rotation": ("15", [-1.0, 181.0], None, r"a finite number in \[0, 180\]"),
+        "max_zoom": (False, [-0.1, 1.0], None, r"a finite number in \[0, 1\)"),
+        "max_shift": ("0.1", [-0.5, 1.5], None, r"a finite number in \[0, 1\]"),
+        "mnist_path": (3, ["/nonexistent/mnist", ""], None, r"None or the path of an existing folder"),
+        "pretrain_epochs": ("30", [-1], 1.5, r"an integer >= 0"),
+        "pretrain_lr": ("fast", [0, 100.0], None, r"a finite number in \(0, 10\]"),
+        "data_seed": ("zero", [-1, 2**32], 0.5, r"an integer in \[0, 4294967295\]"),
+    },
+}
+# Settings that are fine alone but not together.
+COMBINATIONS = [
+    ("signal-rnn", {"n_examples": 32}, r"`batch_size` \(task signal-rnn\) must be <= the number of training "
+                                       r"examples per client \(32\); got 64"),
+    ("signal-rnn", {"n_examples": 16, "batch_size": 8, "eval_examples": 17},
+     r"`eval_examples` \(task signal-rnn\) must be None \(all examples\) or <= `n_examples` \(16\); got 17"),
+    ("digits-lenet", {"per_digit": 2}, r"`batch_size` \(task digits-lenet\) must be <= the number of training "
+                                       r"examples per client \(20\); got 50"),
+]
+
+
+def _setting_cases():
+    """(id, task, setting, value, error, message) for every bad value in SETTINGS."""
+    cases = []
+    for task, table in SETTINGS.items():
+        for key, (wrong_type, out_of_range, fractional, must) in table.items():
+            message = rf"^`{key}` \(task {task}\) must be {must}"
+            cases.append((f"{task}-{key}-type", task, key, wrong_type, TypeError, message))
+            cases += [(f"{task}-{key}-range{i}", task, key, v, ValueError, message) for i, v in enumerate(out_of_range)]
+            if fractional is not None:
+                cases.append((f"{task}-{key}-fraction", task, key, fractional, TypeError,
+                              rf"{message}; got {re.escape(str(fractional))}$"))
+    return cases
+
+
+SETTING_CASES = _setting_cases()
+for _id, _task, _key, _value, _error, _message in SETTING_CASES:
+    API_CASES.append((f"setting-{_id}", (lambda t, k, v: lambda f: _get_task(t, **{k: v}))(_task, _key, _value),
+                      _error, _message))
+for _i, (_task, _settings, _message) in enumerate(COMBINATIONS):
+    API_CASES.append((f"settings-{_task}-together{_i}", (lambda t, s: lambda f: _get_task(t, **s))(_task, _settings),
+                      ValueError, _message))
+# The sampler: the task is checked before the dump exists (the 0-run dumps of the issue).
+API_CASES += [
+    ("sampler-seq-len", lambda f: _sample(f, seq_len=0), ValueError, r"`seq_len` \(task signal-rnn\) must be an "
+                                                                      r"integer >= 2; got 0"),
+    ("sampler-n-layers", lambda f: _sample(f, n_layers=-1), ValueError, r"`n_layers` \(task signal-rnn\) must be"),
+    ("task-class-n-layers", lambda f: __import__("mianalysis.tasks", fromlist=["x"]).SignalRNNTask(n_layers=2.7),
+     TypeError, r"^`n_layers` \(task signal-rnn\) must be an integer >= 1; got 2.7$"),
+    ("task-class-preset", lambda f: _get_task("signal-rnn", preset="long", n_examples=100, batch_size=50), ValueError,
+     r"`eval_examples` \(task signal-rnn\) must be None \(all examples\) or <= `n_examples` \(100\); got 128"),
+]
+
+
+def _get_task(name, preset="paper", **settings):
+    from mianalysis.tasks import get_task
+
+    return get_task(name, preset, **settings)
+
+
+def _sample(folder, **settings):
+    from mianalysis import ParameterSampler
+
+    from conftest import TINY_SIGNAL
+
+    return ParameterSampler(_get_task("signal-rnn", **{**TINY_SIGNAL, **settings}), progress=False).sample(2, folder / "s")
+
 
 def _sampler(**kwargs):
     from conftest import TINY_SIGNAL
@@ -263,6 +357,22 @@ CLI_CASES += [
     ("federate-record-diverges", FL + ["--record", "--fraction", "1", "--lr", "1e30"], "training diverged in round 1"),
 ]
 
+# Every bad task setting through `sample --set` (JSON values): one line, nothing written.
+for _id, _task, _key, _value, _error, _message in SETTING_CASES:
+    CLI_CASES.append((f"sample-set-{_id}", ["sample", "--task", _task, "--runs", "2", "--out", "{d}/s", "--set",
+                                            f"{_key}={json.dumps(_value)}"], _message.replace("^", ": error: ")))
+for _i, (_task, _settings, _message) in enumerate(COMBINATIONS):
+    CLI_CASES.append((f"sample-set-{_task}-together{_i}", ["sample", "--task", _task, "--runs", "2", "--out", "{d}/s"]
+                      + [a for k, v in _settings.items() for a in ("--set", f"{k}={json.dumps(v)}")], _message))
+CLI_CASES += [
+    ("sample-set-text", ["sample", "--task", "signal-rnn", "--runs", "2", "--out", "{d}/s", "--set", "n_layers=abc"],
+     r"error: `n_layers` \(task signal-rnn\) must be an integer >= 1; got 'abc'$"),
+    ("sample-set-seq-len", ["sample", "--task", "signal-rnn", "--runs", "2", "--out", "{d}/s", "--set", "seq_len=0"],
+     r"`seq_len` \(task signal-rnn\) must be an integer >= 2; got 0$"),
+    ("sample-set-lr", ["sample", "--task", "signal-rnn", "--runs", "2", "--out", "{d}/s", "--set", "lr=1e38"],
+     r"`lr` \(task signal-rnn\) must be a finite number in \(0, 10\]"),
+]
+
 
 @pytest.mark.parametrize("argv, match", [c[1:] for c in CLI_CASES], ids=[c[0] for c in CLI_CASES])
 def test_cli_rejects_bad_input_in_one_line(dump_dir, capsys, argv, match):
@@ -332,3 +442,32 @@ def test_sampler_failing_after_a_chunk_keeps_the_dump_to_resume(tmp_path, monkey
     with pytest.raises(KeyboardInterrupt):
         _sampler(chunk_size=2, progress=False).sample(4, tmp_path / "s")
     assert ParameterDump.open(tmp_path / "s").completed_runs == 2
+
+
+@pytest.mark.parametrize("task", sorted(SETTINGS))
+def test_every_task_setting_has_one_rule_and_every_rule_is_tested(task):
+    from mianalysis.tasks import TASKS
+
+    cls = TASKS[task]
+    assert set(cls.setting_rules) == set(cls.default_settings()) == set(SETTINGS[task])
+    for preset in cls.presets:  # the defaults and presets pass their own rules, unchanged
+        assert cls.from_preset(preset).settings == {**cls.default_settings(), **cls.presets[preset]}
+
+
+def test_integral_float_is_stored_as_an_integer(tmp_path, capsys):
+    """`--set n_layers=2.0` (JSON may spell an integer so) trains 2 layers and records 2, not 2.0."""
+    pytest.importorskip("torch")
+    task = _get_task("signal-rnn", n_layers=2.0, n_examples=16.0, batch_size=8, seq_len=8, lr=1)
+    assert task.settings["n_layers"] == 2 and type(task.settings["n_layers"]) is int
+    assert type(task.settings["n_examples"]) is int and type(task.settings["lr"]) is float
+    argv = ["sample", "--task", "signal-rnn", "--runs", "2", "--out", str(tmp_path / "s"), "--no-progress",
+            "--set", "n_layers=2.0", "--set", "seq_len=8", "--set", "n_examples=16", "--set", "batch_size=8.0"]
+    assert main(argv) == 0, capsys.readouterr().err
+    manifest = (tmp_path / "s" / "manifest.json").read_text()
+    assert '"n_layers": 2,' in manifest and '"batch_size": 8,' in manifest
+    assert ParameterDump.open(tmp_path / "s").meta["task_settings"]["n_layers"] == 2
+    assert [e.name for e in ParameterDump.open(tmp_path / "s").layout][:6] == [
+        "rnn.0.weight_ih", "rnn.0.weight_hh", "rnn.0.bias", "rnn.1.weight_ih", "rnn.1.weight_hh", "rnn.1.bias"]
+    # The same settings spelled as integers are the same sampling (not "a dump with other settings").
+    assert main(argv[:8] + ["--set", "n_layers=2", "--set", "seq_len=8", "--set", "n_examples=16",
+                            "--set", "batch_size=8"]) == 0, capsys.readouterr().err
