@@ -7,7 +7,11 @@ are in test_bad_input.py; this table covers everything else.
 
 import hashlib
 import json
+import os
 import re
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -471,3 +475,125 @@ def test_integral_float_is_stored_as_an_integer(tmp_path, capsys):
     # The same settings spelled as integers are the same sampling (not "a dump with other settings").
     assert main(argv[:8] + ["--set", "n_layers=2", "--set", "seq_len=8", "--set", "n_examples=16",
                             "--set", "batch_size=8"]) == 0, capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------- Ctrl-C
+CLI = [sys.executable, "-m", "mianalysis.cli"]
+TINY_SAMPLE = ["--set", "n_layers=2", "--set", "seq_len=16", "--set", "n_examples=32", "--set", "batch_size=8"]
+
+
+def _chunks(manifest):
+    def count():
+        try:
+            return len(json.loads(manifest.read_text())["chunks"])
+        except (OSError, ValueError, KeyError):
+            return 0
+    return count
+
+
+def _journal_lines(journal):
+    def count():
+        try:
+            return journal.read_text().count("\n")
+        except OSError:
+            return 0
+    return count
+
+
+def _held_for(lock, seconds):
+    """Whether `lock` has existed for `seconds`: its holder is past taking it and at work."""
+    seen = []
+
+    def ready():
+        if lock.exists() and not seen:
+            seen.append(time.monotonic())
+        return bool(seen) and time.monotonic() - seen[0] > seconds
+    return ready
+
+
+def _interrupt_cases(d):
+    """(argv, ready(), expected line, outputs that must be absent afterwards) per long command."""
+    resume, nothing = "interrupted; rerun the same command to resume", "interrupted; nothing was written"
+    sample = ["sample", "--task", "signal-rnn", "--seed", "1", "--no-progress"]
+    federate = ["federate", "--clients", "3", "--fraction", "1", "--batch", "20", "--no-progress"]
+    return {
+        # after its first chunk: the dump is kept and a rerun resumes it
+        "sample": (sample + ["--runs", "40", "--chunk-size", "2", *TINY_SAMPLE, "--out", f"{d}/s"],
+                   lambda: _chunks(d / "s" / "manifest.json")() >= 1, resume, []),
+        # during its first chunk (the writer lock is taken): the new dump is removed again
+        "sample-first-chunk": (sample + ["--runs", "64", "--chunk-size", "64", "--set", "n_layers=2", "--set",
+                                         "n_examples=512", "--set", "batch_size=8", "--out", f"{d}/s"],
+                               lambda: (d / "s" / "manifest.json").exists(), nothing, ["s", ".s.creating", ".s.lock"]),
+        "analyze": (["analyze", f"{d}/dump", "--permutations", "30", "--no-progress", "--out", f"{d}/t.csv"],
+                    lambda: _journal_lines(d / "t.csv.partial")() >= 2, resume, ["t.csv", ".t.csv.lock"]),
+        "federate-record": (federate + ["--rounds", "3", "--replicates", "14", "--record", "--chunk-size", "1",
+                                        "--layer", "5", "--out", f"{d}/fl"],
+                            lambda: _chunks(d / "fl" / "dump" / "manifest.json")() >= 1, resume, ["fl/history.csv"]),
+        # nothing is written before the end of a run that is not recorded
+        "federate": (federate + ["--rounds", "500", "--out", f"{d}/fl"], _held_for(d / ".fl.lock", 0.5), nothing,
+                     ["fl", ".fl.lock"]),
+    }
+
+
+@pytest.mark.parametrize("command", ["sample", "sample-first-chunk", "analyze", "federate-record", "federate"])
+def test_ctrl_c_prints_one_line_and_exits_130(tmp_path, command):
+    """SIGINT to a long command: exit status 130 and one line on stderr, no traceback;
+    what it leaves is resumable (or nothing at all), and the rerun finishes."""
+    pytest.importorskip("torch")
+    from interrupt import interrupt_when
+
+    rng = np.random.default_rng(0)
+    shared = rng.standard_normal((12, 150, 4))
+    ParameterDump.from_arrays(tmp_path / "dump", {c: shared + rng.standard_normal(shared.shape) for c in "abc"})
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1", "PYTHONPATH": os.getcwd()}
+    argv, ready, line, absent = _interrupt_cases(tmp_path)[command]
+    code, err = interrupt_when(CLI + argv, ready, env=env)
+    assert code == 130, err
+    assert err == f"mianalysis {argv[0]}: {line}\n", err
+    for name in absent:
+        assert not (tmp_path / name).exists(), name
+    assert not [p.name for p in tmp_path.glob(".*.lock")]  # every writer lock given back
+    if command == "sample":
+        assert 2 <= ParameterDump.open(tmp_path / "s").verify() < 40
+        subprocess.run(CLI + argv, env=env, check=True, capture_output=True)
+        assert ParameterDump.open(tmp_path / "s").verify() == 40
+    elif command == "federate-record":
+        assert ParameterDump.open(tmp_path / "fl" / "dump").verify() >= 1
+    elif command == "analyze":
+        assert (tmp_path / "t.csv.partial").exists()
+
+
+def _raises(exc):
+    def command(args):
+        raise exc
+    return command
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt(), RuntimeError("Error calling __set_name__"),
+                                 OSError("interrupted while writing")], ids=["plain", "wrapped", "during-cleanup"])
+def test_ctrl_c_in_process_is_one_line_whatever_wraps_it(tmp_path, capsys, monkeypatch, exc):
+    """In-process (as a console script runs it): 130 and the line, also when Python wraps the
+    KeyboardInterrupt (3.11 does inside ``__set_name__``) or another error follows it."""
+    if not isinstance(exc, KeyboardInterrupt):
+        exc.__cause__ = KeyboardInterrupt()
+    from mianalysis import cli
+
+    monkeypatch.setattr(cli, "_cmd_verify", _raises(exc))
+    assert main(["verify", str(tmp_path / "d")]) == 130
+    assert capsys.readouterr().err == "mianalysis verify: interrupted; nothing was written\n"
+    # Whether anything was written is read from the command's outputs.
+    monkeypatch.setattr(cli, "_cmd_plot", _raises(exc))
+    (tmp_path / "t.csv").write_text("x\n")
+    assert main(["plot", str(tmp_path / "t.csv"), "--out", str(tmp_path / "p.png")]) == 130
+    assert capsys.readouterr().err == "mianalysis plot: interrupted; nothing was written\n"
+    (tmp_path / "p.png").write_text("")
+    assert main(["plot", str(tmp_path / "t.csv"), "--out", str(tmp_path / "p.png")]) == 130
+    assert capsys.readouterr().err == "mianalysis plot: interrupted; rerun the same command to resume\n"
+
+
+def test_other_errors_are_not_taken_for_interrupts(tmp_path, capsys, monkeypatch):
+    from mianalysis import cli
+
+    monkeypatch.setattr(cli, "_cmd_verify", _raises(RuntimeError("a bug")))
+    with pytest.raises(RuntimeError, match="a bug"):
+        main(["verify", str(tmp_path / "d")])
