@@ -579,16 +579,23 @@ def test_ctrl_c_in_process_is_one_line_whatever_wraps_it(tmp_path, capsys, monke
     from mianalysis import cli
 
     monkeypatch.setattr(cli, "_cmd_verify", _raises(exc))
-    assert main(["verify", str(tmp_path / "d")]) == 130
+    assert _main_interrupted(["verify", str(tmp_path / "d")]) == 130
     assert capsys.readouterr().err == "mianalysis verify: interrupted; nothing was written\n"
     # Whether anything was written is read from the command's outputs.
     monkeypatch.setattr(cli, "_cmd_plot", _raises(exc))
     (tmp_path / "t.csv").write_text("x\n")
-    assert main(["plot", str(tmp_path / "t.csv"), "--out", str(tmp_path / "p.png")]) == 130
+    assert _main_interrupted(["plot", str(tmp_path / "t.csv"), "--out", str(tmp_path / "p.png")]) == 130
     assert capsys.readouterr().err == "mianalysis plot: interrupted; nothing was written\n"
     (tmp_path / "p.png").write_text("")
-    assert main(["plot", str(tmp_path / "t.csv"), "--out", str(tmp_path / "p.png")]) == 130
+    assert _main_interrupted(["plot", str(tmp_path / "t.csv"), "--out", str(tmp_path / "p.png")]) == 130
     assert capsys.readouterr().err == "mianalysis plot: interrupted; rerun the same command to resume\n"
+
+
+def _main_interrupted(argv):
+    try:
+        return main(argv)
+    except KeyboardInterrupt:  # not out of the test: it would stop the whole test session
+        pytest.fail("KeyboardInterrupt escaped main()")
 
 
 def test_other_errors_are_not_taken_for_interrupts(tmp_path, capsys, monkeypatch):
