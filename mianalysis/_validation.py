@@ -216,7 +216,9 @@ class RealSetting:
 
     def describe(self):
         if self.high is None:
-            return "a finite number" if self.low is None else f"a finite number {'>' if self.low_open else '>='} {self.low}"
+            if self.low is None:
+                return "a finite number"
+            return f"a finite number {'>' if self.low_open else '>='} {self.low}"
         return (f"a finite number in {'(' if self.low_open else '['}{self.low}, "
                 f"{self.high}{')' if self.high_open else ']'}")
 

@@ -312,10 +312,11 @@ def _import_torch_undisturbed():
     import signal
     import threading
 
-    if "torch" in sys.modules or threading.current_thread() is not threading.main_thread():
-        return
+    previous = signal.getsignal(signal.SIGINT)
+    if "torch" in sys.modules or threading.current_thread() is not threading.main_thread() or previous is None:
+        return  # (None: a handler installed outside Python, which cannot be put back from here)
     received = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -380,7 +381,7 @@ def main(argv=None):
     except SystemExit as exc:  # argument errors (exit 2) and --help (exit 0)
         return exc.code
     try:
-        if args.command in _TORCH_COMMANDS:
+        if args.command in _TORCH_COMMANDS and not getattr(args, "estimators_only", False):
             _import_torch_undisturbed()
         args.func(args)
     except KeyboardInterrupt:  # Ctrl-C (SIGINT): one line and the shell's status for it, no traceback
