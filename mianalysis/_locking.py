@@ -17,6 +17,7 @@ takes it again for each chunk); it does not separate threads of one process.
 
 from __future__ import annotations
 
+import atexit
 import errno
 import json
 import os
@@ -105,8 +106,8 @@ class WriterLock:
             held = _held[self.path]
             held[1] -= 1
             if held[1] == 0:
-                del _held[self.path]
                 _give_up(self.path, held[0])
+                del _held[self.path]  # after giving up: an interruption in between leaves it to _give_up_all
 
     def __enter__(self):
         return self.acquire()
@@ -178,6 +179,20 @@ def _read_holder(fd):
     where = f" on host {info['host']}" if info.get("host") not in (None, socket.gethostname()) else ""
     command = f" ({info['command']})" if info.get("command") else ""
     return f"process {pid}{where}{command}"
+
+
+@atexit.register
+def _give_up_all():
+    """At exit, give up the locks this process still holds. Normally there are none; but a
+    Ctrl-C (KeyboardInterrupt) that lands inside `acquire` or `release` of a nested
+    acquisition leaves the count one too high, and the lock file would stay behind."""
+    with _guard:
+        for path, (fd, _) in list(_held.items()):
+            try:
+                _give_up(path, fd)
+            except OSError:
+                pass  # already closed by an interrupted release
+        _held.clear()
 
 
 def _give_up(path, fd):

@@ -8,6 +8,7 @@ backticks, as scipy does, and say what was received.
 from __future__ import annotations
 
 import numbers
+import os
 import warnings
 
 import numpy as np
@@ -167,3 +168,101 @@ def check_random_state(random_state):
     raise TypeError(
         f"`random_state` must be None, an int or a numpy Generator; got {type(random_state).__name__}"
     )
+
+
+# ---------------------------------------------------------------------- task settings
+# Each Task declares its settings once, as a table of these rules (Task.setting_rules); the
+# task checks every setting against its rule when it is built, before anything is written.
+# `label` names the setting and its task in messages: "`n_layers` (task signal-rnn)".
+
+
+def _shown(value):
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+class IntSetting:
+    """An integer in [low, high] (high None: no upper bound), or None when `optional`.
+    A float with an integral value (2.0, as JSON may spell 2) is accepted and stored as
+    the int 2; a fractional one (2.7) is a TypeError, never truncated."""
+
+    def __init__(self, low, high=None, *, optional=False):
+        self.low, self.high, self.optional = low, high, optional
+
+    def describe(self):
+        kind = f"an integer >= {self.low}" if self.high is None else f"an integer in [{self.low}, {self.high}]"
+        return f"None or {kind}" if self.optional else kind
+
+    def check(self, value, label):
+        if value is None and self.optional:
+            return None
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            number = int(value)
+        elif isinstance(value, numbers.Real) and not isinstance(value, bool) and float(value).is_integer():
+            number = int(value)
+        else:
+            raise TypeError(f"{label} must be {self.describe()}; got {_shown(value)}")
+        if number < self.low or (self.high is not None and number > self.high):
+            raise ValueError(f"{label} must be {self.describe()}; got {number}")
+        return number
+
+
+class RealSetting:
+    """A finite number in the interval from `low` to `high` (None: unbounded), each end
+    closed unless `low_open` / `high_open`; stored as float. `why` explains the range in
+    the message."""
+
+    def __init__(self, low=None, high=None, *, low_open=False, high_open=False, why=""):
+        self.low, self.high, self.low_open, self.high_open, self.why = low, high, low_open, high_open, why
+
+    def describe(self):
+        if self.high is None:
+            if self.low is None:
+                return "a finite number"
+            return f"a finite number {'>' if self.low_open else '>='} {self.low}"
+        return (f"a finite number in {'(' if self.low_open else '['}{self.low}, "
+                f"{self.high}{')' if self.high_open else ']'}")
+
+    def check(self, value, label):
+        why = f" ({self.why})" if self.why else ""
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(f"{label} must be {self.describe()}{why}; got {_shown(value)}")
+        number = float(value)
+        below = self.low is not None and (number <= self.low if self.low_open else number < self.low)
+        above = self.high is not None and (number >= self.high if self.high_open else number > self.high)
+        if not np.isfinite(number) or below or above:
+            raise ValueError(f"{label} must be {self.describe()}{why}; got {_shown(value)}")
+        return number
+
+
+class RangeSetting:
+    """A pair [low, high] of finite numbers with low <= high; stored as a list of floats."""
+
+    def describe(self):
+        return "a pair [low, high] of finite numbers with low <= high"
+
+    def check(self, value, label):
+        if (not isinstance(value, (list, tuple)) or len(value) != 2
+                or any(isinstance(v, bool) or not isinstance(v, numbers.Real) for v in value)):
+            raise TypeError(f"{label} must be {self.describe()}; got {_shown(value)}")
+        low, high = float(value[0]), float(value[1])
+        if not (np.isfinite(low) and np.isfinite(high) and low <= high):
+            raise ValueError(f"{label} must be {self.describe()}; got {_shown(value)}")
+        return [low, high]
+
+
+class FolderSetting:
+    """None, or the path of an existing folder; stored as a string."""
+
+    def describe(self):
+        return "None or the path of an existing folder"
+
+    def check(self, value, label):
+        if value is None:
+            return None
+        if not isinstance(value, (str, os.PathLike)):
+            raise TypeError(f"{label} must be {self.describe()}; got {_shown(value)}")
+        path = os.fspath(value)
+        if not path or not os.path.isdir(path):
+            what = "is not a folder" if os.path.exists(path) else "does not exist"
+            raise ValueError(f"{label} must be {self.describe()}; {path!r} {what}")
+        return path

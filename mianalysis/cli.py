@@ -168,17 +168,26 @@ def _cmd_federate(args):
             if os.path.lexists(entry) and os.path.isdir(entry) != folder:
                 raise ValueError(f"{entry} is not a {'folder' if folder else 'regular file'}; federate writes its "
                                  "own files in OUT: remove it or choose another folder")
-        out.mkdir(parents=True, exist_ok=True)
-        if args.record:
-            _, history = record_replicates(sim, out / "dump", chunk_size=args.chunk_size, layer=args.layer,
-                                           progress=not args.no_progress)
-        else:
-            history, _ = sim.run(progress=not args.no_progress, log_client_eb=args.client_eb)
-            if args.client_eb:
+        # OUT is created only once the run is under way: by the recorder, which checks everything
+        # before it creates OUT/dump, or after a run that is not recorded. An OUT this command
+        # created is removed again if the command fails or is interrupted with nothing in it.
+        created = not out.exists()
+        try:
+            if args.record:
+                _, history = record_replicates(sim, out / "dump", chunk_size=args.chunk_size, layer=args.layer,
+                                               progress=not args.no_progress)
+            else:
+                history, _ = sim.run(progress=not args.no_progress, log_client_eb=args.client_eb)
+            out.mkdir(parents=True, exist_ok=True)
+            if args.client_eb and not args.record:
                 write_rows(sim.client_eb, out / "client_eb.csv")
-        rows = history_table(history, out / "history.csv")
-        _write_federate_settings(out / "settings.json", sim.describe(), collect(started, finished=True),
-                                 resumed=args.record)
+            rows = history_table(history, out / "history.csv")
+            _write_federate_settings(out / "settings.json", sim.describe(), collect(started, finished=True),
+                                     resumed=args.record)
+        except BaseException:
+            if created and out.is_dir() and not any(out.iterdir()):
+                out.rmdir()
+            raise
     last = rows[-1]
     print(f"round {last['round']}: test accuracy {last['test_accuracy']:.4f}, test loss {last['test_loss']:.4f} "
           f"(mean of {last['replicates']} replicates); wrote {out / 'history.csv'}")
@@ -307,6 +316,81 @@ def build_parser():
     return parser
 
 
+# Commands that train or read PyTorch files: they import torch before they start (see below).
+_TORCH_COMMANDS = {"sample", "federate", "demo", "import"}
+
+
+def _import_torch_undisturbed():
+    """Import PyTorch with Ctrl-C held back until the import is done, then delivered.
+
+    A KeyboardInterrupt raised while PyTorch's native modules initialise escapes from C++
+    as an exception nothing catches, and the process aborts; an interrupt held back until
+    the import finishes is an ordinary KeyboardInterrupt. Nothing to do without PyTorch."""
+    import signal
+    import threading
+
+    previous = signal.getsignal(signal.SIGINT)
+    if "torch" in sys.modules or threading.current_thread() is not threading.main_thread() or previous is None:
+        return  # (None: a handler installed outside Python, which cannot be put back from here)
+    received = []
+    signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        pass
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if received and previous is signal.default_int_handler:
+        raise KeyboardInterrupt
+
+
+def _by_interrupt(exc):
+    """Whether `exc` is, or was raised because of, a KeyboardInterrupt (Python 3.11 wraps one
+    raised inside ``__set_name__``, as during a class definition in a lazy import, in a
+    RuntimeError)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _report_interrupt(args):
+    """Print the one line of an interrupted command and return its exit status, 130."""
+    # A progress bar left open by the interruption ends its line first (and is not drawn
+    # again at exit, after this one).
+    tqdm = getattr(sys.modules.get("tqdm.std"), "tqdm", None)
+    for bar in list(getattr(tqdm, "_instances", ())):
+        try:
+            bar.close()
+        except Exception:  # a bar is cosmetic: never let it hide the line below
+            pass
+    print(f"mianalysis {args.command}: {_interrupted(args)}", file=sys.stderr)
+    # Under `python -m`, CPython kills itself with SIGINT at exit if a KeyboardInterrupt ever
+    # left an exec() of a string (dataclasses and namedtuples are made so, e.g. while torch is
+    # imported), even one handled here; an exec() of a string clears that record again.
+    exec("")
+    return 130
+
+
+def _interrupted(args):
+    """The line an interrupted command prints: whether any of its outputs is on disk.
+
+    Every writer keeps its output resumable at every moment (chunks, journals and manifests
+    are replaced atomically), and a dump created by a command that is interrupted before its
+    first chunk is removed again; so an output on disk means a rerun resumes it."""
+    from pathlib import Path
+
+    out = getattr(args, "out", None)
+    outputs = [] if out is None else [Path(out)]
+    if out is not None and args.command == "analyze":
+        outputs += [Path(str(out) + ".partial"), Path(str(out) + ".json")]  # its journal and sidecar
+    written = any(p.is_file() or (p.is_dir() and any(p.iterdir())) for p in outputs)
+    return "interrupted; rerun the same command to resume" if written else "interrupted; nothing was written"
+
+
 def main(argv=None):
     parser = build_parser()
     try:
@@ -314,10 +398,20 @@ def main(argv=None):
     except SystemExit as exc:  # argument errors (exit 2) and --help (exit 0)
         return exc.code
     try:
+        if args.command in _TORCH_COMMANDS and not getattr(args, "estimators_only", False):
+            _import_torch_undisturbed()
         args.func(args)
+    except KeyboardInterrupt:  # Ctrl-C (SIGINT): one line and the shell's status for it, no traceback
+        return _report_interrupt(args)
     except (ValueError, TypeError, OSError) as exc:
+        if _by_interrupt(exc):
+            return _report_interrupt(args)
         print(f"mianalysis {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        if _by_interrupt(exc):
+            return _report_interrupt(args)
+        raise
     return 0
 
 

@@ -39,6 +39,7 @@ import json
 import os
 import shutil
 import stat
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -202,6 +203,66 @@ def _clear_killed_creation(folder):
         (folder / name).unlink()  # a link is removed, never followed; a folder fails (OSError)
 
 
+def _checked_meta(meta):
+    """`meta` (a dict or None) as it reads back from the manifest; TypeError naming `meta`
+    if it is not a dict or not JSON-serialisable."""
+    if meta is not None and not isinstance(meta, dict):
+        raise TypeError(f"`meta` must be a dict or None; got {type(meta).__name__}")
+    try:
+        return json.loads(json.dumps(meta or {}))
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"`meta` must be JSON-serialisable (it is stored in {MANIFEST}): {exc}") from exc
+
+
+@contextmanager
+def unwritten_dump_discarded(path):
+    """A block that may create a dump at `path`: if the block fails or is interrupted and
+    `path` held no dump when it began, a dump it created without completing a chunk is
+    removed again (:func:`discard_unwritten_dump`), so that nothing is left behind. Enter it
+    with the writer lock held (``with WriterLock(path), unwritten_dump_discarded(path):``)."""
+    path = Path(path)
+    fresh, was_folder = not (path / MANIFEST).exists(), path.is_dir()
+    try:
+        yield
+    except BaseException:
+        if fresh:
+            discard_unwritten_dump(path, keep_folder=was_folder)
+        raise
+
+
+def discard_unwritten_dump(path, *, keep_folder=False):
+    """Remove the dump at `path` if it holds no completed run, and its staging folder.
+
+    A writer that created a dump and then failed or was interrupted before its first chunk
+    calls this (holding the writer lock) so that nothing is left behind: a rerun with
+    corrected settings is not refused because of an empty dump with the old ones. A dump
+    with completed runs is kept (a rerun resumes it). `keep_folder` puts back the empty
+    folder that `path` was before the dump was built in it:
+    only the dump's own files are removed from it. Returns whether a dump was removed.
+    """
+    path = Path(path)
+    shutil.rmtree(path.parent / f".{path.name}.creating", ignore_errors=True)
+    try:
+        chunks = json.loads((path / MANIFEST).read_text())["chunks"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    if chunks:
+        return False
+    if not keep_folder:
+        shutil.rmtree(path)
+        return True
+    # The dump was built inside a folder that existed (perhaps the working directory): only
+    # its own files are removed, the folder itself stays where it is.
+    n_clients = len(json.loads((path / MANIFEST).read_text())["clients"])
+    names = [_client_file(i) for i in range(n_clients)] + [_metrics_file(i) for i in range(n_clients)]
+    for name in names + [CREATING, MANIFEST + ".tmp", MANIFEST]:
+        try:
+            (path / name).unlink()  # a link is removed, never followed
+        except FileNotFoundError:
+            pass
+    return True
+
+
 class ParameterDump:
     """Samples of several clients' flattened parameter vectors at training checkpoints.
 
@@ -295,10 +356,11 @@ class ParameterDump:
             raise ValueError(f"`n_runs` must be >= 1; got {n_runs}")
         if not layout:
             raise ValueError("`layout` must describe at least one tensor")
+        meta = _checked_meta(meta)  # stored in the manifest: checked before anything is created
         n_params = layout[-1].offset + layout[-1].size
         manifest = {
             "format_version": FORMAT_VERSION,
-            "meta": meta or {},
+            "meta": meta,
             "clients": clients,
             "checkpoints": checkpoints,
             "n_runs": int(n_runs),
@@ -337,9 +399,11 @@ class ParameterDump:
                         fh.truncate(int(np.prod(shape)) * DTYPE.itemsize)
             _write_json_atomically(staging / MANIFEST, manifest)
             os.replace(staging, path)  # `path` does not exist (an existing folder is built in place)
-        except OSError as exc:
+        except BaseException as exc:  # an error or an interruption: no staging folder is left behind
             shutil.rmtree(staging, ignore_errors=True)
-            raise DumpError(f"could not create the dump {path} ({exc}); nothing was written there") from exc
+            if isinstance(exc, OSError):
+                raise DumpError(f"could not create the dump {path} ({exc}); nothing was written there") from exc
+            raise
         dump.path = path
         dump._session, dump._session_index = manifest["provenance"][0], 0
         return dump
@@ -362,13 +426,15 @@ class ParameterDump:
                 _create_array_file(path / name, size)
                 created.append(path / name)
             _write_json_atomically(path / MANIFEST, manifest)
-        except OSError as exc:
-            for file in [path / MANIFEST, path / (MANIFEST + ".tmp")] + created[::-1]:  # the folder as it was: empty
+        except BaseException as exc:  # an error or an interruption: the folder is left as it was, empty
+            for file in [path / MANIFEST, path / (MANIFEST + ".tmp")] + created[::-1]:
                 try:
                     file.unlink(missing_ok=True)
                 except OSError:
                     pass
-            raise DumpError(f"could not create the dump {path} ({exc}); nothing was written there") from exc
+            if isinstance(exc, OSError):
+                raise DumpError(f"could not create the dump {path} ({exc}); nothing was written there") from exc
+            raise
         try:
             (path / CREATING).unlink()
         except OSError:
@@ -399,7 +465,7 @@ class ParameterDump:
         LockedError
             If another process is writing `path`.
         """
-        meta = json.loads(json.dumps(meta))
+        meta = _checked_meta(meta)
         path = Path(path)
         with WriterLock(path):
             if os.path.lexists(path / MANIFEST):
@@ -468,16 +534,39 @@ class ParameterDump:
             raise ValueError(
                 f"`layout` describes {layout[-1].offset + layout[-1].size} parameters; samples have {n_params}"
             )
-        metric_names = sorted({m for per in (metrics or {}).values() for m in per})
+        # Metrics and meta are checked here, before the dump is created: a rejected call leaves nothing.
+        if metrics is None:
+            metrics = {}
+        if not isinstance(metrics, dict):
+            raise TypeError(f"`metrics` must be a dict of client -> dict of metric name -> array; "
+                            f"got {type(metrics).__name__}")
+        metrics = {str(client): per for client, per in metrics.items()}
+        unknown = sorted(set(metrics) - set(arrays))
+        if unknown:
+            raise ValueError(f"`metrics` names clients that have no samples: {unknown}; clients: {list(arrays)}")
+        for client, per in metrics.items():
+            if not isinstance(per, dict):
+                raise TypeError(f"`metrics[{client!r}]` must be a dict of metric name -> array (n_checkpoints, "
+                                f"n_runs); got {type(per).__name__}")
+        metric_names = sorted({str(m) for per in metrics.values() for m in per})
         metric_arrays = {}
         for name in arrays:
-            per = (metrics or {}).get(name, {})
+            per = {str(k): v for k, v in metrics.get(name, {}).items()}
             m = np.full((len(metric_names), n_ckpt, n_runs), np.nan, dtype=np.float32)
             for j, mname in enumerate(metric_names):
                 if mname in per:
-                    m[j] = np.asarray(per[mname], dtype=np.float32).reshape(n_ckpt, n_runs)
+                    value = np.asarray(per[mname])
+                    label = f"`metrics[{name!r}][{mname!r}]`"
+                    if value.dtype.kind not in "biuf":
+                        raise TypeError(f"{label} must be numeric; got dtype {value.dtype}")
+                    if value.shape != (n_ckpt, n_runs) and not (n_ckpt == 1 and value.shape == (n_runs,)):
+                        raise ValueError(f"{label} must have shape {(n_ckpt, n_runs)} (checkpoints, runs); "
+                                         f"got {value.shape}")
+                    m[j] = value.astype(np.float32).reshape(n_ckpt, n_runs)
             metric_arrays[name] = m
-        with WriterLock(path):  # one writer from creation to the written samples
+        meta = _checked_meta(meta)
+        # One writer from creation to the written samples; all or nothing: a failed write leaves no empty dump.
+        with WriterLock(path), unwritten_dump_discarded(path):
             dump = cls.create(
                 path, clients=list(arrays), checkpoints=checkpoints, n_runs=n_runs, layout=layout,
                 metric_names=metric_names, meta=meta,

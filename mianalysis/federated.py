@@ -425,16 +425,24 @@ class FederatedSimulation:
         with torch_threads(1):
             return self._run(replicate_ids, record, progress, stop_at_accuracy, log_client_eb)
 
+    def check_recordable(self):
+        """Raise a ValueError unless every client's local model can be recorded per round
+        (``run(record=True)``, :func:`record_replicates`): all clients every round and
+        ``placement="update"``. Recorders call this before they create anything."""
+        if self.config.client_fraction < 1:
+            raise ValueError("recording every client's model needs `client_fraction` = 1 (all clients every round)")
+        if self.config.placement == "step":
+            raise ValueError("recording local models needs `placement`='update': with 'step' the clients share one "
+                             "model throughout the round")
+        return self
+
     def _run(self, replicate_ids, record, progress, stop_at_accuracy, log_client_eb):
         import torch
 
         cfg = self.config
         replicate_ids = list(range(self.replicates)) if replicate_ids is None else list(replicate_ids)
-        if record and cfg.client_fraction < 1:
-            raise ValueError("recording every client's model needs `client_fraction` = 1 (all clients every round)")
-        if record and cfg.placement == "step":
-            raise ValueError("recording local models needs `placement`='update': with 'step' the clients share one "
-                             "model throughout the round")
+        if record:
+            self.check_recordable()
         params = self._setup(replicate_ids)
         weights = torch.from_numpy(self.data.sizes().astype(np.float64)) if cfg.weighted else None
         history = []
@@ -527,8 +535,11 @@ def record_replicates(simulation, out, *, chunk_size=16, layer=None, progress=Tr
         The global model's metrics per round and replicate.
     """
     from ._locking import WriterLock
-    from .dumps import ParameterDump, layout_columns, layout_from_shapes, select_layout
+    from .dumps import ParameterDump, layout_columns, layout_from_shapes, select_layout, unwritten_dump_discarded
 
+    # Everything is checked before the dump is opened or created: a rejected call leaves nothing.
+    simulation.check_recordable()
+    chunk_size = check_int(chunk_size, "chunk_size", low=1)
     layout = layout_from_shapes(simulation.layout())
     if layer is None:
         cols, rec_layout = slice(None), layout
@@ -541,7 +552,8 @@ def record_replicates(simulation, out, *, chunk_size=16, layer=None, progress=Tr
         names[2:2] = ["val_loss", "val_accuracy"]
     meta = {"federated": simulation.describe(), "layer": layer, "replicates": simulation.replicates,
             "chunk_size": chunk_size}
-    with WriterLock(out):  # one recorder per dump, from opening it to its last chunk
+    # One recorder per dump, from opening it to its last chunk; failed before its first chunk: no empty dump left.
+    with WriterLock(out), unwritten_dump_discarded(out):
         dump = ParameterDump.open_or_create(
             out, meta=meta, clients=[str(c) for c in range(simulation.data.n_clients)],
             checkpoints=list(range(simulation.config.rounds + 1)), n_runs=simulation.replicates,

@@ -8,7 +8,7 @@ import numpy as np
 
 from ._locking import WriterLock
 from ._validation import check_choice, check_int
-from .dumps import ParameterDump, layout_from_shapes
+from .dumps import ParameterDump, layout_from_shapes, unwritten_dump_discarded
 
 INIT_MODES = ("per-run", "fixed")
 
@@ -124,7 +124,7 @@ class ParameterSampler:
         writer) of `out` gets a LockedError naming this process.
         """
         runs = check_int(runs, "runs", low=1)
-        with WriterLock(out):
+        with WriterLock(out), unwritten_dump_discarded(out):  # failed before its first chunk: no empty dump left
             dump = ParameterDump.open_or_create(
                 out, meta=self.settings(runs), clients=[str(c) for c in range(self.task.n_clients)],
                 checkpoints=self.checkpoints, n_runs=runs, layout=layout_from_shapes(self.task.parameter_shapes()),

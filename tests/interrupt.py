@@ -27,3 +27,17 @@ def kill_at_random_moments(cmd, progress, *, env, seed, times=5, timeout=120, af
         if after_each is not None:
             after_each()
     return kills
+
+
+def interrupt_when(cmd, ready, *, env, timeout=120):
+    """Start `cmd`, send it SIGINT (Ctrl-C) as soon as `ready()` is true, and return its exit
+    status and stderr. Fails if the command ends before it is ready."""
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None and not ready() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    if proc.poll() is not None:
+        raise AssertionError(f"{cmd} ended (status {proc.returncode}) before it could be interrupted: {proc.stderr.read()}")
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=timeout)
+    return proc.returncode, err

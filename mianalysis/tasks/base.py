@@ -13,6 +13,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+from .._validation import RealSetting
+
+# The rule for Adam learning rates. Adam moves each parameter by about `lr` per step whatever
+# the gradient's scale, so 10 is already far beyond any useful step for these networks (their
+# weights are of order 1) while it keeps float32 training clear of overflow: a larger value
+# (1e38) is a typo, not a learning rate.
+LEARNING_RATE = RealSetting(0, 10, low_open=True, why="Adam moves each parameter by about lr per step")
+
 
 @dataclass
 class ClientBatchData:
@@ -29,13 +37,32 @@ class Task(ABC):
 
     name = "task"
     presets = {}
+    # Every setting's type and allowed range, declared once per task: setting name -> a rule
+    # from mianalysis._validation (IntSetting, RealSetting, RangeSetting, FolderSetting).
+    setting_rules = {}
 
     def __init__(self, **settings):
-        self.settings = {**self.default_settings(), **settings}
         unknown = set(settings) - set(self.default_settings())
         if unknown:
             raise ValueError(f"unknown setting(s) {sorted(unknown)} for task {self.name!r}; "
                              f"known: {sorted(self.default_settings())}")
+        # Every setting is checked against its rule now, before anything is trained or written,
+        # and stored as checked (an integer given as 2.0 is stored, and recorded, as 2).
+        self.settings = {key: self.setting_rules[key].check(value, f"`{key}` (task {self.name})")
+                         for key, value in {**self.default_settings(), **settings}.items()}
+        self.check_settings_together()
+
+    def check_settings_together(self):
+        """Checks that involve several settings (each one is already checked on its own).
+
+        A batch larger than the training set is refused rather than clipped: its first batch
+        would already be the last, smaller one, so two settings that train identically would
+        be recorded differently in a dump's manifest.
+        """
+        if self.batch_size > self.n_examples:
+            raise ValueError(f"`batch_size` (task {self.name}) must be <= the number of training examples per "
+                             f"client ({self.n_examples}); got {self.batch_size}: lower `batch_size` or give each "
+                             f"client more examples")
 
     @classmethod
     def from_preset(cls, preset="paper", **overrides):

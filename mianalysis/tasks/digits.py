@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from .._threads import torch_threads
-from .base import ClientBatchData, Task
+from .._validation import FolderSetting, IntSetting, RealSetting
+from .base import LEARNING_RATE, ClientBatchData, Task
 
 
 def default_cache_dir():
@@ -100,6 +101,20 @@ class DigitsLeNetTask(Task):
             "pretrain_lr": 1e-3,
             "data_seed": 0,
         }
+
+    setting_rules = {
+        "n_clients": IntSetting(1),
+        "per_digit": IntSetting(1),
+        "lr": LEARNING_RATE,
+        "batch_size": IntSetting(1),
+        "max_rotation": RealSetting(0, 180),  # degrees
+        "max_zoom": RealSetting(0, 1, high_open=True),  # a zoom of 1 - max_zoom must stay > 0
+        "max_shift": RealSetting(0, 1),  # fractions of the image width
+        "mnist_path": FolderSetting(),
+        "pretrain_epochs": IntSetting(0),  # 0: the body keeps its random initialisation
+        "pretrain_lr": LEARNING_RATE,
+        "data_seed": IntSetting(0, 2**32 - 1),  # scikit-learn's train/test split takes seeds below 2**32
+    }
 
     def __init__(self, **settings):
         super().__init__(**settings)

@@ -6,7 +6,8 @@ import math
 
 import numpy as np
 
-from .base import ClientBatchData, Task
+from .._validation import IntSetting, RangeSetting, RealSetting
+from .base import LEARNING_RATE, ClientBatchData, Task
 
 
 class SignalRNNTask(Task):
@@ -61,6 +62,30 @@ class SignalRNNTask(Task):
             "data_seed": 0,
             "eval_examples": None,
         }
+
+    setting_rules = {
+        "n_clients": IntSetting(1),
+        "n_examples": IntSetting(1),
+        "seq_len": IntSetting(2),  # standardising a sequence of one value divides by a zero spread
+        "n_layers": IntSetting(1),
+        "hidden": IntSetting(1),
+        "dropout": RealSetting(0, 1, high_open=True),
+        "lr": LEARNING_RATE,
+        "batch_size": IntSetting(1),
+        "n_components": IntSetting(1),
+        "noise": RealSetting(0),
+        "shift_range": RangeSetting(),
+        "scale_range": RangeSetting(),
+        "data_seed": IntSetting(0, 2**32 - 1),
+        "eval_examples": IntSetting(1, optional=True),
+    }
+
+    def check_settings_together(self):
+        super().check_settings_together()
+        m = self.settings["eval_examples"]
+        if m is not None and m > self.n_examples:
+            raise ValueError(f"`eval_examples` (task {self.name}) must be None (all examples) or <= `n_examples` "
+                             f"({self.n_examples}); got {m}")
 
     def parameter_shapes(self):
         h = int(self.settings["hidden"])
