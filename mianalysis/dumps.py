@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,7 +61,7 @@ class LayoutEntry:
 
     @property
     def size(self):
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(int(s) for s in self.shape)  # a Python int: never overflows
 
     def to_json(self):
         return {"name": self.name, "shape": list(self.shape), "offset": self.offset, "size": self.size}
@@ -117,6 +119,132 @@ def _write_json_atomically(path, obj):
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def _shown(value, limit=60):
+    """repr of a manifest value for a one-line message, shortened."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_manifest(manifest, mpath):
+    """Check a parsed manifest.json field by field; raise DumpError naming `mpath` and the
+    first field that is missing, of the wrong type or inconsistent with the others.
+
+    Checked: the format version; meta (an object); clients (unique strings, at least one);
+    checkpoints (integers, at least one); n_runs and n_params (integers >= 1); the layout
+    (objects with a string name, unique, a shape of integers >= 0, an integer offset, each
+    tensor starting where the one before ends and the last ending at n_params); metrics
+    (unique strings); dtype; chunks (objects with integer start and stop, contiguous from
+    run 0 up to at most n_runs, and a SHA-256 hex digest for every client and no other);
+    provenance (a list of objects, when present). Every count is a Python int, so no size
+    derived from the manifest overflows. File sizes are checked after this, before any
+    file is mapped (see ParameterDump._check_files)."""
+
+    def bad(field, want, got):
+        raise DumpError(f"{mpath} is damaged: `{field}` must be {want}; got {_shown(got)}")
+
+    if not isinstance(manifest, dict):
+        bad("manifest", "a JSON object", type(manifest).__name__)
+    if "format_version" in manifest:
+        version = manifest["format_version"]
+        if not _is_int(version) or version < 1:
+            bad("format_version", "an integer >= 1", version)
+        if version > FORMAT_VERSION:
+            raise DumpError(f"{mpath} has format version {version!r}; this mianalysis reads up to "
+                            f"{FORMAT_VERSION}: upgrade mianalysis")
+    required = ("format_version", "meta", "clients", "checkpoints", "n_runs", "n_params", "layout", "metrics", "chunks")
+    missing = [k for k in required if k not in manifest]
+    if missing:
+        raise DumpError(f"{mpath} is damaged: missing {missing}")
+    if not isinstance(manifest["meta"], dict):
+        bad("meta", "an object", manifest["meta"])
+
+    clients = manifest["clients"]
+    if not isinstance(clients, list) or not clients:
+        bad("clients", "a non-empty list of client names", clients)
+    for i, c in enumerate(clients):
+        if not isinstance(c, str):
+            bad(f"clients[{i}]", "a string", c)
+    if len(set(clients)) != len(clients):
+        dupes = sorted({c for c in clients if clients.count(c) > 1})
+        bad("clients", "unique names", f"{dupes} more than once")
+    checkpoints = manifest["checkpoints"]
+    if not isinstance(checkpoints, list) or not checkpoints:
+        bad("checkpoints", "a non-empty list of integer iterations", checkpoints)
+    for i, c in enumerate(checkpoints):
+        if not _is_int(c):
+            bad(f"checkpoints[{i}]", "an integer iteration", c)
+    for field in ("n_runs", "n_params"):
+        if not _is_int(manifest[field]) or manifest[field] < 1:
+            bad(field, "an integer >= 1", manifest[field])
+    n_runs, n_params = manifest["n_runs"], manifest["n_params"]
+
+    layout = manifest["layout"]
+    if not isinstance(layout, list) or not layout:
+        bad("layout", "a non-empty list of tensors {name, shape, offset}", layout)
+    end, names = 0, set()
+    for i, entry in enumerate(layout):
+        if not isinstance(entry, dict) or any(k not in entry for k in ("name", "shape", "offset")):
+            bad(f"layout[{i}]", "an object with name, shape and offset", entry)
+        name, shape, offset = entry["name"], entry["shape"], entry["offset"]
+        if not isinstance(name, str):
+            bad(f"layout[{i}].name", "a string", name)
+        if name in names:
+            bad(f"layout[{i}].name", "unique", f"{name!r} twice")
+        names.add(name)
+        if not isinstance(shape, list) or not all(_is_int(s) and s >= 0 for s in shape):
+            bad(f"layout[{i}].shape", "a list of integers >= 0", shape)
+        size = math.prod(shape)
+        if "size" in entry and entry["size"] != size:
+            bad(f"layout[{i}].size", f"the product of the shape {shape}, {size}", entry["size"])
+        if not _is_int(offset) or offset < 0:
+            bad(f"layout[{i}].offset", "an integer >= 0", offset)
+        if offset != end:
+            how = "overlapping the tensor before it" if offset < end else "leaving a gap after the tensor before it"
+            bad(f"layout[{i}].offset", f"{end}, where the tensors before it end ({how})", offset)
+        end = offset + size
+    if end != n_params:
+        raise DumpError(f"{mpath}: layout describes {end} parameters, n_params is {n_params} "
+                        "(`layout` must cover the columns 0 to `n_params` - 1)")
+
+    metrics = manifest["metrics"]
+    if not isinstance(metrics, list) or not all(isinstance(m, str) for m in metrics):
+        bad("metrics", "a list of metric names (strings)", metrics)
+    if len(set(metrics)) != len(metrics):
+        bad("metrics", "unique names", metrics)
+    if "dtype" in manifest and manifest["dtype"] != DTYPE.str:
+        bad("dtype", repr(DTYPE.str), manifest["dtype"])
+    if "provenance" in manifest and (not isinstance(manifest["provenance"], list)
+                                     or not all(isinstance(p, dict) for p in manifest["provenance"])):
+        bad("provenance", "a list of objects", manifest["provenance"])
+
+    chunks = manifest["chunks"]
+    if not isinstance(chunks, list):
+        bad("chunks", "a list of written chunks {start, stop, sha256}", chunks)
+    stop = 0
+    for i, chunk in enumerate(chunks):
+        if not isinstance(chunk, dict) or any(k not in chunk for k in ("start", "stop", "sha256")):
+            bad(f"chunks[{i}]", "an object with start, stop and sha256", chunk)
+        for key in ("start", "stop"):
+            if not _is_int(chunk[key]):
+                bad(f"chunks[{i}].{key}", "an integer run", chunk[key])
+        if chunk["start"] != stop:
+            bad(f"chunks[{i}].start", f"{stop}, where the chunk before it stops (chunks are contiguous from run 0)",
+                chunk["start"])
+        if not chunk["start"] < chunk["stop"] <= n_runs:
+            bad(f"chunks[{i}].stop", f"in [{chunk['start'] + 1}, n_runs={n_runs}]", chunk["stop"])
+        stop = chunk["stop"]
+        sha = chunk["sha256"]
+        if not isinstance(sha, dict) or set(sha) != set(clients):
+            bad(f"chunks[{i}].sha256", f"an object with a checksum for each client of {clients}", sha)
+        for client, digest in sha.items():
+            if not isinstance(digest, str) or not re.fullmatch("[0-9a-f]{64}", digest):
+                bad(f"chunks[{i}].sha256[{client!r}]", "a SHA-256 digest (64 hex digits)", digest)
 
 
 class ParameterDump:
@@ -375,7 +503,14 @@ class ParameterDump:
     # ------------------------------------------------------------------ opening
     @classmethod
     def open(cls, path):
-        """Open an existing dump, checking its manifest and file sizes (not checksums: see verify)."""
+        """Open an existing dump, checking its manifest field by field (see :func:`check_manifest`)
+        and its file sizes, before any file is mapped (not checksums: see verify).
+
+        Raises
+        ------
+        DumpError
+            One line naming the file and the field or file that is missing or damaged.
+        """
         path = Path(path)
         if not path.exists():
             raise DumpError(f"dump {path} does not exist")
@@ -386,15 +521,7 @@ class ParameterDump:
             manifest = json.loads(mpath.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise DumpError(f"{mpath} is damaged (not valid JSON: {exc})") from exc
-        required = ("format_version", "meta", "clients", "checkpoints", "n_runs", "n_params", "layout", "metrics", "chunks")
-        if not isinstance(manifest, dict) or any(k not in manifest for k in required):
-            missing = [k for k in required if not isinstance(manifest, dict) or k not in manifest]
-            raise DumpError(f"{mpath} is damaged: missing {missing}")
-        version = manifest["format_version"]
-        if not isinstance(version, int) or version > FORMAT_VERSION:
-            raise DumpError(
-                f"{mpath} has format version {version!r}; this mianalysis reads up to {FORMAT_VERSION}: upgrade mianalysis"
-            )
+        check_manifest(manifest, mpath)  # before anything else reads it
         try:
             dump = cls(path, manifest)
         except (KeyError, TypeError, ValueError) as exc:
@@ -422,11 +549,13 @@ class ParameterDump:
                 file = self.path / name
                 if not file.exists():
                     raise DumpError(f"{file} is missing (client {self.clients[i]!r})")
-                want = int(np.prod(shape)) * DTYPE.itemsize
+                want = math.prod(shape) * DTYPE.itemsize  # Python ints: exact at any size
                 size = file.stat().st_size
                 if size != want:
+                    fields = ("len(checkpoints), n_runs, n_params" if name.startswith("client")
+                              else "len(metrics), len(checkpoints), n_runs")
                     raise DumpError(
-                        f"{file} has {size} bytes; the manifest's shape {shape} needs {want} "
+                        f"{file} has {size} bytes; the manifest's shape {shape} ({fields}) needs {want} "
                         f"({'truncated' if size < want else 'too long'})"
                     )
 
