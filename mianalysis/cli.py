@@ -45,6 +45,10 @@ def _cmd_estimate(args):
     kwargs = {"units": args.units}
     if args.estimator == "ksg":
         kwargs.update(k=args.k, algorithm=args.algorithm)
+        if args.shrinkage != "none":
+            raise ValueError("--shrinkage applies to --estimator gaussian")
+    else:
+        kwargs.update(shrinkage=None if args.shrinkage == "none" else args.shrinkage)
     if args.permutations:
         res = mi_permutation_test(
             x, y, estimator=args.estimator, n_permutations=args.permutations, random_state=args.seed, **kwargs
@@ -202,6 +206,21 @@ def _cmd_verify(args):
     print(f"{args.dump}: OK, {runs} runs verified, {state}")
 
 
+# Python options that messages of the library suggest, and the flags that set them here.
+CLI_WORDS = (
+    ("use shrinkage='ledoit-wolf'", "use --shrinkage ledoit-wolf"),
+    ("`placement`='step'", "--placement step"),
+    ("set `algorithm`='fedsgd'", "use --algorithm fedsgd"),
+)
+
+
+def _cli_words(message):
+    """`message` with each Python option it suggests replaced by the command-line flag."""
+    for python, flag in CLI_WORDS:
+        message = message.replace(python, flag)
+    return message
+
+
 class _OneLineParser(argparse.ArgumentParser):
     """Argument errors as one line ("mianalysis sample: error: ..."), no usage block."""
 
@@ -234,6 +253,8 @@ def build_parser():
     est.add_argument("-k", type=int, default=3)
     est.add_argument("--algorithm", type=int, choices=[1, 2], default=1)
     est.add_argument("--units", choices=["bits", "nats"], default="bits")
+    est.add_argument("--shrinkage", choices=["none", "ledoit-wolf"], default="none",
+                     help="gaussian: covariance estimator; ledoit-wolf when runs are few for the dimension")
     est.add_argument("--permutations", type=int, default=0, help="permutation test with this many shuffles")
     est.add_argument("--seed", type=int, default=None)
     est.set_defaults(func=_cmd_estimate)
@@ -406,7 +427,7 @@ def main(argv=None):
     except (ValueError, TypeError, OSError) as exc:
         if _by_interrupt(exc):
             return _report_interrupt(args)
-        print(f"mianalysis {args.command}: error: {exc}", file=sys.stderr)
+        print(f"mianalysis {args.command}: error: {_cli_words(str(exc))}", file=sys.stderr)
         return 2
     except Exception as exc:
         if _by_interrupt(exc):

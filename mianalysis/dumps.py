@@ -36,7 +36,9 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import math
 import os
+import re
 import shutil
 import stat
 from contextlib import contextmanager
@@ -68,7 +70,7 @@ class LayoutEntry:
 
     @property
     def size(self):
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(int(s) for s in self.shape)  # a Python int: never overflows
 
     def to_json(self):
         return {"name": self.name, "shape": list(self.shape), "offset": self.offset, "size": self.size}
@@ -261,6 +263,132 @@ def discard_unwritten_dump(path, *, keep_folder=False):
         except FileNotFoundError:
             pass
     return True
+
+
+def _shown(value, limit=60):
+    """repr of a manifest value for a one-line message, shortened."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_manifest(manifest, mpath):
+    """Check a parsed manifest.json field by field; raise DumpError naming `mpath` and the
+    first field that is missing, of the wrong type or inconsistent with the others.
+
+    Checked: the format version; meta (an object); clients (unique strings, at least one);
+    checkpoints (integers, at least one); n_runs and n_params (integers >= 1); the layout
+    (objects with a string name, unique, a shape of integers >= 0, an integer offset, each
+    tensor starting where the one before ends and the last ending at n_params); metrics
+    (unique strings); dtype; chunks (objects with integer start and stop, contiguous from
+    run 0 up to at most n_runs, and a SHA-256 hex digest for every client and no other);
+    provenance (a list of objects, when present). Every count is a Python int, so no size
+    derived from the manifest overflows. File sizes are checked after this, before any
+    file is mapped (see ParameterDump._check_files)."""
+
+    def bad(field, want, got):
+        raise DumpError(f"{mpath} is damaged: `{field}` must be {want}; got {_shown(got)}")
+
+    if not isinstance(manifest, dict):
+        bad("manifest", "a JSON object", type(manifest).__name__)
+    if "format_version" in manifest:
+        version = manifest["format_version"]
+        if not _is_int(version) or version < 1:
+            bad("format_version", "an integer >= 1", version)
+        if version > FORMAT_VERSION:
+            raise DumpError(f"{mpath} has format version {version!r}; this mianalysis reads up to "
+                            f"{FORMAT_VERSION}: upgrade mianalysis")
+    required = ("format_version", "meta", "clients", "checkpoints", "n_runs", "n_params", "layout", "metrics", "chunks")
+    missing = [k for k in required if k not in manifest]
+    if missing:
+        raise DumpError(f"{mpath} is damaged: missing {missing}")
+    if not isinstance(manifest["meta"], dict):
+        bad("meta", "an object", manifest["meta"])
+
+    clients = manifest["clients"]
+    if not isinstance(clients, list) or not clients:
+        bad("clients", "a non-empty list of client names", clients)
+    for i, c in enumerate(clients):
+        if not isinstance(c, str):
+            bad(f"clients[{i}]", "a string", c)
+    if len(set(clients)) != len(clients):
+        dupes = sorted({c for c in clients if clients.count(c) > 1})
+        bad("clients", "unique names", f"{dupes} more than once")
+    checkpoints = manifest["checkpoints"]
+    if not isinstance(checkpoints, list) or not checkpoints:
+        bad("checkpoints", "a non-empty list of integer iterations", checkpoints)
+    for i, c in enumerate(checkpoints):
+        if not _is_int(c):
+            bad(f"checkpoints[{i}]", "an integer iteration", c)
+    for field in ("n_runs", "n_params"):
+        if not _is_int(manifest[field]) or manifest[field] < 1:
+            bad(field, "an integer >= 1", manifest[field])
+    n_runs, n_params = manifest["n_runs"], manifest["n_params"]
+
+    layout = manifest["layout"]
+    if not isinstance(layout, list) or not layout:
+        bad("layout", "a non-empty list of tensors {name, shape, offset}", layout)
+    end, names = 0, set()
+    for i, entry in enumerate(layout):
+        if not isinstance(entry, dict) or any(k not in entry for k in ("name", "shape", "offset")):
+            bad(f"layout[{i}]", "an object with name, shape and offset", entry)
+        name, shape, offset = entry["name"], entry["shape"], entry["offset"]
+        if not isinstance(name, str):
+            bad(f"layout[{i}].name", "a string", name)
+        if name in names:
+            bad(f"layout[{i}].name", "unique", f"{name!r} twice")
+        names.add(name)
+        if not isinstance(shape, list) or not all(_is_int(s) and s >= 0 for s in shape):
+            bad(f"layout[{i}].shape", "a list of integers >= 0", shape)
+        size = math.prod(shape)
+        if "size" in entry and entry["size"] != size:
+            bad(f"layout[{i}].size", f"the product of the shape {shape}, {size}", entry["size"])
+        if not _is_int(offset) or offset < 0:
+            bad(f"layout[{i}].offset", "an integer >= 0", offset)
+        if offset != end:
+            how = "overlapping the tensor before it" if offset < end else "leaving a gap after the tensor before it"
+            bad(f"layout[{i}].offset", f"{end}, where the tensors before it end ({how})", offset)
+        end = offset + size
+    if end != n_params:
+        raise DumpError(f"{mpath}: layout describes {end} parameters, n_params is {n_params} "
+                        "(`layout` must cover the columns 0 to `n_params` - 1)")
+
+    metrics = manifest["metrics"]
+    if not isinstance(metrics, list) or not all(isinstance(m, str) for m in metrics):
+        bad("metrics", "a list of metric names (strings)", metrics)
+    if len(set(metrics)) != len(metrics):
+        bad("metrics", "unique names", metrics)
+    if "dtype" in manifest and manifest["dtype"] != DTYPE.str:
+        bad("dtype", repr(DTYPE.str), manifest["dtype"])
+    if "provenance" in manifest and (not isinstance(manifest["provenance"], list)
+                                     or not all(isinstance(p, dict) for p in manifest["provenance"])):
+        bad("provenance", "a list of objects", manifest["provenance"])
+
+    chunks = manifest["chunks"]
+    if not isinstance(chunks, list):
+        bad("chunks", "a list of written chunks {start, stop, sha256}", chunks)
+    stop = 0
+    for i, chunk in enumerate(chunks):
+        if not isinstance(chunk, dict) or any(k not in chunk for k in ("start", "stop", "sha256")):
+            bad(f"chunks[{i}]", "an object with start, stop and sha256", chunk)
+        for key in ("start", "stop"):
+            if not _is_int(chunk[key]):
+                bad(f"chunks[{i}].{key}", "an integer run", chunk[key])
+        if chunk["start"] != stop:
+            bad(f"chunks[{i}].start", f"{stop}, where the chunk before it stops (chunks are contiguous from run 0)",
+                chunk["start"])
+        if not chunk["start"] < chunk["stop"] <= n_runs:
+            bad(f"chunks[{i}].stop", f"in [{chunk['start'] + 1}, n_runs={n_runs}]", chunk["stop"])
+        stop = chunk["stop"]
+        sha = chunk["sha256"]
+        if not isinstance(sha, dict) or set(sha) != set(clients):
+            bad(f"chunks[{i}].sha256", f"an object with a checksum for each client of {clients}", sha)
+        for client, digest in sha.items():
+            if not isinstance(digest, str) or not re.fullmatch("[0-9a-f]{64}", digest):
+                bad(f"chunks[{i}].sha256[{client!r}]", "a SHA-256 digest (64 hex digits)", digest)
 
 
 class ParameterDump:
@@ -575,29 +703,52 @@ class ParameterDump:
         return dump
 
     @classmethod
-    def from_torch_checkpoints(cls, path, root, *, meta=None):
+    def from_torch_checkpoints(cls, path, root, *, key=None, meta=None):
         """Import a folder of PyTorch state_dict files laid out as ``root/CLIENT/CHECKPOINT/RUN.pt``.
 
         CLIENT is any folder name; CHECKPOINT a folder named by the training iteration (an
-        integer); RUN any file name, the same set under every client and checkpoint. Each
-        file holds a state_dict (``torch.save(model.state_dict(), ...)``); its floating-point
-        tensors, in the dict's order, make up the parameter vector (integer buffers such as
-        BatchNorm's ``num_batches_tracked`` are skipped). Every file must hold the same
-        tensors with the same shapes. The writer lock of `path` is held from before the
-        files are read (LockedError at once if another process is writing `path`).
+        integer); RUN any file name ending in ``.pt``, the same set under every client and
+        checkpoint (ordered by number when every name is a number, else by name). Each
+        file holds a state_dict (``torch.save(model.state_dict(), ...)``) or a checkpoint
+        dict holding one (``{"model": ..., "optimizer": ..., "epoch": ...}``, also under
+        "state_dict", "model_state_dict" or any other key): the one value that is a dict of
+        tensors is used, or the one under `key` (needed when several are). Its
+        floating-point tensors, in the dict's order, make up the parameter vector (integer
+        buffers such as BatchNorm's ``num_batches_tracked`` are skipped). Every file must
+        hold the same tensors with the same shapes. The writer lock of `path` is held from
+        before the files are read (LockedError at once if another process is writing `path`).
+
+        Raises
+        ------
+        DumpError
+            Naming the file or folder: a file torch.load cannot read (truncated, damaged);
+            no state dict in a file, or several and no `key`; a file that is not a .pt file,
+            or an extra or missing run in one folder; two files of one run ("10.pt" and
+            "010.pt") or two folders of one checkpoint; tensors or shapes unlike the first
+            file's. Every folder is checked before any file is loaded, and nothing is
+            written at `path` unless the import succeeds.
         """
         root = Path(root)
+        if key is not None and not isinstance(key, str):
+            raise TypeError(f"`key` must be a string or None; got {key!r}")
         if not root.is_dir():
             raise DumpError(f"{root} is not a folder")
         with WriterLock(path):  # a second importer of `path` fails now, not after reading every file
-            samples, checkpoints, named_shapes, runs = _read_state_dicts(root)
-            meta = dict(meta or {}, imported_from=str(root), runs=runs)
+            samples, checkpoints, named_shapes, runs, used = _read_state_dicts(root, key)
+            meta = dict(meta or {}, imported_from=str(root), runs=runs, state_dict_key=used)
             return cls.from_arrays(path, samples, checkpoints=checkpoints, layout=named_shapes, meta=meta)
 
     # ------------------------------------------------------------------ opening
     @classmethod
     def open(cls, path):
-        """Open an existing dump, checking its manifest and file sizes (not checksums: see verify)."""
+        """Open an existing dump, checking its manifest field by field (see :func:`check_manifest`)
+        and its file sizes, before any file is mapped (not checksums: see verify).
+
+        Raises
+        ------
+        DumpError
+            One line naming the file and the field or file that is missing or damaged.
+        """
         path = Path(path)
         if not path.exists():
             raise DumpError(f"dump {path} does not exist")
@@ -610,15 +761,7 @@ class ParameterDump:
             manifest = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise DumpError(f"{mpath} is damaged (not valid JSON: {exc})") from exc
-        required = ("format_version", "meta", "clients", "checkpoints", "n_runs", "n_params", "layout", "metrics", "chunks")
-        if not isinstance(manifest, dict) or any(k not in manifest for k in required):
-            missing = [k for k in required if not isinstance(manifest, dict) or k not in manifest]
-            raise DumpError(f"{mpath} is damaged: missing {missing}")
-        version = manifest["format_version"]
-        if not isinstance(version, int) or version > FORMAT_VERSION:
-            raise DumpError(
-                f"{mpath} has format version {version!r}; this mianalysis reads up to {FORMAT_VERSION}: upgrade mianalysis"
-            )
+        check_manifest(manifest, mpath)  # before anything else reads it
         try:
             dump = cls(path, manifest)
         except (KeyError, TypeError, ValueError) as exc:
@@ -650,11 +793,13 @@ class ParameterDump:
                     raise DumpError(f"{file} is missing (client {self.clients[i]!r})") from None
                 if _not_regular(st):
                     raise _member_error(file, _not_regular(st))
-                want = int(np.prod(shape)) * DTYPE.itemsize
+                want = math.prod(shape) * DTYPE.itemsize  # Python ints: exact at any size
                 size = st.st_size
                 if size != want:
+                    fields = ("len(checkpoints), n_runs, n_params" if name.startswith("client")
+                              else "len(metrics), len(checkpoints), n_runs")
                     raise DumpError(
-                        f"{file} has {size} bytes; the manifest's shape {shape} needs {want} "
+                        f"{file} has {size} bytes; the manifest's shape {shape} ({fields}) needs {want} "
                         f"({'truncated' if size < want else 'too long'})"
                     )
 
@@ -823,47 +968,173 @@ class ParameterDump:
                 f"runs={self.completed_runs}/{self.n_runs}, params={self.n_params})")
 
 
-def _int_name(name):
+def _int_name(name, folder=None):
     try:
         return int(name)
     except ValueError as exc:
-        raise DumpError(f"checkpoint folder {name!r} is not an integer iteration") from exc
+        where = f"{folder}: " if folder is not None else ""
+        raise DumpError(f"{where}checkpoint folder {name!r} is not an integer iteration") from exc
 
 
-def _read_state_dicts(root):
+def _checkpoint_folders(client_dir):
+    """[(iteration, folder name)] of a client folder, by iteration; DumpError naming a file
+    that is not a checkpoint folder, a name that is not an integer, or two folders of one
+    iteration ("10" and "010")."""
+    found = {}
+    for p in sorted(client_dir.iterdir()):
+        if not p.is_dir():
+            raise DumpError(f"{p} is not a checkpoint folder (expected ROOT/CLIENT/CHECKPOINT/RUN.pt); move it out "
+                            f"of {client_dir}")
+        iteration = _int_name(p.name, p)
+        if iteration in found:
+            raise DumpError(f"{client_dir / found[iteration]} and {p} both name checkpoint {iteration}; keep one")
+        found[iteration] = p.name
+    return sorted(found.items())
+
+
+def _run_files(folder):
+    """Names of the RUN.pt files of a checkpoint folder, by run number where every name is a
+    number (else by name); DumpError naming a folder or a file that is not a .pt file, or
+    two files of one run number ("10.pt" and "010.pt")."""
+    names, numbers = [], {}
+    for p in sorted(folder.iterdir()):
+        if p.is_dir():
+            raise DumpError(f"{p} is a folder; a checkpoint folder holds only RUN.pt files")
+        if p.suffix != ".pt":
+            raise DumpError(f"{p} is not a .pt file; a checkpoint folder holds only RUN.pt files (move it out "
+                            f"of {folder})")
+        if re.fullmatch(r"[0-9]+", p.stem):
+            run = int(p.stem)
+            if run in numbers:
+                raise DumpError(f"{folder / numbers[run]} and {p} both name run {run}; keep one")
+            numbers[run] = p.name
+        names.append(p.name)
+    if len(numbers) == len(names):
+        return [numbers[run] for run in sorted(numbers)]
+    return names
+
+
+def _is_state_dict(obj, torch):
+    """A flat dict of named tensors: at least one floating-point tensor, no nested dicts."""
+    from collections.abc import Mapping
+
+    return (isinstance(obj, Mapping) and all(isinstance(k, str) for k in obj)
+            and any(torch.is_tensor(v) and v.is_floating_point() for v in obj.values())
+            and not any(isinstance(v, Mapping) for v in obj.values()))
+
+
+def _load_state_dict(file, key, torch):
+    """(state dict, the key it was found under or None) of one RUN.pt file: the file's dict
+    itself, the one dict in it that is a state dict (``{"model": ..., "epoch": ...}``), or
+    the one under `key`; DumpError naming the file otherwise."""
+    from collections.abc import Mapping
+
+    try:
+        obj = torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - torch raises many kinds on a damaged file
+        lines = str(exc).strip().splitlines()
+        why = f"{type(exc).__name__}: {lines[0][:200]}" if lines else type(exc).__name__
+        raise DumpError(f"{file} could not be read by torch.load ({why}): truncated, damaged, or not a "
+                        "weights-only PyTorch file; save model.state_dict() (or a dict holding it)") from exc
+    keys = list(obj) if isinstance(obj, Mapping) else None
+    shown = _shown(keys, 200)
+    if key is not None:
+        if keys is None or key not in obj:
+            raise DumpError(f"{file} has no key {key!r}; its keys: {shown}" if keys is not None else
+                            f"{file} holds a {type(obj).__name__}, not a dict with a key {key!r}")
+        if not _is_state_dict(obj[key], torch):
+            raise DumpError(f"{file}[{key!r}] is not a state dict (a dict of floating-point tensors): a "
+                            f"{type(obj[key]).__name__}; keys in the file: {shown}")
+        return obj[key], key
+    if _is_state_dict(obj, torch):
+        return obj, None
+    if keys is None:
+        raise DumpError(f"{file} holds a {type(obj).__name__}, not a state dict; save model.state_dict()")
+    found = [k for k, v in obj.items() if _is_state_dict(v, torch)]
+    if len(found) > 1:
+        raise DumpError(f"{file} holds several state dicts, under keys {_shown(found, 200)}; choose one with key= "
+                        f"(keys in the file: {shown})")
+    if not found:
+        raise DumpError(f"{file} holds no state dict (a dict of floating-point tensors); its keys: {shown}; pass key= naming the "
+                        "one that holds the model's state_dict")
+    return obj[found[0]], found[0]
+
+
+def _tensor_difference(shapes, expected):
+    """How the (name, shape) list `shapes` differs from `expected`, in words."""
+    names, want = dict(shapes), dict(expected)
+    lacks = [n for n in want if n not in names]
+    extra = [n for n in names if n not in want]
+    if lacks:
+        return f"lacks {_shown(lacks, 120)}"
+    if extra:
+        return f"has extra tensors {_shown(extra, 120)}"
+    for n, s in want.items():
+        if names[n] != s:
+            return f"tensor {n!r} has shape {names[n]}, not {s}"
+    return "holds the same tensors in another order"
+
+
+def _read_state_dicts(root, key=None):
     """Samples of every client from ``root/CLIENT/CHECKPOINT/RUN.pt`` (see
-    :meth:`ParameterDump.from_torch_checkpoints`): (samples, checkpoints, named shapes, run files)."""
+    :meth:`ParameterDump.from_torch_checkpoints`): (samples, checkpoints, named shapes, run
+    files, state dict key). Every folder and file is checked before any file is loaded."""
     import torch
 
-    clients = sorted(p.name for p in root.iterdir() if p.is_dir())
+    entries = sorted(root.iterdir())
+    for p in entries:
+        if not p.is_dir():
+            raise DumpError(f"{p} is not a client folder (expected ROOT/CLIENT/CHECKPOINT/RUN.pt); move it out of {root}")
+    clients = [p.name for p in entries]
     if not clients:
         raise DumpError(f"{root} has no client folders (expected root/CLIENT/CHECKPOINT/RUN.pt)")
-    checkpoint_dirs = sorted((p.name for p in (root / clients[0]).iterdir() if p.is_dir()), key=_int_name)
-    runs = sorted(p.name for p in (root / clients[0] / checkpoint_dirs[0]).glob("*.pt")) if checkpoint_dirs else []
+    checkpoints, runs, first_folder, folders = None, None, None, {}
+    for client in clients:
+        found = _checkpoint_folders(root / client)
+        if checkpoints is None:
+            checkpoints = found
+        elif [t for t, _ in found] != [t for t, _ in checkpoints]:
+            raise DumpError(f"{root / client} has checkpoints {[t for t, _ in found]}; {root / clients[0]} has "
+                            f"{[t for t, _ in checkpoints]}")
+        for _, name in found:
+            folder = root / client / name
+            files = _run_files(folder)
+            if runs is None:
+                runs, first_folder = files, folder
+            elif set(files) != set(runs):
+                missing = [r for r in runs if r not in files]
+                if missing:
+                    raise DumpError(f"{folder / missing[0]} is missing ({first_folder} has it; every client and "
+                                    f"checkpoint needs the same runs)")
+                extra = [r for r in files if r not in runs]
+                raise DumpError(f"{folder / extra[0]} has no counterpart in {first_folder}: every client and "
+                                "checkpoint folder must hold the same run files")
+            folders[client, name] = folder
     if not runs:
         raise DumpError(f"{root / clients[0]} has no CHECKPOINT/RUN.pt files")
-    named_shapes = None
+    named_shapes, first_file, first_key, n_params = None, None, None, 0
     samples = {}
     for client in clients:
-        found = sorted((p.name for p in (root / client).iterdir() if p.is_dir()), key=_int_name)
-        if found != checkpoint_dirs:
-            raise DumpError(f"{root / client} has checkpoints {found}; {root / clients[0]} has {checkpoint_dirs}")
         out = None
-        for t, ckpt in enumerate(checkpoint_dirs):
+        for t, (_, name) in enumerate(checkpoints):
             for r, run in enumerate(runs):
-                file = root / client / ckpt / run
-                if not file.exists():
-                    raise DumpError(f"{file} is missing (every client and checkpoint needs runs {runs[:3]}...)")
-                state = torch.load(file, map_location="cpu", weights_only=True)
+                file = folders[client, name] / run
+                state, used = _load_state_dict(file, key, torch)
                 tensors = [(k, v) for k, v in state.items() if torch.is_tensor(v) and v.is_floating_point()]
                 shapes = [(k, tuple(v.shape)) for k, v in tensors]
                 if named_shapes is None:
-                    named_shapes = shapes
-                    n_params = sum(int(np.prod(s)) for _, s in shapes)
+                    named_shapes, first_file, first_key = shapes, file, used
+                    n_params = sum(math.prod(s) for _, s in shapes)
+                    if n_params == 0:
+                        raise DumpError(f"{file} holds no floating-point values (tensors: {_shown(shapes, 120)})")
+                elif used != first_key:
+                    raise DumpError(f"{file} holds its state dict under {used!r}; {first_file} under {first_key!r}: "
+                                    "pass key= to read the same one from every file")
                 elif shapes != named_shapes:
-                    raise DumpError(f"{file} holds tensors {shapes[:3]}...; expected {named_shapes[:3]}...")
+                    raise DumpError(f"{file}: {_tensor_difference(shapes, named_shapes)}, compared with {first_file} "
+                                    "(every file must hold the same tensors with the same shapes)")
                 if out is None:
-                    out = np.empty((len(checkpoint_dirs), len(runs), n_params), dtype=np.float32)
+                    out = np.empty((len(checkpoints), len(runs), n_params), dtype=np.float32)
                 out[t, r] = torch.cat([v.detach().reshape(-1).float() for _, v in tensors]).numpy()
         samples[client] = out
-    return samples, [_int_name(c) for c in checkpoint_dirs], named_shapes, runs
+    return samples, [t for t, _ in checkpoints], named_shapes, runs, first_key

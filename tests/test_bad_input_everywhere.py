@@ -343,7 +343,7 @@ CLI_CASES = [
     ("verify-not-a-dump", ["verify", "{d}/plain"], "is not a dump"),
     ("federate-fraction", ["federate", "--fraction", "2", "--out", "{d}/fl"], r"`client_fraction` must be in"),
     ("federate-aggregator", ["federate", "--aggregator", "krum", "--out", "{d}/fl"], "unknown aggregator 'krum'"),
-    ("federate-step", ["federate", "--placement", "step", "--out", "{d}/fl"], "set `algorithm`='fedsgd'"),
+    ("federate-step", ["federate", "--placement", "step", "--out", "{d}/fl"], "--placement step applies .*; use --algorithm fedsgd"),
     ("federate-task", ["federate", "--task", "cifar", "--out", "{d}/fl"], "`task` must be 'digits' or"),
     ("federate-into-dump", ["federate", "--out", "{d}/dump", "--rounds", "1"], "holds files other than"),
 ]

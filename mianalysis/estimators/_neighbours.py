@@ -23,14 +23,42 @@ def marginal_distances(a, dtype="float64"):
     return out
 
 
+def check_torch_device(device):
+    """The torch.device for `device` (None: "cuda" when available, else "cpu"); ValueError
+    naming `device` if torch does not know it or this machine does not have it, ImportError
+    if PyTorch is not installed."""
+    try:
+        import torch
+    except ImportError as exc:
+        raise ImportError("backend='torch' needs PyTorch, which is not installed: install torch, "
+                          "or use backend='numba'") from exc
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as exc:
+        raise ValueError(f"`device` {device!r} is not a torch device (e.g. 'cpu', 'cuda', 'cuda:1'): {exc}") from exc
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ValueError(f"`device` {device!r} is not available: PyTorch {torch.__version__} sees no CUDA GPU; "
+                             "use device='cpu' or leave `device` unset")
+        if dev.index is not None and dev.index >= count:
+            raise ValueError(f"`device` {device!r} is not available: PyTorch sees {count} CUDA GPU(s), "
+                             f"cuda:0 to cuda:{count - 1}")
+    elif dev.type == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+        raise ValueError(f"`device` {device!r} is not available: PyTorch {torch.__version__} sees no MPS device; "
+                         "use device='cpu' or leave `device` unset")
+    return dev
+
+
 def ksg_counts_torch(x, y, k, algorithm, dtype="float64", device=None, block=1024):
     """:func:`ksg_counts` with PyTorch: rows in blocks of `block`, full marginal rows by
     ``torch.cdist(p=inf)``, the k-th joint distance by ``topk``, counts by comparisons."""
+    k = check_k(k, x.shape[0])  # topk needs k other samples in every row
+    device = check_torch_device(device)
     import torch
 
-    k = check_k(k, x.shape[0])  # topk needs k other samples in every row
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
     tdtype = torch.float64 if dtype == "float64" else torch.float32
     xt = torch.as_tensor(np.ascontiguousarray(x), dtype=tdtype, device=device)
     yt = torch.as_tensor(np.ascontiguousarray(y), dtype=tdtype, device=device)

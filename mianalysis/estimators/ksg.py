@@ -15,7 +15,8 @@ from .._validation import (
     check_units,
     drop_constant_features,
 )
-from ._neighbours import ksg_counts, ksg_counts_torch, marginal_distances, permuted_counts, use_distance_cache
+from ._neighbours import (check_torch_device, ksg_counts, ksg_counts_torch, marginal_distances, permuted_counts,
+                          use_distance_cache)
 
 BACKENDS = ("numba", "torch")
 DTYPES = ("float64", "float32")
@@ -152,6 +153,8 @@ def ksg_mi(
     k = check_k(k, x.shape[0])
     rng = check_random_state(random_state)
     check_choice(backend, "backend", BACKENDS)
+    if backend == "torch":
+        check_torch_device(device)
     use_distance_cache(distance_cache, 0)  # only checks the argument
     x, y = drop_constant_features(x, y)
     if x.shape[1] == 0 or y.shape[1] == 0:

@@ -16,12 +16,25 @@ from .._validation import (
     drop_constant_features,
 )
 from .gaussian import check_gaussian_settings, gaussian_mi
-from ._neighbours import use_distance_cache
+from ._neighbours import check_torch_device, use_distance_cache
 from .ksg import BACKENDS, add_tie_breaking_noise, check_ksg_settings, ksg_mi, ksg_permutation_estimates
 
 ESTIMATORS = {"ksg": ksg_mi, "gaussian": gaussian_mi}
 KSG_ARGUMENTS = {"k", "algorithm", "units", "noise", "dtype", "backend", "device"}
 GAUSSIAN_ARGUMENTS = {"units", "bias_correction", "shrinkage"}
+
+
+def _unexpected(estimator, unknown):
+    """TypeError message for `estimator`'s unknown keyword arguments, naming those that
+    belong to the other estimator."""
+    own, other = ("ksg", "gaussian") if estimator == "ksg" else ("gaussian", "ksg")
+    arguments = {"ksg": KSG_ARGUMENTS, "gaussian": GAUSSIAN_ARGUMENTS}
+    message = f"{ESTIMATORS[own].__name__}() got unexpected keyword arguments {sorted(unknown)}"
+    theirs = sorted(unknown & arguments[other])
+    if theirs:
+        names = ", ".join(f"`{a}`" for a in theirs)
+        message += f": {names} {'is a setting' if len(theirs) == 1 else 'are settings'} of estimator={other!r}"
+    return message + f"; estimator={own!r} takes {sorted(arguments[own])}"
 
 
 @dataclass(frozen=True)
@@ -155,16 +168,18 @@ def mi_permutation_test(
         # Every KSG argument is checked here, before any work, whichever path runs below.
         unknown = set(kwargs) - KSG_ARGUMENTS
         if unknown:
-            raise TypeError(f"ksg_mi() got unexpected keyword arguments {sorted(unknown)}")
+            raise TypeError(_unexpected("ksg", unknown))
         factor, algorithm, dtype = check_ksg_settings(kwargs.get("units", "bits"), kwargs.get("algorithm", 1),
                                                       kwargs.get("dtype", "float64"))
         k = check_k(kwargs.get("k", 3), n)
         noise = check_nonnegative_float(kwargs.pop("noise", 1e-10), "noise")
         backend = check_choice(kwargs.get("backend", "numba"), "backend", BACKENDS)
+        if backend == "torch":
+            check_torch_device(kwargs.get("device"))
     else:
         unknown = set(kwargs) - GAUSSIAN_ARGUMENTS
         if unknown:
-            raise TypeError(f"gaussian_mi() got unexpected keyword arguments {sorted(unknown)}")
+            raise TypeError(_unexpected("gaussian", unknown))
         check_gaussian_settings(**kwargs)
     x, y = drop_constant_features(x, y)
     if x.shape[1] == 0 or y.shape[1] == 0:  # I(c; Y) = 0, for the data and every shuffle
