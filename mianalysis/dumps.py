@@ -77,15 +77,19 @@ def layout_from_shapes(named_shapes):
 
 def select_layout(layout, layer):
     """Entries of `layout` named by `layer`: a tensor name, a prefix of names ("rnn.0"
-    matches "rnn.0.weight"), or a list of those; ValueError for a name that matches none."""
+    matches "rnn.0.weight"), or a list of those; ValueError for a name that matches none.
+
+    A selection is a set of tensors: each selected tensor comes once, in layout order,
+    whatever the order of the names and however they overlap (``["rnn.1", "rnn.1.bias"]``,
+    ``["head", "rnn.1"]`` and ``["rnn.1", "rnn.1"]`` select what their union does)."""
     names = [layer] if isinstance(layer, str) else list(layer)
-    hits = []
+    chosen = set()
     for name in names:
-        found = [e for e in layout if e.name == name or e.name.startswith(name + ".")]
+        found = {i for i, e in enumerate(layout) if e.name == name or e.name.startswith(name + ".")}
         if not found:
             raise ValueError(f"`layer` {name!r} is not in the layout; tensors: {[e.name for e in layout]}")
-        hits.extend(found)
-    return hits
+        chosen |= found
+    return [layout[i] for i in sorted(chosen)]
 
 
 def layout_columns(entries):
