@@ -230,8 +230,10 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
             for c in range(len(dump.clients)):
                 for name in dump.metric_names:
                     values = dump.metric(c, name)[t]
-                    add(t, c, None, name, np.mean(values), np.std(values, ddof=1))
+                    with np.errstate(invalid="ignore"):  # a metric with an infinity has no sd; the note says why
+                        add(t, c, None, name, np.mean(values), np.std(values, ddof=1), note=_metric_note(name, values))
             samples = [np.asarray(dump.samples(c, t)[:, cols], dtype=np.float64) for c in range(len(dump.clients))]
+            _check_finite(dump, t, samples, cols)
             distances = None
             if "ksg" in estimators and reuse_distances:
                 # Each client's marginal distances serve every pair it is in, the estimate and
@@ -264,6 +266,29 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
                                  "dump_provenance": dump.provenance, "provenance": journal.finished_sessions()})
             journal.remove()
     return rows
+
+
+def _metric_note(name, values):
+    """The note of a recorded metric's row: how many runs hold NaN (not recorded, or a
+    failed evaluation) or an infinity (e.g. an overflowing loss at finite parameters)."""
+    bad = ~np.isfinite(values)
+    if not bad.any():
+        return ""
+    return (f"{name} is not finite in {int(bad.sum())} of {values.size} runs ({int(np.isnan(values).sum())} NaN, "
+            f"{int(np.isinf(values).sum())} inf)")
+
+
+def _check_finite(dump, t, samples, cols):
+    """DumpError naming the client, checkpoint, runs and tensor of a non-finite sample (a
+    dump written by software that did not check them; see ParameterDump.verify)."""
+    from .dumps import DumpError, find_nonfinite
+
+    for c, s in enumerate(samples):
+        where = find_nonfinite(s[None], [dump.checkpoints[t]], checkpoints=[t], layout=dump.layout, columns=cols)
+        if where is not None:
+            raise DumpError(f"dump {dump.path}: client {dump.clients[c]!r} has non-finite parameters at "
+                            f"{where.describe()}; the estimators and distances need finite samples (`mianalysis "
+                            "verify` checks a whole dump)")
 
 
 def sidecar_path(table):
