@@ -96,6 +96,9 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
     Parameters
     ----------
     dump : ParameterDump or path
+        Its completed runs are analysed. A dump that is not complete (still being sampled,
+        or stopped) is analysed as far as it goes, and every row's ``note`` says so
+        ("dump incomplete: 40 of 200 runs"), as does the sidecar (``dump_runs``).
     estimators : sequence of {"gaussian", "ksg"}
     metrics : sequence of {"euclidean", "manhattan", "chebyshev"}
         Mean paired distance between the clients' samples (run i of a with run i of b).
@@ -212,11 +215,15 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
                 rows += saved
                 done.add(t)
 
+        # A dump still being sampled (or stopped) is analysed as far as it goes; every row says so.
+        incomplete = "" if dump.complete else f"dump incomplete: {n_runs} of {dump.n_runs} runs"
+
         def add(t, a, b, quantity, value, spread=np.nan, null_mean=np.nan, null_std=np.nan, p=np.nan, note=""):
             rows.append({"checkpoint": t, "iteration": dump.checkpoints[t], "client_a": dump.clients[a],
                          "client_b": "" if b is None else dump.clients[b], "quantity": quantity,
                          "value": float(value), "spread": float(spread), "null_mean": float(null_mean),
-                         "null_std": float(null_std), "p_value": float(p), "n_runs": n_runs, "note": note})
+                         "null_std": float(null_std), "p_value": float(p), "n_runs": n_runs,
+                         "note": "; ".join(n for n in (note, incomplete) if n)})
 
         bar = None
         if progress:
@@ -263,6 +270,7 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
             write_table(rows, tmp)
             os.replace(tmp, out)
             _write_sidecar(out, {"table": Path(out).name, "settings": journal.settings,
+                                 "dump_runs": {"analysed": n_runs, "total": dump.n_runs, "complete": dump.complete},
                                  "dump_provenance": dump.provenance, "provenance": journal.finished_sessions()})
             journal.remove()
     return rows
