@@ -130,7 +130,8 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
         checkpoint and derive every pair's estimate and permutation null from them, in
         O(n_runs^2) each instead of O(n_runs^2 d). Needs n_clients x n_runs^2 float64
         values in memory (11.6 GB for 3 clients x 22,000 runs); "auto" uses it when that is
-        at most half the physical memory; when it does not fit, each pair's KSG estimate
+        at most half the memory the process can still allocate (physical memory, cgroup
+        limits, ``ulimit -v``); when it does not fit, each pair's KSG estimate
         and test still use their own distance caches where those fit. False keeps every
         KSG computation in O(n_runs) memory. Results are the same either way up to the
         tie-breaking noise, which the cache draws per client rather than per pair.
