@@ -96,6 +96,9 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
     Parameters
     ----------
     dump : ParameterDump or path
+        Its completed runs are analysed. A dump that is not complete (still being sampled,
+        or stopped) is analysed as far as it goes, and every row's ``note`` says so
+        ("dump incomplete: 40 of 200 runs"), as does the sidecar (``dump_runs``).
     estimators : sequence of {"gaussian", "ksg"}
     metrics : sequence of {"euclidean", "manhattan", "chebyshev"}
         Mean paired distance between the clients' samples (run i of a with run i of b).
@@ -125,7 +128,9 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
         `out` is never a file of a dump, the dump folder or a path inside one (ValueError,
         even with `force`), nor a folder. An existing `out` (or sidecar) is replaced only
         when its sidecar records an analysis with the same settings (the same dump and
-        completed chunks, and the same arguments), or with ``force=True``. A refused call
+        completed chunks, and the same arguments), when it records the same analysis of the
+        same dump made when that held fewer runs (it was incomplete), or with
+        ``force=True``. A refused call
         changes nothing on disk. Temporary files and the journal are created new, never
         written through a symbolic link found in their place.
     progress : bool, default=False
@@ -134,7 +139,8 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
         checkpoint and derive every pair's estimate and permutation null from them, in
         O(n_runs^2) each instead of O(n_runs^2 d). Needs n_clients x n_runs^2 float64
         values in memory (11.6 GB for 3 clients x 22,000 runs); "auto" uses it when that is
-        at most half the physical memory; when it does not fit, each pair's KSG estimate
+        at most half the memory the process can still allocate (physical memory, cgroup
+        limits, ``ulimit -v``); when it does not fit, each pair's KSG estimate
         and test still use their own distance caches where those fit. False keeps every
         KSG computation in O(n_runs) memory. Results are the same either way up to the
         tie-breaking noise, which the cache draws per client rather than per pair.
@@ -225,7 +231,7 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
         _check_out(out, settings, force)  # before the lock: a refused `out` leaves nothing behind
     if verify:
         try:
-            dump.verify()
+            dump.verify(finite=False)  # non-finite values are named below, for the selected columns only
         except DumpError as exc:
             raise DumpError(f"{exc}; nothing was analysed: restore or recreate the dump, or pass verify=False "
                             "(mianalysis analyze --no-verify) to analyse it as it is") from None
@@ -241,11 +247,15 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
                 rows += saved
                 done.add(t)
 
+        # A dump still being sampled (or stopped) is analysed as far as it goes; every row says so.
+        incomplete = "" if dump.complete else f"dump incomplete: {n_runs} of {dump.n_runs} runs"
+
         def add(t, a, b, quantity, value, spread=np.nan, null_mean=np.nan, null_std=np.nan, p=np.nan, note=""):
             rows.append({"checkpoint": t, "iteration": dump.checkpoints[t], "client_a": dump.clients[a],
                          "client_b": "" if b is None else dump.clients[b], "quantity": quantity,
                          "value": float(value), "spread": float(spread), "null_mean": float(null_mean),
-                         "null_std": float(null_std), "p_value": float(p), "n_runs": n_runs, "note": note})
+                         "null_std": float(null_std), "p_value": float(p), "n_runs": n_runs,
+                         "note": "; ".join(n for n in (note, incomplete) if n)})
 
         bar = None
         if progress:
@@ -259,8 +269,10 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
             for c in range(len(dump.clients)):
                 for name in dump.metric_names:
                     values = dump.metric(c, name)[t]
-                    add(t, c, None, name, np.mean(values), np.std(values, ddof=1))
+                    with np.errstate(invalid="ignore"):  # a metric with an infinity has no sd; the note says why
+                        add(t, c, None, name, np.mean(values), np.std(values, ddof=1), note=_metric_note(name, values))
             samples = [np.asarray(dump.samples(c, t)[:, cols], dtype=np.float64) for c in range(len(dump.clients))]
+            _check_finite(dump, t, samples, cols)
             distances = None
             if "ksg" in estimators and reuse_distances:
                 # Each client's marginal distances serve every pair it is in, the estimate and
@@ -291,9 +303,33 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
                 _write_csv(rows, fh)
             os.replace(tmp, out)
             _write_sidecar(out, {"table": Path(out).name, "settings": journal.settings, "dump_verified": bool(verify),
+                                 "dump_runs": {"analysed": n_runs, "total": dump.n_runs, "complete": dump.complete},
                                  "dump_provenance": dump.provenance, "provenance": journal.finished_sessions()})
             journal.remove()
     return rows
+
+
+def _metric_note(name, values):
+    """The note of a recorded metric's row: how many runs hold NaN (not recorded, or a
+    failed evaluation) or an infinity (e.g. an overflowing loss at finite parameters)."""
+    bad = ~np.isfinite(values)
+    if not bad.any():
+        return ""
+    return (f"{name} is not finite in {int(bad.sum())} of {values.size} runs ({int(np.isnan(values).sum())} NaN, "
+            f"{int(np.isinf(values).sum())} inf)")
+
+
+def _check_finite(dump, t, samples, cols):
+    """DumpError naming the client, checkpoint, runs and tensor of a non-finite sample (a
+    dump written by software that did not check them; see ParameterDump.verify)."""
+    from .dumps import DumpError, find_nonfinite
+
+    for c, s in enumerate(samples):
+        where = find_nonfinite(s[None], [dump.checkpoints[t]], checkpoints=[t], layout=dump.layout, columns=cols)
+        if where is not None:
+            raise DumpError(f"dump {dump.path}: client {dump.clients[c]!r} has non-finite parameters at "
+                            f"{where.describe()}; the estimators and distances need finite samples (`mianalysis "
+                            "verify` checks a whole dump)")
 
 
 def sidecar_path(table):
@@ -384,12 +420,21 @@ def _check_out(out, settings, force):
             problem = f"{out} exists and its sidecar {sidecar} is not the record of an analysis"
     elif os.path.lexists(sidecar) and saved is None:
         problem = f"{sidecar} exists and is not the record of an analysis"
-    if problem is None and saved is not None and saved != requested:
+    if problem is None and saved is not None and saved != requested and not _superseded(saved, requested):
         diff = {k: (saved.get(k), v) for k, v in requested.items() if saved.get(k) != v}
         problem = f"{out} exists and holds an analysis with other settings (saved, requested): {diff}"
     if problem is not None:
         raise ValueError(f"{problem}; it was left as it is: choose another `out`, or pass force=True "
                          "(mianalysis analyze --force) to replace it")
+
+
+def _superseded(saved, requested):
+    """Whether the saved analysis is the same analysis of the same dump made when it held
+    fewer runs (an incomplete dump, analysed while its sampler was still writing): the same
+    command run again once more runs are in replaces that table."""
+    same = {k: v for k, v in saved.items() if k not in ("n_runs", "chunks")}
+    return (same == {k: v for k, v in requested.items() if k not in ("n_runs", "chunks")}
+            and isinstance(saved.get("n_runs"), int) and saved["n_runs"] < requested["n_runs"])
 
 
 def _chunks_digest(dump):

@@ -93,8 +93,10 @@ def _cmd_sample(args):
 
 def _cmd_analyze(args):
     from .analysis import analyze, sidecar_path
+    from .dumps import ParameterDump
 
-    rows = analyze(args.dump, estimators=args.estimators, metrics=args.metrics, k=args.k,
+    dump = ParameterDump.open(args.dump)  # one view of the dump: a sampler may still be adding runs
+    rows = analyze(dump, estimators=args.estimators, metrics=args.metrics, k=args.k,
                    permutations=args.permutations, layer=args.layer, random_state=args.seed,
                    out=args.out, progress=not args.no_progress,
                    distance_cache=False if args.no_distance_cache else "auto",
@@ -102,6 +104,9 @@ def _cmd_analyze(args):
     verified = ("dump checksums NOT verified (--no-verify)" if args.no_verify
                 else f"dump checksums of {rows[0]['n_runs'] if rows else 0} runs verified")
     print(f"wrote {len(rows)} rows to {args.out} ({verified}; settings and provenance: {sidecar_path(args.out)})")
+    if not dump.complete:
+        print(f"mianalysis analyze: dump incomplete: analysed {dump.completed_runs} of {dump.n_runs} runs (every "
+              "row's note says so); run the same command again when the dump is complete to replace the table", file=sys.stderr)
 
 
 def _cmd_plot(args):

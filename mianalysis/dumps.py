@@ -42,7 +42,7 @@ import re
 import shutil
 import stat
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -88,20 +88,102 @@ def layout_from_shapes(named_shapes):
 
 def select_layout(layout, layer):
     """Entries of `layout` named by `layer`: a tensor name, a prefix of names ("rnn.0"
-    matches "rnn.0.weight"), or a list of those; ValueError for a name that matches none."""
+    matches "rnn.0.weight"), or a list of those; ValueError for a name that matches none.
+
+    A selection is a set of tensors: each selected tensor comes once, in layout order,
+    whatever the order of the names and however they overlap (``["rnn.1", "rnn.1.bias"]``,
+    ``["head", "rnn.1"]`` and ``["rnn.1", "rnn.1"]`` select what their union does)."""
     names = [layer] if isinstance(layer, str) else list(layer)
-    hits = []
+    chosen = set()
     for name in names:
-        found = [e for e in layout if e.name == name or e.name.startswith(name + ".")]
+        found = {i for i, e in enumerate(layout) if e.name == name or e.name.startswith(name + ".")}
         if not found:
             raise ValueError(f"`layer` {name!r} is not in the layout; tensors: {[e.name for e in layout]}")
-        hits.extend(found)
-    return hits
+        chosen |= found
+    return [layout[i] for i in sorted(chosen)]
 
 
 def layout_columns(entries):
     """Indices of the flattened parameter vector covered by layout `entries`."""
     return np.concatenate([np.arange(e.offset, e.offset + e.size) for e in entries])
+
+
+@dataclass(frozen=True)
+class NonFinite:
+    """Where a block of samples first holds a NaN or an infinity (see :func:`find_nonfinite`)."""
+
+    checkpoint: int  # index of the first checkpoint with a non-finite value
+    iteration: int  # its training iteration
+    runs: tuple  # the runs with a non-finite value at that checkpoint
+    n_nan: int  # NaN and infinities at that checkpoint
+    n_inf: int
+    column: int  # column of the parameter vector of the first one (in the first of `runs`)
+    tensor: str  # the tensor holding that column ("" where the layout is not known)
+    later: int  # further checkpoints with non-finite values
+
+    def runs_text(self, word="run"):
+        """"run 3" or "runs 0, 1, 2, 3, 4 and 7 more"."""
+        shown = ", ".join(str(r) for r in self.runs[:5]) + (
+            "" if len(self.runs) <= 5 else f" and {len(self.runs) - 5} more")
+        return f"{word}{'s' if len(self.runs) > 1 else ''} {shown}"
+
+    def place(self):
+        """"tensor 'w', column 3" (or "column 3" without a layout)."""
+        return f"tensor {self.tensor!r}, column {self.column}" if self.tensor else f"column {self.column}"
+
+    def values_text(self):
+        """"4 NaN and 0 inf (the first in tensor 'w', column 3)"."""
+        return f"{self.n_nan} NaN and {self.n_inf} inf (the first in {self.place()})"
+
+    def describe(self):
+        later = f"; {self.later} later checkpoint(s) too" if self.later else ""
+        return (f"checkpoint {self.checkpoint} (iteration {self.iteration}), {self.runs_text()}: "
+                f"{self.values_text()}{later}")
+
+
+def find_nonfinite(block, iterations, *, checkpoints=None, first_run=0, layout=None, columns=None):
+    """None if every value of `block` (n_checkpoints, n_runs, n_params) is finite; else a
+    :class:`NonFinite` naming its first checkpoint with a NaN or infinity.
+
+    `iterations` are the checkpoints' training iterations and `checkpoints` their indices
+    (default 0, 1, ...); `first_run` is the run of the block's first row; `columns` (an
+    index array or slice) maps the block's columns to the parameter vector's, whose tensors
+    `layout` names."""
+    bad = ~np.isfinite(block)
+    if not bad.any():
+        return None
+    per_checkpoint = bad.any(axis=(1, 2))
+    t = int(np.argmax(per_checkpoint))
+    run_rows = np.flatnonzero(bad[t].any(axis=1))
+    column = int(np.argmax(bad[t, run_rows[0]]))
+    if columns is not None:
+        column = int(np.arange(max(block.shape[2], _layout_size(layout)))[columns][column])
+    tensor = next((e.name for e in layout or () if e.offset <= column < e.offset + e.size), "")
+    return NonFinite(
+        checkpoint=int(t if checkpoints is None else checkpoints[t]), iteration=int(iterations[t]),
+        runs=tuple(int(first_run + r) for r in run_rows), n_nan=int(np.isnan(block[t]).sum()),
+        n_inf=int(np.isinf(block[t]).sum()), column=column, tensor=tensor, later=int(per_checkpoint[t + 1:].sum()))
+
+
+def _layout_size(layout):
+    return layout[-1].offset + layout[-1].size if layout else 0
+
+
+def _iterations_or_indices(checkpoints, n):
+    """`checkpoints` as n ints where they are that, else 0, ..., n - 1 (for messages only)."""
+    try:
+        iterations = [int(c) for c in checkpoints]
+    except (TypeError, ValueError):
+        iterations = []
+    return iterations if len(iterations) == n else list(range(n))
+
+
+def _layout_or_none(named_shapes):
+    """Layout entries of (name, shape) pairs, or None where they are not that (for messages only)."""
+    try:
+        return layout_from_shapes(named_shapes)
+    except (TypeError, ValueError):
+        return None
 
 
 def _client_file(index):
@@ -648,6 +730,17 @@ class ParameterDump:
                 raise ValueError(
                     f"`samples[{name!r}]` must have shape (n_checkpoints, n_runs, n_params); got {a.shape}"
                 )
+            if a.dtype.kind == "f" and a.size:  # say where, before the generic check (as float32, as stored)
+                with np.errstate(over="ignore"):
+                    where = find_nonfinite(a.astype(DTYPE), _iterations_or_indices(checkpoints, a.shape[0]),
+                                           layout=_layout_or_none(layout))
+                if where is not None:
+                    later = f", and at {where.later} later checkpoint(s)" if where.later else ""
+                    raise ValueError(
+                        f"`samples[{name!r}]` contains non-finite values: {where.n_nan} NaN and {where.n_inf} inf (as "
+                        f"float32) at checkpoint {where.checkpoint} (iteration {where.iteration}), {where.runs_text()} "
+                        f"(the first in {where.place()}){later}; a dump holds finite parameters only: nothing was "
+                        "written")
             checked = check_samples(a.reshape(-1, a.shape[-1]), f"samples[{name!r}]", dtype=np.float32)
             arrays[str(name)] = checked.reshape(a.shape)
         shapes = {a.shape for a in arrays.values()}
@@ -875,7 +968,10 @@ class ParameterDump:
         `samples` maps each client name to an array (n_checkpoints, stop - start, n_params);
         `metrics` each client name to (n_metrics, n_checkpoints, stop - start). Chunks are
         written in order: `start` must equal :attr:`completed_runs`. The writer lock is
-        held while writing (LockedError if another process holds it).
+        held while writing (LockedError if another process holds it). Samples must be
+        finite (as float32): a NaN or infinity is a DumpError naming the client, checkpoint,
+        runs and tensor, and nothing of the chunk is written. Metrics may hold NaN (a
+        metric not recorded) and infinities (e.g. a loss that overflows).
         """
         if start != self.completed_runs or not start < stop <= self.n_runs:
             raise DumpError(f"chunk {start}-{stop} does not follow the completed runs 0-{self.completed_runs} of {self.n_runs}")
@@ -885,6 +981,11 @@ class ParameterDump:
             if block.shape != (len(self.checkpoints), stop - start, self.n_params):
                 raise ValueError(f"samples of client {client!r} have shape {block.shape}; expected "
                                  f"{(len(self.checkpoints), stop - start, self.n_params)}")
+            where = find_nonfinite(block, self.checkpoints, first_run=start, layout=self.layout)
+            if where is not None:  # a dump holds finite parameters only: analysis could not use these
+                raise DumpError(f"samples of client {client!r} are not finite at {where.describe()}; nothing of runs "
+                                f"{start}-{stop} was written (the dump {self.path} is intact up to run "
+                                f"{self.completed_runs})")
             mshape = self._metric_shape()[:2] + (stop - start,)
             mblock = np.asarray(metrics[client] if metrics else np.full(mshape, np.nan), dtype=DTYPE)
             if mblock.shape != mshape:
@@ -950,9 +1051,15 @@ class ParameterDump:
         h.update(np.ascontiguousarray(metrics[:, :, start:stop]).tobytes())
         return h.hexdigest()
 
-    def verify(self):
-        """Check file sizes and every completed chunk's checksums; raise DumpError naming
-        the file and the runs that are damaged. Returns the number of verified runs."""
+    def verify(self, *, finite=True):
+        """Check file sizes, every completed chunk's checksums and that its samples are
+        finite; raise DumpError naming the file and the runs that are damaged (for
+        non-finite samples: the client, checkpoint, runs and tensor, as written by software
+        that did not check them). Returns the number of verified runs.
+
+        ``finite=False`` checks sizes and checksums only (analyze does, and then checks the
+        columns it analyses: a layer selection without the tensor that diverged can be
+        analysed)."""
         self._check_files()
         for chunk in self._manifest["chunks"]:
             for i, client in enumerate(self.clients):
@@ -961,7 +1068,27 @@ class ParameterDump:
                         f"{self.path / _client_file(i)} or {_metrics_file(i)}: runs {chunk['start']}-{chunk['stop']} "
                         f"of client {client!r} do not match their checksum (damaged)"
                     )
+        for chunk in self._manifest["chunks"] if finite else ():  # after the checksums: damage is named as damage
+            for i, client in enumerate(self.clients):
+                where = self._find_nonfinite(i, chunk["start"], chunk["stop"])
+                if where is not None:
+                    raise DumpError(
+                        f"{self.path / _client_file(i)}: client {client!r} has non-finite parameters at "
+                        f"{where.describe()}; analysis cannot use them (sample again with settings that train "
+                        "without diverging)")
         return self.completed_runs
+
+    def _find_nonfinite(self, index, start, stop):
+        """find_nonfinite over runs [start, stop) of client `index`, reading one checkpoint at a time."""
+        samples = self._memmap(_client_file(index), self._sample_shape())
+        found = None
+        for t, iteration in enumerate(self.checkpoints):
+            if found is None:
+                found = find_nonfinite(samples[t:t + 1, start:stop], [iteration], checkpoints=[t], first_run=start,
+                                       layout=self.layout)
+            elif not np.isfinite(samples[t, start:stop]).all():
+                found = replace(found, later=found.later + 1)
+        return found
 
     def __repr__(self):
         return (f"ParameterDump({str(self.path)!r}, clients={self.clients}, checkpoints={self.checkpoints}, "

@@ -535,7 +535,8 @@ def record_replicates(simulation, out, *, chunk_size=16, layer=None, progress=Tr
         The global model's metrics per round and replicate.
     """
     from ._locking import WriterLock
-    from .dumps import ParameterDump, layout_columns, layout_from_shapes, select_layout, unwritten_dump_discarded
+    from .dumps import (ParameterDump, find_nonfinite, layout_columns, layout_from_shapes, select_layout,
+                        unwritten_dump_discarded)
 
     # Everything is checked before the dump is opened or created: a rejected call leaves nothing.
     simulation.check_recordable()
@@ -566,6 +567,16 @@ def record_replicates(simulation, out, *, chunk_size=16, layer=None, progress=Tr
             for row in hist:
                 for m, name in enumerate(names):
                     values[m, row["round"], row["replicate"] - start] = row.get(name, np.nan)
+            # The simulator checks the clients' updates; these local models are what is stored.
+            found = [(where.checkpoint, c, where) for c in range(simulation.data.n_clients) if (where := find_nonfinite(
+                models[c][:, :, cols], dump.checkpoints, first_run=start, layout=dump.layout)) is not None]
+            if found:
+                _, c, where = min(found, key=lambda f: f[:2])
+                raise ValueError(
+                    f"client {c}'s local model is not finite in round {where.iteration}, "
+                    f"{where.runs_text('replicate')}: {where.values_text()}; nothing of "
+                    f"replicates {start}-{stop} was written (the dump {out} keeps its {dump.completed_runs} "
+                    f"completed replicates); lower `lr` (now {simulation.config.lr})")
             dump.write_chunk(start, stop, {str(c): models[c][:, :, cols] for c in range(simulation.data.n_clients)},
                              {str(c): values for c in range(simulation.data.n_clients)})
     # The history of every replicate, read back from the dump (float32), whether this call

@@ -122,6 +122,13 @@ class ParameterSampler:
         with other settings, or a non-empty folder that is not a dump, is an error and is
         left untouched. The dump's writer lock is held throughout: a second sampler (or any
         writer) of `out` gets a LockedError naming this process.
+
+        Training that produces a non-finite parameter (NaN or infinity, e.g. with dropout 1
+        or a learning rate that diverges) is a ValueError at the chunk where it happens,
+        naming the client, the checkpoint (iteration) and the runs; nothing of that chunk is
+        written, so the dump stays valid up to the chunk before. A non-finite loss or
+        accuracy at finite parameters is recorded as it is: the parameters are valid
+        samples, and a loss can overflow where the parameters do not.
         """
         runs = check_int(runs, "runs", low=1)
         with WriterLock(out), unwritten_dump_discarded(out):  # failed before its first chunk: no empty dump left
@@ -134,6 +141,7 @@ class ParameterSampler:
             for start in range(dump.completed_runs, runs, self.chunk_size):
                 stop = min(start + self.chunk_size, runs)
                 result = self.train_chunk(range(start, stop))
+                _check_finite(result, start, stop, dump)
                 clients = dump.clients
                 dump.write_chunk(start, stop, {c: result.samples[i] for i, c in enumerate(clients)},
                                  {c: result.metrics[i] for i, c in enumerate(clients)})
@@ -221,6 +229,28 @@ class ParameterSampler:
         s = np.stack(samples).reshape(len(record_at), len(clients), len(runs), -1).transpose(1, 0, 2, 3)
         m = np.stack(metrics).reshape(len(record_at), len(task.metric_names), len(clients), len(runs)).transpose(2, 1, 0, 3)
         return ChunkResult(np.ascontiguousarray(s, dtype=np.float32), np.ascontiguousarray(m, dtype=np.float32))
+
+
+def _check_finite(result, start, stop, dump):
+    """ValueError if a chunk's training produced a non-finite parameter: the earliest
+    checkpoint where one did, with its client and runs."""
+    from .dumps import find_nonfinite
+
+    found = []
+    for i, client in enumerate(dump.clients):
+        where = find_nonfinite(result.samples[i], dump.checkpoints, first_run=start, layout=dump.layout)
+        if where is not None:
+            found.append((where.checkpoint, i, client, where))
+    if not found:
+        return
+    _, _, client, where = min(found, key=lambda f: f[:2])
+    others = [f"{f[2]!r}" for f in sorted(found, key=lambda f: f[1]) if f[2] != client]
+    also = f" (clients {', '.join(others)} too)" if others else ""
+    raise ValueError(
+        f"training produced non-finite parameters (it diverged): client {client!r}{also}, {where.describe()}; "
+        f"nothing of runs {start}-{stop} was written (the dump {dump.path} keeps its {dump.completed_runs} completed "
+        "runs); these settings diverge (e.g. dropout 1, too high a learning rate): sample other settings into "
+        "another folder")
 
 
 class _NoBar:

@@ -160,7 +160,7 @@ def test_analysis_sidecar_and_resumed_analysis(tmp_path, monkeypatch):
     assert main(["analyze", str(tmp_path / "d"), "--out", str(tmp_path / "t.csv"), "--no-progress"]) == 0
     sidecar = json.loads(sidecar_path(tmp_path / "t.csv").read_text())
     assert sidecar_path(tmp_path / "t.csv") == tmp_path / "t.csv.json"
-    assert set(sidecar) == {"table", "settings", "dump_verified", "dump_provenance", "provenance"}
+    assert set(sidecar) == {"table", "settings", "dump_verified", "dump_runs", "dump_provenance", "provenance"}
     assert sidecar["table"] == "t.csv" and sidecar["settings"]["k"] == 3 and sidecar["dump_verified"] is True
     assert sidecar["dump_provenance"] == ParameterDump.open(tmp_path / "d").provenance
     [session] = sidecar["provenance"]

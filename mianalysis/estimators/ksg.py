@@ -96,7 +96,8 @@ def ksg_mi(
         about n^2 / 2 values of `dtype` (1.9 GB at n = 22,000 in float64, half in
         float32). "auto" uses it when x and y have 100 features or more together (below,
         the extra memory traffic costs more than it saves) and it takes at most half the
-        physical memory; False computes every distance twice in O(n) memory. The result
+        memory the process can still allocate (the least of physical memory, the room
+        under its cgroup's memory limit and under ``ulimit -v``); False computes every distance twice in O(n) memory. The result
         is the same to the bit.
 
     Returns

@@ -105,8 +105,8 @@ def mi_permutation_test(
         within x or within y: with the cache, both marginal distance matrices are computed
         once (O(n^2 d)) and every shuffle costs O(n^2), for the same values to the bit.
         It needs 2 n^2 values of the estimator's dtype in memory (7.7 GB at n = 22,000 in
-        float64, half in float32); "auto" uses it when that is at most half the physical
-        memory, False never (each shuffle then recomputes distances, in O(n d) memory;
+        float64, half in float32); "auto" uses it when that is at most half the memory
+        the process can still allocate (physical memory, cgroup limits, ``ulimit -v``), False never (each shuffle then recomputes distances, in O(n d) memory;
         False is passed on to :func:`ksg_mi`). With ``backend="torch"`` each estimate is
         computed by :func:`ksg_mi` on the torch backend.
     **estimator_kwargs
