@@ -266,3 +266,18 @@ class FolderSetting:
             what = "is not a folder" if os.path.exists(path) else "does not exist"
             raise ValueError(f"{label} must be {self.describe()}; {path!r} {what}")
         return path
+
+
+class ChoiceSetting:
+    """One of a fixed set of strings."""
+
+    def __init__(self, *choices):
+        self.choices = choices
+
+    def describe(self):
+        return f"one of {list(self.choices)}"
+
+    def check(self, value, label):
+        if value not in self.choices:
+            raise ValueError(f"{label} must be {self.describe()}; got {_shown(value)}")
+        return value

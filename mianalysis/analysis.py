@@ -160,7 +160,8 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
     rows : list of dict
         Tidy table with columns ``checkpoint, iteration, client_a, client_b, quantity,
         value, spread, null_mean, null_std, p_value, n_runs, note``. ``quantity`` is
-        "mi_gaussian", "mi_ksg" (bits), a metric name (``spread`` = sd over runs), or a
+        "mi_gaussian", "mi_ksg", "mi_exact" (bits; the exact MI, for a dump of a task that
+        knows it, such as gaussian-sgd, when every parameter is analysed), a metric name (``spread`` = sd over runs), or a
         recorded training metric such as "loss" (``client_b`` empty; mean and sd over runs).
 
     Notes
@@ -223,6 +224,7 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
     if "ksg" in estimators:  # before any work or file: each run is one sample
         k = check_k(k, n_runs, samples="the number of runs")
     pairs = list(itertools.combinations(range(len(dump.clients)), 2))
+    exact = _exact_mi(dump, cols)
     reuse_distances = use_distance_cache(distance_cache, len(dump.clients) * n_runs * n_runs * 8)
     if out is not None:
         settings = {"dump": str(Path(dump.path).resolve()), "n_runs": n_runs, "chunks": _chunks_digest(dump),
@@ -290,6 +292,8 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
                     value, null_mean, null_std, p, note = _mi_row(x, y, estimator, k, permutations[estimator], rng,
                                                                   cached, distance_cache)
                     add(t, a, b, f"mi_{estimator}", value, null_mean=null_mean, null_std=null_std, p=p, note=note)
+                if exact is not None:
+                    add(t, a, b, "mi_exact", exact(dump.checkpoints[t], a, b))
                 if bar is not None:
                     bar.update(1)
             if journal is not None:
@@ -307,6 +311,30 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
                                  "dump_provenance": dump.provenance, "provenance": journal.finished_sessions()})
             journal.remove()
     return rows
+
+
+def _exact_mi(dump, cols):
+    """A function (iteration, a, b) -> the exact MI in bits of clients a and b, when the dump
+    was sampled from a task that knows it (see Task.exact_mi) and every parameter is
+    analysed; else None. The task is rebuilt from the dump's settings."""
+    meta = dump.meta
+    if not isinstance(meta, dict) or not isinstance(meta.get("task_settings"), dict):
+        return None
+    if not np.array_equal(np.arange(dump.n_params)[cols], np.arange(dump.n_params)):
+        return None
+    from .tasks import TASKS
+    from .tasks.base import Task
+
+    kind = TASKS.get(meta.get("task"))
+    if kind is None or kind.exact_mi is Task.exact_mi:
+        return None
+    try:
+        task = kind(**meta["task_settings"])
+        init, shared = meta.get("init", "per-run"), tuple(meta.get("shared", ()))
+        task.exact_mi(0, 0, min(1, task.n_clients - 1), init=init, shared=shared)
+    except (TypeError, ValueError):  # settings this version does not know: no exact answer
+        return None
+    return lambda iteration, a, b: task.exact_mi(iteration, a, b, init=init, shared=shared)
 
 
 def _metric_note(name, values):

@@ -86,7 +86,7 @@ def _cmd_sample(args):
 
     task = get_task(args.task, args.preset, **_parse_settings(args.set))
     sampler = ParameterSampler(task, seed=args.seed, init=args.init, every=args.every,
-                               chunk_size=args.chunk_size, progress=not args.no_progress)
+                               chunk_size=args.chunk_size, progress=not args.no_progress, shared=args.shared or ())
     dump = sampler.sample(args.runs, args.out)
     print(f"wrote {dump}")
 
@@ -268,7 +268,7 @@ def build_parser():
 
     smp = sub.add_parser("sample", help="retrain every client many times and write a dump")
     smp.add_argument("--task", required=True, choices=sorted(TASKS))
-    smp.add_argument("--preset", default="paper", help="settings preset (paper, long)")
+    smp.add_argument("--preset", default="paper", help="settings preset (paper, long; gaussian-sgd: paper, small, high)")
     smp.add_argument("--runs", type=int, required=True)
     smp.add_argument("--out", required=True, help="dump folder (resumed if it holds the same sampling)")
     smp.add_argument("--seed", type=int, default=0)
@@ -276,6 +276,9 @@ def build_parser():
     smp.add_argument("--every", type=int, default=1, help="checkpoint every this many iterations")
     smp.add_argument("--chunk-size", type=int, default=64, help="runs trained together")
     smp.add_argument("--set", action="append", metavar="KEY=VALUE", help="task setting (JSON value)")
+    smp.add_argument("--shared", action="append", metavar="STREAM",
+                     help="a random stream the clients of a run share (repeatable; the task's streams: signal-rnn "
+                          "order, dropout; digits-lenet order, augmentation; gaussian-sgd data, noise)")
     smp.add_argument("--no-progress", action="store_true")
     smp.set_defaults(func=_cmd_sample)
 

@@ -22,8 +22,15 @@ def _finite(xs, ys):
 
 
 def plot_mi_panel(ax, rows, estimator):
-    """MI of every client pair vs iteration, with the permutation null (mean +- 2 sd) as a band."""
+    """MI of every client pair vs iteration, with the permutation null (mean +- 2 sd) as a band,
+    and the exact MI (rows "mi_exact", where the task knows it) as black lines."""
+    exact_label = "exact"
     for a, b in _pairs(rows):
+        exact = select(rows, "mi_exact", a, b)
+        if exact:
+            it, val = _finite([r["iteration"] for r in exact], [r["value"] for r in exact])
+            ax.plot(it, val, color="black", lw=1, label=exact_label)
+            exact_label = None
         hits = select(rows, f"mi_{estimator}", a, b)
         if not hits:
             continue

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +23,42 @@ def _generator(*words):
     import torch
 
     return torch.Generator().manual_seed(replica_seed(*words))
+
+
+def _stream_word(stream):
+    """The seed word of a random stream shared within a run: its name's CRC-32, so that a
+    stream draws the same whatever other streams a task has or shares."""
+    return zlib.crc32(stream.encode())
+
+
+def check_shared(shared, task):
+    """`shared` as a tuple of the task's stream names, in the task's order; ValueError
+    naming the task's streams for an unknown one."""
+    if isinstance(shared, str):
+        shared = (shared,)
+    try:
+        shared = tuple(shared)
+    except TypeError:
+        raise TypeError(f"`shared` must be a sequence of stream names; got {shared!r}") from None
+    unknown = [s for s in shared if s not in task.streams]
+    if unknown:
+        raise ValueError(f"`shared` names streams {unknown} that task {task.name!r} does not have; its streams: "
+                         f"{list(task.streams)}")
+    return tuple(s for s in task.streams if s in shared)
+
+
+class BatchedSGD:
+    """Plain gradient steps p <- p - lr g over stacked replica tensors, as torch.optim.SGD."""
+
+    def __init__(self, params, lr):
+        self.params, self.lr = params, lr
+
+    def step(self, grads):
+        import torch
+
+        with torch.no_grad():
+            for p, g in zip(self.params, grads):
+                p.add_(g, alpha=-self.lr)
 
 
 class BatchedAdam:
@@ -65,13 +102,16 @@ class ParameterSampler:
     For run r the initial parameters come from (seed, r) with ``init="per-run"`` (every
     client of a run starts from the same point; runs differ) or are one fixed point for
     all runs with ``init="fixed"``. Each client then trains for one epoch with its own data
-    order, augmentation and dropout randomness drawn from (seed, r, client). The flattened
+    order, augmentation and dropout randomness drawn from (seed, r, client), except the
+    random streams named in `shared`: those draw from (seed, r, stream), the same for
+    every client of run r. The flattened
     parameter vector is recorded at the initial state, after every `every` iterations and
     at the end of the epoch, with the task's metrics (loss, and accuracy where it applies).
 
     A chunk of `chunk_size` runs of all clients trains as one batched computation: every
     parameter tensor carries a leading replica dimension (runs x clients), the task's model
-    is written over it, and Adam updates all replicas at once. Runs do not interact, and
+    is written over it, and the task's optimiser (Adam, or plain SGD for gaussian-sgd)
+    updates all replicas at once. Runs do not interact, and
     a run's samples are the same bytes whatever chunk it was in and whatever the thread
     count, on a given CPU code path: every computation whose shape would otherwise follow
     the chunk (a task's data preparation) runs per replica, and a batch is never a single
@@ -92,10 +132,18 @@ class ParameterSampler:
         Runs trained together. Memory grows with it; 32-64 is fastest for signal-rnn on 2 cores.
     progress : bool, default=True
         Show a tqdm progress bar over runs.
+    shared : sequence of str, default=()
+        Random streams of the task (``task.streams``) that the clients of a run share:
+        signal-rnn has "order" (minibatch order) and "dropout"; digits-lenet "order" and
+        "augmentation"; gaussian-sgd "data" (the run's targets) and "noise" (gradient
+        noise). With ``()`` every stream is the client's own and the samples are those of
+        the sampler before streams could be shared. A non-empty `shared` is recorded in
+        the dump's settings, so a dump is resumed only with the same sharing.
     """
 
-    def __init__(self, task, *, seed=0, init="per-run", every=1, chunk_size=64, progress=True):
+    def __init__(self, task, *, seed=0, init="per-run", every=1, chunk_size=64, progress=True, shared=()):
         self.task = task
+        self.shared = check_shared(shared, task)
         self.seed = check_int(seed, "seed", low=0)
         self.init = check_choice(init, "init", INIT_MODES)
         self.every = check_int(every, "every", low=1)
@@ -110,8 +158,11 @@ class ParameterSampler:
         return its if its[-1] == n else its + [n]
 
     def settings(self, runs):
-        return {"task": self.task.name, "task_settings": self.task.settings, "seed": self.seed,
-                "init": self.init, "every": self.every, "chunk_size": self.chunk_size, "runs": runs}
+        settings = {"task": self.task.name, "task_settings": self.task.settings, "seed": self.seed,
+                    "init": self.init, "every": self.every, "chunk_size": self.chunk_size, "runs": runs}
+        if self.shared:  # absent when nothing is shared: dumps made before sharing existed resume
+            settings["shared"] = list(self.shared)
+        return settings
 
     # ------------------------------------------------------------------ public
     def sample(self, runs, out):
@@ -158,8 +209,8 @@ class ParameterSampler:
     def train_chunk(self, runs, *, vectorised=True):
         """Train every client for the runs in `runs`; returns a ChunkResult.
 
-        With ``vectorised=False`` each (run, client) trains alone with ``torch.optim.Adam``:
-        the plain loop the batched computation is checked against.
+        With ``vectorised=False`` each (run, client) trains alone with ``torch.optim.Adam``
+        (``torch.optim.SGD`` for a task whose optimiser is "sgd"): the plain loop the batched computation is checked against.
         """
         runs = list(runs)
         if not vectorised:
@@ -176,7 +227,7 @@ class ParameterSampler:
     def _train(self, runs, clients, optimizer):
         import torch
 
-        from .tasks.base import ClientBatchData
+        from .tasks.base import ClientBatchData, ReplicaGenerators
 
         if optimizer == "batched" and len(runs) * len(clients) == 1:
             twice = self._train(runs * 2, clients, optimizer)  # see the class docstring
@@ -184,27 +235,39 @@ class ParameterSampler:
         task = self.task
         # Replica i = (client, run): client-major, so each client's runs are contiguous.
         pairs = [(c, r) for c in clients for r in runs]
-        generators = [_generator(self.seed, r, 1 + c) for c, r in pairs]
+        generators = [_generator(self.seed, r, 1 + c) for c, r in pairs]  # each replica's own
+
+        def stream(name, replicas=slice(None)):
+            """The generators of stream `name` for `replicas` (see ReplicaGenerators)."""
+            own = generators[replicas]
+            if name is None or name not in task.streams:
+                return ReplicaGenerators(own, own)
+            run = [_generator(self.seed, r, 0, _stream_word(name)) for _, r in pairs[replicas]]
+            return ReplicaGenerators(run if name in self.shared else own, run)
         inits = {r: self.initial_params(r) for r in runs}
         params = [torch.stack([inits[r][j] for _, r in pairs]).clone().requires_grad_(True)
                   for j in range(len(inits[runs[0]]))]
-        per_client = [task.client_data(c, generators[i * len(runs):(i + 1) * len(runs)]) for i, c in enumerate(clients)]
+        per_client = [task.client_data(c, stream(task.data_stream, slice(i * len(runs), (i + 1) * len(runs))))
+                      for i, c in enumerate(clients)]
         inputs = torch.cat([d.inputs for d in per_client])
         targets = torch.cat([d.targets for d in per_client])
         data = ClientBatchData(inputs, targets, per_client[0].extra)
         n, b = task.n_examples, task.batch_size
-        order = torch.stack([torch.randperm(n, generator=g) for g in generators])  # (R, n)
+        order = torch.stack([torch.randperm(n, generator=g) for g in stream("order")])  # (R, n)
+        mask_generators = stream(task.mask_stream)
 
+        sgd = task.optimizer == "sgd"
         if optimizer == "torch":
-            opt = torch.optim.Adam(params, lr=task.lr)
+            opt = torch.optim.SGD(params, lr=task.lr) if sgd else torch.optim.Adam(params, lr=task.lr)
         else:
-            opt = BatchedAdam(params, lr=task.lr)
+            opt = BatchedSGD(params, lr=task.lr) if sgd else BatchedAdam(params, lr=task.lr)
         record_at = set(self.checkpoints)
         samples, metrics = [], []
 
         def record():
             with torch.no_grad():
-                samples.append(torch.cat([p.detach().reshape(p.shape[0], -1) for p in params], 1).numpy().copy())
+                kept = task.recorded([p.detach() for p in params])
+                samples.append(torch.cat([p.reshape(p.shape[0], -1) for p in kept], 1).numpy().copy())
                 values = task.evaluate(params, data)
                 metrics.append(np.stack([values[m].detach().numpy() for m in task.metric_names]))
 
@@ -214,9 +277,8 @@ class ParameterSampler:
             idx = order[:, it * b:(it + 1) * b]
             xb = inputs[rows, idx]
             yb = targets[rows, idx]
-            masks = task.draw_masks(generators, idx.shape[1])
-            loss = task.loss(task.forward(params, xb, masks), yb).sum()
-            grads = torch.autograd.grad(loss, params)
+            masks = task.draw_masks(mask_generators, idx.shape[1])
+            grads = task.gradients(params, xb, yb, masks)
             if optimizer == "torch":
                 for p, g in zip(params, grads):
                     p.grad = g

@@ -5,9 +5,10 @@ Tasks load PyTorch when used; importing this package does not.
 
 from .base import ClientBatchData, Task
 from .digits import DigitsLeNetTask
+from .gaussian_sgd import GaussianSGDTask
 from .signal import SignalRNNTask
 
-TASKS = {task.name: task for task in (SignalRNNTask, DigitsLeNetTask)}
+TASKS = {task.name: task for task in (SignalRNNTask, DigitsLeNetTask, GaussianSGDTask)}
 
 
 def get_task(name, preset="paper", **settings):
@@ -17,4 +18,4 @@ def get_task(name, preset="paper", **settings):
     return TASKS[name].from_preset(preset, **settings)
 
 
-__all__ = ["Task", "ClientBatchData", "SignalRNNTask", "DigitsLeNetTask", "TASKS", "get_task"]
+__all__ = ["Task", "ClientBatchData", "SignalRNNTask", "DigitsLeNetTask", "GaussianSGDTask", "TASKS", "get_task"]

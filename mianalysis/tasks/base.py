@@ -6,6 +6,12 @@ clients) train as one batched computation. Randomness never happens inside the m
 data order, augmentation and dropout masks are drawn from one ``torch.Generator`` per
 replica, seeded from (seed, run, client), so a run's result does not depend on which other
 runs share its chunk.
+
+A task names its random streams (:attr:`Task.streams`); the sampler may share any of them
+between the clients of a run (``ParameterSampler(shared=...)``): a shared stream draws from
+a generator seeded from (seed, run, stream), the same for every client of the run, instead
+of the replica's own. The data stream reaches :meth:`Task.client_data` and the mask stream
+:meth:`Task.draw_masks` as a :class:`ReplicaGenerators` list.
 """
 
 from __future__ import annotations
@@ -20,6 +26,18 @@ from .._validation import RealSetting
 # weights are of order 1) while it keeps float32 training clear of overflow: a larger value
 # (1e38) is a typo, not a learning rate.
 LEARNING_RATE = RealSetting(0, 10, low_open=True, why="Adam moves each parameter by about lr per step")
+
+
+class ReplicaGenerators(list):
+    """One ``torch.Generator`` per replica for one random stream (the replica's own, or the
+    run's when the stream is shared), with `run`: the run's generators of that stream, one
+    per replica and seeded alike for every client of a run (the same objects as the list
+    itself when the stream is shared). A task draws a component common to a run's clients
+    from `run` (e.g. gaussian-sgd's correlated gradient noise)."""
+
+    def __init__(self, generators, run):
+        super().__init__(generators)
+        self.run = run
 
 
 @dataclass
@@ -40,6 +58,14 @@ class Task(ABC):
     # Every setting's type and allowed range, declared once per task: setting name -> a rule
     # from mianalysis._validation (IntSetting, RealSetting, RangeSetting, FolderSetting).
     setting_rules = {}
+    # Random streams the sampler can share between the clients of a run; `data_stream` is
+    # the one client_data draws from, `mask_stream` the one draw_masks draws from ("order",
+    # the minibatch order, the sampler draws itself).
+    streams = ()
+    data_stream = None
+    mask_stream = None
+    # "adam" (BatchedAdam / torch.optim.Adam) or "sgd" (plain gradient steps of size lr).
+    optimizer = "adam"
 
     def __init__(self, **settings):
         unknown = set(settings) - set(self.default_settings())
@@ -127,6 +153,21 @@ class Task(ABC):
     @abstractmethod
     def loss(self, outputs, targets):
         """Per-replica mean loss, shape (R,)."""
+
+    def gradients(self, params, inputs, targets, masks=None):
+        """Gradients of the summed per-replica losses with respect to `params` (autograd)."""
+        import torch
+
+        return torch.autograd.grad(self.loss(self.forward(params, inputs, masks), targets).sum(), params)
+
+    def recorded(self, params):
+        """The tensors recorded at a checkpoint (the parameters themselves by default)."""
+        return params
+
+    def exact_mi(self, iteration, a, b, *, init="per-run", shared=()):
+        """The exact MI in bits between clients `a` and `b` after `iteration` iterations, or
+        None where the task does not know it (the default)."""
+        return None
 
     metric_names = ("loss",)
 

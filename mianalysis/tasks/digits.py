@@ -77,6 +77,8 @@ class DigitsLeNetTask(Task):
     """
 
     name = "digits-lenet"
+    streams = ("order", "augmentation")
+    data_stream = "augmentation"
     presets = {
         "paper": {},
         # 200 examples with batch 50 and lr 1e-5 give 4 tiny steps per epoch; 1000 examples

@@ -36,6 +36,8 @@ class SignalRNNTask(Task):
     """
 
     name = "signal-rnn"
+    streams = ("order", "dropout")
+    mask_stream = "dropout"
     presets = {
         "paper": {},
         # The paper's 100 examples with batch 64 give 2 iterations per epoch; 1024 examples

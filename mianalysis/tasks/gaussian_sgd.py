@@ -1,0 +1,273 @@
+"""gaussian-sgd: noisy gradient descent on quadratic losses, whose exact MI is known."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .._validation import ChoiceSetting, IntSetting, RangeSetting, RealSetting
+from .base import ClientBatchData, Task
+from .linear_gaussian import cross_covariances, gaussian_mi_from_blocks
+
+TRANSFORMS = ("none", "sinh", "cubic")
+
+
+class GaussianSGDTask(Task):
+    """Plain SGD on ``0.5 (theta - mu_k)^T A_k (theta - mu_k)``: the ground-truth task.
+
+    Client k has a fixed curvature ``A_k = Q_k diag(lambda_k) Q_k^T`` (eigenvalues drawn
+    uniformly from `eigenvalues`, ``Q_k`` a random rotation, or the identity with
+    ``curvature="diagonal"``) and a fixed mean ``m_k ~ N(0, I)``, both from `data_seed`.
+    Every run draws the client's target ``mu_k = m_k + tau z_k`` (``z_k ~ N(0, I)``: the
+    "data" stream, the analogue of drawing the client's data) and takes `n_iterations`
+    steps ``theta <- theta - eta (A_k (theta - mu_k) + sigma xi)`` from
+    ``theta_0 ~ N(m0, s0^2 I)`` (``init="per-run"``) or ``theta_0 = m0`` (``init="fixed"``).
+    The gradient noise (the "noise" stream) is ``xi_k = sqrt(rho) zeta + sqrt(1 - rho)
+    eps_k``, ``zeta`` common to the clients of a run and ``eps_k`` the client's own: `rho`
+    is the correlation of the clients' noise. Sharing the "noise" stream makes the noise
+    identical (as rho = 1); sharing "data" gives every client of a run the same ``z``.
+
+    Every checkpoint is jointly Gaussian across clients, and :meth:`exact_mi` gives the
+    exact MI of any two clients from the closed form (:mod:`.linear_gaussian`). The
+    recorded parameters are ``f(theta)`` with `transform` applied to every coordinate:
+    "none", "sinh" or "cubic" (``x + x^3``). Both maps are strictly monotone, so the MI
+    is unchanged while the samples are no longer Gaussian.
+
+    The "loss" metric is ``0.5 (theta - mu_k)^T A_k (theta - mu_k)`` without noise.
+    """
+
+    name = "gaussian-sgd"
+    presets = {
+        "paper": {},
+        "small": {},
+        "high": {"d": 200},
+    }
+    streams = ("data", "noise")
+    data_stream = "data"
+    mask_stream = "noise"
+    optimizer = "sgd"
+
+    @staticmethod
+    def default_settings():
+        return {
+            "n_clients": 3,
+            "d": 20,
+            "n_iterations": 40,
+            "eta": 0.1,
+            "sigma": 1.0,
+            "rho": 0.0,
+            "tau": 1.0,
+            "m0": 0.0,
+            "s0": 1.0,
+            "eigenvalues": [0.5, 2.0],
+            "curvature": "rotated",
+            "transform": "none",
+            "data_seed": 0,
+        }
+
+    setting_rules = {
+        "n_clients": IntSetting(1),
+        "d": IntSetting(1),
+        "n_iterations": IntSetting(1),
+        "eta": RealSetting(0, low_open=True),
+        "sigma": RealSetting(0),
+        "rho": RealSetting(0, 1),
+        "tau": RealSetting(0),
+        "m0": RealSetting(),
+        "s0": RealSetting(0),
+        "eigenvalues": RangeSetting(),
+        "curvature": ChoiceSetting("rotated", "diagonal"),
+        "transform": ChoiceSetting(*TRANSFORMS),
+        "data_seed": IntSetting(0, 2**32 - 1),
+    }
+
+    def check_settings_together(self):
+        low, high = self.settings["eigenvalues"]
+        eta = self.settings["eta"]
+        if low <= 0 or eta * high >= 1:
+            raise ValueError(f"`eigenvalues` and `eta` (task {self.name}) must give every eta * lambda in (0, 1) "
+                             f"(a stable, non-oscillating descent); got eigenvalues [{low}, {high}] and eta {eta}")
+
+    def __init__(self, **settings):
+        super().__init__(**settings)
+        self._curvatures = {}
+        self._root_tensor = None
+
+    # ---------------------------------------------------------------- sizes
+    @property
+    def d(self):
+        return int(self.settings["d"])
+
+    @property
+    def n_examples(self):
+        """One example (the client's target) per iteration."""
+        return int(self.settings["n_iterations"])
+
+    @property
+    def batch_size(self):
+        return 1
+
+    @property
+    def lr(self):
+        return float(self.settings["eta"])
+
+    # ---------------------------------------------------------------- the clients' problems
+    def client_problem(self, client):
+        """(A_k, m_k) of client `client` as float64 arrays: curvature (d, d) and mean (d,)."""
+        client = int(client)
+        if client not in self._curvatures:
+            rng = np.random.default_rng([int(self.settings["data_seed"]), client])
+            low, high = self.settings["eigenvalues"]
+            lam = rng.uniform(low, high, size=self.d)
+            mean = rng.standard_normal(self.d)
+            if self.settings["curvature"] == "rotated":
+                q, r = np.linalg.qr(rng.standard_normal((self.d, self.d)))
+                q = q * np.sign(np.diag(r))
+                a = (q * lam) @ q.T
+                a = 0.5 * (a + a.T)
+            else:
+                a = np.diag(lam)
+            self._curvatures[client] = (a, mean)
+        return self._curvatures[client]
+
+    def _roots(self):
+        """Symmetric square roots S_k of every A_k, float32, shape (n_clients, d, d)."""
+        import torch
+
+        if self._root_tensor is None:
+            roots = []
+            for k in range(self.n_clients):
+                lam, q = np.linalg.eigh(self.client_problem(k)[0])
+                roots.append((q * np.sqrt(lam)) @ q.T)
+            self._root_tensor = torch.from_numpy(np.stack(roots).astype(np.float32))
+        return self._root_tensor
+
+    # ---------------------------------------------------------------- Task interface
+    def parameter_shapes(self):
+        return [("theta", (self.d,))]
+
+    def init_params(self, generator):
+        """theta_0 = m0 + s0 N(0, I)."""
+        import torch
+
+        return [float(self.settings["m0"]) + float(self.settings["s0"]) * torch.randn(self.d, generator=generator)]
+
+    def fixed_params(self):
+        """theta_0 = m0."""
+        import torch
+
+        return [torch.full((self.d,), float(self.settings["m0"]))]
+
+    def client_data(self, client, generators):
+        """Each example is the client's index (input) and ``S_k mu_k`` (target), where
+        ``S_k`` is the square root of ``A_k``; ``mu_k = m_k + tau z`` with z drawn from
+        each replica's "data" generator."""
+        import torch
+
+        mean = self.client_problem(client)[1]
+        root = self._roots()[int(client)]
+        z = torch.stack([torch.randn(self.d, generator=g) for g in generators])  # (R, d)
+        mu = torch.from_numpy(mean.astype(np.float32)) + float(self.settings["tau"]) * z
+        target = mu @ root  # S symmetric: rows S mu
+        r, n = len(generators), self.n_examples
+        inputs = torch.full((r, n, 1), float(client))
+        return ClientBatchData(inputs, target[:, None, :].expand(r, n, self.d).contiguous(), {})
+
+    def draw_masks(self, generators, batch_size):
+        """The gradient noise xi of one step, (R, d)."""
+        import torch
+
+        eps = torch.stack([torch.randn(self.d, generator=g) for g in generators])
+        rho = float(self.settings["rho"])
+        if rho == 0:
+            return eps
+        zeta = torch.stack([torch.randn(self.d, generator=g) for g in generators.run])
+        return math.sqrt(rho) * zeta + math.sqrt(1 - rho) * eps
+
+    def _root_of(self, inputs):
+        return self._roots()[inputs[:, 0, 0].long()]  # (R, d, d): each replica's client
+
+    def forward(self, params, inputs, masks=None):
+        """``S_k theta`` for every example: (R, batch, d)."""
+        import torch
+
+        out = torch.bmm(self._root_of(inputs), params[0][:, :, None])[:, :, 0]
+        return out[:, None, :].expand(-1, inputs.shape[1], -1)
+
+    def loss(self, outputs, targets):
+        """``0.5 |S_k theta - S_k mu_k|^2 = 0.5 (theta - mu_k)^T A_k (theta - mu_k)``, mean over the batch."""
+        return 0.5 * ((outputs - targets) ** 2).sum(-1).mean(-1)
+
+    def gradients(self, params, inputs, targets, masks=None):
+        """``A_k (theta - mu_k) + sigma xi`` in closed form (``S_k (S_k theta - S_k mu_k)``)."""
+        import torch
+
+        root = self._root_of(inputs)
+        resid = torch.bmm(root, params[0].detach()[:, :, None])[:, :, 0] - targets[:, 0]
+        grad = torch.bmm(root, resid[:, :, None])[:, :, 0]
+        sigma = float(self.settings["sigma"])
+        return [grad if masks is None or sigma == 0 else grad + sigma * masks]
+
+    def recorded(self, params):
+        """The parameters with `transform` applied to every coordinate."""
+        import torch
+
+        kind = self.settings["transform"]
+        if kind == "sinh":
+            return [torch.sinh(p) for p in params]
+        if kind == "cubic":
+            return [p + p**3 for p in params]
+        return params
+
+    # ---------------------------------------------------------------- exact answers
+    def exact_covariance(self, iteration, a, b, *, init="per-run", shared=()):
+        """Joint covariance (2d, 2d) of (theta_a, theta_b) after `iteration` steps, before
+        `transform`, for the sampler's `init` and `shared` streams (float64)."""
+        from ..sampling import INIT_MODES, check_shared
+        from .._validation import check_choice, check_int
+
+        init = check_choice(init, "init", INIT_MODES)
+        shared = check_shared(shared, self)
+        iteration = check_int(iteration, "iteration", low=0, high=self.n_examples)
+        a = check_int(a, "a", low=0, high=self.n_clients - 1)
+        b = check_int(b, "b", low=0, high=self.n_clients - 1)
+        s = self.settings
+        eta, sigma = float(s["eta"]), float(s["sigma"])
+        start = float(s["s0"]) ** 2 if init == "per-run" else 0.0
+        rho = 1.0 if "noise" in shared else float(s["rho"])
+        eye = np.eye(self.d)
+        props = {k: eye - eta * self.client_problem(k)[0] for k in {a, b}}
+
+        def block(i, j):
+            same = i == j
+            return cross_covariances(props[i], props[j], iteration, start=start,
+                                     target=float(s["tau"]) ** 2 * (1.0 if same or "data" in shared else 0.0),
+                                     noise=(eta * sigma) ** 2 * (1.0 if same else rho))[iteration]
+
+        cab = block(a, b)
+        return np.block([[block(a, a), cab], [cab.T, block(b, b)]])
+
+    def exact_mi(self, iteration, a, b, *, init="per-run", shared=()):
+        """Exact MI in bits between clients `a` and `b` after `iteration` steps.
+
+        The same with any `transform` (a strictly monotone map of each coordinate). Exactly
+        0 with ``init="fixed"`` and nothing shared (rho = 0); infinite at iteration 0 with
+        ``init="per-run"`` (both clients hold the run's start).
+
+        Examples
+        --------
+        >>> from mianalysis.tasks import get_task
+        >>> task = get_task("gaussian-sgd", d=5, n_iterations=40, tau=1.0)
+        >>> task.exact_mi(40, 0, 1, init="fixed")
+        0.0
+        >>> round(task.exact_mi(1, 0, 1, init="fixed", shared=["data"]), 3), round(task.exact_mi(40, 0, 1,
+        ...       init="fixed", shared=["data"]), 3)
+        (1.437, 8.299)
+
+        A target shared within the run (``mu_k = m_k + tau z``, the same z) makes the clients
+        dependent, more so as each moves towards its target.
+        """
+        cov = self.exact_covariance(iteration, a, b, init=init, shared=shared)
+        d = self.d
+        return gaussian_mi_from_blocks(cov[:d, :d], cov[d:, d:], cov[:d, d:])
