@@ -681,7 +681,8 @@ class ParameterDump:
             if os.path.lexists(path / MANIFEST):
                 dump = cls.open(path)
                 if dump.meta != meta:
-                    diff = {k: (dump.meta.get(k), v) for k, v in meta.items() if dump.meta.get(k) != v}
+                    diff = {k: (dump.meta.get(k), meta.get(k)) for k in [*meta, *(k for k in dump.meta if k not in meta)]
+                            if dump.meta.get(k) != meta.get(k)}  # a setting only one side records too
                     raise DumpError(f"{path} holds a dump with other settings (existing, requested): {diff}; "
                                     "choose another folder")
                 try:  # what the resume builds on: every completed chunk's checksums
