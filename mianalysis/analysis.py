@@ -18,14 +18,16 @@ from ._validation import check_choice, check_int, check_k
 from .distances import METRICS, paired_distances
 from .estimators import gaussian_mi, ksg_mi, mi_permutation_test
 from .estimators._neighbours import marginal_distances, use_distance_cache
-from .estimators.ksg import add_tie_breaking_noise, ksg_estimates_from_distances
+from .estimators.ksg import add_tie_breaking_noise, check_flag, ksg_estimates_from_distances, standardize_columns
 from .estimators.significance import PermutationTestResult
+from .regime import estimate_regime_note
 
 KSG_NOISE = 1e-10  # tie-breaking noise, times each parameter's sd over runs
 
 ESTIMATORS = ("gaussian", "ksg")
 COLUMNS = ("checkpoint", "iteration", "client_a", "client_b", "quantity", "value", "spread",
-           "null_mean", "null_std", "p_value", "n_runs", "note")
+           "null_mean", "null_std", "p_value", "n_runs", "note", "layer")
+BY = ("layer",)
 
 
 def gaussian_settings(n_runs, n_features):
@@ -45,8 +47,9 @@ def _drop_constant(x, y):
     return x[:, keep_x], y[:, keep_y], dropped
 
 
-def _mi_row(x, y, estimator, k, permutations, rng, distances=None, distance_cache="auto"):
-    """(value, null_mean, null_std, p_value, note) for one estimator on one client pair.
+def _mi_row(x, y, estimator, k, permutations, rng, distances=None, distance_cache="auto", standardize=True):
+    """(value, null_mean, null_std, p_value, note) for one estimator on one client pair;
+    an estimate outside the calibrated regime says so in the note (mianalysis.regime).
 
     `distances`: the two clients' marginal distance matrices of their noised samples (KSG
     only); the estimate and its permutation null then cost O(n^2) each. Otherwise
@@ -62,13 +65,22 @@ def _mi_row(x, y, estimator, k, permutations, rng, distances=None, distance_cach
     if np.array_equal(x, y):
         notes.append("identical samples (same initial point): MI is infinite")
         return np.inf, np.nan, np.nan, np.nan, "; ".join(notes)
+    value, null_mean, null_std, p = _estimate(x, y, estimator, k, permutations, rng, distances, distance_cache,
+                                              standardize, notes)
+    notes.append(estimate_regime_note(estimator, x.shape[0], x.shape[1] + y.shape[1], float(value)))
+    return value, null_mean, null_std, p, "; ".join(n for n in notes if n)
+
+
+def _estimate(x, y, estimator, k, permutations, rng, distances, distance_cache, standardize, notes):
+    """(value, null_mean, null_std, p_value) of one estimator on varying, distinct samples;
+    appends the estimator's choices to `notes`."""
     if distances is not None:  # constant parameters add 0 to every max-norm distance
         perms = [rng.permutation(x.shape[0]) for _ in range(permutations)]
         values = ksg_estimates_from_distances(distances[0], distances[1], perms, k, 1) / np.log(2)
         if not permutations:
-            return values[0], np.nan, np.nan, np.nan, "; ".join(notes)
+            return values[0], np.nan, np.nan, np.nan
         res = PermutationTestResult.from_null(values[0], values[1:], "ksg")
-        return res.estimate, res.null_mean, res.null_std, res.pvalue, "; ".join(notes)
+        return res.estimate, res.null_mean, res.null_std, res.pvalue
     value = None
     if estimator == "gaussian":
         kwargs, note = gaussian_settings(x.shape[0], x.shape[1] + y.shape[1])
@@ -80,17 +92,18 @@ def _mi_row(x, y, estimator, k, permutations, rng, distances=None, distance_cach
             kwargs = {"shrinkage": "ledoit-wolf"}
             notes.append(f"ledoit-wolf shrinkage: {exc}")
     else:
-        kwargs = {"k": k, "distance_cache": distance_cache}
+        kwargs = {"k": k, "distance_cache": distance_cache, "standardize": standardize}
     if permutations:
         res = mi_permutation_test(x, y, estimator=estimator, n_permutations=permutations, random_state=rng, **kwargs)
-        return res.estimate, res.null_mean, res.null_std, res.pvalue, "; ".join(notes)
+        return res.estimate, res.null_mean, res.null_std, res.pvalue
     if value is None:
         value = gaussian_mi(x, y, **kwargs) if estimator == "gaussian" else ksg_mi(x, y, random_state=rng, **kwargs)
-    return value, np.nan, np.nan, np.nan, "; ".join(notes)
+    return value, np.nan, np.nan, np.nan
 
 
-def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0, layer=None,
-            random_state=0, out=None, progress=False, distance_cache="auto", verify=True, force=False):
+def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0, layer=None, by=None,
+            standardize=True, random_state=0, out=None, progress=False, distance_cache="auto", verify=True,
+            force=False):
     """MI and distances between every pair of clients at every checkpoint of a dump.
 
     Parameters
@@ -111,6 +124,19 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
         the number per estimator (e.g. ``{"gaussian": 100, "ksg": 10}``; missing ones 0).
     layer : str or list of str, optional
         Analyse only these tensors of the parameter vector (see ParameterDump.layer_columns).
+    by : {None, "layer"}, default=None
+        None: MI and distances of the whole (selected) parameter vector, column ``layer``
+        empty. "layer": the same rows once per tensor of ``dump.layout`` (those `layer`
+        selects), computed on that tensor's columns alone and named in the ``layer``
+        column; each equals what ``layer=NAME`` gives. Recorded metrics (loss) come once
+        per checkpoint, with ``layer`` empty.
+    standardize : bool, default=True
+        KSG: divide each parameter by its sd over runs before the neighbour search
+        (:func:`mianalysis.ksg_mi`'s `standardize`), so that the widest parameters (biases
+        next to small weights) do not decide every max-norm distance. On known-MI data
+        with coordinates on scales from 1e-3 to 1e3 the mean error fell from 1.71 to 0.36
+        nats (``figures/ksg_standardize.csv``); at equal scales it is unchanged. Recorded
+        in the sidecar's settings (``ksg_standardize``).
     random_state : int, default=0
         Seed of KSG's noise and of the permutations; each (checkpoint, pair, estimator)
         draws from its own stream, so the table does not depend on what else is analysed.
@@ -159,10 +185,13 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
     -------
     rows : list of dict
         Tidy table with columns ``checkpoint, iteration, client_a, client_b, quantity,
-        value, spread, null_mean, null_std, p_value, n_runs, note``. ``quantity`` is
+        value, spread, null_mean, null_std, p_value, n_runs, note, layer``. ``quantity`` is
         "mi_gaussian", "mi_ksg", "mi_exact" (bits; the exact MI, for a dump of a task that
-        knows it, such as gaussian-sgd, when every parameter is analysed), a metric name (``spread`` = sd over runs), or a
+        knows it, such as gaussian-sgd, when every parameter is analysed and not by layer),
+        a metric name (``spread`` = sd over runs), or a
         recorded training metric such as "loss" (``client_b`` empty; mean and sd over runs).
+        ``layer`` names the tensor with ``by="layer"`` and is empty otherwise (tables
+        written before it existed read back with it empty).
 
     Notes
     -----
@@ -176,6 +205,12 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
     from one fixed point. At a checkpoint where two clients' varying parameters are
     identical in every run (all clients start from the same random point) MI is reported
     as infinite, with a note.
+
+    An MI estimate outside the regime where the estimator was calibrated against known MI
+    (``python experiments/calibration.py --regimes``) says so in its note, e.g.
+    "outside calibration: shrinkage estimate (400 runs <= 2 x 200 joint dims)" or
+    "outside calibration: > 4 joint dims" (see :func:`mianalysis.regime.estimate_regime_note`);
+    :mod:`mianalysis.plots` draws such points hollow.
 
     Examples
     --------
@@ -196,7 +231,7 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
     The exact values: the mean distance between a and b is sqrt(0.8 pi / 2) = 1.121 (a
     Rayleigh mean), and the MI is -(2 / 2) log2(1 - 0.6^2) = 0.644 bits.
     """
-    from .dumps import DumpError, ParameterDump
+    from .dumps import DumpError, ParameterDump, layout_columns, select_layout
 
     if not isinstance(dump, ParameterDump):
         dump = ParameterDump.open(dump)
@@ -207,6 +242,9 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
     for m in metrics:
         check_choice(m, "metrics", METRICS)
     k = check_int(k, "k", low=1)
+    if by is not None:
+        check_choice(by, "by", BY)
+    standardize = check_flag(standardize, "standardize")
     for name, flag in (("verify", verify), ("force", force)):
         if not isinstance(flag, (bool, np.bool_)):
             raise ValueError(f"`{name}` must be True or False; got {flag!r}")
@@ -218,6 +256,8 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
     permutations = {e: check_int(permutations.get(e, 0), "permutations", low=0) for e in estimators}
     random_state = check_int(random_state, "random_state", low=0)
     cols = dump.layer_columns(layer)
+    groups = [("", cols)] if by is None else [
+        (e.name, layout_columns([e])) for e in (dump.layout if layer is None else select_layout(dump.layout, layer))]
     n_runs = dump.completed_runs
     if n_runs < 2:
         raise ValueError(f"dump {dump.path} has {n_runs} completed runs; analysis needs at least 2")
@@ -229,7 +269,8 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
     if out is not None:
         settings = {"dump": str(Path(dump.path).resolve()), "n_runs": n_runs, "chunks": _chunks_digest(dump),
                     "estimators": list(estimators), "metrics": list(metrics), "k": k, "permutations": permutations,
-                    "layer": layer, "random_state": random_state, "distance_cache": reuse_distances}
+                    "layer": layer, "by": by, "ksg_standardize": standardize, "random_state": random_state,
+                    "distance_cache": reuse_distances}
         _check_out(out, settings, force)  # before the lock: a refused `out` leaves nothing behind
     if verify:
         try:
@@ -252,18 +293,20 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
         # A dump still being sampled (or stopped) is analysed as far as it goes; every row says so.
         incomplete = "" if dump.complete else f"dump incomplete: {n_runs} of {dump.n_runs} runs"
 
-        def add(t, a, b, quantity, value, spread=np.nan, null_mean=np.nan, null_std=np.nan, p=np.nan, note=""):
+        def add(t, a, b, quantity, value, spread=np.nan, null_mean=np.nan, null_std=np.nan, p=np.nan, note="",
+                group=""):
             rows.append({"checkpoint": t, "iteration": dump.checkpoints[t], "client_a": dump.clients[a],
                          "client_b": "" if b is None else dump.clients[b], "quantity": quantity,
                          "value": float(value), "spread": float(spread), "null_mean": float(null_mean),
                          "null_std": float(null_std), "p_value": float(p), "n_runs": n_runs,
-                         "note": "; ".join(n for n in (note, incomplete) if n)})
+                         "note": "; ".join(n for n in (note, incomplete) if n), "layer": group})
 
         bar = None
         if progress:
             from tqdm.auto import tqdm
 
-            bar = tqdm(total=(len(dump.checkpoints) - len(done)) * len(pairs), unit="pair", desc="analyzing")
+            bar = tqdm(total=(len(dump.checkpoints) - len(done)) * len(pairs) * len(groups), unit="pair",
+                       desc="analyzing")
         for t in range(len(dump.checkpoints)):
             if t in done:
                 continue
@@ -273,29 +316,32 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
                     values = dump.metric(c, name)[t]
                     with np.errstate(invalid="ignore"):  # a metric with an infinity has no sd; the note says why
                         add(t, c, None, name, np.mean(values), np.std(values, ddof=1), note=_metric_note(name, values))
-            samples = [np.asarray(dump.samples(c, t)[:, cols], dtype=np.float64) for c in range(len(dump.clients))]
-            _check_finite(dump, t, samples, cols)
-            distances = None
-            if "ksg" in estimators and reuse_distances:
-                # Each client's marginal distances serve every pair it is in, the estimate and
-                # all its permutations; tie-breaking noise is drawn per (checkpoint, client).
-                distances = [marginal_distances(add_tie_breaking_noise(s, KSG_NOISE, np.random.default_rng(
-                    [random_state, t, c, len(ESTIMATORS)]))) for c, s in enumerate(samples)]
-            for a, b in pairs:
-                x, y = samples[a], samples[b]
-                for metric in metrics:
-                    d = paired_distances(x, y, metric)
-                    add(t, a, b, metric, d.mean(), d.std(ddof=1))
-                for estimator in estimators:
-                    rng = np.random.default_rng([random_state, t, a, b, ESTIMATORS.index(estimator)])
-                    cached = (distances[a], distances[b]) if estimator == "ksg" and distances is not None else None
-                    value, null_mean, null_std, p, note = _mi_row(x, y, estimator, k, permutations[estimator], rng,
-                                                                  cached, distance_cache)
-                    add(t, a, b, f"mi_{estimator}", value, null_mean=null_mean, null_std=null_std, p=p, note=note)
-                if exact is not None:
-                    add(t, a, b, "mi_exact", exact(dump.checkpoints[t], a, b))
-                if bar is not None:
-                    bar.update(1)
+            for group, cols in groups:
+                samples = [np.asarray(dump.samples(c, t)[:, cols], dtype=np.float64) for c in range(len(dump.clients))]
+                _check_finite(dump, t, samples, cols)
+                distances = None
+                if "ksg" in estimators and reuse_distances:
+                    # Each client's marginal distances serve every pair it is in, the estimate and
+                    # all its permutations; tie-breaking noise is drawn per (checkpoint, client).
+                    distances = [marginal_distances(add_tie_breaking_noise(
+                        standardize_columns(s) if standardize else s, KSG_NOISE,
+                        np.random.default_rng([random_state, t, c, len(ESTIMATORS)]))) for c, s in enumerate(samples)]
+                for a, b in pairs:
+                    x, y = samples[a], samples[b]
+                    for metric in metrics:
+                        d = paired_distances(x, y, metric)
+                        add(t, a, b, metric, d.mean(), d.std(ddof=1), group=group)
+                    for estimator in estimators:
+                        rng = np.random.default_rng([random_state, t, a, b, ESTIMATORS.index(estimator)])
+                        cached = (distances[a], distances[b]) if estimator == "ksg" and distances is not None else None
+                        value, null_mean, null_std, p, note = _mi_row(x, y, estimator, k, permutations[estimator], rng,
+                                                                      cached, distance_cache, standardize)
+                        add(t, a, b, f"mi_{estimator}", value, null_mean=null_mean, null_std=null_std, p=p, note=note,
+                            group=group)
+                    if exact is not None and group == "":  # the exact MI is that of the whole vector
+                        add(t, a, b, "mi_exact", exact(dump.checkpoints[t], a, b))
+                    if bar is not None:
+                        bar.update(1)
             if journal is not None:
                 journal.append(t, rows[first:])
         if bar is not None:
@@ -566,10 +612,11 @@ def read_table(path):
     rows = []
     with open(path, newline="") as fh:
         reader = csv.DictReader(fh)
-        missing = set(COLUMNS) - set(reader.fieldnames or ())
+        missing = set(COLUMNS) - set(reader.fieldnames or ()) - {"layer"}  # tables before `by` had no layer
         if missing:
             raise ValueError(f"{path} is not an analysis table: missing columns {sorted(missing)}")
         for row in reader:
+            row.setdefault("layer", "")
             for key in ("value", "spread", "null_mean", "null_std", "p_value"):
                 row[key] = float(row[key]) if row[key] != "" else np.nan
             for key in ("checkpoint", "iteration", "n_runs"):

@@ -97,7 +97,8 @@ def _cmd_analyze(args):
 
     dump = ParameterDump.open(args.dump)  # one view of the dump: a sampler may still be adding runs
     rows = analyze(dump, estimators=args.estimators, metrics=args.metrics, k=args.k,
-                   permutations=args.permutations, layer=args.layer, random_state=args.seed,
+                   permutations=args.permutations, layer=args.layer, by=args.by,
+                   standardize=not args.no_standardize, random_state=args.seed,
                    out=args.out, progress=not args.no_progress,
                    distance_cache=False if args.no_distance_cache else "auto",
                    verify=not args.no_verify, force=args.force)
@@ -290,6 +291,9 @@ def build_parser():
     ana.add_argument("-k", type=int, default=3)
     ana.add_argument("--permutations", type=int, default=0)
     ana.add_argument("--layer", action="append", help="analyse only this tensor (repeatable)")
+    ana.add_argument("--by", choices=["layer"], help="rows per tensor (column `layer`) instead of the whole vector")
+    ana.add_argument("--no-standardize", action="store_true",
+                     help="KSG on raw parameter scales (default: each parameter divided by its sd over runs)")
     ana.add_argument("--seed", type=int, default=0)
     ana.add_argument("--no-distance-cache", action="store_true",
                      help="do not keep each client's runs x runs KSG distance matrix in memory")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .analysis import select
+from .regime import is_outside
 
 
 def _pairs(rows):
@@ -21,10 +22,18 @@ def _finite(xs, ys):
     return xs[ok], ys[ok]
 
 
+OUTSIDE_LABEL = "outside calibration (hollow)"
+
+
 def plot_mi_panel(ax, rows, estimator):
     """MI of every client pair vs iteration, with the permutation null (mean +- 2 sd) as a band,
-    and the exact MI (rows "mi_exact", where the task knows it) as black lines."""
+    and the exact MI (rows "mi_exact", where the task knows it) as black lines.
+
+    Estimates whose note flags them as outside the calibrated regime
+    (:func:`mianalysis.regime.estimate_regime_note`) are drawn as hollow markers, with one
+    legend entry for them all."""
     exact_label = "exact"
+    flagged_any = False
     for a, b in _pairs(rows):
         exact = select(rows, "mi_exact", a, b)
         if exact:
@@ -36,10 +45,16 @@ def plot_mi_panel(ax, rows, estimator):
             continue
         it, val = _finite([r["iteration"] for r in hits], [r["value"] for r in hits])
         line, = ax.plot(it, val, marker="o", ms=3, label=f"Client({a}, {b})")
+        flags = np.array([is_outside(r["note"]) for r in hits if np.isfinite(r["value"])], dtype=bool)
+        if flags.any():
+            flagged_any = True
+            ax.plot(it[flags], val[flags], ls="none", marker="o", ms=6, mfc="white", mec=line.get_color(), zorder=3)
         it_n, mean = _finite([r["iteration"] for r in hits], [r["null_mean"] for r in hits])
         if len(mean):
             _, sd = _finite([r["iteration"] for r in hits], [r["null_std"] for r in hits])
             ax.fill_between(it_n, mean - 2 * sd, mean + 2 * sd, color=line.get_color(), alpha=0.15, lw=0)
+    if flagged_any:  # a legend entry only
+        ax.plot([], [], ls="none", marker="o", ms=6, mfc="white", mec="0.3", label=OUTSIDE_LABEL)
     name = {"gaussian": "Gaussian (log-det)", "ksg": "KSG (k-NN)"}[estimator]
     ax.set_title(f"MI, {name}")
     ax.set_xlabel("iteration")

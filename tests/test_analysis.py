@@ -104,16 +104,17 @@ def test_plots_from_table(tmp_path, rng):
 def test_ksg_from_each_clients_cached_distances(tmp_path, rng):
     from mianalysis import ksg_mi
     from mianalysis.analysis import KSG_NOISE
-    from mianalysis.estimators.ksg import add_tie_breaking_noise
+    from mianalysis.estimators.ksg import add_tie_breaking_noise, standardize_columns
 
     samples = correlated_clients(rng, n_runs=400)
     dump = ParameterDump.from_arrays(tmp_path / "d", samples)
     cached = analyze(dump, estimators=("ksg",), metrics=(), permutations=4, random_state=3, distance_cache=True)
     direct = analyze(dump, estimators=("ksg",), metrics=(), permutations=4, random_state=3, distance_cache=False)
-    # The cache draws the tie-breaking noise per (checkpoint, client): the same estimates as
-    # ksg_mi on those noised samples, and the permutations of the pair's own stream.
+    # The cache standardizes each client's parameters (analyze's default) and draws the
+    # tie-breaking noise per (checkpoint, client): the same estimates as ksg_mi on those
+    # samples, and the permutations of the pair's own stream.
     t, a, b = 2, 0, 2
-    noised = [add_tie_breaking_noise(dump.samples(str(c), t).astype(float), KSG_NOISE,
+    noised = [add_tie_breaking_noise(standardize_columns(dump.samples(str(c), t).astype(float)), KSG_NOISE,
                                      np.random.default_rng([3, t, c, 2])) for c in range(3)]
     row = select(cached, "mi_ksg", "0", "2")[t]
     assert row["value"] == pytest.approx(ksg_mi(noised[a], noised[b], noise=0), abs=1e-12)

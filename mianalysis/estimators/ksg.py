@@ -35,6 +35,7 @@ def ksg_mi(
     backend="numba",
     device=None,
     distance_cache="auto",
+    standardize=False,
 ):
     r"""Mutual information of `x` and `y` by the KSG k-nearest-neighbour estimator.
 
@@ -99,6 +100,15 @@ def ksg_mi(
         memory the process can still allocate (the least of physical memory, the room
         under its cgroup's memory limit and under ``ulimit -v``); False computes every distance twice in O(n) memory. The result
         is the same to the bit.
+    standardize : bool, default=False
+        Divide each coordinate by its sample standard deviation before the neighbour
+        search (see :func:`standardize_columns`). The max-norm is otherwise dominated by
+        the widest coordinates (a bias next to a weight 1000 times smaller), while the MI
+        itself does not change under per-coordinate scaling; with it the estimate is
+        invariant to that scaling (up to the tie-breaking noise). On known-MI data with
+        coordinates on scales from 1e-3 to 1e3 it moves the estimate toward the truth
+        (``python experiments/ksg_standardize.py``, ``figures/ksg_standardize.csv``);
+        :func:`mianalysis.analyze` uses it by default. False keeps the textbook estimator.
 
     Returns
     -------
@@ -157,9 +167,12 @@ def ksg_mi(
     if backend == "torch":
         check_torch_device(device)
     use_distance_cache(distance_cache, 0)  # only checks the argument
+    standardize = check_flag(standardize, "standardize")
     x, y = drop_constant_features(x, y)
     if x.shape[1] == 0 or y.shape[1] == 0:
         return 0.0  # I(c; Y) = 0 (see Notes)
+    if standardize:
+        x, y = standardize_columns(x), standardize_columns(y)
     if noise > 0:
         x = add_tie_breaking_noise(x, noise, rng)
         y = add_tie_breaking_noise(y, noise, rng)
@@ -202,6 +215,34 @@ def ksg_permutation_estimates(x, y, permutations, k, algorithm, dtype="float64")
     x, y = kernel_input(x, y, dtype)
     return ksg_estimates_from_distances(marginal_distances(x, dtype), marginal_distances(y, dtype), permutations, k,
                                         algorithm)
+
+
+def check_flag(value, name):
+    """`value` as a bool; ValueError naming `name` unless it is True or False."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"`{name}` must be True or False; got {value!r}")
+    return bool(value)
+
+
+def standardize_columns(a):
+    """`a` (float64, 2-D) with each column divided by its standard deviation (ddof=0);
+    constant columns are left as they are.
+
+    KSG's max-norm then weighs every coordinate alike. The MI of `a` with anything is
+    unchanged by this (an invertible map of each coordinate), and so is the estimate after
+    any per-column rescaling of `a` (up to floating-point rounding).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mianalysis.estimators.ksg import standardize_columns
+    >>> standardize_columns(np.array([[0.0, 10.0, 5.0], [2.0, 30.0, 5.0]]))
+    array([[0., 1., 5.],
+           [2., 3., 5.]])
+    """
+    a = np.asarray(a, dtype=np.float64)
+    sd = column_std(a)
+    return a / np.where(sd > 0, sd, 1.0)
 
 
 def add_tie_breaking_noise(a, noise, rng):

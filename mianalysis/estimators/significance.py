@@ -17,10 +17,11 @@ from .._validation import (
 )
 from .gaussian import check_gaussian_settings, gaussian_mi
 from ._neighbours import check_torch_device, use_distance_cache
-from .ksg import BACKENDS, add_tie_breaking_noise, check_ksg_settings, ksg_mi, ksg_permutation_estimates
+from .ksg import (BACKENDS, add_tie_breaking_noise, check_flag, check_ksg_settings, ksg_mi, ksg_permutation_estimates,
+                  standardize_columns)
 
 ESTIMATORS = {"ksg": ksg_mi, "gaussian": gaussian_mi}
-KSG_ARGUMENTS = {"k", "algorithm", "units", "noise", "dtype", "backend", "device"}
+KSG_ARGUMENTS = {"k", "algorithm", "units", "noise", "dtype", "backend", "device", "standardize"}
 GAUSSIAN_ARGUMENTS = {"units", "bias_correction", "shrinkage"}
 
 
@@ -110,8 +111,9 @@ def mi_permutation_test(
         False is passed on to :func:`ksg_mi`). With ``backend="torch"`` each estimate is
         computed by :func:`ksg_mi` on the torch backend.
     **estimator_kwargs
-        Passed to the estimator (e.g. ``k``, ``units``). For KSG the tie-breaking noise is
-        added once, before the observed estimate, and the same noisy data are shuffled.
+        Passed to the estimator (e.g. ``k``, ``units``, ``standardize``). For KSG the
+        columns are standardized (if asked) and the tie-breaking noise is added once,
+        before the observed estimate, and the same data are shuffled.
 
     Returns
     -------
@@ -173,6 +175,7 @@ def mi_permutation_test(
                                                       kwargs.get("dtype", "float64"))
         k = check_k(kwargs.get("k", 3), n)
         noise = check_nonnegative_float(kwargs.pop("noise", 1e-10), "noise")
+        standardize = check_flag(kwargs.pop("standardize", False), "standardize")
         backend = check_choice(kwargs.get("backend", "numba"), "backend", BACKENDS)
         if backend == "torch":
             check_torch_device(kwargs.get("device"))
@@ -186,6 +189,8 @@ def mi_permutation_test(
         return PermutationTestResult.from_null(0.0, np.zeros(n_permutations), estimator)
     cached = False
     if estimator == "ksg":
+        if standardize:  # once, like the noise: the shuffles keep each column's sd
+            x, y = standardize_columns(x), standardize_columns(y)
         if noise > 0:
             # Noise once: the observed and the shuffled estimates see the same data.
             x = add_tie_breaking_noise(x, noise, rng)

@@ -1,0 +1,101 @@
+"""Where the MI estimators were calibrated against known MI, and a note for estimates outside it.
+
+Every threshold below is read off ``figures/calibration_regimes.csv``, written by
+``python experiments/calibration.py --regimes`` (correlated Gaussians with known MI, both
+estimators run as :func:`mianalysis.analyze` runs them; "within 5 %" means
+``|estimate - true| <= 0.05 max(true, 1 nat)``). ``tests/test_regime.py`` derives them
+from that file again and fails if they disagree.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from ._validation import check_choice, check_int
+
+# --- from figures/calibration_regimes.csv ---------------------------------------------
+# Gaussian: every bias-corrected case (n_runs > 2 x joint dims) was within 5 %, from
+# 2.2 runs per joint dimension (440 runs of 100 + 100) up to 2241.6 bits (4000 runs of
+# 500 + 500, rho 0.999), rounded grids included; no Ledoit-Wolf shrinkage case was
+# (2.38 nats of a true 14.38 at 400 runs of 100 + 100).
+GAUSSIAN_MIN_RUNS_PER_DIM = 2.2
+GAUSSIAN_MAX_BITS = 2241.6
+# KSG (k = 3, standardized): every case with at most 4 joint dimensions and at most 5.65
+# bits was within 5 % (2000 and 8000 runs); not 4 dims at 8.97 bits (7.59), nor 6 dims
+# from 3.59 bits (3.29 at 2000 runs), nor any case with 10 or more dims.
+KSG_MAX_JOINT_DIMS = 4
+KSG_MIN_RUNS = 2000
+KSG_MAX_BITS = 5.65
+
+PREFIX = "outside calibration"
+
+
+def estimate_regime_note(estimator, n_runs, n_features, value):
+    """A note saying why an MI estimate lies outside the calibrated regime, or "".
+
+    Parameters
+    ----------
+    estimator : {"gaussian", "ksg"}
+        As :func:`mianalysis.analyze` runs it (Gaussian: bias-corrected when
+        ``n_runs > 2 n_features``, Ledoit-Wolf shrinkage otherwise; KSG: standardized
+        coordinates).
+    n_runs : int
+        Samples (runs), >= 2.
+    n_features : int
+        Joint dimension: varying parameters of both clients together, >= 1.
+    value : float
+        The estimate in bits.
+
+    Returns
+    -------
+    note : str
+        "" inside the calibrated regime; otherwise "outside calibration: " and every
+        reason, joined by ", ".
+
+    Examples
+    --------
+    >>> from mianalysis.regime import estimate_regime_note
+    >>> estimate_regime_note("gaussian", 2000, 200, 150.0)
+    ''
+    >>> estimate_regime_note("gaussian", 400, 200, 3.4)
+    'outside calibration: shrinkage estimate (400 runs <= 2 x 200 joint dims)'
+    >>> estimate_regime_note("ksg", 2000, 716, 0.6)
+    'outside calibration: > 4 joint dims'
+    >>> estimate_regime_note("gaussian", 20000, 1000, 3000.0)
+    'outside calibration: > 2241.6 bits'
+    """
+    check_choice(estimator, "estimator", ("gaussian", "ksg"))
+    n_runs = check_int(n_runs, "n_runs", low=2)
+    n_features = check_int(n_features, "n_features", low=1)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"`value` must be a real number (bits); got {value!r}")
+    reasons = []
+    if estimator == "gaussian":
+        if n_runs <= 2 * n_features:
+            reasons.append(f"shrinkage estimate ({n_runs} runs <= 2 x {n_features} joint dims)")
+        elif n_runs < GAUSSIAN_MIN_RUNS_PER_DIM * n_features:
+            reasons.append(f"< {GAUSSIAN_MIN_RUNS_PER_DIM} runs per joint dim")
+        max_bits = GAUSSIAN_MAX_BITS
+    else:
+        if n_features > KSG_MAX_JOINT_DIMS:
+            reasons.append(f"> {KSG_MAX_JOINT_DIMS} joint dims")
+        if n_runs < KSG_MIN_RUNS:
+            reasons.append(f"< {KSG_MIN_RUNS} runs")
+        max_bits = KSG_MAX_BITS
+    if not np.isnan(value) and value > max_bits:
+        reasons.append(f"> {max_bits} bits")
+    return f"{PREFIX}: {', '.join(reasons)}" if reasons else ""
+
+
+def is_outside(note):
+    """Whether a table row's `note` flags its estimate as outside the calibrated regime.
+
+    Examples
+    --------
+    >>> from mianalysis.regime import is_outside
+    >>> is_outside("dropped 2 constant parameters; outside calibration: > 4 joint dims")
+    True
+    """
+    return PREFIX in str(note)

@@ -1,0 +1,271 @@
+"""Estimates in the regime where they can be trusted: per-tensor analysis, standardized KSG,
+notes for estimates outside the calibrated regime, and the calibration table behind them."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mianalysis import ParameterDump, analyze, ksg_mi, mi_permutation_test
+from mianalysis.analysis import read_table, write_table
+from mianalysis.regime import (GAUSSIAN_MAX_BITS, GAUSSIAN_MIN_RUNS_PER_DIM, KSG_MAX_BITS, KSG_MAX_JOINT_DIMS,
+                               KSG_MIN_RUNS, estimate_regime_note, is_outside)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _experiment(name):
+    spec = importlib.util.spec_from_file_location(f"experiment_{name}", ROOT / "experiments" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _mixed_scale(n=1000, d=3, rho=0.9, seed=0, f=lambda z: z):
+    """Correlated Gaussians, each coordinate mapped by f and scaled from 1e-3 to 1e3."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, d))
+    y = rho * x + np.sqrt(1 - rho**2) * rng.standard_normal((n, d))
+    s = np.logspace(-3, 3, d)
+    return f(x) * s, f(y) * s[::-1], -0.5 * d * np.log(1 - rho**2)
+
+
+@pytest.fixture
+def layered_dump(tmp_path):
+    """3 clients, 2 checkpoints, 80 runs; tensors w (2 x 2) and bias (1,), the bias 100x wider."""
+    rng = np.random.default_rng(1)
+    base = rng.standard_normal((2, 80, 5))
+    samples = {}
+    for c in "abc":
+        s = 0.7 * base + 0.7 * rng.standard_normal((2, 80, 5))
+        s[..., 4] *= 100
+        samples[c] = s
+    return ParameterDump.from_arrays(tmp_path / "dump", samples, layout=[("w", (2, 2)), ("bias", (1,))])
+
+
+# ---------------------------------------------------------------------------- by="layer"
+
+@pytest.mark.parametrize("distance_cache", [True, False])
+def test_by_layer_rows_equal_each_tensor_alone(layered_dump, distance_cache):
+    kw = dict(metrics=["euclidean", "chebyshev"], permutations=5, distance_cache=distance_cache, verify=False)
+    rows = analyze(layered_dump, by="layer", **kw)
+    for name in ("w", "bias"):
+        mine = [r for r in rows if r["layer"] == name]
+        alone = analyze(layered_dump, layer=name, **kw)
+        assert len(mine) == len(alone) == 2 * 3 * 4  # checkpoints x pairs x (2 metrics + 2 MI)
+        for got, want in zip(mine, alone):
+            assert want["layer"] == ""
+            assert {k: v for k, v in got.items() if k != "layer"} == pytest.approx(
+                {k: v for k, v in want.items() if k != "layer"}, nan_ok=True)
+    assert {r["layer"] for r in rows} == {"w", "bias"}
+
+
+def test_by_layer_respects_layer_selection_and_keeps_metrics_once(tmp_path):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((1, 40, 3))
+    dump = ParameterDump.from_arrays(tmp_path / "d", {"a": a, "b": a + rng.standard_normal((1, 40, 3))},
+                                     layout=[("x", (1,)), ("y", (2,))],
+                                     metrics={c: {"loss": np.ones((1, 40))} for c in "ab"})
+    rows = analyze(dump, by="layer", layer="y", estimators=["gaussian"], metrics=[], verify=False)
+    assert [(r["quantity"], r["layer"]) for r in rows] == [("loss", ""), ("loss", ""), ("mi_gaussian", "y")]
+
+
+def test_by_layer_table_round_trip_and_old_tables(tmp_path, layered_dump):
+    rows = analyze(layered_dump, by="layer", estimators=["gaussian"], metrics=[], verify=False,
+                   out=tmp_path / "t.csv")
+    assert [r["layer"] for r in read_table(tmp_path / "t.csv")] == [r["layer"] for r in rows]
+    import json
+    settings = json.loads((tmp_path / "t.csv.json").read_text())["settings"]
+    assert settings["by"] == "layer" and settings["ksg_standardize"] is True
+    # A table written before the column existed reads back with it empty.
+    old = tmp_path / "old.csv"
+    write_table(rows, old)
+    lines = old.read_text().splitlines()
+    old.write_text("\n".join(line.rsplit(",", 1)[0] for line in lines) + "\n")
+    assert "layer" not in old.read_text().splitlines()[0]
+    assert {r["layer"] for r in read_table(old)} == {""}
+
+
+def test_by_rejects_unknown(layered_dump):
+    with pytest.raises(ValueError, match="`by`"):
+        analyze(layered_dump, by="tensor", verify=False)
+    with pytest.raises(ValueError, match="`standardize`"):
+        analyze(layered_dump, standardize="yes", verify=False)
+
+
+def test_cli_by_layer(tmp_path, layered_dump):
+    from mianalysis.cli import main
+
+    main(["analyze", str(layered_dump.path), "--out", str(tmp_path / "t.csv"), "--by", "layer",
+          "--estimators", "gaussian", "--metrics", "euclidean", "--no-progress", "--no-standardize"])
+    rows = read_table(tmp_path / "t.csv")
+    assert {r["layer"] for r in rows} == {"w", "bias"}
+
+
+# ---------------------------------------------------------------------------- standardize
+
+def test_standardize_makes_ksg_invariant_to_rescaling():
+    x, y, _ = _mixed_scale(n=500, d=2)
+    scale_x, scale_y = np.array([1e3, 1e-3]), np.array([1e-3, 1e3])
+    base = ksg_mi(x, y, random_state=0, standardize=True)
+    assert ksg_mi(x * scale_x, y * scale_y, random_state=0, standardize=True) == pytest.approx(base, abs=1e-9)
+    # Without it the max-norm follows the widest coordinates and the estimate moves.
+    assert abs(ksg_mi(x * scale_x, y * scale_y, random_state=0) - ksg_mi(x, y, random_state=0)) > 0.1
+
+
+@pytest.mark.parametrize("f", [lambda z: z, np.sinh, lambda z: z + z**3], ids=["identity", "sinh", "cubic"])
+def test_standardize_is_closer_to_truth_on_mixed_scales(f):
+    x, y, true = _mixed_scale(f=f)
+    raw = ksg_mi(x, y, units="nats", random_state=0)
+    std = ksg_mi(x, y, units="nats", random_state=0, standardize=True)
+    assert abs(std - true) < 0.5 * abs(raw - true)
+
+
+def test_standardize_in_permutation_test_and_analyze(tmp_path):
+    x, y, _ = _mixed_scale(n=300, d=2)
+    est = ksg_mi(x, y, random_state=0, standardize=True, noise=0)
+    res = mi_permutation_test(x, y, n_permutations=3, random_state=0, standardize=True, noise=0)
+    assert res.estimate == pytest.approx(est, abs=1e-12)
+    dump = ParameterDump.from_arrays(tmp_path / "d", {"a": x[None], "b": y[None]})
+    kw = dict(estimators=["ksg"], metrics=[], verify=False)
+    std = [analyze(dump, distance_cache=c, **kw)[0]["value"] for c in (True, False)]
+    raw = analyze(dump, standardize=False, **kw)[0]["value"]
+    assert std[0] == pytest.approx(std[1], abs=1e-6) == pytest.approx(est, abs=1e-6)
+    assert abs(raw - std[0]) > 0.5
+
+
+def test_ksg_standardize_experiment_runs():
+    module = _experiment("ksg_standardize")
+    rows = module.run([(400, 2, 0.9)], seeds=(0,))
+    summary = module.summary(rows)
+    raw, std = summary[("1e-3..1e3", "none")]
+    assert std < raw
+    assert summary[("equal", "none")][1] == pytest.approx(summary[("1e-3..1e3", "none")][1], abs=1e-6)
+
+
+# ---------------------------------------------------------------------------- notes
+
+@pytest.mark.parametrize("args, note", [
+    (("gaussian", 2000, 200, 150.0), ""),
+    (("gaussian", 400, 200, 3.0), "outside calibration: shrinkage estimate (400 runs <= 2 x 200 joint dims)"),
+    (("gaussian", 420, 200, 3.0), "outside calibration: < 2.2 runs per joint dim"),
+    (("gaussian", 100000, 1000, 5000.0), "outside calibration: > 2241.6 bits"),
+    (("ksg", 2000, 4, 5.0), ""),
+    (("ksg", 2000, 6, 1.0), "outside calibration: > 4 joint dims"),
+    (("ksg", 500, 2, 9.0), "outside calibration: < 2000 runs, > 5.65 bits"),
+    (("ksg", 2000, 2, float("nan")), ""),
+])
+def test_estimate_regime_note(args, note):
+    assert estimate_regime_note(*args) == note
+    assert is_outside(note) == bool(note)
+
+
+def test_estimate_regime_note_bad_input():
+    with pytest.raises(ValueError, match="`estimator`"):
+        estimate_regime_note("kde", 100, 2, 1.0)
+    with pytest.raises(ValueError, match="`n_features`"):
+        estimate_regime_note("ksg", 100, 0, 1.0)
+    with pytest.raises(TypeError, match="`value`"):
+        estimate_regime_note("ksg", 100, 2, "1")
+
+
+def test_analyze_flags_shrinkage_and_dimension(layered_dump, tmp_path):
+    rows = analyze(layered_dump, metrics=[], verify=False)  # 80 runs of 5 + 5 parameters
+    assert [r["note"] for r in rows if r["quantity"] == "mi_gaussian"] == [""] * 6  # 8 runs per dim: calibrated
+    assert all(r["note"] == "outside calibration: > 4 joint dims, < 2000 runs"
+               for r in rows if r["quantity"] == "mi_ksg")
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((1, 12, 6))
+    a[..., 5] = 1.0  # a constant parameter: dropped, and not counted as a dimension
+    dump = ParameterDump.from_arrays(tmp_path / "small", {"a": a, "b": a + rng.standard_normal((1, 12, 6))})
+    row, = analyze(dump, estimators=["gaussian"], metrics=[], verify=False)
+    assert row["note"] == ("dropped 1 constant parameters; ledoit-wolf shrinkage: 12 runs <= 2 x 11 joint dimensions; "
+                           "outside calibration: shrinkage estimate (12 runs <= 2 x 11 joint dims)")
+
+
+def test_thresholds_come_from_the_committed_table():
+    with open(ROOT / "figures" / "calibration_regimes.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    ok = {e: [r for r in rows if r[f"{e}_within_5pct"] == "True"] for e in ("gaussian", "ksg")}
+    assert not [r for r in ok["gaussian"] if r["gaussian_method"] != "bias-corr."]  # shrinkage never calibrated
+    assert GAUSSIAN_MIN_RUNS_PER_DIM == min(int(r["n"]) / int(r["joint_dims"]) for r in ok["gaussian"])
+    assert GAUSSIAN_MAX_BITS == np.floor(10 * max(float(r["true_bits"]) for r in ok["gaussian"])) / 10
+    # KSG: the largest box (joint dims <= D, true MI <= the most bits KSG met within it)
+    # in which every case was within 5 %.
+    def box(d):
+        bits = max(float(r["true_bits"]) for r in ok["ksg"] if int(r["joint_dims"]) <= d)
+        inside = [r for r in rows if int(r["joint_dims"]) <= d and float(r["true_bits"]) <= bits]
+        return bits, inside, all(r["ksg_within_5pct"] == "True" for r in inside)
+
+    dims = max(d for d in {int(r["joint_dims"]) for r in ok["ksg"]} if box(d)[2])
+    bits, inside, _ = box(dims)
+    assert KSG_MAX_JOINT_DIMS == dims
+    assert KSG_MIN_RUNS == min(int(r["n"]) for r in inside)
+    assert KSG_MAX_BITS == np.floor(100 * bits) / 100
+
+
+# ---------------------------------------------------------------------------- plot
+
+def test_plot_draws_flagged_points_hollow():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from mianalysis.plots import OUTSIDE_LABEL, plot_mi_panel
+
+    def row(t, note):
+        return {"checkpoint": t, "iteration": 10 * t, "client_a": "a", "client_b": "b", "quantity": "mi_ksg",
+                "value": 1.0 + t, "null_mean": np.nan, "null_std": np.nan, "note": note}
+
+    rows = [row(0, ""), row(1, "outside calibration: > 4 joint dims"), row(2, ""), row(3, "dropped 1 constant "
+            "parameters; outside calibration: < 2000 runs")]
+    fig, ax = plt.subplots()
+    plot_mi_panel(ax, rows, "ksg")
+    hollow = [ln for ln in ax.get_lines() if ln.get_markerfacecolor() == "white" and len(ln.get_xdata())]
+    assert len(hollow) == 1
+    assert list(hollow[0].get_xdata()) == [10, 30] and list(hollow[0].get_ydata()) == [2.0, 4.0]
+    assert hollow[0].get_markeredgecolor() == ax.get_lines()[0].get_color()
+    assert OUTSIDE_LABEL in [t.get_text() for t in ax.get_legend().get_texts()]
+    plt.close(fig)
+    fig, ax = plt.subplots()  # nothing flagged: no hollow markers, no legend entry
+    plot_mi_panel(ax, [row(0, ""), row(1, "")], "ksg")
+    assert not [ln for ln in ax.get_lines() if ln.get_markerfacecolor() == "white"]
+    assert OUTSIDE_LABEL not in [t.get_text() for t in ax.get_legend().get_texts()]
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------- calibration
+
+def test_calibration_regimes_quick_writes_within_column(tmp_path, monkeypatch):
+    module = _experiment("calibration")
+    monkeypatch.setattr(module, "QUICK_REGIME_CASES", [("low dimension", 1000, 1, 0.9, 0.0),
+                                                       ("n < joint dims (shrinkage, singular)", 30, 20, 0.5, 0.0),
+                                                       ("quantised, coarse grid", 500, 1, 0.9, 0.5)])
+    out = module.main(["--regimes", "--quick", "--out", str(tmp_path / "c.csv")])
+    with open(out, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["regime"] for r in rows] == ["low dimension", "n < joint dims (shrinkage, singular)",
+                                           "quantised, coarse grid"]
+    for r in rows:
+        for e in ("gaussian", "ksg"):
+            error = abs(float(r[f"{e}_nats"]) - float(r["true_nats"]))
+            assert r[f"{e}_within_5pct"] == str(error <= 0.05 * max(float(r["true_nats"]), 1.0))
+    assert [r["gaussian_within_5pct"] for r in rows[:2]] == ["True", "False"]
+    assert rows[1]["gaussian_method"] == "ledoit-wolf"
+    assert float(rows[2]["true_nats"]) == pytest.approx(module.rounded_gaussian_mi(0.9, 0.5))
+    assert float(rows[0]["true_nats"]) == pytest.approx(-0.5 * np.log(1 - 0.81))
+    assert (tmp_path / "c.csv.json").exists()
+
+
+def test_rounded_gaussian_mi():
+    module = _experiment("calibration")
+    assert module.rounded_gaussian_mi(0.9, 0.0, d=2) == pytest.approx(-np.log(1 - 0.81))
+    # A fine grid keeps almost all of it; a coarse one loses some; a grid step of 20 sd keeps nothing.
+    assert module.rounded_gaussian_mi(0.9, 0.01) == pytest.approx(-0.5 * np.log(1 - 0.81), rel=1e-3)
+    assert 0.7 < module.rounded_gaussian_mi(0.9, 0.5) < 0.8  # Monte Carlo with 2e6 samples: 0.7504
+    assert module.rounded_gaussian_mi(0.9, 20.0) == pytest.approx(0.0, abs=1e-12)
