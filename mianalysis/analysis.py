@@ -16,7 +16,7 @@ from ._locking import WriterLock
 from ._provenance import collect
 from ._validation import check_choice, check_int, check_k
 from .distances import METRICS, paired_distances
-from .estimators import gaussian_mi, ksg_mi, mi_permutation_test
+from .estimators import gaussian_mi, gaussian_mi_null, ksg_mi, mi_permutation_test
 from .estimators._neighbours import marginal_distances, use_distance_cache
 from .estimators.ksg import add_tie_breaking_noise, ksg_estimates_from_distances
 from .estimators.significance import PermutationTestResult
@@ -24,6 +24,7 @@ from .estimators.significance import PermutationTestResult
 KSG_NOISE = 1e-10  # tie-breaking noise, times each parameter's sd over runs
 
 ESTIMATORS = ("gaussian", "ksg")
+GAUSSIAN_NULLS = ("permutation", "analytic")
 COLUMNS = ("checkpoint", "iteration", "client_a", "client_b", "quantity", "value", "spread",
            "null_mean", "null_std", "p_value", "n_runs", "note")
 
@@ -45,12 +46,14 @@ def _drop_constant(x, y):
     return x[:, keep_x], y[:, keep_y], dropped
 
 
-def _mi_row(x, y, estimator, k, permutations, rng, distances=None, distance_cache="auto"):
+def _mi_row(x, y, estimator, k, permutations, rng, distances=None, distance_cache="auto", gaussian_null="permutation"):
     """(value, null_mean, null_std, p_value, note) for one estimator on one client pair.
 
     `distances`: the two clients' marginal distance matrices of their noised samples (KSG
     only); the estimate and its permutation null then cost O(n^2) each. Otherwise
-    `distance_cache` is passed on to the KSG estimator and its permutation test."""
+    `distance_cache` is passed on to the KSG estimator and its permutation test. With
+    `gaussian_null` "analytic", a plain (unshrunk) Gaussian estimate gets the null of
+    :func:`gaussian_mi_null` and no permutations."""
     x, y, dropped = _drop_constant(x, y)
     notes = [f"dropped {dropped} constant parameters"] if dropped else []
     if x.shape[1] == 0 or y.shape[1] == 0:  # I(c; Y) = 0, as the estimators return (with null 0, p = 1)
@@ -79,6 +82,12 @@ def _mi_row(x, y, estimator, k, permutations, rng, distances=None, distance_cach
         except ValueError as exc:  # singular covariance: shrink, and say why
             kwargs = {"shrinkage": "ledoit-wolf"}
             notes.append(f"ledoit-wolf shrinkage: {exc}")
+        if gaussian_null == "analytic":
+            if value is not None and not kwargs:
+                null = gaussian_mi_null(x.shape[0], x.shape[1], y.shape[1])
+                notes.append(f"analytic null ({'exact' if null.exact_available else 'Bartlett chi-square'})")
+                return value, null.mean, null.std, null.pvalue(value), "; ".join(notes)
+            notes.append("no analytic null with shrinkage" + (f": {permutations} permutations" if permutations else ""))
     else:
         kwargs = {"k": k, "distance_cache": distance_cache}
     if permutations:
@@ -90,7 +99,8 @@ def _mi_row(x, y, estimator, k, permutations, rng, distances=None, distance_cach
 
 
 def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0, layer=None,
-            random_state=0, out=None, progress=False, distance_cache="auto", verify=True, force=False):
+            random_state=0, out=None, progress=False, distance_cache="auto", verify=True, force=False,
+            gaussian_null="permutation"):
     """MI and distances between every pair of clients at every checkpoint of a dump.
 
     Parameters
@@ -154,6 +164,13 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
         With False the sidecar records ``"dump_verified": false``.
     force : bool, default=False
         Replace an existing `out` that is not a previous analysis with the same settings.
+    gaussian_null : {"permutation", "analytic"}, default="permutation"
+        Null of the ``mi_gaussian`` rows. "analytic" takes null mean, sd and p-value from
+        :func:`mianalysis.gaussian_mi_null` (Wilks' Lambda; no permutations, at no cost)
+        wherever the plain estimate is used, notes "analytic null (exact)" or "(Bartlett
+        chi-square)", and falls back to `permutations` for estimates with shrinkage (noted).
+        The default stays "permutation": the analytic law assumes Gaussian parameters,
+        which trained networks need not be, while shuffling the pairing assumes nothing.
 
     Returns
     -------
@@ -216,6 +233,7 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
         raise ValueError(f"`permutations` names unknown estimators {sorted(unknown)}; known: {list(ESTIMATORS)}")
     permutations = {e: check_int(permutations.get(e, 0), "permutations", low=0) for e in estimators}
     random_state = check_int(random_state, "random_state", low=0)
+    check_choice(gaussian_null, "gaussian_null", GAUSSIAN_NULLS)
     cols = dump.layer_columns(layer)
     n_runs = dump.completed_runs
     if n_runs < 2:
@@ -228,6 +246,8 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
         settings = {"dump": str(Path(dump.path).resolve()), "n_runs": n_runs, "chunks": _chunks_digest(dump),
                     "estimators": list(estimators), "metrics": list(metrics), "k": k, "permutations": permutations,
                     "layer": layer, "random_state": random_state, "distance_cache": reuse_distances}
+        if gaussian_null != "permutation":  # tables of the default analysis keep their settings
+            settings["gaussian_null"] = gaussian_null
         _check_out(out, settings, force)  # before the lock: a refused `out` leaves nothing behind
     if verify:
         try:
@@ -288,7 +308,7 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
                     rng = np.random.default_rng([random_state, t, a, b, ESTIMATORS.index(estimator)])
                     cached = (distances[a], distances[b]) if estimator == "ksg" and distances is not None else None
                     value, null_mean, null_std, p, note = _mi_row(x, y, estimator, k, permutations[estimator], rng,
-                                                                  cached, distance_cache)
+                                                                  cached, distance_cache, gaussian_null)
                     add(t, a, b, f"mi_{estimator}", value, null_mean=null_mean, null_std=null_std, p=p, note=note)
                 if bar is not None:
                     bar.update(1)

@@ -143,3 +143,65 @@ def test_errors():
         gaussian_mi_null(100.0, 1, 3)
     with pytest.raises(ValueError, match="`units` must be one of"):
         gaussian_mi_null(100, 1, 3, units="bans")
+
+
+def _two_client_dump(path, runs, params, seed=0):
+    from mianalysis import ParameterDump
+
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((2, runs, params))
+    b = 0.3 * a + rng.standard_normal((2, runs, params))
+    return ParameterDump.from_arrays(path, {"a": a, "b": b})
+
+
+@pytest.mark.parametrize("params, how", [(1, "exact"), (3, "Bartlett chi-square")])
+def test_analyze_uses_the_analytic_null(tmp_path, params, how):
+    from mianalysis import analyze
+
+    dump = _two_client_dump(tmp_path / "d", 200, params)
+    rows = [r for r in analyze(dump, estimators=["gaussian"], metrics=[], gaussian_null="analytic")
+            if r["quantity"] == "mi_gaussian"]
+    assert len(rows) == 2
+    null = gaussian_mi_null(200, params, params)
+    for t, row in enumerate(rows):
+        x, y = dump.samples(0, t), dump.samples(1, t)
+        assert row["value"] == pytest.approx(gaussian_mi(x, y), rel=1e-12)
+        assert (row["null_mean"], row["null_std"]) == pytest.approx((null.mean, null.std), rel=1e-12)
+        assert row["p_value"] == pytest.approx(null.pvalue(row["value"]), rel=1e-12)
+        assert row["note"] == f"analytic null ({how})"
+    # the default keeps the permutation null, without a note
+    default = [r for r in analyze(dump, estimators=["gaussian"], metrics=[], permutations=9)
+               if r["quantity"] == "mi_gaussian"]
+    assert default[0]["note"] == "" and default[0]["p_value"] == pytest.approx(0.1)
+
+
+def test_analyze_falls_back_to_permutations_with_shrinkage(tmp_path):
+    from mianalysis import analyze
+
+    dump = _two_client_dump(tmp_path / "d", 20, 6)  # 20 runs <= 2 x 12 joint dimensions: Ledoit-Wolf
+    rows = [r for r in analyze(dump, estimators=["gaussian"], metrics=[], gaussian_null="analytic",
+                               permutations=19) if r["quantity"] == "mi_gaussian"]
+    assert "no analytic null with shrinkage: 19 permutations" in rows[0]["note"]
+    assert rows[0]["p_value"] >= 1 / 20
+    rows = [r for r in analyze(dump, estimators=["gaussian"], metrics=[], gaussian_null="analytic")
+            if r["quantity"] == "mi_gaussian"]
+    assert "no analytic null with shrinkage" in rows[0]["note"] and np.isnan(rows[0]["p_value"])
+    with pytest.raises(ValueError, match="`gaussian_null` must be one of 'permutation', 'analytic'; got 'exact'"):
+        analyze(dump, gaussian_null="exact")
+
+
+def test_cli_gaussian_null(tmp_path):
+    import csv
+
+    from mianalysis.cli import main
+
+    from mianalysis import ParameterDump
+
+    rng = np.random.default_rng(0)
+    ParameterDump.from_arrays(tmp_path / "d", {c: rng.standard_normal((1, 50, 2)) for c in "ab"})
+    assert main(["analyze", str(tmp_path / "d"), "--out", str(tmp_path / "t.csv"), "--no-progress",
+                 "--estimators", "gaussian", "--gaussian-null", "analytic"]) == 0
+    with open(tmp_path / "t.csv") as f:
+        row = next(r for r in csv.DictReader(f) if r["quantity"] == "mi_gaussian")
+    assert row["note"] == "analytic null (exact)"
+    assert float(row["null_std"]) == pytest.approx(gaussian_mi_null(50, 2, 2).std, rel=1e-9)
