@@ -16,7 +16,7 @@ from ._locking import WriterLock
 from ._provenance import collect
 from ._validation import check_choice, check_int, check_k
 from .distances import METRICS, paired_distances
-from .estimators import gaussian_mi, ksg_mi, mi_permutation_test
+from .estimators import gaussian_mi, gaussian_mi_null, ksg_mi, mi_permutation_test
 from .estimators._neighbours import marginal_distances, use_distance_cache
 from .estimators.ksg import add_tie_breaking_noise, check_flag, ksg_estimates_from_distances, standardize_columns
 from .estimators.significance import PermutationTestResult
@@ -25,6 +25,7 @@ from .regime import estimate_regime_note
 KSG_NOISE = 1e-10  # tie-breaking noise, times each parameter's sd over runs
 
 ESTIMATORS = ("gaussian", "ksg")
+GAUSSIAN_NULLS = ("permutation", "analytic")
 COLUMNS = ("checkpoint", "iteration", "client_a", "client_b", "quantity", "value", "spread",
            "null_mean", "null_std", "p_value", "n_runs", "note", "layer")
 BY = ("layer",)
@@ -47,13 +48,16 @@ def _drop_constant(x, y):
     return x[:, keep_x], y[:, keep_y], dropped
 
 
-def _mi_row(x, y, estimator, k, permutations, rng, distances=None, distance_cache="auto", standardize=True):
+def _mi_row(x, y, estimator, k, permutations, rng, distances=None, distance_cache="auto", standardize=True,
+            gaussian_null="permutation"):
     """(value, null_mean, null_std, p_value, note) for one estimator on one client pair;
     an estimate outside the calibrated regime says so in the note (mianalysis.regime).
 
     `distances`: the two clients' marginal distance matrices of their noised samples (KSG
     only); the estimate and its permutation null then cost O(n^2) each. Otherwise
-    `distance_cache` is passed on to the KSG estimator and its permutation test."""
+    `distance_cache` is passed on to the KSG estimator and its permutation test. With
+    `gaussian_null` "analytic", a plain (unshrunk) Gaussian estimate gets the null of
+    :func:`gaussian_mi_null` and no permutations."""
     x, y, dropped = _drop_constant(x, y)
     notes = [f"dropped {dropped} constant parameters"] if dropped else []
     if x.shape[1] == 0 or y.shape[1] == 0:  # I(c; Y) = 0, as the estimators return (with null 0, p = 1)
@@ -66,12 +70,12 @@ def _mi_row(x, y, estimator, k, permutations, rng, distances=None, distance_cach
         notes.append("identical samples (same initial point): MI is infinite")
         return np.inf, np.nan, np.nan, np.nan, "; ".join(notes)
     value, null_mean, null_std, p = _estimate(x, y, estimator, k, permutations, rng, distances, distance_cache,
-                                              standardize, notes)
+                                              standardize, gaussian_null, notes)
     notes.append(estimate_regime_note(estimator, x.shape[0], x.shape[1] + y.shape[1], float(value)))
     return value, null_mean, null_std, p, "; ".join(n for n in notes if n)
 
 
-def _estimate(x, y, estimator, k, permutations, rng, distances, distance_cache, standardize, notes):
+def _estimate(x, y, estimator, k, permutations, rng, distances, distance_cache, standardize, gaussian_null, notes):
     """(value, null_mean, null_std, p_value) of one estimator on varying, distinct samples;
     appends the estimator's choices to `notes`."""
     if distances is not None:  # constant parameters add 0 to every max-norm distance
@@ -91,6 +95,12 @@ def _estimate(x, y, estimator, k, permutations, rng, distances, distance_cache, 
         except ValueError as exc:  # singular covariance: shrink, and say why
             kwargs = {"shrinkage": "ledoit-wolf"}
             notes.append(f"ledoit-wolf shrinkage: {exc}")
+        if gaussian_null == "analytic":
+            if value is not None and not kwargs:
+                null = gaussian_mi_null(x.shape[0], x.shape[1], y.shape[1])
+                notes.append(f"analytic null ({'exact' if null.exact_available else 'Bartlett chi-square'})")
+                return value, null.mean, null.std, null.pvalue(value)
+            notes.append("no analytic null with shrinkage" + (f": {permutations} permutations" if permutations else ""))
     else:
         kwargs = {"k": k, "distance_cache": distance_cache, "standardize": standardize}
     if permutations:
@@ -103,7 +113,7 @@ def _estimate(x, y, estimator, k, permutations, rng, distances, distance_cache, 
 
 def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0, layer=None, by=None,
             standardize=True, random_state=0, out=None, progress=False, distance_cache="auto", verify=True,
-            force=False):
+            force=False, gaussian_null="permutation"):
     """MI and distances between every pair of clients at every checkpoint of a dump.
 
     Parameters
@@ -180,6 +190,13 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
         With False the sidecar records ``"dump_verified": false``.
     force : bool, default=False
         Replace an existing `out` that is not a previous analysis with the same settings.
+    gaussian_null : {"permutation", "analytic"}, default="permutation"
+        Null of the ``mi_gaussian`` rows. "analytic" takes null mean, sd and p-value from
+        :func:`mianalysis.gaussian_mi_null` (Wilks' Lambda; no permutations, at no cost)
+        wherever the plain estimate is used, notes "analytic null (exact)" or "(Bartlett
+        chi-square)", and falls back to `permutations` for estimates with shrinkage (noted).
+        The default stays "permutation": the analytic law assumes Gaussian parameters,
+        which trained networks need not be, while shuffling the pairing assumes nothing.
 
     Returns
     -------
@@ -255,6 +272,7 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
         raise ValueError(f"`permutations` names unknown estimators {sorted(unknown)}; known: {list(ESTIMATORS)}")
     permutations = {e: check_int(permutations.get(e, 0), "permutations", low=0) for e in estimators}
     random_state = check_int(random_state, "random_state", low=0)
+    check_choice(gaussian_null, "gaussian_null", GAUSSIAN_NULLS)
     cols = dump.layer_columns(layer)
     groups = [("", cols)] if by is None else [
         (e.name, layout_columns([e])) for e in (dump.layout if layer is None else select_layout(dump.layout, layer))]
@@ -271,6 +289,8 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
                     "estimators": list(estimators), "metrics": list(metrics), "k": k, "permutations": permutations,
                     "layer": layer, "by": by, "ksg_standardize": standardize, "random_state": random_state,
                     "distance_cache": reuse_distances}
+        if gaussian_null != "permutation":  # tables of the default analysis keep their settings
+            settings["gaussian_null"] = gaussian_null
         _check_out(out, settings, force)  # before the lock: a refused `out` leaves nothing behind
     if verify:
         try:
@@ -335,7 +355,8 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
                         rng = np.random.default_rng([random_state, t, a, b, ESTIMATORS.index(estimator)])
                         cached = (distances[a], distances[b]) if estimator == "ksg" and distances is not None else None
                         value, null_mean, null_std, p, note = _mi_row(x, y, estimator, k, permutations[estimator], rng,
-                                                                      cached, distance_cache, standardize)
+                                                                      cached, distance_cache, standardize,
+                                                                      gaussian_null)
                         add(t, a, b, f"mi_{estimator}", value, null_mean=null_mean, null_std=null_std, p=p, note=note,
                             group=group)
                     if exact is not None and group == "":  # the exact MI is that of the whole vector

@@ -101,7 +101,7 @@ def _cmd_analyze(args):
                    standardize=not args.no_standardize, random_state=args.seed,
                    out=args.out, progress=not args.no_progress,
                    distance_cache=False if args.no_distance_cache else "auto",
-                   verify=not args.no_verify, force=args.force)
+                   verify=not args.no_verify, force=args.force, gaussian_null=args.gaussian_null)
     verified = ("dump checksums NOT verified (--no-verify)" if args.no_verify
                 else f"dump checksums of {rows[0]['n_runs'] if rows else 0} runs verified")
     print(f"wrote {len(rows)} rows to {args.out} ({verified}; settings and provenance: {sidecar_path(args.out)})")
@@ -290,6 +290,8 @@ def build_parser():
     ana.add_argument("--metrics", nargs="+", default=["euclidean", "manhattan", "chebyshev"])
     ana.add_argument("-k", type=int, default=3)
     ana.add_argument("--permutations", type=int, default=0)
+    ana.add_argument("--gaussian-null", choices=["permutation", "analytic"], default="permutation",
+                     help="null of the Gaussian MI rows: permutations, or the analytic Wilks' Lambda law")
     ana.add_argument("--layer", action="append", help="analyse only this tensor (repeatable)")
     ana.add_argument("--by", choices=["layer"], help="rows per tensor (column `layer`) instead of the whole vector")
     ana.add_argument("--no-standardize", action="store_true",

@@ -1,7 +1,8 @@
-"""Mutual information estimators: Gaussian log-determinant, KSG, permutation test."""
+"""Mutual information estimators: Gaussian log-determinant (with its analytic null), KSG, permutation test."""
 
 from .gaussian import gaussian_mi
+from .gaussian_null import GaussianMINull, gaussian_mi_null
 from .ksg import ksg_mi
 from .significance import PermutationTestResult, mi_permutation_test
 
-__all__ = ["gaussian_mi", "ksg_mi", "mi_permutation_test", "PermutationTestResult"]
+__all__ = ["gaussian_mi", "gaussian_mi_null", "GaussianMINull", "ksg_mi", "mi_permutation_test", "PermutationTestResult"]
