@@ -20,12 +20,15 @@ from .estimators import gaussian_mi, ksg_mi, mi_permutation_test
 from .estimators._neighbours import marginal_distances, use_distance_cache
 from .estimators.ksg import add_tie_breaking_noise, ksg_estimates_from_distances
 from .estimators.significance import PermutationTestResult
+from .intervals import METHODS, check_level, mean_interval, mi_replicates, normal_interval, resample_indices, trend_verdict
 
 KSG_NOISE = 1e-10  # tie-breaking noise, times each parameter's sd over runs
 
 ESTIMATORS = ("gaussian", "ksg")
 COLUMNS = ("checkpoint", "iteration", "client_a", "client_b", "quantity", "value", "spread",
-           "null_mean", "null_std", "p_value", "n_runs", "note")
+           "null_mean", "null_std", "p_value", "n_runs", "note", "ci_low", "ci_high", "verdict")
+OPTIONAL_COLUMNS = ("ci_low", "ci_high", "verdict")  # tables written before intervals lack them
+CI_RESAMPLES = {"gaussian": 100, "ksg": 10}
 
 
 def gaussian_settings(n_runs, n_features):
@@ -90,7 +93,8 @@ def _mi_row(x, y, estimator, k, permutations, rng, distances=None, distance_cach
 
 
 def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0, layer=None,
-            random_state=0, out=None, progress=False, distance_cache="auto", verify=True, force=False):
+            random_state=0, out=None, progress=False, distance_cache="auto", verify=True, force=False,
+            ci_resamples=None, ci_level=0.95):
     """MI and distances between every pair of clients at every checkpoint of a dump.
 
     Parameters
@@ -154,14 +158,31 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
         With False the sidecar records ``"dump_verified": false``.
     force : bool, default=False
         Replace an existing `out` that is not a previous analysis with the same settings.
+    ci_resamples : int or dict of estimator -> int, optional
+        Resamples of the runs behind each MI estimate's confidence interval: bootstrap
+        resamples for "gaussian", random halves for "ksg" (:mod:`mianalysis.intervals`
+        says why). Default ``{"gaussian": 100, "ksg": 10}``; 0 (or 1) gives no MI interval.
+        A half costs about 1/4 of a full KSG estimate, so 10 halves add about 2.5 estimates
+        per pair and checkpoint. Distance intervals need no resamples and are always given.
+    ci_level : float, default=0.95
+        Level of every interval. Level, resamples and method per quantity are recorded in
+        the sidecar's settings (``ci_level``, ``ci_resamples``, ``ci_method``).
 
     Returns
     -------
     rows : list of dict
         Tidy table with columns ``checkpoint, iteration, client_a, client_b, quantity,
-        value, spread, null_mean, null_std, p_value, n_runs, note``. ``quantity`` is
-        "mi_gaussian", "mi_ksg" (bits), a metric name (``spread`` = sd over runs), or a
-        recorded training metric such as "loss" (``client_b`` empty; mean and sd over runs).
+        value, spread, null_mean, null_std, p_value, n_runs, note, ci_low, ci_high,
+        verdict``. ``quantity`` is "mi_gaussian", "mi_ksg" (bits), a metric name
+        (``spread`` = sd over runs), or a recorded training metric such as "loss"
+        (``client_b`` empty; mean and sd over runs). MI and distance rows carry their
+        confidence interval ``[ci_low, ci_high]``. From the second checkpoint on, each MI
+        and distance quantity also has a row ``delta_QUANTITY`` (e.g. "delta_mi_ksg",
+        "delta_euclidean"): its change since the previous checkpoint, paired (the same
+        runs, or the same resamples of them, at both) with its interval, and ``verdict``
+        "rising" or "falling" only when the interval excludes 0, else "no detectable
+        change"; "not made: shrinkage estimate" when either Gaussian estimate used
+        Ledoit-Wolf shrinkage. Other rows have an empty verdict.
 
     Notes
     -----
@@ -216,6 +237,8 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
         raise ValueError(f"`permutations` names unknown estimators {sorted(unknown)}; known: {list(ESTIMATORS)}")
     permutations = {e: check_int(permutations.get(e, 0), "permutations", low=0) for e in estimators}
     random_state = check_int(random_state, "random_state", low=0)
+    ci_resamples = _check_ci_resamples(ci_resamples, estimators)
+    ci_level = check_level(ci_level)
     cols = dump.layer_columns(layer)
     n_runs = dump.completed_runs
     if n_runs < 2:
@@ -227,7 +250,10 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
     if out is not None:
         settings = {"dump": str(Path(dump.path).resolve()), "n_runs": n_runs, "chunks": _chunks_digest(dump),
                     "estimators": list(estimators), "metrics": list(metrics), "k": k, "permutations": permutations,
-                    "layer": layer, "random_state": random_state, "distance_cache": reuse_distances}
+                    "layer": layer, "random_state": random_state, "distance_cache": reuse_distances,
+                    "ci_level": ci_level, "ci_resamples": ci_resamples,
+                    "ci_method": {"mi_gaussian": METHODS["gaussian"], "mi_ksg": METHODS["ksg"],
+                                  "distances": METHODS["distance"]}}
         _check_out(out, settings, force)  # before the lock: a refused `out` leaves nothing behind
     if verify:
         try:
@@ -250,12 +276,69 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
         # A dump still being sampled (or stopped) is analysed as far as it goes; every row says so.
         incomplete = "" if dump.complete else f"dump incomplete: {n_runs} of {dump.n_runs} runs"
 
-        def add(t, a, b, quantity, value, spread=np.nan, null_mean=np.nan, null_std=np.nan, p=np.nan, note=""):
+        def add(t, a, b, quantity, value, spread=np.nan, null_mean=np.nan, null_std=np.nan, p=np.nan, note="",
+                ci=(np.nan, np.nan), verdict=""):
             rows.append({"checkpoint": t, "iteration": dump.checkpoints[t], "client_a": dump.clients[a],
                          "client_b": "" if b is None else dump.clients[b], "quantity": quantity,
                          "value": float(value), "spread": float(spread), "null_mean": float(null_mean),
                          "null_std": float(null_std), "p_value": float(p), "n_runs": n_runs,
-                         "note": "; ".join(n for n in (note, incomplete) if n)})
+                         "note": "; ".join(n for n in (note, incomplete) if n), "ci_low": float(ci[0]),
+                         "ci_high": float(ci[1]), "verdict": verdict})
+
+        # Resample indices shared by every checkpoint and pair: changes are paired.
+        indices = {e: resample_indices(n_runs, ci_resamples[e], e, np.random.default_rng([random_state, 1, i]))
+                   for i, e in enumerate(ESTIMATORS) if e in estimators}
+        resampled = {}  # checkpoint -> {(a, b, quantity): per-run distances or MI replicates}
+
+        def with_intervals(t, samples, of_t):
+            """Fill the interval of every MI and distance row of checkpoint t (`of_t`: (a, b,
+            quantity) -> row); return what their changes' intervals need."""
+            out = {}
+            for (a, b, q), row in of_t.items():
+                if q in metrics:
+                    out[a, b, q] = paired_distances(samples[a], samples[b], q)
+                    row["ci_low"], row["ci_high"] = mean_interval(out[a, b, q], ci_level)[1:]
+                elif q.startswith("mi_") and np.isfinite(row["value"]) and len(indices[q[3:]]) >= 2:
+                    e = q[3:]
+                    if e == "ksg" and n_runs // 2 <= k:
+                        row["note"] = "; ".join(filter(None, [row["note"], f"no interval: halves of {n_runs} runs "
+                                                                          f"are too few for k={k}"]))
+                        continue
+                    shrunk = {"shrinkage": "ledoit-wolf"} if "ledoit-wolf" in row["note"] else None
+                    out[a, b, q] = mi_replicates(samples[a], samples[b], e, indices[e], k=k, gaussian_kwargs=shrunk,
+                                                 seed=(random_state, t, a, b, ESTIMATORS.index(e), 1))
+                    row["ci_low"], row["ci_high"] = normal_interval(row["value"], out[a, b, q].std(ddof=1), ci_level,
+                                                                    df=len(out[a, b, q]) - 1)
+            return out
+
+        def of_checkpoint(t):
+            return {(dump.clients.index(r["client_a"]), dump.clients.index(r["client_b"]), r["quantity"]): r
+                    for r in rows if r["checkpoint"] == t and r["client_b"] != ""
+                    and (r["quantity"] in metrics or r["quantity"].startswith("mi_"))}
+
+        def add_changes(t, of_t):
+            """The rows delta_QUANTITY of checkpoint t: paired change since t - 1, its interval, a verdict."""
+            if t - 1 not in resampled:  # resumed after t - 1: its resamples again (the same indices and seeds)
+                before = [np.asarray(dump.samples(c, t - 1)[:, cols], dtype=np.float64)
+                          for c in range(len(dump.clients))]
+                resampled[t - 1] = with_intervals(t - 1, before, of_checkpoint(t - 1))
+            prev, now, of_prev = resampled.pop(t - 1), resampled[t], of_checkpoint(t - 1)
+            for (a, b, q), row in of_t.items():
+                old = of_prev.get((a, b, q))
+                if old is None:
+                    continue
+                delta, ci = row["value"] - old["value"], (np.nan, np.nan)
+                if (a, b, q) in now and (a, b, q) in prev:
+                    change = now[a, b, q] - prev[a, b, q]
+                    if q in metrics:
+                        delta, *ci = mean_interval(change, ci_level)
+                    else:
+                        ci = normal_interval(delta, change.std(ddof=1), ci_level, df=len(change) - 1)
+                shrinkage = [f"ledoit-wolf shrinkage at checkpoint {c}" for c, r in ((t - 1, old), (t, row))
+                             if "ledoit-wolf" in r["note"]]
+                note = "; ".join([f"change since checkpoint {t - 1} (iteration {dump.checkpoints[t - 1]})",
+                                  *shrinkage])
+                add(t, a, b, f"delta_{q}", delta, note=note, ci=ci, verdict=trend_verdict(*ci, note))
 
         bar = None
         if progress:
@@ -292,6 +375,11 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
                     add(t, a, b, f"mi_{estimator}", value, null_mean=null_mean, null_std=null_std, p=p, note=note)
                 if bar is not None:
                     bar.update(1)
+            of_t = {(a, b, r["quantity"]): r for r, (a, b) in _pair_rows(rows[first:], dump.clients)
+                    if r["quantity"] in metrics or r["quantity"].startswith("mi_")}
+            resampled[t] = with_intervals(t, samples, of_t)
+            if t > 0:
+                add_changes(t, of_t)
             if journal is not None:
                 journal.append(t, rows[first:])
         if bar is not None:
@@ -307,6 +395,23 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
                                  "dump_provenance": dump.provenance, "provenance": journal.finished_sessions()})
             journal.remove()
     return rows
+
+
+def _pair_rows(rows, clients):
+    """(row, (a, b)) for the rows of client pairs, a and b as client indices."""
+    return [(r, (clients.index(r["client_a"]), clients.index(r["client_b"]))) for r in rows if r["client_b"] != ""]
+
+
+def _check_ci_resamples(ci_resamples, estimators):
+    """`ci_resamples` as a dict estimator -> int (see analyze)."""
+    if ci_resamples is None:
+        ci_resamples = CI_RESAMPLES
+    if not isinstance(ci_resamples, dict):
+        ci_resamples = {e: ci_resamples for e in estimators}
+    unknown = set(ci_resamples) - set(ESTIMATORS)
+    if unknown:
+        raise ValueError(f"`ci_resamples` names unknown estimators {sorted(unknown)}; known: {list(ESTIMATORS)}")
+    return {e: check_int(ci_resamples.get(e, 0), "ci_resamples", low=0) for e in estimators}
 
 
 def _metric_note(name, values):
@@ -538,12 +643,13 @@ def read_table(path):
     rows = []
     with open(path, newline="") as fh:
         reader = csv.DictReader(fh)
-        missing = set(COLUMNS) - set(reader.fieldnames or ())
+        missing = set(COLUMNS) - set(OPTIONAL_COLUMNS) - set(reader.fieldnames or ())
         if missing:
             raise ValueError(f"{path} is not an analysis table: missing columns {sorted(missing)}")
         for row in reader:
-            for key in ("value", "spread", "null_mean", "null_std", "p_value"):
-                row[key] = float(row[key]) if row[key] != "" else np.nan
+            row.setdefault("verdict", "")
+            for key in ("value", "spread", "null_mean", "null_std", "p_value", "ci_low", "ci_high"):
+                row[key] = float(row[key]) if row.get(key, "") not in ("", None) else np.nan
             for key in ("checkpoint", "iteration", "n_runs"):
                 row[key] = int(row[key])
             rows.append(row)

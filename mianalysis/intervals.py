@@ -45,9 +45,10 @@ NO_CHANGE = "no detectable change"
 SHRINKAGE = "not made: shrinkage estimate"
 
 
-def _check_level(level):
+def check_level(level, name="ci_level"):
+    """`level` as a float in (0, 1), or a ValueError naming the argument `name`."""
     if not isinstance(level, (float, int)) or isinstance(level, bool) or not 0 < level < 1:
-        raise ValueError(f"`ci_level` must be a number strictly between 0 and 1 (e.g. 0.95); got {level!r}")
+        raise ValueError(f"`{name}` must be a number strictly between 0 and 1 (e.g. 0.95); got {level!r}")
     return float(level)
 
 
@@ -63,7 +64,7 @@ def normal_interval(estimate, se, level=0.95, df=None):
     >>> [round(v, 3) for v in normal_interval(1.0, 0.5, 0.95)]
     [0.02, 1.98]
     """
-    q = 0.5 + _check_level(level) / 2
+    q = 0.5 + check_level(level, "level") / 2
     z = ndtri(q) if df is None else stdtrit(df, q)
     return float(estimate - z * se), float(estimate + z * se)
 
@@ -205,7 +206,7 @@ def mi_interval(x, y, estimator="gaussian", *, n_resamples=100, level=0.95, k=3,
 
     check_choice(estimator, "estimator", ("gaussian", "ksg"))
     x, y = check_paired(x, y)
-    level = _check_level(level)
+    level = check_level(level, "level")
     idx = resample_indices(x.shape[0], n_resamples, estimator, np.random.default_rng([random_state, 1]))
     if estimator == "gaussian":
         estimate = gaussian_mi(x, y)
