@@ -301,8 +301,9 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
                 elif q.startswith("mi_") and np.isfinite(row["value"]) and len(indices[q[3:]]) >= 2:
                     e = q[3:]
                     if e == "ksg" and n_runs // 2 <= k:
-                        row["note"] = "; ".join(filter(None, [row["note"], f"no interval: halves of {n_runs} runs "
-                                                                          f"are too few for k={k}"]))
+                        base = row["note"][:len(row["note"]) - len(incomplete)].rstrip("; ")  # incomplete: last
+                        row["note"] = "; ".join(filter(None, [base, f"no interval: halves of {n_runs} runs are too "
+                                                                    f"few for k={k}", incomplete]))
                         continue
                     shrunk = {"shrinkage": "ledoit-wolf"} if "ledoit-wolf" in row["note"] else None
                     out[a, b, q] = mi_replicates(samples[a], samples[b], e, indices[e], k=k, gaussian_kwargs=shrunk,
@@ -336,8 +337,7 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
                         ci = normal_interval(delta, change.std(ddof=1), ci_level, df=len(change) - 1)
                 shrinkage = [f"ledoit-wolf shrinkage at checkpoint {c}" for c, r in ((t - 1, old), (t, row))
                              if "ledoit-wolf" in r["note"]]
-                note = "; ".join([f"change since checkpoint {t - 1} (iteration {dump.checkpoints[t - 1]})",
-                                  *shrinkage])
+                note = "; ".join(shrinkage)  # the change is always since checkpoint t - 1
                 add(t, a, b, f"delta_{q}", delta, note=note, ci=ci, verdict=trend_verdict(*ci, note))
 
         bar = None

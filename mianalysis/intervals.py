@@ -110,7 +110,8 @@ def resample_indices(n, n_resamples, estimator, random_state=0):
 
 def mi_replicates(x, y, estimator, indices, *, k=3, gaussian_kwargs=None, seed=(0,)):
     """The MI estimate (bits) on each resample ``x[i], y[i]`` for the rows `i` of `indices`.
-    Parameters constant within a resample are dropped (MI 0 if one side has none left).
+    Parameters constant within a resample are dropped (MI 0 if one side has none left); a
+    resample whose covariance is singular even with shrinkage gives NaN.
     KSG's tie-breaking noise of resample j is seeded by ``[*seed, j]``.
 
     Examples
@@ -135,7 +136,10 @@ def mi_replicates(x, y, estimator, indices, *, k=3, gaussian_kwargs=None, seed=(
             kwargs = dict(gaussian_kwargs or {})
             value = None if kwargs else _gaussian_bits(xs, ys)
             if value is None:  # shrinkage asked, or a singular covariance within a resample: shrink
-                value = gaussian_mi(xs, ys, **(kwargs or {"shrinkage": "ledoit-wolf"}))
+                try:
+                    value = gaussian_mi(xs, ys, **(kwargs or {"shrinkage": "ledoit-wolf"}))
+                except ValueError:  # a resample of a few runs with two distinct rows: no estimate, no interval
+                    value = np.nan
             out[j] = value
         else:
             out[j] = ksg_mi(xs, ys, k=k, random_state=np.random.default_rng([*seed, j]))
