@@ -316,7 +316,7 @@ def build_parser():
     ana.add_argument("--seed", type=int, default=0)
     ana.add_argument("--ci-resamples", type=int, default=None, metavar="N",
                      help="resamples per MI confidence interval (bootstrap for gaussian, halves for ksg; "
-                          "default 100 gaussian, 10 ksg; 0: none)")
+                          "default 20 gaussian, 10 ksg; 0: none)")
     ana.add_argument("--ci-level", type=float, default=0.95, help="level of every confidence interval")
     ana.add_argument("--no-distance-cache", action="store_true",
                      help="do not keep each client's runs x runs KSG distance matrix in memory")
