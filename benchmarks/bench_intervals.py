@@ -2,7 +2,7 @@
 (``ci_resamples=0``; distance intervals are free) and with the defaults (20 bootstrap
 resamples for the Gaussian estimate, 10 halves for KSG).
 
-    python benchmarks/bench_intervals.py [--runs 1000] [--params 100] [--checkpoints 3]
+    python benchmarks/bench_intervals.py [--runs 2000] [--params 400] [--checkpoints 6]
 
 Writes a dump of 3 clients x R runs x P parameters (clients share a component, as in
 benchmarks/bench_memory.py) into a temporary folder, times each analysis (Gaussian and
@@ -29,9 +29,9 @@ OUT = Path(__file__).parent / "results" / "intervals.json"
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--runs", type=int, default=1000)
-    parser.add_argument("--params", type=int, default=100)
-    parser.add_argument("--checkpoints", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=2000)
+    parser.add_argument("--params", type=int, default=400)
+    parser.add_argument("--checkpoints", type=int, default=6)
     args = parser.parse_args()
     started = utc_now()
     tmp = Path(tempfile.mkdtemp())
