@@ -195,3 +195,18 @@ def test_trend_summary_reads_the_step_verdicts(tmp_path):
     result = finding(rows)
     assert result["mi_gaussian_rising"] is True and result["distances_growing"] is False
     assert overall_trend([]).startswith("not made")
+
+
+def test_cli_prints_the_interval_verdicts(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    from mianalysis.cli import main
+
+    _two_checkpoints(tmp_path / "d", 0.2, 0.7, 300)
+    table = str(tmp_path / "t.csv")
+    assert main(["analyze", str(tmp_path / "d"), "--out", table, "--no-progress", "--estimators", "gaussian",
+                 "--ci-resamples", "30", "--ci-level", "0.9"]) == 0
+    out = capsys.readouterr().out
+    assert "paired confidence intervals of the change between consecutive checkpoints (90%" in out
+    assert "mi_gaussian a-b: rising (2: rising)" in out and "euclidean a-b: falling (2: falling)" in out
+    assert main(["plot", table, "--out", str(tmp_path / "mi.png"), "--kind", "mi"]) == 0
+    assert "mi_gaussian a-b: rising (2: rising)" in capsys.readouterr().out
