@@ -291,7 +291,8 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
         # Resample indices shared by every checkpoint and pair: changes are paired.
         indices = {e: resample_indices(n_runs, ci_resamples[e], e, np.random.default_rng([random_state, 1, i]))
                    for i, e in enumerate(ESTIMATORS) if e in estimators}
-        resampled = {}  # checkpoint -> {(a, b, quantity): per-run distances or MI replicates}
+        resampled = {}  # (checkpoint, layer) -> {(a, b, quantity): per-run distances or MI replicates}
+        with_interval = set(metrics) | {f"mi_{e}" for e in estimators}
 
         def with_intervals(t, samples, of_t):
             """Fill the interval of every MI and distance row of checkpoint t (`of_t`: (a, b,
@@ -301,7 +302,7 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
                 if q in metrics:
                     out[a, b, q] = paired_distances(samples[a], samples[b], q)
                     row["ci_low"], row["ci_high"] = mean_interval(out[a, b, q], ci_level)[1:]
-                elif q.startswith("mi_") and np.isfinite(row["value"]) and len(indices[q[3:]]) >= 2:
+                elif np.isfinite(row["value"]) and len(indices[q[3:]]) >= 2:  # an MI estimate
                     e = q[3:]
                     if e == "ksg" and n_runs // 2 <= k:
                         base = row["note"][:len(row["note"]) - len(incomplete)].rstrip("; ")  # incomplete: last
@@ -315,18 +316,20 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
                                                                     df=len(out[a, b, q]) - 1)
             return out
 
-        def of_checkpoint(t):
+        def of_checkpoint(t, group=""):
+            """(a, b, quantity) -> the row of checkpoint t (and tensor `group`) that has an interval."""
             return {(dump.clients.index(r["client_a"]), dump.clients.index(r["client_b"]), r["quantity"]): r
-                    for r in rows if r["checkpoint"] == t and r["client_b"] != ""
-                    and (r["quantity"] in metrics or r["quantity"].startswith("mi_"))}
+                    for r in rows if r["checkpoint"] == t and r["client_b"] != "" and r["quantity"] in with_interval
+                    and r.get("layer", "") == group}
 
-        def add_changes(t, of_t):
+        def add_changes(t, cols, group=""):
             """The rows delta_QUANTITY of checkpoint t: paired change since t - 1, its interval, a verdict."""
-            if t - 1 not in resampled:  # resumed after t - 1: its resamples again (the same indices and seeds)
+            if (t - 1, group) not in resampled:  # resumed after t - 1: its resamples again (same indices, seeds)
                 before = [np.asarray(dump.samples(c, t - 1)[:, cols], dtype=np.float64)
                           for c in range(len(dump.clients))]
-                resampled[t - 1] = with_intervals(t - 1, before, of_checkpoint(t - 1))
-            prev, now, of_prev = resampled.pop(t - 1), resampled[t], of_checkpoint(t - 1)
+                resampled[t - 1, group] = with_intervals(t - 1, before, of_checkpoint(t - 1, group))
+            prev, now = resampled.pop((t - 1, group)), resampled[t, group]
+            of_t, of_prev = of_checkpoint(t, group), of_checkpoint(t - 1, group)
             for (a, b, q), row in of_t.items():
                 old = of_prev.get((a, b, q))
                 if old is None:
@@ -378,11 +381,9 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
                     add(t, a, b, f"mi_{estimator}", value, null_mean=null_mean, null_std=null_std, p=p, note=note)
                 if bar is not None:
                     bar.update(1)
-            of_t = {(a, b, r["quantity"]): r for r, (a, b) in _pair_rows(rows[first:], dump.clients)
-                    if r["quantity"] in metrics or r["quantity"].startswith("mi_")}
-            resampled[t] = with_intervals(t, samples, of_t)
+            resampled[t, ""] = with_intervals(t, samples, of_checkpoint(t))
             if t > 0:
-                add_changes(t, of_t)
+                add_changes(t, cols)
             if journal is not None:
                 journal.append(t, rows[first:])
         if bar is not None:
@@ -398,11 +399,6 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
                                  "dump_provenance": dump.provenance, "provenance": journal.finished_sessions()})
             journal.remove()
     return rows
-
-
-def _pair_rows(rows, clients):
-    """(row, (a, b)) for the rows of client pairs, a and b as client indices."""
-    return [(r, (clients.index(r["client_a"]), clients.index(r["client_b"]))) for r in rows if r["client_b"] != ""]
 
 
 def _check_ci_resamples(ci_resamples, estimators):
