@@ -20,7 +20,8 @@ from .estimators import gaussian_mi, ksg_mi, mi_permutation_test
 from .estimators._neighbours import marginal_distances, use_distance_cache
 from .estimators.ksg import add_tie_breaking_noise, ksg_estimates_from_distances
 from .estimators.significance import PermutationTestResult
-from .intervals import METHODS, check_level, mean_interval, mi_replicates, normal_interval, resample_indices, trend_verdict
+from .intervals import (METHODS, check_level, mean_interval, mi_replicates, normal_interval, resample_indices,
+                        trend_verdict)
 
 KSG_NOISE = 1e-10  # tie-breaking noise, times each parameter's sd over runs
 

@@ -58,8 +58,8 @@ def test_ksg_half_subsampling_interval_covers_the_exact_mi():
 
 
 def _two_checkpoints(path, rho0, rho1, n, d=2, seed=0, carry=0.0):
-    """A dump of clients a, b at two checkpoints (iterations 1 and 2, after training began); the second checkpoint's runs keep a
-    share `carry` of the first's (the same runs, as in training)."""
+    """A dump of clients a, b at two checkpoints (iterations 1 and 2, after training began);
+    the second checkpoint's runs keep a share `carry` of the first's (the same runs, as in training)."""
     rng = np.random.default_rng(seed)
     x0, y0 = _pair(rng, n, d, rho0)
     x1, y1 = _pair(rng, n, d, rho1)
@@ -210,3 +210,17 @@ def test_cli_prints_the_interval_verdicts(tmp_path, capsys):
     assert "mi_gaussian a-b: rising (2: rising)" in out and "euclidean a-b: falling (2: falling)" in out
     assert main(["plot", table, "--out", str(tmp_path / "mi.png"), "--kind", "mi"]) == 0
     assert "mi_gaussian a-b: rising (2: rising)" in capsys.readouterr().out
+
+
+def test_finding_does_not_read_a_rise_from_point_estimates(tmp_path):
+    """Same distribution at both checkpoints, one whose point estimates rise by chance: the
+    old comparison of point estimates said "rising"; the interval verdict does not."""
+    for s in range(20):
+        dump = _two_checkpoints(tmp_path / str(s), RHO, RHO, 200, seed=200 + s)
+        rows = analyze(dump, estimators=["gaussian"], metrics=["euclidean"], ci_resamples=30, verify=False)
+        first, last = (r["value"] for r in select(rows, "mi_gaussian"))
+        if last > first and _delta(rows, "mi_gaussian")["verdict"] == "no detectable change":
+            break
+    else:
+        pytest.fail("no repetition with a chance rise")
+    assert finding(rows)["mi_gaussian_rising"] is False
