@@ -154,8 +154,10 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
         (:meth:`ParameterDump.verify`), so that no result is computed from damaged runs
         (DumpError naming the file and runs, before any file is written). It reads the
         whole dump once: 0.08 s for a 55 MiB dump (3 clients x 2000 runs x 400 parameters
-        x 6 checkpoints) against 4.7-6.3 s for its default analysis, 0.16 s for 24
-        checkpoints against 12-18 s (about 1%; ``python benchmarks/bench_verify.py``).
+        x 6 checkpoints) against 4.7-6.3 s for its analysis without intervals, 0.16 s for 24
+        checkpoints against 12-18 s (about 1%; ``python benchmarks/bench_verify.py``, run
+        before intervals existed; the default intervals make that analysis 8.7 times longer,
+        ``python benchmarks/bench_intervals.py``).
         With False the sidecar records ``"dump_verified": false``.
     force : bool, default=False
         Replace an existing `out` that is not a previous analysis with the same settings.
