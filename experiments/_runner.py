@@ -7,7 +7,7 @@ import json
 import time
 from pathlib import Path
 
-from mianalysis.experiment import finding, run_experiment, summary_table
+from mianalysis.experiment import TRENDS, finding, run_experiment, summary_table, trend_summary
 from mianalysis.tasks import get_task
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,4 +35,5 @@ def main(task_name, configs, description):
         print(f"\n== {full_name}: preset {cfg.get('preset', 'paper')}, {cfg['runs']} runs, "
               f"{time.perf_counter() - start:.0f} s ==")
         print(summary_table(rows))
-        print("paper's finding:", json.dumps(finding(rows)))
+        print(f"paper's finding (rising/growing from the {TRENDS}):", json.dumps(finding(rows)))
+        print(trend_summary(rows))

@@ -6,7 +6,9 @@ digits (3 clients, Dirichlet(0.5) non-IID partition, every client every round, E
 B = 10, an MLP with 32 hidden units), repeated R times with different seeds. Every
 client's local model after each round is recorded (the last layer, 330 parameters), and
 `mianalysis.analyze` gives the MI between clients (Gaussian and KSG, with permutation
-nulls) and the three distances per round.
+nulls) and the three distances per round, each with its confidence interval; the summary's
+``trends`` say per rule, quantity and client pair whether it rises or falls, from the paired
+intervals of the change between rounds (never from comparing point estimates).
 
     python experiments/aggregator_trends.py --quick   # 150 replicates, 6 rounds
     python experiments/aggregator_trends.py           # 500 replicates, 10 rounds
@@ -25,6 +27,7 @@ import numpy as np
 
 from mianalysis._provenance import collect, utc_now
 from mianalysis.analysis import analyze, select, write_table
+from mianalysis.experiment import TRENDS, overall_trend, step_verdicts
 from mianalysis.federated import FederatedConfig, FederatedData, FederatedSimulation, record_replicates
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,12 +65,17 @@ def main():
                "final_test_accuracy": {r: a[-1] for r, a in accuracy.items()},
                "partition_sizes": data.sizes().tolist(),
                "provenance": [collect(started, finished=True)], "dump_provenance": dumps}
+    summary["trends_from"] = TRENDS + " (verdict per client pair over the rounds after the first)"
     for rule, rows in tables.items():
         for q in QUANTITIES:
             series = _pair_mean(rows, q)
             summary.setdefault("first_last", {}).setdefault(rule, {})[q] = [series[1][1], series[-1][1]]
+            summary.setdefault("trends", {}).setdefault(rule, {})[q] = {
+                f"{a}-{b}": overall_trend(v for _, v in step_verdicts(rows, q, a, b))
+                for a, b in sorted({(r["client_a"], r["client_b"]) for r in rows if r["client_b"] != ""})}
     (ROOT / "figures" / f"aggregator_trends{suffix}.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps(summary["first_last"], indent=1))
+    print("trends,", summary["trends_from"] + ":", json.dumps(summary["trends"], indent=1))
 
 
 def _pair_mean(rows, quantity, key="value"):

@@ -21,14 +21,18 @@ from .estimators._neighbours import marginal_distances, use_distance_cache
 from .estimators.ksg import add_tie_breaking_noise, check_flag, ksg_estimates_from_distances, standardize_columns
 from .estimators.significance import PermutationTestResult
 from .regime import estimate_regime_note
+from .intervals import (METHODS, check_level, mean_interval, mi_replicates, normal_interval, resample_indices,
+                        trend_verdict)
 
 KSG_NOISE = 1e-10  # tie-breaking noise, times each parameter's sd over runs
 
 ESTIMATORS = ("gaussian", "ksg")
 GAUSSIAN_NULLS = ("permutation", "analytic")
 COLUMNS = ("checkpoint", "iteration", "client_a", "client_b", "quantity", "value", "spread",
-           "null_mean", "null_std", "p_value", "n_runs", "note", "layer")
+           "null_mean", "null_std", "p_value", "n_runs", "note", "layer", "ci_low", "ci_high", "verdict")
 BY = ("layer",)
+OPTIONAL_COLUMNS = ("layer", "ci_low", "ci_high", "verdict")  # tables written before `by` or intervals lack them
+CI_RESAMPLES = {"gaussian": 20, "ksg": 10}
 
 
 def gaussian_settings(n_runs, n_features):
@@ -113,7 +117,7 @@ def _estimate(x, y, estimator, k, permutations, rng, distances, distance_cache, 
 
 def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0, layer=None, by=None,
             standardize=True, random_state=0, out=None, progress=False, distance_cache="auto", verify=True,
-            force=False, gaussian_null="permutation"):
+            force=False, gaussian_null="permutation", ci_resamples=None, ci_level=0.95):
     """MI and distances between every pair of clients at every checkpoint of a dump.
 
     Parameters
@@ -185,8 +189,10 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
         (:meth:`ParameterDump.verify`), so that no result is computed from damaged runs
         (DumpError naming the file and runs, before any file is written). It reads the
         whole dump once: 0.08 s for a 55 MiB dump (3 clients x 2000 runs x 400 parameters
-        x 6 checkpoints) against 4.7-6.3 s for its default analysis, 0.16 s for 24
-        checkpoints against 12-18 s (about 1%; ``python benchmarks/bench_verify.py``).
+        x 6 checkpoints) against 4.7-6.3 s for its analysis without intervals, 0.16 s for 24
+        checkpoints against 12-18 s (about 1%; ``python benchmarks/bench_verify.py``, run
+        before intervals existed; the default intervals make that analysis 8.7 times longer,
+        ``python benchmarks/bench_intervals.py``).
         With False the sidecar records ``"dump_verified": false``.
     force : bool, default=False
         Replace an existing `out` that is not a previous analysis with the same settings.
@@ -197,18 +203,38 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
         chi-square)", and falls back to `permutations` for estimates with shrinkage (noted).
         The default stays "permutation": the analytic law assumes Gaussian parameters,
         which trained networks need not be, while shuffling the pairing assumes nothing.
+    ci_resamples : int or dict of estimator -> int, optional
+        Resamples of the runs behind each MI estimate's confidence interval: bootstrap
+        resamples for "gaussian", random halves for "ksg" (:mod:`mianalysis.intervals`
+        says why). Default ``{"gaussian": 20, "ksg": 10}``; 0 (or 1) gives no MI interval.
+        A bootstrap resample costs one Gaussian estimate and a half about 1/4 of a KSG
+        estimate, so the default adds 20 Gaussian and about 2.5 KSG estimates per pair and
+        checkpoint; the interval uses Student's t quantile for the standard error of so few
+        resamples (2.09 for 20 and 2.26 for 10 at 95 %, instead of 1.96). Distance intervals
+        need no resamples and are always given.
+    ci_level : float, default=0.95
+        Level of every interval. Level, resamples and method per quantity are recorded in
+        the sidecar's settings (``ci_level``, ``ci_resamples``, ``ci_method``).
 
     Returns
     -------
     rows : list of dict
         Tidy table with columns ``checkpoint, iteration, client_a, client_b, quantity,
-        value, spread, null_mean, null_std, p_value, n_runs, note, layer``. ``quantity`` is
-        "mi_gaussian", "mi_ksg", "mi_exact" (bits; the exact MI, for a dump of a task that
-        knows it, such as gaussian-sgd, when every parameter is analysed and not by layer),
-        a metric name (``spread`` = sd over runs), or a
+        Tidy table with columns ``checkpoint, iteration, client_a, client_b, quantity,
+        value, spread, null_mean, null_std, p_value, n_runs, note, layer, ci_low, ci_high,
+        verdict``. ``quantity`` is "mi_gaussian", "mi_ksg", "mi_exact" (bits; the exact MI,
+        for a dump of a task that knows it, such as gaussian-sgd, when every parameter is
+        analysed and not by layer), a metric name (``spread`` = sd over runs), or a
         recorded training metric such as "loss" (``client_b`` empty; mean and sd over runs).
         ``layer`` names the tensor with ``by="layer"`` and is empty otherwise (tables
-        written before it existed read back with it empty).
+        written before it existed read back with it empty). MI and distance rows carry their
+        confidence interval ``[ci_low, ci_high]``. From the second checkpoint on, each MI
+        and distance quantity also has a row ``delta_QUANTITY`` (e.g. "delta_mi_ksg",
+        "delta_euclidean"): its change since the previous checkpoint, paired (the same
+        runs, or the same resamples of them, at both) with its interval, and ``verdict``
+        "rising" or "falling" only when the interval excludes 0, else "no detectable
+        change"; "not made: shrinkage estimate" when either Gaussian estimate used
+        Ledoit-Wolf shrinkage. Other rows have an empty verdict.
 
     Notes
     -----
@@ -273,6 +299,8 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
     permutations = {e: check_int(permutations.get(e, 0), "permutations", low=0) for e in estimators}
     random_state = check_int(random_state, "random_state", low=0)
     check_choice(gaussian_null, "gaussian_null", GAUSSIAN_NULLS)
+    ci_resamples = _check_ci_resamples(ci_resamples, estimators)
+    ci_level = check_level(ci_level)
     cols = dump.layer_columns(layer)
     groups = [("", cols)] if by is None else [
         (e.name, layout_columns([e])) for e in (dump.layout if layer is None else select_layout(dump.layout, layer))]
@@ -288,7 +316,9 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
         settings = {"dump": str(Path(dump.path).resolve()), "n_runs": n_runs, "chunks": _chunks_digest(dump),
                     "estimators": list(estimators), "metrics": list(metrics), "k": k, "permutations": permutations,
                     "layer": layer, "by": by, "ksg_standardize": standardize, "random_state": random_state,
-                    "distance_cache": reuse_distances}
+                    "distance_cache": reuse_distances, "ci_level": ci_level, "ci_resamples": ci_resamples,
+                    "ci_method": {"mi_gaussian": METHODS["gaussian"], "mi_ksg": METHODS["ksg"],
+                                  "distances": METHODS["distance"]}}
         if gaussian_null != "permutation":  # tables of the default analysis keep their settings
             settings["gaussian_null"] = gaussian_null
         _check_out(out, settings, force)  # before the lock: a refused `out` leaves nothing behind
@@ -314,12 +344,74 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
         incomplete = "" if dump.complete else f"dump incomplete: {n_runs} of {dump.n_runs} runs"
 
         def add(t, a, b, quantity, value, spread=np.nan, null_mean=np.nan, null_std=np.nan, p=np.nan, note="",
-                group=""):
+                group="", ci=(np.nan, np.nan), verdict=""):
             rows.append({"checkpoint": t, "iteration": dump.checkpoints[t], "client_a": dump.clients[a],
                          "client_b": "" if b is None else dump.clients[b], "quantity": quantity,
                          "value": float(value), "spread": float(spread), "null_mean": float(null_mean),
                          "null_std": float(null_std), "p_value": float(p), "n_runs": n_runs,
-                         "note": "; ".join(n for n in (note, incomplete) if n), "layer": group})
+                         "note": "; ".join(n for n in (note, incomplete) if n), "layer": group,
+                         "ci_low": float(ci[0]), "ci_high": float(ci[1]), "verdict": verdict})
+
+        # Resample indices shared by every checkpoint and pair: changes are paired.
+        indices = {e: resample_indices(n_runs, ci_resamples[e], e, np.random.default_rng([random_state, 1, i]))
+                   for i, e in enumerate(ESTIMATORS) if e in estimators}
+        resampled = {}  # (checkpoint, layer) -> {(a, b, quantity): per-run distances or MI replicates}
+        with_interval = set(metrics) | {f"mi_{e}" for e in estimators}
+
+        def with_intervals(t, samples, of_t):
+            """Fill the interval of every MI and distance row of checkpoint t (`of_t`: (a, b,
+            quantity) -> row); return what their changes' intervals need."""
+            out = {}
+            for (a, b, q), row in of_t.items():
+                if q in metrics:
+                    out[a, b, q] = paired_distances(samples[a], samples[b], q)
+                    row["ci_low"], row["ci_high"] = mean_interval(out[a, b, q], ci_level)[1:]
+                elif np.isfinite(row["value"]) and len(indices[q[3:]]) >= 2:  # an MI estimate
+                    e = q[3:]
+                    if e == "ksg" and n_runs // 2 <= k:
+                        base = row["note"][:len(row["note"]) - len(incomplete)].rstrip("; ")  # incomplete: last
+                        row["note"] = "; ".join(filter(None, [base, f"no interval: halves of {n_runs} runs are too "
+                                                                    f"few for k={k}", incomplete]))
+                        continue
+                    shrunk = {"shrinkage": "ledoit-wolf"} if "ledoit-wolf" in row["note"] else None
+                    x, y = samples[a], samples[b]
+                    if e == "ksg" and standardize:  # as the estimate itself (MI does not change with scale)
+                        x, y = standardize_columns(x), standardize_columns(y)
+                    out[a, b, q] = mi_replicates(x, y, e, indices[e], k=k, gaussian_kwargs=shrunk,
+                                                 seed=(random_state, t, a, b, ESTIMATORS.index(e), 1))
+                    row["ci_low"], row["ci_high"] = normal_interval(row["value"], out[a, b, q].std(ddof=1), ci_level,
+                                                                    df=len(out[a, b, q]) - 1)
+            return out
+
+        def of_checkpoint(t, group=""):
+            """(a, b, quantity) -> the row of checkpoint t (and tensor `group`) that has an interval."""
+            return {(dump.clients.index(r["client_a"]), dump.clients.index(r["client_b"]), r["quantity"]): r
+                    for r in rows if r["checkpoint"] == t and r["client_b"] != "" and r["quantity"] in with_interval
+                    and r.get("layer", "") == group}
+
+        def add_changes(t, cols, group=""):
+            """The rows delta_QUANTITY of checkpoint t: paired change since t - 1, its interval, a verdict."""
+            if (t - 1, group) not in resampled:  # resumed after t - 1: its resamples again (same indices, seeds)
+                before = [np.asarray(dump.samples(c, t - 1)[:, cols], dtype=np.float64)
+                          for c in range(len(dump.clients))]
+                resampled[t - 1, group] = with_intervals(t - 1, before, of_checkpoint(t - 1, group))
+            prev, now = resampled.pop((t - 1, group)), resampled[t, group]
+            of_t, of_prev = of_checkpoint(t, group), of_checkpoint(t - 1, group)
+            for (a, b, q), row in of_t.items():
+                old = of_prev.get((a, b, q))
+                if old is None:
+                    continue
+                delta, ci = row["value"] - old["value"], (np.nan, np.nan)
+                if (a, b, q) in now and (a, b, q) in prev:
+                    change = now[a, b, q] - prev[a, b, q]
+                    if q in metrics:
+                        delta, *ci = mean_interval(change, ci_level)
+                    else:
+                        ci = normal_interval(delta, change.std(ddof=1), ci_level, df=len(change) - 1)
+                shrinkage = [f"ledoit-wolf shrinkage at checkpoint {c}" for c, r in ((t - 1, old), (t, row))
+                             if "ledoit-wolf" in r["note"]]
+                note = "; ".join(shrinkage)  # the change is always since checkpoint t - 1
+                add(t, a, b, f"delta_{q}", delta, note=note, group=group, ci=ci, verdict=trend_verdict(*ci, note))
 
         bar = None
         if progress:
@@ -363,6 +455,9 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
                         add(t, a, b, "mi_exact", exact(dump.checkpoints[t], a, b))
                     if bar is not None:
                         bar.update(1)
+                resampled[t, group] = with_intervals(t, samples, of_checkpoint(t, group))
+                if t > 0:
+                    add_changes(t, cols, group)
             if journal is not None:
                 journal.append(t, rows[first:])
         if bar is not None:
@@ -402,6 +497,18 @@ def _exact_mi(dump, cols):
     except (TypeError, ValueError):  # settings this version does not know: no exact answer
         return None
     return lambda iteration, a, b: task.exact_mi(iteration, a, b, init=init, shared=shared)
+
+
+def _check_ci_resamples(ci_resamples, estimators):
+    """`ci_resamples` as a dict estimator -> int (see analyze)."""
+    if ci_resamples is None:
+        ci_resamples = CI_RESAMPLES
+    if not isinstance(ci_resamples, dict):
+        ci_resamples = {e: ci_resamples for e in estimators}
+    unknown = set(ci_resamples) - set(ESTIMATORS)
+    if unknown:
+        raise ValueError(f"`ci_resamples` names unknown estimators {sorted(unknown)}; known: {list(ESTIMATORS)}")
+    return {e: check_int(ci_resamples.get(e, 0), "ci_resamples", low=0) for e in estimators}
 
 
 def _metric_note(name, values):
@@ -633,13 +740,14 @@ def read_table(path):
     rows = []
     with open(path, newline="") as fh:
         reader = csv.DictReader(fh)
-        missing = set(COLUMNS) - set(reader.fieldnames or ()) - {"layer"}  # tables before `by` had no layer
+        missing = set(COLUMNS) - set(OPTIONAL_COLUMNS) - set(reader.fieldnames or ())
         if missing:
             raise ValueError(f"{path} is not an analysis table: missing columns {sorted(missing)}")
         for row in reader:
             row.setdefault("layer", "")
-            for key in ("value", "spread", "null_mean", "null_std", "p_value"):
-                row[key] = float(row[key]) if row[key] != "" else np.nan
+            row.setdefault("verdict", "")
+            for key in ("value", "spread", "null_mean", "null_std", "p_value", "ci_low", "ci_high"):
+                row[key] = float(row[key]) if row.get(key, "") not in ("", None) else np.nan
             for key in ("checkpoint", "iteration", "n_runs"):
                 row[key] = int(row[key])
             rows.append(row)

@@ -101,21 +101,47 @@ def _cmd_analyze(args):
                    standardize=not args.no_standardize, random_state=args.seed,
                    out=args.out, progress=not args.no_progress,
                    distance_cache=False if args.no_distance_cache else "auto",
-                   verify=not args.no_verify, force=args.force, gaussian_null=args.gaussian_null)
+                   verify=not args.no_verify, force=args.force, gaussian_null=args.gaussian_null,
+                   ci_resamples=args.ci_resamples, ci_level=args.ci_level)
     verified = ("dump checksums NOT verified (--no-verify)" if args.no_verify
                 else f"dump checksums of {rows[0]['n_runs'] if rows else 0} runs verified")
     print(f"wrote {len(rows)} rows to {args.out} ({verified}; settings and provenance: {sidecar_path(args.out)})")
     if not dump.complete:
         print(f"mianalysis analyze: dump incomplete: analysed {dump.completed_runs} of {dump.n_runs} runs (every "
               "row's note says so); run the same command again when the dump is complete to replace the table", file=sys.stderr)
+    _print_trends(rows, args.ci_level)
+
+
+def _print_trends(rows, level):
+    from .experiment import TRENDS, trend_summary
+
+    summary = trend_summary(rows)
+    if summary:
+        print(f"trends, from the {TRENDS} ({level:.0%}; a verdict only where an interval excludes 0):")
+        print(summary)
 
 
 def _cmd_plot(args):
     from .analysis import read_table
     from .plots import save_figure
 
-    path = save_figure(read_table(args.table), args.kind, args.out, title=args.title)
+    rows = read_table(args.table)
+    path = save_figure(rows, args.kind, args.out, title=args.title)
     print(f"wrote {path}")
+    if any(r["verdict"] for r in rows):
+        _print_trends(rows, _table_level(args.table))
+
+
+def _table_level(table):
+    """The interval level a table's sidecar records (0.95 if it records none)."""
+    import json
+
+    from .analysis import sidecar_path
+
+    try:
+        return float(json.loads(sidecar_path(table).read_text())["settings"]["ci_level"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0.95
 
 
 def _write_federate_settings(path, settings, session, resumed):
@@ -297,6 +323,10 @@ def build_parser():
     ana.add_argument("--no-standardize", action="store_true",
                      help="KSG on raw parameter scales (default: each parameter divided by its sd over runs)")
     ana.add_argument("--seed", type=int, default=0)
+    ana.add_argument("--ci-resamples", type=int, default=None, metavar="N",
+                     help="resamples per MI confidence interval (bootstrap for gaussian, halves for ksg; "
+                          "default 20 gaussian, 10 ksg; 0: none)")
+    ana.add_argument("--ci-level", type=float, default=0.95, help="level of every confidence interval")
     ana.add_argument("--no-distance-cache", action="store_true",
                      help="do not keep each client's runs x runs KSG distance matrix in memory")
     ana.add_argument("--no-verify", action="store_true",

@@ -70,7 +70,7 @@ def run_demo(out_dir="runs/demo", runs=400, seed=0, progress=True):
     `runs` runs, sampled, analysed with permutation nulls and plotted into `out_dir`."""
     from pathlib import Path
 
-    from .experiment import finding, run_experiment, summary_table
+    from .experiment import TRENDS, finding, run_experiment, summary_table, trend_summary
     from .tasks import get_task
 
     task = get_task("signal-rnn", "long", n_examples=512)
@@ -81,9 +81,13 @@ def run_demo(out_dir="runs/demo", runs=400, seed=0, progress=True):
     print("\nMI in bits (null: mean over shuffled pairings; p: permutation p-value) and mean distances")
     print(summary_table(rows))
     result = finding(rows)
-    print("\nThe core paper's finding in this run:")
+    print(f"\nThe core paper's finding in this run (rising/growing: from the {TRENDS}, a verdict only "
+          "where an interval excludes 0):")
     for key, value in result.items():
-        print(f"  {key.replace('_', ' ')}: {'yes' if value else 'no'}")
+        shown = value if isinstance(value, str) else "yes" if value else "no"
+        print(f"  {key.replace('_', ' ')}: {shown}")
+    print("\nTrend per quantity and pair (step verdicts by iteration):")
+    print(trend_summary(rows))
     out = Path(out_dir)
     print(f"\nwrote {out / 'signal_rnn_demo.csv'}, {out / 'signal_rnn_demo_mi.png'}, "
           f"{out / 'signal_rnn_demo_distances.png'}")

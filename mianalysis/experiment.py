@@ -90,26 +90,88 @@ def summary_table(rows):
     return "\n".join(lines)
 
 
+TRENDS = "paired confidence intervals of the change between consecutive checkpoints"
+
+
+def step_verdicts(rows, quantity, client_a, client_b):
+    """[(iteration, verdict)] of the table's ``delta_QUANTITY`` rows of one pair, for the
+    steps between checkpoints after the first one past iteration 0 (the initial point is
+    where every design starts, so steps from it say nothing about training)."""
+    trained = [r["iteration"] for r in select(rows, quantity, client_a, client_b) if r["iteration"] > 0]
+    first = min(trained) if trained else None
+    return [(r["iteration"], r["verdict"]) for r in select(rows, f"delta_{quantity}", client_a, client_b)
+            if first is not None and r["iteration"] > first]
+
+
+def overall_trend(verdicts):
+    """One verdict for a series of step verdicts: "rising" if some step rises and none
+    falls, "falling" if the reverse, "mixed" if both, "no detectable change" if no step
+    has one; a verdict not made at any step (shrinkage) or no steps at all make none.
+
+    Examples
+    --------
+    >>> from mianalysis.experiment import overall_trend
+    >>> overall_trend(["rising", "no detectable change"]), overall_trend(["rising", "falling"])
+    ('rising', 'mixed')
+    >>> overall_trend(["rising", "not made: shrinkage estimate"])
+    'not made: shrinkage estimate'
+    """
+    verdicts = list(verdicts)
+    if not verdicts:
+        return "not made: no change rows with intervals in this table"
+    for v in verdicts:
+        if v.startswith("not made") or not v:
+            return v or "not made: no interval"
+    up, down = "rising" in verdicts, "falling" in verdicts
+    return "mixed" if up and down else "rising" if up else "falling" if down else "no detectable change"
+
+
+def trend_summary(rows):
+    """Text lines: per MI and distance quantity and client pair, the overall trend over the
+    checkpoints after the first trained one, and the verdict of every step."""
+    pairs = sorted({(r["client_a"], r["client_b"]) for r in rows if r["client_b"] != ""})
+    quantities = [q for q in ("mi_gaussian", "mi_ksg", "euclidean", "manhattan", "chebyshev")
+                  if any(r["quantity"] == q for r in rows)]
+    lines = []
+    for q in quantities:
+        for a, b in pairs:
+            steps = step_verdicts(rows, q, a, b)
+            detail = ", ".join(f"{it}: {v}" for it, v in steps)
+            lines.append(f"{q} {a}-{b}: {overall_trend(v for _, v in steps)}" + (f" ({detail})" if detail else ""))
+    return "\n".join(lines)
+
+
 def finding(rows):
     """Does the core paper's finding hold in this table? MI above its permutation null
     (p <= 0.05, or more than 3 null sd above the null mean when fewer permutations were
-    run) at every checkpoint after the first, MI rising from the first to the last of
-    those, and every distance growing. Returns a dict of booleans and a sentence."""
+    run) at every checkpoint after the first, MI rising and every distance growing.
+
+    Rising and growing are read from the table's interval-based step verdicts (see
+    :func:`mianalysis.analyze`), never from comparing point estimates: over the steps after
+    the first trained checkpoint, for every pair, some step's paired interval of the change
+    lies above 0 and none below (:func:`overall_trend` is "rising"). Returns a dict: True
+    or False per test, or a "not made: ..." string where no verdict can be made (a
+    Ledoit-Wolf shrinkage estimate, or a table without intervals)."""
     pairs = sorted({(r["client_a"], r["client_b"]) for r in rows if r["client_b"] != ""})
     out = {}
     for e in ("gaussian", "ksg"):
         series = [[r for r in select(rows, f"mi_{e}", a, b) if r["iteration"] > 0] for a, b in pairs]
         if not series or not series[0]:
             continue
-        above = all(_significant(r) for s in series for r in s)
-        rising = all(s[-1]["value"] > s[0]["value"] for s in series)
-        out[f"mi_{e}_above_null"] = above
-        out[f"mi_{e}_rising"] = rising
-    growing = all(select(rows, m, a, b)[-1]["value"] > select(rows, m, a, b)[1]["value"]
-                  for m in ("euclidean", "manhattan", "chebyshev") for a, b in pairs
-                  if len(select(rows, m, a, b)) > 1)
-    out["distances_growing"] = growing
+        out[f"mi_{e}_above_null"] = all(_significant(r) for s in series for r in s)
+        out[f"mi_{e}_rising"] = _all_rising([overall_trend(v for _, v in step_verdicts(rows, f"mi_{e}", a, b))
+                                             for a, b in pairs])
+    out["distances_growing"] = _all_rising([overall_trend(v for _, v in step_verdicts(rows, m, a, b))
+                                            for m in ("euclidean", "manhattan", "chebyshev") for a, b in pairs
+                                            if select(rows, m, a, b)])
     return out
+
+
+def _all_rising(trends):
+    made = [t for t in trends if not t.startswith("not made")]
+    if len(made) < len(trends):
+        return next(t for t in trends if t.startswith("not made"))
+    return bool(made) and all(t == "rising" for t in made)
 
 
 def _significant(row):

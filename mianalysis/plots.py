@@ -25,9 +25,20 @@ def _finite(xs, ys):
 OUTSIDE_LABEL = "outside calibration (hollow)"
 
 
+def _interval(hits):
+    """(iterations, low, high) of the rows that have a confidence interval (tables written
+    before intervals have none: nothing is drawn)."""
+    it = np.array([r["iteration"] for r in hits], float)
+    low = np.array([r.get("ci_low", np.nan) for r in hits], float)
+    high = np.array([r.get("ci_high", np.nan) for r in hits], float)
+    ok = np.isfinite(low) & np.isfinite(high)
+    return it[ok], low[ok], high[ok]
+
+
 def plot_mi_panel(ax, rows, estimator):
-    """MI of every client pair vs iteration, with the permutation null (mean +- 2 sd) as a band,
-    and the exact MI (rows "mi_exact", where the task knows it) as black lines.
+    """MI of every client pair vs iteration with its confidence interval (error bars), the
+    permutation null (mean +- 2 sd) as a band, and the exact MI (rows "mi_exact", where the
+    task knows it) as black lines.
 
     Estimates whose note flags them as outside the calibrated regime
     (:func:`mianalysis.regime.estimate_regime_note`) are drawn as hollow markers, with one
@@ -49,6 +60,9 @@ def plot_mi_panel(ax, rows, estimator):
         if flags.any():
             flagged_any = True
             ax.plot(it[flags], val[flags], ls="none", marker="o", ms=6, mfc="white", mec=line.get_color(), zorder=3)
+        it_c, low, high = _interval(hits)
+        if len(it_c):
+            ax.vlines(it_c, low, high, color=line.get_color(), lw=1.5)
         it_n, mean = _finite([r["iteration"] for r in hits], [r["null_mean"] for r in hits])
         if len(mean):
             _, sd = _finite([r["iteration"] for r in hits], [r["null_std"] for r in hits])
@@ -80,10 +94,14 @@ def plot_metric_panel(ax, rows, metric):
 
 
 def plot_distance_panel(ax, rows, metric):
-    """Mean paired distance of every client pair vs iteration."""
+    """Mean paired distance of every client pair vs iteration, its confidence interval as a band."""
     for a, b in _pairs(rows):
         hits = select(rows, metric, a, b)
-        ax.plot([r["iteration"] for r in hits], [r["value"] for r in hits], marker="o", ms=3, label=f"Client({a}, {b})")
+        line, = ax.plot([r["iteration"] for r in hits], [r["value"] for r in hits], marker="o", ms=3,
+                        label=f"Client({a}, {b})")
+        it_c, low, high = _interval(hits)
+        if len(it_c):
+            ax.fill_between(it_c, low, high, color=line.get_color(), alpha=0.25, lw=0)
     ax.set_title(f"{metric.capitalize()} distance")
     ax.set_xlabel("iteration")
     ax.set_ylabel("mean distance")

@@ -241,4 +241,4 @@ def test_cli_analyze_under_ulimit_v_falls_back_to_the_o_n_path(tmp_path):
                          preexec_fn=_limited(peak + HEADROOM))
     assert out.returncode == 0, out.stderr[-2000:]
     assert (tmp_path / "limited.csv").read_bytes() == (tmp_path / "free.csv").read_bytes()
-    assert len(read_table(tmp_path / "limited.csv")) == 2 * 3 * 2
+    assert len(read_table(tmp_path / "limited.csv")) == 2 * 3 * 2 + 3 * 2  # estimates, then 1 step of changes

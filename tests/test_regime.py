@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from mianalysis import ParameterDump, analyze, ksg_mi, mi_permutation_test
-from mianalysis.analysis import read_table, write_table
+from mianalysis.analysis import read_table
 from mianalysis.regime import (GAUSSIAN_MAX_BITS, GAUSSIAN_MIN_RUNS_PER_DIM, KSG_MAX_BITS, KSG_MAX_JOINT_DIMS,
                                KSG_MIN_RUNS, estimate_regime_note, is_outside)
 
@@ -56,7 +56,7 @@ def test_by_layer_rows_equal_each_tensor_alone(layered_dump, distance_cache):
     for name in ("w", "bias"):
         mine = [r for r in rows if r["layer"] == name]
         alone = analyze(layered_dump, layer=name, **kw)
-        assert len(mine) == len(alone) == 2 * 3 * 4  # checkpoints x pairs x (2 metrics + 2 MI)
+        assert len(mine) == len(alone) == 2 * 3 * 4 + 3 * 4  # checkpoints x pairs x (2 metrics + 2 MI), changes at 1
         for got, want in zip(mine, alone):
             assert want["layer"] == ""
             assert {k: v for k, v in got.items() if k != "layer"} == pytest.approx(
@@ -82,10 +82,15 @@ def test_by_layer_table_round_trip_and_old_tables(tmp_path, layered_dump):
     settings = json.loads((tmp_path / "t.csv.json").read_text())["settings"]
     assert settings["by"] == "layer" and settings["ksg_standardize"] is True
     # A table written before the column existed reads back with it empty.
+    import csv
+
     old = tmp_path / "old.csv"
-    write_table(rows, old)
-    lines = old.read_text().splitlines()
-    old.write_text("\n".join(line.rsplit(",", 1)[0] for line in lines) + "\n")
+    before = ["checkpoint", "iteration", "client_a", "client_b", "quantity", "value", "spread", "null_mean",
+              "null_std", "p_value", "n_runs", "note"]  # the columns of a table from before `by`
+    with open(old, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=before, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
     assert "layer" not in old.read_text().splitlines()[0]
     assert {r["layer"] for r in read_table(old)} == {""}
 

@@ -1,0 +1,226 @@
+"""Confidence intervals of MI and distance estimates, paired changes and their verdicts.
+
+Known answers: for x ~ N(0, I_d) and y = rho x + sqrt(1 - rho^2) e, I(x; y) = -d/2 log2(1 - rho^2)
+bits, and x - y ~ N(0, 2 (1 - rho) I_d), so the mean Euclidean distance in d = 2 is the Rayleigh
+mean sqrt(2 (1 - rho)) sqrt(pi / 2). Coverage tests accept 88-99 % for a nominal 95 %
+(binomial sd 1.5-2 points at these repetitions; fixed seeds)."""
+
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pytest
+
+from mianalysis import ParameterDump, analyze, paired_distances
+from mianalysis.analysis import COLUMNS, OPTIONAL_COLUMNS, read_table, select, write_table
+from mianalysis.experiment import finding, overall_trend, trend_summary
+from mianalysis.intervals import mean_interval, mi_interval, trend_verdict
+
+RHO = 0.5
+
+
+def _pair(rng, n, d, rho=RHO):
+    x = rng.standard_normal((n, d))
+    return x, rho * x + np.sqrt(1 - rho**2) * rng.standard_normal((n, d))
+
+
+def _exact_mi(d, rho=RHO):
+    return -0.5 * d * np.log2(1 - rho**2)
+
+
+def test_gaussian_bootstrap_interval_covers_the_exact_mi():
+    hits = 0
+    for s in range(150):
+        x, y = _pair(np.random.default_rng([1, s]), 100, 2)
+        _, low, high = mi_interval(x, y, "gaussian", n_resamples=50, random_state=s)
+        hits += low <= _exact_mi(2) <= high
+    assert 0.88 <= hits / 150 <= 0.99
+
+
+def test_distance_interval_covers_the_exact_mean_distance():
+    exact = np.sqrt(2 * (1 - RHO)) * np.sqrt(np.pi / 2)
+    hits = 0
+    for s in range(200):
+        x, y = _pair(np.random.default_rng([2, s]), 100, 2)
+        _, low, high = mean_interval(paired_distances(x, y, "euclidean"))
+        hits += low <= exact <= high
+    assert 0.88 <= hits / 200 <= 0.99
+
+
+def test_ksg_half_subsampling_interval_covers_the_exact_mi():
+    hits = 0
+    for s in range(40):
+        x, y = _pair(np.random.default_rng([3, s]), 200, 1)
+        _, low, high = mi_interval(x, y, "ksg", n_resamples=10, random_state=s)
+        hits += low <= _exact_mi(1) <= high
+    assert hits >= 34  # 85 %
+
+
+def _two_checkpoints(path, rho0, rho1, n, d=2, seed=0, carry=0.0):
+    """A dump of clients a, b at two checkpoints (iterations 1 and 2, after training began);
+    the second checkpoint's runs keep a share `carry` of the first's (the same runs, as in training)."""
+    rng = np.random.default_rng(seed)
+    x0, y0 = _pair(rng, n, d, rho0)
+    x1, y1 = _pair(rng, n, d, rho1)
+    if carry:
+        x1, y1 = carry * x0 + np.sqrt(1 - carry**2) * x1, carry * y0 + np.sqrt(1 - carry**2) * y1
+    return ParameterDump.from_arrays(path, {"a": np.stack([x0, x1]), "b": np.stack([y0, y1])}, checkpoints=[1, 2])
+
+
+def _delta(rows, quantity):
+    (row,) = select(rows, f"delta_{quantity}")
+    return row
+
+
+def test_a_real_rise_in_mi_is_detected(tmp_path):
+    for s in range(3):
+        dump = _two_checkpoints(tmp_path / str(s), 0.2, 0.7, 400, seed=s)
+        rows = analyze(dump, metrics=["euclidean"], ci_resamples={"gaussian": 50, "ksg": 10}, random_state=s,
+                       verify=False)
+        assert _delta(rows, "mi_gaussian")["verdict"] == "rising"
+        assert _delta(rows, "mi_ksg")["verdict"] == "rising"
+        assert _delta(rows, "euclidean")["verdict"] == "falling"  # more correlated: closer
+        row = _delta(rows, "mi_gaussian")
+        later, earlier = select(rows, "mi_gaussian")[1]["value"], select(rows, "mi_gaussian")[0]["value"]
+        assert row["value"] == pytest.approx(later - earlier) and row["ci_low"] < row["value"] < row["ci_high"]
+
+
+def test_identical_distributions_give_no_detectable_change(tmp_path):
+    same = 0
+    for s in range(40):
+        dump = _two_checkpoints(tmp_path / str(s), RHO, RHO, 100, seed=100 + s)
+        rows = analyze(dump, estimators=["gaussian"], metrics=["euclidean"], ci_resamples=40, random_state=s,
+                       verify=False)
+        same += _delta(rows, "mi_gaussian")["verdict"] == "no detectable change"
+        same += _delta(rows, "euclidean")["verdict"] == "no detectable change"
+    assert same >= 0.85 * 80
+
+
+def test_changes_are_paired(tmp_path):
+    """Checkpoints that share most of their runs' variation: the change's interval is far
+    narrower than either estimate's (it would be wider if the resamples were not the same runs)."""
+    dump = _two_checkpoints(tmp_path / "d", RHO, RHO, 300, seed=5, carry=0.99)
+    rows = analyze(dump, estimators=["gaussian"], metrics=["euclidean"], ci_resamples=50, verify=False)
+    for q in ("mi_gaussian", "euclidean"):
+        est = select(rows, q)[1]
+        assert np.isfinite(est["ci_low"])
+        width = _delta(rows, q)["ci_high"] - _delta(rows, q)["ci_low"]
+        assert width < 0.5 * (est["ci_high"] - est["ci_low"])
+
+
+def test_no_verdict_from_a_shrinkage_estimate(tmp_path):
+    # 40 runs <= 2 x 40 joint dimensions: Ledoit-Wolf shrinkage, even with a large rise.
+    dump = _two_checkpoints(tmp_path / "d", 0.1, 0.9, 40, d=20)
+    rows = analyze(dump, estimators=["gaussian"], metrics=[], ci_resamples=20, verify=False)
+    row = _delta(rows, "mi_gaussian")
+    assert row["verdict"] == "not made: shrinkage estimate" and "ledoit-wolf" in row["note"]
+    assert finding(rows)["mi_gaussian_rising"] == "not made: shrinkage estimate"
+    assert trend_verdict(0.1, 0.2, row["note"]) == "not made: shrinkage estimate"
+
+
+def test_same_random_state_same_intervals(tmp_path):
+    dump = _two_checkpoints(tmp_path / "d", 0.3, 0.5, 200)
+    kwargs = {"metrics": ["euclidean"], "ci_resamples": {"gaussian": 30, "ksg": 5}, "verify": False}
+    first, again, other = (analyze(dump, random_state=r, **kwargs) for r in (0, 0, 1))
+    ci = [(r["quantity"], r["ci_low"], r["ci_high"]) for r in first]
+    assert ci == [(r["quantity"], r["ci_low"], r["ci_high"]) for r in again]
+    assert select(first, "mi_gaussian")[0]["ci_low"] != select(other, "mi_gaussian")[0]["ci_low"]
+
+
+def test_level_and_method_are_recorded(tmp_path):
+    dump = _two_checkpoints(tmp_path / "d", 0.3, 0.5, 100)
+    narrow = analyze(dump, estimators=["gaussian"], metrics=["euclidean"], ci_resamples=20, ci_level=0.5,
+                     out=tmp_path / "t.csv")
+    wide = analyze(dump, estimators=["gaussian"], metrics=["euclidean"], ci_resamples=20, ci_level=0.99)
+    for q in ("mi_gaussian", "euclidean"):
+        n, w = select(narrow, q)[0], select(wide, q)[0]
+        assert w["ci_low"] < n["ci_low"] < n["value"] < n["ci_high"] < w["ci_high"]
+    import json
+
+    settings = json.loads((tmp_path / "t.csv.json").read_text())["settings"]
+    assert settings["ci_level"] == 0.5 and settings["ci_resamples"] == {"gaussian": 20}
+    assert settings["ci_method"]["mi_gaussian"] == "bootstrap" and settings["ci_method"]["distances"] == "normal"
+    assert [r["ci_low"] for r in read_table(tmp_path / "t.csv")] == pytest.approx(
+        [r["ci_low"] for r in narrow], nan_ok=True)
+
+
+def test_zero_resamples_give_no_mi_interval(tmp_path):
+    dump = _two_checkpoints(tmp_path / "d", 0.3, 0.5, 100)
+    rows = analyze(dump, estimators=["gaussian"], metrics=["euclidean"], ci_resamples=0)
+    assert np.isnan(select(rows, "mi_gaussian")[0]["ci_low"])
+    assert _delta(rows, "mi_gaussian")["verdict"] == "not made: no interval"
+    assert np.isfinite(select(rows, "euclidean")[0]["ci_low"])  # distances need no resamples
+
+
+@pytest.mark.parametrize("kwargs, match", [({"ci_level": 1.5}, "`ci_level`"), ({"ci_level": 0}, "`ci_level`"),
+                                           ({"ci_resamples": -1}, "`ci_resamples`"),
+                                           ({"ci_resamples": {"knn": 3}}, "`ci_resamples` names unknown")])
+def test_bad_interval_settings_are_named(tmp_path, kwargs, match):
+    dump = _two_checkpoints(tmp_path / "d", 0.3, 0.5, 20)
+    with pytest.raises(ValueError, match=match):
+        analyze(dump, **kwargs)
+
+
+def test_old_tables_without_intervals_still_load_and_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    from mianalysis.plots import save_figure
+
+    dump = _two_checkpoints(tmp_path / "d", 0.3, 0.5, 100)
+    rows = analyze(dump, metrics=["euclidean"], ci_resamples={"gaussian": 10, "ksg": 2})
+    old = [{k: v for k, v in r.items() if k not in OPTIONAL_COLUMNS} for r in rows if "delta" not in r["quantity"]]
+    with open(tmp_path / "old.csv", "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=[c for c in COLUMNS if c not in OPTIONAL_COLUMNS])
+        writer.writeheader()
+        writer.writerows(old)
+    table = read_table(tmp_path / "old.csv")
+    assert all(np.isnan(r["ci_low"]) and r["verdict"] == "" for r in table)
+    assert save_figure(table, "mi", tmp_path / "mi.png").exists()
+    assert save_figure(table, "distances", tmp_path / "d.png").exists()
+    assert finding(table)["distances_growing"].startswith("not made")
+    write_table(rows, tmp_path / "new.csv")
+    assert save_figure(read_table(tmp_path / "new.csv"), "mi", tmp_path / "mi_new.png").exists()
+
+
+def test_trend_summary_reads_the_step_verdicts(tmp_path):
+    rng = np.random.default_rng(0)
+    steps = [_pair(rng, 300, 2, rho) for rho in (0.0, 0.2, 0.5, 0.8)]  # checkpoint 0 is the initial point
+    dump = ParameterDump.from_arrays(tmp_path / "d", {"a": np.stack([s[0] for s in steps]),
+                                                      "b": np.stack([s[1] for s in steps])},
+                                     checkpoints=[0, 1, 2, 3])
+    rows = analyze(dump, estimators=["gaussian"], metrics=["euclidean"], ci_resamples=40, verify=False)
+    text = trend_summary(rows)
+    assert "mi_gaussian a-b: rising (2: rising, 3: rising)" in text
+    assert "euclidean a-b: falling" in text
+    result = finding(rows)
+    assert result["mi_gaussian_rising"] is True and result["distances_growing"] is False
+    assert overall_trend([]).startswith("not made")
+
+
+def test_cli_prints_the_interval_verdicts(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    from mianalysis.cli import main
+
+    _two_checkpoints(tmp_path / "d", 0.2, 0.7, 300)
+    table = str(tmp_path / "t.csv")
+    assert main(["analyze", str(tmp_path / "d"), "--out", table, "--no-progress", "--estimators", "gaussian",
+                 "--ci-resamples", "30", "--ci-level", "0.9"]) == 0
+    out = capsys.readouterr().out
+    assert "paired confidence intervals of the change between consecutive checkpoints (90%" in out
+    assert "mi_gaussian a-b: rising (2: rising)" in out and "euclidean a-b: falling (2: falling)" in out
+    assert main(["plot", table, "--out", str(tmp_path / "mi.png"), "--kind", "mi"]) == 0
+    assert "mi_gaussian a-b: rising (2: rising)" in capsys.readouterr().out
+
+
+def test_finding_does_not_read_a_rise_from_point_estimates(tmp_path):
+    """Same distribution at both checkpoints, one whose point estimates rise by chance: the
+    old comparison of point estimates said "rising"; the interval verdict does not."""
+    for s in range(20):
+        dump = _two_checkpoints(tmp_path / str(s), RHO, RHO, 200, seed=200 + s)
+        rows = analyze(dump, estimators=["gaussian"], metrics=["euclidean"], ci_resamples=30, verify=False)
+        first, last = (r["value"] for r in select(rows, "mi_gaussian"))
+        if last > first and _delta(rows, "mi_gaussian")["verdict"] == "no detectable change":
+            break
+    else:
+        pytest.fail("no repetition with a chance rise")
+    assert finding(rows)["mi_gaussian_rising"] is False
