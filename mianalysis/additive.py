@@ -223,7 +223,7 @@ def isotropic_additive_mi(x_start, y_start, x_next, y_next, *, units="bits"):
     is the mean squared distance between the clients with the mean drift removed (a
     deterministic drift changes no MI). A negative :math:`s_0^2` (no shared start
     detectable) is taken as 0. The MI is computed as
-    :math:`1 - \rho^2 = (s_0^2 D/d + (v_X - s_0^2)(v_Y - s_0^2)) / (v_X v_Y)`, with
+    :math:`1 - \rho^2 = (s_0^2 D/d + (v_X - s_0^2)(v_Y - s_0^2)) / (v_X v_Y)` (at most 1), with
     :math:`a + b = D/d` read from the distances at each checkpoint: the distances are free
     of the start's sampling error, which would swamp a small noise in
     :math:`v_X v_Y - s_0^4`. When the noise is small against the start

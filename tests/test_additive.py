@@ -264,3 +264,13 @@ def test_shrinking_clients_do_not_fit_the_model():
         additive_model_mi(x0, y0, 0.1 * x0, 0.1 * y0)
     with pytest.raises(ValueError, match="does not fit inside the clients' variances at the later checkpoint"):
         isotropic_additive_mi(x0, y0, 0.1 * x0, 0.1 * y0)
+
+
+def test_isotropic_negative_cross_covariance_means_no_shared_start():
+    # Anti-correlated clients: the cross-covariance is negative, which no shared start gives;
+    # the isotropic version takes the start's variance as 0, so the model's MI is 0 at both ends.
+    rng = np.random.default_rng(13)
+    x0 = rng.standard_normal((300, 4))
+    y0 = -0.5 * x0 + rng.standard_normal((300, 4))
+    pred = isotropic_additive_mi(x0, y0, 2 * x0, 2 * y0)
+    assert (pred.mi_start, pred.mi_predicted, pred.predicted_change) == (0.0, 0.0, 0.0)
