@@ -81,7 +81,8 @@ def additive_prediction_rows(rows, dump, *, quantity="mi_gaussian", fallback="is
     for (a, b, layer), series in by_key.items():
         series = sorted(series, key=lambda r: r["checkpoint"])
         for first, later in zip(series, series[1:]):
-            out.append(_step(dump, a, b, layer, first, later, fallback))
+            row = _step(dump, a, b, layer, first, later, fallback)
+            out.append({column: row[column] for column in PREDICTION_COLUMNS})
     return out
 
 

@@ -274,3 +274,60 @@ def test_isotropic_negative_cross_covariance_means_no_shared_start():
     y0 = -0.5 * x0 + rng.standard_normal((300, 4))
     pred = isotropic_additive_mi(x0, y0, 2 * x0, 2 * y0)
     assert (pred.mi_start, pred.mi_predicted, pred.predicted_change) == (0.0, 0.0, 0.0)
+
+
+# ---------------------------------------------------------------------- table helper
+
+
+def dump_of(tmp_path, clients):
+    from mianalysis import ParameterDump
+
+    return ParameterDump.from_arrays(tmp_path / "d", clients, checkpoints=list(range(0, 10 * len(clients["a"]), 10)))
+
+
+def test_prediction_rows_for_every_pair_and_step(tmp_path):
+    from mianalysis import analyze
+    from mianalysis.additive_table import PREDICTION_COLUMNS, additive_prediction_rows
+
+    rng = np.random.default_rng(14)
+    theta0 = rng.standard_normal((400, 3))
+    scale = np.array([0.3, 0.6, 1.0])[:, None, None]
+    clients = {c: theta0 + scale * rng.standard_normal((3, 400, 3)) for c in "abc"}
+    dump = dump_of(tmp_path, clients)
+    rows = analyze(dump, estimators=("gaussian",))
+    out = additive_prediction_rows(rows, dump)
+    assert len(out) == 3 * 2 and all(tuple(r) == PREDICTION_COLUMNS for r in out)
+    row = next(r for r in out if (r["client_a"], r["client_b"], r["checkpoint"]) == ("a", "c", 2))
+    assert (row["checkpoint_from"], row["iteration_from"], row["iteration"], row["n_runs"]) == (1, 10, 20, 400)
+    samples = [dump.samples(c, t).astype(np.float64) for t in (1, 2) for c in ("a", "c")]
+    direct = additive_model_mi(*samples)
+    assert row["predicted_change"] == direct.predicted_change and row["method"] == "covariance"
+    assert row["mi_predicted"] == direct.mi_predicted and row["note"] == ""
+    mi = {r["checkpoint"]: r["value"] for r in rows if r["quantity"] == "mi_gaussian"
+          and (r["client_a"], r["client_b"]) == ("a", "c")}
+    assert row["estimated_change"] == pytest.approx(mi[2] - mi[1], abs=1e-12)
+
+
+def test_prediction_rows_fallback_constants_and_misfits(tmp_path):
+    from mianalysis import analyze
+    from mianalysis.additive_table import additive_prediction_rows
+
+    rng = np.random.default_rng(15)
+    theta0 = rng.standard_normal((8, 5))            # 8 runs <= 2 x 5 parameters: isotropic
+    a = theta0 + 0.5 * rng.standard_normal((2, 8, 5))
+    b = theta0 + 0.5 * rng.standard_normal((2, 8, 5))
+    a[:, :, 4] = b[:, :, 4] = 1.0                    # one constant parameter
+    dump = dump_of(tmp_path / "few", {"a": a, "b": b})
+    [row] = additive_prediction_rows(analyze(dump, estimators=("gaussian",)), dump)
+    assert row["method"] == "isotropic" and row["note"] == "1 constant parameter(s) left out"
+    with pytest.raises(ValueError, match="more than 2 \\* n_features"):
+        additive_prediction_rows(analyze(dump, estimators=("gaussian",)), dump, fallback=None)
+
+    x0 = rng.standard_normal((300, 3))
+    y0 = x0 + 0.3 * rng.standard_normal((300, 3))
+    shrunk = {"a": np.stack([x0, 0.1 * x0]), "b": np.stack([y0, 0.1 * y0])}
+    dump = dump_of(tmp_path / "shrunk", shrunk)
+    [row] = additive_prediction_rows(analyze(dump, estimators=("gaussian",)), dump)
+    assert math.isnan(row["predicted_change"]) and "does not fit inside" in row["note"]
+    with pytest.raises(ValueError, match="`rows` hold no pair rows of quantity 'mi_ksg'"):
+        additive_prediction_rows(analyze(dump, estimators=("gaussian",)), dump, quantity="mi_ksg")
