@@ -13,6 +13,7 @@ __version__ = "0.1.0"
 
 from ._locking import LockedError
 from ._validation import ConstantFeatureWarning
+from .additive import AdditivePrediction, additive_model_mi, additive_model_verdict, isotropic_additive_mi
 from .analysis import analyze
 from .distances import mean_paired_distance, paired_distances
 from .dumps import DumpError, ParameterDump
@@ -34,4 +35,8 @@ __all__ = [
     "LockedError",
     "ParameterSampler",
     "analyze",
+    "additive_model_mi",
+    "isotropic_additive_mi",
+    "additive_model_verdict",
+    "AdditivePrediction",
 ]

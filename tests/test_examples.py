@@ -117,6 +117,7 @@ NO_EXAMPLES = {
     "LockedError": "an exception; tests/test_locking.py shows when it is raised",
     "ConstantFeatureWarning": "a warning; tests/test_degenerate_data.py shows when it is raised",
     "PermutationTestResult": "what mi_permutation_test returns; its example shows it",
+    "AdditivePrediction": "what additive_model_mi and isotropic_additive_mi return; their examples show it",
     "ParameterSampler": "trains PyTorch models; the README's dump example runs it",
 }
 

@@ -1,0 +1,125 @@
+"""The additive-noise model's predictions for every client pair and step of an analysis table.
+
+Glue between a dump, an analysis table (rows as :func:`mianalysis.analysis.analyze` returns
+or :func:`mianalysis.analysis.read_table` reads) and :func:`mianalysis.additive_model_mi`:
+for each pair and each step between consecutive checkpoints of the table, the estimated MI
+change beside the change the additive model predicts. The numbers come from
+:mod:`mianalysis.additive`; this module only reads samples and arranges rows.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .additive import additive_model_mi, additive_model_verdict
+
+__all__ = ["additive_prediction_rows", "PREDICTION_COLUMNS"]
+
+PREDICTION_COLUMNS = ("checkpoint_from", "checkpoint", "iteration_from", "iteration", "client_a", "client_b",
+                      "layer", "estimated_change", "estimated_ci_low", "estimated_ci_high", "predicted_change",
+                      "mi_start", "mi_predicted", "distance_change", "method", "verdict", "n_runs", "note")
+
+
+def additive_prediction_rows(rows, dump, *, quantity="mi_gaussian", fallback="isotropic"):
+    """Estimated and additive-model MI changes for every pair and step of a table.
+
+    Parameters
+    ----------
+    rows : list of dict
+        An analysis table; the rows of `quantity` give the estimated MI at each checkpoint
+        of each client pair (and layer).
+    dump : ParameterDump
+        The dump the table was computed from; its samples give the predictions.
+    quantity : str, default="mi_gaussian"
+        The MI rows whose change is estimated. The prediction mirrors the Gaussian
+        estimator, so "mi_gaussian" is the like-for-like comparison.
+    fallback : {None, "isotropic"}, default="isotropic"
+        Passed to :func:`mianalysis.additive_model_mi`: with too few runs for the full
+        covariances (``runs <= 2 x parameters``) the isotropic version is used.
+
+    Returns
+    -------
+    list of dict
+        One row per pair, layer and step between consecutive checkpoints of the table,
+        with the keys of `PREDICTION_COLUMNS`, in bits. `estimated_change` is the table's
+        value at the later checkpoint minus the earlier one. Parameters constant over the
+        runs at either checkpoint (for either client) are left out of the prediction, and
+        `note` says how many. Where the samples fit no additive model (the shared start
+        estimated first does not fit inside the later covariances) the prediction is NaN
+        and `note` gives the reason: the data contradict the model outright.
+        `estimated_ci_low` and `estimated_ci_high` are the confidence interval of the
+        estimated change, from the table's paired ``delta_QUANTITY`` row (NaN for a table
+        without intervals), and `verdict` is :func:`mianalysis.additive_model_verdict` of
+        that interval and the prediction ("contradicted" / "not contradicted"; empty when
+        either is missing).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mianalysis import ParameterDump, analyze
+    >>> from mianalysis.additive_table import additive_prediction_rows
+    >>> rng = np.random.default_rng(0)
+    >>> theta0 = rng.standard_normal((2000, 3))
+    >>> noise = lambda sd: sd * rng.standard_normal((2, 2000, 3))
+    >>> scale = np.array([0.5, 1.0])[:, None, None]          # noise sd 0.5 then 1
+    >>> dump = ParameterDump.from_arrays("d", {"a": theta0 + scale * noise(1.0), "b": theta0 + scale * noise(1.0)})
+    >>> rows = analyze(dump, estimators=("gaussian",))
+    >>> [row] = additive_prediction_rows(rows, dump)
+    >>> row["client_a"], row["client_b"], row["method"]
+    ('a', 'b', 'covariance')
+    >>> round(row["estimated_change"], 2), round(row["predicted_change"], 2)   # exact: -1.59
+    (-1.66, -1.6)
+    """
+    deltas = {(r["client_a"], r["client_b"], r.get("layer", ""), r["checkpoint"]): r for r in rows
+              if r["quantity"] == f"delta_{quantity}"}
+    by_key = {}
+    for row in rows:
+        if row["quantity"] == quantity and row["client_b"] != "":
+            key = (row["client_a"], row["client_b"], row.get("layer", ""))
+            by_key.setdefault(key, []).append(row)
+    if not by_key:
+        raise ValueError(f"`rows` hold no pair rows of quantity {quantity!r}")
+    out = []
+    for (a, b, layer), series in by_key.items():
+        series = sorted(series, key=lambda r: r["checkpoint"])
+        for first, later in zip(series, series[1:]):
+            row = _step(dump, a, b, layer, first, later, fallback)
+            delta = deltas.get((a, b, layer, later["checkpoint"]), {})
+            low, high = float(delta.get("ci_low", math.nan)), float(delta.get("ci_high", math.nan))
+            row["estimated_ci_low"], row["estimated_ci_high"] = low, high
+            ok = math.isfinite(low) and math.isfinite(high) and math.isfinite(row["predicted_change"])
+            row["verdict"] = additive_model_verdict((low, high), row["predicted_change"]) if ok else ""
+            out.append({column: row[column] for column in PREDICTION_COLUMNS})
+    return out
+
+
+def _step(dump, a, b, layer, first, later, fallback):
+    group = layer or None
+    t0, t1 = first["checkpoint"], later["checkpoint"]
+    arrays = [np.asarray(dump.samples(c, t, layer=group), dtype=np.float64) for t in (t0, t1) for c in (a, b)]
+    varies = np.logical_and.reduce([arr.max(axis=0) > arr.min(axis=0) for arr in arrays])
+    notes = []
+    if not varies.all():
+        notes.append(f"{int((~varies).sum())} constant parameter(s) left out")
+        arrays = [arr[:, varies] for arr in arrays]
+    row = {"checkpoint_from": t0, "checkpoint": t1, "iteration_from": first["iteration"],
+           "iteration": later["iteration"], "client_a": a, "client_b": b, "layer": layer,
+           "estimated_change": float(later["value"] - first["value"]), "n_runs": arrays[0].shape[0]}
+    nan = {"predicted_change": math.nan, "mi_start": math.nan, "mi_predicted": math.nan,
+           "distance_change": math.nan, "method": ""}
+    if arrays[0].shape[1] == 0:
+        notes.append("no parameter varies")
+        return {**row, **nan, "note": "; ".join(notes)}
+    x0, y0, x1, y1 = arrays
+    try:
+        pred = additive_model_mi(x0, y0, x1, y1, fallback=fallback)
+    except ValueError as exc:
+        if "fit inside" not in str(exc):
+            raise
+        notes.append(str(exc))
+        return {**row, **nan, "note": "; ".join(notes)}
+    return {**row, "predicted_change": pred.predicted_change, "mi_start": pred.mi_start,
+            "mi_predicted": pred.mi_predicted, "distance_change": pred.distance_change,
+            "method": pred.method, "note": "; ".join(notes)}
