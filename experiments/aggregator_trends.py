@@ -10,12 +10,30 @@ nulls) and the three distances per round, each with its confidence interval; the
 ``trends`` say per rule, quantity and client pair whether it rises or falls, from the paired
 intervals of the change between rounds (never from comparing point estimates).
 
+What the aggregation itself leaves: the server's global model is recorded too (client
+"global" of each dump: at checkpoint t the model after round t, so round t started from
+checkpoint t - 1). That MI is dominated by each replicate's shared global model, so per
+rule, round and client pair `mianalysis.global_dependence.dependence_given_global` gives,
+on the output layer's bias, the Gaussian MI of the local models, their conditional MI
+given the global model the round started from (`gaussian_cmi`) and the MI of the clients'
+updates (local model minus that global model). The bias is used because the estimate then
+needs no shrinkage: 150 replicates against 3 x 9 joint dimensions (the 330-parameter layer
+would need 990 and shrinkage, which biases the estimate). Its 10 entries are centred (the
+bias minus its mean over classes, first 9 entries kept): a softmax cross-entropy gradient
+sums to zero over the classes, so the bias's sum over classes is the same in every client's
+local model as in the global model the round started from (up to float32 rounding), a shared
+exact function that makes the Gaussian MI of the raw bias infinite in truth and its
+covariances singular. Centring removes exactly that direction; MI does not depend on which
+basis of the remaining 9 is used.
+
     python experiments/aggregator_trends.py --quick   # 150 replicates, 6 rounds
     python experiments/aggregator_trends.py           # 500 replicates, 10 rounds
 
 Writes figures/aggregator_trends{_quick}.png (one panel per quantity, a line per rule,
 averaged over the three client pairs; MI panels show the permutation null as a dotted
-line), the analysis table per rule (.csv) and the per-round accuracy.
+line), the analysis table per rule (.csv; it also holds each client's rows with "global"),
+the per-round accuracy, and figures/aggregator_trends{_quick}_global.{png,csv} (the three
+output-bias quantities per rule, round and client pair; the figure averages the pairs).
 """
 
 import argparse
@@ -28,7 +46,9 @@ import numpy as np
 from mianalysis._provenance import collect, utc_now
 from mianalysis.analysis import analyze, select, write_table
 from mianalysis.experiment import TRENDS, overall_trend, step_verdicts
-from mianalysis.federated import FederatedConfig, FederatedData, FederatedSimulation, record_replicates
+from mianalysis.federated import FederatedConfig, FederatedData, FederatedSimulation, record_replicates, write_rows
+from mianalysis.global_dependence import QUANTITIES as GLOBAL_QUANTITIES
+from mianalysis.global_dependence import dependence_given_global
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = {"fedavg": {}, "median": {}, "and_mask": {"threshold": 0.2}, "geometric_mask": {"threshold": 0.2}}
@@ -44,23 +64,29 @@ def main():
     replicates, rounds, perms = (150, 6, 10) if args.quick else (500, 10, 20)
     suffix = "_quick" if args.quick else ""
     data = FederatedData.digits(3, "dirichlet", seed=0, alpha=0.5)
-    tables, accuracy, timing, dumps = {}, {}, {}, {}
+    tables, accuracy, timing, dumps, given_global = {}, {}, {}, {}, {}
     for rule, params in RULES.items():
         start = time.perf_counter()
         cfg = FederatedConfig(rounds=rounds, client_fraction=1.0, local_epochs=1, batch_size=10, lr=0.05,
                               aggregator=rule, aggregator_params=params)
         sim = FederatedSimulation("mlp", data, cfg, replicates=replicates, seed=0, hidden=32)
         dump, history = record_replicates(sim, Path(args.work) / f"aggregator_trends{suffix}_{rule}",
-                                          chunk_size=250, layer="5", progress=False)
+                                          chunk_size=250, layer="5", progress=False, record_global=True)
         rows = analyze(dump, permutations=perms, random_state=0)
         write_table(rows, ROOT / "figures" / f"aggregator_trends{suffix}_{rule}.csv")
         tables[rule] = rows
+        given_global[rule] = [{"rule": rule, **r} for r in dependence_given_global(
+            *_centred_bias(dump, data.n_clients), units="bits")]
         dumps[rule] = dump.provenance
         accuracy[rule] = [float(np.mean(dump.metric("0", "test_accuracy")[t])) for t in range(rounds + 1)]
         timing[rule] = round(time.perf_counter() - start, 1)
         print(f"{rule}: {timing[rule]} s, final test accuracy {accuracy[rule][-1]:.3f}", flush=True)
     plot(tables, accuracy, ROOT / "figures" / f"aggregator_trends{suffix}.png",
          f"{replicates} replicate runs, 3 clients, last layer (330 parameters)")
+    global_rows = [r for rule in RULES for r in given_global[rule]]
+    write_rows(global_rows, ROOT / "figures" / f"aggregator_trends{suffix}_global.csv")
+    plot_global(given_global, ROOT / "figures" / f"aggregator_trends{suffix}_global.png",
+                f"{replicates} replicate runs, 3 clients, output bias centred (9 dimensions), Gaussian estimator")
     summary = {"replicates": replicates, "rounds": rounds, "permutations": perms, "seconds": timing,
                "final_test_accuracy": {r: a[-1] for r, a in accuracy.items()},
                "partition_sizes": data.sizes().tolist(),
@@ -73,16 +99,61 @@ def main():
             summary.setdefault("trends", {}).setdefault(rule, {})[q] = {
                 f"{a}-{b}": overall_trend(v for _, v in step_verdicts(rows, q, a, b))
                 for a, b in sorted({(r["client_a"], r["client_b"]) for r in rows if r["client_b"] != ""})}
+    for rule, rows in given_global.items():
+        for q in GLOBAL_QUANTITIES:
+            series = _global_pair_mean(rows, q)
+            summary.setdefault("output_bias_first_last", {}).setdefault(rule, {})[q] = [series[0][1], series[-1][1]]
     (ROOT / "figures" / f"aggregator_trends{suffix}.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps(summary["first_last"], indent=1))
+    print(json.dumps(summary["output_bias_first_last"], indent=1))
     print("trends,", summary["trends_from"] + ":", json.dumps(summary["trends"], indent=1))
+
+
+def _centred_bias(dump, n_clients):
+    """(local, global_model) for dependence_given_global: the output bias of every
+    recorded checkpoint minus its mean over classes, first n_classes - 1 entries (see the
+    module docstring), as (n_checkpoints, n_runs, n_classes - 1) arrays."""
+    def centred(client):
+        b = np.stack([dump.samples(client, t, layer="5.bias") for t in range(len(dump.checkpoints))]).astype(np.float64)
+        return (b - b.mean(axis=-1, keepdims=True))[..., :-1]
+
+    return {str(c): centred(str(c)) for c in range(n_clients)}, centred("global")
 
 
 def _pair_mean(rows, quantity, key="value"):
     """[(round, mean over client pairs)] for a quantity."""
-    pairs = sorted({(r["client_a"], r["client_b"]) for r in rows if r["client_b"] != ""})
+    pairs = sorted({(r["client_a"], r["client_b"]) for r in rows if r["client_b"] not in ("", "global")})
     series = [select(rows, quantity, a, b) for a, b in pairs]
     return [(s0["iteration"], float(np.mean([s[i][key] for s in series]))) for i, s0 in enumerate(series[0])]
+
+
+def _global_pair_mean(rows, quantity):
+    """[(round, mean over client pairs)] of a dependence_given_global quantity."""
+    rounds = sorted({r["iteration"] for r in rows})
+    return [(t, float(np.mean([r["value"] for r in rows if r["iteration"] == t and r["quantity"] == quantity])))
+            for t in rounds]
+
+
+def plot_global(given_global, path, subtitle):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
+    titles = {"mi_local": "I(local a; local b)", "cmi_given_global": "I(local a; local b | global at round start)",
+              "mi_update": "I(update a; update b)"}
+    for ax, q in zip(axes, GLOBAL_QUANTITIES):
+        for rule, rows in given_global.items():
+            ax.plot(*zip(*_global_pair_mean(rows, q)), marker="o", ms=3, label=rule)
+        ax.axhline(0.0, color="grey", lw=0.8)
+        ax.set_title(f"{titles[q]} (bits)", fontsize=10)
+        ax.set_xlabel("round")
+        ax.legend(fontsize=7)
+    fig.suptitle(f"Dependence between clients beyond the global model ({subtitle})", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}")
 
 
 def plot(tables, accuracy, path, subtitle):

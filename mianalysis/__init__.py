@@ -17,11 +17,12 @@ from .additive import AdditivePrediction, additive_model_mi, additive_model_verd
 from .analysis import analyze
 from .distances import mean_paired_distance, paired_distances
 from .dumps import DumpError, ParameterDump
-from .estimators import GaussianMINull, PermutationTestResult, gaussian_mi, gaussian_mi_null, ksg_mi, mi_permutation_test
+from .estimators import GaussianMINull, PermutationTestResult, gaussian_cmi, gaussian_mi, gaussian_mi_null, ksg_mi, mi_permutation_test
 from .sampling import ParameterSampler
 
 __all__ = [
     "gaussian_mi",
+    "gaussian_cmi",
     "gaussian_mi_null",
     "GaussianMINull",
     "ksg_mi",

@@ -421,6 +421,13 @@ class FederatedSimulation:
             the round's client messages treated as samples (mianalysis.diagnostics; > 0
             when the clients' mean update is within their spread).
         local_models : ndarray (n_clients, rounds + 1, R, P) or None
+            Client ``c``'s model at the end of its local training in round ``t`` (``t = 0``:
+            the initial model). With ``record=True`` the global models are kept too, in
+            ``self.global_models`` (rounds + 1, R, P): entry ``t`` is the server's model after
+            round ``t``'s aggregation, the model broadcast at the start of round ``t + 1``
+            (entry 0 is the initial model). So round ``t``'s local models started from entry
+            ``t - 1``, and client ``c``'s update in round ``t`` is
+            ``local_models[c, t] - self.global_models[t - 1]``.
         """
         with torch_threads(1):
             return self._run(replicate_ids, record, progress, stop_at_accuracy, log_client_eb)
@@ -448,11 +455,15 @@ class FederatedSimulation:
         history = []
         self.client_eb = []
         local_models = None
+        self.global_models = None
         if record:
             flat0 = self._flat(params).numpy()
             local_models = np.empty((self.data.n_clients, cfg.rounds + 1, len(replicate_ids), flat0.shape[1]),
                                     dtype=np.float32)
             local_models[:, 0] = flat0
+            global_models = np.empty((cfg.rounds + 1, len(replicate_ids), flat0.shape[1]), dtype=np.float32)
+            global_models[0] = flat0
+            self.global_models = global_models
 
         def log(round_index):
             metrics = self.evaluate(params)
@@ -482,6 +493,7 @@ class FederatedSimulation:
             if record:
                 for c, model in zip(clients, models):
                     local_models[c, t] = model.numpy()
+                global_models[t] = flat.numpy()
             log(t)
             for row, value in zip(history[-len(replicate_ids):], eb):
                 row["eb_clients"] = float(value)
@@ -517,7 +529,7 @@ def rounds_to_accuracy(history, target, split="test"):
     return None
 
 
-def record_replicates(simulation, out, *, chunk_size=16, layer=None, progress=True):
+def record_replicates(simulation, out, *, chunk_size=16, layer=None, progress=True, record_global=False):
     """Run `simulation.replicates` replicates with every client's local model recorded per
     round into a ParameterDump at `out` (checkpoint = round; client = FL client), written
     in chunks of replicates and resumed if `out` holds the same recording. The dump's
@@ -527,6 +539,15 @@ def record_replicates(simulation, out, *, chunk_size=16, layer=None, progress=Tr
     ----------
     layer : str or list of str, optional
         Record only these tensors (names as in :meth:`FederatedSimulation.layout`).
+    record_global : bool, default=False
+        Also record the server's global model, as one more client named ``"global"``
+        after the FL clients: at checkpoint ``t`` the model after round ``t``'s aggregation
+        (the one broadcast at the start of round ``t + 1``; checkpoint 0 is the initial
+        model, which every client holds too). Round ``t``'s local models started from the
+        global model at checkpoint ``t - 1``, so a client's update in round ``t`` is its
+        checkpoint ``t`` minus the global model's checkpoint ``t - 1``. The dump stays an
+        ordinary dump: :func:`mianalysis.analyze` then also gives every client's MI and
+        distances with ``"global"``. Its metrics are the global model's (as every client's).
 
     Returns
     -------
@@ -553,10 +574,14 @@ def record_replicates(simulation, out, *, chunk_size=16, layer=None, progress=Tr
         names[2:2] = ["val_loss", "val_accuracy"]
     meta = {"federated": simulation.describe(), "layer": layer, "replicates": simulation.replicates,
             "chunk_size": chunk_size}
+    names_out = [str(c) for c in range(simulation.data.n_clients)]
+    if record_global:
+        meta["global_client"] = "global: the server's model after each round (checkpoint 0: the initial model)"
+        names_out.append("global")
     # One recorder per dump, from opening it to its last chunk; failed before its first chunk: no empty dump left.
     with WriterLock(out), unwritten_dump_discarded(out):
         dump = ParameterDump.open_or_create(
-            out, meta=meta, clients=[str(c) for c in range(simulation.data.n_clients)],
+            out, meta=meta, clients=names_out,
             checkpoints=list(range(simulation.config.rounds + 1)), n_runs=simulation.replicates,
             layout=rec_layout, metric_names=names,
         )
@@ -577,8 +602,10 @@ def record_replicates(simulation, out, *, chunk_size=16, layer=None, progress=Tr
                     f"{where.runs_text('replicate')}: {where.values_text()}; nothing of "
                     f"replicates {start}-{stop} was written (the dump {out} keeps its {dump.completed_runs} "
                     f"completed replicates); lower `lr` (now {simulation.config.lr})")
-            dump.write_chunk(start, stop, {str(c): models[c][:, :, cols] for c in range(simulation.data.n_clients)},
-                             {str(c): values for c in range(simulation.data.n_clients)})
+            samples = {str(c): models[c][:, :, cols] for c in range(simulation.data.n_clients)}
+            if record_global:
+                samples["global"] = simulation.global_models[:, :, cols]
+            dump.write_chunk(start, stop, samples, {name: values for name in names_out})
     # The history of every replicate, read back from the dump (float32), whether this call
     # ran all chunks or resumed after an interruption.
     recorded = {name: dump.metric("0", name) for name in names}

@@ -1,8 +1,8 @@
-"""Mutual information estimators: Gaussian log-determinant (with its analytic null), KSG, permutation test."""
+"""Mutual information estimators: Gaussian log-determinant (also conditional) (with its analytic null), KSG, permutation test."""
 
-from .gaussian import gaussian_mi
+from .gaussian import gaussian_cmi, gaussian_mi
 from .gaussian_null import GaussianMINull, gaussian_mi_null
 from .ksg import ksg_mi
 from .significance import PermutationTestResult, mi_permutation_test
 
-__all__ = ["gaussian_mi", "gaussian_mi_null", "GaussianMINull", "ksg_mi", "mi_permutation_test", "PermutationTestResult"]
+__all__ = ["gaussian_mi", "gaussian_cmi", "gaussian_mi_null", "GaussianMINull", "ksg_mi", "mi_permutation_test", "PermutationTestResult"]
