@@ -1,77 +1,270 @@
-"""Where dependence between clients comes from: gaussian-sgd's exact MI curves.
+"""Where dependence between clients comes from: a factorial experiment.
 
-The exact MI between clients 0 and 1 of gaussian-sgd (preset "paper": d = 20, 40 steps of
-plain SGD with eta = 0.1, sigma = 1, tau = 1) at every iteration, for a fixed or a per-run
-start and for each way of sharing the random streams of a run between its clients. Closed
-form only (no sampling): a few seconds of CPU.
+The core paper reports MI between clients positive and rising while their distances grow.
+Whether MI can rise at all depends on which random streams the clients of a run share
+(README, "Where dependence between clients comes from"): with a per-run start and nothing
+else shared it can only fall; with a fixed start and nothing shared it is exactly 0. This
+script crosses the start (per-run, fixed) with what the clients of a run share, on:
 
-    python experiments/sources_of_dependence.py
+- signal-rnn, preset `paper` (2 iterations per epoch), 2,000 runs per cell, seeds 0-2;
+  shared: nothing / order + dropout / data + order + dropout;
+- gaussian-sgd, preset `paper` (d = 20, 40 steps, checkpoints every 10), 2,000 runs per
+  cell, seeds 0-2; shared: nothing / noise / data + noise; its exact MI is drawn beside the
+  estimates;
+- signal-rnn, preset `long` (16 iterations, checkpoints every 4), 1,500 runs per cell, seed
+  0 only (time on 2 cores); the same three levels of sharing.
 
-Writes figures/sources_of_dependence.csv (case, init, shared, rho, iteration, mi_exact in
-bits) and figures/sources_of_dependence.png.
+Every cell is analysed with `mianalysis.analyze`: Gaussian MI (bias-corrected where runs >
+2 x joint dimensions, with its analytic null) and KSG MI (k = 3, standardised, 100
+permutations), the three distances, a confidence interval on every estimate and on every
+change between consecutive checkpoints, and a verdict per step (rising / falling / no
+detectable change, from the intervals; none from a shrinkage estimate). Per cell the table
+holds, for every quantity, the overall trend over the steps after the first trained
+checkpoint and the verdict of each step for each client pair, and the additive-noise
+model's predicted MI change (see mianalysis.additive, where present).
+
+    python experiments/sources_of_dependence.py [--quick] [--only signal-paper,gaussian,signal-long]
+
+Resumable per cell: dumps and tables go to runs/sources_of_dependence/ (a finished cell is
+read back, an interrupted one resumed). Writes figures/sources_of_dependence.{csv,md,png}
+(`_quick` with --quick) with provenance in the .csv.json sidecar.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
+import time
 from pathlib import Path
 
+import numpy as np
+
+from mianalysis import ParameterDump, ParameterSampler, analyze
+from mianalysis._provenance import collect, utc_now
+from mianalysis.additive_table import additive_prediction_rows
+from mianalysis.analysis import read_table, select, sidecar_path
+from mianalysis.experiment import overall_trend, step_verdicts
 from mianalysis.tasks import get_task
 
 ROOT = Path(__file__).resolve().parents[1]
-
-# name: (init, shared streams, rho)
-CASES = {
-    "fixed start, nothing shared": ("fixed", (), 0.0),
-    "per-run start, nothing shared": ("per-run", (), 0.0),
-    "fixed start, shared data": ("fixed", ("data",), 0.0),
-    "fixed start, noise correlated (rho 0.5)": ("fixed", (), 0.5),
-    "fixed start, shared noise": ("fixed", ("noise",), 0.0),
-    "per-run start, shared data": ("per-run", ("data",), 0.0),
+QUANTITIES = ("mi_gaussian", "mi_ksg", "mi_exact", "euclidean", "manhattan", "chebyshev")
+INITS = ("per-run", "fixed")
+# part -> (task, preset, settings, every, runs, seeds, sharing levels)
+PARTS = {
+    "signal-paper": ("signal-rnn", "paper", {}, 1, 2000, (0, 1, 2),
+                     ((), ("order", "dropout"), ("data", "order", "dropout"))),
+    "gaussian": ("gaussian-sgd", "paper", {}, 10, 2000, (0, 1, 2), ((), ("noise",), ("data", "noise"))),
+    "signal-long": ("signal-rnn", "long", {}, 4, 1500, (0,), ((), ("order", "dropout"), ("data", "order", "dropout"))),
+}
+QUICK = {
+    "signal-paper": ("signal-rnn", "paper", {"n_layers": 2}, 1, 300, (0,),
+                     ((), ("order", "dropout"), ("data", "order", "dropout"))),
+    "gaussian": ("gaussian-sgd", "paper", {"d": 5}, 10, 300, (0,), ((), ("noise",), ("data", "noise"))),
 }
 
 
-def curves():
-    rows = []
-    for name, (init, shared, rho) in CASES.items():
-        task = get_task("gaussian-sgd", "paper", rho=rho)
-        for t in range(task.n_iterations + 1):
-            rows.append({"case": name, "init": init, "shared": "+".join(shared), "rho": rho, "iteration": t,
-                         "mi_exact": task.exact_mi(t, 0, 1, init=init, shared=shared)})
-    return rows
+def cell_name(part, init, shared, seed):
+    return f"{part}_{init}_{'+'.join(shared) or 'nothing'}_seed{seed}"
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(ROOT / "figures"))
-    args = parser.parse_args()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    rows = curves()
-    with open(out / "sources_of_dependence.csv", "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows({**r, "mi_exact": f"{r['mi_exact']:.6g}"} for r in rows)
+def run_cell(part, spec, init, shared, seed, work):
+    """Sample and analyse one cell (resumed where it stopped); its analysis table."""
+    task_name, preset, settings, every, runs, _, _ = spec
+    task = get_task(task_name, preset, **settings)
+    name = cell_name(part, init, shared, seed)
+    table = work / f"{name}.csv"
+    if table.exists() and sidecar_path(table).exists():
+        return read_table(table), ParameterDump.open(work / "dumps" / name)
+    sampler = ParameterSampler(task, seed=seed, init=init, shared=shared, every=every, progress=False)
+    dump = sampler.sample(runs, work / "dumps" / name)
+    return analyze(dump, permutations={"ksg": 100}, gaussian_null="analytic", random_state=seed, out=table), dump
 
+
+def additive_rows(rows, dump):
+    """Per client pair: the additive-noise model's verdict on every step after the first
+    trained checkpoint, from the Gaussian estimate's paired interval of the change."""
+    out = {}
+    try:
+        predictions = additive_prediction_rows(rows, dump)
+    except ValueError as exc:  # e.g. too few runs for the covariances, no Gaussian rows
+        return {"error": str(exc)}
+    trained = sorted({r["iteration"] for r in rows if r["iteration"] > 0})
+    for p in predictions:
+        if p["layer"] or not trained or p["iteration_from"] < trained[0]:
+            continue
+        out.setdefault(f"{p['client_a']}-{p['client_b']}", []).append(p)
+    return out
+
+
+def cell_rows(part, spec, init, shared, seed, rows, dump):
+    """One summary row per quantity and client pair of a cell: the values at the first
+    trained and the last checkpoint, the overall trend and the step verdicts; and one row
+    "additive_model" per pair: whether any step contradicts the additive-noise model."""
+    task_name, preset, _, _, runs, _, _ = spec
+    out = []
+    base = {"part": part, "task": task_name, "preset": preset, "init": init, "shared": "+".join(shared) or "nothing",
+            "seed": seed, "runs": runs}
+    for pair, steps in additive_rows(rows, dump).items():
+        if pair == "error":
+            continue
+        bad = [p for p in steps if p["verdict"] == "contradicted"]
+        unknown = [p for p in steps if not p["verdict"]]
+        trend = "contradicted" if bad else "not contradicted" if not unknown else "not decided"
+        reasons = "; ".join(sorted({p["note"] or "no interval" for p in unknown}))
+        out.append({**base, "quantity": "additive_model", "pair": pair, "first_iteration": steps[0]["iteration_from"],
+                    "first_value": steps[0]["predicted_change"], "last_iteration": steps[-1]["iteration"],
+                    "last_value": steps[-1]["predicted_change"], "last_ci_low": steps[-1]["estimated_ci_low"],
+                    "last_ci_high": steps[-1]["estimated_ci_high"], "trend": trend,
+                    "steps": "; ".join(f"{p['iteration']}: predicted {p['predicted_change']:.3g}, estimated "
+                                       f"{p['estimated_change']:.3g} [{p['estimated_ci_low']:.3g}, "
+                                       f"{p['estimated_ci_high']:.3g}] {p['verdict']}" for p in steps),
+                    "note": "values: the additive model's predicted change of the Gaussian MI per step"
+                            + (f"; not decided: {reasons}" if unknown and not bad else "")})
+    pairs = sorted({(r["client_a"], r["client_b"]) for r in rows if r["client_b"] != "" and not r.get("layer")})
+    for q in QUANTITIES:
+        for a, b in pairs:
+            series = [r for r in select(rows, q, a, b) if r["iteration"] > 0 and not r.get("layer")]
+            if not series:
+                continue
+            steps = step_verdicts(rows, q, a, b) if q != "mi_exact" else []
+            first, last = series[0], series[-1]
+            trend = overall_trend(v for _, v in steps) if q != "mi_exact" else _exact_trend(series)
+            out.append({**base, "quantity": q, "pair": f"{a}-{b}", "first_iteration": first["iteration"], "first_value": first["value"],
+                        "last_iteration": last["iteration"], "last_value": last["value"],
+                        "last_ci_low": last.get("ci_low", np.nan), "last_ci_high": last.get("ci_high", np.nan),
+                        "trend": trend, "steps": "; ".join(f"{it}: {v}" for it, v in steps),
+                        "note": last["note"]})
+    return out
+
+
+def _exact_trend(series):
+    values = [r["value"] for r in series]
+    diffs = np.diff(values)
+    if np.all(np.abs(diffs) <= 1e-9 * (1 + np.abs(values[:-1]))):
+        return "no change (exact)"
+    return "rising (exact)" if np.all(diffs >= 0) else "falling (exact)" if np.all(diffs <= 0) else "mixed (exact)"
+
+
+def cell_verdict(rows, quantity):
+    """The verdict of a cell for one quantity over its client pairs: the pairs' trends if
+    they agree, else "mixed over pairs"."""
+    trends = {r["trend"] for r in rows if r["quantity"] == quantity}
+    if not trends:
+        return ""
+    if quantity == "additive_model" and len(trends) > 1:
+        counts = [(t, sum(r["trend"] == t for r in rows if r["quantity"] == quantity)) for t in sorted(trends)]
+        return ", ".join(f"{t} {n}/{sum(n for _, n in counts)}" for t, n in counts)
+    return trends.pop() if len(trends) == 1 else "mixed over pairs (" + ", ".join(sorted(trends)) + ")"
+
+
+def markdown(summary, parts, specs):
+    lines = ["Sources of dependence: per cell (task, start, what a run's clients share, seed), the trend of each "
+             "quantity over the steps after the first trained checkpoint, from the paired confidence intervals of "
+             "the changes (identical for all three client pairs, else listed). `not made` = no verdict (a "
+             "shrinkage Gaussian estimate). Additive-noise model: whether the interval of the Gaussian MI's change "
+             "excludes the change that model predicts at some step (contradicted), at none (not contradicted), or "
+             "the prediction failed (not decided: e.g. the start estimated from the cross-covariance does not fit the "
+             "clients' covariances; reasons in the CSV), per client pair. Made by `python experiments/sources_of_dependence.py`.", ""]
+    for part in parts:
+        task_name, preset, settings, every, runs, seeds, _ = specs[part]
+        lines += [f"### {task_name}, preset {preset}{' ' + json.dumps(settings) if settings else ''}: {runs} runs "
+                  f"per cell, checkpoints every {every}, seeds {', '.join(map(str, seeds))}", "",
+                  "| start | shared | seed | MI Gaussian | MI KSG | exact MI | Euclidean | Manhattan | Chebyshev | "
+                  "additive-noise model |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        cells = sorted({(r["init"], r["shared"], r["seed"]) for r in summary if r["part"] == part},
+                       key=lambda c: (INITS.index(c[0]), c[1], c[2]))
+        for init, shared, seed in cells:
+            mine = [r for r in summary if (r["part"], r["init"], r["shared"], r["seed"]) == (part, init, shared, seed)]
+            lines.append(f"| {init} | {shared} | {seed} | " + " | ".join(
+                cell_verdict(mine, q) or "-" for q in ("mi_gaussian", "mi_ksg", "mi_exact", "euclidean", "manhattan",
+                                                        "chebyshev", "additive_model")) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def figure(summary, path, parts, specs):
+    """One panel per part: the MI estimates (and exact MI) at the last checkpoint relative to
+    the first trained one, per cell, mean over pairs; colour by sharing, marker by start."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for name in CASES:
-        hits = [r for r in rows if r["case"] == name and r["mi_exact"] != float("inf")]
-        ax.plot([r["iteration"] for r in hits], [r["mi_exact"] for r in hits], label=name)
-    ax.set_xlabel("iteration")
-    ax.set_ylabel("exact MI, clients 0 and 1 (bits)")
-    ax.set_title("gaussian-sgd (d = 20): where dependence comes from")
-    ax.legend(fontsize=7)
+    fig, axes = plt.subplots(1, len(parts), figsize=(5.2 * len(parts), 4.4), squeeze=False)
+    for ax, part in zip(axes[0], parts):
+        task_name, preset, _, _, runs, seeds, levels = specs[part]
+        names = [("mi_gaussian", "Gaussian"), ("mi_ksg", "KSG")] + ([("mi_exact", "exact")] if part == "gaussian"
+                                                                   else [])
+        x_labels = []
+        for i, (init, shared) in enumerate((i_, s_) for i_ in INITS for s_ in levels):
+            label = f"{init}\n" + ("\n".join(shared) if shared else "nothing")
+            x_labels.append(label)
+            for j, (q, qname) in enumerate(names):
+                hits = [r for r in summary if r["part"] == part and r["init"] == init
+                        and r["shared"] == ("+".join(shared) or "nothing") and r["quantity"] == q]
+                if not hits:
+                    continue
+                change = [r["last_value"] - r["first_value"] for r in hits]
+                ax.scatter([i + (j - 1) * 0.2] * len(change), change, s=14, color=f"C{j}",
+                           label=qname if i == 0 else None, marker="o" if q != "mi_exact" else "_")
+        ax.axhline(0, color="0.5", lw=0.8)
+        ax.set_yscale("symlog", linthresh=1)  # changes of 0.1 and of 100 bits on one axis
+        ax.set_xticks(range(len(x_labels)))
+        ax.set_xticklabels(x_labels, fontsize=7)
+        ax.set_ylabel("MI change, first trained -> last checkpoint\n(bits, symmetric log scale)")
+        ax.set_xlabel("start / streams the clients of a run share")
+        ax.set_title(f"{task_name} ({preset}), {runs} runs/cell, {len(seeds)} seed(s)\n"
+                     "each dot: one client pair and seed", fontsize=9)
+        ax.legend(fontsize=7)
+    fig.suptitle("Does MI between clients rise? Start x shared random streams", fontsize=11)
     fig.tight_layout()
-    fig.savefig(out / "sources_of_dependence.png", dpi=120)
-    for name in CASES:
-        values = {r["iteration"]: r["mi_exact"] for r in rows if r["case"] == name}
-        print(f"{name:42s} " + "  ".join(f"t={t}: {values[t]:.3g}" for t in (0, 1, 10, 40)))
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny cells (a minute), into *_quick files")
+    parser.add_argument("--only", help="comma-separated parts: " + ", ".join(PARTS))
+    parser.add_argument("--work", default=str(ROOT / "runs" / "sources_of_dependence"))
+    parser.add_argument("--out", default=str(ROOT / "figures"))
+    args = parser.parse_args()
+    started = utc_now()
+    specs = QUICK if args.quick else PARTS
+    parts = [p for p in (args.only.split(",") if args.only else specs) if p]
+    unknown = set(parts) - set(specs)
+    if unknown:
+        parser.error(f"--only: unknown parts {sorted(unknown)}; known: {list(specs)}")
+    work = Path(args.work) / ("quick" if args.quick else "full")
+    (work / "dumps").mkdir(parents=True, exist_ok=True)
+    summary, seconds = [], {}
+    for part in parts:
+        spec = specs[part]
+        for seed in spec[5]:
+            for init in INITS:
+                for shared in spec[6]:
+                    start = time.perf_counter()
+                    rows, dump = run_cell(part, spec, init, shared, seed, work)
+                    name = cell_name(part, init, shared, seed)
+                    seconds[name] = round(time.perf_counter() - start, 1)
+                    summary += cell_rows(part, spec, init, shared, seed, rows, dump)
+                    print(f"{name:55s} {seconds[name]:7.1f} s", flush=True)
+    suffix = "_quick" if args.quick else ""
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    table = out / f"sources_of_dependence{suffix}.csv"
+    with open(table, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(summary[0]))
+        writer.writeheader()
+        writer.writerows({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()} for r in summary)
+    md = markdown(summary, parts, specs)
+    (out / f"sources_of_dependence{suffix}.md").write_text(md + "\n")
+    figure(summary, out / f"sources_of_dependence{suffix}.png", parts, specs)
+    sidecar_path(table).write_text(json.dumps({"table": table.name, "parts": parts, "seconds": seconds,
+                                               "provenance": collect(started, finished=True)}, indent=1))
+    print(md)
 
 
 if __name__ == "__main__":

@@ -208,9 +208,10 @@ def test_default_streams_give_the_samples_made_before_sharing_existed(tmp_path):
 
 @pytest.mark.parametrize("task, shared", [
     (SignalRNNTask(**TINY_SIGNAL), ("order", "dropout")),
+    (SignalRNNTask(**TINY_SIGNAL), ("data",)),
     (GaussianSGDTask(**SMALL, rho=0.4), ("data",)),
     (GaussianSGDTask(**SMALL), ("data", "noise")),
-], ids=["signal", "gaussian-data", "gaussian-both"])
+], ids=["signal", "signal-data", "gaussian-data", "gaussian-both"])
 def test_shared_streams_do_not_depend_on_the_chunk(task, shared):
     sampler = ParameterSampler(task, seed=4, progress=False, shared=shared)
     whole = sampler.train_chunk(range(5)).samples
@@ -233,7 +234,7 @@ def test_shared_noise_is_identical_within_a_run():
 
 
 def test_unknown_stream_and_resume_with_other_sharing_are_refused(tmp_path):
-    with pytest.raises(ValueError, match=r"task 'signal-rnn' does not have; its streams: \['order', 'dropout'\]"):
+    with pytest.raises(ValueError, match=r"task 'signal-rnn' does not have; its streams: \['data', 'order', 'dropout'\]"):
         ParameterSampler(SignalRNNTask(**TINY_SIGNAL), shared=("noise",))
     task = GaussianSGDTask(d=2, n_iterations=2)
     ParameterSampler(task, shared=("noise",), chunk_size=2, progress=False).sample(2, tmp_path / "d")
@@ -276,3 +277,21 @@ def test_truth_experiment_rows_hold_the_exact_mi_and_a_close_gaussian_estimate(t
         assert r["mi_gaussian"] == pytest.approx(r["mi_exact"], rel=0.1)
     [line] = truth.summary(rows)
     assert line["estimates"] == 12 and line["gaussian_mean_rel_error"] < 0.1
+
+
+def test_signal_shared_data_redraws_examples_per_run_the_same_for_its_clients():
+    """signal-rnn's "data" stream: shared, the clients of a run get examples drawn with the
+    run's generator (the same shifts and scales, each on its own signal source) and runs
+    differ; not shared, every replica of a client holds its fixed training set."""
+    from mianalysis.tasks.base import ReplicaGenerators
+
+    task = SignalRNNTask(**TINY_SIGNAL)
+    run_gens = lambda seeds: [torch.Generator().manual_seed(s) for s in seeds]  # noqa: E731
+    shared = [task.client_data(c, ReplicaGenerators(g, g)) for c, g in ((0, run_gens([5, 6])), (1, run_gens([5, 6])))]
+    assert torch.equal(shared[0].targets, shared[1].targets)  # shift and scale: one draw per run
+    assert not torch.equal(shared[0].inputs, shared[1].inputs)  # on each client's own source
+    assert not torch.equal(shared[0].targets[0], shared[0].targets[1])  # runs differ
+    own = run_gens([5, 6])
+    fixed = task.client_data(0, ReplicaGenerators(own, run_gens([5, 6])))
+    x, y = (torch.from_numpy(a) for a in task.client_examples(0))
+    assert torch.equal(fixed.inputs[0], x) and torch.equal(fixed.inputs[1], x) and torch.equal(fixed.targets[1], y)

@@ -39,6 +39,11 @@ class ReplicaGenerators(list):
         super().__init__(generators)
         self.run = run
 
+    @property
+    def shared(self):
+        """Whether the stream is shared by the clients of a run (the list is `run` itself)."""
+        return len(self) > 0 and all(g is r for g, r in zip(self, self.run))
+
 
 @dataclass
 class ClientBatchData:

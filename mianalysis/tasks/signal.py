@@ -20,7 +20,9 @@ class SignalRNNTask(Task):
     standardises the result to zero mean and unit variance (so that shift and scale are
     identifiable), then draws shift ~ U(shift_range) and scale ~ U(scale_range). A client's
     examples are fixed; what changes between runs is the initial point, the data order and
-    the dropout masks.
+    the dropout masks. With the sampler's "data" stream shared (``shared=("data",)``) each
+    run instead redraws every client's examples from the client's source, with one draw
+    (phases, noise, shifts, scales) common to the run's clients.
 
     Model: `n_layers` stacked Elman recurrent layers of `hidden` tanh units, each with an
     input matrix, a recurrent matrix and one bias (the Keras SimpleRNN cell), inverted
@@ -36,7 +38,10 @@ class SignalRNNTask(Task):
     """
 
     name = "signal-rnn"
-    streams = ("order", "dropout")
+    # "data": shared, each run redraws every client's examples from one draw common to the
+    # run (see client_data); not shared, each client keeps its fixed training set.
+    streams = ("data", "order", "dropout")
+    data_stream = "data"
     mask_stream = "dropout"
     presets = {
         "paper": {},
@@ -110,13 +115,20 @@ class SignalRNNTask(Task):
                 params.append(torch.randn(shape, generator=generator) / math.sqrt(shape[1]))
         return params
 
-    def client_examples(self, client):
-        """The client's fixed training set: inputs (n_examples, seq_len), targets (n_examples, 2)."""
+    def client_examples(self, client, draw=None):
+        """The client's training set: inputs (n_examples, seq_len), targets (n_examples, 2).
+
+        The client's signal source (frequencies and amplitudes) comes from
+        (`data_seed`, client). The examples' phases, noise, shifts and scales come from the
+        same generator (the client's fixed training set), or from `draw`, a
+        ``numpy.random.Generator`` (a run's fresh draw of the examples from that source)."""
         s = self.settings
         rng = np.random.default_rng([int(s["data_seed"]), int(client)])
         m, n, length = int(s["n_components"]), self.n_examples, int(s["seq_len"])
         freqs = rng.uniform(1.0, 8.0, size=m)
         amps = rng.uniform(0.5, 1.5, size=m)
+        if draw is not None:
+            rng = draw
         t = np.arange(length) / length
         phases = rng.uniform(0, 2 * np.pi, size=(n, m, 1))
         src = (amps[None, :, None] * np.sin(2 * np.pi * freqs[None, :, None] * t + phases)).sum(axis=1)
@@ -128,8 +140,17 @@ class SignalRNNTask(Task):
         return inputs.astype(np.float32), np.stack([shift, scale], axis=1).astype(np.float32)
 
     def client_data(self, client, generators):
+        """The client's examples for every replica. With the "data" stream shared, each
+        replica draws them afresh from the client's source with its run's generator, so the
+        clients of a run see the same phases, noise, shifts and scales (on their own
+        sources) and runs differ; otherwise every replica gets the client's fixed set."""
         import torch
 
+        if generators.shared:
+            seeds = [int(torch.randint(0, 2**62, (1,), generator=g)) for g in generators]
+            drawn = [self.client_examples(client, np.random.default_rng(seed)) for seed in seeds]
+            return ClientBatchData(torch.from_numpy(np.stack([x for x, _ in drawn])),
+                                   torch.from_numpy(np.stack([y for _, y in drawn])), {})
         inputs, targets = (torch.from_numpy(a) for a in self.client_examples(client))
         r = len(generators)
         return ClientBatchData(inputs.expand(r, *inputs.shape), targets.expand(r, *targets.shape), {})
