@@ -205,3 +205,21 @@ def test_cli_gaussian_null(tmp_path):
         row = next(r for r in csv.DictReader(f) if r["quantity"] == "mi_gaussian")
     assert row["note"] == "analytic null (exact)"
     assert float(row["null_std"]) == pytest.approx(gaussian_mi_null(50, 2, 2).std, rel=1e-9)
+
+
+def test_agrees_with_1000_permutations_on_gaussian_sgd_without_dependence(tmp_path):
+    """The analytic null against 1000 permutations on parameters that training produced:
+    gaussian-sgd with a fixed start and nothing shared (exact MI 0, Gaussian parameters)."""
+    pytest.importorskip("torch")
+    from mianalysis import ParameterSampler
+    from mianalysis.tasks import get_task
+
+    task = get_task("gaussian-sgd", d=3, n_iterations=10)
+    dump = ParameterSampler(task, seed=5, init="fixed", every=10, progress=False).sample(200, tmp_path / "d")
+    assert task.exact_mi(10, 0, 1, init="fixed") == 0
+    x, y = (np.asarray(dump.samples(c, 1), dtype=np.float64) for c in ("0", "1"))
+    res = mi_permutation_test(x, y, estimator="gaussian", n_permutations=1000, random_state=0)
+    analytic = gaussian_mi_null(200, 3, 3).pvalue(res.estimate)
+    se = np.sqrt(analytic * (1 - analytic) / 1000)
+    assert abs(res.pvalue - analytic) < 3 * se + 0.005
+    assert res.null_std == pytest.approx(gaussian_mi_null(200, 3, 3).std, rel=0.1)
