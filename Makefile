@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test bench
+.PHONY: setup demo test bench docs
 
 setup: $(STAMP)
 
@@ -29,3 +29,18 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_sampler.py --paper-scale
 	$(PY) benchmarks/bench_memory.py
 	$(PY) benchmarks/bench_permutations.py
+
+# The documentation site: mkdocs.yml and docs/, built into site/ with every warning an error.
+# Its own venv (.venv-docs): mkdocstrings reads the package's source statically (griffe) and
+# needs neither PyTorch nor the package installed.
+DOCS_VENV := .venv-docs
+DOCS_STAMP := $(DOCS_VENV)/.installed
+
+$(DOCS_STAMP): pyproject.toml constraints.txt
+	test -x $(DOCS_VENV)/bin/python || $(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/python -m pip install --quiet -c constraints.txt "mkdocs>=1.6" "mkdocs-material>=9.5" "mkdocstrings[python]>=0.26"
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	$(DOCS_VENV)/bin/python docs/gen_cli_reference.py --check
+	$(DOCS_VENV)/bin/mkdocs build --strict
