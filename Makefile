@@ -43,4 +43,4 @@ $(DOCS_STAMP): pyproject.toml constraints.txt
 	touch $(DOCS_STAMP)
 
 docs: $(DOCS_STAMP)
-	$(DOCS_VENV)/bin/mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict
