@@ -1,0 +1,161 @@
+"""The documentation site (mkdocs.yml, docs/): its pages, links, examples and build.
+
+Always on, and cheap: every page in the nav exists and every Markdown page is in the nav;
+every relative link of docs/*.md, of README.md and of the proposed front page points to an
+existing file; docs/cli-reference.md is what ``python docs/gen_cli_reference.py`` writes
+from the current parser; every ```python block of docs/ runs, as the README's do
+(tests/test_examples.py). Where mkdocs is installed (the ``docs`` extra, or ``make docs``'s
+.venv-docs), ``mkdocs build --strict`` must pass: mkdocstrings then also resolves every
+API page against the package's source.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from test_examples import python_blocks, run_block
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+MKDOCS_YML = ROOT / "mkdocs.yml"
+# Pages not in the nav, and why.
+NOT_IN_NAV = {
+    "README_front_page.md": "the proposed README.md, not a page of the site",
+}
+
+
+def nav_pages():
+    """The .md paths listed under ``nav:`` in mkdocs.yml (read without a YAML parser)."""
+    text = MKDOCS_YML.read_text()
+    nav = text.split("\nnav:\n", 1)[1]
+    nav = re.split(r"\n(?=\S)", nav, maxsplit=1)[0]  # up to the next top-level key
+    return re.findall(r"^\s*-\s+(?:[^:\n]+:\s+)?(\S+\.md)\s*$", nav, flags=re.M)
+
+
+def markdown_pages():
+    return sorted(p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md"))
+
+
+def test_nav_pages_exist_and_every_page_is_in_the_nav():
+    listed = nav_pages()
+    assert len(listed) >= 20, listed
+    assert len(listed) == len(set(listed)), "a page is listed twice in the nav"
+    missing = [page for page in listed if not (DOCS / page).is_file()]
+    assert not missing, f"nav pages missing from docs/: {missing}"
+    omitted = sorted(set(markdown_pages()) - set(listed) - set(NOT_IN_NAV))
+    assert not omitted, f"pages in docs/ but not in mkdocs.yml's nav: {omitted}"
+
+
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+
+
+def relative_links(markdown):
+    """Targets of the inline links and images of a Markdown text, outside code blocks and spans."""
+    text = re.sub(r"^```.*?^```", "", markdown, flags=re.M | re.S)
+    text = re.sub(r"`[^`\n]*`", "", text)
+    targets = []
+    for target in LINK.findall(text):
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
+            continue  # a URL (http:, mailto:) or an anchor in the same page
+        targets.append(target.split("#", 1)[0])
+    return targets
+
+
+def resolve(page, target):
+    """The file a relative link of ``page`` points to; the site serves the repository's
+    figures/ as docs/figures/ (docs/hooks.py)."""
+    path = (page.parent / target).resolve()
+    figures = (DOCS / "figures").resolve()
+    if path.is_relative_to(figures):
+        path = ROOT / "figures" / path.relative_to(figures)
+    return path
+
+
+@pytest.mark.parametrize("page", markdown_pages())
+def test_relative_links_point_to_files(page):
+    path = DOCS / page
+    # The front page is written to replace README.md: its links are relative to the root.
+    base = ROOT / "README.md" if page in NOT_IN_NAV else path
+    broken = [t for t in relative_links(path.read_text()) if not resolve(base, t).exists()]
+    assert not broken, f"docs/{page}: links to missing files: {broken}"
+
+
+def test_readme_links_point_to_files():
+    broken = [t for t in relative_links((ROOT / "README.md").read_text()) if not (ROOT / t).exists()]
+    assert not broken, f"README.md: links to missing files: {broken}"
+
+
+def test_link_checker_finds_links():
+    links = relative_links("[a](b.md) ![c](../figures/d.png) [e](https://x.org) [f](#g) `[h](i.md)`\n"
+                           "```\n[j](k.md)\n```\n[l](m.md#n)")
+    assert links == ["b.md", "../figures/d.png", "m.md"]
+    assert resolve(DOCS / "results" / "x.md", "../figures/a.png") == ROOT / "figures" / "a.png"
+
+
+def test_cli_reference_is_current():
+    spec = importlib.util.spec_from_file_location("gen_cli_reference", DOCS / "gen_cli_reference.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    assert (DOCS / "cli-reference.md").read_text() == gen.render(), \
+        "docs/cli-reference.md is out of date: run python docs/gen_cli_reference.py"
+
+
+DOC_BLOCKS = [(page, block) for page in markdown_pages() if page not in NOT_IN_NAV
+              for block in python_blocks((DOCS / page).read_text(), f"docs/{page}")]
+FRONT_PAGE = DOCS / "README_front_page.md"  # until it replaces README.md (whose blocks test_examples.py runs)
+FRONT_PAGE_BLOCKS = ([("README_front_page.md", b) for b in python_blocks(FRONT_PAGE.read_text())]
+                     if FRONT_PAGE.exists() else [])
+
+
+@pytest.fixture
+def in_tmp_dir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def single_threaded_torch():
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("page, block", DOC_BLOCKS + FRONT_PAGE_BLOCKS, ids=lambda v: v if isinstance(v, str) else str(v.line))
+def test_docs_example(page, block, in_tmp_dir, single_threaded_torch):
+    if block.directive is not None:
+        pytest.skip(f"docs/{page}:{block.line}: {block.directive}")
+    report = run_block(block, f"docs/{page}")
+    assert not report, f"\n{report}"
+
+
+def test_docs_examples_are_found():
+    assert len(DOC_BLOCKS) >= 5 and len(FRONT_PAGE_BLOCKS) == FRONT_PAGE.exists()
+
+
+def _mkdocs_command():
+    if all(importlib.util.find_spec(m) for m in ("mkdocs", "material", "mkdocstrings_handlers")):
+        return [sys.executable, "-m", "mkdocs"]
+    venv = ROOT / ".venv-docs" / "bin" / "mkdocs"  # made by `make docs`
+    return [str(venv)] if venv.exists() else None
+
+
+@pytest.mark.skipif(_mkdocs_command() is None,
+                    reason="mkdocs not installed (pip install -e '.[docs]', or make docs)")
+def test_mkdocs_build_strict(tmp_path):
+    site = tmp_path / "site"
+    result = subprocess.run([*_mkdocs_command(), "build", "--strict", "--config-file", str(MKDOCS_YML),
+                             "--site-dir", str(site)], capture_output=True, text=True, cwd=ROOT,
+                            env={**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"}, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert (site / "index.html").exists() and (site / "api" / "estimators" / "index.html").exists()
+    shutil.rmtree(site)
