@@ -99,6 +99,8 @@ def test_link_checker_finds_links():
     assert resolve(DOCS / "results" / "x.md", "../figures/a.png") == ROOT / "figures" / "a.png"
 
 
+@pytest.mark.skipif(sys.version_info[:2] != (3, 11),
+                    reason="argparse wraps help differently across Python versions; the reference is made on 3.11")
 def test_cli_reference_is_current():
     spec = importlib.util.spec_from_file_location("gen_cli_reference", DOCS / "gen_cli_reference.py")
     gen = importlib.util.module_from_spec(spec)
