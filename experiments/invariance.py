@@ -240,7 +240,8 @@ def plot(curves, path, rounds, *, results=None, meta=None):
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             if row == 1:
                 ax.set_xlabel("round")
-    axes[0, 1].legend(fontsize=8, loc="upper left")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9, frameon=False)
     spread = ("band: +-1 sd over replicates" if per_round_sd else
               "bars at the last round: +-1 sd over replicates (per-round spread not recorded in this table)"
               if results else "spread over replicates not recorded")
@@ -249,7 +250,7 @@ def plot(curves, path, rounds, *, results=None, meta=None):
         head += (f"; {meta.get('replicates', '?')} replicates, {rounds} rounds, {meta.get('local_epochs', '?')} "
                  f"local epochs, lr {meta.get('lr', '?')}")
     fig.suptitle(f"{head}\n{spread}", fontsize=11)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
