@@ -81,7 +81,8 @@ def main():
         accuracy[rule] = [float(np.mean(dump.metric("0", "test_accuracy")[t])) for t in range(rounds + 1)]
         timing[rule] = round(time.perf_counter() - start, 1)
         print(f"{rule}: {timing[rule]} s, final test accuracy {accuracy[rule][-1]:.3f}", flush=True)
-    plot(tables, accuracy, ROOT / "figures" / f"aggregator_trends{suffix}.png",
+    plot(tables, {rule: accuracy_from_table(rows) for rule, rows in tables.items()},
+         ROOT / "figures" / f"aggregator_trends{suffix}.png",
          f"{replicates} replicate runs, 3 clients, last layer (330 parameters)")
     global_rows = [r for rule in RULES for r in given_global[rule]]
     write_rows(global_rows, ROOT / "figures" / f"aggregator_trends{suffix}_global.csv")
@@ -135,56 +136,108 @@ def _global_pair_mean(rows, quantity):
 
 
 def plot_global(given_global, path, subtitle):
+    """The dependence_given_global quantities per round, mean over client pairs, one line per rule."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
     titles = {"mi_local": "I(local a; local b)", "cmi_given_global": "I(local a; local b | global at round start)",
               "mi_update": "I(update a; update b)"}
     for ax, q in zip(axes, GLOBAL_QUANTITIES):
         for rule, rows in given_global.items():
             ax.plot(*zip(*_global_pair_mean(rows, q)), marker="o", ms=3, label=rule)
         ax.axhline(0.0, color="grey", lw=0.8)
-        ax.set_title(f"{titles[q]} (bits)", fontsize=10)
+        ax.set_title(titles[q], fontsize=10)
         ax.set_xlabel("round")
-        ax.legend(fontsize=7)
+        ax.set_ylabel("Gaussian MI (bits), mean over client pairs")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.legend(fontsize=8)
     fig.suptitle(f"Dependence between clients beyond the global model ({subtitle})", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    plt.close(fig)
     print(f"wrote {path}")
 
 
+def accuracy_from_table(rows):
+    """[(round, mean, sd over replicates)] of the global test accuracy a rule's table records
+    (client "0"'s ``test_accuracy`` rows: the global model's accuracy, the same for every client)."""
+    return [(r["iteration"], r["value"], r["spread"]) for r in select(rows, "test_accuracy", "0")]
+
+
 def plot(tables, accuracy, path, subtitle):
+    """MI (with its null band) and distances per round, mean over client pairs, one colour per
+    rule; the global test accuracy (mean +-1 sd over replicates) in the last panel.
+
+    Parameters
+    ----------
+    tables : dict of str to list of dict
+        Each rule's analysis table.
+    accuracy : dict of str to list
+        Per rule, the accuracy per round: floats, or (round, mean, sd) tuples
+        (:func:`accuracy_from_table`).
+    path : path-like
+    subtitle : str
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+    from matplotlib.ticker import MaxNLocator
 
-    fig, axes = plt.subplots(2, 3, figsize=(14, 7.5))
-    titles = {"mi_gaussian": "MI, Gaussian (bits)", "mi_ksg": "MI, KSG (bits)", "euclidean": "Euclidean distance",
-              "manhattan": "Manhattan distance", "chebyshev": "Chebyshev distance"}
+    from mianalysis.plots import estimator_variant
+
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8.5))
+    some = next(iter(tables.values()))
+    titles = {"mi_gaussian": f"MI, Gaussian ({estimator_variant(some, 'gaussian')})", "mi_ksg": "MI, KSG (k-NN)",
+              "euclidean": "Euclidean distance", "manhattan": "Manhattan distance",
+              "chebyshev": "Chebyshev distance"}
+    ylabels = {"mi_gaussian": "MI (bits), mean over client pairs", "mi_ksg": "MI (bits), mean over client pairs",
+               "euclidean": "distance, mean over client pairs", "manhattan": "distance, mean over client pairs",
+               "chebyshev": "distance, mean over client pairs"}
     for ax, q in zip(axes.flat, QUANTITIES):
         for rule, rows in tables.items():
             pts = [(t, v) for t, v in _pair_mean(rows, q) if t > 0 and np.isfinite(v)]
             line, = ax.plot(*zip(*pts), marker="o", ms=3, label=rule)
             if q.startswith("mi_"):
-                null = [(t, v) for t, v in _pair_mean(rows, q, "null_mean") if t > 0 and np.isfinite(v)]
-                if null:
-                    ax.plot(*zip(*null), ls=":", color=line.get_color(), lw=1)
-        ax.set_title(titles[q])
+                null = dict((t, v) for t, v in _pair_mean(rows, q, "null_mean") if t > 0 and np.isfinite(v))
+                sd = dict((t, v) for t, v in _pair_mean(rows, q, "null_std") if t > 0 and np.isfinite(v))
+                its = [t for t in null if t in sd]
+                if its:
+                    mean, width = np.array([null[t] for t in its]), 2 * np.array([sd[t] for t in its])
+                    ax.plot(its, mean, ls=":", color=line.get_color(), lw=1)
+                    ax.fill_between(its, mean - width, mean + width, color=line.get_color(), alpha=0.2, lw=0)
+        handles, labels = ax.get_legend_handles_labels()
+        if q.startswith("mi_"):
+            handles.append(Patch(facecolor="0.6", alpha=0.5, label="permutation null: mean (dotted) +- 2 sd"))
+            labels.append("permutation null: mean (dotted) +- 2 sd")
+        ax.legend(handles, labels, fontsize=8)
+        ax.set_title(titles[q], fontsize=10)
         ax.set_xlabel("round")
-        ax.legend(fontsize=7)
+        ax.set_ylabel(ylabels[q])
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax = axes.flat[5]
+    sd_label = "+-1 sd over replicates"
     for rule, acc in accuracy.items():
-        ax.plot(range(len(acc)), acc, marker="o", ms=3, label=rule)
-    ax.set_title("global test accuracy")
+        pts = [a if isinstance(a, tuple) else (i, a, np.nan) for i, a in enumerate(acc)]
+        t, m, sd = (np.array(x, float) for x in zip(*pts))
+        line, = ax.plot(t, m, marker="o", ms=3, label=rule)
+        if np.isfinite(sd).all():
+            ax.fill_between(t, m - sd, m + sd, color=line.get_color(), alpha=0.15, lw=0, label=sd_label)
+            sd_label = None
+    ax.set_title("global model, test accuracy", fontsize=10)
     ax.set_xlabel("round")
-    ax.legend(fontsize=7)
-    fig.suptitle(f"Aggregation rules compared by correlation between clients ({subtitle})")
+    ax.set_ylabel("test accuracy (mean over replicates)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.legend(fontsize=8)
+    fig.suptitle(f"Aggregation rules compared by dependence between clients ({subtitle})", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    plt.close(fig)
     print(f"wrote {path}")
 
 

@@ -67,7 +67,7 @@ def main():
     (out / f"fedgradnorm{suffix}.md").write_text(
         f"{seeds} seeds per cell (mean ± sd) after {rounds} rounds; accuracy for the classifiers, test MSE for the "
         f"regression (lower is better); p = final loss weight.\n\n{table}\n")
-    plot(rows, out / f"fedgradnorm{suffix}.png")
+    plot(rows, out / f"fedgradnorm{suffix}.png", {"rounds": rounds, "seeds": seeds})
     (out / f"fedgradnorm{suffix}.json").write_text(json.dumps(
         {"rounds": rounds, "seeds": seeds, "tasks": task_names(), "seconds": timing, "final": final,
          "config": PersonalizedConfig().__dict__ | {"rounds": rounds},
@@ -106,35 +106,68 @@ def markdown_table(rows, rounds):
     return "\n".join(lines), final
 
 
-def plot(rows, path):
+METHOD_COLOURS = {"fedrep": "C0", "fedgradnorm": "C3"}
+ALLOCATION_STYLES = {"balanced": "-", "imbalanced": "--"}
+
+
+def _series_sd(rows, alloc, method, client, key):
+    """(rounds, mean, sd over seeds) of `key`."""
+    sel = [r for r in rows if r["allocation"] == alloc and r["method"] == method and int(r["client"]) == client]
+    rounds = sorted({int(r["round"]) for r in sel})
+    by_round = {t: [] for t in rounds}
+    for r in sel:
+        by_round[int(r["round"])].append(float(r[key]))
+    sd = [np.std(by_round[t], ddof=1) if len(by_round[t]) > 1 else np.nan for t in rounds]
+    return np.array(rounds), np.array([np.mean(by_round[t]) for t in rounds]), np.array(sd)
+
+
+def plot(rows, path, meta=None):
+    """Per task (columns): the test loss (top: MSE for the regression, cross-entropy for the
+    classifiers) and the loss weight p_i (bottom), mean over seeds with +-1 sd bands. Colour
+    is the method and line style the allocation, the same in every panel.
+
+    Parameters
+    ----------
+    rows : list of dict
+        Per-round rows (the experiment's CSV).
+    path : path-like
+    meta : dict, optional
+        The experiment's record (rounds, seeds), for the title.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
 
     names = task_names()
-    fig, axes = plt.subplots(2, len(names), figsize=(4 * len(names), 7))
+    kinds = {int(r["client"]): r["kind"] for r in rows}
+    fig, axes = plt.subplots(2, len(names), figsize=(4.2 * len(names), 7.5), sharex=True)
     for client, name in enumerate(names):
-        ax = axes[0, client]
-        for method, colour in zip(METHODS, ("C0", "C3")):
-            for alloc, style in zip(ALLOCATIONS, ("-", "--")):
-                t, v = _series(rows, alloc, method, client, "test_loss")
-                ax.plot(t, v, style, color=colour, lw=1, label=f"{method}, {alloc}")
-        ax.set_title(name)
-        ax.set_yscale("log")
-        ax.set_xlabel("round")
-    axes[0, 0].set_ylabel("test loss (mean over seeds)")
-    axes[0, 0].legend(fontsize=7)
-    for ax, alloc in zip(axes[1, :2], ALLOCATIONS):
-        for client, name in enumerate(names):
-            t, v = _series(rows, alloc, "fedgradnorm", client, "weight")
-            ax.plot(t, v, label=name)
-        ax.set_title(f"FedGradNorm loss weights p_i, {alloc}")
-        ax.set_xlabel("round")
-        ax.legend(fontsize=7)
-    for ax in axes[1, 2:]:
-        ax.axis("off")
-    fig.tight_layout()
+        top, bottom = axes[0, client], axes[1, client]
+        for method, colour in METHOD_COLOURS.items():
+            for alloc, style in ALLOCATION_STYLES.items():
+                for ax, key in ((top, "test_loss"), (bottom, "weight")):
+                    t, v, sd = _series_sd(rows, alloc, method, client, key)
+                    ax.plot(t, v, style, color=colour, lw=1.2)
+                    if np.isfinite(sd).any():
+                        ax.fill_between(t, v - sd, v + sd, color=colour, alpha=0.15, lw=0)
+        loss = "test MSE" if kinds.get(client) == "regression" else "test cross-entropy"
+        top.set_title(f"task {client}: {name}", fontsize=10)
+        top.set_yscale("log")
+        top.set_ylabel(f"{loss} (mean over seeds)")
+        bottom.set_ylabel("loss weight p_i")
+        bottom.set_xlabel("round")
+    handles = [Line2D([], [], color=c, label=m) for m, c in METHOD_COLOURS.items()]
+    handles += [Line2D([], [], color="0.3", ls=s, label=f"{a} allocation") for a, s in ALLOCATION_STYLES.items()]
+    handles.append(Patch(color="0.5", alpha=0.3, label="+-1 sd over seeds"))
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=9, frameon=False)
+    what = ""
+    if meta:
+        what = f": {meta.get('seeds', '?')} seeds, {meta.get('rounds', '?')} rounds"
+    fig.suptitle(f"FedGradNorm vs FedRep (p_i = 1), personalised multi-task FL{what}", fontsize=11)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 

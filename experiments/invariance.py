@@ -27,7 +27,7 @@ at once; a final run with the default `--sizes both` writes the table and figure
 runs on one thread per process (the per-step work is small).
 
 Writes figures/invariance{_quick}.md (the table), .csv (per-round metrics of every
-configuration), .png (held-out and validation accuracy per round) and .json (settings,
+configuration), .png (held-out and validation accuracy per round, with the spread over replicates) and .json (settings,
 times).
 """
 
@@ -108,7 +108,9 @@ def main():
             for t in range(rounds + 1):
                 at = [h for h in history if h["round"] == t]
                 mine.append({"equal_size": equal, "algorithm": label, "placement": placement, "round": t,
-                             **{m: float(np.mean([h[m] for h in at])) for m in METRICS}})
+                             **{m: float(np.mean([h[m] for h in at])) for m in METRICS},
+                             **{f"{m}_sd": float(np.std([h[m] for h in at], ddof=1)) if len(at) > 1 else float("nan")
+                                for m in METRICS}})
             curves += mine
             tmp = saved.with_suffix(".tmp")
             tmp.write_text(json.dumps({"settings": settings, "row": row, "curves": mine, "seconds": timing[key],
@@ -128,7 +130,8 @@ def main():
         + "\n".join(f"- {name}: train accuracy {v['train_accuracy']:.3f}, held-out test accuracy "
                     f"{v['test_accuracy']:.3f} ± {v['test_accuracy_sd']:.3f}" for name, v in controls["rows"].items())
         + "\n")
-    plot(curves, out / f"invariance{suffix}.png", rounds)
+    plot(curves, out / f"invariance{suffix}.png", rounds, results=results,
+         meta={"replicates": replicates, "local_epochs": epochs, "lr": args.lr})
     (out / f"invariance{suffix}.json").write_text(json.dumps(
         {"rounds": rounds, "local_epochs": epochs, "replicates": replicates, "lr": args.lr, "seconds": timing,
          "results": results, "controls": controls,
@@ -180,28 +183,74 @@ def markdown_table(results):
     return "\n".join(lines)
 
 
-def plot(curves, path, rounds):
+def plot(curves, path, rounds, *, results=None, meta=None):
+    """Held-out test accuracy (top) and validation accuracy (bottom) per round, equal and
+    unequal client sizes (columns), mean over replicates.
+
+    The spread over replicates is drawn as a +-1 sd band where the curves record it
+    (``test_accuracy_sd``, ``val_accuracy_sd``; tables written before they did lack it), and
+    as an error bar at the last round from `results` (the final-round mean and sd of every
+    configuration) otherwise; the title says which.
+
+    Parameters
+    ----------
+    curves : list of dict
+        Per configuration and round, the replicate means (and sds) of METRICS.
+    path : path-like
+    rounds : int
+    results : list of dict, optional
+        The final-round rows (``test_accuracy_sd`` ...), for the error bars.
+    meta : dict, optional
+        The experiment's record (replicates, local_epochs, lr), for the title.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    fig, axes = plt.subplots(2, 2, figsize=(13, 8.5), sharex=True)
     colours = {"FedAvg": "C0", "FedSGD": "C0", "Geometric mask": "C1", "AND-mask": "C2"}
-    for ax, equal in zip(axes, (True, False)):
-        for label, _, placement in ALGORITHMS:
-            rows = [c for c in curves if c["equal_size"] == equal and c["algorithm"] == label
-                    and c["placement"] == placement]
-            style = "-" if placement == "update" else "--"
-            ax.plot([r["round"] for r in rows], [r["test_accuracy"] for r in rows], style, color=colours[label],
-                    label=f"{label} ({placement})")
-        ax.axhline(0.5, color="grey", lw=0.8, ls=":")
-        ax.set_title(f"{'equal' if equal else 'unequal'} client sizes")
-        ax.set_xlabel("round")
-        ax.set_xticks(range(0, rounds + 1, max(1, rounds // 5)))
-    axes[0].set_ylabel("accuracy on held-out environments")
-    axes[1].legend(fontsize=8)
-    fig.tight_layout()
+    per_round_sd = bool(curves) and all(f"{m}_sd" in c and c[f"{m}_sd"] not in ("", None) for c in curves
+                                        for m in ("test_accuracy", "val_accuracy"))
+    for row, metric, what in ((0, "test_accuracy", "held-out test accuracy (10 environments)"),
+                              (1, "val_accuracy", "validation accuracy (training environments)")):
+        for col, equal in enumerate((True, False)):
+            ax = axes[row, col]
+            for label, _, placement in ALGORITHMS:
+                sel = [c for c in curves if str(c["equal_size"]) == str(equal) and c["algorithm"] == label
+                       and c["placement"] == placement]
+                t = np.array([int(c["round"]) for c in sel])
+                v = np.array([float(c[metric]) for c in sel])
+                style = "-" if placement == "update" else "--"
+                ax.plot(t, v, style, color=colours[label], label=f"{label} ({placement})")
+                if per_round_sd:
+                    sd = np.array([float(c[f"{metric}_sd"]) for c in sel])
+                    ax.fill_between(t, v - sd, v + sd, color=colours[label], alpha=0.12, lw=0)
+                elif results:
+                    final = [r for r in results if r["equal_size"] == equal and r["algorithm"] == label
+                             and r["placement"] == placement]
+                    if final:
+                        offset = 0.08 * (ALGORITHMS.index((label, _, placement)) - 2.5)
+                        ax.errorbar(rounds + offset, final[0][metric], yerr=final[0][f"{metric}_sd"], fmt="none",
+                                    ecolor=colours[label], capsize=2, lw=1)
+            ax.axhline(0.5, color="grey", lw=0.8, ls=":", label="chance (0.5, two classes)")
+            ax.set_title(f"{'equal' if equal else 'unequal'} client sizes: {what}", fontsize=10)
+            ax.set_ylabel(f"{metric.replace('_', ' ').replace('val ', 'validation ')} (mean over replicates)")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            if row == 1:
+                ax.set_xlabel("round")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9, frameon=False)
+    spread = ("band: +-1 sd over replicates" if per_round_sd else
+              "bars at the last round: +-1 sd over replicates (per-round spread not recorded in this table)"
+              if results else "spread over replicates not recorded")
+    head = "Invariance across clients: FedAvg/FedSGD vs AND-mask and geometric mask"
+    if meta:
+        head += (f"; {meta.get('replicates', '?')} replicates, {rounds} rounds, {meta.get('local_epochs', '?')} "
+                 f"local epochs, lr {meta.get('lr', '?')}")
+    fig.suptitle(f"{head}\n{spread}", fontsize=11)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
 

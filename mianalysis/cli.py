@@ -126,10 +126,37 @@ def _cmd_plot(args):
     from .plots import save_figure
 
     rows = read_table(args.table)
-    path = save_figure(rows, args.kind, args.out, title=args.title)
+    path = save_figure(rows, args.kind, args.out, title=args.title, record=_table_record(args.table))
     print(f"wrote {path}")
     if any(r["verdict"] for r in rows):
         _print_trends(rows, _table_level(args.table))
+
+
+def _table_record(table):
+    """What a table's sidecar and its dump's manifest say about how the table was made (the
+    dump's ``meta``: task, init, shared streams, under ``dump_meta``), for a figure's title;
+    None when the table has no readable sidecar. A dump that is gone leaves ``dump_meta`` out."""
+    import json
+    from pathlib import Path
+
+    from .analysis import sidecar_path
+    from .dumps import MANIFEST
+
+    try:
+        record = json.loads(sidecar_path(table).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict):
+        return None
+    settings = record.get("settings") if isinstance(record.get("settings"), dict) else {}
+    try:
+        manifest = json.loads((Path(str(settings.get("dump", ""))) / MANIFEST).read_text())
+        meta = manifest["meta"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return record
+    if isinstance(meta, dict):
+        record["dump_meta"] = {"shared": [], **meta}  # a recorded dump without `shared` shared nothing
+    return record
 
 
 def _table_level(table):

@@ -42,15 +42,14 @@ def run_experiment(task, *, runs, out_dir, name, seed=0, every=1, init="per-run"
     rows = analyze(dump, k=k, permutations=permutations, random_state=seed, progress=progress)
     analysed = time.perf_counter()
     write_table(rows, out_dir / f"{name}.csv")
-    title = (f"{task.name} ({len(dump.checkpoints) - 1} checkpoints after init, {runs} runs, "
-             f"{dump.n_params} parameters)")
-    save_figure(rows, "mi", out_dir / f"{name}_mi.png", title=title)
-    save_figure(rows, "distances", out_dir / f"{name}_distances.png", title=title)
     record = {"task": task.name, "settings": task.settings, "runs": runs, "seed": seed, "every": every,
-              "init": init, "permutations": permutations, "k": k, "n_params": dump.n_params,
-              "checkpoints": dump.checkpoints, "sampling_seconds": round(sampled - start, 1),
-              "analysis_seconds": round(analysed - sampled, 1),
+              "init": init, "shared": list(sampler.shared), "permutations": permutations, "k": k,
+              "n_params": dump.n_params, "checkpoints": dump.checkpoints,
+              "sampling_seconds": round(sampled - start, 1), "analysis_seconds": round(analysed - sampled, 1),
               "provenance": [collect(started, finished=True)], "dump_provenance": dump.provenance}
+    title = f"{name}: {len(dump.checkpoints) - 1} checkpoints after init, {dump.n_params} parameters"
+    save_figure(rows, "mi", out_dir / f"{name}_mi.png", title=title, record=record)
+    save_figure(rows, "distances", out_dir / f"{name}_distances.png", title=title, record=record)
     (out_dir / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n")
     return rows
 

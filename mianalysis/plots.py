@@ -25,99 +25,370 @@ def _finite(xs, ys):
 OUTSIDE_LABEL = "outside calibration (hollow)"
 
 
-def _interval(hits):
-    """(iterations, low, high) of the rows that have a confidence interval (tables written
-    before intervals have none: nothing is drawn)."""
-    it = np.array([r["iteration"] for r in hits], float)
-    low = np.array([r.get("ci_low", np.nan) for r in hits], float)
-    high = np.array([r.get("ci_high", np.nan) for r in hits], float)
-    ok = np.isfinite(low) & np.isfinite(high)
-    return it[ok], low[ok], high[ok]
+PAIR_LINE = "mean over {n} client pairs"
+PAIR_BAND = "range over pairs (min-max)"
+CI_LABEL = "confidence intervals (union over pairs)"
+NULL_LABEL = "null: 0 +- 2 sd (largest sd over pairs)"
+RUN_SD_LABEL = "+-1 sd over runs (mean over pairs)"
+ESTIMATOR_NAMES = {"gaussian": "Gaussian (log-det)", "ksg": "KSG (k-NN)"}
+
+
+def _integer_ticks(ax):
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def _pair_rows(rows, quantity):
+    """{iteration: [row of each client pair]} of one quantity, pairs in a fixed order."""
+    by_it = {}
+    for a, b in _pairs(rows):
+        for r in select(rows, quantity, a, b):
+            by_it.setdefault(r["iteration"], []).append(r)
+    return dict(sorted(by_it.items()))
+
+
+def _num(row, key):
+    v = row.get(key, np.nan)
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return np.nan
+
+
+def pair_summary(rows, quantity, *, relative_to_null=False):
+    """Per iteration, the pairs' values of `quantity` summarised for a figure.
+
+    Parameters
+    ----------
+    rows : list of dict
+        An analysis table (:func:`mianalysis.analyze`).
+    quantity : str
+        A pair quantity ("mi_ksg", "euclidean", ...).
+    relative_to_null : bool, default=False
+        Subtract each row's ``null_mean`` from its value and interval.
+
+    Returns
+    -------
+    dict of ndarray
+        ``iteration``, ``mean``, ``low``, ``high`` (mean, min and max over the pairs with a
+        finite value), ``ci_low``, ``ci_high`` (lowest and highest interval end over the
+        pairs; NaN without intervals), ``null_sd`` (largest ``null_std``), ``spread`` (mean
+        ``spread``), ``outside`` (some pair's note flags it outside calibration), ``n``
+        (pairs with a finite value) and ``infinite`` (iterations where some pair's value is
+        infinite, not summarised).
+    """
+    out = {k: [] for k in ("iteration", "mean", "low", "high", "ci_low", "ci_high", "null_sd", "spread",
+                           "outside", "n")}
+    infinite = []
+    for it, hits in _pair_rows(rows, quantity).items():
+        vals = np.array([_num(r, "value") for r in hits])
+        if np.isinf(vals).any():
+            infinite.append(it)
+        ok = np.isfinite(vals)
+        if not ok.any():
+            continue
+        shift = np.array([_num(r, "null_mean") for r in hits]) if relative_to_null else np.zeros(len(hits))
+        v = (vals - shift)[ok]
+        lo = (np.array([_num(r, "ci_low") for r in hits]) - shift)[ok]
+        hi = (np.array([_num(r, "ci_high") for r in hits]) - shift)[ok]
+        has_ci = np.isfinite(lo) & np.isfinite(hi)
+        sd = np.array([_num(r, "null_std") for r in hits])[ok]
+        spread = np.array([_num(r, "spread") for r in hits])[ok]
+        out["iteration"].append(it)
+        out["mean"].append(v.mean())
+        out["low"].append(v.min())
+        out["high"].append(v.max())
+        out["ci_low"].append(lo[has_ci].min() if has_ci.any() else np.nan)
+        out["ci_high"].append(hi[has_ci].max() if has_ci.any() else np.nan)
+        out["null_sd"].append(np.nanmax(sd) if np.isfinite(sd).any() else np.nan)
+        out["spread"].append(np.nanmean(spread) if np.isfinite(spread).any() else np.nan)
+        out["outside"].append(any(is_outside(str(r.get("note", ""))) for r, good in zip(hits, ok) if good))
+        out["n"].append(int(ok.sum()))
+    res = {k: np.asarray(v, dtype=bool if k == "outside" else float) for k, v in out.items()}
+    res["infinite"] = np.asarray(infinite, float)
+    return res
+
+
+def _has_null(rows, quantity):
+    """True when every finite estimate of `quantity` has a finite null mean."""
+    finite = [r for r in rows if r["quantity"] == quantity and r["client_b"] != "" and np.isfinite(_num(r, "value"))]
+    return bool(finite) and all(np.isfinite(_num(r, "null_mean")) for r in finite)
+
+
+def _pair_count_label(s):
+    n = int(s["n"].max()) if len(s["n"]) else 0
+    return PAIR_LINE.format(n=n) if n != 1 else "one client pair"
+
+
+def _draw_pair_summary(ax, s, color, label):
+    """The pairs' mean as a line, their min-max as a band, their intervals as bars."""
+    line, = ax.plot(s["iteration"], s["mean"], marker="o", ms=4, color=color, label=label, zorder=3)
+    if (s["n"] > 1).any():
+        ax.fill_between(s["iteration"], s["low"], s["high"], color=color, alpha=0.3, lw=0, label=PAIR_BAND)
+    ci = np.isfinite(s["ci_low"]) & np.isfinite(s["ci_high"])
+    if ci.any():
+        ax.vlines(s["iteration"][ci], s["ci_low"][ci], s["ci_high"][ci], color=color, lw=1.5, label=CI_LABEL)
+    return line
+
+
+def estimator_variant(rows, estimator):
+    """How `estimator`'s MI of this table was computed, in words, from its rows' notes.
+
+    Parameters
+    ----------
+    rows : list of dict
+        An analysis table.
+    estimator : {"gaussian", "ksg"}
+
+    Returns
+    -------
+    str
+        For "gaussian": "bias-corrected", "Ledoit-Wolf shrinkage", or both with the iterations
+        where shrinkage was used; for "ksg": "KSG"; "" when the table has no finite
+        estimate of `estimator`.
+    """
+    hits = [r for r in rows if r["quantity"] == f"mi_{estimator}" and np.isfinite(_num(r, "value"))]
+    if not hits:
+        return ""
+    if estimator != "gaussian":
+        return "KSG"
+    shrunk = sorted({r["iteration"] for r in hits if "ledoit-wolf shrinkage" in str(r.get("note", "")).lower()})
+    if not shrunk:
+        return "bias-corrected"
+    if len(shrunk) == len({r["iteration"] for r in hits}):
+        return "Ledoit-Wolf shrinkage"
+    return f"bias-corrected; Ledoit-Wolf shrinkage at iterations {', '.join(str(i) for i in shrunk)}"
 
 
 def plot_mi_panel(ax, rows, estimator):
-    """MI of every client pair vs iteration with its confidence interval (error bars), the
-    permutation null (mean +- 2 sd) as a band, and the exact MI (rows "mi_exact", where the
-    task knows it) as black lines.
+    """MI between clients vs iteration, summarised over the client pairs.
 
-    Estimates whose note flags them as outside the calibrated regime
-    (:func:`mianalysis.regime.estimate_regime_note`) are drawn as hollow markers, with one
-    legend entry for them all."""
+    When every estimate has a null (permutation or analytic), the panel shows the estimate
+    minus its null mean, so that "above the null" reads as "above the grey band around 0"
+    (the null's +-2 sd, the largest sd over pairs) at any scale; otherwise the estimate
+    itself. The line is the mean over the client pairs, the shaded band their range (min to
+    max), the vertical bars the union of the pairs' confidence intervals. The exact MI (rows
+    "mi_exact", where the task knows it) is drawn as black lines, one per pair. Iterations
+    where an estimate is outside the calibrated regime (:func:`mianalysis.regime.is_outside`
+    on some pair's note) are drawn hollow, with one legend entry for them all; infinite
+    estimates (identical samples) are not drawn and the legend says where they are.
+
+    Parameters
+    ----------
+    ax : matplotlib.axes.Axes
+    rows : list of dict
+        An analysis table.
+    estimator : {"gaussian", "ksg"}
+    """
+    quantity = f"mi_{estimator}"
+    relative = _has_null(rows, quantity)
+    s = pair_summary(rows, quantity, relative_to_null=relative)
+    color = "C0" if estimator == "gaussian" else "C1"
+    line = _draw_pair_summary(ax, s, color, _pair_count_label(s))
+    if relative:
+        sd = s["null_sd"]
+        ok = np.isfinite(sd)
+        ax.fill_between(s["iteration"][ok], -2 * sd[ok], 2 * sd[ok], color="0.5", alpha=0.35, lw=0, label=NULL_LABEL)
+        ax.axhline(0.0, color="0.4", lw=0.8)
+    elif any(np.isfinite(_num(r, "null_mean")) for r in rows if r["quantity"] == quantity):
+        null = pair_summary([{**r, "value": _num(r, "null_mean")} for r in rows if r["quantity"] == quantity],
+                            quantity)
+        sd = pair_summary([{**r, "value": _num(r, "null_std")} for r in rows if r["quantity"] == quantity], quantity)
+        if len(null["iteration"]) == len(sd["iteration"]):
+            ax.fill_between(null["iteration"], null["mean"] - 2 * sd["high"], null["mean"] + 2 * sd["high"],
+                            color="0.5", alpha=0.35, lw=0, label="null mean +- 2 sd (where estimated)")
     exact_label = "exact"
-    flagged_any = False
     for a, b in _pairs(rows):
         exact = select(rows, "mi_exact", a, b)
         if exact:
             it, val = _finite([r["iteration"] for r in exact], [r["value"] for r in exact])
             ax.plot(it, val, color="black", lw=1, label=exact_label)
             exact_label = None
-        hits = select(rows, f"mi_{estimator}", a, b)
-        if not hits:
-            continue
-        it, val = _finite([r["iteration"] for r in hits], [r["value"] for r in hits])
-        line, = ax.plot(it, val, marker="o", ms=3, label=f"Client({a}, {b})")
-        flags = np.array([is_outside(r["note"]) for r in hits if np.isfinite(r["value"])], dtype=bool)
-        if flags.any():
-            flagged_any = True
-            ax.plot(it[flags], val[flags], ls="none", marker="o", ms=6, mfc="white", mec=line.get_color(), zorder=3)
-        it_c, low, high = _interval(hits)
-        if len(it_c):
-            ax.vlines(it_c, low, high, color=line.get_color(), lw=1.5)
-        it_n, mean = _finite([r["iteration"] for r in hits], [r["null_mean"] for r in hits])
-        if len(mean):
-            _, sd = _finite([r["iteration"] for r in hits], [r["null_std"] for r in hits])
-            ax.fill_between(it_n, mean - 2 * sd, mean + 2 * sd, color=line.get_color(), alpha=0.15, lw=0)
-    if flagged_any:  # a legend entry only
-        ax.plot([], [], ls="none", marker="o", ms=6, mfc="white", mec="0.3", label=OUTSIDE_LABEL)
-    name = {"gaussian": "Gaussian (log-det)", "ksg": "KSG (k-NN)"}[estimator]
-    ax.set_title(f"MI, {name}")
+    if s["outside"].any():
+        ax.plot(s["iteration"][s["outside"]], s["mean"][s["outside"]], ls="none", marker="o", ms=7, mfc="white",
+                mec=line.get_color(), zorder=4)
+        ax.plot([], [], ls="none", marker="o", ms=7, mfc="white", mec="0.3", label=OUTSIDE_LABEL)
+    if len(s["infinite"]):
+        its = ", ".join(str(int(i)) for i in s["infinite"])
+        ax.plot([], [], ls="none", marker="$\\infty$", color="0.2", label=f"infinite at iteration {its} (not drawn)")
+    variant = estimator_variant(rows, estimator)
+    name = ESTIMATOR_NAMES[estimator]
+    ax.set_title(f"MI, {name}" + (f": {variant}" if variant and variant != "KSG" else ""), fontsize=10)
     ax.set_xlabel("iteration")
-    ax.set_ylabel("MI (bits)")
+    ax.set_ylabel("MI - null mean (bits)" if relative else "MI (bits)")
+    _integer_ticks(ax)
     ax.legend(fontsize=7)
 
 
 def plot_metric_panel(ax, rows, metric):
-    """A recorded training metric (loss, accuracy) per client vs iteration, mean +- sd over runs."""
+    """A recorded training metric (loss, accuracy) vs iteration, summarised over the clients.
+
+    The line is the mean over the clients of each client's mean over runs, the dark band
+    the clients' range (min to max), the light band +-1 sd over runs (the rows' ``spread``,
+    averaged over the clients); the legend and the axis label say so.
+
+    Parameters
+    ----------
+    ax : matplotlib.axes.Axes
+    rows : list of dict
+        An analysis table.
+    metric : str
+        A per-client quantity, such as "loss" or "accuracy".
+    """
+    by_it = {}
     for c in _clients(rows):
-        hits = select(rows, metric, c)
-        if not hits:
-            continue
-        it = np.array([r["iteration"] for r in hits])
-        val = np.array([r["value"] for r in hits])
-        sd = np.array([r["spread"] for r in hits])
-        line, = ax.plot(it, val, marker="o", ms=3, label=f"Client {c}")
-        ax.fill_between(it, val - sd, val + sd, color=line.get_color(), alpha=0.15, lw=0)
-    ax.set_title(metric)
+        for r in select(rows, metric, c):
+            by_it.setdefault(r["iteration"], []).append((_num(r, "value"), _num(r, "spread")))
+    it = np.array(sorted(by_it), float)
+    vals = [np.array([v for v, _ in by_it[i]]) for i in sorted(by_it)]
+    sds = [np.array([s for _, s in by_it[i]]) for i in sorted(by_it)]
+    mean = np.array([np.nanmean(v) for v in vals])
+    n = max((len(v) for v in vals), default=0)
+    color = "C3"
+    sd = np.array([np.nanmean(s) if np.isfinite(s).any() else np.nan for s in sds])
+    if np.isfinite(sd).any():
+        ok = np.isfinite(sd)
+        ax.fill_between(it[ok], (mean - sd)[ok], (mean + sd)[ok], color=color, alpha=0.12, lw=0,
+                        label="+-1 sd over runs (mean over clients)")
+    ax.plot(it, mean, marker="o", ms=4, color=color, label=f"mean over {n} clients" if n != 1 else "one client")
+    if n > 1:
+        ax.fill_between(it, [np.nanmin(v) for v in vals], [np.nanmax(v) for v in vals], color=color, alpha=0.3,
+                        lw=0, label="range over clients (min-max)")
+    ax.set_title(f"client {metric}", fontsize=10)
     ax.set_xlabel("iteration")
-    ax.set_ylabel(metric)
+    ax.set_ylabel(f"{metric} (mean over runs)")
+    _integer_ticks(ax)
     ax.legend(fontsize=7)
 
 
 def plot_distance_panel(ax, rows, metric):
-    """Mean paired distance of every client pair vs iteration, its confidence interval as a band."""
-    for a, b in _pairs(rows):
-        hits = select(rows, metric, a, b)
-        line, = ax.plot([r["iteration"] for r in hits], [r["value"] for r in hits], marker="o", ms=3,
-                        label=f"Client({a}, {b})")
-        it_c, low, high = _interval(hits)
-        if len(it_c):
-            ax.fill_between(it_c, low, high, color=line.get_color(), alpha=0.25, lw=0)
-    ax.set_title(f"{metric.capitalize()} distance")
+    """Mean paired distance between clients vs iteration, summarised over the client pairs.
+
+    The line is the mean over the pairs, the dark band their range (min to max), the light
+    band +-1 sd over runs (the rows' ``spread``, averaged over the pairs) and the vertical
+    bars the union of the pairs' confidence intervals of the mean distance.
+
+    Parameters
+    ----------
+    ax : matplotlib.axes.Axes
+    rows : list of dict
+        An analysis table.
+    metric : {"euclidean", "manhattan", "chebyshev"}
+    """
+    s = pair_summary(rows, metric)
+    color = "C2"
+    if np.isfinite(s["spread"]).any():
+        ok = np.isfinite(s["spread"])
+        ax.fill_between(s["iteration"][ok], (s["mean"] - s["spread"])[ok], (s["mean"] + s["spread"])[ok],
+                        color=color, alpha=0.12, lw=0, label=RUN_SD_LABEL)
+    _draw_pair_summary(ax, s, color, _pair_count_label(s))
+    ax.set_title(f"{metric.capitalize()} distance", fontsize=10)
     ax.set_xlabel("iteration")
-    ax.set_ylabel("mean distance")
+    ax.set_ylabel("distance between clients (mean over runs)")
+    _integer_ticks(ax)
     ax.legend(fontsize=7)
 
 
-def figure_mi(rows, title=None):
-    """Figure 1/2 analogue: (a) Gaussian MI, (b) KSG MI, (c) loss or accuracy."""
+def figure_title(rows, record=None):
+    """One line describing what a figure of `rows` shows: task, initial point, shared random
+    streams, estimator variants and number of runs.
+
+    Parameters
+    ----------
+    rows : list of dict
+        An analysis table.
+    record : dict, optional
+        What is known about how the table was made: an experiment's record
+        (``NAME.json``: ``task``, ``init``, ``shared``, ``permutations``, ``k``) or a table's
+        sidecar with the dump's ``meta`` added under ``dump_meta``. Keys looked up: ``task``,
+        ``init``, ``shared``, ``k``, ``permutations``, then the same under ``dump_meta`` and
+        ``settings``. Without it, the init and shared streams are "not recorded".
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> from mianalysis.plots import figure_title
+    >>> rows = [{"quantity": "mi_gaussian", "value": 1.0, "n_runs": 400, "note": "", "iteration": 1}]
+    >>> figure_title(rows, {"task": "signal-rnn", "init": "per-run"})
+    'signal-rnn; init per-run; shared streams: none; 400 runs; Gaussian MI bias-corrected'
+    """
+    rec = dict(record or {})
+    sources = [rec, rec.get("dump_meta") or {}, rec.get("settings") or {}]
+
+    def find(key):
+        for src in sources:
+            if isinstance(src, dict) and src.get(key) is not None:
+                return src[key]
+        return None
+
+    parts = []
+    task = find("task")
+    if task:
+        parts.append(str(task))
+    init = find("init")
+    parts.append(f"init {init}" if init else "init not recorded")
+    shared = find("shared")
+    if shared:
+        parts.append("shared streams: " + ", ".join(shared if not isinstance(shared, str) else [shared]))
+    elif record is not None and (init or task):  # recorded runs without `shared` shared nothing
+        parts.append("shared streams: none")
+    else:
+        parts.append("shared streams not recorded")
+    runs = sorted({int(r["n_runs"]) for r in rows if str(r.get("n_runs", "")) not in ("", "nan")})
+    if runs:
+        parts.append(f"{runs[0]} runs" if len(runs) == 1 else f"{runs[0]}-{runs[-1]} runs")
+    gauss = estimator_variant(rows, "gaussian")
+    if gauss:
+        parts.append(f"Gaussian MI {gauss}")
+    if estimator_variant(rows, "ksg"):
+        k = find("k")
+        parts.append(f"KSG k={k}" if k else "KSG")
+    perms = find("permutations")
+    if isinstance(perms, dict) and perms:
+        parts.append("permutations " + ", ".join(f"{e} {n}" for e, n in perms.items()))
+    elif perms:
+        parts.append(f"{perms} permutations")
+    return "; ".join(parts)
+
+
+def _suptitle(fig, rows, title, record):
+    text = figure_title(rows, record)
+    fig.suptitle(f"{title}\n{text}" if title else text, fontsize=10)
+
+
+def _figure(n_panels):
     import matplotlib
 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
+    return plt.subplots(1, n_panels, figsize=(15, 4.6))
+
+
+def figure_mi(rows, title=None, *, record=None):
+    """Figure 1/2 analogue: (a) Gaussian MI, (b) KSG MI, (c) loss or accuracy.
+
+    Parameters
+    ----------
+    rows : list of dict
+        An analysis table.
+    title : str, optional
+        First title line; the second, always drawn, is :func:`figure_title` of `rows` and
+        `record`.
+    record : dict, optional
+        See :func:`figure_title`.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
     quantities = {r["quantity"] for r in rows}
     metric = "accuracy" if "accuracy" in quantities else "loss"
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    fig, axes = _figure(3)
     for ax, est in zip(axes[:2], ("gaussian", "ksg")):
         if f"mi_{est}" in quantities:
             plot_mi_panel(ax, rows, est)
@@ -127,24 +398,23 @@ def figure_mi(rows, title=None):
         plot_metric_panel(axes[2], rows, metric)
     else:
         axes[2].set_axis_off()
-    if title:
-        fig.suptitle(title)
+    _suptitle(fig, rows, title, record)
     fig.tight_layout()
     return fig
 
 
-def figure_distances(rows, title=None):
-    """Figure 3/4 analogue: Euclidean, Manhattan and Chebyshev distances vs iteration."""
-    import matplotlib
+def figure_distances(rows, title=None, *, record=None):
+    """Figure 3/4 analogue: Euclidean, Manhattan and Chebyshev distances vs iteration.
 
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    Parameters are those of :func:`figure_mi`.
+    """
+    fig, axes = _figure(3)
     for ax, metric in zip(axes, ("euclidean", "manhattan", "chebyshev")):
-        plot_distance_panel(ax, rows, metric)
-    if title:
-        fig.suptitle(title)
+        if any(r["quantity"] == metric for r in rows):
+            plot_distance_panel(ax, rows, metric)
+        else:
+            ax.set_axis_off()
+    _suptitle(fig, rows, title, record)
     fig.tight_layout()
     return fig
 
@@ -152,15 +422,32 @@ def figure_distances(rows, title=None):
 FIGURES = {"mi": figure_mi, "distances": figure_distances}
 
 
-def save_figure(rows, kind, path, title=None):
-    """Draw figure `kind` ("mi" or "distances") from `rows` and save it to `path`."""
+def save_figure(rows, kind, path, title=None, *, record=None):
+    """Draw figure `kind` ("mi" or "distances") from `rows` and save it to `path`.
+
+    Parameters
+    ----------
+    rows : list of dict
+        An analysis table.
+    kind : {"mi", "distances"}
+    path : str or path-like
+        The image file (its folder is created).
+    title : str, optional
+        First title line.
+    record : dict, optional
+        How the table was made, for the second title line (:func:`figure_title`).
+
+    Returns
+    -------
+    pathlib.Path
+    """
     from pathlib import Path
 
     import matplotlib.pyplot as plt
 
     if kind not in FIGURES:
         raise ValueError(f"`kind` must be one of {sorted(FIGURES)}; got {kind!r}")
-    fig = FIGURES[kind](rows, title)
+    fig = FIGURES[kind](rows, title, record=record)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -81,6 +81,12 @@ def test_sample_analyze_plot_verify(tmp_path, capsys):
     assert main(["analyze", str(dump), "--out", str(tmp_path / "r.csv"), "--permutations", "2", "--no-progress"]) == 0
     assert main(["plot", str(tmp_path / "r.csv"), "--out", str(tmp_path / "f.png"), "--kind", "distances"]) == 0
     assert (tmp_path / "f.png").stat().st_size > 1000
+    from mianalysis.analysis import read_table
+    from mianalysis.cli import _table_record
+    from mianalysis.plots import figure_title
+
+    title = figure_title(read_table(tmp_path / "r.csv"), _table_record(tmp_path / "r.csv"))
+    assert title.startswith("signal-rnn; init per-run; shared streams: none; 6 runs; Gaussian MI")
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,133 @@
+"""Redraw the figures in figures/ from the committed tables, without sampling or training.
+
+    python experiments/replot.py
+
+Draws, from each table and its record:
+
+- ``signal_rnn_*`` and ``digits_lenet_*``: the MI and distance figures (mianalysis.plots),
+  titled from the experiment's record ``NAME.json`` (task, init, shared streams, k,
+  permutations) and the table (runs, estimator variant);
+- ``aggregator_trends.png`` from the four rules' tables (the accuracy is their
+  ``test_accuracy`` rows), and ``aggregator_trends_global.png`` where its table exists;
+- ``fedgradnorm.png`` from ``fedgradnorm.csv`` and ``.json``;
+- ``invariance.png`` from ``invariance.csv`` and ``.json`` (final-round spread);
+- ``fedavg_vs_fedsgd_accuracy.png`` only where ``fedavg_vs_fedsgd_curves.json`` exists (the
+  accuracy curves are not in the table; runs before it was written must be redone).
+
+Files named ``*_quick*``, ``sources_of_dependence*``, ``exact_dependence_curves*`` and
+``gaussian_sgd_truth*`` are left alone.
+"""
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from mianalysis.analysis import read_table  # noqa: E402
+from mianalysis.plots import save_figure  # noqa: E402
+
+SKIP = ("_quick", "sources_of_dependence", "exact_dependence_curves", "gaussian_sgd_truth")
+CORE = ("signal_rnn_", "digits_lenet_")
+
+
+def _csv_rows(path):
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def replot_core(figures):
+    """The MI and distance figures of every core experiment table with a record."""
+    done = []
+    for table in sorted(figures.glob("*.csv")):
+        name = table.stem
+        if not name.startswith(CORE) or any(s in name for s in SKIP):
+            continue
+        record_path = figures / f"{name}.json"
+        record = json.loads(record_path.read_text()) if record_path.exists() else None
+        rows = read_table(table)
+        checkpoints = len({r["checkpoint"] for r in rows}) - 1
+        n_params = record.get("n_params") if record else None
+        title = f"{name}: {checkpoints} checkpoints after init" + (f", {n_params} parameters" if n_params else "")
+        done.append(save_figure(rows, "mi", figures / f"{name}_mi.png", title=title, record=record))
+        done.append(save_figure(rows, "distances", figures / f"{name}_distances.png", title=title, record=record))
+    return done
+
+
+def replot_aggregator_trends(figures):
+    import aggregator_trends as at
+
+    tables = {rule: read_table(figures / f"aggregator_trends_{rule}.csv") for rule in at.RULES
+              if (figures / f"aggregator_trends_{rule}.csv").exists()}
+    if len(tables) != len(at.RULES):
+        return []
+    meta = json.loads((figures / "aggregator_trends.json").read_text())
+    replicates = next(iter(tables.values()))[0]["n_runs"]
+    path = figures / "aggregator_trends.png"
+    at.plot(tables, {rule: at.accuracy_from_table(rows) for rule, rows in tables.items()}, path,
+            f"{replicates} replicate runs, 3 clients, last layer (330 parameters), "
+            f"{meta.get('permutations', '?')} permutations")
+    done = [path]
+    global_table = figures / "aggregator_trends_global.csv"
+    if global_table.exists():
+        rows = [{**r, "iteration": int(r["iteration"]), "value": float(r["value"])} for r in _csv_rows(global_table)]
+        given = {rule: [r for r in rows if r["rule"] == rule] for rule in at.RULES}
+        path = figures / "aggregator_trends_global.png"
+        at.plot_global(given, path, f"{replicates} replicate runs, 3 clients, output bias centred (9 dimensions), "
+                                    "Gaussian estimator")
+        done.append(path)
+    return done
+
+
+def replot_fedgradnorm(figures):
+    import fedgradnorm
+
+    if not (figures / "fedgradnorm.csv").exists():
+        return []
+    meta = json.loads((figures / "fedgradnorm.json").read_text())
+    path = figures / "fedgradnorm.png"
+    fedgradnorm.plot(_csv_rows(figures / "fedgradnorm.csv"), path, meta)
+    return [path]
+
+
+def replot_invariance(figures):
+    import invariance
+
+    if not (figures / "invariance.csv").exists():
+        return []
+    meta = json.loads((figures / "invariance.json").read_text())
+    path = figures / "invariance.png"
+    invariance.plot(_csv_rows(figures / "invariance.csv"), path, int(meta["rounds"]), results=meta.get("results"),
+                    meta=meta)
+    return [path]
+
+
+def replot_fedavg_vs_fedsgd(figures):
+    import fedavg_vs_fedsgd as fvf
+
+    curves_path = figures / "fedavg_vs_fedsgd_curves.json"
+    if not curves_path.exists():
+        return []
+    curves = {(c["partition"], c["model"], c["label"]): c["accuracy"] for c in json.loads(curves_path.read_text())}
+    sidecar = figures / "fedavg_vs_fedsgd.csv.json"
+    plan = json.loads(sidecar.read_text()).get("plan") if sidecar.exists() else None
+    path = figures / "fedavg_vs_fedsgd_accuracy.png"
+    fvf.plot(curves, path, plan)
+    return [path]
+
+
+def main(figures=ROOT / "figures"):
+    figures = Path(figures)
+    done = []
+    for step in (replot_core, replot_aggregator_trends, replot_fedgradnorm, replot_invariance,
+                 replot_fedavg_vs_fedsgd):
+        done += step(figures)
+    for path in done:
+        print(f"wrote {path}")
+    return done
+
+
+if __name__ == "__main__":
+    main()

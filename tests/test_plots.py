@@ -1,0 +1,152 @@
+"""The figures drawn from analysis tables: what a reader sees (artists, labels, legends)."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from mianalysis.plots import (CI_LABEL, NULL_LABEL, OUTSIDE_LABEL, PAIR_BAND, RUN_SD_LABEL,  # noqa: E402
+                              estimator_variant, figure_distances, figure_mi, figure_title, pair_summary,
+                              plot_distance_panel, plot_metric_panel, plot_mi_panel)
+
+PAIRS = [("0", "1"), ("0", "2"), ("1", "2")]
+
+
+def pair_row(it, pair, quantity, value, **extra):
+    row = {"checkpoint": it, "iteration": it, "client_a": pair[0], "client_b": pair[1], "quantity": quantity,
+           "value": value, "spread": np.nan, "null_mean": np.nan, "null_std": np.nan, "ci_low": np.nan,
+           "ci_high": np.nan, "n_runs": 400, "note": ""}
+    row.update(extra)
+    return row
+
+
+def mi_rows(note=""):
+    """Three pairs at iterations 0 (infinite), 1, 2, 3: value 100 + 10 p + it, null mean 50, null sd 0.5 + p."""
+    rows = [pair_row(0, pair, "mi_ksg", np.inf) for pair in PAIRS]
+    for it in (1, 2, 3):
+        for p, pair in enumerate(PAIRS):
+            v = 100.0 + 10 * p + it
+            rows.append(pair_row(it, pair, "mi_ksg", v, null_mean=50.0, null_std=0.5 + p, ci_low=v - 1,
+                                 ci_high=v + 1, note=note if (it, p) == (2, 1) else ""))
+    return rows
+
+
+def legend_texts(ax):
+    return [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+@pytest.fixture
+def ax():
+    fig, ax = plt.subplots()
+    yield ax
+    plt.close(fig)
+
+
+def test_mi_panel_shows_pair_mean_minus_null_with_range_band_and_null_band(ax):
+    plot_mi_panel(ax, mi_rows(), "ksg")
+    mean_line = ax.get_lines()[0]
+    assert list(mean_line.get_xdata()) == [1, 2, 3]
+    np.testing.assert_allclose(mean_line.get_ydata(), [100 + 10 + it - 50 for it in (1, 2, 3)])
+    texts = legend_texts(ax)
+    assert texts[0] == "mean over 3 client pairs"
+    assert {PAIR_BAND, NULL_LABEL, CI_LABEL} <= set(texts)
+    assert "infinite at iteration 0 (not drawn)" in texts
+    assert ax.get_ylabel() == "MI - null mean (bits)"
+    bands = {c.get_label(): c.get_paths()[0].vertices[:, 1] for c in ax.collections if c.get_label() in
+             (PAIR_BAND, NULL_LABEL)}
+    assert bands[PAIR_BAND].min() == pytest.approx(101 - 50) and bands[PAIR_BAND].max() == pytest.approx(123 - 50)
+    assert bands[NULL_LABEL].min() == pytest.approx(-5.0) and bands[NULL_LABEL].max() == pytest.approx(5.0)
+    ci = next(c for c in ax.collections if c.get_label() == CI_LABEL)  # union of the pairs' intervals
+    lows = sorted(seg[:, 1].min() for seg in ci.get_segments())
+    highs = sorted(seg[:, 1].max() for seg in ci.get_segments())
+    np.testing.assert_allclose(lows, [100 + it - 1 - 50 for it in (1, 2, 3)])
+    np.testing.assert_allclose(highs, [120 + it + 1 - 50 for it in (1, 2, 3)])
+
+
+def test_mi_panel_ticks_are_integers(ax):
+    plot_mi_panel(ax, mi_rows(), "ksg")
+    ax.figure.canvas.draw()
+    ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+    assert ticks and all(float(t).is_integer() for t in ticks)
+
+
+def test_mi_panel_hollow_where_some_pair_is_outside_calibration(ax):
+    plot_mi_panel(ax, mi_rows(note="outside calibration: > 4 joint dims"), "ksg")
+    hollow = [ln for ln in ax.get_lines() if ln.get_markerfacecolor() == "white" and len(ln.get_xdata())]
+    assert len(hollow) == 1 and list(hollow[0].get_xdata()) == [2]
+    assert hollow[0].get_ydata()[0] == pytest.approx(112 - 50)
+    assert OUTSIDE_LABEL in legend_texts(ax)
+
+
+def test_mi_panel_without_null_shows_the_estimate(ax):
+    rows = [{**r, "null_mean": np.nan, "null_std": np.nan} for r in mi_rows()]
+    plot_mi_panel(ax, rows, "ksg")
+    np.testing.assert_allclose(ax.get_lines()[0].get_ydata(), [111, 112, 113])
+    assert ax.get_ylabel() == "MI (bits)" and NULL_LABEL not in legend_texts(ax)
+
+
+def test_gaussian_panel_title_names_the_variant(ax):
+    rows = [{**r, "quantity": "mi_gaussian", "note": "ledoit-wolf shrinkage: 400 runs <= 2 x 716 joint dimensions"}
+            for r in mi_rows()]
+    plot_mi_panel(ax, rows, "gaussian")
+    assert ax.get_title() == "MI, Gaussian (log-det): Ledoit-Wolf shrinkage"
+    rows = [{**r, "note": ""} if r["iteration"] == 3 else r for r in rows]
+    assert estimator_variant(rows, "gaussian") == "bias-corrected; Ledoit-Wolf shrinkage at iterations 1, 2"
+    assert estimator_variant([{**r, "note": ""} for r in rows], "gaussian") == "bias-corrected"
+
+
+def test_distance_panel_shows_run_sd_and_pair_range(ax):
+    rows = [pair_row(it, pair, "euclidean", 1.0 + it + p, spread=0.1 * (p + 1), ci_low=0.9 + it + p,
+                     ci_high=1.1 + it + p) for it in (0, 1, 2) for p, pair in enumerate(PAIRS)]
+    plot_distance_panel(ax, rows, "euclidean")
+    texts = legend_texts(ax)
+    assert {RUN_SD_LABEL, PAIR_BAND, CI_LABEL, "mean over 3 client pairs"} <= set(texts)
+    sd_band = next(c for c in ax.collections if c.get_label() == RUN_SD_LABEL).get_paths()[0].vertices[:, 1]
+    assert sd_band.min() == pytest.approx(2.0 - 0.2) and sd_band.max() == pytest.approx(4.0 + 0.2)
+    np.testing.assert_allclose(ax.get_lines()[0].get_ydata(), [2.0, 3.0, 4.0])
+
+
+def test_metric_panel_labels_the_sd_band(ax):
+    rows = [pair_row(it, (c, ""), "loss", 2.0 - 0.1 * it + 0.01 * int(c), spread=0.3) for it in (0, 1, 2)
+            for c in "012"]
+    plot_metric_panel(ax, rows, "loss")
+    assert "+-1 sd over runs (mean over clients)" in legend_texts(ax)
+    assert "range over clients (min-max)" in legend_texts(ax)
+    assert ax.get_ylabel() == "loss (mean over runs)"
+    np.testing.assert_allclose(ax.get_lines()[0].get_ydata(), [2.01, 1.91, 1.81])
+
+
+def test_figure_title_from_rows_and_record():
+    rows = mi_rows() + [{**r, "quantity": "mi_gaussian"} for r in mi_rows()]
+    text = figure_title(rows, {"task": "gaussian-sgd", "init": "fixed", "shared": ["data"], "k": 3,
+                               "permutations": 20})
+    assert text == ("gaussian-sgd; init fixed; shared streams: data; 400 runs; Gaussian MI bias-corrected; "
+                    "KSG k=3; 20 permutations")
+    assert figure_title(rows) == ("init not recorded; shared streams not recorded; 400 runs; "
+                                  "Gaussian MI bias-corrected; KSG")
+    # a table's sidecar: k and permutations in settings, the dump's meta (without `shared`: none)
+    sidecar = {"settings": {"k": 3, "permutations": 0}, "dump_meta": {"task": "signal-rnn", "init": "per-run"}}
+    assert figure_title(rows, sidecar).startswith("signal-rnn; init per-run; shared streams: none; 400 runs")
+
+
+def test_figures_carry_the_title_and_every_panel():
+    rows = mi_rows() + [pair_row(it, pair, m, 1.0 + it, spread=0.1) for it in (0, 1, 2, 3) for pair in PAIRS
+                        for m in ("euclidean", "manhattan", "chebyshev")]
+    rows += [pair_row(it, (c, ""), "loss", 1.0, spread=0.1) for it in (0, 1, 2, 3) for c in "012"]
+    record = {"task": "signal-rnn", "init": "per-run"}
+    fig = figure_mi(rows, "my run", record=record)
+    assert fig._suptitle.get_text().startswith("my run\nsignal-rnn; init per-run; shared streams: none")
+    assert not fig.axes[0].axison and fig.axes[1].axison and fig.axes[2].get_title() == "client loss"
+    plt.close(fig)
+    fig = figure_distances(rows, record=record)
+    assert [ax.get_title() for ax in fig.axes] == ["Euclidean distance", "Manhattan distance", "Chebyshev distance"]
+    plt.close(fig)
+
+
+def test_pair_summary_counts_only_finite_pairs():
+    rows = mi_rows()
+    rows[3]["value"] = np.nan
+    s = pair_summary(rows, "mi_ksg")
+    assert list(s["n"]) == [2, 3, 3] and list(s["infinite"]) == [0]
