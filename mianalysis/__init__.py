@@ -17,7 +17,7 @@ from .additive import AdditivePrediction, additive_model_mi, additive_model_verd
 from .analysis import analyze
 from .distances import mean_paired_distance, paired_distances
 from .dumps import DumpError, ParameterDump
-from .estimators import GaussianMINull, PermutationTestResult, gaussian_cmi, gaussian_mi, gaussian_mi_null, ksg_mi, mi_permutation_test
+from .estimators import GaussianMINull, PermutationTestResult, gaussian_cmi, gaussian_mi, gaussian_mi_null, ksg_mi, MarginalDistances, mi_permutation_test
 from .sampling import ParameterSampler
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "gaussian_mi_null",
     "GaussianMINull",
     "ksg_mi",
+    "MarginalDistances",
     "mi_permutation_test",
     "PermutationTestResult",
     "ConstantFeatureWarning",
