@@ -17,8 +17,17 @@ from .additive import AdditivePrediction, additive_model_mi, additive_model_verd
 from .analysis import analyze
 from .distances import mean_paired_distance, paired_distances
 from .dumps import DumpError, ParameterDump
-from .estimators import GaussianMINull, PermutationTestResult, gaussian_cmi, gaussian_mi, gaussian_mi_null, ksg_mi, mi_permutation_test
+from .estimators import (GaussianMINull, MarginalDistances, PermutationTestResult, gaussian_cmi, gaussian_mi,
+                         gaussian_mi_null, ksg_mi, mi_permutation_test)
 from .sampling import ParameterSampler
+
+# Modules use one another through public names (tests/test_layout.py checks it). A
+# folder's private modules (estimators/_kernels.py, estimators/_neighbours.py) serve that
+# folder only; these private modules are the package's shared internals, which any module
+# may import: argument checks and their messages, provenance records, writer locks, thread
+# settings, and overflow-safe scaling.
+SHARED_INTERNALS = ("mianalysis._validation", "mianalysis._provenance", "mianalysis._locking", "mianalysis._threads",
+                    "mianalysis._scaling")
 
 __all__ = [
     "gaussian_mi",
@@ -26,6 +35,7 @@ __all__ = [
     "gaussian_mi_null",
     "GaussianMINull",
     "ksg_mi",
+    "MarginalDistances",
     "mi_permutation_test",
     "PermutationTestResult",
     "ConstantFeatureWarning",

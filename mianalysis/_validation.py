@@ -126,6 +126,13 @@ def check_units(units):
     return UNITS[units]
 
 
+def check_flag(value, name):
+    """`value` as a bool; ValueError naming `name` unless it is True or False."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"`{name}` must be True or False; got {value!r}")
+    return bool(value)
+
+
 def check_choice(value, name, choices):
     """Raise a `ValueError` naming `name` unless `value` is one of `choices`."""
     if value not in choices:

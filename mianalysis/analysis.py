@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import hashlib
 import itertools
 import json
 import os
@@ -14,17 +13,13 @@ import numpy as np
 
 from ._locking import WriterLock
 from ._provenance import collect
-from ._validation import check_choice, check_int, check_k
+from ._validation import check_choice, check_flag, check_int, check_k
 from .distances import METRICS, paired_distances
-from .estimators import gaussian_mi, gaussian_mi_null, ksg_mi, mi_permutation_test
-from .estimators._neighbours import marginal_distances, use_distance_cache
-from .estimators.ksg import add_tie_breaking_noise, check_flag, ksg_estimates_from_distances, standardize_columns
-from .estimators.significance import PermutationTestResult
+from .estimators import KSG_NOISE, MarginalDistances, gaussian_mi, gaussian_mi_null, ksg_mi, mi_permutation_test
+from .estimators.ksg import standardize_columns
 from .regime import estimate_regime_note
 from .intervals import (METHODS, check_level, mean_interval, mi_replicates, normal_interval, resample_indices,
                         trend_verdict)
-
-KSG_NOISE = 1e-10  # tie-breaking noise, times each parameter's sd over runs
 
 ESTIMATORS = ("gaussian", "ksg")
 GAUSSIAN_NULLS = ("permutation", "analytic")
@@ -83,11 +78,9 @@ def _estimate(x, y, estimator, k, permutations, rng, distances, distance_cache, 
     """(value, null_mean, null_std, p_value) of one estimator on varying, distinct samples;
     appends the estimator's choices to `notes`."""
     if distances is not None:  # constant parameters add 0 to every max-norm distance
-        perms = [rng.permutation(x.shape[0]) for _ in range(permutations)]
-        values = ksg_estimates_from_distances(distances[0], distances[1], perms, k, 1) / np.log(2)
         if not permutations:
-            return values[0], np.nan, np.nan, np.nan
-        res = PermutationTestResult.from_null(values[0], values[1:], "ksg")
+            return ksg_mi(*distances, k=k), np.nan, np.nan, np.nan
+        res = mi_permutation_test(*distances, estimator="ksg", n_permutations=permutations, random_state=rng, k=k)
         return res.estimate, res.null_mean, res.null_std, res.pvalue
     value = None
     if estimator == "gaussian":
@@ -311,9 +304,9 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
         k = check_k(k, n_runs, samples="the number of runs")
     pairs = list(itertools.combinations(range(len(dump.clients)), 2))
     exact = _exact_mi(dump, cols)
-    reuse_distances = use_distance_cache(distance_cache, len(dump.clients) * n_runs * n_runs * 8)
+    reuse_distances = MarginalDistances.cache_fits(n_runs, count=len(dump.clients), distance_cache=distance_cache)
     if out is not None:
-        settings = {"dump": str(Path(dump.path).resolve()), "n_runs": n_runs, "chunks": _chunks_digest(dump),
+        settings = {"dump": str(Path(dump.path).resolve()), "n_runs": n_runs, "chunks": dump.chunks_digest(),
                     "estimators": list(estimators), "metrics": list(metrics), "k": k, "permutations": permutations,
                     "layer": layer, "by": by, "ksg_standardize": standardize, "random_state": random_state,
                     "distance_cache": reuse_distances, "ci_level": ci_level, "ci_resamples": ci_resamples,
@@ -435,9 +428,10 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
                 if "ksg" in estimators and reuse_distances:
                     # Each client's marginal distances serve every pair it is in, the estimate and
                     # all its permutations; tie-breaking noise is drawn per (checkpoint, client).
-                    distances = [marginal_distances(add_tie_breaking_noise(
-                        standardize_columns(s) if standardize else s, KSG_NOISE,
-                        np.random.default_rng([random_state, t, c, len(ESTIMATORS)]))) for c, s in enumerate(samples)]
+                    distances = [MarginalDistances.of(s, noise=KSG_NOISE, standardize=standardize,
+                                                      random_state=np.random.default_rng([random_state, t, c,
+                                                                                          len(ESTIMATORS)]))
+                                 for c, s in enumerate(samples)]
                 for a, b in pairs:
                     x, y = samples[a], samples[b]
                     for metric in metrics:
@@ -637,11 +631,6 @@ def _superseded(saved, requested):
     same = {k: v for k, v in saved.items() if k not in ("n_runs", "chunks")}
     return (same == {k: v for k, v in requested.items() if k not in ("n_runs", "chunks")}
             and isinstance(saved.get("n_runs"), int) and saved["n_runs"] < requested["n_runs"])
-
-
-def _chunks_digest(dump):
-    """A fingerprint of the dump's completed chunks (their checksums)."""
-    return hashlib.sha256(json.dumps(dump._manifest["chunks"], sort_keys=True).encode()).hexdigest()[:16]
 
 
 class _Journal:

@@ -912,6 +912,25 @@ class ParameterDump:
     def complete(self):
         return self.completed_runs == self.n_runs
 
+    def chunks_digest(self):
+        """A fingerprint of the completed chunks: 16 hex digits of the SHA-256 of their
+        records (runs and checksums) in the manifest. Equal for the same samples written in
+        the same chunks; it changes when a chunk is added or rewritten, so a result can
+        record which data it was computed from (:func:`mianalysis.analyze` keeps it in its
+        sidecar's settings).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from mianalysis import ParameterDump
+        >>> a = ParameterDump.from_arrays("a", [np.zeros((4, 2)), np.ones((4, 2))])
+        >>> b = ParameterDump.from_arrays("b", [np.zeros((4, 2)), np.ones((4, 2))])
+        >>> c = ParameterDump.from_arrays("c", [np.zeros((4, 2)), np.full((4, 2), 2.0)])
+        >>> len(a.chunks_digest()), a.chunks_digest() == b.chunks_digest(), a.chunks_digest() == c.chunks_digest()
+        (16, True, False)
+        """
+        return hashlib.sha256(json.dumps(self._manifest["chunks"], sort_keys=True).encode()).hexdigest()[:16]
+
     def _client_index(self, client):
         if isinstance(client, str) and client in self.clients:
             return self.clients.index(client)

@@ -8,16 +8,22 @@ from scipy.special import digamma
 from .._scaling import column_std, pow2_scale
 from .._validation import (
     check_choice,
+    check_flag,
+    check_int,
     check_k,
     check_nonnegative_float,
     check_paired,
     check_random_state,
+    check_samples,
     check_units,
     drop_constant_features,
 )
 from ._neighbours import (check_torch_device, ksg_counts, ksg_counts_torch, marginal_distances, permuted_counts,
                           use_distance_cache)
 
+# Tie-breaking noise, in units of each feature's standard deviation: the default of every
+# KSG computation (ksg_mi, mi_permutation_test, MarginalDistances.of, analyze).
+KSG_NOISE = 1e-10
 BACKENDS = ("numba", "torch")
 DTYPES = ("float64", "float32")
 
@@ -29,7 +35,7 @@ def ksg_mi(
     k=3,
     algorithm=1,
     units="bits",
-    noise=1e-10,
+    noise=KSG_NOISE,
     random_state=None,
     dtype="float64",
     backend="numba",
@@ -57,9 +63,11 @@ def ksg_mi(
 
     Parameters
     ----------
-    x : array-like of shape (n_samples, n_features_x) or (n_samples,)
+    x : array-like of shape (n_samples, n_features_x) or (n_samples,), or MarginalDistances
         Samples of X; row ``i`` is paired with row ``i`` of `y`. A 1-D array is one feature.
-    y : array-like of shape (n_samples, n_features_y) or (n_samples,)
+        With :class:`MarginalDistances` for both `x` and `y` (samples made ready once, see
+        there), the estimate costs O(n^2) and only `k`, `algorithm` and `units` apply.
+    y : array-like of shape (n_samples, n_features_y) or (n_samples,), or MarginalDistances
         Samples of Y.
     k : int, default=3
         Number of nearest neighbours, ``1 <= k < n_samples``: every sample needs k
@@ -159,6 +167,11 @@ def ksg_mi(
     0.226
     """
     factor, algorithm, dtype = check_ksg_settings(units, algorithm, dtype)
+    if isinstance(x, MarginalDistances) or isinstance(y, MarginalDistances):
+        extra = {name for name, value, default in (("dtype", dtype, "float64"), ("backend", backend, "numba"),
+                                                   ("standardize", standardize, False)) if value != default}
+        use_distance_cache(distance_cache, 0)  # only checks the argument
+        return float(ksg_estimates_from_marginals(x, y, k=k, algorithm=algorithm, units=units, extra=extra)[0])
     noise = check_nonnegative_float(noise, "noise")
     x, y = check_paired(x, y)
     k = check_k(k, x.shape[0])
@@ -206,6 +219,211 @@ def ksg_estimates_from_distances(dx, dy, permutations, k, algorithm):
                      for nx, ny in permuted_counts(dx, dy, perms, int(k), int(algorithm))])
 
 
+def ksg_estimates_from_marginals(x, y, *, n_permutations=0, random_state=None, k=3, algorithm=1, units="bits",
+                                 extra=()):
+    """KSG estimates in `units` from two :class:`MarginalDistances`: of the pairing as
+    given, then of ``x[i] <-> y[perm[i]]`` for each of `n_permutations` permutations drawn
+    one after the other from `random_state`; O(n^2) each. The path of :func:`ksg_mi` and
+    :func:`mianalysis.mi_permutation_test` when they are given such distances.
+
+    `extra` names settings the caller was given that do not apply to precomputed
+    distances (a ValueError names them). Everything is checked before any work. A variable
+    without varying features has MI 0 with anything: every estimate is then 0 (and no
+    permutation is drawn).
+
+    Examples
+    --------
+    Four evenly spaced samples paired with themselves: every sample's nearest neighbour is
+    at distance 1 and none is closer in either margin, so with k = 1 the estimate is
+    psi(1) + psi(4) - 2 psi(1) = 1 + 1/2 + 1/3 nats:
+
+    >>> from mianalysis.estimators.ksg import MarginalDistances, ksg_estimates_from_marginals
+    >>> dx = MarginalDistances.of([0.0, 1.0, 2.0, 3.0], noise=0)
+    >>> ksg_estimates_from_marginals(dx, dx, k=1, units="nats")
+    array([1.83333333])
+    """
+    n_permutations = check_int(n_permutations, "n_permutations", low=0)
+    rng = check_random_state(random_state)
+    factor, algorithm, _ = check_ksg_settings(units, algorithm, "float64")
+    for name, value in (("x", x), ("y", y)):
+        if not isinstance(value, MarginalDistances):
+            raise TypeError(f"`{name}` must be MarginalDistances like the other argument (precomputed distances "
+                            f"pair only with precomputed distances); got {type(value).__name__}")
+    if extra:
+        raise ValueError(f"{', '.join(f'`{e}`' for e in sorted(extra))} cannot be applied to MarginalDistances: "
+                         "the samples were made ready by MarginalDistances.of (standardize, noise) in float64 "
+                         "for the Numba kernels; give the settings there, or pass arrays")
+    if x.n_samples != y.n_samples:
+        raise ValueError(f"`x` and `y` must have the same number of samples; got {x.n_samples} and {y.n_samples}")
+    k = check_k(k, x.n_samples)
+    if x.n_features == 0 or y.n_features == 0:  # I(c; Y) = 0 (see ksg_mi's Notes)
+        return np.zeros(1 + n_permutations)
+    permutations = [rng.permutation(x.n_samples) for _ in range(n_permutations)]
+    nats = ksg_estimates_from_distances(x.matrix, y.matrix, permutations, k, algorithm)
+    # Bits by division by log(2): the conversion analyze's tables have always been made with
+    # on this path (the array path multiplies by 1 / log(2); the two may differ in the last bit).
+    return nats if factor == 1.0 else nats / np.log(2)
+
+
+class MarginalDistances:
+    """The max-norm distances between every two samples of one variable, made once and
+    used by many KSG estimates.
+
+    Given the marginal neighbour structure, a KSG estimate needs no coordinates: pairing
+    `x` with `y`, or with any shuffle of `y`, changes which rows meet, not the distances
+    within `x` or within `y`. Make one per variable with :meth:`of` and pass two to
+    :func:`ksg_mi` or :func:`mianalysis.mi_permutation_test` in place of `x` and `y`: each
+    estimate then costs O(n^2) instead of O(n^2 d), and one variable's distances serve
+    every pair and every permutation it is in. :func:`mianalysis.analyze` keeps one per
+    client and checkpoint this way (its `distance_cache`).
+
+    Parameters
+    ----------
+    matrix : ndarray of shape (n_samples, n_samples)
+        Max-norm distances (float64, symmetric, zero diagonal), as
+        :meth:`of` computes them; kept read-only.
+    n_features : int
+        How many features of the samples vary; 0 makes every MI with this variable 0.
+
+    Attributes
+    ----------
+    matrix : ndarray of shape (n_samples, n_samples)
+    n_features : int
+    n_samples : int
+
+    Notes
+    -----
+    The matrix holds n^2 float64 values (3.9 GB at n = 22,000): see :meth:`cache_fits`.
+    The tie-breaking noise is drawn once per variable, so estimates from these distances
+    equal :func:`ksg_mi` with ``noise=0`` on the samples as :meth:`of` prepared them (up
+    to the last bit of the conversion to bits).
+
+    Examples
+    --------
+    Three samples of two features; the distance of two samples is their largest
+    coordinate difference:
+
+    >>> from mianalysis import MarginalDistances
+    >>> d = MarginalDistances.of([[0.0, 1.0], [2.0, 5.0], [1.0, 1.0]], noise=0)
+    >>> d.matrix
+    array([[0., 4., 1.],
+           [4., 0., 4.],
+           [1., 4., 0.]])
+
+    The KSG estimate and permutation test of two variables from their distances:
+
+    >>> import numpy as np
+    >>> from mianalysis import ksg_mi, mi_permutation_test
+    >>> rng = np.random.default_rng(0)
+    >>> x = rng.standard_normal((500, 2))
+    >>> y = x + rng.standard_normal((500, 2))   # exact MI: 1 bit
+    >>> dx, dy = MarginalDistances.of(x, random_state=1), MarginalDistances.of(y, random_state=2)
+    >>> round(ksg_mi(dx, dy), 2)
+    0.98
+    >>> mi_permutation_test(dx, dy, n_permutations=99, random_state=0).pvalue
+    0.01
+    """
+
+    __slots__ = ("matrix", "n_features")
+
+    def __init__(self, matrix, n_features):
+        matrix = np.asarray(matrix)
+        if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1] or matrix.dtype != np.float64:
+            raise ValueError(f"`matrix` must be a square float64 array of distances; got {matrix.dtype} array of "
+                             f"shape {matrix.shape} (MarginalDistances.of makes one from samples)")
+        if isinstance(n_features, bool) or not isinstance(n_features, (int, np.integer)) or n_features < 0:
+            raise ValueError(f"`n_features` must be an int >= 0; got {n_features!r}")
+        matrix = matrix.view()
+        matrix.flags.writeable = False
+        self.matrix = matrix
+        self.n_features = int(n_features)
+
+    @property
+    def n_samples(self):
+        return self.matrix.shape[0]
+
+    def __repr__(self):
+        return f"MarginalDistances(n_samples={self.n_samples}, n_features={self.n_features})"
+
+    @classmethod
+    def of(cls, samples, *, noise=KSG_NOISE, random_state=None, standardize=False):
+        """The distances of `samples`, made ready as :func:`ksg_mi` makes its input ready.
+
+        Parameters
+        ----------
+        samples : array-like of shape (n_samples, n_features) or (n_samples,)
+            Finite samples of one variable; a 1-D array is one feature.
+        noise : float, default=KSG_NOISE (1e-10)
+            Tie-breaking noise, times each feature's standard deviation (see :func:`ksg_mi`).
+        random_state : None, int or numpy.random.Generator, default=None
+            Seed of the noise.
+        standardize : bool, default=False
+            First divide each feature by its standard deviation (see :func:`ksg_mi`).
+
+        Returns
+        -------
+        MarginalDistances
+
+        Notes
+        -----
+        Constant features are kept: they add 0 to every max-norm distance. Samples whose
+        magnitude exceeds 2^1000 are refused (a difference of two could overflow; scale
+        them, or pass arrays to :func:`ksg_mi`, which rescales x and y together).
+
+        Examples
+        --------
+        >>> from mianalysis import MarginalDistances
+        >>> MarginalDistances.of([1.0, 4.0, 2.0], noise=0).matrix[0]
+        array([0., 3., 1.])
+        """
+        a = check_samples(samples, "samples")
+        noise = check_nonnegative_float(noise, "noise")
+        rng = check_random_state(random_state)
+        standardize = check_flag(standardize, "standardize")
+        if a.shape[0] < 2:
+            raise ValueError(f"`samples` need at least 2 samples (rows); got {a.shape[0]}")
+        n_features = int(np.count_nonzero(np.ptp(a, axis=0) > 0))
+        if standardize:
+            a = standardize_columns(a)
+        if noise > 0:
+            a = add_tie_breaking_noise(a, noise, rng)
+        if np.abs(a).max() > FLOAT64_MAX_ABS:
+            raise ValueError("`samples` reach beyond 2^1000 in magnitude, where a difference of two samples could "
+                             "overflow; scale them (MI does not change), or pass arrays to ksg_mi")
+        return cls(marginal_distances(a, "float64"), n_features)
+
+    @staticmethod
+    def cache_fits(n_samples, *, count=1, distance_cache="auto"):
+        """Whether to keep `count` distance matrices of `n_samples` samples in memory.
+
+        Parameters
+        ----------
+        n_samples : int
+        count : int, default=1
+            How many matrices (e.g. one per client).
+        distance_cache : {"auto", True, False}, default="auto"
+            True: always; False: never; "auto": when their ``count x n_samples^2`` float64
+            values take at most half the memory this process can still allocate (the
+            least of physical memory, the room under its cgroup's memory limit and under
+            ``ulimit -v``). The rule of every `distance_cache` argument of the package.
+
+        Returns
+        -------
+        bool
+
+        Examples
+        --------
+        >>> from mianalysis import MarginalDistances
+        >>> MarginalDistances.cache_fits(1000, count=3)   # 24 MB
+        True
+        >>> MarginalDistances.cache_fits(1000, distance_cache=False)
+        False
+        """
+        n_samples = check_int(n_samples, "n_samples", low=0)
+        count = check_int(count, "count", low=0)
+        return use_distance_cache(distance_cache, count * n_samples * n_samples * 8)
+
+
 def ksg_permutation_estimates(x, y, permutations, k, algorithm, dtype="float64"):
     """KSG estimates (nats) of the identity pairing and each permutation, from the two
     marginal distance matrices computed once (O(n^2 d)); each pairing then costs O(n^2).
@@ -215,13 +433,6 @@ def ksg_permutation_estimates(x, y, permutations, k, algorithm, dtype="float64")
     x, y = kernel_input(x, y, dtype)
     return ksg_estimates_from_distances(marginal_distances(x, dtype), marginal_distances(y, dtype), permutations, k,
                                         algorithm)
-
-
-def check_flag(value, name):
-    """`value` as a bool; ValueError naming `name` unless it is True or False."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"`{name}` must be True or False; got {value!r}")
-    return bool(value)
 
 
 def standardize_columns(a):

@@ -8,6 +8,7 @@ import numpy as np
 
 from .._validation import (
     check_choice,
+    check_flag,
     check_int,
     check_k,
     check_nonnegative_float,
@@ -17,8 +18,8 @@ from .._validation import (
 )
 from .gaussian import check_gaussian_settings, gaussian_mi
 from ._neighbours import check_torch_device, use_distance_cache
-from .ksg import (BACKENDS, add_tie_breaking_noise, check_flag, check_ksg_settings, ksg_mi, ksg_permutation_estimates,
-                  standardize_columns)
+from .ksg import (BACKENDS, KSG_NOISE, MarginalDistances, add_tie_breaking_noise, check_ksg_settings,
+                  ksg_estimates_from_marginals, ksg_mi, ksg_permutation_estimates, standardize_columns)
 
 ESTIMATORS = {"ksg": ksg_mi, "gaussian": gaussian_mi}
 KSG_ARGUMENTS = {"k", "algorithm", "units", "noise", "dtype", "backend", "device", "standardize"}
@@ -93,8 +94,11 @@ def mi_permutation_test(
 
     Parameters
     ----------
-    x, y : array-like of shape (n_samples, n_features) or (n_samples,)
-        Paired samples.
+    x, y : array-like of shape (n_samples, n_features) or (n_samples,), or MarginalDistances
+        Paired samples. With :class:`mianalysis.MarginalDistances` for both (KSG only;
+        samples standardized and noised once by :meth:`MarginalDistances.of
+        <mianalysis.MarginalDistances.of>`), the estimate and every shuffle come from those
+        distances in O(n^2) each, and only ``k``, ``algorithm`` and ``units`` apply.
     estimator : {"ksg", "gaussian"}, default="ksg"
         :func:`mianalysis.ksg_mi` or :func:`mianalysis.gaussian_mi`.
     n_permutations : int, default=100
@@ -161,8 +165,10 @@ def mi_permutation_test(
         raise ValueError(f"`estimator` must be one of {sorted(ESTIMATORS)}; got {estimator!r}")
     n_permutations = check_int(n_permutations, "n_permutations", low=1)
     rng = check_random_state(random_state)
-    x, y = check_paired(x, y)
     use_distance_cache(distance_cache, 0)  # only checks the argument
+    if isinstance(x, MarginalDistances) or isinstance(y, MarginalDistances):
+        return _test_from_marginals(x, y, estimator, n_permutations, rng, estimator_kwargs)
+    x, y = check_paired(x, y)
     estimate_mi = ESTIMATORS[estimator]
     kwargs = dict(estimator_kwargs)
     n = x.shape[0]
@@ -174,7 +180,7 @@ def mi_permutation_test(
         factor, algorithm, dtype = check_ksg_settings(kwargs.get("units", "bits"), kwargs.get("algorithm", 1),
                                                       kwargs.get("dtype", "float64"))
         k = check_k(kwargs.get("k", 3), n)
-        noise = check_nonnegative_float(kwargs.pop("noise", 1e-10), "noise")
+        noise = check_nonnegative_float(kwargs.pop("noise", KSG_NOISE), "noise")
         standardize = check_flag(kwargs.pop("standardize", False), "standardize")
         backend = check_choice(kwargs.get("backend", "numba"), "backend", BACKENDS)
         if backend == "torch":
@@ -210,3 +216,17 @@ def mi_permutation_test(
         for b in range(n_permutations):
             null[b] = estimate_mi(x, y[rng.permutation(y.shape[0])], **kwargs)
     return PermutationTestResult.from_null(observed, null, estimator)
+
+
+def _test_from_marginals(x, y, estimator, n_permutations, rng, kwargs):
+    """mi_permutation_test of two MarginalDistances: every shuffle from the distances."""
+    if estimator != "ksg":
+        raise ValueError(f"MarginalDistances serve estimator='ksg' only; got estimator={estimator!r} "
+                         "(pass arrays for the Gaussian estimator)")
+    unknown = set(kwargs) - KSG_ARGUMENTS
+    if unknown:
+        raise TypeError(_unexpected("ksg", unknown))
+    settings = {name: kwargs[name] for name in ("k", "algorithm", "units") if name in kwargs}
+    values = ksg_estimates_from_marginals(x, y, n_permutations=n_permutations, random_state=rng,
+                                          extra=set(kwargs) - set(settings), **settings)
+    return PermutationTestResult.from_null(values[0], values[1:], estimator)

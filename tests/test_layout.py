@@ -1,0 +1,121 @@
+"""The package's modules use one another through public names only (see the note on
+shared internals in ``mianalysis/__init__.py``): every module of ``mianalysis`` is parsed
+with :mod:`ast`, and an import of a private name (``_something``) from another module, an
+import from a private module of another folder, or a private attribute (``obj._x``) that
+the module itself never defines fails the test, naming the file and line."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import mianalysis
+
+PACKAGE = Path(mianalysis.__file__).parent
+# The package's shared internals: private modules that exist to be imported by every part.
+SHARED_INTERNALS = set(mianalysis.SHARED_INTERNALS)
+
+
+def is_private(name):
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def module_name(path):
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def folder_of(path):
+    """The package (folder) a module belongs to, e.g. mianalysis.estimators."""
+    return module_name(path.parent / "__init__.py")
+
+
+def imported(node, path):
+    """(source module, imported name or None) of each mianalysis import in `node`."""
+    if isinstance(node, ast.Import):
+        return [(alias.name, None) for alias in node.names if alias.name.split(".")[0] == "mianalysis"]
+    if node.level:
+        base = folder_of(path).split(".")
+        base = base[:len(base) - (node.level - 1)]
+        source = ".".join(base + ([node.module] if node.module else []))
+    else:
+        source = node.module or ""
+    if source.split(".")[0] != "mianalysis":
+        return []
+    return [(source, alias.name) for alias in node.names]
+
+
+def private_imports(path, tree):
+    """Imports in `tree` (the module at `path`) that reach into another module's privates."""
+    folder, own = folder_of(path), module_name(path)
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        for source, name in imported(node, path):
+            full = source if name is None else f"{source}.{name}"
+            parts = full.split(".")
+            for i, part in enumerate(parts):
+                if not is_private(part):
+                    continue
+                prefix, parent = ".".join(parts[:i + 1]), ".".join(parts[:i])
+                if prefix in SHARED_INTERNALS or prefix == own:
+                    continue
+                # A folder's own private modules (estimators/_kernels.py for estimators/ksg.py)
+                # are its business; a private name inside another module is not.
+                if parent == folder and (i < len(parts) - 1 or name is None or source == folder):
+                    continue
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: imports {full}")
+                break
+    return found
+
+
+def foreign_private_attributes(path, tree):
+    """``obj._x`` in `tree` where the module never defines ``_x`` itself (as an attribute it
+    assigns, a function, a class or a name): another module's internals."""
+    own = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            own.add(node.attr)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            own.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            own.add(node.id)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):  # __slots__ entries
+            own.add(node.value)
+    return [f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: uses {ast.unparse(node)}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and is_private(node.attr) and node.attr not in own
+            and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))]
+
+
+MODULES = sorted(PACKAGE.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE.parent)))
+def test_no_module_uses_another_modules_private_names(path):
+    tree = ast.parse(path.read_text(), filename=str(path))
+    assert private_imports(path, tree) + foreign_private_attributes(path, tree) == []
+
+
+def test_the_check_finds_what_it_forbids(tmp_path):
+    # The three smells this test exists for, as they were in analysis.py.
+    path = PACKAGE / "analysis.py"
+    tree = ast.parse("from .estimators._neighbours import marginal_distances\n"
+                     "from .dumps import _dump_around\n"
+                     "from .estimators.ksg import _centre_far_columns\n"
+                     "digest = dump._manifest\n")
+    assert private_imports(path, tree) == [
+        "mianalysis/analysis.py:1: imports mianalysis.estimators._neighbours.marginal_distances",
+        "mianalysis/analysis.py:2: imports mianalysis.dumps._dump_around",
+        "mianalysis/analysis.py:3: imports mianalysis.estimators.ksg._centre_far_columns"]
+    assert foreign_private_attributes(path, tree) == ["mianalysis/analysis.py:4: uses dump._manifest"]
+    # Allowed: shared internals, a folder's own private modules, a module's own privates.
+    ksg = PACKAGE / "estimators" / "ksg.py"
+    tree = ast.parse("from .._validation import check_k\nfrom ._neighbours import ksg_counts\n"
+                     "from . import _kernels\nfrom ..estimators._kernels import BLOCK\n"
+                     "class A:\n    def f(self, other):\n        self._x = 1\n        return other._x\n")
+    assert private_imports(ksg, tree) == [] and foreign_private_attributes(ksg, tree) == []
+    assert SHARED_INTERNALS <= {module_name(p) for p in MODULES}

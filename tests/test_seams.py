@@ -1,0 +1,170 @@
+"""Public seams between the analysis and the estimators: ``analyze`` builds on
+:class:`mianalysis.MarginalDistances` and :func:`mianalysis.mi_permutation_test`, and its
+tables are the same, byte for byte, as those written before the seam existed
+(``tests/data/seams_golden.csv``, written by the analysis of commit 5ecd029)."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mianalysis import ParameterDump, analyze
+from mianalysis.analysis import write_table
+
+GOLDEN = Path(__file__).parent / "data" / "seams_golden.csv"
+
+# Each case: the analyze keywords; the cache cases take the path that analyze used to
+# compute by itself (marginal distances, algorithm 1, the conversion to bits).
+CASES = [
+    {"permutations": 5, "distance_cache": True, "random_state": 1},
+    {"estimators": ("ksg",), "metrics": (), "permutations": 0, "distance_cache": True, "random_state": 2},
+    {"estimators": ("ksg",), "metrics": (), "permutations": {"ksg": 3}, "distance_cache": False, "standardize": False,
+     "random_state": 3},
+    {"estimators": ("ksg",), "metrics": (), "permutations": 2, "distance_cache": True, "standardize": False,
+     "by": "layer", "random_state": 4},
+]
+
+
+def golden_dump(path):
+    """Three clients, two checkpoints, 60 runs of 5 parameters on scales from 1e-3 to 10
+    (one constant); clients 1 and 2 depend on client 0."""
+    rng = np.random.default_rng(7)
+    scale = np.array([1e-3, 1.0, 10.0, 0.0, 0.5])
+    base = rng.standard_normal((2, 60, 5))
+    clients = {"0": base}
+    for c, rho in (("1", 0.6), ("2", 0.2)):
+        clients[c] = rho * base + np.sqrt(1 - rho**2) * rng.standard_normal((2, 60, 5))
+    samples = {c: (a * scale + np.where(scale == 0, 3.0, 0.0)).astype(np.float32) for c, a in clients.items()}
+    return ParameterDump.from_arrays(path, samples, layout=[("w", (3,)), ("b", (2,))])
+
+
+def golden_tables(path):
+    """The CSV text of every case, one after the other."""
+    dump = golden_dump(path / "dump")
+    text = ""
+    for i, case in enumerate(CASES):
+        write_table(analyze(dump, **case), path / f"{i}.csv")
+        text += (path / f"{i}.csv").read_text()
+    return text
+
+
+def test_analysis_tables_are_unchanged(tmp_path):
+    assert golden_tables(tmp_path) == GOLDEN.read_text()
+
+
+def samples_pair(n=200, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, 3)) * [1e-3, 1.0, 50.0]
+    return x, x[:, :2] + rng.standard_normal((n, 2))
+
+
+def test_marginal_distances_are_ksg_mi_on_the_prepared_samples():
+    from mianalysis import MarginalDistances, ksg_mi, mi_permutation_test
+    from mianalysis.estimators import KSG_NOISE
+    from mianalysis.estimators.ksg import add_tie_breaking_noise, standardize_columns
+
+    x, y = samples_pair()
+    dx = MarginalDistances.of(x, standardize=True, random_state=np.random.default_rng(1))
+    dy = MarginalDistances.of(y, standardize=True, random_state=np.random.default_rng(2))
+    # The same standardization and noise as ksg_mi (drawn from the given streams) ...
+    nx = add_tie_breaking_noise(standardize_columns(x), KSG_NOISE, np.random.default_rng(1))
+    ny = add_tie_breaking_noise(standardize_columns(y), KSG_NOISE, np.random.default_rng(2))
+    for units in ("bits", "nats"):
+        assert ksg_mi(dx, dy, k=4, units=units) == pytest.approx(ksg_mi(nx, ny, k=4, noise=0, units=units), abs=1e-13)
+    # ... and the same shuffles as the permutation test of those samples with its own cache.
+    got = mi_permutation_test(dx, dy, n_permutations=7, random_state=5, k=4, algorithm=2)
+    want = mi_permutation_test(nx, ny, n_permutations=7, random_state=5, k=4, algorithm=2, noise=0,
+                               distance_cache=True)
+    np.testing.assert_allclose(got.null_distribution, want.null_distribution, rtol=0, atol=1e-13)
+    assert (got.pvalue, got.n_permutations) == (want.pvalue, 7)
+    assert dx.n_samples == 200 and dx.n_features == 3 and not dx.matrix.flags.writeable
+    assert repr(dx) == "MarginalDistances(n_samples=200, n_features=3)"
+
+
+def test_marginal_distances_of_a_constant_variable_give_zero():
+    from mianalysis import MarginalDistances, ksg_mi, mi_permutation_test
+
+    x, y = samples_pair()
+    dc = MarginalDistances.of(np.full((200, 2), 4.0))
+    dy = MarginalDistances.of(y)
+    assert dc.n_features == 0 and not dc.matrix.any()
+    assert ksg_mi(dc, dy) == 0.0
+    res = mi_permutation_test(dy, dc, n_permutations=3, random_state=0)
+    assert (res.estimate, res.pvalue, list(res.null_distribution)) == (0.0, 1.0, [0.0, 0.0, 0.0])
+
+
+def test_marginal_distances_bad_input():
+    from mianalysis import MarginalDistances, ksg_mi, mi_permutation_test
+
+    x, y = samples_pair()
+    dx, dy = MarginalDistances.of(x), MarginalDistances.of(y)
+    with pytest.raises(TypeError, match="`y` must be MarginalDistances like the other argument"):
+        ksg_mi(dx, y)
+    with pytest.raises(TypeError, match="`x` must be MarginalDistances like the other argument"):
+        mi_permutation_test(x, dy, n_permutations=2)
+    with pytest.raises(ValueError, match="`standardize` cannot be applied to MarginalDistances"):
+        ksg_mi(dx, dy, standardize=True)
+    with pytest.raises(ValueError, match="`backend`, `dtype` cannot be applied to MarginalDistances"):
+        ksg_mi(dx, dy, dtype="float32", backend="torch")
+    with pytest.raises(ValueError, match="`noise` cannot be applied to MarginalDistances"):
+        mi_permutation_test(dx, dy, n_permutations=2, noise=0.0)
+    with pytest.raises(ValueError, match="MarginalDistances serve estimator='ksg' only"):
+        mi_permutation_test(dx, dy, estimator="gaussian", n_permutations=2)
+    with pytest.raises(TypeError, match="unexpected keyword arguments \\['shrinkage'\\]"):
+        mi_permutation_test(dx, dy, n_permutations=2, shrinkage="ledoit-wolf")
+    with pytest.raises(ValueError, match="same number of samples; got 200 and 100"):
+        ksg_mi(dx, MarginalDistances.of(y[:100]))
+    with pytest.raises(ValueError, match="`k` must be"):
+        ksg_mi(dx, dy, k=200)
+    with pytest.raises(ValueError, match="`distance_cache` must be 'auto', True or False"):
+        ksg_mi(dx, dy, distance_cache="yes")
+    with pytest.raises(ValueError, match="`samples` reach beyond 2\\^1000"):
+        MarginalDistances.of(x * 1e300)
+    with pytest.raises(ValueError, match="`samples` contains non-finite values"):
+        MarginalDistances.of([0.0, np.nan, 1.0])
+    with pytest.raises(ValueError, match="`samples` need at least 2 samples"):
+        MarginalDistances.of([[1.0, 2.0]])
+    with pytest.raises(ValueError, match="`standardize` must be True or False"):
+        MarginalDistances.of(x, standardize="yes")
+    with pytest.raises(ValueError, match="`matrix` must be a square float64 array"):
+        MarginalDistances(np.zeros((3, 2)), 1)
+    with pytest.raises(ValueError, match="`n_features` must be an int >= 0"):
+        MarginalDistances(np.zeros((3, 3)), -1)
+
+
+def test_cache_fits_is_the_distance_cache_rule(monkeypatch):
+    from mianalysis import MarginalDistances
+    from mianalysis.estimators import _neighbours
+
+    monkeypatch.setattr(_neighbours, "available_memory_bytes", lambda: 2 * 3 * 100 * 100 * 8)
+    assert MarginalDistances.cache_fits(100, count=3)
+    assert not MarginalDistances.cache_fits(101, count=3)
+    assert MarginalDistances.cache_fits(10**6, distance_cache=True)
+    assert not MarginalDistances.cache_fits(2, distance_cache=False)
+    with pytest.raises(ValueError, match="`distance_cache` must be 'auto', True or False"):
+        MarginalDistances.cache_fits(2, distance_cache="always")
+    with pytest.raises(TypeError, match="`n_samples` must be an integer"):
+        MarginalDistances.cache_fits(2.5)
+
+
+def test_chunks_digest_fingerprints_the_completed_chunks(tmp_path):
+    a = golden_dump(tmp_path / "a")
+    b = golden_dump(tmp_path / "b")
+    assert a.chunks_digest() == b.chunks_digest() == ParameterDump.open(tmp_path / "a").chunks_digest()
+    other = ParameterDump.from_arrays(tmp_path / "c", {"0": np.zeros((2, 60, 5)), "1": np.ones((2, 60, 5))})
+    assert len(other.chunks_digest()) == 16 and other.chunks_digest() != a.chunks_digest()
+
+
+def test_one_ksg_noise_default():
+    import inspect
+
+    from mianalysis import MarginalDistances, analysis, ksg_mi
+    from mianalysis.estimators import KSG_NOISE
+    from mianalysis.estimators import ksg, significance
+
+    assert KSG_NOISE == 1e-10
+    assert inspect.signature(ksg_mi).parameters["noise"].default is KSG_NOISE
+    assert inspect.signature(MarginalDistances.of).parameters["noise"].default is KSG_NOISE
+    assert analysis.KSG_NOISE is significance.KSG_NOISE is ksg.KSG_NOISE
+    for module in (analysis, significance):
+        assert "1e-10" not in inspect.getsource(module)
