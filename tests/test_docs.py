@@ -1,8 +1,8 @@
 """The documentation site (mkdocs.yml, docs/): its pages, links, examples and build.
 
 Always on, and cheap: every page in the nav exists and every Markdown page is in the nav;
-every relative link of docs/*.md, of README.md and of the proposed front page points to an
-existing file; docs/cli-reference.md is what ``python docs/gen_cli_reference.py`` writes
+every relative link of docs/*.md and of README.md (the front page) points to an existing
+file; docs/cli-reference.md is what ``python docs/gen_cli_reference.py`` writes
 from the current parser; every ```python block of docs/ runs, as the README's do
 (tests/test_examples.py). Where mkdocs is installed (the ``docs`` extra, or ``make docs``'s
 .venv-docs), ``mkdocs build --strict`` must pass: mkdocstrings then also resolves every
@@ -26,9 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 MKDOCS_YML = ROOT / "mkdocs.yml"
 # Pages not in the nav, and why.
-NOT_IN_NAV = {
-    "README_front_page.md": "the proposed README.md, not a page of the site",
-}
+NOT_IN_NAV = {}
 
 
 def nav_pages():
@@ -81,9 +79,7 @@ def resolve(page, target):
 @pytest.mark.parametrize("page", markdown_pages())
 def test_relative_links_point_to_files(page):
     path = DOCS / page
-    # The front page is written to replace README.md: its links are relative to the root.
-    base = ROOT / "README.md" if page in NOT_IN_NAV else path
-    broken = [t for t in relative_links(path.read_text()) if not resolve(base, t).exists()]
+    broken = [t for t in relative_links(path.read_text()) if not resolve(path, t).exists()]
     assert not broken, f"docs/{page}: links to missing files: {broken}"
 
 
@@ -111,9 +107,6 @@ def test_cli_reference_is_current():
 
 DOC_BLOCKS = [(page, block) for page in markdown_pages() if page not in NOT_IN_NAV
               for block in python_blocks((DOCS / page).read_text(), f"docs/{page}")]
-FRONT_PAGE = DOCS / "README_front_page.md"  # until it replaces README.md (whose blocks test_examples.py runs)
-FRONT_PAGE_BLOCKS = ([("README_front_page.md", b) for b in python_blocks(FRONT_PAGE.read_text())]
-                     if FRONT_PAGE.exists() else [])
 
 
 @pytest.fixture
@@ -132,7 +125,7 @@ def single_threaded_torch():
     torch.set_num_threads(before)
 
 
-@pytest.mark.parametrize("page, block", DOC_BLOCKS + FRONT_PAGE_BLOCKS, ids=lambda v: v if isinstance(v, str) else str(v.line))
+@pytest.mark.parametrize("page, block", DOC_BLOCKS, ids=lambda v: v if isinstance(v, str) else str(v.line))
 def test_docs_example(page, block, in_tmp_dir, single_threaded_torch):
     if block.directive is not None:
         pytest.skip(f"docs/{page}:{block.line}: {block.directive}")
@@ -141,7 +134,7 @@ def test_docs_example(page, block, in_tmp_dir, single_threaded_torch):
 
 
 def test_docs_examples_are_found():
-    assert len(DOC_BLOCKS) >= 5 and len(FRONT_PAGE_BLOCKS) == FRONT_PAGE.exists()
+    assert len(DOC_BLOCKS) >= 5
 
 
 def _mkdocs_command():

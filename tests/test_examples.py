@@ -220,7 +220,7 @@ def test_readme_example(block, in_tmp_dir, single_threaded_torch):
 
 
 def test_readme_examples_are_found_and_rarely_skipped():
-    assert len(README_BLOCKS) >= 2
+    assert len(README_BLOCKS) >= 1  # the front page's example; the rest of the examples are in docs/ (test_docs.py)
     assert sum(b.directive is not None for b in README_BLOCKS) <= 1
 
 
