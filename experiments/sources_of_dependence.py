@@ -2,7 +2,7 @@
 
 The core paper reports MI between clients positive and rising while their distances grow.
 Whether MI can rise at all depends on which random streams the clients of a run share
-(README, "Where dependence between clients comes from"): with a per-run start and nothing
+(docs/concepts/dependence.md, "Where dependence between clients comes from"): with a per-run start and nothing
 else shared it can only fall; with a fixed start and nothing shared it is exactly 0. This
 script crosses the start (per-run, fixed) with what the clients of a run share, on:
 
