@@ -167,7 +167,11 @@ def markdown(summary, parts, specs):
              "shrinkage Gaussian estimate). Additive-noise model: whether the interval of the Gaussian MI's change "
              "excludes the change that model predicts at some step (contradicted), at none (not contradicted), or "
              "the prediction failed (not decided: e.g. the start estimated from the cross-covariance does not fit the "
-             "clients' covariances; reasons in the CSV), per client pair. Made by `python experiments/sources_of_dependence.py`.", ""]
+             "clients' covariances; reasons in the CSV), per client pair. CAUTION: that check is not calibrated: "
+             "its prediction ignores its own sampling error, which is large where the start's covariance is "
+             "estimated from a small cross-covariance; with a fixed start and nothing shared (an additive model "
+             "with a constant start, whose MI is 0 at every step: gaussian-sgd's exact MI) it still says "
+             "'contradicted'. Its verdicts here are not evidence either way. Made by `python experiments/sources_of_dependence.py`.", ""]
     for part in parts:
         task_name, preset, settings, every, runs, seeds, _ = specs[part]
         lines += [f"### {task_name}, preset {preset}{' ' + json.dumps(settings) if settings else ''}: {runs} runs "
@@ -209,10 +213,14 @@ def figure(summary, path, parts, specs):
                 if not hits:
                     continue
                 change = [r["last_value"] - r["first_value"] for r in hits]
+                hollow = any(r["trend"].startswith("not made") for r in hits)  # shrinkage: no verdict
                 ax.scatter([i + (j - 1) * 0.2] * len(change), change, s=14, color=f"C{j}",
-                           label=qname if i == 0 else None, marker="o" if q != "mi_exact" else "_")
+                           facecolors="none" if hollow else f"C{j}",
+                           label=(qname + (" (hollow: shrinkage, no verdict)" if hollow else "")) if i == 0 else None,
+                           marker="o" if q != "mi_exact" else "_")
         ax.axhline(0, color="0.5", lw=0.8)
         ax.set_yscale("symlog", linthresh=1)  # changes of 0.1 and of 100 bits on one axis
+        ax.margins(y=0.15)
         ax.set_xticks(range(len(x_labels)))
         ax.set_xticklabels(x_labels, fontsize=7)
         ax.set_ylabel("MI change, first trained -> last checkpoint\n(bits, symmetric log scale)")
@@ -220,7 +228,8 @@ def figure(summary, path, parts, specs):
         ax.set_title(f"{task_name} ({preset}), {runs} runs/cell, {len(seeds)} seed(s)\n"
                      "each dot: one client pair and seed", fontsize=9)
         ax.legend(fontsize=7)
-    fig.suptitle("Does MI between clients rise? Start x shared random streams", fontsize=11)
+    fig.suptitle("Does MI between clients rise? MI change by start x streams shared within a run "
+                 "(distances grow in every cell)", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
