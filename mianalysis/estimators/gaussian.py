@@ -332,6 +332,22 @@ def _joint_correlation(x, y, shrinkage):
 GRAM_BLOCK = 256
 
 
+_BLAS_CONTROLLER = []
+
+
+def _single_threaded_blas():
+    """A context in which the BLAS libraries loaded in this process use one thread.
+
+    threadpoolctl finds the loaded libraries by reading the process's memory map, which
+    costs about 1.5 ms, more than a small estimate itself; the controller is made once
+    (numpy's and scipy's BLAS are loaded by the time an estimate runs) and reused."""
+    if not _BLAS_CONTROLLER:
+        from threadpoolctl import ThreadpoolController
+
+        _BLAS_CONTROLLER.append(ThreadpoolController())
+    return _BLAS_CONTROLLER[0].limit(limits=1, user_api="blas")
+
+
 def gram_matrix(z, block=GRAM_BLOCK):
     """``z.T @ z``, the same to the last bit whatever the number of BLAS threads.
 
@@ -342,8 +358,6 @@ def gram_matrix(z, block=GRAM_BLOCK):
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from threadpoolctl import threadpool_limits
-
     p = z.shape[1]
     gram = np.empty((p, p))
     starts = list(range(0, p, block))
@@ -351,7 +365,7 @@ def gram_matrix(z, block=GRAM_BLOCK):
     def lower_block(s):  # rows s.. of the column block s..s+block: the lower triangle only
         gram[s:, s:s + block] = z[:, s:].T @ z[:, s:s + block]
 
-    with threadpool_limits(limits=1, user_api="blas"):
+    with _single_threaded_blas():
         if len(starts) == 1:
             lower_block(0)
         else:
@@ -390,10 +404,8 @@ def _logdet_pd(corr, block, n_samples, shrinkage):
     """log det of a correlation matrix by Cholesky, or a ValueError naming the block."""
     p = corr.shape[0]
     hint = "" if shrinkage else "; use shrinkage='ledoit-wolf'"
-    from threadpoolctl import threadpool_limits
-
     try:
-        with threadpool_limits(limits=1, user_api="blas"):  # the same bits for any thread count
+        with _single_threaded_blas():  # the same bits for any thread count
             chol = cholesky(corr, lower=True, check_finite=False)
         diag = np.diag(chol)
         ok = np.all(diag > 0)
