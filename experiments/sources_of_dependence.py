@@ -111,7 +111,7 @@ def cell_rows(part, spec, init, shared, seed, rows, dump):
         if pair == "error":
             continue
         bad = [p for p in steps if p["verdict"] == "contradicted"]
-        unknown = [p for p in steps if not p["verdict"]]
+        unknown = [p for p in steps if p["verdict"] in ("", "not decided")]
         trend = "contradicted" if bad else "not contradicted" if not unknown else "not decided"
         reasons = "; ".join(sorted({p["note"] or "no interval" for p in unknown}))
         out.append({**base, "quantity": "additive_model", "pair": pair, "first_iteration": steps[0]["iteration_from"],

@@ -13,7 +13,8 @@ __version__ = "0.1.0"
 
 from ._locking import LockedError
 from ._validation import ConstantFeatureWarning
-from .additive import AdditivePrediction, additive_model_mi, additive_model_verdict, isotropic_additive_mi
+from .additive import (AdditivePrediction, AdditiveTest, additive_model_mi, additive_model_test,
+                       additive_model_verdict, isotropic_additive_mi)
 from .analysis import analyze
 from .distances import mean_paired_distance, paired_distances
 from .dumps import DumpError, ParameterDump
@@ -49,5 +50,7 @@ __all__ = [
     "additive_model_mi",
     "isotropic_additive_mi",
     "additive_model_verdict",
+    "AdditiveTest",
+    "additive_model_test",
     "AdditivePrediction",
 ]

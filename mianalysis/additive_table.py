@@ -13,16 +13,18 @@ import math
 
 import numpy as np
 
-from .additive import additive_model_mi, additive_model_verdict
+from .additive import additive_model_test
 
 __all__ = ["additive_prediction_rows", "PREDICTION_COLUMNS"]
 
 PREDICTION_COLUMNS = ("checkpoint_from", "checkpoint", "iteration_from", "iteration", "client_a", "client_b",
                       "layer", "estimated_change", "estimated_ci_low", "estimated_ci_high", "predicted_change",
-                      "mi_start", "mi_predicted", "distance_change", "method", "verdict", "n_runs", "note")
+                      "mi_start", "mi_predicted", "distance_change", "method", "difference_ci_low", "difference_ci_high", "verdict", "n_runs",
+                      "note")
 
 
-def additive_prediction_rows(rows, dump, *, quantity="mi_gaussian", fallback="isotropic"):
+def additive_prediction_rows(rows, dump, *, quantity="mi_gaussian", fallback="isotropic", n_resamples=20,
+                             level=0.95, random_state=0):
     """Estimated and additive-model MI changes for every pair and step of a table.
 
     Parameters
@@ -38,6 +40,12 @@ def additive_prediction_rows(rows, dump, *, quantity="mi_gaussian", fallback="is
     fallback : {None, "isotropic"}, default="isotropic"
         Passed to :func:`mianalysis.additive_model_mi`: with too few runs for the full
         covariances (``runs <= 2 x parameters``) the isotropic version is used.
+    n_resamples : int, default=20
+        Bootstrap resamples of :func:`mianalysis.additive_model_test`, which gives the verdict.
+    level : float, default=0.95
+        Confidence level of the difference's interval.
+    random_state : None or int, default=0
+        Seeds the resampling (the same seed for every step).
 
     Returns
     -------
@@ -51,9 +59,13 @@ def additive_prediction_rows(rows, dump, *, quantity="mi_gaussian", fallback="is
         and `note` gives the reason: the data contradict the model outright.
         `estimated_ci_low` and `estimated_ci_high` are the confidence interval of the
         estimated change, from the table's paired ``delta_QUANTITY`` row (NaN for a table
-        without intervals), and `verdict` is :func:`mianalysis.additive_model_verdict` of
-        that interval and the prediction ("contradicted" / "not contradicted"; empty when
-        either is missing).
+        without intervals). `difference_ci_low` and `difference_ci_high` are the paired
+        bootstrap interval of the estimated change minus the (bias-corrected) predicted
+        change, and `verdict` is :func:`mianalysis.additive_model_test`'s ("contradicted"
+        when that interval excludes 0, "not contradicted", or "not decided" when the
+        prediction failed on more than half of the resamples, the reason in `note`; empty
+        when the prediction is missing). The verdict is computed from the samples, so it
+        is given for tables without intervals too.
 
     Examples
     --------
@@ -85,17 +97,15 @@ def additive_prediction_rows(rows, dump, *, quantity="mi_gaussian", fallback="is
     for (a, b, layer), series in by_key.items():
         series = sorted(series, key=lambda r: r["checkpoint"])
         for first, later in zip(series, series[1:]):
-            row = _step(dump, a, b, layer, first, later, fallback)
+            row = _step(dump, a, b, layer, first, later, fallback, n_resamples, level, random_state)
             delta = deltas.get((a, b, layer, later["checkpoint"]), {})
             low, high = float(delta.get("ci_low", math.nan)), float(delta.get("ci_high", math.nan))
             row["estimated_ci_low"], row["estimated_ci_high"] = low, high
-            ok = math.isfinite(low) and math.isfinite(high) and math.isfinite(row["predicted_change"])
-            row["verdict"] = additive_model_verdict((low, high), row["predicted_change"]) if ok else ""
             out.append({column: row[column] for column in PREDICTION_COLUMNS})
     return out
 
 
-def _step(dump, a, b, layer, first, later, fallback):
+def _step(dump, a, b, layer, first, later, fallback, n_resamples, level, random_state):
     group = layer or None
     t0, t1 = first["checkpoint"], later["checkpoint"]
     arrays = [np.asarray(dump.samples(c, t, layer=group), dtype=np.float64) for t in (t0, t1) for c in (a, b)]
@@ -108,18 +118,24 @@ def _step(dump, a, b, layer, first, later, fallback):
            "iteration": later["iteration"], "client_a": a, "client_b": b, "layer": layer,
            "estimated_change": float(later["value"] - first["value"]), "n_runs": arrays[0].shape[0]}
     nan = {"predicted_change": math.nan, "mi_start": math.nan, "mi_predicted": math.nan,
-           "distance_change": math.nan, "method": ""}
+           "distance_change": math.nan, "method": "", "difference_ci_low": math.nan,
+           "difference_ci_high": math.nan, "verdict": ""}
     if arrays[0].shape[1] == 0:
         notes.append("no parameter varies")
         return {**row, **nan, "note": "; ".join(notes)}
     x0, y0, x1, y1 = arrays
     try:
-        pred = additive_model_mi(x0, y0, x1, y1, fallback=fallback)
+        test = additive_model_test(x0, y0, x1, y1, n_resamples=n_resamples, level=level,
+                                   random_state=random_state, fallback=fallback)
     except ValueError as exc:
         if "fit inside" not in str(exc):
             raise
         notes.append(str(exc))
         return {**row, **nan, "note": "; ".join(notes)}
+    pred = test.prediction
+    if test.reason:
+        notes.append(test.reason)
     return {**row, "predicted_change": pred.predicted_change, "mi_start": pred.mi_start,
             "mi_predicted": pred.mi_predicted, "distance_change": pred.distance_change,
-            "method": pred.method, "note": "; ".join(notes)}
+            "method": pred.method, "difference_ci_low": test.ci_low, "difference_ci_high": test.ci_high,
+            "verdict": test.verdict, "note": "; ".join(notes)}

@@ -16,7 +16,9 @@ import pytest
 
 from mianalysis import (
     AdditivePrediction,
+    AdditiveTest,
     additive_model_mi,
+    additive_model_test,
     additive_model_verdict,
     gaussian_mi,
     isotropic_additive_mi,
@@ -319,7 +321,8 @@ def test_prediction_rows_fallback_constants_and_misfits(tmp_path):
     a[:, :, 4] = b[:, :, 4] = 1.0                    # one constant parameter
     dump = dump_of(tmp_path / "few", {"a": a, "b": b})
     [row] = additive_prediction_rows(analyze(dump, estimators=("gaussian",)), dump)
-    assert row["method"] == "isotropic" and row["note"] == "1 constant parameter(s) left out"
+    assert row["method"] == "isotropic" and row["note"].startswith("1 constant parameter(s) left out; ")
+    assert row["verdict"] == "not decided" and "without shrinkage" in row["note"]   # 8 runs: no Gaussian MI
     with pytest.raises(ValueError, match="more than 2 \\* n_features"):
         additive_prediction_rows(analyze(dump, estimators=("gaussian",)), dump, fallback=None)
 
@@ -352,3 +355,84 @@ def test_table_rows_carry_the_interval_of_the_estimated_change_and_the_verdict(t
         [delta] = [r for r in rows if r["quantity"] == "delta_mi_gaussian"]
         assert (row["estimated_ci_low"], row["estimated_ci_high"]) == (delta["ci_low"], delta["ci_high"])
         assert row["verdict"] == want
+        samples = [dump.samples(c, t).astype(np.float64) for t in (0, 1) for c in "ab"]
+        test = additive_model_test(*samples)
+        assert (row["difference_ci_low"], row["difference_ci_high"]) == (test.ci_low, test.ci_high)
+        assert (row["difference_ci_low"] > 0) == (want == "contradicted")
+
+
+# ---------------------------------------------------------------------- calibrated test
+
+
+def fixed_start_case(d, n, seed):
+    """theta0 constant: X and Y independent, true MI 0 at both checkpoints, noise doubles."""
+    rng = np.random.default_rng(seed)
+    x0, y0 = rng.standard_normal((2, n, d))
+    return x0, y0, x0 + rng.standard_normal((n, d)), y0 + rng.standard_normal((n, d))
+
+
+@pytest.mark.parametrize("case", ["fixed start", "shared start"])
+def test_calibrated_verdict_on_additive_data(case):
+    verdicts, raw, bias = [], [], []
+    for seed in range(20):
+        if case == "fixed start":
+            samples = fixed_start_case(10, 2000, seed)
+        else:
+            samples, _ = additive_case(3, 600, 100 + seed)
+        test = additive_model_test(*samples, random_state=seed)
+        assert isinstance(test, AdditiveTest) and test.n_failed == 0 and test.reason == ""
+        assert test.ci_low <= test.difference <= test.ci_high
+        verdicts.append(test.verdict)
+        raw.append(test.prediction.predicted_change)
+        bias.append(test.prediction_bias)
+    assert verdicts.count("not contradicted") >= 18, verdicts
+    if case == "fixed start":
+        # The raw prediction is biased below the true change 0 (about -d(d+1)/(4n) (1 - 1/4) nats,
+        # -0.015 bits), and the bootstrap finds that bias; uncorrected, it would be contradicted often.
+        assert np.mean(raw) < -0.008 and np.mean(bias) < -0.008
+
+
+def test_calibrated_verdict_on_a_shared_growing_component():
+    samples = shared_component_case(d=4, n=2000)
+    test = additive_model_test(*samples)
+    assert test.verdict == "contradicted" and test.ci_low > 0
+    assert test.estimated_change > 0 > test.prediction.predicted_change
+
+
+def test_calibrated_test_parts():
+    samples = fixed_start_case(5, 500, 1)
+    test = additive_model_test(*samples, n_resamples=10, random_state=3)
+    assert test.prediction == additive_model_mi(*samples)
+    assert test.estimated_change == pytest.approx(estimated_change(*samples), abs=1e-12)
+    assert test.difference == pytest.approx(
+        test.estimated_change - (test.prediction.predicted_change - test.prediction_bias), abs=1e-12)
+    assert test == additive_model_test(*samples, n_resamples=10, random_state=3)      # seeded
+    nats = additive_model_test(*samples, n_resamples=10, random_state=3, units="nats")
+    assert nats.difference == pytest.approx(test.difference * LOG2)
+    wider = additive_model_test(*samples, n_resamples=10, random_state=3, level=0.99)
+    assert wider.ci_low < test.ci_low and wider.ci_high > test.ci_high
+    with pytest.raises(ValueError, match="n_resamples"):
+        additive_model_test(*samples, n_resamples=1)
+    with pytest.raises(ValueError, match="`level` must be"):
+        additive_model_test(*samples, level=1.5)
+
+
+def test_calibrated_test_not_decided_when_most_resamples_fail(monkeypatch):
+    import mianalysis.additive as additive
+
+    samples = fixed_start_case(3, 300, 2)
+    real, calls = additive.additive_model_mi, []
+
+    def failing(*args, **kwargs):  # all runs fit; then every `every`-th resample does
+        calls.append(1)
+        if len(calls) > 1 and (len(calls) - 2) % every:
+            raise ValueError("the shared start ... does not fit inside the clients' covariances")
+        return real(*args, **kwargs)
+
+    for every, failed, verdict in ((1, 0, "not contradicted"), (2, 5, "not contradicted"), (3, 6, "not decided")):
+        calls.clear()
+        monkeypatch.setattr(additive, "additive_model_mi", failing)
+        test = additive_model_test(*samples, n_resamples=10)
+        assert (test.n_failed, test.verdict) == (failed, verdict)
+        if verdict == "not decided":
+            assert "failed on 6 of 10 resamples" in test.reason and math.isnan(test.ci_low)

@@ -118,6 +118,7 @@ NO_EXAMPLES = {
     "ConstantFeatureWarning": "a warning; tests/test_degenerate_data.py shows when it is raised",
     "PermutationTestResult": "what mi_permutation_test returns; its example shows it",
     "AdditivePrediction": "what additive_model_mi and isotropic_additive_mi return; their examples show it",
+    "AdditiveTest": "what additive_model_test returns; its example shows it",
     "ParameterSampler": "trains PyTorch models; the README's dump example runs it",
 }
 
