@@ -167,11 +167,12 @@ def markdown(summary, parts, specs):
              "shrinkage Gaussian estimate). Additive-noise model: whether the interval of the Gaussian MI's change "
              "excludes the change that model predicts at some step (contradicted), at none (not contradicted), or "
              "the prediction failed (not decided: e.g. the start estimated from the cross-covariance does not fit the "
-             "clients' covariances; reasons in the CSV), per client pair. CAUTION: that check is not calibrated: "
-             "its prediction ignores its own sampling error, which is large where the start's covariance is "
-             "estimated from a small cross-covariance; with a fixed start and nothing shared (an additive model "
-             "with a constant start, whose MI is 0 at every step: gaussian-sgd's exact MI) it still says "
-             "'contradicted'. Its verdicts here are not evidence either way. Made by `python experiments/sources_of_dependence.py`.", ""]
+             "clients' covariances, or too many bootstrap resamples failed; reasons in the CSV), per client pair. The "
+             "verdict comes from `additive_model_test`: a paired bootstrap interval (20 resamples of the runs) of the "
+             "estimated minus the bias-corrected predicted change, so the prediction's own sampling error is counted. "
+             "The model assumes independent client noise around one start (X = start + e_X, Y = start + e_Y); a cell "
+             "whose clients share noise, or whose training maps the start differently per client, breaks it by design. "
+             "Made by `python experiments/sources_of_dependence.py`.", ""]
     for part in parts:
         task_name, preset, settings, every, runs, seeds, _ = specs[part]
         lines += [f"### {task_name}, preset {preset}{' ' + json.dumps(settings) if settings else ''}: {runs} runs "
