@@ -6,6 +6,7 @@ import contextlib
 import csv
 import itertools
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -28,6 +29,8 @@ COLUMNS = ("checkpoint", "iteration", "client_a", "client_b", "quantity", "value
 BY = ("layer",)
 OPTIONAL_COLUMNS = ("layer", "ci_low", "ci_high", "verdict")  # tables written before `by` or intervals lack them
 CI_RESAMPLES = {"gaussian": 20, "ksg": 10}
+
+log = logging.getLogger(__name__)
 
 
 def gaussian_settings(n_runs, n_features):
@@ -332,6 +335,9 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
             for t, saved in journal.read():
                 rows += saved
                 done.add(t)
+            if done:
+                log.info("resuming the analysis journal %s: %d of %d checkpoints already analysed",
+                         journal.path, len(done), len(dump.checkpoints))
 
         # A dump still being sampled (or stopped) is analysed as far as it goes; every row says so.
         incomplete = "" if dump.complete else f"dump incomplete: {n_runs} of {dump.n_runs} runs"
@@ -454,6 +460,7 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
                     add_changes(t, cols, group)
             if journal is not None:
                 journal.append(t, rows[first:])
+            log.debug("analysed checkpoint %d (iteration %d): %d rows", t, dump.checkpoints[t], len(rows) - first)
         if bar is not None:
             bar.close()
         rows.sort(key=lambda r: r["checkpoint"])  # stable: the order within a checkpoint is kept

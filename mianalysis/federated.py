@@ -19,6 +19,8 @@ amplifies.
 
 from __future__ import annotations
 
+import logging
+
 import math
 from dataclasses import asdict, dataclass, field
 
@@ -33,6 +35,8 @@ from .sampling import replica_seed
 ALGORITHMS = ("fedavg", "fedsgd")
 PLACEMENTS = ("update", "step")
 MODELS = ("mlp", "cnn")
+
+logger = logging.getLogger(__name__)
 
 
 def build_model(name, input_shape, n_classes=10, hidden=200):
@@ -495,6 +499,7 @@ class FederatedSimulation:
                     local_models[c, t] = model.numpy()
                 global_models[t] = flat.numpy()
             log(t)
+            logger.debug("round %d of %d: clients %s", t, cfg.rounds, clients.tolist())
             for row, value in zip(history[-len(replicate_ids):], eb):
                 row["eb_clients"] = float(value)
             if bar is not None:
