@@ -34,7 +34,7 @@ from .sampling import ParameterSampler
 # may import: argument checks and their messages, provenance records, writer locks, thread
 # settings, and overflow-safe scaling.
 SHARED_INTERNALS = ("mianalysis._validation", "mianalysis._provenance", "mianalysis._locking", "mianalysis._threads",
-                    "mianalysis._scaling")
+                    "mianalysis._scaling", "mianalysis._seeding", "mianalysis._io")
 
 __all__ = [
     "gaussian_mi",

@@ -271,10 +271,11 @@ def _cmd_federate(args):
                 _, history = record_replicates(sim, out / "dump", chunk_size=args.chunk_size, layer=args.layer,
                                                progress=_progress(args))
             else:
-                history, _ = sim.run(progress=_progress(args), log_client_eb=args.client_eb)
+                result = sim.run(progress=_progress(args), log_client_eb=args.client_eb)
+                history = result.history
             out.mkdir(parents=True, exist_ok=True)
             if args.client_eb and not args.record:
-                write_rows(sim.client_eb, out / "client_eb.csv")
+                write_rows(result.client_eb, out / "client_eb.csv")
             rows = history_table(history, out / "history.csv")
             _write_federate_settings(out / "settings.json", sim.describe(), collect(started, finished=True),
                                      resumed=args.record)

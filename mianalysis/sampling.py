@@ -8,15 +8,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._locking import WriterLock
+from ._seeding import replica_seed
 from ._validation import check_choice, check_int
 from .dumps import ParameterDump, layout_from_shapes, unwritten_dump_discarded
 
 INIT_MODES = ("per-run", "fixed")
-
-
-def replica_seed(*words):
-    """A 63-bit seed derived from integers (seed, run, stream) by NumPy's SeedSequence."""
-    return int(np.random.SeedSequence([int(w) for w in words]).generate_state(1, np.uint64)[0] >> np.uint64(1))
 
 
 def _generator(*words):

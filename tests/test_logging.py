@@ -31,7 +31,7 @@ def test_default_shows_results_and_what_was_written(tmp_path, capsys):
 def test_verbose_shows_every_round_on_stderr(tmp_path, capsys):
     assert main(["-v"] + FEDERATE + ["--out", str(tmp_path / "fl"), "--no-progress"]) == 0
     err = capsys.readouterr().err
-    assert "mianalysis.federated: round 1 of 2: clients [0, 1, 2]" in err
+    assert "mianalysis.federated.simulation: round 1 of 2: clients [0, 1, 2]" in err
     assert "round 2 of 2" in err
 
 
