@@ -853,6 +853,22 @@ class ParameterDump:
             meta = dict(meta or {}, imported_from=str(root), runs=runs, state_dict_key=used)
             return cls.from_arrays(path, samples, checkpoints=checkpoints, layout=named_shapes, meta=meta)
 
+    @classmethod
+    def writer(cls, path, *, clients, checkpoints, runs, layout=None, chunk_size=64, meta=None, metrics=None):
+        """A :class:`~mianalysis.dump_writer.DumpWriter` recording your own training loop
+        into the dump at `path`, chunk by chunk; use it in a ``with`` block::
+
+            with ParameterDump.writer(path, clients=["a", "b"], checkpoints=[0, 10], runs=500) as w:
+                ...
+                w.record(run=r, client="a", checkpoint=10, params=model, metrics={"loss": loss})
+
+        See :class:`~mianalysis.dump_writer.DumpWriter` for the parameters, resuming and memory.
+        """
+        from .dump_writer import DumpWriter
+
+        return DumpWriter(path, clients=clients, checkpoints=checkpoints, runs=runs, layout=layout,
+                          chunk_size=chunk_size, meta=meta, metrics=metrics)
+
     # ------------------------------------------------------------------ opening
     @classmethod
     def open(cls, path):
