@@ -140,7 +140,9 @@ class DumpWriter:
 
     Leaving the block writes the runs of a partly filled chunk that are complete, warns
     (:class:`IncompleteChunkWarning`) naming the records missing from the others, and
-    drops those. A block that fails before any chunk is written leaves no dump behind.
+    drops those. A block that fails (an exception, Ctrl-C) writes nothing more: the chunks
+    written before it stay, the records of partly filled ones are dropped (with the
+    warning), and a dump without any written chunk is removed.
 
     Parameters
     ----------
@@ -424,32 +426,26 @@ class DumpWriter:
             return missing
 
     def _close(self, failed):
-        """Write the complete runs of partly filled chunks; warn about the others."""
+        """Leaving the block: write the complete runs of partly filled chunks (not after a
+        failure: then nothing more is written); warn about the runs left out."""
         if not self._open:
             return
         missing = self.pending()
-        lost, errors = [], []
+        lost = []
         for chunk in sorted(self._open.values(), key=lambda ch: ch.start):
-            complete = chunk.complete_runs()
+            complete = chunk.complete_runs() & (not failed)
             for start, stop in _true_ranges(complete):
-                try:
-                    self._write(chunk, chunk.start + start, chunk.start + stop)
-                except (DumpError, OSError) as exc:
-                    if not failed:
-                        raise
-                    errors.append(str(exc))
+                self._write(chunk, chunk.start + start, chunk.start + stop)
             lost += [chunk.start + int(i) for i in np.flatnonzero(chunk.filled.any(axis=(0, 1)) & ~complete)]
         self._open.clear()
         if lost:
             shown = ", ".join(f"(run {r}, client {c!r}, checkpoint {t})" for r, c, t in missing[:5])
             more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+            why = (f"the block failed before their chunks were complete (records missing: {shown}{more})" if failed
+                   else f"records missing: {shown}{more}")
             warnings.warn(IncompleteChunkWarning(
-                f"{self.path}: runs {_shown(lost, 80)} were not written: records missing: {shown}{more}; record "
-                "them again (every client and checkpoint of a run) with the same settings to complete the dump"),
-                stacklevel=3)
-        if errors:
-            warnings.warn(IncompleteChunkWarning(f"{self.path}: complete runs could not be written: {errors[0]}"),
-                          stacklevel=3)
+                f"{self.path}: runs {_shown(lost, 80)} were not written: {why}; record them again (every client and "
+                "checkpoint of a run) with the same settings to complete the dump"), stacklevel=3)
 
 
 def _true_ranges(mask):
