@@ -260,8 +260,9 @@ def import_checkpoints(root, out, *, key=None, layer=None, chunk_size=64, progre
     dict holding one, such as ``{"model": ..., "optimizer": ..., "epoch": ...}``) or a
     ``.safetensors`` file (needs the ``safetensors`` package), the same run file names
     under every client and checkpoint. The floating-point tensors of each state dict, in
-    the first file's order, make up the parameter vector (integer buffers such as
-    ``num_batches_tracked`` are skipped).
+    the first file's order (a .safetensors file keeps none: its tensors come sorted by
+    name), make up the parameter vector (integer buffers such as ``num_batches_tracked``
+    are skipped).
 
     Parameters
     ----------
