@@ -288,6 +288,14 @@ def _cmd_federate(args):
           f"(mean of {last['replicates']} replicates); wrote {out / 'history.csv'}")
 
 
+def _cmd_import(args):
+    from .dump_import import import_checkpoints
+
+    dump = import_checkpoints(args.root, args.out, key=args.key, layer=args.layer, chunk_size=args.chunk_size,
+                              progress=not args.no_progress)
+    print(f"wrote {dump}")
+
+
 def _cmd_verify(args):
     from .dumps import ParameterDump
 
@@ -437,6 +445,15 @@ def build_parser():
     fed.add_argument("--out", required=True)
     fed.add_argument("--no-progress", action="store_true")
     fed.set_defaults(func=_cmd_federate)
+
+    imp = sub.add_parser("import", help="import ROOT/CLIENT/CHECKPOINT/RUN.pt (or .safetensors) files into a dump")
+    imp.add_argument("root", help="folder of client folders, each of checkpoint folders, each of run files")
+    imp.add_argument("--out", required=True, help="dump folder (resumed if it holds the same import)")
+    imp.add_argument("--key", help="key of the state dict in .pt files that hold several")
+    imp.add_argument("--layer", action="append", help="import only this tensor (repeatable)")
+    imp.add_argument("--chunk-size", type=int, default=64, help="runs read and written together (memory)")
+    imp.add_argument("--no-progress", action="store_true")
+    imp.set_defaults(func=_cmd_import)
 
     ver = sub.add_parser("verify", help="check a dump's files and checksums")
     ver.add_argument("dump")
