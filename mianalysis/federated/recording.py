@@ -65,8 +65,7 @@ def record_replicates(simulation, out, *, chunk_size=16, layer=None, progress=Tr
             checkpoints=list(range(simulation.config.rounds + 1)), n_runs=simulation.replicates,
             layout=rec_layout, metric_names=names,
         )
-        for start in range(dump.completed_runs, simulation.replicates, chunk_size):
-            stop = min(start + chunk_size, simulation.replicates)
+        for start, stop in dump.missing_chunks(chunk_size):
             result = simulation.run(replicate_ids=range(start, stop), record=True, progress=progress)
             hist, models = result.history, result.local_models
             values = np.full((len(names), simulation.config.rounds + 1, stop - start), np.nan, dtype=np.float32)
@@ -81,7 +80,7 @@ def record_replicates(simulation, out, *, chunk_size=16, layer=None, progress=Tr
                 raise ValueError(
                     f"client {c}'s local model is not finite in round {where.iteration}, "
                     f"{where.runs_text('replicate')}: {where.values_text()}; nothing of "
-                    f"replicates {start}-{stop} was written (the dump {out} keeps its {dump.completed_runs} "
+                    f"replicates {start}-{stop} was written (the dump {out} keeps its {dump.written_runs} "
                     f"completed replicates); lower `lr` (now {simulation.config.lr})")
             samples = {str(c): models[c][:, :, cols] for c in range(simulation.data.n_clients)}
             if record_global:
