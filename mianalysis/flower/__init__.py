@@ -24,9 +24,9 @@ except ImportError as exc:
     raise ImportError("mianalysis.flower needs Flower (Python >= 3.11): pip install 'mianalysis[flower]'") from None
 
 from .grid import LocalGrid
-# from .recorder import RecordingGrid, RunRecorder, record_runs
+from .recorder import RecordingGrid, RunRecorder, record_runs
 from .records import partition_id, with_partition_id
 from .strategy import FedRule
 
-__all__ = ["FedRule", "LocalGrid", "partition_id",
+__all__ = ["FedRule", "LocalGrid", "RecordingGrid", "RunRecorder", "record_runs", "partition_id",
            "with_partition_id"]
