@@ -11,7 +11,7 @@ This package is the optional extra ``mianalysis[flower]`` (Flower >= 1.42, Pytho
   every round into a :class:`mianalysis.ParameterDump` (client = partition id,
   checkpoint = round), one run at a time.
 - :func:`record_runs` -- run one Flower app for several seeds into a dump of as many runs,
-  ready for ``mianalysis analyze``.
+  ready for ``mianalysis analyze``; :func:`write_run` writes one recorded run.
 - :func:`with_partition_id` and :func:`partition_id` -- how a ClientApp's reply says which
   partition (client) it comes from.
 """
@@ -24,9 +24,9 @@ except ImportError as exc:
     raise ImportError("mianalysis.flower needs Flower (Python >= 3.11): pip install 'mianalysis[flower]'") from None
 
 from .grid import LocalGrid
-from .recorder import RecordingGrid, RunRecorder, record_runs
+from .recorder import RecordingGrid, RunRecorder, record_runs, write_run
 from .records import partition_id, with_partition_id
 from .strategy import FedRule
 
-__all__ = ["FedRule", "LocalGrid", "RecordingGrid", "RunRecorder", "record_runs", "partition_id",
+__all__ = ["FedRule", "LocalGrid", "RecordingGrid", "RunRecorder", "record_runs", "write_run", "partition_id",
            "with_partition_id"]
