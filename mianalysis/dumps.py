@@ -11,8 +11,14 @@ A dump is a folder::
 Array files are raw little-endian float32, read by memory map. Runs are written in chunks;
 after a chunk is written and flushed its SHA-256 checksums are added to the manifest, and
 the manifest is replaced atomically (write a temporary file, fsync, rename). A dump killed
-while writing is therefore always valid up to its last completed chunk, and a writer can
-resume from there.
+while writing is therefore always valid: every chunk the manifest lists is complete, and a
+writer resumes by writing the runs it does not list.
+
+Chunks may be written in any order (several workers, a user's own loop): any runs
+[start, stop) that overlap no written chunk. The manifest lists them sorted by start.
+:attr:`ParameterDump.completed_runs` is the length of the written prefix from run 0 (what
+analysis reads), :attr:`ParameterDump.written_runs` counts every written run, and
+:meth:`ParameterDump.missing_ranges` lists the gaps.
 
 ``provenance`` lists the sessions that wrote the dump, oldest first (see
 mianalysis._provenance.collect): code and package versions, machine, threads, command line,
@@ -365,8 +371,9 @@ def check_manifest(manifest, mpath):
     checkpoints (integers, at least one); n_runs and n_params (integers >= 1); the layout
     (objects with a string name, unique, a shape of integers >= 0, an integer offset, each
     tensor starting where the one before ends and the last ending at n_params); metrics
-    (unique strings); dtype; chunks (objects with integer start and stop, contiguous from
-    run 0 up to at most n_runs, and a SHA-256 hex digest for every client and no other);
+    (unique strings); dtype; chunks (objects with integer start and stop, 0 <= start <
+    stop <= n_runs, in any order but no two overlapping, and a SHA-256 hex digest for every
+    client and no other);
     provenance (a list of objects, when present). Every count is a Python int, so no size
     derived from the manifest overflows. File sizes are checked after this, before any
     file is mapped (see ParameterDump._check_files)."""
@@ -452,25 +459,36 @@ def check_manifest(manifest, mpath):
     chunks = manifest["chunks"]
     if not isinstance(chunks, list):
         bad("chunks", "a list of written chunks {start, stop, sha256}", chunks)
-    stop = 0
     for i, chunk in enumerate(chunks):
         if not isinstance(chunk, dict) or any(k not in chunk for k in ("start", "stop", "sha256")):
             bad(f"chunks[{i}]", "an object with start, stop and sha256", chunk)
         for key in ("start", "stop"):
             if not _is_int(chunk[key]):
                 bad(f"chunks[{i}].{key}", "an integer run", chunk[key])
-        if chunk["start"] != stop:
-            bad(f"chunks[{i}].start", f"{stop}, where the chunk before it stops (chunks are contiguous from run 0)",
-                chunk["start"])
+        if chunk["start"] < 0:
+            bad(f"chunks[{i}].start", "an integer run >= 0", chunk["start"])
         if not chunk["start"] < chunk["stop"] <= n_runs:
             bad(f"chunks[{i}].stop", f"in [{chunk['start'] + 1}, n_runs={n_runs}]", chunk["stop"])
-        stop = chunk["stop"]
         sha = chunk["sha256"]
         if not isinstance(sha, dict) or set(sha) != set(clients):
             bad(f"chunks[{i}].sha256", f"an object with a checksum for each client of {clients}", sha)
         for client, digest in sha.items():
             if not isinstance(digest, str) or not re.fullmatch("[0-9a-f]{64}", digest):
                 bad(f"chunks[{i}].sha256[{client!r}]", "a SHA-256 digest (64 hex digits)", digest)
+    overlap = _first_overlap(chunks)
+    if overlap is not None:
+        (i, a), (j, b) = overlap
+        bad(f"chunks[{j}]", f"runs that no other chunk holds (chunks[{i}] holds runs {a['start']}-{a['stop']})",
+            f"runs {b['start']}-{b['stop']}")
+
+
+def _first_overlap(chunks):
+    """((i, chunk), (j, chunk)) of the first two chunks (by start) that share a run, or None."""
+    order = sorted(range(len(chunks)), key=lambda k: (chunks[k]["start"], chunks[k]["stop"]))
+    for i, j in zip(order, order[1:]):
+        if chunks[j]["start"] < chunks[i]["stop"]:
+            return (i, chunks[i]), (j, chunks[j])
+    return None
 
 
 class ParameterDump:
@@ -490,7 +508,9 @@ class ParameterDump:
     n_runs : int
         Runs the dump holds when complete.
     completed_runs : int
-        Runs written so far (the dump is usable up to here).
+        Runs written from run 0 without a gap (the dump is usable up to here).
+    written_runs : int
+        Runs written so far, in whatever order (see :meth:`missing_ranges`).
     n_params : int
     layout : list of LayoutEntry
         Name, shape and column offset of each tensor in the flattened vector.
@@ -527,7 +547,8 @@ class ParameterDump:
 
     def __init__(self, path, manifest):
         self.path = Path(path)
-        self._manifest = manifest
+        # Chunks sorted by start (a hand-edited manifest may list them otherwise); written back so.
+        self._manifest = {**manifest, "chunks": sorted(manifest["chunks"], key=lambda c: c["start"])}
         self.clients = list(manifest["clients"])
         self.checkpoints = [int(c) for c in manifest["checkpoints"]]
         self.n_runs = int(manifest["n_runs"])
@@ -797,8 +818,9 @@ class ParameterDump:
         return dump
 
     @classmethod
-    def from_torch_checkpoints(cls, path, root, *, key=None, meta=None):
-        """Import a folder of PyTorch state_dict files laid out as ``root/CLIENT/CHECKPOINT/RUN.pt``.
+    def from_torch_checkpoints(cls, path, root, *, key=None, meta=None, layer=None, chunk_size=None, progress=False):
+        """Import a folder of PyTorch state_dict files laid out as ``root/CLIENT/CHECKPOINT/RUN.pt``
+        (or ``RUN.safetensors``): :func:`mianalysis.dump_import.import_checkpoints`.
 
         CLIENT is any folder name; CHECKPOINT a folder named by the training iteration (an
         integer); RUN any file name ending in ``.pt``, the same set under every client and
@@ -812,6 +834,11 @@ class ParameterDump:
         hold the same tensors with the same shapes. The writer lock of `path` is held from
         before the files are read (LockedError at once if another process is writing `path`).
 
+        With the default ``chunk_size=None`` every run is one chunk: nothing is written at
+        `path` unless every file is read (memory: the whole dump). Give a chunk size to
+        stream large imports (memory: one chunk) and resume them; `layer` keeps only some
+        tensors.
+
         Raises
         ------
         DumpError
@@ -819,18 +846,28 @@ class ParameterDump:
             no state dict in a file, or several and no `key`; a file that is not a .pt file,
             or an extra or missing run in one folder; two files of one run ("10.pt" and
             "010.pt") or two folders of one checkpoint; tensors or shapes unlike the first
-            file's. Every folder is checked before any file is loaded, and nothing is
-            written at `path` unless the import succeeds.
+            file's; non-finite values. Every folder is checked before any file is loaded.
         """
-        root = Path(root)
-        if key is not None and not isinstance(key, str):
-            raise TypeError(f"`key` must be a string or None; got {key!r}")
-        if not root.is_dir():
-            raise DumpError(f"{root} is not a folder")
-        with WriterLock(path):  # a second importer of `path` fails now, not after reading every file
-            samples, checkpoints, named_shapes, runs, used = _read_state_dicts(root, key)
-            meta = dict(meta or {}, imported_from=str(root), runs=runs, state_dict_key=used)
-            return cls.from_arrays(path, samples, checkpoints=checkpoints, layout=named_shapes, meta=meta)
+        from .dump_import import import_checkpoints
+
+        return import_checkpoints(root, path, key=key, layer=layer, chunk_size=chunk_size, progress=progress,
+                                  meta=meta)
+
+    @classmethod
+    def writer(cls, path, *, clients, checkpoints, runs, layout=None, chunk_size=64, meta=None, metrics=None):
+        """A :class:`~mianalysis.dump_writer.DumpWriter` recording your own training loop
+        into the dump at `path`, chunk by chunk; use it in a ``with`` block::
+
+            with ParameterDump.writer(path, clients=["a", "b"], checkpoints=[0, 10], runs=500) as w:
+                ...
+                w.record(run=r, client="a", checkpoint=10, params=model, metrics={"loss": loss})
+
+        See :class:`~mianalysis.dump_writer.DumpWriter` for the parameters, resuming and memory.
+        """
+        from .dump_writer import DumpWriter
+
+        return DumpWriter(path, clients=clients, checkpoints=checkpoints, runs=runs, layout=layout,
+                          chunk_size=chunk_size, meta=meta, metrics=metrics)
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -874,8 +911,8 @@ class ParameterDump:
         if layout_params != self.n_params:
             raise DumpError(f"{self.path / MANIFEST}: layout describes {layout_params} parameters, n_params is {self.n_params}")
         stop = 0
-        for chunk in self._manifest["chunks"]:
-            if chunk["start"] != stop or not chunk["start"] < chunk["stop"] <= self.n_runs:
+        for chunk in self._manifest["chunks"]:  # sorted by start
+            if chunk["start"] < stop or not chunk["start"] < chunk["stop"] <= self.n_runs:
                 raise DumpError(f"{self.path / MANIFEST}: chunk list is damaged at runs {chunk['start']}-{chunk['stop']}")
             stop = chunk["stop"]
         for i in range(len(self.clients)):
@@ -905,12 +942,63 @@ class ParameterDump:
 
     @property
     def completed_runs(self):
-        chunks = self._manifest["chunks"]
-        return int(chunks[-1]["stop"]) if chunks else 0
+        """Runs written from run 0 without a gap: analysis reads runs [0, completed_runs)."""
+        stop = 0
+        for chunk in self._manifest["chunks"]:  # sorted by start
+            if chunk["start"] != stop:
+                break
+            stop = chunk["stop"]
+        return int(stop)
+
+    @property
+    def written_runs(self):
+        """Runs written so far, counting those after a gap (chunks written out of order)."""
+        return int(sum(c["stop"] - c["start"] for c in self._manifest["chunks"]))
 
     @property
     def complete(self):
-        return self.completed_runs == self.n_runs
+        """Whether every run is written."""
+        return self.written_runs == self.n_runs
+
+    def missing_ranges(self):
+        """The runs not written yet, as a sorted list of (start, stop) ranges.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from mianalysis import ParameterDump
+        >>> from mianalysis.dumps import layout_from_shapes
+        >>> dump = ParameterDump.create("gaps", clients=["a"], checkpoints=[0], n_runs=10,
+        ...                             layout=layout_from_shapes([("w", (2,))]))
+        >>> dump.write_chunk(4, 6, {"a": np.zeros((1, 2, 2))})
+        >>> dump.missing_ranges(), dump.completed_runs, dump.written_runs
+        ([(0, 4), (6, 10)], 0, 2)
+        """
+        gaps, stop = [], 0
+        for chunk in self._manifest["chunks"]:
+            if chunk["start"] > stop:
+                gaps.append((stop, int(chunk["start"])))
+            stop = int(chunk["stop"])
+        return gaps + ([(stop, self.n_runs)] if stop < self.n_runs else [])
+
+    def missing_chunks(self, chunk_size):
+        """The runs not written yet, cut at multiples of `chunk_size`: the chunks a writer
+        of runs [k * chunk_size, (k + 1) * chunk_size) has still to write, in order. Writing
+        exactly these gives the manifest that writing every chunk in order gives."""
+        from ._validation import check_int
+
+        chunk_size = check_int(chunk_size, "chunk_size", low=1)
+        chunks = []
+        for start, stop in self.missing_ranges():
+            while start < stop:
+                end = min((start // chunk_size + 1) * chunk_size, stop)
+                chunks.append((start, end))
+                start = end
+        return chunks
+
+    def written_chunks(self):
+        """The written chunks as a sorted list of (start, stop) ranges."""
+        return [(int(c["start"]), int(c["stop"])) for c in self._manifest["chunks"]]
 
     def chunks_digest(self):
         """A fingerprint of the completed chunks: 16 hex digits of the SHA-256 of their
@@ -986,15 +1074,21 @@ class ParameterDump:
         """Write runs [start, stop) of every client, flush, and record the chunk atomically.
 
         `samples` maps each client name to an array (n_checkpoints, stop - start, n_params);
-        `metrics` each client name to (n_metrics, n_checkpoints, stop - start). Chunks are
-        written in order: `start` must equal :attr:`completed_runs`. The writer lock is
+        `metrics` each client name to (n_metrics, n_checkpoints, stop - start). Chunks may
+        come in any order: [start, stop) must lie within [0, n_runs) and overlap no written
+        chunk (DumpError naming both otherwise). The writer lock is
         held while writing (LockedError if another process holds it). Samples must be
         finite (as float32): a NaN or infinity is a DumpError naming the client, checkpoint,
         runs and tensor, and nothing of the chunk is written. Metrics may hold NaN (a
         metric not recorded) and infinities (e.g. a loss that overflows).
         """
-        if start != self.completed_runs or not start < stop <= self.n_runs:
-            raise DumpError(f"chunk {start}-{stop} does not follow the completed runs 0-{self.completed_runs} of {self.n_runs}")
+        for name, value in (("start", start), ("stop", stop)):
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+                raise TypeError(f"`{name}` must be an integer run; got {value!r}")
+        start, stop = int(start), int(stop)
+        if not 0 <= start < stop <= self.n_runs:
+            raise DumpError(f"chunk {start}-{stop} is not a range of runs within 0-{self.n_runs} of {self.path}")
+        self._check_no_overlap(start, stop)
         blocks = []
         for client in self.clients:  # check everything before writing anything
             block = np.asarray(samples[client], dtype=DTYPE)
@@ -1014,6 +1108,13 @@ class ParameterDump:
         with WriterLock(self.path):  # outside the try: a busy dump is not a failed write
             self._write_chunk_locked(start, stop, blocks)
 
+    def _check_no_overlap(self, start, stop):
+        for chunk in self._manifest["chunks"]:
+            if chunk["start"] < stop and start < chunk["stop"]:
+                raise DumpError(f"chunk {start}-{stop} overlaps the written chunk {chunk['start']}-{chunk['stop']} of "
+                                f"{self.path}; nothing was written (write only missing runs: "
+                                f"{_shown(self.missing_ranges(), 120)})")
+
     def _write_chunk_locked(self, start, stop, blocks):
         """Write checked (samples, metrics) `blocks` as runs [start, stop), then the manifest."""
         try:
@@ -1022,9 +1123,9 @@ class ParameterDump:
                 self._write_runs(_client_file(i), self._sample_shape(), 1, start, block)
                 self._write_runs(_metrics_file(i), self._metric_shape(), 2, start, mblock)
                 checksums[client] = self._chunk_checksum(i, start, stop)
-            manifest = {**self._manifest, "chunks": self._manifest["chunks"] + [
-                {"start": int(start), "stop": int(stop), "sha256": checksums}],
-                "provenance": self._sessions_after(start, stop)}
+            chunks = sorted(self._manifest["chunks"] + [{"start": int(start), "stop": int(stop), "sha256": checksums}],
+                            key=lambda c: c["start"])
+            manifest = {**self._manifest, "chunks": chunks, "provenance": self._sessions_after(start, stop)}
             _write_json_atomically(self.path / MANIFEST, manifest)
         except OSError as exc:
             raise DumpError(f"writing runs {start}-{stop} to {self.path} failed ({exc}); the dump is intact up to "
@@ -1040,8 +1141,9 @@ class ParameterDump:
         sessions = self.provenance
         if self._session is None:  # a dump opened with open() and written to
             self._session = collect()
-        first = (self._session.get("runs_written") or [start])[0]
-        record = {**collect(self._session["started"], finished=True), "runs_written": [int(first), int(stop)]}
+        first, last = self._session.get("runs_written") or [start, stop]  # out of order: the span written
+        record = {**collect(self._session["started"], finished=True),
+                  "runs_written": [int(min(first, start)), int(max(last, stop))]}
         if self._session_index is None:
             sessions.append(record)
         else:
@@ -1072,10 +1174,10 @@ class ParameterDump:
         return h.hexdigest()
 
     def verify(self, *, finite=True):
-        """Check file sizes, every completed chunk's checksums and that its samples are
+        """Check file sizes, every written chunk's checksums and that its samples are
         finite; raise DumpError naming the file and the runs that are damaged (for
         non-finite samples: the client, checkpoint, runs and tensor, as written by software
-        that did not check them). Returns the number of verified runs.
+        that did not check them). Returns the number of verified runs (:attr:`written_runs`).
 
         ``finite=False`` checks sizes and checksums only (analyze does, and then checks the
         columns it analyses: a layer selection without the tensor that diverged can be
@@ -1096,7 +1198,7 @@ class ParameterDump:
                         f"{self.path / _client_file(i)}: client {client!r} has non-finite parameters at "
                         f"{where.describe()}; analysis cannot use them (sample again with settings that train "
                         "without diverging)")
-        return self.completed_runs
+        return self.written_runs
 
     def _find_nonfinite(self, index, start, stop):
         """find_nonfinite over runs [start, stop) of client `index`, reading one checkpoint at a time."""
@@ -1114,174 +1216,3 @@ class ParameterDump:
         return (f"ParameterDump({str(self.path)!r}, clients={self.clients}, checkpoints={self.checkpoints}, "
                 f"runs={self.completed_runs}/{self.n_runs}, params={self.n_params})")
 
-
-def _int_name(name, folder=None):
-    try:
-        return int(name)
-    except ValueError as exc:
-        where = f"{folder}: " if folder is not None else ""
-        raise DumpError(f"{where}checkpoint folder {name!r} is not an integer iteration") from exc
-
-
-def _checkpoint_folders(client_dir):
-    """[(iteration, folder name)] of a client folder, by iteration; DumpError naming a file
-    that is not a checkpoint folder, a name that is not an integer, or two folders of one
-    iteration ("10" and "010")."""
-    found = {}
-    for p in sorted(client_dir.iterdir()):
-        if not p.is_dir():
-            raise DumpError(f"{p} is not a checkpoint folder (expected ROOT/CLIENT/CHECKPOINT/RUN.pt); move it out "
-                            f"of {client_dir}")
-        iteration = _int_name(p.name, p)
-        if iteration in found:
-            raise DumpError(f"{client_dir / found[iteration]} and {p} both name checkpoint {iteration}; keep one")
-        found[iteration] = p.name
-    return sorted(found.items())
-
-
-def _run_files(folder):
-    """Names of the RUN.pt files of a checkpoint folder, by run number where every name is a
-    number (else by name); DumpError naming a folder or a file that is not a .pt file, or
-    two files of one run number ("10.pt" and "010.pt")."""
-    names, numbers = [], {}
-    for p in sorted(folder.iterdir()):
-        if p.is_dir():
-            raise DumpError(f"{p} is a folder; a checkpoint folder holds only RUN.pt files")
-        if p.suffix != ".pt":
-            raise DumpError(f"{p} is not a .pt file; a checkpoint folder holds only RUN.pt files (move it out "
-                            f"of {folder})")
-        if re.fullmatch(r"[0-9]+", p.stem):
-            run = int(p.stem)
-            if run in numbers:
-                raise DumpError(f"{folder / numbers[run]} and {p} both name run {run}; keep one")
-            numbers[run] = p.name
-        names.append(p.name)
-    if len(numbers) == len(names):
-        return [numbers[run] for run in sorted(numbers)]
-    return names
-
-
-def _is_state_dict(obj, torch):
-    """A flat dict of named tensors: at least one floating-point tensor, no nested dicts."""
-    from collections.abc import Mapping
-
-    return (isinstance(obj, Mapping) and all(isinstance(k, str) for k in obj)
-            and any(torch.is_tensor(v) and v.is_floating_point() for v in obj.values())
-            and not any(isinstance(v, Mapping) for v in obj.values()))
-
-
-def _load_state_dict(file, key, torch):
-    """(state dict, the key it was found under or None) of one RUN.pt file: the file's dict
-    itself, the one dict in it that is a state dict (``{"model": ..., "epoch": ...}``), or
-    the one under `key`; DumpError naming the file otherwise."""
-    from collections.abc import Mapping
-
-    try:
-        obj = torch.load(file, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - torch raises many kinds on a damaged file
-        lines = str(exc).strip().splitlines()
-        why = f"{type(exc).__name__}: {lines[0][:200]}" if lines else type(exc).__name__
-        raise DumpError(f"{file} could not be read by torch.load ({why}): truncated, damaged, or not a "
-                        "weights-only PyTorch file; save model.state_dict() (or a dict holding it)") from exc
-    keys = list(obj) if isinstance(obj, Mapping) else None
-    shown = _shown(keys, 200)
-    if key is not None:
-        if keys is None or key not in obj:
-            raise DumpError(f"{file} has no key {key!r}; its keys: {shown}" if keys is not None else
-                            f"{file} holds a {type(obj).__name__}, not a dict with a key {key!r}")
-        if not _is_state_dict(obj[key], torch):
-            raise DumpError(f"{file}[{key!r}] is not a state dict (a dict of floating-point tensors): a "
-                            f"{type(obj[key]).__name__}; keys in the file: {shown}")
-        return obj[key], key
-    if _is_state_dict(obj, torch):
-        return obj, None
-    if keys is None:
-        raise DumpError(f"{file} holds a {type(obj).__name__}, not a state dict; save model.state_dict()")
-    found = [k for k, v in obj.items() if _is_state_dict(v, torch)]
-    if len(found) > 1:
-        raise DumpError(f"{file} holds several state dicts, under keys {_shown(found, 200)}; choose one with key= "
-                        f"(keys in the file: {shown})")
-    if not found:
-        raise DumpError(f"{file} holds no state dict (a dict of floating-point tensors); its keys: {shown}; pass key= naming the "
-                        "one that holds the model's state_dict")
-    return obj[found[0]], found[0]
-
-
-def _tensor_difference(shapes, expected):
-    """How the (name, shape) list `shapes` differs from `expected`, in words."""
-    names, want = dict(shapes), dict(expected)
-    lacks = [n for n in want if n not in names]
-    extra = [n for n in names if n not in want]
-    if lacks:
-        return f"lacks {_shown(lacks, 120)}"
-    if extra:
-        return f"has extra tensors {_shown(extra, 120)}"
-    for n, s in want.items():
-        if names[n] != s:
-            return f"tensor {n!r} has shape {names[n]}, not {s}"
-    return "holds the same tensors in another order"
-
-
-def _read_state_dicts(root, key=None):
-    """Samples of every client from ``root/CLIENT/CHECKPOINT/RUN.pt`` (see
-    :meth:`ParameterDump.from_torch_checkpoints`): (samples, checkpoints, named shapes, run
-    files, state dict key). Every folder and file is checked before any file is loaded."""
-    import torch
-
-    entries = sorted(root.iterdir())
-    for p in entries:
-        if not p.is_dir():
-            raise DumpError(f"{p} is not a client folder (expected ROOT/CLIENT/CHECKPOINT/RUN.pt); move it out of {root}")
-    clients = [p.name for p in entries]
-    if not clients:
-        raise DumpError(f"{root} has no client folders (expected root/CLIENT/CHECKPOINT/RUN.pt)")
-    checkpoints, runs, first_folder, folders = None, None, None, {}
-    for client in clients:
-        found = _checkpoint_folders(root / client)
-        if checkpoints is None:
-            checkpoints = found
-        elif [t for t, _ in found] != [t for t, _ in checkpoints]:
-            raise DumpError(f"{root / client} has checkpoints {[t for t, _ in found]}; {root / clients[0]} has "
-                            f"{[t for t, _ in checkpoints]}")
-        for _, name in found:
-            folder = root / client / name
-            files = _run_files(folder)
-            if runs is None:
-                runs, first_folder = files, folder
-            elif set(files) != set(runs):
-                missing = [r for r in runs if r not in files]
-                if missing:
-                    raise DumpError(f"{folder / missing[0]} is missing ({first_folder} has it; every client and "
-                                    f"checkpoint needs the same runs)")
-                extra = [r for r in files if r not in runs]
-                raise DumpError(f"{folder / extra[0]} has no counterpart in {first_folder}: every client and "
-                                "checkpoint folder must hold the same run files")
-            folders[client, name] = folder
-    if not runs:
-        raise DumpError(f"{root / clients[0]} has no CHECKPOINT/RUN.pt files")
-    named_shapes, first_file, first_key, n_params = None, None, None, 0
-    samples = {}
-    for client in clients:
-        out = None
-        for t, (_, name) in enumerate(checkpoints):
-            for r, run in enumerate(runs):
-                file = folders[client, name] / run
-                state, used = _load_state_dict(file, key, torch)
-                tensors = [(k, v) for k, v in state.items() if torch.is_tensor(v) and v.is_floating_point()]
-                shapes = [(k, tuple(v.shape)) for k, v in tensors]
-                if named_shapes is None:
-                    named_shapes, first_file, first_key = shapes, file, used
-                    n_params = sum(math.prod(s) for _, s in shapes)
-                    if n_params == 0:
-                        raise DumpError(f"{file} holds no floating-point values (tensors: {_shown(shapes, 120)})")
-                elif used != first_key:
-                    raise DumpError(f"{file} holds its state dict under {used!r}; {first_file} under {first_key!r}: "
-                                    "pass key= to read the same one from every file")
-                elif shapes != named_shapes:
-                    raise DumpError(f"{file}: {_tensor_difference(shapes, named_shapes)}, compared with {first_file} "
-                                    "(every file must hold the same tensors with the same shapes)")
-                if out is None:
-                    out = np.empty((len(checkpoints), len(runs), n_params), dtype=np.float32)
-                out[t, r] = torch.cat([v.detach().reshape(-1).float() for _, v in tensors]).numpy()
-        samples[client] = out
-    return samples, [t for t, _ in checkpoints], named_shapes, runs, first_key

@@ -168,8 +168,10 @@ class ParameterSampler:
     def sample(self, runs, out):
         """Sample `runs` runs of every client into the dump folder `out` and return it.
 
-        If `out` already holds a dump written with the same settings, sampling resumes after
-        its last completed chunk; the result is bit-identical to an uninterrupted run. A dump
+        If `out` already holds a dump written with the same settings, sampling resumes: it
+        samples the runs the dump does not hold yet (chunks written out of order by other
+        workers included), cut on the same grid of `chunk_size` runs from run 0; the
+        result, manifest included, is bit-identical to an uninterrupted run. A dump
         with other settings, or a non-empty folder that is not a dump, is an error and is
         left untouched. The dump's writer lock is held throughout: a second sampler (or any
         writer) of `out` gets a LockedError naming this process.
@@ -188,9 +190,8 @@ class ParameterSampler:
                 checkpoints=self.checkpoints, n_runs=runs, layout=layout_from_shapes(self.task.parameter_shapes()),
                 metric_names=self.task.metric_names,
             )
-            bar = _progress(runs, dump.completed_runs, self.progress)
-            for start in range(dump.completed_runs, runs, self.chunk_size):
-                stop = min(start + self.chunk_size, runs)
+            bar = _progress(runs, dump.written_runs, self.progress)
+            for start, stop in dump.missing_chunks(self.chunk_size):  # on the grid of chunk_size from run 0
                 result = self.train_chunk(range(start, stop))
                 _check_finite(result, start, stop, dump)
                 clients = dump.clients
