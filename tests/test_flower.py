@@ -25,6 +25,7 @@ from flwr.serverapp.strategy import FedAvg  # noqa: E402
 
 from mianalysis import ParameterDump, analyze  # noqa: E402
 from mianalysis.aggregation import and_mask, fedavg, geometric_mask, median, trimmed_mean  # noqa: E402
+from mianalysis.dump_writer import IncompleteChunkWarning  # noqa: E402
 from mianalysis.flower import FedRule, LocalGrid, RecordingGrid, RunRecorder, record_runs, with_partition_id  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -253,6 +254,10 @@ def test_record_runs_stores_every_clients_arrays(tmp_path):
     assert dump.clients == ["0", "1", "2"] and dump.checkpoints == [0, 1, 2] and dump.completed_runs == 2
     assert [(e.name, e.shape) for e in dump.layout] == [("w", (3,)), ("b", (1,))]
     assert dump.meta["flower"]["seeds"] == [0, 3]
+    # The replies' metrics are the records' metrics (checkpoint 0, the model sent, has none).
+    assert dump.metric_names == ["loss", "num-examples"]
+    np.testing.assert_array_equal(dump.metric("2", "loss"), [[np.nan, np.nan], [2.0, 2.0], [2.0, 2.0]])
+    np.testing.assert_array_equal(dump.metric("1", "num-examples")[1:], [[2.0, 2.0], [2.0, 2.0]])
     for run, seed in enumerate([0, 3]):
         models = expected_models(seed, 2)
         for c in range(3):
@@ -292,7 +297,8 @@ def test_incomplete_rounds_are_named_and_nothing_is_written(tmp_path):
         # Two of three nodes per round: some client misses round 1 for certain.
         FedRule("median", fraction_train=0.5, fraction_evaluate=0.0).start(grid, record_of(START), num_rounds=2)
 
-    with pytest.raises(ValueError, match=r"the run is incomplete: \d+ of 9 \(client, round\) cells"):
+    with pytest.raises(ValueError, match=r"run 0 is incomplete: \d+ of 9 \(client, round\) records are missing"), \
+            pytest.warns(IncompleteChunkWarning):
         record_runs(server, hand_made_app(), tmp_path / "dump", num_partitions=3, rounds=2, seeds=[0])
     assert not (tmp_path / "dump").exists()
 
@@ -303,7 +309,7 @@ def test_more_rounds_than_recorded_is_named(tmp_path):
                     run_config={"rounds": 2})
 
 
-def test_recording_grid_needs_to_know_the_client():
+def test_recording_grid_needs_to_know_the_client(tmp_path):
     class Other(Grid):  # a grid that is not a LocalGrid, e.g. Flower's own in a deployment
         def __init__(self, inner):
             self.inner = inner
@@ -331,31 +337,38 @@ def test_recording_grid_needs_to_know_the_client():
             return self.inner.send_and_receive(messages, timeout=timeout)
 
     untagged, tagged = hand_made_app(tag=False), hand_made_app(tag=True)
-    with LocalGrid(untagged, 3) as local:
-        grid = RecordingGrid(Other(local), RunRecorder(range(3), 1))
+    settings = dict(clients=range(3), checkpoints=[0, 1], runs=1, chunk_size=1)
+    with ParameterDump.writer(tmp_path / "untagged", **settings) as writer, LocalGrid(untagged, 3) as local:
+        grid = RecordingGrid(Other(local), RunRecorder(writer, 0))
         with pytest.raises(ValueError, match="does not say which partition it comes from"):
             FedRule("median", fraction_evaluate=0.0).start(grid, record_of(START), num_rounds=1)
-    recorder = RunRecorder(range(3), 1)
-    with LocalGrid(tagged, 3) as local:
+    with ParameterDump.writer(tmp_path / "tagged", **settings) as writer, LocalGrid(tagged, 3) as local:
+        recorder = RunRecorder(writer, 0)
         FedRule("median", fraction_evaluate=0.0).start(RecordingGrid(Other(local), recorder), record_of(START),
                                                         num_rounds=1)
     assert recorder.missing() == []
-    np.testing.assert_array_equal(recorder.samples["2"][1], start_vector() + stacked_updates()[2])
+    np.testing.assert_array_equal(writer.dump.samples("2", 1)[0], start_vector() + stacked_updates()[2])
 
 
-def test_recorder_checks_what_it_is_given():
-    recorder = RunRecorder([0, 1], 2)
-    recorder.record(0, 1, {"w": np.zeros(3, np.float32)})
-    with pytest.raises(ValueError, match="client 0 at round 1 was already recorded"):
+def test_recorder_checks_what_it_is_given(tmp_path):
+    with pytest.warns(IncompleteChunkWarning), \
+            ParameterDump.writer(tmp_path / "d", clients=[0, 1], checkpoints=[0, 1, 2], runs=1) as writer:
+        recorder = RunRecorder(writer, 0)
         recorder.record(0, 1, {"w": np.zeros(3, np.float32)})
-    with pytest.raises(ValueError, match=r"have shapes \{'w': \(4,\)\}; the run so far has \{'w': \(3,\)\}"):
-        recorder.record(1, 1, {"w": np.zeros(4, np.float32)})
-    with pytest.raises(ValueError, match="client '5' is not one of the recorded clients"):
-        recorder.record(5, 1, {"w": np.zeros(3, np.float32)})
-    with pytest.raises(ValueError, match="`checkpoint` must be a round in 0-2; got 3"):
-        recorder.record(1, 3, {"w": np.zeros(3, np.float32)})
-    with pytest.raises(ValueError, match=r"5 of 6 \(client, round\) cells were not recorded \(client 0 round 0, "):
-        recorder.complete_samples()
+        with pytest.raises(ValueError, match="client 0 at round 1 was already recorded"):
+            recorder.record(0, 1, {"w": np.zeros(3, np.float32)})
+        with pytest.raises(ValueError, match=r"tensor 'w' has shape \(4,\), not \(3,\)"):
+            recorder.record(1, 1, {"w": np.zeros(4, np.float32)})
+        with pytest.raises(ValueError, match="client '5' is not one of the recorded clients"):
+            recorder.record(5, 1, {"w": np.zeros(3, np.float32)})
+        with pytest.raises(ValueError, match="`checkpoint` must be a round in 0-2; got 3"):
+            recorder.record(1, 3, {"w": np.zeros(3, np.float32)})
+        assert recorder.missing() == [("0", 0), ("0", 2), ("1", 0), ("1", 1), ("1", 2)]
+        with pytest.raises(ValueError, match=r"5 of 6 \(client, round\) records are missing \(client 0 round 0, "):
+            recorder.check_complete()
+    with pytest.raises(ValueError, match=r"checkpoints must be the rounds 0, 1, ..., R; got \[0, 10\]"), \
+            ParameterDump.writer(tmp_path / "e", clients=[0], checkpoints=[0, 10], runs=1) as writer:
+        RunRecorder(writer, 0)
 
 
 def test_a_recorded_flower_dump_can_be_analysed(tmp_path):

@@ -8,10 +8,10 @@ This package is the optional extra ``mianalysis[flower]`` (Flower >= 1.42, Pytho
 - :class:`LocalGrid` -- a Flower ``Grid`` that runs a ClientApp's handlers in this process,
   one node per partition: no SuperLink, no simulation engine, no network.
 - :class:`RecordingGrid` and :class:`RunRecorder` -- record every client's trained arrays at
-  every round into a :class:`mianalysis.ParameterDump` (client = partition id,
-  checkpoint = round), one run at a time.
+  every round through a dump writer (:meth:`mianalysis.ParameterDump.writer`; client =
+  partition id, checkpoint = round), one run at a time.
 - :func:`record_runs` -- run one Flower app for several seeds into a dump of as many runs,
-  ready for ``mianalysis analyze``; :func:`write_run` writes one recorded run.
+  ready for ``mianalysis analyze``.
 - :func:`with_partition_id` and :func:`partition_id` -- how a ClientApp's reply says which
   partition (client) it comes from.
 """
@@ -24,9 +24,9 @@ except ImportError as exc:
     raise ImportError("mianalysis.flower needs Flower (Python >= 3.11): pip install 'mianalysis[flower]'") from None
 
 from .grid import LocalGrid
-from .recorder import RecordingGrid, RunRecorder, record_runs, write_run
+from .recorder import RecordingGrid, RunRecorder, record_runs
 from .records import partition_id, with_partition_id
 from .strategy import FedRule
 
-__all__ = ["FedRule", "LocalGrid", "RecordingGrid", "RunRecorder", "record_runs", "write_run", "partition_id",
+__all__ = ["FedRule", "LocalGrid", "RecordingGrid", "RunRecorder", "record_runs", "partition_id",
            "with_partition_id"]

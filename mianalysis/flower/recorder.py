@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -13,43 +12,48 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.run import Run
 
-from .._locking import WriterLock
 from .._validation import check_int
-from ..dumps import MANIFEST, DumpError, ParameterDump, layout_from_shapes, unwritten_dump_discarded
+from ..dump_writer import DumpWriter
+from ..dumps import ParameterDump
 from .grid import SERVER_NODE_ID, LocalGrid
-from .records import flatten, named_arrays, partition_id, the_array_record
+from .records import named_arrays, partition_id, the_array_record
 
 
 class RunRecorder:
-    """Every client's arrays at every checkpoint of one run, kept until the run is written.
+    """Passes one run's records -- every client's arrays at every round -- to a dump writer.
 
     Checkpoint 0 is the model the clients receive in round 1 (the initial global model);
-    checkpoint t >= 1 is the model a client sends back after training in round t. A run is
-    complete when every client has every checkpoint, which needs every client in every
-    round (Flower's ``fraction_train=1.0``).
+    checkpoint t >= 1 is the model a client sends back after training in round t, with the
+    numbers of its reply's MetricRecord as the record's metrics. The run is written when
+    every client has every checkpoint (the writer writes a chunk when it is complete), which
+    needs every client in every round (Flower's ``fraction_train=1.0``);
+    :meth:`check_complete` names what is missing otherwise.
 
     Parameters
     ----------
-    clients : sequence of int or str
-        The clients (partition ids); stored as strings, the dump's client names.
-    rounds : int
-        Number of training rounds: checkpoints ``0, 1, ..., rounds``.
+    writer : mianalysis.dump_writer.DumpWriter
+        An open writer (``with ParameterDump.writer(...) as writer``) whose clients are the
+        partition ids and whose checkpoints are the rounds ``0, 1, ..., R``.
+    run : int
+        The run these records belong to.
     """
 
-    def __init__(self, clients: Sequence[int | str], rounds: int) -> None:
-        self.clients = [str(c) for c in clients]
-        if not self.clients or len(set(self.clients)) != len(self.clients):
-            raise ValueError(f"`clients` must name at least one client, each once; got {list(clients)}")
-        self.checkpoints = list(range(check_int(rounds, "rounds", low=1) + 1))
-        self.shapes: dict[str, tuple[int, ...]] | None = None
-        self.samples: dict[str, np.ndarray] = {}
+    def __init__(self, writer: DumpWriter, run: int) -> None:
+        if not isinstance(writer, DumpWriter):
+            raise TypeError(f"`writer` must be a DumpWriter (ParameterDump.writer(...)); got {type(writer).__name__}")
+        if list(writer.checkpoints) != list(range(len(writer.checkpoints))):
+            raise ValueError(f"the writer's checkpoints must be the rounds 0, 1, ..., R; got {writer.checkpoints}")
+        self.writer = writer
+        self.run = check_int(run, "run", low=0, high=writer.n_runs - 1)
+        self.clients = list(writer.clients)
+        self.checkpoints = list(writer.checkpoints)
         self.filled = {c: np.zeros(len(self.checkpoints), dtype=bool) for c in self.clients}
 
-    def record(self, client: int | str, checkpoint: int, arrays: ArrayRecord | Mapping[str, np.ndarray]) -> None:
-        """Store `client`'s floating-point `arrays` (by name) at `checkpoint`.
+    def record(self, client: int | str, checkpoint: int, arrays: ArrayRecord | Mapping[str, np.ndarray],
+               metrics: Mapping[str, float] | None = None) -> None:
+        """Record `client`'s `arrays` (by name; floating-point ones are kept) at `checkpoint`.
 
-        The first call fixes the layout (names and shapes, in order); later calls must
-        match it. Recording a client's checkpoint twice is an error.
+        Recording a client's checkpoint twice is an error naming the likely cause.
         """
         client = str(client)
         if client not in self.filled:
@@ -60,25 +64,17 @@ class RunRecorder:
         if self.filled[client][checkpoint]:
             raise ValueError(f"client {client} at round {checkpoint} was already recorded: does a node train twice "
                              "in a round, or do two nodes have the same partition id?")
-        arrays = named_arrays(arrays) if isinstance(arrays, ArrayRecord) else {k: np.asarray(v) for k, v in arrays.items()}
-        what = f"client {client}'s arrays at round {checkpoint}"
-        if self.shapes is None:
-            flatten(arrays, list(arrays), what=what)  # floating point only, checked before anything is kept
-            self.shapes = {name: tuple(a.shape) for name, a in arrays.items()}
-        shapes = {name: tuple(np.shape(a)) for name, a in arrays.items()}
-        if shapes != self.shapes:
-            raise ValueError(f"{what} have shapes {shapes}; the run so far has {self.shapes}")
-        vector = flatten(arrays, list(self.shapes), what=what)
-        if client not in self.samples:
-            self.samples[client] = np.zeros((len(self.checkpoints), vector.size), dtype=np.float32)
-        self.samples[client][checkpoint] = vector
+        if isinstance(arrays, ArrayRecord):
+            arrays = named_arrays(arrays)
+        self.writer.record(run=self.run, client=client, checkpoint=int(checkpoint), params=dict(arrays),
+                           metrics=metrics)
         self.filled[client][checkpoint] = True
 
     def record_exchange(self, checkpoint: int, sent: Iterable[Message], replies: Iterable[Message],
                         client_of: Callable[[Message], int | str]) -> None:
-        """Record one round of training: each reply's arrays at `checkpoint` (and, in round
-        1, the arrays sent to that node as checkpoint 0). Replies carrying an error are
-        skipped (the run will then be incomplete)."""
+        """Record one round of training: each reply's arrays and metrics at `checkpoint`
+        (and, in round 1, the arrays sent to that node as checkpoint 0). Replies carrying an
+        error are skipped (the run will then be incomplete)."""
         sent_to = {}
         for message in sent:
             node = message.metadata.dst_node_id
@@ -89,32 +85,35 @@ class RunRecorder:
             if reply.has_error():
                 continue
             client = client_of(reply)
-            self.record(client, checkpoint, the_array_record(reply))
+            self.record(client, checkpoint, the_array_record(reply), reply_metrics(reply))
             node = reply.metadata.src_node_id
             if checkpoint == 1 and node in sent_to:
                 self.record(client, 0, the_array_record(sent_to[node]))
 
     def missing(self) -> list[tuple[str, int]]:
-        """(client, checkpoint) of every cell not recorded yet."""
+        """(client, checkpoint) of every record not given yet."""
         return [(c, int(t)) for c in self.clients for t in np.flatnonzero(~self.filled[c])]
 
-    def complete_samples(self) -> dict[str, np.ndarray]:
-        """{client: (n_checkpoints, n_params) float32}; ValueError naming what is missing."""
+    def check_complete(self) -> None:
+        """Raise a ValueError naming the missing (client, round) records, if any."""
         missing = self.missing()
         if missing:
             shown = ", ".join(f"client {c} round {t}" for c, t in missing[:6]) + (" ..." if len(missing) > 6 else "")
             recorded = max((int(np.flatnonzero(f).max()) for f in self.filled.values() if f.any()), default=None)
-            raise ValueError(f"the run is incomplete: {len(missing)} of {len(self.clients) * len(self.checkpoints)} "
-                             f"(client, round) cells were not recorded ({shown}); the last round recorded is "
-                             f"{recorded}, expected {len(self.checkpoints) - 1} rounds with every client "
-                             "taking part (fraction_train=1.0) and no failed replies")
-        return self.samples
+            raise ValueError(f"run {self.run} is incomplete: {len(missing)} of "
+                             f"{len(self.clients) * len(self.checkpoints)} (client, round) records are missing "
+                             f"({shown}); the last round recorded is {recorded}, expected "
+                             f"{len(self.checkpoints) - 1} rounds with every client taking part (fraction_train=1.0) "
+                             "and no failed replies")
 
-    def layout(self) -> list[tuple[str, tuple[int, ...]]]:
-        """(name, shape) of each recorded array, in the flattened order."""
-        if self.shapes is None:
-            raise ValueError("nothing was recorded")
-        return list(self.shapes.items())
+
+def reply_metrics(reply: Message) -> dict[str, float]:
+    """The numbers (not lists) of a reply's one MetricRecord ({} if it has not exactly one)."""
+    records = reply.content.metric_records
+    if len(records) != 1:
+        return {}
+    return {k: float(v) for k, v in next(iter(records.values())).items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
 class RecordingGrid(Grid):
@@ -199,40 +198,6 @@ class RecordingGrid(Grid):
         return replies
 
 
-def write_run(path: str | os.PathLike, run: int, recorder: RunRecorder, *, n_runs: int,
-              meta: dict[str, Any]) -> ParameterDump:
-    """Write `recorder`'s complete run as run `run` of the dump at `path` (made by run 0).
-
-    One chunk per run, in order (`run` must be the dump's number of completed runs), with
-    :meth:`ParameterDump.open_or_create` and :meth:`ParameterDump.write_chunk`, under the
-    dump's writer lock. This is the one place that writes: the chunked
-    ``ParameterDump.writer`` can take its place without other change.
-    """
-    samples = recorder.complete_samples()
-    with WriterLock(path), unwritten_dump_discarded(path):
-        dump = ParameterDump.open_or_create(path, meta=meta, clients=recorder.clients,
-                                            checkpoints=recorder.checkpoints, n_runs=n_runs,
-                                            layout=layout_from_shapes(recorder.layout()))
-        expected = [(e.name, tuple(e.shape)) for e in dump.layout]
-        if expected != recorder.layout():
-            raise DumpError(f"run {run} has arrays {recorder.layout()}; the dump {path} holds {expected}")
-        dump.write_chunk(run, run + 1, {c: samples[c][:, None, :] for c in dump.clients})
-    return dump
-
-
-def completed_runs(path: str | os.PathLike, meta: dict[str, Any]) -> int:
-    """Runs already in the dump at `path` if it was recorded with `meta` (0 if there is none);
-    DumpError if it holds another recording."""
-    path = Path(path)
-    if not (path / MANIFEST).exists():
-        return 0
-    dump = ParameterDump.open(path)
-    if dump.meta != meta:
-        raise DumpError(f"{path} holds a dump with other settings ({dump.meta}); this recording has {meta}: "
-                        "choose another folder")
-    return dump.completed_runs
-
-
 def record_runs(server_app: ServerApp, client_app: ClientApp, out: str | os.PathLike, *, num_partitions: int,
                 rounds: int, seeds: Sequence[int], run_config: Mapping[str, Any] | None = None,
                 seed_key: str = "seed", meta: Mapping[str, Any] | None = None) -> ParameterDump:
@@ -242,8 +207,9 @@ def record_runs(server_app: ServerApp, client_app: ClientApp, out: str | os.Path
     seed_key: seeds[r]}`` and runs on a :class:`LocalGrid` of `num_partitions` nodes,
     wrapped in a :class:`RecordingGrid`: every client's arrays after each training round
     are recorded (client = partition id, checkpoint = round, 0 the initial model), and the
-    run is written as run r of the dump at `out`. Runs are written in order as they finish;
-    calling again with the same arguments resumes after the last completed run. The
+    run is written as run r of the dump at `out` (through :meth:`ParameterDump.writer`, one
+    chunk per run) as soon as it finishes; calling again with the same arguments runs only
+    the runs not written yet. The
     result is an ordinary dump: ``mianalysis analyze OUT`` measures MI and distances between
     the clients at every round.
 
@@ -283,16 +249,18 @@ def record_runs(server_app: ServerApp, client_app: ClientApp, out: str | os.Path
     run_config = dict(run_config or {})
     meta = {**dict(meta or {}), "flower": {"num_partitions": num_partitions, "rounds": rounds, "seeds": seeds,
                                             "seed_key": seed_key, "run_config": run_config}}
-    clients = list(range(num_partitions))
-    for run in range(completed_runs(out, meta), len(seeds)):
-        recorder = RunRecorder(clients, rounds)
-        config = {**run_config, seed_key: seeds[run]}
-        with LocalGrid(client_app, num_partitions, run_config=config, run_id=run + 1) as local:
-            context = Context(run_id=run + 1, node_id=SERVER_NODE_ID, node_config={}, state=RecordDict(),
-                              run_config=dict(config))
-            server_app(RecordingGrid(local, recorder), context)
-        write_run(out, run, recorder, n_runs=len(seeds), meta=meta)
+    # One chunk per run: each run is written as soon as its last record comes.
+    with ParameterDump.writer(out, clients=range(num_partitions), checkpoints=range(rounds + 1), runs=len(seeds),
+                              chunk_size=1, meta=meta) as writer:
+        for run in writer.missing_runs():
+            recorder = RunRecorder(writer, run)
+            config = {**run_config, seed_key: seeds[run]}
+            with LocalGrid(client_app, num_partitions, run_config=config, run_id=run + 1) as local:
+                context = Context(run_id=run + 1, node_id=SERVER_NODE_ID, node_config={}, state=RecordDict(),
+                                  run_config=dict(config))
+                server_app(RecordingGrid(local, recorder), context)
+            recorder.check_complete()
     return ParameterDump.open(out)
 
 
-__all__ = ["RunRecorder", "RecordingGrid", "record_runs", "write_run"]
+__all__ = ["RunRecorder", "RecordingGrid", "record_runs"]
