@@ -289,6 +289,28 @@ def test_record_runs_resumes_and_refuses_another_recording(tmp_path):
         record_runs(hand_made_server(), counting, out, seeds=[0, 4], **args)
 
 
+def test_record_runs_after_a_failure_keeps_the_written_runs_and_resumes(tmp_path):
+    out, args = tmp_path / "dump", dict(num_partitions=3, rounds=2, seeds=[0, 3], run_config={"rounds": 2})
+    app, calls = hand_made_app(scale_by_seed=True), []
+    failing = ClientApp()
+
+    @failing.train()
+    def train(msg, context):
+        calls.append(context.run_config["seed"])
+        if context.run_config["seed"] == 3 and len(calls) == 11:  # run 1, round 2, second client
+            raise RuntimeError("node lost")
+        return app(msg, context)
+
+    with pytest.raises(RuntimeError, match="node lost"), pytest.warns(IncompleteChunkWarning):
+        record_runs(hand_made_server(), failing, out, **args)
+    assert ParameterDump.open(out).completed_runs == 1  # run 0 stays
+    calls.clear()
+    dump = record_runs(hand_made_server(), failing, out, **args)
+    assert calls == [3] * 6 and dump.completed_runs == 2  # only run 1 ran again
+    for run, seed in enumerate([0, 3]):
+        np.testing.assert_array_equal(dump.samples("1", 2)[run], expected_models(seed, 2)[1, 2])
+
+
 def test_incomplete_rounds_are_named_and_nothing_is_written(tmp_path):
     server = ServerApp()
 
