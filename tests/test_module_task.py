@@ -298,3 +298,9 @@ def test_digits_cnn_example_runs(tmp_path, monkeypatch, capsys):
     assert mi[0] == np.inf and all(np.isfinite(mi[1:]))  # one initial point per run; then the clients differ
     loss = [r["value"] for r in rows if r["quantity"] == "loss" and r["client_a"] == "0"]
     assert loss[-1] < loss[0]
+
+
+def test_defaults_are_the_declared_settings():
+    task = ModuleTask(mf.mlp, [(torch.zeros(40, 3), torch.zeros(40, 1))], F.mse_loss)
+    assert {k: task.settings[k] for k in ModuleTask.default_settings()} == ModuleTask.default_settings()
+    assert task.settings["factory"] is None and task.settings["n_clients"] == 1 and task.settings["n_examples"] == 40

@@ -181,7 +181,8 @@ class ModuleTask(Task):
         return {"optimizer": "adam", "lr": 1e-3, "batch_size": 32, "epochs": 1, "record": None,
                 "eval_examples": None}
 
-    def __init__(self, model, data, loss, *, init=None, **settings):
+    def __init__(self, model, data, loss, *, init=None, optimizer="adam", lr=1e-3, batch_size=32, epochs=1,
+                 record=None, eval_examples=None, **unknown):
         for what, fn in (("model", model), ("loss", loss)):
             if not callable(fn):
                 raise TypeError(f"`{what}` (task module) must be callable; got {fn!r}")
@@ -196,7 +197,8 @@ class ModuleTask(Task):
         self._shapes = {n: tuple(p.shape) for n, p in named}
         dtype = named[0][1].dtype
         self._inputs, self._targets = _client_tensors(data, dtype)
-        super().__init__(**settings)
+        super().__init__(optimizer=optimizer, lr=lr, batch_size=batch_size, epochs=epochs, record=record,
+                         eval_examples=eval_examples, **unknown)  # an unknown setting is refused there
         self.optimizer = self.settings["optimizer"]
         self._kept = _select(self._names, self.settings["record"])
         self._refuse_randomness_and_running_stats()
