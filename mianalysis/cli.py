@@ -365,7 +365,10 @@ def build_parser():
     from .tasks import TASKS
 
     smp = sub.add_parser("sample", help="retrain every client many times and write a dump")
-    smp.add_argument("--task", required=True, choices=sorted(TASKS))
+    smp.add_argument("--task", required=True, choices=sorted(TASKS),
+                     help="module: your own torch.nn.Module, named by --set factory=package.module:function (a "
+                          "function of no arguments returning a mianalysis.tasks.ModuleSpec; settings optimizer, "
+                          "lr, batch_size, epochs, record, eval_examples)")
     smp.add_argument("--preset", default="paper", help="settings preset (paper, long; gaussian-sgd: paper, small, high)")
     smp.add_argument("--runs", type=int, required=True)
     smp.add_argument("--out", required=True, help="dump folder (resumed if it holds the same sampling)")
@@ -376,7 +379,7 @@ def build_parser():
     smp.add_argument("--set", action="append", metavar="KEY=VALUE", help="task setting (JSON value)")
     smp.add_argument("--shared", action="append", metavar="STREAM",
                      help="a random stream the clients of a run share (repeatable; the task's streams: signal-rnn "
-                          "order, dropout; digits-lenet order, augmentation; gaussian-sgd data, noise)")
+                          "order, dropout; digits-lenet order, augmentation; gaussian-sgd data, noise; module order)")
     smp.add_argument("--no-progress", action="store_true")
     smp.set_defaults(func=_cmd_sample)
 

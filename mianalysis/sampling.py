@@ -97,7 +97,8 @@ class ParameterSampler:
 
     For run r the initial parameters come from (seed, r) with ``init="per-run"`` (every
     client of a run starts from the same point; runs differ) or are one fixed point for
-    all runs with ``init="fixed"``. Each client then trains for one epoch with its own data
+    all runs with ``init="fixed"``. Each client then trains for one epoch (a task's
+    ``epochs``, each in a fresh order; one for the built-in tasks) with its own data
     order, augmentation and dropout randomness drawn from (seed, r, client), except the
     random streams named in `shared`: those draw from (seed, r, stream), the same for
     every client of run r. The flattened
@@ -250,7 +251,10 @@ class ParameterSampler:
         targets = torch.cat([d.targets for d in per_client])
         data = ClientBatchData(inputs, targets, per_client[0].extra)
         n, b = task.n_examples, task.batch_size
-        order = torch.stack([torch.randperm(n, generator=g) for g in stream("order")])  # (R, n)
+        # (R, epochs * n): one permutation per epoch, drawn in turn from each replica's generator.
+        order = torch.stack([torch.cat([torch.randperm(n, generator=g) for _ in range(task.epochs)])
+                             for g in stream("order")])
+        per_epoch = -(-n // b)
         mask_generators = stream(task.mask_stream)
 
         sgd = task.optimizer == "sgd"
@@ -271,7 +275,9 @@ class ParameterSampler:
         record()
         rows = torch.arange(len(pairs))[:, None]
         for it in range(task.n_iterations):
-            idx = order[:, it * b:(it + 1) * b]
+            epoch, step = divmod(it, per_epoch)
+            start = epoch * n + step * b
+            idx = order[:, start:min(start + b, (epoch + 1) * n)]
             xb = inputs[rows, idx]
             yb = targets[rows, idx]
             masks = task.draw_masks(mask_generators, idx.shape[1])
