@@ -22,6 +22,11 @@ from .regime import estimate_regime_note
 from .intervals import (METHODS, check_level, mean_interval, mi_replicates, normal_interval, resample_indices,
                         trend_verdict)
 
+__all__ = [
+    "ESTIMATORS", "GAUSSIAN_NULLS", "COLUMNS", "BY", "OPTIONAL_COLUMNS", "CI_RESAMPLES", "gaussian_settings",
+    "analyze", "sidecar_path", "write_table", "read_table", "select"
+]
+
 ESTIMATORS = ("gaussian", "ksg")
 GAUSSIAN_NULLS = ("permutation", "analytic")
 COLUMNS = ("checkpoint", "iteration", "client_a", "client_b", "quantity", "value", "spread",

@@ -8,6 +8,8 @@ import sys
 
 from . import __version__
 
+__all__ = ["main", "build_parser"]
+
 
 def _progress(args):
     """Whether to draw progress bars: not with --no-progress or -q."""

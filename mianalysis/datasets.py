@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
+__all__ = ["read_idx", "write_idx", "load_mnist", "load_digit_images"]
+
 _DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 
 

@@ -15,6 +15,11 @@ import numpy as np
 
 from .estimators import gaussian_mi, ksg_mi, mi_permutation_test
 
+__all__ = [
+    "DEFAULT_CASES", "DEMO_PERMUTATIONS", "correlated_gaussian_samples", "estimator_table", "format_table",
+    "run_demo", "demo_task", "demo_report"
+]
+
 DEFAULT_CASES = ((5000, 1, 0.6), (5000, 10, 0.6), (5000, 50, 0.3), (5000, 50, 0.0))
 # Permutations of the demo's nulls: KSG's reuse each client's distance matrix (cheap, so
 # p-values down to 1/101); the Gaussian estimate at the demo's 400 runs of 358 + 358

@@ -7,6 +7,8 @@ import numpy as np
 from ._scaling import SAFE_HIGH, SAFE_LOW, pow2_scale
 from ._validation import check_choice, check_samples
 
+__all__ = ["METRICS", "paired_distances", "mean_paired_distance"]
+
 METRICS = ("euclidean", "manhattan", "chebyshev")
 
 

@@ -56,6 +56,12 @@ import numpy as np
 from ._locking import WriterLock
 from ._provenance import collect
 
+__all__ = [
+    "FORMAT_VERSION", "MANIFEST", "DTYPE", "CREATING", "DumpError", "LayoutEntry", "layout_from_shapes",
+    "select_layout", "layout_columns", "NonFinite", "find_nonfinite", "unwritten_dump_discarded",
+    "discard_unwritten_dump", "check_manifest", "ParameterDump"
+]
+
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 DTYPE = np.dtype("<f4")

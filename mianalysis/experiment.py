@@ -12,6 +12,11 @@ import numpy as np
 from .analysis import analyze, select, write_table
 from .plots import save_figure
 
+__all__ = [
+    "run_experiment", "summary_table", "TRENDS", "step_verdicts", "overall_trend", "trend_summary",
+    "finding"
+]
+
 
 def run_experiment(task, *, runs, out_dir, name, seed=0, every=1, init="per-run", chunk_size=64,
                    permutations=0, k=3, progress=True, dump_dir=None):

@@ -7,6 +7,11 @@ import numpy as np
 from .analysis import select
 from .regime import is_outside
 
+__all__ = [
+    "save_figure", "figure_mi", "figure_distances", "figure_title", "FIGURES", "plot_mi_panel",
+    "plot_metric_panel", "plot_distance_panel", "pair_summary", "estimator_variant"
+]
+
 
 def _pairs(rows):
     return sorted({(r["client_a"], r["client_b"]) for r in rows if r["client_b"] != ""})

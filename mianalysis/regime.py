@@ -15,6 +15,11 @@ import numpy as np
 
 from ._validation import check_choice, check_int
 
+__all__ = [
+    "GAUSSIAN_MIN_RUNS_PER_DIM", "GAUSSIAN_MAX_BITS", "KSG_MAX_JOINT_DIMS", "KSG_MIN_RUNS", "KSG_MAX_BITS",
+    "PREFIX", "estimate_regime_note", "is_outside"
+]
+
 # --- from figures/calibration_regimes.csv ---------------------------------------------
 # Gaussian: every bias-corrected case (n_runs > 2 x joint dims) was within 5 %, from
 # 2.2 runs per joint dimension (440 runs of 100 + 100) up to 2241.6 bits (4000 runs of

@@ -119,3 +119,27 @@ def test_the_check_finds_what_it_forbids(tmp_path):
                      "class A:\n    def f(self, other):\n        self._x = 1\n        return other._x\n")
     assert private_imports(ksg, tree) == [] and foreign_private_attributes(ksg, tree) == []
     assert SHARED_INTERNALS <= {module_name(p) for p in MODULES}
+
+
+PUBLIC_MODULES = [p for p in MODULES if not any(is_private(part) for part in p.relative_to(PACKAGE).with_suffix("").parts)
+                  and p.name != "__main__.py"]
+
+
+@pytest.mark.parametrize("path", PUBLIC_MODULES, ids=lambda p: str(p.relative_to(PACKAGE.parent)))
+def test_every_public_module_declares_its_public_names(path):
+    """`__all__` in every public module, naming only what the module defines or imports."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    declared = [node for node in tree.body if isinstance(node, ast.Assign)
+                and any(getattr(t, "id", None) == "__all__" for t in node.targets)]
+    assert len(declared) == 1, f"{path.relative_to(PACKAGE.parent)} has no __all__"
+    names = ast.literal_eval(declared[0].value)
+    bound = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.Assign):
+            bound.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+    assert sorted(set(names) - bound) == []
+    assert len(names) == len(set(names))

@@ -12,6 +12,11 @@ from scipy.special import digamma
 from .._scaling import SAFE_HIGH, SAFE_LOW, pow2_scale
 from .._validation import ConstantFeatureWarning, check_choice, check_paired, check_samples, check_units, drop_constant_features
 
+__all__ = [
+    "gaussian_mi", "gaussian_cmi", "SHRINKAGE", "check_gaussian_settings", "wishart_logdet_bias",
+    "gram_matrix", "ledoit_wolf_covariance"
+]
+
 SHRINKAGE = (None, "ledoit-wolf")
 
 

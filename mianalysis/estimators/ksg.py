@@ -21,6 +21,11 @@ from .._validation import (
 from ._neighbours import (check_torch_device, ksg_counts, ksg_counts_torch, marginal_distances, permuted_counts,
                           use_distance_cache)
 
+__all__ = [
+    "ksg_mi", "MarginalDistances", "KSG_NOISE", "standardize_columns", "add_tie_breaking_noise",
+    "ksg_estimates_from_distances", "ksg_permutation_estimates", "BACKENDS"
+]
+
 # Tie-breaking noise, in units of each feature's standard deviation: the default of every
 # KSG computation (ksg_mi, mi_permutation_test, MarginalDistances.of, analyze).
 KSG_NOISE = 1e-10

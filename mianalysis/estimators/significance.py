@@ -21,6 +21,8 @@ from ._neighbours import check_torch_device, use_distance_cache
 from .ksg import (BACKENDS, KSG_NOISE, MarginalDistances, add_tie_breaking_noise, check_ksg_settings,
                   ksg_estimates_from_marginals, ksg_mi, ksg_permutation_estimates, standardize_columns)
 
+__all__ = ["PermutationTestResult", "mi_permutation_test", "ESTIMATORS"]
+
 ESTIMATORS = {"ksg": ksg_mi, "gaussian": gaussian_mi}
 KSG_ARGUMENTS = {"k", "algorithm", "units", "noise", "dtype", "backend", "device", "standardize"}
 GAUSSIAN_ARGUMENTS = {"units", "bias_correction", "shrinkage"}

@@ -26,6 +26,11 @@ import numbers
 
 import numpy as np
 
+__all__ = [
+    "EPS", "fedavg", "fedsgd", "median", "trimmed_mean", "and_mask", "geometric_mask", "AGGREGATORS",
+    "get_aggregator"
+]
+
 EPS = 1e-10
 
 

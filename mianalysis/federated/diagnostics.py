@@ -6,6 +6,8 @@ import numpy as np
 
 from .._validation import check_samples
 
+__all__ = ["eb_criterion"]
+
 
 def eb_criterion(per_example_grads):
     r"""Evidence-based (EB) criterion of Mahsereci et al. (2017) for early stopping

@@ -18,6 +18,8 @@ import numpy as np
 
 from .._validation import check_int
 
+__all__ = ["make_environments"]
+
 
 def _spiral(labels, rng, turns, noise):
     """Points on arm `label` (0 or 1) of a two-armed spiral of `turns` turns, radius in [0.1, 1]."""

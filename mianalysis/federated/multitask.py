@@ -21,6 +21,8 @@ import numpy as np
 
 from .._validation import check_int
 
+__all__ = ["DEFAULT_TASKS", "ALLOCATIONS", "make_multitask"]
+
 DEFAULT_TASKS = (("regression", 10.0), ("classification", 5, 1.0), ("classification", 3, 0.5),
                  ("classification", 2, 0.0))
 ALLOCATIONS = {"balanced": (1000, 1000, 1000, 1000), "imbalanced": (3000, 500, 500, 3000)}

@@ -6,6 +6,8 @@ import numpy as np
 
 from .._validation import check_int
 
+__all__ = ["PARTITIONS", "partition"]
+
 PARTITIONS = ("iid", "shards", "dirichlet", "unequal")
 
 

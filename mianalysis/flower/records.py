@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 
+__all__ = ["with_partition_id", "partition_id", "PARTITION_KEY"]
+
 # Flower's own node-config key for a simulated or deployed node's data partition.
 PARTITION_KEY = "partition-id"
 # The reply's ConfigRecord that names the client (one more record beside "arrays" and "metrics").

@@ -20,4 +20,7 @@ def get_task(name, preset="paper", **settings):
     return TASKS[name].from_preset(preset, **settings)
 
 
-__all__ = ["Task", "ClientBatchData", "SignalRNNTask", "DigitsLeNetTask", "GaussianSGDTask", "ModuleTask", "ModuleSpec", "TASKS", "get_task"]
+__all__ = [
+    "Task", "ClientBatchData", "SignalRNNTask", "DigitsLeNetTask", "GaussianSGDTask", "ModuleTask",
+    "ModuleSpec", "TASKS", "get_task"
+]

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 from .._validation import RealSetting
 
+__all__ = ["LEARNING_RATE", "ReplicaGenerators", "ClientBatchData", "Task"]
+
 # The rule for Adam learning rates. Adam moves each parameter by about `lr` per step whatever
 # the gradient's scale, so 10 is already far beyond any useful step for these networks (their
 # weights are of order 1) while it keeps float32 training clear of overflow: a larger value

@@ -15,6 +15,8 @@ from .._validation import FolderSetting, IntSetting, RealSetting
 from ..datasets import load_digit_images
 from .base import LEARNING_RATE, ClientBatchData, Task
 
+__all__ = ["default_cache_dir", "build_lenet", "DigitsLeNetTask"]
+
 
 def default_cache_dir():
     """Where pretrained networks are cached: $MIANALYSIS_CACHE or ~/.cache/mianalysis."""

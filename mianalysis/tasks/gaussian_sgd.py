@@ -10,6 +10,8 @@ from .._validation import ChoiceSetting, IntSetting, RangeSetting, RealSetting
 from .base import ClientBatchData, Task
 from .linear_gaussian import cross_covariances, gaussian_mi_from_blocks
 
+__all__ = ["TRANSFORMS", "GaussianSGDTask"]
+
 TRANSFORMS = ("none", "sinh", "cubic")
 
 

@@ -9,6 +9,8 @@ import numpy as np
 from .._validation import IntSetting, RangeSetting, RealSetting
 from .base import LEARNING_RATE, ClientBatchData, Task
 
+__all__ = ["SignalRNNTask", "elman_recurrence"]
+
 
 class SignalRNNTask(Task):
     """Each example is a sequence ``scale * s + shift`` of length `seq_len`; the target is
