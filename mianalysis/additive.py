@@ -18,6 +18,7 @@ import numbers
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.linalg import LinAlgError, cholesky
 
 from ._validation import check_samples, check_units
@@ -73,7 +74,8 @@ class AdditivePrediction:
     n_features: int
 
 
-def additive_model_mi(x_start, y_start, x_next, y_next, *, units="bits", bias_correction=True, fallback=None):
+def additive_model_mi(x_start: ArrayLike, y_start: ArrayLike, x_next: ArrayLike, y_next: ArrayLike, *, units: str = "bits",
+                      bias_correction: bool = True, fallback: str | None = None) -> AdditivePrediction:
     r"""MI change the additive-noise model predicts between two checkpoints (full covariances).
 
     Model: ``X_t = theta0 + e_X(t)`` and ``Y_t = theta0 + e_Y(t)`` with a shared start
@@ -207,7 +209,8 @@ def additive_model_mi(x_start, y_start, x_next, y_next, *, units="bits", bias_co
     )
 
 
-def isotropic_additive_mi(x_start, y_start, x_next, y_next, *, units="bits"):
+def isotropic_additive_mi(x_start: ArrayLike, y_start: ArrayLike, x_next: ArrayLike, y_next: ArrayLike, *,
+                          units: str = "bits") -> AdditivePrediction:
     r"""MI change the additive-noise model predicts, isotropic version (traces and distances).
 
     The coarse version of :func:`additive_model_mi`: every covariance is taken as a
@@ -311,7 +314,7 @@ def isotropic_additive_mi(x_start, y_start, x_next, y_next, *, units="bits"):
     )
 
 
-def additive_model_verdict(estimated_change_ci, predicted_change):
+def additive_model_verdict(estimated_change_ci: tuple[float, float], predicted_change: float) -> str:
     """Whether an estimated MI change contradicts the additive model's prediction.
 
     The additive model predicts the change exactly (up to the prediction's own, usually
@@ -400,8 +403,9 @@ class AdditiveTest:
     units: str
 
 
-def additive_model_test(x_start, y_start, x_next, y_next, *, n_resamples=20, level=0.95, random_state=0,
-                        units="bits", fallback=None):
+def additive_model_test(x_start: ArrayLike, y_start: ArrayLike, x_next: ArrayLike, y_next: ArrayLike, *,
+                        n_resamples: int = 20, level: float = 0.95, random_state: int | np.random.Generator | None = 0,
+                        units: str = "bits", fallback: str | None = None) -> AdditiveTest:
     r"""Whether the estimated MI change contradicts the additive model, with the prediction's own error.
 
     :func:`additive_model_verdict` compares the estimated change's interval with the

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ._scaling import SAFE_HIGH, SAFE_LOW, pow2_scale
 from ._validation import check_choice, check_samples
@@ -22,7 +23,7 @@ def _check_pair(x, y):
     return x, y
 
 
-def paired_distances(x, y, metric="euclidean"):
+def paired_distances(x: ArrayLike, y: ArrayLike, metric: str = "euclidean") -> np.ndarray:
     """Distance between row ``i`` of `x` and row ``i`` of `y`, for every ``i``.
 
     Parameters
@@ -101,7 +102,7 @@ def _reduce(diff, metric):
         return diff.max(axis=1)
 
 
-def mean_paired_distance(x, y, metric="euclidean"):
+def mean_paired_distance(x: ArrayLike, y: ArrayLike, metric: str = "euclidean") -> float:
     """Mean over samples of :func:`paired_distances`: (1/N) sum_i dist(x_i, y_i).
 
     This is the distance between two clients' parameters as defined in Section 4.3 of the

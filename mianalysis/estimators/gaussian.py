@@ -6,6 +6,7 @@ import os
 import warnings
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.linalg import LinAlgError, cholesky
 from scipy.special import digamma
 
@@ -20,7 +21,8 @@ __all__ = [
 SHRINKAGE = (None, "ledoit-wolf")
 
 
-def gaussian_mi(x, y, *, units="bits", bias_correction=True, shrinkage=None):
+def gaussian_mi(x: ArrayLike, y: ArrayLike, *, units: str = "bits", bias_correction: bool = True,
+                shrinkage: str | None = None) -> float:
     r"""Mutual information of `x` and `y` under a joint Gaussian model.
 
     .. math::
@@ -141,7 +143,8 @@ def gaussian_mi(x, y, *, units="bits", bias_correction=True, shrinkage=None):
     return float(mi * factor)
 
 
-def gaussian_cmi(x, y, z, *, units="bits", bias_correction=True, shrinkage=None):
+def gaussian_cmi(x: ArrayLike, y: ArrayLike, z: ArrayLike, *, units: str = "bits", bias_correction: bool = True,
+                 shrinkage: str | None = None) -> float:
     r"""Conditional mutual information of `x` and `y` given `z` under a joint Gaussian model.
 
     .. math::

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import stats
 from scipy.special import digamma, polygamma
 
@@ -58,12 +59,12 @@ class GaussianMINull:
         """True when :meth:`pvalue` can use the exact law: ``min(p, q) <= 2``."""
         return min(self.n_features_x, self.n_features_y) <= 2
 
-    def wilks_lambda(self, estimate):
+    def wilks_lambda(self, estimate: ArrayLike) -> float | np.ndarray:
         """Wilks' Lambda, ``exp(-2 I_plugin)`` with I in nats, of an estimate in `units`."""
         plugin = np.asarray(estimate, dtype=float) / self.factor + self.shift / self.factor
         return np.exp(-2.0 * plugin)
 
-    def pvalue(self, estimate, *, method="auto"):
+    def pvalue(self, estimate: ArrayLike, *, method: str = "auto") -> float | np.ndarray:
         """Probability, under independence, of an estimate at least as large as `estimate`.
 
         Parameters
@@ -101,8 +102,8 @@ class GaussianMINull:
         return float(p) if np.ndim(p) == 0 else p
 
 
-def gaussian_mi_null(n_samples, n_features_x, n_features_y, *, units="bits", bias_correction=True,
-                     shrinkage=None):
+def gaussian_mi_null(n_samples: int, n_features_x: int, n_features_y: int, *, units: str = "bits",
+                     bias_correction: bool = True, shrinkage: str | None = None) -> GaussianMINull:
     r"""Null distribution of :func:`mianalysis.gaussian_mi` for independent Gaussian x and y.
 
     If x (p features) and y (q features) are independent and jointly Gaussian, the plug-in

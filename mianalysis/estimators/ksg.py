@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.special import digamma
 
 from .._scaling import column_std, pow2_scale
@@ -34,20 +35,20 @@ DTYPES = ("float64", "float32")
 
 
 def ksg_mi(
-    x,
-    y,
+    x: ArrayLike,
+    y: ArrayLike,
     *,
-    k=3,
-    algorithm=1,
-    units="bits",
-    noise=KSG_NOISE,
-    random_state=None,
-    dtype="float64",
-    backend="numba",
-    device=None,
-    distance_cache="auto",
-    standardize=False,
-):
+    k: int = 3,
+    algorithm: int = 1,
+    units: str = "bits",
+    noise: float = KSG_NOISE,
+    random_state: int | np.random.Generator | None = None,
+    dtype: str = "float64",
+    backend: str = "numba",
+    device: str | None = None,
+    distance_cache: bool | str = "auto",
+    standardize: bool = False,
+) -> float:
     r"""Mutual information of `x` and `y` by the KSG k-nearest-neighbour estimator.
 
     Distances are max-norms in the joint space and in each marginal space. For every
@@ -331,7 +332,7 @@ class MarginalDistances:
 
     __slots__ = ("matrix", "n_features")
 
-    def __init__(self, matrix, n_features):
+    def __init__(self, matrix: np.ndarray, n_features: int) -> None:
         matrix = np.asarray(matrix)
         if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1] or matrix.dtype != np.float64:
             raise ValueError(f"`matrix` must be a square float64 array of distances; got {matrix.dtype} array of "
@@ -351,7 +352,8 @@ class MarginalDistances:
         return f"MarginalDistances(n_samples={self.n_samples}, n_features={self.n_features})"
 
     @classmethod
-    def of(cls, samples, *, noise=KSG_NOISE, random_state=None, standardize=False):
+    def of(cls, samples: ArrayLike, *, noise: float = KSG_NOISE, random_state: int | np.random.Generator | None = None,
+           standardize: bool = False) -> MarginalDistances:
         """The distances of `samples`, made ready as :func:`ksg_mi` makes its input ready.
 
         Parameters
@@ -398,7 +400,7 @@ class MarginalDistances:
         return cls(marginal_distances(a, "float64"), n_features)
 
     @staticmethod
-    def cache_fits(n_samples, *, count=1, distance_cache="auto"):
+    def cache_fits(n_samples: int, *, count: int = 1, distance_cache: bool | str = "auto") -> bool:
         """Whether to keep `count` distance matrices of `n_samples` samples in memory.
 
         Parameters

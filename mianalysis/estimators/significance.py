@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._validation import (
     check_choice,
@@ -70,7 +71,7 @@ class PermutationTestResult:
         return int(self.null_distribution.shape[0])
 
     @classmethod
-    def from_null(cls, estimate, null, estimator):
+    def from_null(cls, estimate: float, null: ArrayLike, estimator: str) -> PermutationTestResult:
         """The result for an observed `estimate` and its null distribution."""
         null = np.asarray(null, dtype=float)
         return cls(
@@ -84,8 +85,9 @@ class PermutationTestResult:
 
 
 def mi_permutation_test(
-    x, y, *, estimator="ksg", n_permutations=100, random_state=None, distance_cache="auto", **estimator_kwargs
-):
+    x: ArrayLike, y: ArrayLike, *, estimator: str = "ksg", n_permutations: int = 100,
+    random_state: int | np.random.Generator | None = None, distance_cache: bool | str = "auto", **estimator_kwargs,
+) -> PermutationTestResult:
     """Test whether the MI of `x` and `y` exceeds that of independent data.
 
     Shuffling the pairing of rows (row ``i`` of `x` with row ``pi(i)`` of `y`) keeps both
