@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import zlib
+from contextlib import closing
 from dataclasses import dataclass
 
 import numpy as np
@@ -165,7 +167,7 @@ class ParameterSampler:
         return settings
 
     # ------------------------------------------------------------------ public
-    def sample(self, runs, out):
+    def sample(self, runs, out, *, scheduler=None, client=None, timeout=None):
         """Sample `runs` runs of every client into the dump folder `out` and return it.
 
         If `out` already holds a dump written with the same settings, sampling resumes after
@@ -180,25 +182,74 @@ class ParameterSampler:
         written, so the dump stays valid up to the chunk before. A non-finite loss or
         accuracy at finite parameters is recorded as it is: the parameters are valid
         samples, and a loss can overflow where the parameters do not.
+
+        Parameters
+        ----------
+        runs : int
+            Runs the dump holds when complete.
+        out : path
+            The dump folder.
+        scheduler : str, optional
+            Train the chunks on Dask workers (the ``dask`` extra): ``"local:N"`` (N worker
+            processes on this machine, bound to the loopback interface),
+            ``"tcp://HOST:PORT"`` or a scheduler file; see :mod:`mianalysis.scaleout`.
+            Each worker trains whole chunks of `chunk_size` runs, single-threaded; this
+            process writes every chunk as it comes back. The dump is the same bytes as
+            one sampled here (same chunks, same checksums). A chunk whose worker dies is
+            trained again by Dask; if this process stops, the same call resumes.
+        client : distributed.Client, optional
+            An open Dask client to use instead of `scheduler` (it is left open).
+        timeout : float, optional
+            Seconds to reach the scheduler (default
+            :data:`mianalysis.scaleout.CONNECT_TIMEOUT`); a scheduler that cannot be
+            reached is a :class:`mianalysis.scaleout.SchedulerError` (an OSError), and
+            nothing is written.
         """
         runs = check_int(runs, "runs", low=1)
-        with WriterLock(out), unwritten_dump_discarded(out):  # failed before its first chunk: no empty dump left
-            dump = ParameterDump.open_or_create(
-                out, meta=self.settings(runs), clients=[str(c) for c in range(self.task.n_clients)],
-                checkpoints=self.checkpoints, n_runs=runs, layout=layout_from_shapes(self.task.parameter_shapes()),
-                metric_names=self.task.metric_names,
-            )
-            bar = _progress(runs, dump.completed_runs, self.progress)
-            for start in range(dump.completed_runs, runs, self.chunk_size):
-                stop = min(start + self.chunk_size, runs)
-                result = self.train_chunk(range(start, stop))
-                _check_finite(result, start, stop, dump)
-                clients = dump.clients
-                dump.write_chunk(start, stop, {c: result.samples[i] for i, c in enumerate(clients)},
-                                 {c: result.metrics[i] for i, c in enumerate(clients)})
-                bar.update(stop - start)
-            bar.close()
+        if scheduler is None and client is None:
+            with WriterLock(out), unwritten_dump_discarded(out):  # failed before its first chunk: no empty dump left
+                dump = self._open_dump(runs, out)
+                self._write_chunks(dump, runs, self._chunks_here(dump, runs))
+            return dump
+        from .scaleout import CONNECT_TIMEOUT, connect, run_unordered
+
+        with connect(scheduler, client=client, timeout=CONNECT_TIMEOUT if timeout is None else timeout) as dask:
+            with WriterLock(out), unwritten_dump_discarded(out):
+                dump = self._open_dump(runs, out)
+                job = ChunkJob(self.task, seed=self.seed, init=self.init, every=self.every,
+                               chunk_size=self.chunk_size, shared=self.shared)
+                ranges = self._chunk_ranges(dump, runs)
+                computed = run_unordered(dask, job, ranges, name="sample-chunk")
+                with closing(computed):  # an error stops the chunks still running
+                    self._write_chunks(dump, runs, _in_run_order(computed, ranges[0][0] if ranges else 0))
         return dump
+
+    def _open_dump(self, runs, out):
+        return ParameterDump.open_or_create(
+            out, meta=self.settings(runs), clients=[str(c) for c in range(self.task.n_clients)],
+            checkpoints=self.checkpoints, n_runs=runs, layout=layout_from_shapes(self.task.parameter_shapes()),
+            metric_names=self.task.metric_names,
+        )
+
+    def _chunk_ranges(self, dump, runs):
+        """[(start, stop)] of the chunks still to sample."""
+        return [(start, min(start + self.chunk_size, runs)) for start in range(dump.completed_runs, runs,
+                                                                              self.chunk_size)]
+
+    def _chunks_here(self, dump, runs):
+        for start, stop in self._chunk_ranges(dump, runs):
+            yield (start, stop), self.train_chunk(range(start, stop))
+
+    def _write_chunks(self, dump, runs, results):
+        """Check and write each ((start, stop), ChunkResult) of `results` as it comes."""
+        bar = _progress(runs, dump.completed_runs, self.progress)
+        clients = dump.clients
+        for (start, stop), result in results:
+            _check_finite(result, start, stop, dump)
+            dump.write_chunk(start, stop, {c: result.samples[i] for i, c in enumerate(clients)},
+                             {c: result.metrics[i] for i, c in enumerate(clients)})
+            bar.update(stop - start)
+        bar.close()
 
     def initial_params(self, run):
         """Initial parameter tensors of run `run`."""
@@ -291,6 +342,59 @@ class ParameterSampler:
         s = np.stack(samples).reshape(len(record_at), len(clients), len(runs), -1).transpose(1, 0, 2, 3)
         m = np.stack(metrics).reshape(len(record_at), len(task.metric_names), len(clients), len(runs)).transpose(2, 1, 0, 3)
         return ChunkResult(np.ascontiguousarray(s, dtype=np.float32), np.ascontiguousarray(m, dtype=np.float32))
+
+
+class ChunkJob:
+    """What a Dask worker needs to train a chunk of runs: the task and the sampler's
+    settings (never data; the task builds its data on the worker). Called with
+    ``(start, stop)`` it returns the :class:`ChunkResult` of runs [start, stop), the same
+    bytes as :meth:`ParameterSampler.train_chunk` in this process: it trains under one
+    PyTorch thread. A worker keeps the sampler of its last job, so that a task's data
+    (signal-rnn's examples, digits-lenet's pretrained network) are built once per worker.
+    """
+
+    def __init__(self, task, *, seed, init, every, chunk_size, shared):
+        self.task = task
+        self.settings = {"seed": seed, "init": init, "every": every, "chunk_size": chunk_size,
+                         "shared": tuple(shared)}
+
+    def __getstate__(self):
+        return {"task": self.task, "settings": self.settings}
+
+    def __setstate__(self, state):
+        self.task, self.settings = state["task"], state["settings"]
+
+    def __call__(self, runs):
+        from ._threads import torch_threads
+
+        start, stop = runs
+        with torch_threads(1):
+            return self._sampler().train_chunk(range(start, stop))
+
+    def _sampler(self):
+        import pickle
+
+        key = hashlib.sha256(pickle.dumps((self.task, self.settings))).hexdigest()
+        if _WORKER_SAMPLER.get("key") != key:
+            _WORKER_SAMPLER.clear()
+            _WORKER_SAMPLER.update(key=key, sampler=ParameterSampler(self.task, progress=False, **self.settings))
+        return _WORKER_SAMPLER["sampler"]
+
+
+_WORKER_SAMPLER = {}  # on a Dask worker: the sampler of the last ChunkJob (see ChunkJob)
+
+
+def _in_run_order(results, first):
+    """((start, stop), result) pairs that arrive in any order, passed on in run order from
+    run `first`: a dump's chunks are written from its completed runs on, one after another."""
+    waiting = {}
+    following = first
+    for (start, stop), result in results:
+        waiting[start] = (stop, result)
+        while following in waiting:
+            stop, result = waiting.pop(following)
+            yield (following, stop), result
+            following = stop
 
 
 def _check_finite(result, start, stop, dump):
