@@ -11,8 +11,14 @@ A dump is a folder::
 Array files are raw little-endian float32, read by memory map. Runs are written in chunks;
 after a chunk is written and flushed its SHA-256 checksums are added to the manifest, and
 the manifest is replaced atomically (write a temporary file, fsync, rename). A dump killed
-while writing is therefore always valid up to its last completed chunk, and a writer can
-resume from there.
+while writing is therefore always valid: every chunk the manifest lists is complete, and a
+writer resumes by writing the runs it does not list.
+
+Chunks may be written in any order (several workers, a user's own loop): any runs
+[start, stop) that overlap no written chunk. The manifest lists them sorted by start.
+:attr:`ParameterDump.completed_runs` is the length of the written prefix from run 0 (what
+analysis reads), :attr:`ParameterDump.written_runs` counts every written run, and
+:meth:`ParameterDump.missing_ranges` lists the gaps.
 
 ``provenance`` lists the sessions that wrote the dump, oldest first (see
 mianalysis._provenance.collect): code and package versions, machine, threads, command line,
@@ -365,8 +371,9 @@ def check_manifest(manifest, mpath):
     checkpoints (integers, at least one); n_runs and n_params (integers >= 1); the layout
     (objects with a string name, unique, a shape of integers >= 0, an integer offset, each
     tensor starting where the one before ends and the last ending at n_params); metrics
-    (unique strings); dtype; chunks (objects with integer start and stop, contiguous from
-    run 0 up to at most n_runs, and a SHA-256 hex digest for every client and no other);
+    (unique strings); dtype; chunks (objects with integer start and stop, 0 <= start <
+    stop <= n_runs, in any order but no two overlapping, and a SHA-256 hex digest for every
+    client and no other);
     provenance (a list of objects, when present). Every count is a Python int, so no size
     derived from the manifest overflows. File sizes are checked after this, before any
     file is mapped (see ParameterDump._check_files)."""
@@ -452,25 +459,36 @@ def check_manifest(manifest, mpath):
     chunks = manifest["chunks"]
     if not isinstance(chunks, list):
         bad("chunks", "a list of written chunks {start, stop, sha256}", chunks)
-    stop = 0
     for i, chunk in enumerate(chunks):
         if not isinstance(chunk, dict) or any(k not in chunk for k in ("start", "stop", "sha256")):
             bad(f"chunks[{i}]", "an object with start, stop and sha256", chunk)
         for key in ("start", "stop"):
             if not _is_int(chunk[key]):
                 bad(f"chunks[{i}].{key}", "an integer run", chunk[key])
-        if chunk["start"] != stop:
-            bad(f"chunks[{i}].start", f"{stop}, where the chunk before it stops (chunks are contiguous from run 0)",
-                chunk["start"])
+        if chunk["start"] < 0:
+            bad(f"chunks[{i}].start", "an integer run >= 0", chunk["start"])
         if not chunk["start"] < chunk["stop"] <= n_runs:
             bad(f"chunks[{i}].stop", f"in [{chunk['start'] + 1}, n_runs={n_runs}]", chunk["stop"])
-        stop = chunk["stop"]
         sha = chunk["sha256"]
         if not isinstance(sha, dict) or set(sha) != set(clients):
             bad(f"chunks[{i}].sha256", f"an object with a checksum for each client of {clients}", sha)
         for client, digest in sha.items():
             if not isinstance(digest, str) or not re.fullmatch("[0-9a-f]{64}", digest):
                 bad(f"chunks[{i}].sha256[{client!r}]", "a SHA-256 digest (64 hex digits)", digest)
+    overlap = _first_overlap(chunks)
+    if overlap is not None:
+        (i, a), (j, b) = overlap
+        bad(f"chunks[{j}]", f"runs that no other chunk holds (chunks[{i}] holds runs {a['start']}-{a['stop']})",
+            f"runs {b['start']}-{b['stop']}")
+
+
+def _first_overlap(chunks):
+    """((i, chunk), (j, chunk)) of the first two chunks (by start) that share a run, or None."""
+    order = sorted(range(len(chunks)), key=lambda k: (chunks[k]["start"], chunks[k]["stop"]))
+    for i, j in zip(order, order[1:]):
+        if chunks[j]["start"] < chunks[i]["stop"]:
+            return (i, chunks[i]), (j, chunks[j])
+    return None
 
 
 class ParameterDump:
@@ -490,7 +508,9 @@ class ParameterDump:
     n_runs : int
         Runs the dump holds when complete.
     completed_runs : int
-        Runs written so far (the dump is usable up to here).
+        Runs written from run 0 without a gap (the dump is usable up to here).
+    written_runs : int
+        Runs written so far, in whatever order (see :meth:`missing_ranges`).
     n_params : int
     layout : list of LayoutEntry
         Name, shape and column offset of each tensor in the flattened vector.
@@ -527,7 +547,8 @@ class ParameterDump:
 
     def __init__(self, path, manifest):
         self.path = Path(path)
-        self._manifest = manifest
+        # Chunks sorted by start (a hand-edited manifest may list them otherwise); written back so.
+        self._manifest = {**manifest, "chunks": sorted(manifest["chunks"], key=lambda c: c["start"])}
         self.clients = list(manifest["clients"])
         self.checkpoints = [int(c) for c in manifest["checkpoints"]]
         self.n_runs = int(manifest["n_runs"])
@@ -874,8 +895,8 @@ class ParameterDump:
         if layout_params != self.n_params:
             raise DumpError(f"{self.path / MANIFEST}: layout describes {layout_params} parameters, n_params is {self.n_params}")
         stop = 0
-        for chunk in self._manifest["chunks"]:
-            if chunk["start"] != stop or not chunk["start"] < chunk["stop"] <= self.n_runs:
+        for chunk in self._manifest["chunks"]:  # sorted by start
+            if chunk["start"] < stop or not chunk["start"] < chunk["stop"] <= self.n_runs:
                 raise DumpError(f"{self.path / MANIFEST}: chunk list is damaged at runs {chunk['start']}-{chunk['stop']}")
             stop = chunk["stop"]
         for i in range(len(self.clients)):
@@ -905,12 +926,63 @@ class ParameterDump:
 
     @property
     def completed_runs(self):
-        chunks = self._manifest["chunks"]
-        return int(chunks[-1]["stop"]) if chunks else 0
+        """Runs written from run 0 without a gap: analysis reads runs [0, completed_runs)."""
+        stop = 0
+        for chunk in self._manifest["chunks"]:  # sorted by start
+            if chunk["start"] != stop:
+                break
+            stop = chunk["stop"]
+        return int(stop)
+
+    @property
+    def written_runs(self):
+        """Runs written so far, counting those after a gap (chunks written out of order)."""
+        return int(sum(c["stop"] - c["start"] for c in self._manifest["chunks"]))
 
     @property
     def complete(self):
-        return self.completed_runs == self.n_runs
+        """Whether every run is written."""
+        return self.written_runs == self.n_runs
+
+    def missing_ranges(self):
+        """The runs not written yet, as a sorted list of (start, stop) ranges.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from mianalysis import ParameterDump
+        >>> from mianalysis.dumps import layout_from_shapes
+        >>> dump = ParameterDump.create("gaps", clients=["a"], checkpoints=[0], n_runs=10,
+        ...                             layout=layout_from_shapes([("w", (2,))]))
+        >>> dump.write_chunk(4, 6, {"a": np.zeros((1, 2, 2))})
+        >>> dump.missing_ranges(), dump.completed_runs, dump.written_runs
+        ([(0, 4), (6, 10)], 0, 2)
+        """
+        gaps, stop = [], 0
+        for chunk in self._manifest["chunks"]:
+            if chunk["start"] > stop:
+                gaps.append((stop, int(chunk["start"])))
+            stop = int(chunk["stop"])
+        return gaps + ([(stop, self.n_runs)] if stop < self.n_runs else [])
+
+    def missing_chunks(self, chunk_size):
+        """The runs not written yet, cut at multiples of `chunk_size`: the chunks a writer
+        of runs [k * chunk_size, (k + 1) * chunk_size) has still to write, in order. Writing
+        exactly these gives the manifest that writing every chunk in order gives."""
+        from ._validation import check_int
+
+        chunk_size = check_int(chunk_size, "chunk_size", low=1)
+        chunks = []
+        for start, stop in self.missing_ranges():
+            while start < stop:
+                end = min((start // chunk_size + 1) * chunk_size, stop)
+                chunks.append((start, end))
+                start = end
+        return chunks
+
+    def written_chunks(self):
+        """The written chunks as a sorted list of (start, stop) ranges."""
+        return [(int(c["start"]), int(c["stop"])) for c in self._manifest["chunks"]]
 
     def chunks_digest(self):
         """A fingerprint of the completed chunks: 16 hex digits of the SHA-256 of their
@@ -986,15 +1058,21 @@ class ParameterDump:
         """Write runs [start, stop) of every client, flush, and record the chunk atomically.
 
         `samples` maps each client name to an array (n_checkpoints, stop - start, n_params);
-        `metrics` each client name to (n_metrics, n_checkpoints, stop - start). Chunks are
-        written in order: `start` must equal :attr:`completed_runs`. The writer lock is
+        `metrics` each client name to (n_metrics, n_checkpoints, stop - start). Chunks may
+        come in any order: [start, stop) must lie within [0, n_runs) and overlap no written
+        chunk (DumpError naming both otherwise). The writer lock is
         held while writing (LockedError if another process holds it). Samples must be
         finite (as float32): a NaN or infinity is a DumpError naming the client, checkpoint,
         runs and tensor, and nothing of the chunk is written. Metrics may hold NaN (a
         metric not recorded) and infinities (e.g. a loss that overflows).
         """
-        if start != self.completed_runs or not start < stop <= self.n_runs:
-            raise DumpError(f"chunk {start}-{stop} does not follow the completed runs 0-{self.completed_runs} of {self.n_runs}")
+        for name, value in (("start", start), ("stop", stop)):
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+                raise TypeError(f"`{name}` must be an integer run; got {value!r}")
+        start, stop = int(start), int(stop)
+        if not 0 <= start < stop <= self.n_runs:
+            raise DumpError(f"chunk {start}-{stop} is not a range of runs within 0-{self.n_runs} of {self.path}")
+        self._check_no_overlap(start, stop)
         blocks = []
         for client in self.clients:  # check everything before writing anything
             block = np.asarray(samples[client], dtype=DTYPE)
@@ -1014,6 +1092,13 @@ class ParameterDump:
         with WriterLock(self.path):  # outside the try: a busy dump is not a failed write
             self._write_chunk_locked(start, stop, blocks)
 
+    def _check_no_overlap(self, start, stop):
+        for chunk in self._manifest["chunks"]:
+            if chunk["start"] < stop and start < chunk["stop"]:
+                raise DumpError(f"chunk {start}-{stop} overlaps the written chunk {chunk['start']}-{chunk['stop']} of "
+                                f"{self.path}; nothing was written (write only missing runs: "
+                                f"{_shown(self.missing_ranges(), 120)})")
+
     def _write_chunk_locked(self, start, stop, blocks):
         """Write checked (samples, metrics) `blocks` as runs [start, stop), then the manifest."""
         try:
@@ -1022,9 +1107,9 @@ class ParameterDump:
                 self._write_runs(_client_file(i), self._sample_shape(), 1, start, block)
                 self._write_runs(_metrics_file(i), self._metric_shape(), 2, start, mblock)
                 checksums[client] = self._chunk_checksum(i, start, stop)
-            manifest = {**self._manifest, "chunks": self._manifest["chunks"] + [
-                {"start": int(start), "stop": int(stop), "sha256": checksums}],
-                "provenance": self._sessions_after(start, stop)}
+            chunks = sorted(self._manifest["chunks"] + [{"start": int(start), "stop": int(stop), "sha256": checksums}],
+                            key=lambda c: c["start"])
+            manifest = {**self._manifest, "chunks": chunks, "provenance": self._sessions_after(start, stop)}
             _write_json_atomically(self.path / MANIFEST, manifest)
         except OSError as exc:
             raise DumpError(f"writing runs {start}-{stop} to {self.path} failed ({exc}); the dump is intact up to "
@@ -1040,8 +1125,9 @@ class ParameterDump:
         sessions = self.provenance
         if self._session is None:  # a dump opened with open() and written to
             self._session = collect()
-        first = (self._session.get("runs_written") or [start])[0]
-        record = {**collect(self._session["started"], finished=True), "runs_written": [int(first), int(stop)]}
+        first, last = self._session.get("runs_written") or [start, stop]  # out of order: the span written
+        record = {**collect(self._session["started"], finished=True),
+                  "runs_written": [int(min(first, start)), int(max(last, stop))]}
         if self._session_index is None:
             sessions.append(record)
         else:
@@ -1072,10 +1158,10 @@ class ParameterDump:
         return h.hexdigest()
 
     def verify(self, *, finite=True):
-        """Check file sizes, every completed chunk's checksums and that its samples are
+        """Check file sizes, every written chunk's checksums and that its samples are
         finite; raise DumpError naming the file and the runs that are damaged (for
         non-finite samples: the client, checkpoint, runs and tensor, as written by software
-        that did not check them). Returns the number of verified runs.
+        that did not check them). Returns the number of verified runs (:attr:`written_runs`).
 
         ``finite=False`` checks sizes and checksums only (analyze does, and then checks the
         columns it analyses: a layer selection without the tensor that diverged can be
@@ -1096,7 +1182,7 @@ class ParameterDump:
                         f"{self.path / _client_file(i)}: client {client!r} has non-finite parameters at "
                         f"{where.describe()}; analysis cannot use them (sample again with settings that train "
                         "without diverging)")
-        return self.completed_runs
+        return self.written_runs
 
     def _find_nonfinite(self, index, start, stop):
         """find_nonfinite over runs [start, stop) of client `index`, reading one checkpoint at a time."""

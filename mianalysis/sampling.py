@@ -170,8 +170,10 @@ class ParameterSampler:
     def sample(self, runs, out, *, scheduler=None, client=None, timeout=None):
         """Sample `runs` runs of every client into the dump folder `out` and return it.
 
-        If `out` already holds a dump written with the same settings, sampling resumes after
-        its last completed chunk; the result is bit-identical to an uninterrupted run. A dump
+        If `out` already holds a dump written with the same settings, sampling resumes: it
+        samples the runs the dump does not hold yet (chunks written out of order by other
+        workers included), cut on the same grid of `chunk_size` runs from run 0; the
+        result, manifest included, is bit-identical to an uninterrupted run. A dump
         with other settings, or a non-empty folder that is not a dump, is an error and is
         left untouched. The dump's writer lock is held throughout: a second sampler (or any
         writer) of `out` gets a LockedError naming this process.
@@ -194,9 +196,12 @@ class ParameterSampler:
             processes on this machine, bound to the loopback interface),
             ``"tcp://HOST:PORT"`` or a scheduler file; see :mod:`mianalysis.scaleout`.
             Each worker trains whole chunks of `chunk_size` runs, single-threaded; this
-            process writes every chunk as it comes back. The dump is the same bytes as
-            one sampled here (same chunks, same checksums). A chunk whose worker dies is
-            trained again by Dask; if this process stops, the same call resumes.
+            process writes every chunk as it comes back, in any order. The dump is the
+            same bytes as one sampled here (same chunks, same checksums). A chunk whose
+            worker dies is trained again by Dask; if this process stops, the same call
+            resumes the chunks that are missing. A chunk that diverges (non-finite
+            parameters) stops the sampling as above; chunks that other workers finished
+            before it are kept.
         client : distributed.Client, optional
             An open Dask client to use instead of `scheduler` (it is left open).
         timeout : float, optional
@@ -209,7 +214,7 @@ class ParameterSampler:
         if scheduler is None and client is None:
             with WriterLock(out), unwritten_dump_discarded(out):  # failed before its first chunk: no empty dump left
                 dump = self._open_dump(runs, out)
-                self._write_chunks(dump, runs, self._chunks_here(dump, runs))
+                self._write_chunks(dump, runs, self._chunks_here(dump))
             return dump
         from .scaleout import CONNECT_TIMEOUT, connect, run_unordered
 
@@ -218,10 +223,9 @@ class ParameterSampler:
                 dump = self._open_dump(runs, out)
                 job = ChunkJob(self.task, seed=self.seed, init=self.init, every=self.every,
                                chunk_size=self.chunk_size, shared=self.shared)
-                ranges = self._chunk_ranges(dump, runs)
-                computed = run_unordered(dask, job, ranges, name="sample-chunk")
+                computed = run_unordered(dask, job, dump.missing_chunks(self.chunk_size), name="sample-chunk")
                 with closing(computed):  # an error stops the chunks still running
-                    self._write_chunks(dump, runs, _in_run_order(computed, ranges[0][0] if ranges else 0))
+                    self._write_chunks(dump, runs, computed)  # in the order they complete
         return dump
 
     def _open_dump(self, runs, out):
@@ -231,18 +235,13 @@ class ParameterSampler:
             metric_names=self.task.metric_names,
         )
 
-    def _chunk_ranges(self, dump, runs):
-        """[(start, stop)] of the chunks still to sample."""
-        return [(start, min(start + self.chunk_size, runs)) for start in range(dump.completed_runs, runs,
-                                                                              self.chunk_size)]
-
-    def _chunks_here(self, dump, runs):
-        for start, stop in self._chunk_ranges(dump, runs):
+    def _chunks_here(self, dump):
+        for start, stop in dump.missing_chunks(self.chunk_size):  # on the grid of chunk_size from run 0
             yield (start, stop), self.train_chunk(range(start, stop))
 
     def _write_chunks(self, dump, runs, results):
         """Check and write each ((start, stop), ChunkResult) of `results` as it comes."""
-        bar = _progress(runs, dump.completed_runs, self.progress)
+        bar = _progress(runs, dump.written_runs, self.progress)
         clients = dump.clients
         for (start, stop), result in results:
             _check_finite(result, start, stop, dump)
@@ -382,19 +381,6 @@ class ChunkJob:
 
 
 _WORKER_SAMPLER = {}  # on a Dask worker: the sampler of the last ChunkJob (see ChunkJob)
-
-
-def _in_run_order(results, first):
-    """((start, stop), result) pairs that arrive in any order, passed on in run order from
-    run `first`: a dump's chunks are written from its completed runs on, one after another."""
-    waiting = {}
-    following = first
-    for (start, stop), result in results:
-        waiting[start] = (stop, result)
-        while following in waiting:
-            stop, result = waiting.pop(following)
-            yield (following, stop), result
-            following = stop
 
 
 def _check_finite(result, start, stop, dump):

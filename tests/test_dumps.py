@@ -54,14 +54,18 @@ def test_existing_folder_is_not_overwritten(tmp_path, arrays):
     assert (target / "notes.txt").read_text() == "keep me" and len(list(target.iterdir())) == 1
 
 
-def test_chunks_must_follow_in_order(tmp_path):
+def test_chunks_may_come_out_of_order_and_only_the_prefix_is_read(tmp_path):
     dump = ParameterDump.create(tmp_path / "d", clients=["0"], checkpoints=[0], n_runs=6, layout=layout_from_shapes([("p", (2,))]))
     block = {"0": np.ones((1, 3, 2))}
-    with pytest.raises(DumpError, match="chunk 3-6 does not follow the completed runs 0-0"):
-        dump.write_chunk(3, 6, block)
+    dump.write_chunk(3, 6, block)
+    again = ParameterDump.open(tmp_path / "d")
+    assert (again.completed_runs, again.written_runs, again.complete) == (0, 3, False)
+    assert again.missing_ranges() == [(0, 3)] and again.samples("0", 0).shape == (0, 2)
+    with pytest.raises(DumpError, match="chunk 2-4 overlaps the written chunk 3-6"):
+        dump.write_chunk(2, 4, {"0": np.ones((1, 2, 2))})
     dump.write_chunk(0, 3, block)
-    assert ParameterDump.open(tmp_path / "d").completed_runs == 3
-    assert ParameterDump.open(tmp_path / "d").samples("0", 0).shape == (3, 2)
+    assert ParameterDump.open(tmp_path / "d").completed_runs == 6 and ParameterDump.open(tmp_path / "d").complete
+    assert ParameterDump.open(tmp_path / "d").samples("0", 0).shape == (6, 2)
 
 
 def test_bad_client_and_checkpoint(tmp_path, arrays):

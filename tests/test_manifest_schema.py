@@ -116,8 +116,9 @@ EDITS = [
     ("chunk-float-stop", _chunk("stop", 10.0), "chunks"),
     ("chunk-beyond-n_runs", _chunk("stop", 11), "chunks"),
     ("chunk-empty", _chunk("stop", 0), "chunks"),
-    ("chunks-gap", _split_chunks(6), "chunks"),
     ("chunks-overlap", _split_chunks(4), "chunks"),
+    ("chunks-overlap-out-of-order", lambda m: (_split_chunks(4)(m), m["chunks"].reverse()), "chunks"),
+    ("chunk-negative-start", _chunk("start", -1), "chunks"),
     ("checksum-not-hex", lambda m: m["chunks"][0]["sha256"].__setitem__("a", "z" * 64), "chunks"),
     ("checksum-short", lambda m: m["chunks"][0]["sha256"].__setitem__("a", "abc"), "chunks"),
     ("checksum-missing-client", lambda m: m["chunks"][0]["sha256"].pop("b"), "chunks"),
@@ -167,6 +168,19 @@ def test_impossible_sizes_are_refused_before_mapping(dump_path, change, shape, m
 def test_valid_manifest_still_opens(dump_path):
     dump = ParameterDump.open(dump_path)
     assert dump.verify() == 10 and dump.clients == ["a", "b"]
+
+
+@pytest.mark.parametrize("chunks, completed, missing", [
+    ([(6, 10)], 0, [(0, 6)]),                 # a gap before: out-of-order chunks written first
+    ([(6, 10), (0, 5)], 5, [(5, 6)]),         # listed out of order, a gap between
+    ([(0, 5), (5, 10)], 10, []),
+])
+def test_chunk_lists_with_gaps_or_out_of_order_open(dump_path, chunks, completed, missing):
+    sha = json.loads((dump_path / "manifest.json").read_text())["chunks"][0]["sha256"]
+    edit(dump_path, lambda m: m.__setitem__("chunks", [{"start": a, "stop": b, "sha256": sha} for a, b in chunks]))
+    dump = ParameterDump.open(dump_path)
+    assert dump.completed_runs == completed and dump.missing_ranges() == missing
+    assert dump.written_chunks() == sorted(chunks)
 
 
 CLI_CASES = [
