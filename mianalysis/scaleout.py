@@ -49,6 +49,7 @@ def parse_scheduler(scheduler):
 
     Examples
     --------
+    >>> from mianalysis.scaleout import parse_scheduler
     >>> parse_scheduler("local:2")
     ('local', 2)
     >>> parse_scheduler("tcp://10.0.0.5:8786")
