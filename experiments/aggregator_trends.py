@@ -13,7 +13,7 @@ intervals of the change between rounds (never from comparing point estimates).
 What the aggregation itself leaves: the server's global model is recorded too (client
 "global" of each dump: at checkpoint t the model after round t, so round t started from
 checkpoint t - 1). That MI is dominated by each replicate's shared global model, so per
-rule, round and client pair `mianalysis.global_dependence.dependence_given_global` gives,
+rule, round and client pair `mianalysis.federated.global_dependence.dependence_given_global` gives,
 on the output layer's bias, the Gaussian MI of the local models, their conditional MI
 given the global model the round started from (`gaussian_cmi`) and the MI of the clients'
 updates (local model minus that global model). The bias is used because the estimate then
@@ -47,8 +47,8 @@ from mianalysis._provenance import collect, utc_now
 from mianalysis.analysis import analyze, select, write_table
 from mianalysis.experiment import TRENDS, overall_trend, step_verdicts
 from mianalysis.federated import FederatedConfig, FederatedData, FederatedSimulation, record_replicates, write_rows
-from mianalysis.global_dependence import QUANTITIES as GLOBAL_QUANTITIES
-from mianalysis.global_dependence import dependence_given_global
+from mianalysis.federated.global_dependence import QUANTITIES as GLOBAL_QUANTITIES
+from mianalysis.federated.global_dependence import dependence_given_global
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = {"fedavg": {}, "median": {}, "and_mask": {"threshold": 0.2}, "geometric_mask": {"threshold": 0.2}}

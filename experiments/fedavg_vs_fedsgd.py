@@ -42,8 +42,8 @@ QUICK = {
 def run_config(model, data, algorithm, epochs, batch, lr, rounds, replicates):
     cfg = FederatedConfig(rounds=rounds, client_fraction=0.1, local_epochs=epochs, batch_size=batch, lr=lr,
                           algorithm=algorithm, aggregator="fedavg")
-    history, _ = FederatedSimulation(model, data, cfg, replicates=replicates, seed=0).run(
-        stop_at_accuracy=TARGET[model])
+    history = FederatedSimulation(model, data, cfg, replicates=replicates, seed=0).run(
+        stop_at_accuracy=TARGET[model]).history
     last = max(h["round"] for h in history)
     curve = [float(np.mean([h["test_accuracy"] for h in history if h["round"] == t])) for t in range(last + 1)]
     return cfg, history, curve

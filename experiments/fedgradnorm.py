@@ -1,6 +1,6 @@
 """FedGradNorm versus FedRep on a synthetic multi-task federation (seed 003).
 
-Four clients, one task each (mianalysis.tasks.multitask): a regression with large
+Four clients, one task each (mianalysis.federated.multitask): a regression with large
 gradients (targets scaled by 10), a 5-class and a 3-class classifier with label noise,
 and an easy noiseless binary classifier. A shared body (20 -> 64 -> 32, ReLU) is
 aggregated at the server; each client keeps a linear head. Each round: 5 head steps,
@@ -27,8 +27,8 @@ import numpy as np
 
 from mianalysis._provenance import collect, utc_now
 from mianalysis.federated import write_rows
-from mianalysis.personalized import PersonalizedConfig, PersonalizedSimulation
-from mianalysis.tasks.multitask import DEFAULT_TASKS, make_multitask
+from mianalysis.federated.personalized import PersonalizedConfig, PersonalizedSimulation
+from mianalysis.federated.multitask import DEFAULT_TASKS, make_multitask
 
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = ("fedrep", "fedgradnorm")

@@ -1,6 +1,6 @@
 """Invariance across clients: FedAvg versus AND-mask and geometric-mean mask (seed 000).
 
-The synthetic multi-environment task (mianalysis.tasks.environments): 53 training clients
+The synthetic multi-environment task (mianalysis.federated.environments): 53 training clients
 (environments), each with a two-armed-spiral label mechanism shared by all and a
 client-specific signature that predicts the label perfectly inside the client; 10
 held-out environments without a usable signature are the test set. Seed 000's setting:
@@ -96,7 +96,7 @@ def main():
                                   aggregator_params={} if rule == "fedavg" else {"threshold": 0.2})
             sim = FederatedSimulation("mlp", data, cfg, replicates=replicates, seed=0, hidden=256)
             start = time.perf_counter()
-            history, _ = sim.run()
+            history = sim.run().history
             timing[key] = round(time.perf_counter() - start, 1)
             final = [h for h in history if h["round"] == rounds]
             row = {"equal_size": equal, "algorithm": label, "placement": placement}

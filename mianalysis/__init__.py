@@ -11,6 +11,12 @@ use, and PyTorch and Matplotlib are loaded by the parts that need them.
 # The one place the version is written: pyproject.toml reads it (tool.setuptools.dynamic).
 __version__ = "0.1.0"
 
+import logging as _logging
+
+# Library messages go to the "mianalysis" logger; an application decides where they appear
+# (the command line prints them on stderr, -v/-q).
+_logging.getLogger(__name__).addHandler(_logging.NullHandler())
+
 from ._locking import LockedError
 from ._validation import ConstantFeatureWarning
 from .additive import (AdditivePrediction, AdditiveTest, additive_model_mi, additive_model_test,
@@ -28,7 +34,7 @@ from .sampling import ParameterSampler
 # may import: argument checks and their messages, provenance records, writer locks, thread
 # settings, and overflow-safe scaling.
 SHARED_INTERNALS = ("mianalysis._validation", "mianalysis._provenance", "mianalysis._locking", "mianalysis._threads",
-                    "mianalysis._scaling")
+                    "mianalysis._scaling", "mianalysis._seeding", "mianalysis._io")
 
 __all__ = [
     "gaussian_mi",

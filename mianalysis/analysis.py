@@ -6,6 +6,7 @@ import contextlib
 import csv
 import itertools
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -28,6 +29,8 @@ COLUMNS = ("checkpoint", "iteration", "client_a", "client_b", "quantity", "value
 BY = ("layer",)
 OPTIONAL_COLUMNS = ("layer", "ci_low", "ci_high", "verdict")  # tables written before `by` or intervals lack them
 CI_RESAMPLES = {"gaussian": 20, "ksg": 10}
+
+log = logging.getLogger(__name__)
 
 
 def gaussian_settings(n_runs, n_features):
@@ -359,6 +362,9 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
             for t, saved in journal.read():
                 rows += saved
                 done.add(t)
+            if done:
+                log.info("resuming the analysis journal %s: %d of %d checkpoints already analysed",
+                         journal.path, len(done), len(dump.checkpoints))
 
         resampled = {}  # (checkpoint, layer) -> {(a, b, quantity): per-run distances or MI replicates}
         columns = dict(groups)
@@ -388,6 +394,7 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
                     add_changes(t, group)
             if journal is not None:
                 journal.append(t, rows[first:])
+            log.debug("analysed checkpoint %d (iteration %d): %d rows", t, dump.checkpoints[t], len(rows) - first)
 
         bar = None
         per_checkpoint = len(job.pairs) * len(groups)

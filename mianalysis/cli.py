@@ -3,9 +3,39 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 
 from . import __version__
+
+
+def _progress(args):
+    """Whether to draw progress bars: not with --no-progress or -q."""
+    return not (getattr(args, "no_progress", False) or args.quiet)
+
+
+def _say(args, message):
+    """Print an informational line (what was written) unless -q."""
+    if not args.quiet:
+        print(message)
+
+
+def _configure_logging(verbosity, quiet):
+    """Show library messages (logger "mianalysis") on stderr while a command runs: warnings
+    and errors with -q, progress notes (e.g. resuming) by default, every chunk, checkpoint
+    and round with -v. Returns a function that restores the logger as it was."""
+    logger = logging.getLogger("mianalysis")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(name)s: %(message)s" if verbosity else "mianalysis: %(message)s"))
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING if quiet else logging.DEBUG if verbosity else logging.INFO)
+
+    def restore():
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+    return restore
 
 
 def _load_array(path, name):
@@ -32,9 +62,10 @@ def _cmd_demo(args):
             " (20 shuffles of the pairing; the smallest possible is 1/21)."
         )
         return
-    from .demo import run_demo
+    from .demo import demo_report, run_demo
 
-    run_demo(out_dir=args.out, runs=args.runs, seed=args.seed, progress=not args.no_progress)
+    rows = run_demo(out_dir=args.out, runs=args.runs, seed=args.seed, progress=_progress(args))
+    print(demo_report(rows, args.out, runs=args.runs, seed=args.seed))
 
 
 def _cmd_estimate(args):
@@ -86,9 +117,9 @@ def _cmd_sample(args):
 
     task = get_task(args.task, args.preset, **_parse_settings(args.set))
     sampler = ParameterSampler(task, seed=args.seed, init=args.init, every=args.every,
-                               chunk_size=args.chunk_size, progress=not args.no_progress, shared=args.shared or ())
+                               chunk_size=args.chunk_size, progress=_progress(args), shared=args.shared or ())
     dump = sampler.sample(args.runs, args.out, **_dask_options(args))
-    print(f"wrote {dump}")
+    _say(args, f"wrote {dump}")
 
 
 def _dask_options(args):
@@ -110,7 +141,7 @@ def _cmd_export(args):
     from .arrays import export_zarr
 
     result = export_zarr(args.dump, args.zarr, verify=not args.no_verify)
-    print(f"exported {result['runs']} runs of {args.dump} to {result['path']} (zarr v3; read back and checked "
+    _say(args, f"exported {result['runs']} runs of {args.dump} to {result['path']} (zarr v3; read back and checked "
           f"against the SHA-256 of every array)")
 
 
@@ -122,13 +153,13 @@ def _cmd_analyze(args):
     rows = analyze(dump, estimators=args.estimators, metrics=args.metrics, k=args.k,
                    permutations=args.permutations, layer=args.layer, by=args.by,
                    standardize=not args.no_standardize, random_state=args.seed,
-                   out=args.out, progress=not args.no_progress,
+                   out=args.out, progress=_progress(args),
                    distance_cache=False if args.no_distance_cache else "auto",
                    verify=not args.no_verify, force=args.force, gaussian_null=args.gaussian_null,
                    ci_resamples=args.ci_resamples, ci_level=args.ci_level, **_dask_options(args))
     verified = ("dump checksums NOT verified (--no-verify)" if args.no_verify
                 else f"dump checksums of {rows[0]['n_runs'] if rows else 0} runs verified")
-    print(f"wrote {len(rows)} rows to {args.out} ({verified}; settings and provenance: {sidecar_path(args.out)})")
+    _say(args, f"wrote {len(rows)} rows to {args.out} ({verified}; settings and provenance: {sidecar_path(args.out)})")
     if not dump.complete:
         print(f"mianalysis analyze: dump incomplete: analysed {dump.completed_runs} of {dump.n_runs} runs (every "
               "row's note says so); run the same command again when the dump is complete to replace the table", file=sys.stderr)
@@ -150,7 +181,7 @@ def _cmd_plot(args):
 
     rows = read_table(args.table)
     path = save_figure(rows, args.kind, args.out, title=args.title, record=_table_record(args.table))
-    print(f"wrote {path}")
+    _say(args, f"wrote {path}")
     if any(r["verdict"] for r in rows):
         _print_trends(rows, _table_level(args.table))
 
@@ -261,12 +292,13 @@ def _cmd_federate(args):
         try:
             if args.record:
                 _, history = record_replicates(sim, out / "dump", chunk_size=args.chunk_size, layer=args.layer,
-                                               progress=not args.no_progress)
+                                               progress=_progress(args))
             else:
-                history, _ = sim.run(progress=not args.no_progress, log_client_eb=args.client_eb)
+                result = sim.run(progress=_progress(args), log_client_eb=args.client_eb)
+                history = result.history
             out.mkdir(parents=True, exist_ok=True)
             if args.client_eb and not args.record:
-                write_rows(sim.client_eb, out / "client_eb.csv")
+                write_rows(result.client_eb, out / "client_eb.csv")
             rows = history_table(history, out / "history.csv")
             _write_federate_settings(out / "settings.json", sim.describe(), collect(started, finished=True),
                                      resumed=args.record)
@@ -277,6 +309,14 @@ def _cmd_federate(args):
     last = rows[-1]
     print(f"round {last['round']}: test accuracy {last['test_accuracy']:.4f}, test loss {last['test_loss']:.4f} "
           f"(mean of {last['replicates']} replicates); wrote {out / 'history.csv'}")
+
+
+def _cmd_import(args):
+    from .dump_import import import_checkpoints
+
+    dump = import_checkpoints(args.root, args.out, key=args.key, layer=args.layer, chunk_size=args.chunk_size,
+                              progress=not args.no_progress)
+    print(f"wrote {dump}")
 
 
 def _cmd_verify(args):
@@ -317,6 +357,10 @@ def build_parser():
         description="Mutual information and distances between federated clients' parameter vectors.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="more messages on stderr (every chunk, checkpoint and round)")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="only results, warnings and errors: no progress bars or 'wrote' lines")
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="the main job on generated data: sample, analyse and plot signal-rnn")
@@ -344,7 +388,10 @@ def build_parser():
     from .tasks import TASKS
 
     smp = sub.add_parser("sample", help="retrain every client many times and write a dump")
-    smp.add_argument("--task", required=True, choices=sorted(TASKS))
+    smp.add_argument("--task", required=True, choices=sorted(TASKS),
+                     help="module: your own torch.nn.Module, named by --set factory=package.module:function (a "
+                          "function of no arguments returning a mianalysis.tasks.ModuleSpec; settings optimizer, "
+                          "lr, batch_size, epochs, record, eval_examples)")
     smp.add_argument("--preset", default="paper", help="settings preset (paper, long; gaussian-sgd: paper, small, high)")
     smp.add_argument("--runs", type=int, required=True)
     smp.add_argument("--out", required=True, help="dump folder (resumed if it holds the same sampling)")
@@ -355,7 +402,7 @@ def build_parser():
     smp.add_argument("--set", action="append", metavar="KEY=VALUE", help="task setting (JSON value)")
     smp.add_argument("--shared", action="append", metavar="STREAM",
                      help="a random stream the clients of a run share (repeatable; the task's streams: signal-rnn "
-                          "order, dropout; digits-lenet order, augmentation; gaussian-sgd data, noise)")
+                          "order, dropout; digits-lenet order, augmentation; gaussian-sgd data, noise; module order)")
     smp.add_argument("--no-progress", action="store_true")
     _add_scheduler_options(smp, "chunks of runs")
     smp.set_defaults(func=_cmd_sample)
@@ -426,6 +473,15 @@ def build_parser():
     fed.add_argument("--out", required=True)
     fed.add_argument("--no-progress", action="store_true")
     fed.set_defaults(func=_cmd_federate)
+
+    imp = sub.add_parser("import", help="import ROOT/CLIENT/CHECKPOINT/RUN.pt (or .safetensors) files into a dump")
+    imp.add_argument("root", help="folder of client folders, each of checkpoint folders, each of run files")
+    imp.add_argument("--out", required=True, help="dump folder (resumed if it holds the same import)")
+    imp.add_argument("--key", help="key of the state dict in .pt files that hold several")
+    imp.add_argument("--layer", action="append", help="import only this tensor (repeatable)")
+    imp.add_argument("--chunk-size", type=int, default=64, help="runs read and written together (memory)")
+    imp.add_argument("--no-progress", action="store_true")
+    imp.set_defaults(func=_cmd_import)
 
     ver = sub.add_parser("verify", help="check a dump's files and checksums")
     ver.add_argument("dump")
@@ -520,6 +576,15 @@ def main(argv=None):
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argument errors (exit 2) and --help (exit 0)
         return exc.code
+    restore_logging = _configure_logging(args.verbose, args.quiet)
+    try:
+        return _run(args)
+    finally:
+        restore_logging()
+
+
+def _run(args):
+    """Run the parsed command; its exit status."""
     try:
         if args.command in _TORCH_COMMANDS and not getattr(args, "estimators_only", False):
             _import_torch_undisturbed()

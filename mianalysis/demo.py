@@ -8,6 +8,7 @@ of samples, the situation of client parameter vectors.
 
 from __future__ import annotations
 
+import logging
 import time
 
 import numpy as np
@@ -20,6 +21,8 @@ DEFAULT_CASES = ((5000, 1, 0.6), (5000, 10, 0.6), (5000, 50, 0.3), (5000, 50, 0.
 # parameters is a Ledoit-Wolf shrinkage estimate, each permutation a full estimate: 20 give
 # p-values down to 1/21, and no trend verdict is made from it anyway.
 DEMO_PERMUTATIONS = {"gaussian": 20, "ksg": 100}
+
+log = logging.getLogger(__name__)
 
 
 def correlated_gaussian_samples(n, d, rho, rng):
@@ -72,29 +75,49 @@ def format_table(rows):
 
 def run_demo(out_dir="runs/demo", runs=400, seed=0, progress=True):
     """The main job on embedded data: signal-rnn (512 examples per client, 8 iterations),
-    `runs` runs, sampled, analysed with permutation nulls and plotted into `out_dir`."""
-    from pathlib import Path
+    `runs` runs, sampled, analysed with permutation nulls and plotted into `out_dir`.
 
-    from .experiment import TRENDS, finding, run_experiment, summary_table, trend_summary
+    Returns the analysis rows; :func:`demo_report` turns them into the text the
+    ``mianalysis demo`` command prints.
+    """
+    from .experiment import run_experiment
+
+    task = demo_task()
+    log.info("%s", _task_line(task, runs, seed))
+    return run_experiment(task, runs=runs, out_dir=out_dir, name="signal_rnn_demo", seed=seed, every=2,
+                          permutations=DEMO_PERMUTATIONS, progress=progress)
+
+
+def demo_task():
+    """The demo's task: signal-rnn's long preset with 512 examples per client."""
     from .tasks import get_task
 
-    task = get_task("signal-rnn", "long", n_examples=512)
-    print(f"signal-rnn: {task.n_clients} clients, {task.n_examples} examples each, "
-          f"{task.n_iterations} iterations per epoch, {runs} runs (seed {seed})")
-    rows = run_experiment(task, runs=runs, out_dir=out_dir, name="signal_rnn_demo", seed=seed, every=2,
-                          permutations=DEMO_PERMUTATIONS, progress=progress)
-    print(f"\nMI in bits (null: mean over shuffled pairings, {DEMO_PERMUTATIONS['gaussian']} for Gaussian and "
-          f"{DEMO_PERMUTATIONS['ksg']} for KSG; p: permutation p-value) and mean distances")
-    print(summary_table(rows))
-    result = finding(rows)
-    print(f"\nThe core paper's finding in this run (rising/growing: from the {TRENDS}, a verdict only "
-          "where an interval excludes 0):")
-    for key, value in result.items():
+    return get_task("signal-rnn", "long", n_examples=512)
+
+
+def _task_line(task, runs, seed):
+    return (f"signal-rnn: {task.n_clients} clients, {task.n_examples} examples each, "
+            f"{task.n_iterations} iterations per epoch, {runs} runs (seed {seed})")
+
+
+def demo_report(rows, out_dir="runs/demo", *, runs=400, seed=0):
+    """The text report of :func:`run_demo`'s rows (of `runs` runs sampled with `seed`): MI and distances with their nulls, the
+    core paper's finding in this run, the trend per quantity and pair, the files written."""
+    from pathlib import Path
+
+    from .experiment import TRENDS, finding, summary_table, trend_summary
+
+    lines = [_task_line(demo_task(), runs, seed), "",
+             f"MI in bits (null: mean over shuffled pairings, {DEMO_PERMUTATIONS['gaussian']} for Gaussian and "
+             f"{DEMO_PERMUTATIONS['ksg']} for KSG; p: permutation p-value) and mean distances",
+             summary_table(rows), "",
+             f"The core paper's finding in this run (rising/growing: from the {TRENDS}, a verdict only "
+             "where an interval excludes 0):"]
+    for key, value in finding(rows).items():
         shown = value if isinstance(value, str) else "yes" if value else "no"
-        print(f"  {key.replace('_', ' ')}: {shown}")
-    print("\nTrend per quantity and pair (step verdicts by iteration):")
-    print(trend_summary(rows))
+        lines.append(f"  {key.replace('_', ' ')}: {shown}")
+    lines += ["", "Trend per quantity and pair (step verdicts by iteration):", trend_summary(rows)]
     out = Path(out_dir)
-    print(f"\nwrote {out / 'signal_rnn_demo.csv'}, {out / 'signal_rnn_demo_mi.png'}, "
-          f"{out / 'signal_rnn_demo_distances.png'}")
-    return rows
+    lines += ["", f"wrote {out / 'signal_rnn_demo.csv'}, {out / 'signal_rnn_demo_mi.png'}, "
+                  f"{out / 'signal_rnn_demo_distances.png'}"]
+    return "\n".join(lines)

@@ -818,8 +818,9 @@ class ParameterDump:
         return dump
 
     @classmethod
-    def from_torch_checkpoints(cls, path, root, *, key=None, meta=None):
-        """Import a folder of PyTorch state_dict files laid out as ``root/CLIENT/CHECKPOINT/RUN.pt``.
+    def from_torch_checkpoints(cls, path, root, *, key=None, meta=None, layer=None, chunk_size=None, progress=False):
+        """Import a folder of PyTorch state_dict files laid out as ``root/CLIENT/CHECKPOINT/RUN.pt``
+        (or ``RUN.safetensors``): :func:`mianalysis.dump_import.import_checkpoints`.
 
         CLIENT is any folder name; CHECKPOINT a folder named by the training iteration (an
         integer); RUN any file name ending in ``.pt``, the same set under every client and
@@ -833,6 +834,11 @@ class ParameterDump:
         hold the same tensors with the same shapes. The writer lock of `path` is held from
         before the files are read (LockedError at once if another process is writing `path`).
 
+        With the default ``chunk_size=None`` every run is one chunk: nothing is written at
+        `path` unless every file is read (memory: the whole dump). Give a chunk size to
+        stream large imports (memory: one chunk) and resume them; `layer` keeps only some
+        tensors.
+
         Raises
         ------
         DumpError
@@ -840,18 +846,28 @@ class ParameterDump:
             no state dict in a file, or several and no `key`; a file that is not a .pt file,
             or an extra or missing run in one folder; two files of one run ("10.pt" and
             "010.pt") or two folders of one checkpoint; tensors or shapes unlike the first
-            file's. Every folder is checked before any file is loaded, and nothing is
-            written at `path` unless the import succeeds.
+            file's; non-finite values. Every folder is checked before any file is loaded.
         """
-        root = Path(root)
-        if key is not None and not isinstance(key, str):
-            raise TypeError(f"`key` must be a string or None; got {key!r}")
-        if not root.is_dir():
-            raise DumpError(f"{root} is not a folder")
-        with WriterLock(path):  # a second importer of `path` fails now, not after reading every file
-            samples, checkpoints, named_shapes, runs, used = _read_state_dicts(root, key)
-            meta = dict(meta or {}, imported_from=str(root), runs=runs, state_dict_key=used)
-            return cls.from_arrays(path, samples, checkpoints=checkpoints, layout=named_shapes, meta=meta)
+        from .dump_import import import_checkpoints
+
+        return import_checkpoints(root, path, key=key, layer=layer, chunk_size=chunk_size, progress=progress,
+                                  meta=meta)
+
+    @classmethod
+    def writer(cls, path, *, clients, checkpoints, runs, layout=None, chunk_size=64, meta=None, metrics=None):
+        """A :class:`~mianalysis.dump_writer.DumpWriter` recording your own training loop
+        into the dump at `path`, chunk by chunk; use it in a ``with`` block::
+
+            with ParameterDump.writer(path, clients=["a", "b"], checkpoints=[0, 10], runs=500) as w:
+                ...
+                w.record(run=r, client="a", checkpoint=10, params=model, metrics={"loss": loss})
+
+        See :class:`~mianalysis.dump_writer.DumpWriter` for the parameters, resuming and memory.
+        """
+        from .dump_writer import DumpWriter
+
+        return DumpWriter(path, clients=clients, checkpoints=checkpoints, runs=runs, layout=layout,
+                          chunk_size=chunk_size, meta=meta, metrics=metrics)
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -1220,174 +1236,3 @@ class ParameterDump:
         return (f"ParameterDump({str(self.path)!r}, clients={self.clients}, checkpoints={self.checkpoints}, "
                 f"runs={self.completed_runs}/{self.n_runs}, params={self.n_params})")
 
-
-def _int_name(name, folder=None):
-    try:
-        return int(name)
-    except ValueError as exc:
-        where = f"{folder}: " if folder is not None else ""
-        raise DumpError(f"{where}checkpoint folder {name!r} is not an integer iteration") from exc
-
-
-def _checkpoint_folders(client_dir):
-    """[(iteration, folder name)] of a client folder, by iteration; DumpError naming a file
-    that is not a checkpoint folder, a name that is not an integer, or two folders of one
-    iteration ("10" and "010")."""
-    found = {}
-    for p in sorted(client_dir.iterdir()):
-        if not p.is_dir():
-            raise DumpError(f"{p} is not a checkpoint folder (expected ROOT/CLIENT/CHECKPOINT/RUN.pt); move it out "
-                            f"of {client_dir}")
-        iteration = _int_name(p.name, p)
-        if iteration in found:
-            raise DumpError(f"{client_dir / found[iteration]} and {p} both name checkpoint {iteration}; keep one")
-        found[iteration] = p.name
-    return sorted(found.items())
-
-
-def _run_files(folder):
-    """Names of the RUN.pt files of a checkpoint folder, by run number where every name is a
-    number (else by name); DumpError naming a folder or a file that is not a .pt file, or
-    two files of one run number ("10.pt" and "010.pt")."""
-    names, numbers = [], {}
-    for p in sorted(folder.iterdir()):
-        if p.is_dir():
-            raise DumpError(f"{p} is a folder; a checkpoint folder holds only RUN.pt files")
-        if p.suffix != ".pt":
-            raise DumpError(f"{p} is not a .pt file; a checkpoint folder holds only RUN.pt files (move it out "
-                            f"of {folder})")
-        if re.fullmatch(r"[0-9]+", p.stem):
-            run = int(p.stem)
-            if run in numbers:
-                raise DumpError(f"{folder / numbers[run]} and {p} both name run {run}; keep one")
-            numbers[run] = p.name
-        names.append(p.name)
-    if len(numbers) == len(names):
-        return [numbers[run] for run in sorted(numbers)]
-    return names
-
-
-def _is_state_dict(obj, torch):
-    """A flat dict of named tensors: at least one floating-point tensor, no nested dicts."""
-    from collections.abc import Mapping
-
-    return (isinstance(obj, Mapping) and all(isinstance(k, str) for k in obj)
-            and any(torch.is_tensor(v) and v.is_floating_point() for v in obj.values())
-            and not any(isinstance(v, Mapping) for v in obj.values()))
-
-
-def _load_state_dict(file, key, torch):
-    """(state dict, the key it was found under or None) of one RUN.pt file: the file's dict
-    itself, the one dict in it that is a state dict (``{"model": ..., "epoch": ...}``), or
-    the one under `key`; DumpError naming the file otherwise."""
-    from collections.abc import Mapping
-
-    try:
-        obj = torch.load(file, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - torch raises many kinds on a damaged file
-        lines = str(exc).strip().splitlines()
-        why = f"{type(exc).__name__}: {lines[0][:200]}" if lines else type(exc).__name__
-        raise DumpError(f"{file} could not be read by torch.load ({why}): truncated, damaged, or not a "
-                        "weights-only PyTorch file; save model.state_dict() (or a dict holding it)") from exc
-    keys = list(obj) if isinstance(obj, Mapping) else None
-    shown = _shown(keys, 200)
-    if key is not None:
-        if keys is None or key not in obj:
-            raise DumpError(f"{file} has no key {key!r}; its keys: {shown}" if keys is not None else
-                            f"{file} holds a {type(obj).__name__}, not a dict with a key {key!r}")
-        if not _is_state_dict(obj[key], torch):
-            raise DumpError(f"{file}[{key!r}] is not a state dict (a dict of floating-point tensors): a "
-                            f"{type(obj[key]).__name__}; keys in the file: {shown}")
-        return obj[key], key
-    if _is_state_dict(obj, torch):
-        return obj, None
-    if keys is None:
-        raise DumpError(f"{file} holds a {type(obj).__name__}, not a state dict; save model.state_dict()")
-    found = [k for k, v in obj.items() if _is_state_dict(v, torch)]
-    if len(found) > 1:
-        raise DumpError(f"{file} holds several state dicts, under keys {_shown(found, 200)}; choose one with key= "
-                        f"(keys in the file: {shown})")
-    if not found:
-        raise DumpError(f"{file} holds no state dict (a dict of floating-point tensors); its keys: {shown}; pass key= naming the "
-                        "one that holds the model's state_dict")
-    return obj[found[0]], found[0]
-
-
-def _tensor_difference(shapes, expected):
-    """How the (name, shape) list `shapes` differs from `expected`, in words."""
-    names, want = dict(shapes), dict(expected)
-    lacks = [n for n in want if n not in names]
-    extra = [n for n in names if n not in want]
-    if lacks:
-        return f"lacks {_shown(lacks, 120)}"
-    if extra:
-        return f"has extra tensors {_shown(extra, 120)}"
-    for n, s in want.items():
-        if names[n] != s:
-            return f"tensor {n!r} has shape {names[n]}, not {s}"
-    return "holds the same tensors in another order"
-
-
-def _read_state_dicts(root, key=None):
-    """Samples of every client from ``root/CLIENT/CHECKPOINT/RUN.pt`` (see
-    :meth:`ParameterDump.from_torch_checkpoints`): (samples, checkpoints, named shapes, run
-    files, state dict key). Every folder and file is checked before any file is loaded."""
-    import torch
-
-    entries = sorted(root.iterdir())
-    for p in entries:
-        if not p.is_dir():
-            raise DumpError(f"{p} is not a client folder (expected ROOT/CLIENT/CHECKPOINT/RUN.pt); move it out of {root}")
-    clients = [p.name for p in entries]
-    if not clients:
-        raise DumpError(f"{root} has no client folders (expected root/CLIENT/CHECKPOINT/RUN.pt)")
-    checkpoints, runs, first_folder, folders = None, None, None, {}
-    for client in clients:
-        found = _checkpoint_folders(root / client)
-        if checkpoints is None:
-            checkpoints = found
-        elif [t for t, _ in found] != [t for t, _ in checkpoints]:
-            raise DumpError(f"{root / client} has checkpoints {[t for t, _ in found]}; {root / clients[0]} has "
-                            f"{[t for t, _ in checkpoints]}")
-        for _, name in found:
-            folder = root / client / name
-            files = _run_files(folder)
-            if runs is None:
-                runs, first_folder = files, folder
-            elif set(files) != set(runs):
-                missing = [r for r in runs if r not in files]
-                if missing:
-                    raise DumpError(f"{folder / missing[0]} is missing ({first_folder} has it; every client and "
-                                    f"checkpoint needs the same runs)")
-                extra = [r for r in files if r not in runs]
-                raise DumpError(f"{folder / extra[0]} has no counterpart in {first_folder}: every client and "
-                                "checkpoint folder must hold the same run files")
-            folders[client, name] = folder
-    if not runs:
-        raise DumpError(f"{root / clients[0]} has no CHECKPOINT/RUN.pt files")
-    named_shapes, first_file, first_key, n_params = None, None, None, 0
-    samples = {}
-    for client in clients:
-        out = None
-        for t, (_, name) in enumerate(checkpoints):
-            for r, run in enumerate(runs):
-                file = folders[client, name] / run
-                state, used = _load_state_dict(file, key, torch)
-                tensors = [(k, v) for k, v in state.items() if torch.is_tensor(v) and v.is_floating_point()]
-                shapes = [(k, tuple(v.shape)) for k, v in tensors]
-                if named_shapes is None:
-                    named_shapes, first_file, first_key = shapes, file, used
-                    n_params = sum(math.prod(s) for _, s in shapes)
-                    if n_params == 0:
-                        raise DumpError(f"{file} holds no floating-point values (tensors: {_shown(shapes, 120)})")
-                elif used != first_key:
-                    raise DumpError(f"{file} holds its state dict under {used!r}; {first_file} under {first_key!r}: "
-                                    "pass key= to read the same one from every file")
-                elif shapes != named_shapes:
-                    raise DumpError(f"{file}: {_tensor_difference(shapes, named_shapes)}, compared with {first_file} "
-                                    "(every file must hold the same tensors with the same shapes)")
-                if out is None:
-                    out = np.empty((len(checkpoints), len(runs), n_params), dtype=np.float32)
-                out[t, r] = torch.cat([v.detach().reshape(-1).float() for _, v in tensors]).numpy()
-        samples[client] = out
-    return samples, [t for t, _ in checkpoints], named_shapes, runs, first_key

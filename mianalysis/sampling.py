@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import zlib
 from contextlib import closing
 from dataclasses import dataclass
@@ -10,15 +9,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._locking import WriterLock
+from ._seeding import replica_seed
 from ._validation import check_choice, check_int
 from .dumps import ParameterDump, layout_from_shapes, unwritten_dump_discarded
 
 INIT_MODES = ("per-run", "fixed")
-
-
-def replica_seed(*words):
-    """A 63-bit seed derived from integers (seed, run, stream) by NumPy's SeedSequence."""
-    return int(np.random.SeedSequence([int(w) for w in words]).generate_state(1, np.uint64)[0] >> np.uint64(1))
 
 
 def _generator(*words):
@@ -103,7 +98,8 @@ class ParameterSampler:
 
     For run r the initial parameters come from (seed, r) with ``init="per-run"`` (every
     client of a run starts from the same point; runs differ) or are one fixed point for
-    all runs with ``init="fixed"``. Each client then trains for one epoch with its own data
+    all runs with ``init="fixed"``. Each client then trains for one epoch (a task's
+    ``epochs``, each in a fresh order; one for the built-in tasks) with its own data
     order, augmentation and dropout randomness drawn from (seed, r, client), except the
     random streams named in `shared`: those draw from (seed, r, stream), the same for
     every client of run r. The flattened
@@ -303,7 +299,10 @@ class ParameterSampler:
         targets = torch.cat([d.targets for d in per_client])
         data = ClientBatchData(inputs, targets, per_client[0].extra)
         n, b = task.n_examples, task.batch_size
-        order = torch.stack([torch.randperm(n, generator=g) for g in stream("order")])  # (R, n)
+        # (R, epochs * n): one permutation per epoch, drawn in turn from each replica's generator.
+        order = torch.stack([torch.cat([torch.randperm(n, generator=g) for _ in range(task.epochs)])
+                             for g in stream("order")])
+        per_epoch = -(-n // b)
         mask_generators = stream(task.mask_stream)
 
         sgd = task.optimizer == "sgd"
@@ -324,7 +323,9 @@ class ParameterSampler:
         record()
         rows = torch.arange(len(pairs))[:, None]
         for it in range(task.n_iterations):
-            idx = order[:, it * b:(it + 1) * b]
+            epoch, step = divmod(it, per_epoch)
+            start = epoch * n + step * b
+            idx = order[:, start:min(start + b, (epoch + 1) * n)]
             xb = inputs[rows, idx]
             yb = targets[rows, idx]
             masks = task.draw_masks(mask_generators, idx.shape[1])
@@ -348,39 +349,31 @@ class ChunkJob:
     settings (never data; the task builds its data on the worker). Called with
     ``(start, stop)`` it returns the :class:`ChunkResult` of runs [start, stop), the same
     bytes as :meth:`ParameterSampler.train_chunk` in this process: it trains under one
-    PyTorch thread. A worker keeps the sampler of its last job, so that a task's data
-    (signal-rnn's examples, digits-lenet's pretrained network) are built once per worker.
+    PyTorch thread. It reaches each worker once (:func:`mianalysis.scaleout.run_unordered`)
+    and keeps its sampler there, so that a task's data (signal-rnn's examples,
+    digits-lenet's pretrained network) are built once per worker.
     """
 
     def __init__(self, task, *, seed, init, every, chunk_size, shared):
         self.task = task
         self.settings = {"seed": seed, "init": init, "every": every, "chunk_size": chunk_size,
                          "shared": tuple(shared)}
+        self._sampler = None
 
     def __getstate__(self):
-        return {"task": self.task, "settings": self.settings}
+        return {"task": self.task, "settings": self.settings}  # the sampler is built where it runs
 
     def __setstate__(self, state):
-        self.task, self.settings = state["task"], state["settings"]
+        self.task, self.settings, self._sampler = state["task"], state["settings"], None
 
     def __call__(self, runs):
         from ._threads import torch_threads
 
         start, stop = runs
+        if self._sampler is None:
+            self._sampler = ParameterSampler(self.task, progress=False, **self.settings)
         with torch_threads(1):
-            return self._sampler().train_chunk(range(start, stop))
-
-    def _sampler(self):
-        import pickle
-
-        key = hashlib.sha256(pickle.dumps((self.task, self.settings))).hexdigest()
-        if _WORKER_SAMPLER.get("key") != key:
-            _WORKER_SAMPLER.clear()
-            _WORKER_SAMPLER.update(key=key, sampler=ParameterSampler(self.task, progress=False, **self.settings))
-        return _WORKER_SAMPLER["sampler"]
-
-
-_WORKER_SAMPLER = {}  # on a Dask worker: the sampler of the last ChunkJob (see ChunkJob)
+            return self._sampler.train_chunk(range(start, stop))
 
 
 def _check_finite(result, start, stop, dump):

@@ -158,16 +158,22 @@ def _call_single_threaded(function, item):
         return function(item)
 
 
+def _identity(value):
+    return value
+
+
 def run_unordered(client, function, items, *, window=None, name="mianalysis"):
     """Run ``function(item)`` for every item on the cluster; yield ``(item, result)`` in
     the order results complete.
 
     At most `window` tasks are submitted at a time (default twice the workers' threads,
     at least 2), so that neither the scheduler nor the caller holds more than that many results.
-    `function` and the items are pickled to the workers: keep them small (settings, not
-    data). A task that fails raises its exception here; a task whose worker dies is run
-    again by Dask on another worker (``distributed.scheduler.allowed-failures`` times).
-    Leaving the loop early cancels the tasks still pending.
+    `function` is pickled once, as a task of its own whose result every worker fetches
+    once and keeps while the loop runs (and that Dask computes again if it is lost with
+    a worker); each item travels with its task: keep items small (ranges, indices). A
+    task that fails raises its exception here; a task whose worker dies is run again by
+    Dask on another worker (``distributed.scheduler.allowed-failures`` times). Leaving the
+    loop early cancels the tasks still pending.
     """
     distributed = _distributed()
     items = list(items)
@@ -175,10 +181,11 @@ def run_unordered(client, function, items, *, window=None, name="mianalysis"):
         window = max(2, 2 * sum(client.nthreads().values()))
     pending = iter(enumerate(items))
     prefix = f"{name}-{uuid.uuid4().hex[:12]}"
+    shipped = client.submit(_identity, function, key=f"{prefix}-function", pure=False)
     futures = {}
 
     def submit(index, item):
-        future = client.submit(_call_single_threaded, function, item, key=f"{prefix}-{index}", pure=False)
+        future = client.submit(_call_single_threaded, shipped, item, key=f"{prefix}-{index}", pure=False)
         futures[future] = item
         return future
 
@@ -195,3 +202,4 @@ def run_unordered(client, function, items, *, window=None, name="mianalysis"):
     finally:
         for future in futures:
             future.cancel()
+        shipped.release()

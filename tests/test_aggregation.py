@@ -4,7 +4,7 @@ from scipy.stats import trim_mean
 
 torch = pytest.importorskip("torch")
 
-from mianalysis.aggregation import (  # noqa: E402
+from mianalysis.federated.aggregation import (  # noqa: E402
     AGGREGATORS, and_mask, fedavg, fedsgd, geometric_mask, get_aggregator, median, trimmed_mean,
 )
 

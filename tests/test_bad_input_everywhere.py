@@ -18,7 +18,7 @@ import pytest
 
 from mianalysis import (ParameterDump, analyze, gaussian_mi, ksg_mi, mi_permutation_test, paired_distances)
 from mianalysis.cli import main
-from mianalysis.diagnostics import eb_criterion
+from mianalysis.federated.diagnostics import eb_criterion
 from mianalysis.dumps import DumpError, layout_from_shapes
 
 X = np.random.default_rng(0).standard_normal((30, 2))
@@ -63,7 +63,7 @@ def _torch(fn):
 def _agg(name, *args, **kwargs):
     def call(folder):
         pytest.importorskip("torch")
-        from mianalysis import aggregation
+        from mianalysis.federated import aggregation
 
         return getattr(aggregation, name)(*args, **kwargs)
     return call
@@ -279,7 +279,7 @@ def _sampler(**kwargs):
 
 
 def _partition(labels, n, scheme="iid"):
-    from mianalysis.tasks.partition import partition
+    from mianalysis.federated.partition import partition
 
     return partition(np.array(labels), n, scheme)
 
@@ -291,19 +291,19 @@ def _fl_config(**kwargs):
 
 
 def _environments(**kwargs):
-    from mianalysis.tasks.environments import make_environments
+    from mianalysis.federated.environments import make_environments
 
     return make_environments(**kwargs)
 
 
 def _multitask(sizes):
-    from mianalysis.tasks.multitask import make_multitask
+    from mianalysis.federated.multitask import make_multitask
 
     return make_multitask(sizes)
 
 
 def _personalized(**kwargs):
-    from mianalysis.personalized import PersonalizedConfig
+    from mianalysis.federated.personalized import PersonalizedConfig
 
     return PersonalizedConfig(**kwargs).check()
 

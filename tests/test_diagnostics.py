@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from mianalysis.diagnostics import eb_criterion
+from mianalysis.federated.diagnostics import eb_criterion
 
 
 def test_two_samples_known_answer():

@@ -107,7 +107,7 @@ def test_docstring_examples_are_found():
                      "mianalysis.estimators.significance.mi_permutation_test",
                      "mianalysis.distances.paired_distances", "mianalysis.distances.mean_paired_distance",
                      "mianalysis.dumps.ParameterDump", "mianalysis.analysis.analyze",
-                     "mianalysis.aggregation.and_mask"):
+                     "mianalysis.federated.aggregation.and_mask"):
         assert expected in names, sorted(names)
 
 

@@ -7,7 +7,7 @@ from mianalysis.dumps import ParameterDump  # noqa: E402
 from mianalysis.federated import (  # noqa: E402
     FederatedConfig, FederatedData, FederatedSimulation, record_replicates, rounds_to_accuracy,
 )
-from mianalysis.tasks.partition import partition  # noqa: E402
+from mianalysis.federated.partition import partition  # noqa: E402
 
 LABELS = np.repeat(np.arange(10), 30)
 
@@ -58,19 +58,19 @@ def test_fedsgd_round_with_all_clients_is_a_gradient_step_on_all_data(small_data
     # loss on all their data together.
     cfg = FederatedConfig(rounds=1, client_fraction=1.0, algorithm="fedsgd", lr=0.3)
     sim = FederatedSimulation("mlp", small_data, cfg, seed=2)
-    sim.run()
+    result = sim.run()
     module = _reference_module(FederatedSimulation("mlp", small_data, cfg, seed=2))
     torch.nn.functional.cross_entropy(module(torch.from_numpy(small_data.x_train).unsqueeze(1)),
                                       torch.from_numpy(small_data.y_train)).backward()
     expected = torch.cat([(p - 0.3 * p.grad).detach().reshape(-1) for p in module.parameters()]).numpy()
-    np.testing.assert_allclose(sim.final_params[0], expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(result.final_params[0], expected, rtol=1e-4, atol=1e-5)
 
 
 def test_fedavg_full_batch_single_epoch_single_client_is_gradient_descent(small_data):
     one = FederatedData(small_data.x_train, small_data.y_train, small_data.x_test, small_data.y_test,
                         [np.arange(60)])
     cfg = FederatedConfig(rounds=2, client_fraction=1.0, local_epochs=1, batch_size=None, lr=0.5)
-    _, models = FederatedSimulation("mlp", one, cfg, seed=4).run(record=True)
+    models = FederatedSimulation("mlp", one, cfg, seed=4).run(record=True).local_models
     module = _reference_module(FederatedSimulation("mlp", one, cfg, seed=4))
     opt = torch.optim.SGD(module.parameters(), lr=0.5)
     x, y = torch.from_numpy(one.x_train).unsqueeze(1), torch.from_numpy(one.y_train)
@@ -86,8 +86,9 @@ def test_fedavg_full_batch_single_epoch_single_client_is_gradient_descent(small_
 def test_batched_replicates_equal_separate_runs(small_data, model):
     cfg = FederatedConfig(rounds=2, client_fraction=1.0, local_epochs=1, batch_size=7, lr=0.1, aggregator="median")
     sim = FederatedSimulation(model, small_data, cfg, replicates=3, seed=1)
-    hist, models = sim.run(record=True)
-    _, alone = sim.run(replicate_ids=[2], record=True)
+    result = sim.run(record=True)
+    hist, models = result.history, result.local_models
+    alone = sim.run(replicate_ids=[2], record=True).local_models
     np.testing.assert_allclose(models[:, :, 2], alone[:, :, 0], rtol=1e-4, atol=1e-6)
     assert not np.allclose(models[:, -1, 0], models[:, -1, 1])
     assert {h["round"] for h in hist} == {0, 1, 2} and len(hist) == 9
@@ -96,7 +97,7 @@ def test_batched_replicates_equal_separate_runs(small_data, model):
 def test_training_improves_accuracy_on_digits():
     data = FederatedData.digits(10, "iid", seed=0)
     cfg = FederatedConfig(rounds=5, client_fraction=0.5, local_epochs=2, batch_size=10, lr=0.1)
-    history, _ = FederatedSimulation("mlp", data, cfg, seed=0).run()
+    history = FederatedSimulation("mlp", data, cfg, seed=0).run().history
     assert rounds_to_accuracy(history, 0.8) is not None
     assert history[-1]["test_accuracy"] > history[0]["test_accuracy"] + 0.5
 
@@ -109,7 +110,7 @@ def test_record_replicates_to_dump_and_resume(small_data, tmp_path):
     assert again.clients == ["0", "1", "2"] and again.checkpoints == [0, 1, 2] and again.n_runs == 5
     assert [e.name for e in again.layout] == ["5.weight", "5.bias"] and again.n_params == 2010
     assert again.verify() == 5
-    _, direct = sim.run(replicate_ids=[4], record=True)
+    direct = sim.run(replicate_ids=[4], record=True).local_models
     np.testing.assert_allclose(again.samples("1", 2)[4], direct[1, 2, 0, -2010:], rtol=1e-5, atol=1e-6)
     before = (tmp_path / "d" / "client_0.f32").read_bytes()
     record_replicates(sim, tmp_path / "d", chunk_size=2, layer="5", progress=False)  # complete: nothing to do
@@ -142,16 +143,17 @@ def test_recording_needs_all_clients(small_data):
 
 def test_stop_at_accuracy(small_data):
     cfg = FederatedConfig(rounds=30, client_fraction=1.0, batch_size=10, lr=0.5)
-    history, _ = FederatedSimulation("mlp", small_data, cfg, seed=0).run(stop_at_accuracy=0.0)
+    history = FederatedSimulation("mlp", small_data, cfg, seed=0).run(stop_at_accuracy=0.0).history
     assert max(h["round"] for h in history) == 1
 
 
 def test_history_logs_eb_across_clients(small_data):
-    from mianalysis.diagnostics import eb_criterion
+    from mianalysis.federated.diagnostics import eb_criterion
 
     cfg = FederatedConfig(rounds=1, client_fraction=1.0, algorithm="fedsgd", lr=0.1)
     sim = FederatedSimulation("mlp", small_data, cfg, seed=0)
-    history, models = sim.run(record=True)
+    result = sim.run(record=True)
+    history, models = result.history, result.local_models
     grads = (models[:, 0, 0] - models[:, 1, 0]) / 0.1  # each client's one-step model gives its gradient
     assert history[1]["eb_clients"] == pytest.approx(eb_criterion(grads), rel=1e-3)
     assert "eb_clients" not in history[0]

@@ -4,7 +4,7 @@
 import numpy as np
 import pytest
 
-from mianalysis.global_dependence import QUANTITIES, dependence_given_global
+from mianalysis.federated.global_dependence import QUANTITIES, dependence_given_global
 
 
 def _synthetic(rng, n=4000, d=2, rounds=2, shared_update=0.0):
@@ -76,7 +76,7 @@ torch = pytest.importorskip("torch")
 
 from mianalysis.dumps import ParameterDump  # noqa: E402
 from mianalysis.federated import FederatedConfig, FederatedData, FederatedSimulation, record_replicates  # noqa: E402
-from mianalysis.tasks.partition import partition  # noqa: E402
+from mianalysis.federated.partition import partition  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -97,9 +97,9 @@ def test_recorded_global_model_is_the_simulators(small_data, tmp_path, aggregato
     assert dump.clients == ["0", "1", "2", "global"] and dump.verify() == 4
     n_layer = dump.n_params
     # The final global model of every replicate, run in one piece.
-    sim.run(record=True)
-    np.testing.assert_array_equal(dump.samples("global", 2), sim.final_params[:, -n_layer:])
-    np.testing.assert_array_equal(dump.samples("global", 1), sim.global_models[1][:, -n_layer:])
+    result = sim.run(record=True)
+    np.testing.assert_array_equal(dump.samples("global", 2), result.final_params[:, -n_layer:])
+    np.testing.assert_array_equal(dump.samples("global", 1), result.global_models[1][:, -n_layer:])
     # Checkpoint 0 is the initial model, which every client holds.
     np.testing.assert_array_equal(dump.samples("global", 0), dump.samples("0", 0))
     # Each round's local models started from the global model of the round before: the

@@ -5,9 +5,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from mianalysis.diagnostics import eb_criterion  # noqa: E402
+from mianalysis.federated.diagnostics import eb_criterion  # noqa: E402
 from mianalysis.federated import FederatedConfig, FederatedData, FederatedSimulation  # noqa: E402
-from mianalysis.tasks.environments import make_environments  # noqa: E402
+from mianalysis.federated.environments import make_environments  # noqa: E402
 
 
 def test_environment_sizes_and_splits():
@@ -68,7 +68,7 @@ def env_data():
 
 def test_vector_data_and_validation_metrics(env_data):
     cfg = FederatedConfig(rounds=2, client_fraction=1.0, batch_size=8, lr=0.1)
-    history, _ = FederatedSimulation("mlp", env_data, cfg, hidden=16, seed=0).run()
+    history = FederatedSimulation("mlp", env_data, cfg, hidden=16, seed=0).run().history
     assert {"val_loss", "val_accuracy", "test_accuracy"} <= set(history[-1])
     assert history[-1]["train_loss"] < history[0]["train_loss"]
     with pytest.raises(ValueError, match="the cnn model needs square images"):
@@ -85,9 +85,8 @@ def test_step_placement_with_full_batches_is_fedsgd(env_data, rule, params):
                              aggregator=rule, aggregator_params=params)
     a = FederatedSimulation("mlp", env_data, step, hidden=16, replicates=2, seed=3)
     b = FederatedSimulation("mlp", env_data, update, hidden=16, replicates=2, seed=3)
-    a.run()
-    b.run()
-    np.testing.assert_allclose(a.final_params, b.final_params, rtol=1e-5, atol=1e-6)
+    ra, rb = a.run(), b.run()
+    np.testing.assert_allclose(ra.final_params, rb.final_params, rtol=1e-5, atol=1e-6)
 
 
 def test_step_placement_masks_every_step(env_data):
@@ -100,11 +99,9 @@ def test_step_placement_masks_every_step(env_data):
                                                                   aggregator_params={"threshold": 1.0,
                                                                                      "rescale": False}),
                                  hidden=16, seed=0)
-    plain.run()
-    masked.run()
     init = plain._flat(plain._setup([0])).numpy()
-    moved_plain = np.abs(plain.final_params - init) > 0
-    moved_masked = np.abs(masked.final_params - init) > 0
+    moved_plain = np.abs(plain.run().final_params - init) > 0
+    moved_masked = np.abs(masked.run().final_params - init) > 0
     assert moved_masked.sum() < moved_plain.sum()
 
 
@@ -121,8 +118,8 @@ def test_placement_errors(env_data):
 def test_per_client_eb_matches_per_example_gradients(env_data):
     cfg = FederatedConfig(rounds=1, client_fraction=1.0, batch_size=10, lr=0.1)
     sim = FederatedSimulation("mlp", env_data, cfg, hidden=8, replicates=2, seed=5)
-    sim.run(log_client_eb=True)
-    assert len(sim.client_eb) == 4 * 2 and {r["client"] for r in sim.client_eb} == {0, 1, 2, 3}
+    client_eb = sim.run(log_client_eb=True).client_eb
+    assert len(client_eb) == 4 * 2 and {r["client"] for r in client_eb} == {0, 1, 2, 3}
     # Reference: one backward pass per example of client 2, replicate 1, at the initial model.
     module = sim.module
     init = sim._init(1)
@@ -136,5 +133,5 @@ def test_per_client_eb_matches_per_example_gradients(env_data):
         x = torch.from_numpy(env_data.x_train[i:i + 1])
         torch.nn.functional.cross_entropy(module(x), torch.from_numpy(env_data.y_train[i:i + 1])).backward()
         grads.append(torch.cat([p.grad.reshape(-1) for p in module.parameters()]).numpy().astype(np.float64))
-    row = next(r for r in sim.client_eb if r["client"] == 2 and r["replicate"] == 1)
+    row = next(r for r in client_eb if r["client"] == 2 and r["replicate"] == 1)
     assert row["eb"] == pytest.approx(eb_criterion(np.array(grads)), rel=1e-4)

@@ -93,7 +93,7 @@ def test_cli_analyze_prefix_and_member_gives_the_plain_table(tmp_path):
 def small_fl():
     pytest.importorskip("torch")
     from mianalysis.federated import FederatedConfig, FederatedData, FederatedSimulation
-    from mianalysis.tasks.partition import partition
+    from mianalysis.federated.partition import partition
 
     rng = np.random.default_rng(0)
     x = rng.random((60, 8, 8)).astype(np.float32)

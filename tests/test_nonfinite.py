@@ -238,7 +238,7 @@ def test_find_nonfinite_maps_selected_columns_to_tensors():
 def small_fl():
     pytest.importorskip("torch")
     from mianalysis.federated import FederatedConfig, FederatedData, FederatedSimulation
-    from mianalysis.tasks.partition import partition
+    from mianalysis.federated.partition import partition
 
     rng = np.random.default_rng(0)
     x = rng.random((60, 8, 8)).astype(np.float32)
@@ -254,10 +254,10 @@ def test_record_replicates_stops_at_a_nonfinite_local_model(small_fl, tmp_path, 
     run = small_fl.run
 
     def poisoned(*, replicate_ids, **kwargs):
-        history, models = run(replicate_ids=replicate_ids, **kwargs)
-        if 3 in replicate_ids:
-            models[2, 2, list(replicate_ids).index(3), -1] = np.nan  # client 2, round 2, replicate 3, last column
-        return history, models
+        result = run(replicate_ids=replicate_ids, **kwargs)
+        if 3 in replicate_ids:  # client 2, round 2, replicate 3, last column
+            result.local_models[2, 2, list(replicate_ids).index(3), -1] = np.nan
+        return result
 
     monkeypatch.setattr(small_fl, "run", poisoned)
     with pytest.raises(ValueError) as info:

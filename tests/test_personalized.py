@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from mianalysis.personalized import PersonalizedConfig, PersonalizedSimulation, WeightOptimizer
-from mianalysis.tasks.multitask import make_multitask
+from mianalysis.federated.personalized import PersonalizedConfig, PersonalizedSimulation, WeightOptimizer
+from mianalysis.federated.multitask import make_multitask
 
 
 def test_weights_stay_put_when_tasks_train_alike():

@@ -90,7 +90,7 @@ def test_distance_order_and_triangle_inequality(seed, n, d):
        st.booleans())
 def test_every_aggregator_is_invariant_to_client_order(seed, n_clients, n_params, rule, weighted):
     pytest.importorskip("torch")
-    from mianalysis.aggregation import get_aggregator
+    from mianalysis.federated.aggregation import get_aggregator
 
     rng = np.random.default_rng(seed)
     stacked = rng.standard_normal((n_clients, n_params))

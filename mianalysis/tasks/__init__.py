@@ -6,9 +6,11 @@ Tasks load PyTorch when used; importing this package does not.
 from .base import ClientBatchData, Task
 from .digits import DigitsLeNetTask
 from .gaussian_sgd import GaussianSGDTask
+from .module import ModuleSpec, ModuleTask
 from .signal import SignalRNNTask
 
-TASKS = {task.name: task for task in (SignalRNNTask, DigitsLeNetTask, GaussianSGDTask)}
+# "module" is built from an import path: ``get_task("module", factory="package.module:function")``.
+TASKS = {task.name: task for task in (SignalRNNTask, DigitsLeNetTask, GaussianSGDTask, ModuleTask)}
 
 
 def get_task(name, preset="paper", **settings):
@@ -18,4 +20,4 @@ def get_task(name, preset="paper", **settings):
     return TASKS[name].from_preset(preset, **settings)
 
 
-__all__ = ["Task", "ClientBatchData", "SignalRNNTask", "DigitsLeNetTask", "GaussianSGDTask", "TASKS", "get_task"]
+__all__ = ["Task", "ClientBatchData", "SignalRNNTask", "DigitsLeNetTask", "GaussianSGDTask", "ModuleTask", "ModuleSpec", "TASKS", "get_task"]

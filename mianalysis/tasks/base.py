@@ -125,9 +125,14 @@ class Task(ABC):
         return float(self.settings["lr"])
 
     @property
+    def epochs(self):
+        """Passes over the data, each in a fresh order (one for the built-in tasks)."""
+        return int(self.settings.get("epochs", 1))
+
+    @property
     def n_iterations(self):
-        """Iterations in one epoch (the last batch may be smaller)."""
-        return -(-self.n_examples // self.batch_size)
+        """Iterations in all epochs (the last batch of an epoch may be smaller)."""
+        return self.epochs * -(-self.n_examples // self.batch_size)
 
     @abstractmethod
     def parameter_shapes(self):

@@ -12,30 +12,13 @@ import numpy as np
 
 from .._threads import torch_threads
 from .._validation import FolderSetting, IntSetting, RealSetting
+from ..datasets import load_digit_images
 from .base import LEARNING_RATE, ClientBatchData, Task
 
 
 def default_cache_dir():
     """Where pretrained networks are cached: $MIANALYSIS_CACHE or ~/.cache/mianalysis."""
     return Path(os.environ.get("MIANALYSIS_CACHE", Path.home() / ".cache" / "mianalysis"))
-
-
-def load_digit_images(mnist_path=None, seed=0):
-    """(train_images, train_labels, test_images, test_labels), images float32 in [0, 1] of
-    shape (n, H, W): MNIST from the IDX files in `mnist_path`, else scikit-learn's 8x8
-    digits split 70 / 30 (stratified, shuffled by `seed`)."""
-    if mnist_path:
-        from .idx import load_mnist
-
-        return load_mnist(mnist_path)
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
-
-    digits = load_digits()
-    images = (digits.images / 16.0).astype(np.float32)
-    xtr, xte, ytr, yte = train_test_split(images, digits.target.astype(np.int64), test_size=0.3,
-                                          random_state=seed, stratify=digits.target)
-    return xtr, ytr, xte, yte
 
 
 def build_lenet(image_size):

@@ -163,7 +163,7 @@ def and_mask(grads, threshold=0.2, rescale=True, weights=None):
     Examples
     --------
     >>> import numpy as np
-    >>> from mianalysis.aggregation import and_mask
+    >>> from mianalysis.federated.aggregation import and_mask
     >>> and_mask(np.array([[1.0, 3, 5], [0, 3, -5]]), threshold=0.2)
     array([0.75, 4.5 , 0.  ])
     """
@@ -181,7 +181,7 @@ def geometric_mask(grads, threshold=0.2, rescale=True, weights=None):
     Examples
     --------
     >>> import numpy as np
-    >>> from mianalysis.aggregation import geometric_mask
+    >>> from mianalysis.federated.aggregation import geometric_mask
     >>> geometric_mask(np.array([[1.0, 3, 5], [0, 3, -5]]), threshold=0.2)
     array([1.5e-05, 4.5e+00, 0.0e+00])
     """

@@ -1,4 +1,6 @@
-"""Reader for the IDX files MNIST is distributed in (optionally gzip-compressed)."""
+"""Embedded and user-supplied data sets: scikit-learn's 8x8 digits, and MNIST read from the
+IDX files it is distributed in (optionally gzip-compressed) where the user points at them.
+Nothing is downloaded."""
 
 from __future__ import annotations
 
@@ -54,3 +56,19 @@ def load_mnist(folder):
             raise ValueError(f"{folder}: {prefix} images {images.shape} and labels {labels.shape} do not match")
         parts += [images.astype(np.float32) / 255.0, labels.astype(np.int64)]
     return tuple(parts)
+
+
+def load_digit_images(mnist_path=None, seed=0):
+    """(train_images, train_labels, test_images, test_labels), images float32 in [0, 1] of
+    shape (n, H, W): MNIST from the IDX files in `mnist_path`, else scikit-learn's 8x8
+    digits split 70 / 30 (stratified, shuffled by `seed`)."""
+    if mnist_path:
+        return load_mnist(mnist_path)
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    digits = load_digits()
+    images = (digits.images / 16.0).astype(np.float32)
+    xtr, xte, ytr, yte = train_test_split(images, digits.target.astype(np.int64), test_size=0.3,
+                                          random_state=seed, stratify=digits.target)
+    return xtr, ytr, xte, yte

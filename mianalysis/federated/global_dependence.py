@@ -15,7 +15,7 @@ from itertools import combinations
 
 import numpy as np
 
-from .estimators import gaussian_cmi, gaussian_mi
+from ..estimators import gaussian_cmi, gaussian_mi
 
 QUANTITIES = ("mi_local", "cmi_given_global", "mi_update")
 
@@ -80,7 +80,7 @@ def dependence_given_global(local, global_model, *, units="bits", bias_correctio
     0.29`` nats):
 
     >>> import numpy as np
-    >>> from mianalysis.global_dependence import dependence_given_global
+    >>> from mianalysis.federated.global_dependence import dependence_given_global
     >>> rng = np.random.default_rng(0)
     >>> g = rng.standard_normal((2, 50_000, 1))          # checkpoints 0 and 1
     >>> shared, e1, e2 = rng.standard_normal((3, 50_000, 1))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import check_samples
+from .._validation import check_samples
 
 
 def eb_criterion(per_example_grads):

@@ -30,7 +30,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ._validation import check_choice, check_int
+from .._io import progress_bar
+from .._validation import check_choice, check_int
 
 METHODS = ("fedrep", "fedgradnorm")
 
@@ -125,7 +126,7 @@ def build_body(n_inputs, hidden, representation):
 
 
 class PersonalizedSimulation:
-    """A FedRep / FedGradNorm run of `config` on `clients` (mianalysis.tasks.multitask).
+    """A FedRep / FedGradNorm run of `config` on `clients` (mianalysis.federated.multitask).
 
     Use :meth:`run`; it returns one row per round and client.
     """
@@ -185,11 +186,7 @@ class PersonalizedSimulation:
         with torch.no_grad():
             evaluate(0, [self._loss(c, heads[i](body(d["x_train"])), d["y_train"]) for i, (c, d)
                          in enumerate(zip(self.clients, data))])
-        bar = None
-        if progress:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=cfg.rounds, unit="round", desc=cfg.method)
+        bar = progress_bar(cfg.rounds, unit="round", desc=cfg.method, enabled=progress)
         global_state = {k: v.clone() for k, v in body.state_dict().items()}
         for k in range(1, cfg.rounds + 1):
             deltas, norms, losses = [], [], []
@@ -228,10 +225,8 @@ class PersonalizedSimulation:
                             for n in global_state}
             body.load_state_dict(global_state)
             evaluate(k, losses)
-            if bar is not None:
-                bar.update(1)
-        if bar is not None:
-            bar.close()
+            bar.update(1)
+        bar.close()
         return rows
 
     def _sampler(self, n, gen):

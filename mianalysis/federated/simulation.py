@@ -19,92 +19,57 @@ amplifies.
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ._threads import torch_threads
-from ._validation import check_choice, check_int
+from .._seeding import replica_seed
+from .._threads import torch_threads
+from .._io import progress_bar
+from .._validation import check_choice, check_int
 from .aggregation import AGGREGATORS, get_aggregator
 from .diagnostics import eb_criterion
-from .sampling import replica_seed
+from .models import MODELS, build_model
 
 ALGORITHMS = ("fedavg", "fedsgd")
 PLACEMENTS = ("update", "step")
-MODELS = ("mlp", "cnn")
 
-
-def build_model(name, input_shape, n_classes=10, hidden=200):
-    """The models of McMahan et al. 2017 for one example of shape `input_shape`.
-
-    "mlp": the 2NN, a three-layer network with two hidden layers of `hidden` ReLU units,
-    for images (H, W) or feature vectors (d,). "cnn" (square grey images only): two
-    convolutions (32 and 64 channels; 5x5 for 28x28 images, 3x3 for smaller ones) each
-    followed by 2x2 max pooling, a fully connected ReLU layer (512 units for 28x28, 128
-    otherwise) and a linear output.
-    """
-    from torch import nn
-
-    check_choice(name, "model", MODELS)
-    n_inputs = int(np.prod(input_shape))
-    if name == "mlp":
-        return nn.Sequential(nn.Flatten(), nn.Linear(n_inputs, hidden), nn.ReLU(),
-                             nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, n_classes))
-    if len(input_shape) != 2 or input_shape[0] != input_shape[1]:
-        raise ValueError(f"the cnn model needs square images (H, W); got examples of shape {tuple(input_shape)}")
-    image_size = input_shape[-1]
-    big = image_size >= 28
-    k, pad = (5, 2) if big else (3, 1)
-    side = image_size // 4
-    width = 512 if big else 128
-    return nn.Sequential(nn.Conv2d(1, 32, k, padding=pad), nn.ReLU(), nn.MaxPool2d(2),
-                         nn.Conv2d(32, 64, k, padding=pad), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-                         nn.Linear(64 * side * side, width), nn.ReLU(), nn.Linear(width, n_classes))
+logger = logging.getLogger(__name__)
 
 
 @dataclass
-class FederatedData:
-    """Examples -- images (n, H, W) or feature vectors (n, d) -- and labels of a train and a
-    test set, each client's indices into the train set, and optionally a validation set."""
+class SimulationResult:
+    """What :meth:`FederatedSimulation.run` returns.
 
-    x_train: np.ndarray
-    y_train: np.ndarray
-    x_test: np.ndarray
-    y_test: np.ndarray
-    clients: list
-    x_val: np.ndarray | None = None
-    y_val: np.ndarray | None = None
+    Attributes
+    ----------
+    history : list of dict
+        Per round (0 = before training) and replicate: round, replicate, train_loss,
+        train_accuracy, test_loss, test_accuracy (val_loss and val_accuracy with a
+        validation set), and eb_clients -- the EB criterion of the round's client messages
+        treated as samples (:mod:`mianalysis.federated.diagnostics`; > 0 when the clients'
+        mean update is within their spread).
+    final_params : ndarray of shape (R, P)
+        The global model after the last round, flattened, one row per replicate run.
+    local_models : ndarray of shape (n_clients, rounds + 1, R, P) or None
+        With ``record=True``: client ``c``'s model at the end of its local training in round
+        ``t`` (``t = 0``: the initial model).
+    global_models : ndarray of shape (rounds + 1, R, P) or None
+        With ``record=True``: entry ``t`` is the server's model after round ``t``'s
+        aggregation, the model broadcast at the start of round ``t + 1`` (entry 0 is the
+        initial model). Round ``t``'s local models started from entry ``t - 1``, so client
+        ``c``'s update in round ``t`` is ``local_models[c, t] - global_models[t - 1]``.
+    client_eb : list of dict
+        With ``log_client_eb=True``: rows (round, replicate, client, eb).
+    """
 
-    @classmethod
-    def digits(cls, n_clients, scheme="iid", *, seed=0, mnist_path=None, **partition_args):
-        """Digits (scikit-learn 8x8, or MNIST IDX files) split between `n_clients` clients."""
-        from .tasks.digits import load_digit_images
-        from .tasks.partition import partition
-
-        xtr, ytr, xte, yte = load_digit_images(mnist_path, seed)
-        return cls(xtr, ytr, xte, yte, partition(ytr, n_clients, scheme, seed=seed, **partition_args))
-
-    @classmethod
-    def environments(cls, **settings):
-        """The synthetic multi-environment task (mianalysis.tasks.environments): training
-        environments as clients, validation data from the same environments, test data from
-        held-out environments. `settings` go to ``make_environments``."""
-        from .tasks.environments import make_environments
-
-        d = make_environments(**settings)
-        return cls(d["x_train"], d["y_train"], d["x_test"], d["y_test"], d["clients"], d["x_val"], d["y_val"])
-
-    @property
-    def n_clients(self):
-        return len(self.clients)
-
-    @property
-    def n_classes(self):
-        return int(max(self.y_train.max(), self.y_test.max())) + 1
-
-    def sizes(self):
-        return np.array([len(c) for c in self.clients])
+    history: list
+    final_params: np.ndarray
+    local_models: np.ndarray | None = None
+    global_models: np.ndarray | None = None
+    client_eb: list = field(default_factory=list)
 
 
 @dataclass
@@ -126,7 +91,7 @@ class FederatedConfig:
         FedAvg: clients train E epochs and send their model update; FedSGD: clients send
         one full-batch gradient at the global model and the server takes one step.
     aggregator : str
-        Rule combining what clients send (see mianalysis.aggregation), e.g. "fedavg",
+        Rule combining what clients send (see mianalysis.federated.aggregation), e.g. "fedavg",
         "median", "and_mask"; with ``aggregator_params`` (threshold, beta, ...).
     weighted : bool
         Weight clients by their numbers of examples.
@@ -410,24 +375,15 @@ class FederatedSimulation:
         log_client_eb : bool
             Also compute, at the start of every round, the EB criterion of each
             participating client's per-example gradients at the global model (up to 256
-            examples per client); stored in ``self.client_eb`` as rows (round, replicate,
-            client, eb).
+            examples per client); returned as ``client_eb`` rows (round, replicate, client,
+            eb).
 
         Returns
         -------
-        history : list of dict
-            Per round (0 = before training) and replicate: round, replicate, train_loss,
-            train_accuracy, test_loss, test_accuracy, and eb_clients -- the EB criterion of
-            the round's client messages treated as samples (mianalysis.diagnostics; > 0
-            when the clients' mean update is within their spread).
-        local_models : ndarray (n_clients, rounds + 1, R, P) or None
-            Client ``c``'s model at the end of its local training in round ``t`` (``t = 0``:
-            the initial model). With ``record=True`` the global models are kept too, in
-            ``self.global_models`` (rounds + 1, R, P): entry ``t`` is the server's model after
-            round ``t``'s aggregation, the model broadcast at the start of round ``t + 1``
-            (entry 0 is the initial model). So round ``t``'s local models started from entry
-            ``t - 1``, and client ``c``'s update in round ``t`` is
-            ``local_models[c, t] - self.global_models[t - 1]``.
+        SimulationResult
+            ``history`` (per round and replicate), ``local_models`` and ``global_models``
+            (with ``record=True``), ``final_params`` (the global model after the last
+            round) and ``client_eb`` (with ``log_client_eb=True``).
         """
         with torch_threads(1):
             return self._run(replicate_ids, record, progress, stop_at_accuracy, log_client_eb)
@@ -453,9 +409,8 @@ class FederatedSimulation:
         params = self._setup(replicate_ids)
         weights = torch.from_numpy(self.data.sizes().astype(np.float64)) if cfg.weighted else None
         history = []
-        self.client_eb = []
-        local_models = None
-        self.global_models = None
+        client_eb = []
+        local_models = global_models = None
         if record:
             flat0 = self._flat(params).numpy()
             local_models = np.empty((self.data.n_clients, cfg.rounds + 1, len(replicate_ids), flat0.shape[1]),
@@ -463,7 +418,6 @@ class FederatedSimulation:
             local_models[:, 0] = flat0
             global_models = np.empty((cfg.rounds + 1, len(replicate_ids), flat0.shape[1]), dtype=np.float32)
             global_models[0] = flat0
-            self.global_models = global_models
 
         def log(round_index):
             metrics = self.evaluate(params)
@@ -471,11 +425,7 @@ class FederatedSimulation:
                 history.append({"round": round_index, "replicate": rep, **{k: float(v[i]) for k, v in metrics.items()}})
 
         log(0)
-        bar = None
-        if progress:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=cfg.rounds, unit="round", desc=f"{cfg.algorithm}/{cfg.aggregator}")
+        bar = progress_bar(cfg.rounds, unit="round", desc=f"{cfg.algorithm}/{cfg.aggregator}", enabled=progress)
         for t in range(1, cfg.rounds + 1):
             clients = self.schedule(t)
             flat = self._flat(params)  # the global model, flattened once per round
@@ -483,7 +433,7 @@ class FederatedSimulation:
             if log_client_eb:
                 for c in clients:
                     for rep, value in zip(replicate_ids, self.per_client_eb(params, int(c))):
-                        self.client_eb.append({"round": t, "replicate": rep, "client": int(c), "eb": float(value)})
+                        client_eb.append({"round": t, "replicate": rep, "client": int(c), "eb": float(value)})
             if cfg.placement == "step":
                 flat = self._stepwise_round(flat, clients, replicate_ids, t, w)
                 models, eb = None, [np.nan] * len(replicate_ids)
@@ -495,16 +445,15 @@ class FederatedSimulation:
                     local_models[c, t] = model.numpy()
                 global_models[t] = flat.numpy()
             log(t)
+            logger.debug("round %d of %d: clients %s", t, cfg.rounds, clients.tolist())
             for row, value in zip(history[-len(replicate_ids):], eb):
                 row["eb_clients"] = float(value)
-            if bar is not None:
-                bar.update(1)
+            bar.update(1)
             if stop_at_accuracy is not None and np.mean([h["test_accuracy"] for h in history[-len(replicate_ids):]]) >= stop_at_accuracy:
                 break
-        if bar is not None:
-            bar.close()
-        self.final_params = self._flat(params).numpy()  # (R, P): the global model after the last round
-        return history, local_models
+        bar.close()
+        return SimulationResult(history=history, local_models=local_models, global_models=global_models,
+                                final_params=self._flat(params).numpy(), client_eb=client_eb)
 
     def describe(self):
         return {"model": self.model_name, "hidden": self.hidden, "config": asdict(self.config), "seed": self.seed,
@@ -529,124 +478,4 @@ def rounds_to_accuracy(history, target, split="test"):
     return None
 
 
-def record_replicates(simulation, out, *, chunk_size=16, layer=None, progress=True, record_global=False):
-    """Run `simulation.replicates` replicates with every client's local model recorded per
-    round into a ParameterDump at `out` (checkpoint = round; client = FL client), written
-    in chunks of replicates and resumed if `out` holds the same recording. The dump's
-    writer lock is held throughout (LockedError if another process is writing `out`).
-
-    Parameters
-    ----------
-    layer : str or list of str, optional
-        Record only these tensors (names as in :meth:`FederatedSimulation.layout`).
-    record_global : bool, default=False
-        Also record the server's global model, as one more client named ``"global"``
-        after the FL clients: at checkpoint ``t`` the model after round ``t``'s aggregation
-        (the one broadcast at the start of round ``t + 1``; checkpoint 0 is the initial
-        model, which every client holds too). Round ``t``'s local models started from the
-        global model at checkpoint ``t - 1``, so a client's update in round ``t`` is its
-        checkpoint ``t`` minus the global model's checkpoint ``t - 1``. The dump stays an
-        ordinary dump: :func:`mianalysis.analyze` then also gives every client's MI and
-        distances with ``"global"``. Its metrics are the global model's (as every client's).
-
-    Returns
-    -------
-    dump : ParameterDump
-    history : list of dict
-        The global model's metrics per round and replicate.
-    """
-    from ._locking import WriterLock
-    from .dumps import (ParameterDump, find_nonfinite, layout_columns, layout_from_shapes, select_layout,
-                        unwritten_dump_discarded)
-
-    # Everything is checked before the dump is opened or created: a rejected call leaves nothing.
-    simulation.check_recordable()
-    chunk_size = check_int(chunk_size, "chunk_size", low=1)
-    layout = layout_from_shapes(simulation.layout())
-    if layer is None:
-        cols, rec_layout = slice(None), layout
-    else:
-        chosen = select_layout(layout, layer)
-        cols = layout_columns(chosen)
-        rec_layout = layout_from_shapes([(e.name, e.shape) for e in chosen])
-    names = ["train_loss", "train_accuracy", "test_loss", "test_accuracy", "eb_clients"]
-    if simulation.data.x_val is not None:
-        names[2:2] = ["val_loss", "val_accuracy"]
-    meta = {"federated": simulation.describe(), "layer": layer, "replicates": simulation.replicates,
-            "chunk_size": chunk_size}
-    names_out = [str(c) for c in range(simulation.data.n_clients)]
-    if record_global:
-        meta["global_client"] = "global: the server's model after each round (checkpoint 0: the initial model)"
-        names_out.append("global")
-    # One recorder per dump, from opening it to its last chunk; failed before its first chunk: no empty dump left.
-    with WriterLock(out), unwritten_dump_discarded(out):
-        dump = ParameterDump.open_or_create(
-            out, meta=meta, clients=names_out,
-            checkpoints=list(range(simulation.config.rounds + 1)), n_runs=simulation.replicates,
-            layout=rec_layout, metric_names=names,
-        )
-        for start in range(dump.completed_runs, simulation.replicates, chunk_size):
-            stop = min(start + chunk_size, simulation.replicates)
-            hist, models = simulation.run(replicate_ids=range(start, stop), record=True, progress=progress)
-            values = np.full((len(names), simulation.config.rounds + 1, stop - start), np.nan, dtype=np.float32)
-            for row in hist:
-                for m, name in enumerate(names):
-                    values[m, row["round"], row["replicate"] - start] = row.get(name, np.nan)
-            # The simulator checks the clients' updates; these local models are what is stored.
-            found = [(where.checkpoint, c, where) for c in range(simulation.data.n_clients) if (where := find_nonfinite(
-                models[c][:, :, cols], dump.checkpoints, first_run=start, layout=dump.layout)) is not None]
-            if found:
-                _, c, where = min(found, key=lambda f: f[:2])
-                raise ValueError(
-                    f"client {c}'s local model is not finite in round {where.iteration}, "
-                    f"{where.runs_text('replicate')}: {where.values_text()}; nothing of "
-                    f"replicates {start}-{stop} was written (the dump {out} keeps its {dump.completed_runs} "
-                    f"completed replicates); lower `lr` (now {simulation.config.lr})")
-            samples = {str(c): models[c][:, :, cols] for c in range(simulation.data.n_clients)}
-            if record_global:
-                samples["global"] = simulation.global_models[:, :, cols]
-            dump.write_chunk(start, stop, samples, {name: values for name in names_out})
-    # The history of every replicate, read back from the dump (float32), whether this call
-    # ran all chunks or resumed after an interruption.
-    recorded = {name: dump.metric("0", name) for name in names}
-    history = []
-    for rep in range(dump.completed_runs):
-        for t in range(simulation.config.rounds + 1):
-            row = {"round": t, "replicate": rep}
-            row.update({name: float(recorded[name][t, rep]) for name in names
-                        if not (name == "eb_clients" and t == 0)})
-            history.append(row)
-    return dump, history
-
-
-def write_rows(rows, path):
-    """Write a list of dicts with the same keys as CSV."""
-    import csv
-
-    if not rows:
-        raise ValueError(f"nothing to write to {path}")
-    with open(path, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-
-
-def history_table(history, path):
-    """Write per-round metrics, averaged over replicates (with sd), as CSV; returns the rows."""
-    keys = [k for k in ("train_loss", "train_accuracy", "val_loss", "val_accuracy", "test_loss", "test_accuracy",
-                        "eb_clients") if k in history[0] or k == "eb_clients"]
-    rows = []
-    for t in sorted({h["round"] for h in history}):
-        at = [h for h in history if h["round"] == t]
-        row = {"round": t, "replicates": len(at)}
-        for k in keys:
-            vals = np.array([h.get(k, np.nan) for h in at])
-            row[k] = float(vals.mean())
-            row[f"{k}_sd"] = float(vals.std(ddof=1)) if len(vals) > 1 else 0.0
-        rows.append(row)
-    write_rows(rows, path)
-    return rows
-
-
-__all__ = ["FederatedConfig", "FederatedData", "FederatedSimulation", "build_model", "record_replicates",
-           "rounds_to_accuracy", "history_table", "write_rows", "AGGREGATORS", "PLACEMENTS"]
+__all__ = ["FederatedConfig", "FederatedSimulation", "SimulationResult", "rounds_to_accuracy", "PLACEMENTS"]

@@ -1,0 +1,33 @@
+"""Small file and terminal helpers shared by the package: CSV rows and progress bars."""
+
+from __future__ import annotations
+
+
+def write_rows(rows, path):
+    """Write a list of dicts with the same keys as CSV."""
+    import csv
+
+    if not rows:
+        raise ValueError(f"nothing to write to {path}")
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def progress_bar(total, *, initial=0, unit="it", desc=None, enabled=True):
+    """A tqdm progress bar, or an object with the same `update` and `close` that draws
+    nothing when `enabled` is false (tqdm is not imported then)."""
+    if not enabled:
+        return _NoBar()
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, unit=unit, desc=desc)
+
+
+class _NoBar:
+    def update(self, n=1):
+        pass
+
+    def close(self):
+        pass

@@ -1,0 +1,454 @@
+"""DumpWriter: record parameter vectors from your own training loop into a dump, chunk by chunk.
+
+A training loop that already exists (yours, a Flower app's) calls :meth:`DumpWriter.record`
+once per (run, client, checkpoint); the writer keeps the records of each chunk of runs in
+memory and writes the chunk (:meth:`mianalysis.ParameterDump.write_chunk`, atomic and
+checksummed) as soon as all its records are there. Memory is that of the chunks being
+filled, whatever the number of runs. Get one with :meth:`mianalysis.ParameterDump.writer`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import sys
+import threading
+import warnings
+from collections.abc import Mapping
+from contextlib import ExitStack
+from pathlib import Path
+
+import numpy as np
+
+from ._locking import WriterLock
+from ._validation import check_int
+from .dumps import (
+    MANIFEST,
+    DumpError,
+    ParameterDump,
+    discard_unwritten_dump,
+    find_nonfinite,
+    layout_from_shapes,
+    unwritten_dump_discarded,
+)
+
+__all__ = ["DumpWriter", "IncompleteChunkWarning", "named_arrays", "layout_difference"]
+
+
+class IncompleteChunkWarning(UserWarning):
+    """A writer was closed while some runs of a chunk lacked records: those runs were not written."""
+
+
+def named_arrays(params):
+    """The floating-point tensors of `params` as a list of (name, array), or None for a flat vector.
+
+    Parameters
+    ----------
+    params : torch.nn.Module, mapping of str -> tensor or array, or array-like
+        A module gives its ``state_dict()``: every floating-point tensor, parameters and
+        buffers (BatchNorm's running statistics) alike, the vector that
+        ``torch.save(model.state_dict(), ...)`` and ``mianalysis import`` give. A mapping
+        (a state_dict) gives its floating-point values in its order; integer values
+        (``num_batches_tracked``) are skipped. Anything else is a flat parameter vector.
+
+    Returns
+    -------
+    list of (str, numpy.ndarray) or None
+        The named tensors as float32 arrays of their shapes; None when `params` is a flat
+        vector (read it with :func:`numpy.asarray`).
+    """
+    torch = sys.modules.get("torch")  # a torch object exists only if torch is imported: never imported here
+    if torch is not None and isinstance(params, torch.nn.Module):
+        params = params.state_dict()
+    if not isinstance(params, Mapping):
+        return None
+    named = []
+    for name, value in params.items():
+        if torch is not None and torch.is_tensor(value):
+            if value.is_floating_point():
+                named.append((str(name), value.detach().to("cpu", torch.float32).numpy()))
+        elif isinstance(value, np.ndarray) and value.dtype.kind == "f":
+            named.append((str(name), value.astype(np.float32, copy=False)))
+    return named
+
+
+def layout_difference(shapes, expected):
+    """How the (name, shape) list `shapes` differs from `expected`, in words ("" if it does not)."""
+    names, want = dict(shapes), dict(expected)
+    lacks = [n for n in want if n not in names]
+    extra = [n for n in names if n not in want]
+    if lacks:
+        return f"lacks {_shown(lacks)}"
+    if extra:
+        return f"has extra tensors {_shown(extra)}"
+    for n, s in want.items():
+        if tuple(names[n]) != tuple(s):
+            return f"tensor {n!r} has shape {tuple(names[n])}, not {tuple(s)}"
+    return "" if list(names) == list(want) else "holds the same tensors in another order"
+
+
+def _shown(value, limit=120):
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _as_pairs(layout):
+    """(name, shape) pairs of a layout given as pairs or as LayoutEntry objects."""
+    pairs = []
+    for entry in layout:
+        if hasattr(entry, "name") and hasattr(entry, "shape"):
+            pairs.append((entry.name, tuple(entry.shape)))
+        else:
+            try:
+                name, shape = entry
+                pairs.append((str(name), tuple(int(s) for s in shape)))
+            except (TypeError, ValueError):
+                raise TypeError(f"`layout` must be a sequence of (name, shape) pairs; got the entry {entry!r}") from None
+    if not pairs:
+        raise ValueError("`layout` must describe at least one tensor")
+    return pairs
+
+
+class _Chunk:
+    """The records of one chunk of runs [start, stop) while it fills."""
+
+    def __init__(self, start, stop, n_clients, n_checkpoints, n_params, n_metrics):
+        self.start, self.stop = start, stop
+        n = stop - start
+        self.samples = np.empty((n_clients, n_checkpoints, n, n_params), dtype=np.float32)
+        self.metrics = np.full((n_clients, n_metrics, n_checkpoints, n), np.nan, dtype=np.float32)
+        self.filled = np.zeros((n_clients, n_checkpoints, n), dtype=bool)
+
+    def complete_runs(self):
+        return self.filled.all(axis=(0, 1))
+
+
+class DumpWriter:
+    """Writes the records of a training loop into a dump, one chunk of runs at a time.
+
+    Make one with :meth:`mianalysis.ParameterDump.writer` and use it in a ``with`` block:
+    the dump's writer lock is held from entry to exit. Each chunk of `chunk_size` runs
+    (runs [k * chunk_size, (k + 1) * chunk_size)) is kept in memory until every (client,
+    checkpoint, run) record of it has come, in any order, and is then written atomically.
+    Memory is one chunk's samples per chunk being filled: record a chunk's runs before the
+    next chunk's to keep it at one.
+
+    Resuming: entering a writer for a folder that holds a dump with the same `meta`
+    (and the same clients, checkpoints, runs and layout) continues it; :meth:`is_written`
+    tells the loop which runs to skip, and :meth:`missing_runs` lists those left. A folder
+    holding another dump is refused, and nothing there changes.
+
+    Leaving the block writes the runs of a partly filled chunk that are complete, warns
+    (:class:`IncompleteChunkWarning`) naming the records missing from the others, and
+    drops those. A block that fails (an exception, Ctrl-C) writes nothing more: the chunks
+    written before it stay, the records of partly filled ones are dropped (with the
+    warning), and a dump without any written chunk is removed.
+
+    Parameters
+    ----------
+    path : str or Path
+        The dump folder (new, empty, or holding the dump to resume).
+    clients : sequence
+        Client names (stored as strings; :meth:`record` takes the name or its string).
+    checkpoints : sequence of int
+        The checkpoints each client is recorded at, as iteration (or round) numbers,
+        unique; :meth:`record` takes one of these values, not its index.
+    runs : int
+        Runs the dump holds when complete.
+    layout : sequence of (name, shape), optional
+        Tensors of the parameter vector. Default: taken from the first record (the
+        state_dict's floating-point tensors, or one tensor "params" for a flat vector).
+    chunk_size : int, default=64
+        Runs written together.
+    meta : dict, optional
+        Free-form description stored in the manifest (JSON); a dump is resumed only with
+        the same `meta`.
+    metrics : sequence of str, optional
+        Names of per-record metrics (e.g. ``["loss"]``). Default: the names in the first
+        record's `metrics` (none if it has none).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from mianalysis import ParameterDump
+    >>> with ParameterDump.writer("own_loop", clients=["a", "b"], checkpoints=[0, 1],
+    ...                           runs=6, chunk_size=4) as w:
+    ...     for run in w.missing_runs():       # every run; after an interruption, those left
+    ...         for client in ("a", "b"):
+    ...             model = torch.nn.Linear(3, 2)
+    ...             w.record(run=run, client=client, checkpoint=0, params=model, metrics={"loss": 1.0})
+    ...             with torch.no_grad():
+    ...                 _ = model.weight.mul_(0.5)     # your training
+    ...             w.record(run=run, client=client, checkpoint=1, params=model, metrics={"loss": 0.5})
+    >>> w.dump
+    ParameterDump('own_loop', clients=['a', 'b'], checkpoints=[0, 1], runs=6/6, params=8)
+    >>> [e.name for e in w.dump.layout], w.dump.metric_names
+    (['weight', 'bias'], ['loss'])
+    """
+
+    def __init__(self, path, *, clients, checkpoints, runs, layout=None, chunk_size=64, meta=None, metrics=None):
+        self.path = Path(path)
+        self.clients = [str(c) for c in clients]
+        if not self.clients:
+            raise ValueError("`clients` must name at least one client")
+        if len(set(self.clients)) != len(self.clients):
+            raise ValueError(f"`clients` must be unique; got {self.clients}")
+        self.checkpoints = [check_int(c, "checkpoints", low=-(2**63)) for c in checkpoints]
+        if not self.checkpoints:
+            raise ValueError("`checkpoints` must not be empty")
+        if len(set(self.checkpoints)) != len(self.checkpoints):
+            raise ValueError(f"`checkpoints` must be unique; got {self.checkpoints}")
+        self.n_runs = check_int(runs, "runs", low=1)
+        self.chunk_size = check_int(chunk_size, "chunk_size", low=1)
+        self.layout = None if layout is None else layout_from_shapes(_as_pairs(layout))
+        if meta is not None and not isinstance(meta, dict):
+            raise TypeError(f"`meta` must be a dict or None; got {type(meta).__name__}")
+        try:
+            self.meta = json.loads(json.dumps(meta or {}))
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"`meta` must be JSON-serialisable (it is stored in {MANIFEST}): {exc}") from exc
+        if isinstance(metrics, str):
+            metrics = [metrics]
+        self.metric_names = None if metrics is None else [str(m) for m in metrics]
+        if self.metric_names is not None and len(set(self.metric_names)) != len(self.metric_names):
+            raise ValueError(f"`metrics` must be unique names; got {self.metric_names}")
+        self.dump = None
+        self._client_index = {c: i for i, c in enumerate(self.clients)}
+        self._checkpoint_index = {c: i for i, c in enumerate(self.checkpoints)}
+        self._open = {}  # chunk start -> _Chunk being filled
+        self._missing = None  # the dump's missing chunks (start, stop), sorted; None before the dump exists
+        self._stack = None
+        self._fresh = self._was_folder = False
+        self._flat_size = 0
+        self._guard = threading.Lock()  # records may come from several threads (a Flower app's clients)
+
+    # ------------------------------------------------------------------ the with block
+    def __enter__(self):
+        stack = ExitStack()
+        stack.enter_context(WriterLock(self.path))
+        try:
+            self._fresh = not (self.path / MANIFEST).exists()
+            self._was_folder = self.path.is_dir()
+            stack.enter_context(unwritten_dump_discarded(self.path))
+            if not self._fresh:
+                self._resume()
+        except BaseException:
+            stack.close()
+            raise
+        self._stack = stack
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        stack, self._stack = self._stack, None
+        try:
+            self._close(failed=exc_type is not None)
+        except BaseException:
+            stack.__exit__(*sys.exc_info())
+            raise
+        if exc_type is None and self._fresh and self.dump is not None and self.dump.written_runs == 0:
+            discard_unwritten_dump(self.path, keep_folder=self._was_folder)  # nothing recorded: nothing left
+        return stack.__exit__(exc_type, exc, tb)
+
+    def _resume(self):
+        dump = ParameterDump.open_or_create(self.path, meta=self.meta)  # the same meta, and verified
+        want = {"clients": self.clients, "checkpoints": self.checkpoints, "runs": self.n_runs}
+        have = {"clients": dump.clients, "checkpoints": dump.checkpoints, "runs": dump.n_runs}
+        if self.layout is not None:
+            want["layout"] = [(e.name, e.shape) for e in self.layout]
+            have["layout"] = [(e.name, e.shape) for e in dump.layout]
+        if self.metric_names is not None:
+            want["metrics"], have["metrics"] = self.metric_names, dump.metric_names
+        diff = {k: (have[k], want[k]) for k in want if have[k] != want[k]}
+        if diff:
+            raise DumpError(f"{self.path} holds a dump with other settings (existing, requested): {diff}; nothing "
+                            "was changed: choose another folder")
+        self.layout, self.metric_names = dump.layout, dump.metric_names
+        self._attach(dump)
+
+    def _attach(self, dump):
+        self.dump = dump
+        self._missing = dump.missing_chunks(self.chunk_size)
+
+    def _create(self, named, metrics):
+        """Create the dump at the first record: its layout and metric names from that record."""
+        if self.layout is None:
+            self.layout = layout_from_shapes([(n, a.shape) for n, a in named] if named is not None
+                                             else [("params", (self._flat_size,))])
+        if self.metric_names is None:
+            self.metric_names = sorted(str(m) for m in (metrics or {}))
+        self._attach(ParameterDump.open_or_create(
+            self.path, meta=self.meta, clients=self.clients, checkpoints=self.checkpoints, n_runs=self.n_runs,
+            layout=self.layout, metric_names=self.metric_names))
+
+    # ------------------------------------------------------------------ records
+    def is_written(self, run):
+        """Whether run `run` is already in the dump (written by this writer or before a resume)."""
+        run = check_int(run, "run", low=0, high=self.n_runs - 1)
+        if self._missing is None:
+            return False
+        with self._guard:
+            return self._chunk_of(run) is None
+
+    def missing_runs(self):
+        """The runs not yet written, in order (a resumed loop can iterate over these)."""
+        if self._missing is None:
+            return list(range(self.n_runs))
+        with self._guard:
+            return [r for start, stop in self._missing for r in range(start, stop)]
+
+    def record(self, *, run, client, checkpoint, params, metrics=None):
+        """Record the parameters of `client` at `checkpoint` of run `run`.
+
+        Parameters
+        ----------
+        run : int
+            In [0, runs).
+        client
+            One of the writer's clients (its name, or anything whose ``str`` is one).
+        checkpoint : int
+            One of the writer's checkpoints (the value, e.g. the iteration, not its index).
+        params : torch.nn.Module, state_dict, or array-like
+            See :func:`named_arrays`: a module's ``state_dict()`` floating-point tensors, a
+            state_dict's, or a flat vector of the layout's size. Copied: the model may
+            train on after this call.
+        metrics : dict of str -> float, optional
+            Per-record metrics (e.g. ``{"loss": 0.3}``), of the writer's metric names; one
+            not given is stored as NaN.
+
+        Raises
+        ------
+        ValueError
+            Naming the record: an unknown client or checkpoint, a run out of range or already
+            written, a record given twice, tensors or a size unlike the layout, non-finite
+            parameters, an unknown metric. Nothing is stored for it and no written chunk
+            changes.
+        """
+        if self._stack is None:
+            raise RuntimeError("record inside the `with` block of the writer (`with ParameterDump.writer(...) as w:`)")
+        run = check_int(run, "run", low=0, high=self.n_runs - 1)
+        what = f"the record of run {run}, client {client!r}, checkpoint {checkpoint!r}"
+        c = self._client_index.get(str(client))
+        if c is None:
+            raise ValueError(f"{what}: `client` must be one of {self.clients}; got {client!r}")
+        if isinstance(checkpoint, bool) or checkpoint not in self._checkpoint_index:
+            raise ValueError(f"{what}: `checkpoint` must be one of {self.checkpoints} (the value, not its index); "
+                             f"got {checkpoint!r}")
+        t = self._checkpoint_index[checkpoint]
+        if metrics is not None and not isinstance(metrics, Mapping):
+            raise TypeError(f"{what}: `metrics` must be a dict of metric name -> number; got {type(metrics).__name__}")
+        named = named_arrays(params)
+        if named == []:
+            raise ValueError(f"{what}: `params` holds no floating-point tensors")
+        if named is None:
+            flat = np.asarray(params.detach().cpu() if hasattr(params, "detach") else params)
+            if flat.dtype.kind not in "biuf" or flat.ndim != 1:
+                raise ValueError(f"{what}: `params` must be a module, a state_dict or a flat vector (1-D numbers); "
+                                 f"got {type(params).__name__} of shape {flat.shape} and dtype {flat.dtype}")
+            self._flat_size = flat.size
+        with self._guard:
+            if self.dump is None:
+                self._create(named, metrics)
+            vector = self._vector(named, flat if named is None else None, what)
+            values = self._metric_values(metrics, what)
+            where = find_nonfinite(vector[None, None, :], [checkpoint], checkpoints=[t], first_run=run,
+                                   layout=self.layout)
+            if where is not None:
+                raise ValueError(f"{what}: the parameters are not finite: {where.values_text()}; a dump holds finite "
+                                 "parameters only (nothing was recorded)")
+            span = self._chunk_of(run)
+            if span is None:
+                raise ValueError(f"{what}: run {run} is already written in {self.path}; skip it "
+                                 "(`if w.is_written(run): continue`)")
+            chunk = self._open.get(span[0])
+            if chunk is None:
+                chunk = self._open[span[0]] = _Chunk(*span, len(self.clients), len(self.checkpoints),
+                                                     self.dump.n_params, len(self.metric_names))
+            i = run - chunk.start
+            if chunk.filled[c, t, i]:
+                raise ValueError(f"{what} was given twice; each (run, client, checkpoint) is recorded once")
+            chunk.samples[c, t, i] = vector
+            chunk.metrics[c, :, t, i] = values
+            chunk.filled[c, t, i] = True
+            if chunk.filled.all():
+                self._write(chunk, chunk.start, chunk.stop)
+                del self._open[chunk.start]
+
+    def _vector(self, named, flat, what):
+        n_params = self.dump.n_params
+        if named is None:
+            if flat.size != n_params:
+                raise ValueError(f"{what}: `params` has {flat.size} values; the layout has {n_params} "
+                                 f"({_shown([(e.name, e.shape) for e in self.layout])})")
+            return flat.astype(np.float32)
+        expected = [(e.name, e.shape) for e in self.layout]
+        shapes = [(n, a.shape) for n, a in named]
+        diff = layout_difference(shapes, expected)
+        if diff and not diff.endswith("another order"):  # the layout's order is used whatever the dict's
+            raise ValueError(f"{what}: `params` {diff}, compared with the layout {_shown(expected)}")
+        arrays = dict(named)
+        return np.concatenate([arrays[e.name].reshape(-1) for e in self.layout]).astype(np.float32, copy=False)
+
+    def _metric_values(self, metrics, what):
+        values = np.full(len(self.metric_names), np.nan, dtype=np.float32)
+        for name, value in (metrics or {}).items():
+            if name not in self.metric_names:
+                raise ValueError(f"{what}: metric {name!r} is not one of {self.metric_names} (the writer's `metrics`, "
+                                 "or the first record's)")
+            try:
+                values[self.metric_names.index(name)] = float(value)
+            except (TypeError, ValueError):
+                raise TypeError(f"{what}: metric {name!r} must be a number; got {value!r}") from None
+        return values
+
+    def _chunk_of(self, run):
+        """(start, stop) of the missing chunk holding `run`, or None if `run` is written."""
+        i = bisect.bisect_right(self._missing, (run, float("inf"))) - 1
+        if i >= 0 and self._missing[i][0] <= run < self._missing[i][1]:
+            return self._missing[i]
+        return None
+
+    def _write(self, chunk, start, stop):
+        """Write runs [start, stop) of `chunk` (all their records present)."""
+        a, b = start - chunk.start, stop - chunk.start
+        self.dump.write_chunk(start, stop, {c: chunk.samples[i, :, a:b] for i, c in enumerate(self.clients)},
+                              {c: chunk.metrics[i, :, :, a:b] for i, c in enumerate(self.clients)})
+        self._missing = self.dump.missing_chunks(self.chunk_size)
+
+    def pending(self):
+        """The records still missing from the chunks being filled: a list of (run, client,
+        checkpoint) for every run that has at least one record."""
+        with self._guard:
+            missing = []
+            for chunk in sorted(self._open.values(), key=lambda ch: ch.start):
+                for i in np.flatnonzero(chunk.filled.any(axis=(0, 1))):
+                    for c, t in zip(*np.nonzero(~chunk.filled[:, :, i])):
+                        missing.append((chunk.start + int(i), self.clients[c], self.checkpoints[t]))
+            return missing
+
+    def _close(self, failed):
+        """Leaving the block: write the complete runs of partly filled chunks (not after a
+        failure: then nothing more is written); warn about the runs left out."""
+        if not self._open:
+            return
+        missing = self.pending()
+        lost = []
+        for chunk in sorted(self._open.values(), key=lambda ch: ch.start):
+            complete = chunk.complete_runs() & (not failed)
+            for start, stop in _true_ranges(complete):
+                self._write(chunk, chunk.start + start, chunk.start + stop)
+            lost += [chunk.start + int(i) for i in np.flatnonzero(chunk.filled.any(axis=(0, 1)) & ~complete)]
+        self._open.clear()
+        if lost:
+            shown = ", ".join(f"(run {r}, client {c!r}, checkpoint {t})" for r, c, t in missing[:5])
+            more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+            why = (f"the block failed before their chunks were complete (records missing: {shown}{more})" if failed
+                   else f"records missing: {shown}{more}")
+            warnings.warn(IncompleteChunkWarning(
+                f"{self.path}: runs {_shown(lost, 80)} were not written: {why}; record them again (every client and "
+                "checkpoint of a run) with the same settings to complete the dump"), stacklevel=3)
+
+
+def _true_ranges(mask):
+    """(start, stop) of each run of True in a boolean vector."""
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], mask.astype(np.int8), [0]])))
+    return [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2])]

@@ -1,0 +1,30 @@
+"""The federated-learning product line: a simulator of federated training, the aggregation
+rules it compares, and recording of every client's model per round into a ParameterDump.
+
+- :mod:`~mianalysis.federated.simulation`: :class:`FederatedSimulation` and its settings
+  :class:`FederatedConfig` (rounds, client fraction, local epochs, aggregation rule,
+  placement), replicates trained as one batched computation.
+- :mod:`~mianalysis.federated.aggregation`: the rules (mean, median, trimmed mean, AND-mask,
+  geometric mask, ...) by name.
+- :mod:`~mianalysis.federated.recording`: :func:`record_replicates` (a dump per round, for
+  :func:`mianalysis.analyze`) and :func:`history_table`.
+- :mod:`~mianalysis.federated.data`, :mod:`~mianalysis.federated.partition`,
+  :mod:`~mianalysis.federated.environments`, :mod:`~mianalysis.federated.multitask`: the
+  data sets the simulator splits between clients.
+- :mod:`~mianalysis.federated.models`, :mod:`~mianalysis.federated.personalized`,
+  :mod:`~mianalysis.federated.diagnostics`, :mod:`~mianalysis.federated.global_dependence`:
+  the models, personalised FL (FedRep, FedGradNorm), the EB criterion, and dependence given
+  the global model.
+
+Importing this package loads NumPy only; PyTorch is loaded by the parts that train.
+"""
+
+from .aggregation import AGGREGATORS, get_aggregator
+from .data import FederatedData
+from .models import MODELS, build_model
+from .._io import write_rows
+from .recording import history_table, record_replicates
+from .simulation import PLACEMENTS, FederatedConfig, FederatedSimulation, SimulationResult, rounds_to_accuracy
+
+__all__ = ["FederatedConfig", "FederatedData", "FederatedSimulation", "SimulationResult", "build_model", "record_replicates",
+           "rounds_to_accuracy", "history_table", "write_rows", "get_aggregator", "AGGREGATORS", "PLACEMENTS", "MODELS"]

@@ -1,0 +1,54 @@
+"""A federated data set: train and test examples, and each client's share of the train set."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class FederatedData:
+    """Examples -- images (n, H, W) or feature vectors (n, d) -- and labels of a train and a
+    test set, each client's indices into the train set, and optionally a validation set."""
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    clients: list
+    x_val: np.ndarray | None = None
+    y_val: np.ndarray | None = None
+
+    @classmethod
+    def digits(cls, n_clients, scheme="iid", *, seed=0, mnist_path=None, **partition_args):
+        """Digits (scikit-learn 8x8, or MNIST IDX files) split between `n_clients` clients."""
+        from ..datasets import load_digit_images
+        from .partition import partition
+
+        xtr, ytr, xte, yte = load_digit_images(mnist_path, seed)
+        return cls(xtr, ytr, xte, yte, partition(ytr, n_clients, scheme, seed=seed, **partition_args))
+
+    @classmethod
+    def environments(cls, **settings):
+        """The synthetic multi-environment task (mianalysis.federated.environments): training
+        environments as clients, validation data from the same environments, test data from
+        held-out environments. `settings` go to ``make_environments``."""
+        from .environments import make_environments
+
+        d = make_environments(**settings)
+        return cls(d["x_train"], d["y_train"], d["x_test"], d["y_test"], d["clients"], d["x_val"], d["y_val"])
+
+    @property
+    def n_clients(self):
+        return len(self.clients)
+
+    @property
+    def n_classes(self):
+        return int(max(self.y_train.max(), self.y_test.max())) + 1
+
+    def sizes(self):
+        return np.array([len(c) for c in self.clients])
+
+
+__all__ = ["FederatedData"]

@@ -1,0 +1,32 @@
+"""Flower integration: aggregation rules as a Flower strategy, and Flower runs recorded as dumps.
+
+This package is the optional extra ``mianalysis[flower]`` (Flower >= 1.42, Python >= 3.11);
+``import mianalysis`` never imports it or Flower.
+
+- :class:`FedRule` -- a strategy for Flower's ServerApp API (``flwr.serverapp.strategy``)
+  that combines the clients' updates with any rule of :mod:`mianalysis.federated.aggregation`.
+- :class:`LocalGrid` -- a Flower ``Grid`` that runs a ClientApp's handlers in this process,
+  one node per partition: no SuperLink, no simulation engine, no network.
+- :class:`RecordingGrid` and :class:`RunRecorder` -- record every client's trained arrays at
+  every round through a dump writer (:meth:`mianalysis.ParameterDump.writer`; client =
+  partition id, checkpoint = round), one run at a time.
+- :func:`record_runs` -- run one Flower app for several seeds into a dump of as many runs,
+  ready for ``mianalysis analyze``.
+- :func:`with_partition_id` and :func:`partition_id` -- how a ClientApp's reply says which
+  partition (client) it comes from.
+"""
+
+try:
+    import flwr  # noqa: F401
+except ImportError as exc:
+    if exc.name is not None and exc.name.split(".")[0] != "flwr":
+        raise
+    raise ImportError("mianalysis.flower needs Flower (Python >= 3.11): pip install 'mianalysis[flower]'") from None
+
+from .grid import LocalGrid
+from .recorder import RecordingGrid, RunRecorder, record_runs
+from .records import partition_id, with_partition_id
+from .strategy import FedRule
+
+__all__ = ["FedRule", "LocalGrid", "RecordingGrid", "RunRecorder", "record_runs", "partition_id",
+           "with_partition_id"]

@@ -1,0 +1,266 @@
+"""Recording a Flower experiment as a ParameterDump: client = partition id, checkpoint = round."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from flwr.app import ArrayRecord, Context, Message, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid, ServerApp
+from flwr.supercore.run import Run
+
+from .._validation import check_int
+from ..dump_writer import DumpWriter
+from ..dumps import ParameterDump
+from .grid import SERVER_NODE_ID, LocalGrid
+from .records import named_arrays, partition_id, the_array_record
+
+
+class RunRecorder:
+    """Passes one run's records -- every client's arrays at every round -- to a dump writer.
+
+    Checkpoint 0 is the model the clients receive in round 1 (the initial global model);
+    checkpoint t >= 1 is the model a client sends back after training in round t, with the
+    numbers of its reply's MetricRecord as the record's metrics. The run is written when
+    every client has every checkpoint (the writer writes a chunk when it is complete), which
+    needs every client in every round (Flower's ``fraction_train=1.0``);
+    :meth:`check_complete` names what is missing otherwise.
+
+    Parameters
+    ----------
+    writer : mianalysis.dump_writer.DumpWriter
+        An open writer (``with ParameterDump.writer(...) as writer``) whose clients are the
+        partition ids and whose checkpoints are the rounds ``0, 1, ..., R``.
+    run : int
+        The run these records belong to.
+    """
+
+    def __init__(self, writer: DumpWriter, run: int) -> None:
+        if not isinstance(writer, DumpWriter):
+            raise TypeError(f"`writer` must be a DumpWriter (ParameterDump.writer(...)); got {type(writer).__name__}")
+        if list(writer.checkpoints) != list(range(len(writer.checkpoints))):
+            raise ValueError(f"the writer's checkpoints must be the rounds 0, 1, ..., R; got {writer.checkpoints}")
+        self.writer = writer
+        self.run = check_int(run, "run", low=0, high=writer.n_runs - 1)
+        self.clients = list(writer.clients)
+        self.checkpoints = list(writer.checkpoints)
+        self.filled = {c: np.zeros(len(self.checkpoints), dtype=bool) for c in self.clients}
+
+    def record(self, client: int | str, checkpoint: int, arrays: ArrayRecord | Mapping[str, np.ndarray],
+               metrics: Mapping[str, float] | None = None) -> None:
+        """Record `client`'s `arrays` (by name; floating-point ones are kept) at `checkpoint`.
+
+        Recording a client's checkpoint twice is an error naming the likely cause.
+        """
+        client = str(client)
+        if client not in self.filled:
+            raise ValueError(f"client {client!r} is not one of the recorded clients {self.clients}")
+        if isinstance(checkpoint, bool) or not isinstance(checkpoint, (int, np.integer)) \
+                or not 0 <= checkpoint < len(self.checkpoints):
+            raise ValueError(f"`checkpoint` must be a round in 0-{len(self.checkpoints) - 1}; got {checkpoint!r}")
+        if self.filled[client][checkpoint]:
+            raise ValueError(f"client {client} at round {checkpoint} was already recorded: does a node train twice "
+                             "in a round, or do two nodes have the same partition id?")
+        if isinstance(arrays, ArrayRecord):
+            arrays = named_arrays(arrays)
+        self.writer.record(run=self.run, client=client, checkpoint=int(checkpoint), params=dict(arrays),
+                           metrics=metrics)
+        self.filled[client][checkpoint] = True
+
+    def record_exchange(self, checkpoint: int, sent: Iterable[Message], replies: Iterable[Message],
+                        client_of: Callable[[Message], int | str]) -> None:
+        """Record one round of training: each reply's arrays and metrics at `checkpoint`
+        (and, in round 1, the arrays sent to that node as checkpoint 0). Replies carrying an
+        error are skipped (the run will then be incomplete)."""
+        sent_to = {}
+        for message in sent:
+            node = message.metadata.dst_node_id
+            if node in sent_to:
+                raise ValueError(f"node {node} was sent two training messages in round {checkpoint}")
+            sent_to[node] = message
+        for reply in replies:
+            if reply.has_error():
+                continue
+            client = client_of(reply)
+            self.record(client, checkpoint, the_array_record(reply), reply_metrics(reply))
+            node = reply.metadata.src_node_id
+            if checkpoint == 1 and node in sent_to:
+                self.record(client, 0, the_array_record(sent_to[node]))
+
+    def missing(self) -> list[tuple[str, int]]:
+        """(client, checkpoint) of every record not given yet."""
+        return [(c, int(t)) for c in self.clients for t in np.flatnonzero(~self.filled[c])]
+
+    def check_complete(self) -> None:
+        """Raise a ValueError naming the missing (client, round) records, if any."""
+        missing = self.missing()
+        if missing:
+            shown = ", ".join(f"client {c} round {t}" for c, t in missing[:6]) + (" ..." if len(missing) > 6 else "")
+            recorded = max((int(np.flatnonzero(f).max()) for f in self.filled.values() if f.any()), default=None)
+            raise ValueError(f"run {self.run} is incomplete: {len(missing)} of "
+                             f"{len(self.clients) * len(self.checkpoints)} (client, round) records are missing "
+                             f"({shown}); the last round recorded is {recorded}, expected "
+                             f"{len(self.checkpoints) - 1} rounds with every client taking part (fraction_train=1.0) "
+                             "and no failed replies")
+
+
+def reply_metrics(reply: Message) -> dict[str, float]:
+    """The numbers (not lists) of a reply's one MetricRecord ({} if it has not exactly one)."""
+    records = reply.content.metric_records
+    if len(records) != 1:
+        return {}
+    return {k: float(v) for k, v in next(iter(records.values())).items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+class RecordingGrid(Grid):
+    """A Flower ``Grid`` that passes everything to `grid` and records the training rounds.
+
+    Each call of :meth:`send_and_receive` that carries training messages (message type
+    ``"train"`` or ``"train.<action>"``) is one round, counted from 1; every reply's arrays
+    go to `recorder` at that round, and in round 1 the arrays each node was sent go to
+    checkpoint 0. Works with any strategy that exchanges training messages through
+    ``send_and_receive`` (all of Flower's do), :class:`mianalysis.flower.FedRule` or not.
+
+    Parameters
+    ----------
+    grid : flwr.serverapp.Grid
+        The grid that delivers the messages (a :class:`LocalGrid`, or the one Flower gives
+        a ServerApp in a deployment).
+    recorder : RunRecorder
+    client_of : callable, optional
+        Message -> client (partition id) of a reply. By default the partition id the
+        reply carries (:func:`mianalysis.flower.with_partition_id`), else, on a
+        :class:`LocalGrid`, the partition of the node that sent it.
+    """
+
+    def __init__(self, grid: Grid, recorder: RunRecorder,
+                 client_of: Callable[[Message], int | str] | None = None) -> None:
+        if not isinstance(grid, Grid):
+            raise TypeError(f"`grid` must be a flwr Grid; got {type(grid).__name__}")
+        if not isinstance(recorder, RunRecorder):
+            raise TypeError(f"`recorder` must be a RunRecorder; got {type(recorder).__name__}")
+        self.grid = grid
+        self.recorder = recorder
+        self.client_of = client_of or self.default_client_of
+        self.rounds_seen = 0
+
+    def default_client_of(self, reply: Message) -> int:
+        """The reply's partition id: the one it carries, else its LocalGrid node's."""
+        pid = partition_id(reply)
+        if pid is not None:
+            return pid
+        if isinstance(self.grid, LocalGrid):
+            return self.grid.partition_of(reply.metadata.src_node_id)
+        raise ValueError(f"the reply of node {reply.metadata.src_node_id} does not say which partition it comes "
+                         "from: build the ClientApp's reply with mianalysis.flower.with_partition_id(content, "
+                         "context), or give RecordingGrid a `client_of`")
+
+    def set_run(self, run: Run) -> None:
+        """Set the wrapped grid's run."""
+        self.grid.set_run(run)
+
+    @property
+    def run(self) -> Run:
+        """The wrapped grid's run."""
+        return self.grid.run
+
+    def create_message(self, content: RecordDict, message_type: str, dst_node_id: int, group_id: str,
+                       ttl: float | None = None) -> Message:
+        """The wrapped grid's ``create_message``."""
+        return self.grid.create_message(content, message_type, dst_node_id, group_id, ttl)
+
+    def get_node_ids(self) -> Iterable[int]:
+        """The wrapped grid's node ids."""
+        return self.grid.get_node_ids()
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        """The wrapped grid's ``push_messages`` (not recorded: use send_and_receive)."""
+        return self.grid.push_messages(messages)
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        """The wrapped grid's ``pull_messages``."""
+        return self.grid.pull_messages(message_ids)
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
+        """The wrapped grid's ``send_and_receive``; a training exchange is recorded as the next round."""
+        messages = list(messages)
+        replies = list(self.grid.send_and_receive(messages, timeout=timeout))
+        if any(m.metadata.message_type.split(".")[0] == "train" for m in messages):
+            self.rounds_seen += 1
+            if self.rounds_seen >= len(self.recorder.checkpoints):
+                raise ValueError(f"the app runs more training rounds than the {len(self.recorder.checkpoints) - 1} "
+                                 "being recorded")
+            self.recorder.record_exchange(self.rounds_seen, messages, replies, self.client_of)
+        return replies
+
+
+def record_runs(server_app: ServerApp, client_app: ClientApp, out: str | os.PathLike, *, num_partitions: int,
+                rounds: int, seeds: Sequence[int], run_config: Mapping[str, Any] | None = None,
+                seed_key: str = "seed", meta: Mapping[str, Any] | None = None) -> ParameterDump:
+    """Run a Flower app once per seed, in this process, into a dump of ``len(seeds)`` runs.
+
+    Run r gives the ServerApp and every ClientApp the run config ``{**run_config,
+    seed_key: seeds[r]}`` and runs on a :class:`LocalGrid` of `num_partitions` nodes,
+    wrapped in a :class:`RecordingGrid`: every client's arrays after each training round
+    are recorded (client = partition id, checkpoint = round, 0 the initial model), and the
+    run is written as run r of the dump at `out` (through :meth:`ParameterDump.writer`, one
+    chunk per run) as soon as it finishes; calling again with the same arguments runs only
+    the runs not written yet. The
+    result is an ordinary dump: ``mianalysis analyze OUT`` measures MI and distances between
+    the clients at every round.
+
+    The app must make the seed decide everything random (initial model, data order) so
+    that runs are independent replicates, train every client in every round
+    (``fraction_train=1.0``), and run `rounds` training rounds.
+
+    Parameters
+    ----------
+    server_app, client_app : flwr.serverapp.ServerApp, flwr.clientapp.ClientApp
+    out : path
+        The dump folder (new, empty, or a dump of this recording to resume).
+    num_partitions : int
+        Number of clients (nodes), partition ids ``0 .. num_partitions - 1``.
+    rounds : int
+        Training rounds the app runs.
+    seeds : sequence of int
+        One run per seed.
+    run_config : mapping, optional
+        The rest of the run config (e.g. ``{"num-server-rounds": 5, "lr": 0.05}``).
+    seed_key : str, default="seed"
+        The run-config key of the seed.
+    meta : mapping, optional
+        More entries for the dump's meta (JSON values).
+
+    Returns
+    -------
+    ParameterDump
+    """
+    seeds = [check_int(s, "seeds", low=0) for s in seeds]
+    if not seeds:
+        raise ValueError("`seeds` must hold at least one seed")
+    if not isinstance(server_app, ServerApp):
+        raise TypeError(f"`server_app` must be a flwr.serverapp.ServerApp; got {type(server_app).__name__}")
+    num_partitions = check_int(num_partitions, "num_partitions", low=1)
+    rounds = check_int(rounds, "rounds", low=1)
+    run_config = dict(run_config or {})
+    meta = {**dict(meta or {}), "flower": {"num_partitions": num_partitions, "rounds": rounds, "seeds": seeds,
+                                            "seed_key": seed_key, "run_config": run_config}}
+    # One chunk per run: each run is written as soon as its last record comes.
+    with ParameterDump.writer(out, clients=range(num_partitions), checkpoints=range(rounds + 1), runs=len(seeds),
+                              chunk_size=1, meta=meta) as writer:
+        for run in writer.missing_runs():
+            recorder = RunRecorder(writer, run)
+            config = {**run_config, seed_key: seeds[run]}
+            with LocalGrid(client_app, num_partitions, run_config=config, run_id=run + 1) as local:
+                context = Context(run_id=run + 1, node_id=SERVER_NODE_ID, node_config={}, state=RecordDict(),
+                                  run_config=dict(config))
+                server_app(RecordingGrid(local, recorder), context)
+            recorder.check_complete()
+    return ParameterDump.open(out)
+
+
+__all__ = ["RunRecorder", "RecordingGrid", "record_runs"]

@@ -1,0 +1,155 @@
+"""FedRule: Flower's FedAvg with the clients' updates combined by a mianalysis aggregation rule."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import FedAvg
+
+from ..federated.aggregation import get_aggregator
+from .records import flatten, named_arrays, partition_id, the_array_record, unflatten
+
+LOG = logging.getLogger("flwr")
+
+
+def reply_order(message: Message) -> tuple:
+    """Sort key of a reply: by partition id when it carries one, then by node id."""
+    pid = partition_id(message)
+    return (pid is None, -1 if pid is None else pid, message.metadata.src_node_id)
+
+
+class FedRule(FedAvg):
+    """Federated training whose server step is a :mod:`mianalysis.federated.aggregation` rule.
+
+    Every round the server sends the global model x (``configure_train``, as FedAvg); each
+    client k trains and replies with its model x_k and its number of examples n_k. The
+    server combines the updates d_k = x_k - x with the rule and steps:
+    ``x_new = x + rule([d_1, ..., d_K], weights=[n_1, ..., n_K])``. All floating-point arrays
+    of the model are flattened into one vector first, so a rule that looks at the whole
+    update (the AND-mask's rescaling by the fraction of kept coordinates) sees all of it,
+    as in :class:`mianalysis.federated.FederatedSimulation`.
+
+    With ``rule="fedavg"`` this is Flower's FedAvg (the weighted mean of the models, up to
+    rounding); ``"median"`` and ``"trimmed_mean"`` are the coordinate-wise robust rules
+    (weighted by examples, unlike Flower's FedMedian and FedTrimmedAvg);
+    ``"and_mask"`` and ``"geometric_mask"`` keep only the coordinates where the clients'
+    updates agree in sign.
+
+    Replies are put in a fixed order (partition id, see
+    :func:`mianalysis.flower.with_partition_id`, then node id) before they are combined, so
+    the result does not depend on the order in which they arrive. Replies that carry an
+    error are left out (and logged), as in FedAvg.
+
+    Parameters
+    ----------
+    rule : str, default="fedavg"
+        A name in :data:`mianalysis.federated.aggregation.AGGREGATORS`: "fedavg", "fedsgd", "median",
+        "trimmed_mean", "and_mask", "geometric_mask".
+    rule_params : dict, optional
+        The rule's settings, e.g. ``{"threshold": 0.5}`` for "and_mask" or
+        ``{"beta": 0.2}`` for "trimmed_mean"; checked when the strategy is made.
+    weighted : bool, default=True
+        Weight each client by the value of `weighted_by_key` in its reply's MetricRecord
+        (its number of examples), as FedAvg does; False gives every client the same weight.
+    **fedavg_options
+        Passed to :class:`flwr.serverapp.strategy.FedAvg`: ``fraction_train``,
+        ``min_train_nodes``, ``weighted_by_key`` (default "num-examples"),
+        ``arrayrecord_key``, ``train_metrics_aggr_fn``, ...
+
+    Raises
+    ------
+    ValueError
+        For an unknown `rule` or bad `rule_params` values; TypeError for settings the rule
+        does not take.
+
+    See Also
+    --------
+    mianalysis.federated.aggregation.get_aggregator : the rules by name.
+    """
+
+    def __init__(self, rule: str = "fedavg", *, rule_params: dict[str, Any] | None = None, weighted: bool = True,
+                 **fedavg_options: Any) -> None:
+        super().__init__(**fedavg_options)
+        if not isinstance(rule, str):
+            raise TypeError(f"`rule` must be the name of an aggregation rule; got {rule!r}")
+        if rule_params is not None and not isinstance(rule_params, dict):
+            raise TypeError(f"`rule_params` must be a dict of the rule's settings; got {rule_params!r}")
+        if not isinstance(weighted, bool):
+            raise TypeError(f"`weighted` must be True or False; got {weighted!r}")
+        self.rule_name = rule
+        self.rule_params = dict(rule_params or {})
+        self.weighted = weighted
+        self.rule = get_aggregator(rule, **self.rule_params)
+        try:  # the rule's settings are checked now, not in the middle of a run
+            self.rule(np.zeros((1, 1)))
+        except TypeError as exc:
+            raise TypeError(f"`rule_params` {self.rule_params} do not fit the rule {rule!r}: {exc}") from None
+        self.global_arrays: dict[str, np.ndarray] | None = None
+        self.global_round: int | None = None
+
+    def summary(self) -> None:
+        """Log the strategy's settings (FedAvg's, then the rule)."""
+        super().summary()
+        LOG.info("\t└──> Aggregation rule: %s %s (%s)", self.rule_name, self.rule_params or "",
+                 "weighted by " + repr(self.weighted_by_key) if self.weighted else "unweighted")
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                        grid: Grid) -> Iterable[Message]:
+        """FedAvg's training messages; the global model is kept to compute the updates."""
+        self.global_arrays = named_arrays(arrays)
+        self.global_round = server_round
+        return super().configure_train(server_round, arrays, config, grid)
+
+    def aggregate_train(self, server_round: int,
+                        replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """The global model after one step of the rule on the clients' updates, and the
+        clients' training metrics aggregated as FedAvg does (None if there are no replies)."""
+        replies = list(replies)
+        valid = sorted((m for m in replies if not m.has_error()), key=reply_order)
+        for m in replies:
+            if m.has_error():
+                LOG.info("\t> Received error in reply from node %d: %s", m.metadata.src_node_id, m.error.reason)
+        if not valid:
+            return None, None
+        if self.global_arrays is None or self.global_round != server_round:
+            raise RuntimeError(f"aggregate_train for round {server_round} without configure_train for that round: "
+                               "FedRule needs the global model the clients started from")
+        names = list(self.global_arrays)
+        base = flatten(self.global_arrays, names, what="the global model")
+        updates = np.stack([
+            flatten(named_arrays(the_array_record(m)), names, what=f"the reply of node {m.metadata.src_node_id}") - base
+            for m in valid])
+        weights = np.array([self._weight(m) for m in valid]) if self.weighted else None
+        step = self.rule(updates, weights=weights)
+        arrays = unflatten(base + step, self.global_arrays)
+        return arrays, self._metrics(valid)
+
+    def _weight(self, message: Message) -> float:
+        """The value of `weighted_by_key` in the reply's one MetricRecord."""
+        node = message.metadata.src_node_id
+        records = message.content.metric_records
+        if len(records) != 1:
+            raise ValueError(f"the reply of node {node} holds {len(records)} MetricRecords; expected exactly one "
+                             f"with {self.weighted_by_key!r} (or make the strategy with weighted=False)")
+        record = next(iter(records.values()))
+        value = record.get(self.weighted_by_key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"the reply of node {node} has no number {self.weighted_by_key!r} in its MetricRecord "
+                             f"(got {value!r}); send the client's number of examples, or use weighted=False")
+        return float(value)
+
+    def _metrics(self, valid: list[Message]) -> MetricRecord | None:
+        """FedAvg's aggregate of the training metrics, when every reply can be weighted."""
+        contents = [m.content for m in valid]
+        if all(len(c.metric_records) == 1 and self.weighted_by_key in next(iter(c.metric_records.values()))
+               for c in contents):
+            return self.train_metrics_aggr_fn(contents, self.weighted_by_key)
+        return None
+
+
+__all__ = ["FedRule"]

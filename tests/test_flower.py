@@ -1,0 +1,486 @@
+"""mianalysis.flower: the FedRule strategy and the recorder, driven in this process.
+
+Everything runs on a LocalGrid that calls the ClientApp's handlers directly: no SuperLink,
+no simulation engine (no Ray), no network. Hand-made clients add fixed updates that can be
+checked by eye; the digits example (examples/flower) is driven the same way.
+"""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("flwr")
+
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict  # noqa: E402
+from flwr.clientapp import ClientApp  # noqa: E402
+from flwr.serverapp import Grid, ServerApp  # noqa: E402
+from flwr.serverapp.strategy import FedAvg  # noqa: E402
+
+from mianalysis import ParameterDump, analyze  # noqa: E402
+from mianalysis.federated.aggregation import and_mask, fedavg, geometric_mask, median, trimmed_mean  # noqa: E402
+from mianalysis.dump_writer import IncompleteChunkWarning  # noqa: E402
+from mianalysis.flower import FedRule, LocalGrid, RecordingGrid, RunRecorder, record_runs, with_partition_id  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "flower"
+
+# Three hand-made clients: the update each adds to the model it receives (two arrays, 4
+# values), and its number of examples. Small integers and halves: every sum below is exact.
+UPDATES = {0: {"w": [1.0, 3.0, 5.0], "b": [0.5]},
+           1: {"w": [0.0, 3.0, -5.0], "b": [-1.0]},
+           2: {"w": [2.0, -1.0, 4.0], "b": [0.5]}}
+EXAMPLES = {0: 1, 1: 2, 2: 3}
+START = {"w": np.array([0.5, -1.0, 2.0], dtype=np.float32), "b": np.array([1.0], dtype=np.float32)}
+
+
+def record_of(arrays):
+    return ArrayRecord({name: Array(np.asarray(a)) for name, a in arrays.items()})
+
+
+def hand_made_app(*, tag=True, num_examples=True, scale_by_seed=False):
+    """Client p replies with the received arrays plus UPDATES[p] (times the run's seed + 1
+    with `scale_by_seed`), and EXAMPLES[p] as its number of examples."""
+    app = ClientApp()
+
+    @app.train()
+    def train(msg: Message, context: Context) -> Message:
+        p = int(context.node_config["partition-id"])
+        factor = context.run_config.get("seed", 0) + 1 if scale_by_seed else 1
+        received = msg.content["arrays"]
+        arrays = {name: received[name].numpy() + np.float32(factor) * np.asarray(UPDATES[p][name], np.float32)
+                  for name in received.keys()}
+        metrics = MetricRecord({"num-examples": EXAMPLES[p], "loss": float(p)} if num_examples else {"loss": 1.0})
+        content = RecordDict({"arrays": record_of(arrays), "metrics": metrics})
+        return Message(with_partition_id(content, context) if tag else content, reply_to=msg)
+
+    return app
+
+
+def stacked_updates():
+    """(3, 4) float64: the clients' updates flattened in the model's order (w, then b)."""
+    return np.array([np.concatenate([UPDATES[p]["w"], UPDATES[p]["b"]]) for p in range(3)])
+
+
+def one_round(strategy, app=None, start=START, num_partitions=3):
+    """The global model after one round of `strategy` on the hand-made clients, flattened."""
+    with LocalGrid(app or hand_made_app(), num_partitions) as grid:
+        result = strategy.start(grid, record_of(start), num_rounds=1)
+    return np.concatenate([result.arrays[name].numpy() for name in result.arrays.keys()])
+
+
+def start_vector():
+    return np.concatenate([START["w"], START["b"]]).astype(np.float64)
+
+
+# ---------------------------------------------------------------------------- the strategy
+
+
+def test_and_mask_by_eye():
+    # Two equally weighted clients, the AND-mask's worked example (Parascandolo et al.):
+    # signs agree on the first two coordinates only; the mean [0.5, 3, 0] is rescaled by
+    # 1 / (2/3), the fraction kept: [0.75, 4.5, 0].
+    updates = {0: [1.0, 3.0, 5.0], 1: [0.0, 3.0, -5.0]}
+    app = ClientApp()
+
+    @app.train()
+    def train(msg, context):
+        p = int(context.node_config["partition-id"])
+        w = msg.content["arrays"]["w"].numpy() + np.asarray(updates[p], np.float32)
+        return Message(RecordDict({"arrays": record_of({"w": w}), "metrics": MetricRecord({"num-examples": 5})}),
+                       reply_to=msg)
+
+    got = one_round(FedRule("and_mask", rule_params={"threshold": 0.2}, fraction_evaluate=0.0), app,
+                    {"w": np.zeros(3, np.float32)}, 2)
+    np.testing.assert_allclose(got, [0.75, 4.5, 0.0])
+
+
+@pytest.mark.parametrize("rule, params, reference", [
+    ("and_mask", {"threshold": 0.5}, lambda x, w: and_mask(x, threshold=0.5, weights=w)),
+    ("and_mask", {"threshold": 0.2, "rescale": False}, lambda x, w: and_mask(x, threshold=0.2, rescale=False, weights=w)),
+    ("geometric_mask", {"threshold": 0.5}, lambda x, w: geometric_mask(x, threshold=0.5, weights=w)),
+    ("median", {}, lambda x, w: median(x, weights=w)),
+    ("trimmed_mean", {"beta": 0.2}, lambda x, w: trimmed_mean(x, beta=0.2, weights=w)),
+    ("fedavg", {}, lambda x, w: fedavg(x, weights=w)),
+])
+def test_aggregate_is_the_rule_on_the_updates(rule, params, reference):
+    got = one_round(FedRule(rule, rule_params=params, fraction_evaluate=0.0))
+    weights = np.array([EXAMPLES[p] for p in range(3)], dtype=float)
+    expected = (start_vector() + reference(stacked_updates(), weights)).astype(np.float32)
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_weighted_median_by_eye():
+    # Per coordinate, the clients' values with weights 1, 2, 3 (half the total weight is 3):
+    # w0 [1, 0, 2]: sorted 0 (2), 1 (1), 2 (3); cumulative 2, 3, 6: half reached at 1, passed
+    # at 2 -> 1.5. w1 [3, 3, -1]: -1 (3) reaches half, 3 passes it -> 1. w2 [5, -5, 4]:
+    # -5 (2), 4 (3) reaches and passes half -> 4. b [.5, -1, .5]: -1 (2), .5 -> .5.
+    got = one_round(FedRule("median", fraction_evaluate=0.0))
+    np.testing.assert_array_equal(got - start_vector().astype(np.float32), [1.5, 1.0, 4.0, 0.5])
+
+
+def test_unweighted_rule_ignores_example_counts():
+    got = one_round(FedRule("median", weighted=False, fraction_evaluate=0.0))
+    np.testing.assert_array_equal(got - start_vector().astype(np.float32), [1.0, 3.0, 4.0, 0.5])
+
+
+def test_fedavg_rule_matches_flowers_fedavg_over_rounds():
+    ours = FedRule("fedavg", fraction_evaluate=0.0)
+    theirs = FedAvg(fraction_evaluate=0.0)
+    results = []
+    for strategy in (ours, theirs):
+        with LocalGrid(hand_made_app(), 3) as grid:
+            results.append(strategy.start(grid, record_of(START), num_rounds=3).arrays)
+    for name in ("w", "b"):
+        np.testing.assert_allclose(results[0][name].numpy(), results[1][name].numpy(), rtol=1e-6)
+    # By eye: each round adds the example-weighted mean update (1*u0 + 2*u1 + 3*u2) / 6.
+    step = (stacked_updates() * np.array([[1], [2], [3]])).sum(0) / 6
+    np.testing.assert_allclose(np.concatenate([results[0]["w"].numpy(), results[0]["b"].numpy()]),
+                               start_vector() + 3 * step, rtol=1e-6)
+
+
+def test_reply_order_does_not_change_the_result():
+    strategy = FedRule("and_mask", rule_params={"threshold": 0.5}, fraction_evaluate=0.0)
+    with LocalGrid(hand_made_app(), 3) as grid:
+        messages = list(strategy.configure_train(1, record_of(START), ConfigRecord(), grid))
+        replies = list(grid.send_and_receive(messages))
+        forward, _ = strategy.aggregate_train(1, replies)
+        backward, _ = strategy.aggregate_train(1, replies[::-1])
+    for name in ("w", "b"):
+        assert forward[name].numpy().tobytes() == backward[name].numpy().tobytes()
+
+
+def test_metrics_are_aggregated_as_fedavg_does():
+    strategy = FedRule("median", fraction_evaluate=0.0)
+    with LocalGrid(hand_made_app(), 3) as grid:
+        result = strategy.start(grid, record_of(START), num_rounds=1)
+    # loss p weighted by examples p + 1: (0*1 + 1*2 + 2*3) / 6.
+    assert result.train_metrics_clientapp[1]["loss"] == pytest.approx(8 / 6)
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"rule": "mean"}, ValueError, "unknown aggregator 'mean'; known: and_mask"),
+    ({"rule": "and_mask", "rule_params": {"threshold": 2}}, ValueError, "`threshold` must be a number in"),
+    ({"rule": "median", "rule_params": {"beta": 0.1}}, TypeError, "do not fit the rule 'median'"),
+    ({"rule": "median", "rule_params": [0.1]}, TypeError, "`rule_params` must be a dict"),
+    ({"rule": "median", "weighted": "yes"}, TypeError, "`weighted` must be True or False"),
+])
+def test_bad_settings_are_named(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        FedRule(**kwargs)
+
+
+def test_reply_without_example_count_is_named():
+    with pytest.raises(ValueError, match="has no number 'num-examples' in its MetricRecord"):
+        one_round(FedRule("median", fraction_evaluate=0.0), hand_made_app(num_examples=False))
+    # Unweighted, the count is not needed.
+    got = one_round(FedRule("median", weighted=False, fraction_evaluate=0.0), hand_made_app(num_examples=False))
+    np.testing.assert_array_equal(got - start_vector().astype(np.float32), [1.0, 3.0, 4.0, 0.5])
+
+
+def test_integer_arrays_are_refused_with_their_name():
+    app = ClientApp()
+
+    @app.train()
+    def train(msg, context):  # sends back what it received
+        return Message(RecordDict({"arrays": msg.content["arrays"], "metrics": MetricRecord({"num-examples": 1})}),
+                       reply_to=msg)
+
+    start = {"w": START["w"], "steps": np.array([3], dtype=np.int64)}
+    with pytest.raises(TypeError, match="array 'steps' has dtype int64; only floating-point"):
+        one_round(FedRule("median", fraction_evaluate=0.0), app, start=start)
+
+
+def test_local_grid_gives_each_node_its_partition_and_a_copy():
+    seen = []
+    app = ClientApp()
+
+    @app.train()
+    def train(msg, context):
+        seen.append((context.node_id, context.node_config["partition-id"], context.node_config["num-partitions"]))
+        msg.content["arrays"]["w"] = Array(np.full(3, 99.0, np.float32))  # must not reach the next node
+        return Message(RecordDict({"arrays": msg.content["arrays"], "metrics": MetricRecord({"num-examples": 1})}),
+                       reply_to=msg)
+
+    got = one_round(FedRule("fedavg", fraction_evaluate=0.0), app)
+    assert sorted(seen) == [(1000, 0, 3), (1001, 1, 3), (1002, 2, 3)]
+    np.testing.assert_array_equal(got[:3], [99.0, 99.0, 99.0])
+
+
+def test_local_grid_rejects_unknown_nodes():
+    grid = LocalGrid(hand_made_app(), 2)
+    with grid, pytest.raises(ValueError, match="message to node 7, which is not in this grid"):
+        grid.send_and_receive([Message(RecordDict(), 7, "train")])
+
+
+# ---------------------------------------------------------------------------- the recorder
+
+
+def hand_made_server(rule="median"):
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        start = {name: a + np.float32(context.run_config["seed"]) for name, a in START.items()}
+        FedRule(rule, fraction_evaluate=0.0).start(grid, record_of(start), num_rounds=int(context.run_config["rounds"]))
+
+    return app
+
+
+def expected_models(seed, rounds):
+    """Every client's model at rounds 0..rounds of the hand-made run with `seed`: (3, rounds + 1, 4)."""
+    factor = seed + 1
+    updates = factor * stacked_updates()
+    global_model = start_vector() + seed
+    out = np.empty((3, rounds + 1, 4))
+    out[:, 0] = global_model
+    for t in range(1, rounds + 1):
+        local = global_model + updates  # (3, 4)
+        out[:, t] = local
+        global_model = (global_model + median(updates, weights=np.array([1.0, 2.0, 3.0]))).astype(np.float32)
+    return out.astype(np.float32)
+
+
+def test_record_runs_stores_every_clients_arrays(tmp_path):
+    out = tmp_path / "dump"
+    dump = record_runs(hand_made_server(), hand_made_app(scale_by_seed=True), out, num_partitions=3, rounds=2,
+                       seeds=[0, 3], run_config={"rounds": 2})
+    assert dump.clients == ["0", "1", "2"] and dump.checkpoints == [0, 1, 2] and dump.completed_runs == 2
+    assert [(e.name, e.shape) for e in dump.layout] == [("w", (3,)), ("b", (1,))]
+    assert dump.meta["flower"]["seeds"] == [0, 3]
+    # The replies' metrics are the records' metrics (checkpoint 0, the model sent, has none).
+    assert dump.metric_names == ["loss", "num-examples"]
+    np.testing.assert_array_equal(dump.metric("2", "loss"), [[np.nan, np.nan], [2.0, 2.0], [2.0, 2.0]])
+    np.testing.assert_array_equal(dump.metric("1", "num-examples")[1:], [[2.0, 2.0], [2.0, 2.0]])
+    for run, seed in enumerate([0, 3]):
+        models = expected_models(seed, 2)
+        for c in range(3):
+            for t in range(3):
+                np.testing.assert_array_equal(dump.samples(str(c), t)[run], models[c, t])
+    assert dump.verify() == 2
+
+
+def test_record_runs_resumes_and_refuses_another_recording(tmp_path):
+    out = tmp_path / "dump"
+    args = dict(num_partitions=3, rounds=2, run_config={"rounds": 2})
+    calls = []
+    app = hand_made_app(scale_by_seed=True)
+    counting = ClientApp()
+
+    @counting.train()
+    def train(msg, context):
+        calls.append(context.run_config["seed"])
+        return app(msg, context)
+
+    first = record_runs(hand_made_server(), counting, out, seeds=[0, 3], **args)
+    before = {c: first.samples(c, 2).copy() for c in first.clients}
+    calls.clear()
+    again = record_runs(hand_made_server(), counting, out, seeds=[0, 3], **args)
+    assert calls == [] and again.completed_runs == 2  # nothing rerun
+    for c in again.clients:
+        np.testing.assert_array_equal(again.samples(c, 2), before[c])
+    with pytest.raises(ValueError, match="holds a dump with other settings"):
+        record_runs(hand_made_server(), counting, out, seeds=[0, 4], **args)
+
+
+def test_record_runs_after_a_failure_keeps_the_written_runs_and_resumes(tmp_path):
+    out, args = tmp_path / "dump", dict(num_partitions=3, rounds=2, seeds=[0, 3], run_config={"rounds": 2})
+    app, calls = hand_made_app(scale_by_seed=True), []
+    failing = ClientApp()
+
+    @failing.train()
+    def train(msg, context):
+        calls.append(context.run_config["seed"])
+        if context.run_config["seed"] == 3 and len(calls) == 11:  # run 1, round 2, second client
+            raise RuntimeError("node lost")
+        return app(msg, context)
+
+    with pytest.raises(RuntimeError, match="node lost"), pytest.warns(IncompleteChunkWarning):
+        record_runs(hand_made_server(), failing, out, **args)
+    assert ParameterDump.open(out).completed_runs == 1  # run 0 stays
+    calls.clear()
+    dump = record_runs(hand_made_server(), failing, out, **args)
+    assert calls == [3] * 6 and dump.completed_runs == 2  # only run 1 ran again
+    for run, seed in enumerate([0, 3]):
+        np.testing.assert_array_equal(dump.samples("1", 2)[run], expected_models(seed, 2)[1, 2])
+
+
+def test_incomplete_rounds_are_named_and_nothing_is_written(tmp_path):
+    server = ServerApp()
+
+    @server.main()
+    def main(grid, context):
+        # Two of three nodes per round: some client misses round 1 for certain.
+        FedRule("median", fraction_train=0.5, fraction_evaluate=0.0).start(grid, record_of(START), num_rounds=2)
+
+    with pytest.raises(ValueError, match=r"run 0 is incomplete: \d+ of 9 \(client, round\) records are missing"), \
+            pytest.warns(IncompleteChunkWarning):
+        record_runs(server, hand_made_app(), tmp_path / "dump", num_partitions=3, rounds=2, seeds=[0])
+    assert not (tmp_path / "dump").exists()
+
+
+def test_more_rounds_than_recorded_is_named(tmp_path):
+    with pytest.raises(ValueError, match="more training rounds than the 1 being recorded"):
+        record_runs(hand_made_server(), hand_made_app(), tmp_path / "dump", num_partitions=3, rounds=1, seeds=[0],
+                    run_config={"rounds": 2})
+
+
+def test_recording_grid_needs_to_know_the_client(tmp_path):
+    class Other(Grid):  # a grid that is not a LocalGrid, e.g. Flower's own in a deployment
+        def __init__(self, inner):
+            self.inner = inner
+
+        def set_run(self, run):
+            self.inner.set_run(run)
+
+        @property
+        def run(self):
+            return self.inner.run
+
+        def create_message(self, *args, **kwargs):
+            return self.inner.create_message(*args, **kwargs)
+
+        def get_node_ids(self):
+            return self.inner.get_node_ids()
+
+        def push_messages(self, messages):
+            return self.inner.push_messages(messages)
+
+        def pull_messages(self, message_ids):
+            return self.inner.pull_messages(message_ids)
+
+        def send_and_receive(self, messages, *, timeout=None):
+            return self.inner.send_and_receive(messages, timeout=timeout)
+
+    untagged, tagged = hand_made_app(tag=False), hand_made_app(tag=True)
+    settings = dict(clients=range(3), checkpoints=[0, 1], runs=1, chunk_size=1)
+    with ParameterDump.writer(tmp_path / "untagged", **settings) as writer, LocalGrid(untagged, 3) as local:
+        grid = RecordingGrid(Other(local), RunRecorder(writer, 0))
+        with pytest.raises(ValueError, match="does not say which partition it comes from"):
+            FedRule("median", fraction_evaluate=0.0).start(grid, record_of(START), num_rounds=1)
+    with ParameterDump.writer(tmp_path / "tagged", **settings) as writer, LocalGrid(tagged, 3) as local:
+        recorder = RunRecorder(writer, 0)
+        FedRule("median", fraction_evaluate=0.0).start(RecordingGrid(Other(local), recorder), record_of(START),
+                                                        num_rounds=1)
+    assert recorder.missing() == []
+    np.testing.assert_array_equal(writer.dump.samples("2", 1)[0], start_vector() + stacked_updates()[2])
+
+
+def test_recorder_checks_what_it_is_given(tmp_path):
+    with pytest.warns(IncompleteChunkWarning), \
+            ParameterDump.writer(tmp_path / "d", clients=[0, 1], checkpoints=[0, 1, 2], runs=1) as writer:
+        recorder = RunRecorder(writer, 0)
+        recorder.record(0, 1, {"w": np.zeros(3, np.float32)})
+        with pytest.raises(ValueError, match="client 0 at round 1 was already recorded"):
+            recorder.record(0, 1, {"w": np.zeros(3, np.float32)})
+        with pytest.raises(ValueError, match=r"tensor 'w' has shape \(4,\), not \(3,\)"):
+            recorder.record(1, 1, {"w": np.zeros(4, np.float32)})
+        with pytest.raises(ValueError, match="client '5' is not one of the recorded clients"):
+            recorder.record(5, 1, {"w": np.zeros(3, np.float32)})
+        with pytest.raises(ValueError, match="`checkpoint` must be a round in 0-2; got 3"):
+            recorder.record(1, 3, {"w": np.zeros(3, np.float32)})
+        assert recorder.missing() == [("0", 0), ("0", 2), ("1", 0), ("1", 1), ("1", 2)]
+        with pytest.raises(ValueError, match=r"5 of 6 \(client, round\) records are missing \(client 0 round 0, "):
+            recorder.check_complete()
+    with pytest.raises(ValueError, match=r"checkpoints must be the rounds 0, 1, ..., R; got \[0, 10\]"), \
+            ParameterDump.writer(tmp_path / "e", clients=[0], checkpoints=[0, 10], runs=1) as writer:
+        RunRecorder(writer, 0)
+
+
+def test_a_recorded_flower_dump_can_be_analysed(tmp_path):
+    dump = record_runs(hand_made_server(), hand_made_app(scale_by_seed=True), tmp_path / "dump", num_partitions=3,
+                       rounds=1, seeds=range(6), run_config={"rounds": 1})
+    rows = analyze(dump, estimators=[], metrics=["euclidean"])
+    row = next(r for r in rows if r["checkpoint"] == 1 and (r["client_a"], r["client_b"]) == ("0", "1"))
+    # Run s: the clients started from the same model and added (s + 1) times their updates,
+    # so they are (s + 1) * |u0 - u1| = (s + 1) * |(1, 0, 10, 1.5)| apart; mean over s = 0..5.
+    assert row["quantity"] == "euclidean" and row["n_runs"] == 6
+    assert row["value"] == pytest.approx(3.5 * np.sqrt(103.25), rel=1e-6)
+
+
+# ---------------------------------------------------------------------------- the example
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory):
+    """The digits example's apps and default config, imported from examples/flower."""
+    sys.path.insert(0, str(EXAMPLE))
+    try:
+        modules = {name: importlib.import_module(f"digits_app.{name}") for name in ("client_app", "server_app", "task")}
+    finally:
+        sys.path.remove(str(EXAMPLE))
+    return modules
+
+
+def test_example_config_matches_its_pyproject(example):
+    with open(EXAMPLE / "pyproject.toml", "rb") as fh:
+        config = tomllib.load(fh)["tool"]["flwr"]["app"]["config"]
+    assert config == example["task"].DEFAULT_CONFIG
+
+
+def test_example_dump_holds_what_the_clients_sent(example, tmp_path):
+    import torch
+
+    sent = {}  # (seed, partition, round) -> the flat arrays the client replied with
+    spy = ClientApp()
+
+    @spy.train()
+    def train(msg, context):
+        reply = example["client_app"].train_fn(msg, context)
+        record = reply.content["arrays"]
+        key = (context.run_config["seed"], context.node_config["partition-id"],
+               int(msg.content["config"]["server-round"]))
+        sent[key] = np.concatenate([record[name].numpy().ravel() for name in record.keys()])
+        return reply
+
+    @spy.evaluate()
+    def evaluate(msg, context):
+        return example["client_app"].evaluate_fn(msg, context)
+
+    config = {**example["task"].DEFAULT_CONFIG, "num-server-rounds": 2, "hidden": 4, "batch-size": 50}
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        dump = record_runs(example["server_app"].app, spy, tmp_path / "dump", num_partitions=3, rounds=2,
+                           seeds=[0, 1], run_config=config)
+    finally:
+        torch.set_num_threads(before)
+    assert dump.n_params == 64 * 4 + 4 + 4 * 4 + 4 + 4 * 10 + 10
+    for run, seed in enumerate([0, 1]):
+        initial = example["task"].initial_model(seed, 4).state_dict()
+        flat0 = np.concatenate([t.numpy().ravel() for t in initial.values()])
+        for c in range(3):
+            np.testing.assert_array_equal(dump.samples(str(c), 0)[run], flat0)
+            for t in (1, 2):
+                np.testing.assert_array_equal(dump.samples(str(c), t)[run], sent[(seed, c, t)])
+    # Runs differ (their seeds), clients differ (their data), rounds differ (training).
+    assert not np.array_equal(dump.samples("0", 1)[0], dump.samples("0", 1)[1])
+    assert not np.array_equal(dump.samples("0", 1)[0], dump.samples("1", 1)[0])
+
+
+# ---------------------------------------------------------------------------- the optional import
+
+
+def run_python(code):
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+
+def test_import_mianalysis_does_not_import_flwr():
+    result = run_python("import sys, mianalysis, mianalysis.federated.aggregation, mianalysis.federated\n"
+                        "print('flwr' in sys.modules)")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"
+
+
+def test_without_flwr_the_import_error_says_what_to_install():
+    result = run_python("import sys\nsys.modules['flwr'] = None  # as if Flower were not installed\n"
+                        "try:\n    import mianalysis.flower\nexcept ImportError as exc:\n    print(repr(str(exc)))\n")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == repr("mianalysis.flower needs Flower (Python >= 3.11): "
+                                         "pip install 'mianalysis[flower]'")
