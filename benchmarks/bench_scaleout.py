@@ -11,7 +11,8 @@ recorded):
   `local:1` and on `local:2` (one thread per worker); the dumps are checked to be the same
   bytes. Per chunk: the compute time on the worker (Dask's task stream), the wall time per
   chunk and the overhead (worker time not spent computing, per chunk), and the bytes moved
-  (the pickled task out, the pickled ChunkResult back);
+  (the pickled job once per worker, each chunk's run range out, the pickled ChunkResult
+  back);
 - analysing that dump (gaussian + ksg, default intervals) here and on 1 and 2 workers, one
   task per checkpoint; the tables are checked to be equal;
 - the single writer: seconds per chunk for `ParameterDump.write_chunk` (write, fsync,
@@ -56,10 +57,12 @@ def _same_rows(a, b):
 
 
 def _compute_seconds(stream, prefix):
-    """Seconds each task named `prefix`-* computed on its worker, from a Dask task stream."""
+    """Seconds each task named `prefix`-* computed on its worker, from a Dask task stream
+    (not the task that ships the job itself, `prefix`-*-function)."""
     out = []
     for record in stream.data:
-        if not str(record.get("key", "")).startswith(prefix):
+        key = str(record.get("key", ""))
+        if not key.startswith(prefix) or key.endswith("-function"):
             continue
         out.append(sum(s["stop"] - s["start"] for s in record["startstops"] if s["action"] == "compute"))
     return out
@@ -95,7 +98,8 @@ def sample_on(workers, task, runs, chunk, folder):
             "wall_s_per_chunk": round(wall / len(compute), 4),
             # worker time not spent computing, per chunk: scheduling, (de)serialising, waiting on the writer
             "overhead_s_per_chunk": round((wall * workers - sum(compute)) / len(compute), 4),
-            "task_bytes_out": len(pickle.dumps((job, (0, chunk))))}
+            # the job (task + settings) reaches each worker once; each chunk's task carries its run range
+            "job_bytes_once_per_worker": len(pickle.dumps(job)), "task_bytes_out": len(pickle.dumps((0, chunk)))}
 
 
 def analyze_here(dump):
