@@ -21,3 +21,29 @@ def torch_threads(n):
         yield
     finally:
         torch.set_num_threads(before)
+
+
+@contextmanager
+def single_threaded(*, torch=False):
+    """Run the block with every thread pool this process computes with limited to one thread.
+
+    A Dask worker runs each of its tasks under this: one Dask thread per worker and one
+    thread inside each task, so that a task computes what the same call computes in a
+    single-threaded process. BLAS and OpenMP pools (threadpoolctl), Numba's parallel
+    kernels (``numba.set_num_threads``, which holds for the calling thread) and, with
+    ``torch=True`` or when PyTorch is already imported, PyTorch's intra-op threads are set to 1 and restored afterwards.
+    """
+    import sys
+    from contextlib import ExitStack
+
+    import numba
+    from threadpoolctl import threadpool_limits
+
+    with ExitStack() as stack:
+        stack.enter_context(threadpool_limits(limits=1))
+        before = numba.get_num_threads()
+        numba.set_num_threads(1)
+        stack.callback(numba.set_num_threads, before)
+        if torch or "torch" in sys.modules:
+            stack.enter_context(torch_threads(1))
+        yield

@@ -118,7 +118,8 @@ def _estimate(x, y, estimator, k, permutations, rng, distances, distance_cache, 
 
 def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0, layer=None, by=None,
             standardize=True, random_state=0, out=None, progress=False, distance_cache="auto", verify=True,
-            force=False, gaussian_null="permutation", ci_resamples=None, ci_level=0.95):
+            force=False, gaussian_null="permutation", ci_resamples=None, ci_level=0.95, scheduler=None, client=None,
+            timeout=None):
     """MI and distances between every pair of clients at every checkpoint of a dump.
 
     Parameters
@@ -216,6 +217,23 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
     ci_level : float, default=0.95
         Level of every interval. Level, resamples and method per quantity are recorded in
         the sidecar's settings (``ci_level``, ``ci_resamples``, ``ci_method``).
+    scheduler : str, optional
+        Compute the checkpoints on Dask workers (the ``dask`` extra): ``"local:N"``,
+        ``"tcp://HOST:PORT"`` or a scheduler file (see :mod:`mianalysis.scaleout`). Each
+        checkpoint is one task, single-threaded, with its own distance matrices and its
+        permutations; this process assembles the table (and the changes between
+        checkpoints) in order, journals it and writes it. The table is the same as a local
+        analysis's, row for row and value for value. Workers read the dump from its path:
+        they need the same files at the same path (a shared file system), and with the
+        distance cache each worker holds n_clients x n_runs^2 float64 values per task (the
+        cache is used or not as it fits in *this* process's memory, so that the table is
+        the same: pass ``distance_cache=False`` for workers with less).
+    client : distributed.Client, optional
+        An open Dask client to use instead of `scheduler` (it is left open).
+    timeout : float, optional
+        Seconds to reach the scheduler (default
+        :data:`mianalysis.scaleout.CONNECT_TIMEOUT`; a SchedulerError, an OSError, after
+        that, and nothing is written).
 
     Returns
     -------
@@ -310,8 +328,6 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
         raise ValueError(f"dump {dump.path} has {n_runs} completed runs; analysis needs at least 2")
     if "ksg" in estimators:  # before any work or file: each run is one sample
         k = check_k(k, n_runs, samples="the number of runs")
-    pairs = list(itertools.combinations(range(len(dump.clients)), 2))
-    exact = _exact_mi(dump, cols)
     reuse_distances = MarginalDistances.cache_fits(n_runs, count=len(dump.clients), distance_cache=distance_cache)
     if out is not None:
         settings = {"dump": str(Path(dump.path).resolve()), "n_runs": n_runs, "chunks": dump.chunks_digest(),
@@ -329,8 +345,19 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
         except DumpError as exc:
             raise DumpError(f"{exc}; nothing was analysed: restore or recreate the dump, or pass verify=False "
                             "(mianalysis analyze --no-verify) to analyse it as it is") from None
-    # One writer per table: the lock of `out` covers its journal and the final CSV.
-    with WriterLock(out) if out is not None else contextlib.nullcontext():
+    job = _CheckpointAnalysis(
+        dump, n_runs=n_runs, estimators=estimators, metrics=metrics, k=k, permutations=permutations, groups=groups,
+        standardize=standardize, random_state=random_state, distance_cache=distance_cache,
+        reuse_distances=reuse_distances, gaussian_null=gaussian_null, ci_resamples=ci_resamples, ci_level=ci_level)
+    distributed = scheduler is not None or client is not None
+    with contextlib.ExitStack() as stack:
+        if distributed:  # reached first: a scheduler that cannot be reached leaves nothing behind
+            from .scaleout import CONNECT_TIMEOUT, connect, run_unordered
+
+            dask = stack.enter_context(connect(scheduler, client=client,
+                                               timeout=CONNECT_TIMEOUT if timeout is None else timeout))
+        if out is not None:  # one writer per table: the lock of `out` covers its journal and the final CSV
+            stack.enter_context(WriterLock(out))
         rows = []
         journal = None
         done = set()
@@ -344,128 +371,53 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
                 log.info("resuming the analysis journal %s: %d of %d checkpoints already analysed",
                          journal.path, len(done), len(dump.checkpoints))
 
-        # A dump still being sampled (or stopped) is analysed as far as it goes; every row says so.
-        incomplete = "" if dump.complete else f"dump incomplete: {n_runs} of {dump.n_runs} runs"
-
-        def add(t, a, b, quantity, value, spread=np.nan, null_mean=np.nan, null_std=np.nan, p=np.nan, note="",
-                group="", ci=(np.nan, np.nan), verdict=""):
-            rows.append({"checkpoint": t, "iteration": dump.checkpoints[t], "client_a": dump.clients[a],
-                         "client_b": "" if b is None else dump.clients[b], "quantity": quantity,
-                         "value": float(value), "spread": float(spread), "null_mean": float(null_mean),
-                         "null_std": float(null_std), "p_value": float(p), "n_runs": n_runs,
-                         "note": "; ".join(n for n in (note, incomplete) if n), "layer": group,
-                         "ci_low": float(ci[0]), "ci_high": float(ci[1]), "verdict": verdict})
-
-        # Resample indices shared by every checkpoint and pair: changes are paired.
-        indices = {e: resample_indices(n_runs, ci_resamples[e], e, np.random.default_rng([random_state, 1, i]))
-                   for i, e in enumerate(ESTIMATORS) if e in estimators}
         resampled = {}  # (checkpoint, layer) -> {(a, b, quantity): per-run distances or MI replicates}
-        with_interval = set(metrics) | {f"mi_{e}" for e in estimators}
-
-        def with_intervals(t, samples, of_t):
-            """Fill the interval of every MI and distance row of checkpoint t (`of_t`: (a, b,
-            quantity) -> row); return what their changes' intervals need."""
-            out = {}
-            for (a, b, q), row in of_t.items():
-                if q in metrics:
-                    out[a, b, q] = paired_distances(samples[a], samples[b], q)
-                    row["ci_low"], row["ci_high"] = mean_interval(out[a, b, q], ci_level)[1:]
-                elif np.isfinite(row["value"]) and len(indices[q[3:]]) >= 2:  # an MI estimate
-                    e = q[3:]
-                    if e == "ksg" and n_runs // 2 <= k:
-                        base = row["note"][:len(row["note"]) - len(incomplete)].rstrip("; ")  # incomplete: last
-                        row["note"] = "; ".join(filter(None, [base, f"no interval: halves of {n_runs} runs are too "
-                                                                    f"few for k={k}", incomplete]))
-                        continue
-                    shrunk = {"shrinkage": "ledoit-wolf"} if "ledoit-wolf" in row["note"] else None
-                    x, y = samples[a], samples[b]
-                    if e == "ksg" and standardize:  # as the estimate itself (MI does not change with scale)
-                        x, y = standardize_columns(x), standardize_columns(y)
-                    out[a, b, q] = mi_replicates(x, y, e, indices[e], k=k, gaussian_kwargs=shrunk,
-                                                 seed=(random_state, t, a, b, ESTIMATORS.index(e), 1))
-                    row["ci_low"], row["ci_high"] = normal_interval(row["value"], out[a, b, q].std(ddof=1), ci_level,
-                                                                    df=len(out[a, b, q]) - 1)
-            return out
+        columns = dict(groups)
 
         def of_checkpoint(t, group=""):
             """(a, b, quantity) -> the row of checkpoint t (and tensor `group`) that has an interval."""
-            return {(dump.clients.index(r["client_a"]), dump.clients.index(r["client_b"]), r["quantity"]): r
-                    for r in rows if r["checkpoint"] == t and r["client_b"] != "" and r["quantity"] in with_interval
-                    and r.get("layer", "") == group}
+            return job.of_checkpoint(rows, t, group)
 
-        def add_changes(t, cols, group=""):
+        def add_changes(t, group=""):
             """The rows delta_QUANTITY of checkpoint t: paired change since t - 1, its interval, a verdict."""
             if (t - 1, group) not in resampled:  # resumed after t - 1: its resamples again (same indices, seeds)
-                before = [np.asarray(dump.samples(c, t - 1)[:, cols], dtype=np.float64)
+                before = [np.asarray(dump.samples(c, t - 1)[:, columns[group]], dtype=np.float64)
                           for c in range(len(dump.clients))]
-                resampled[t - 1, group] = with_intervals(t - 1, before, of_checkpoint(t - 1, group))
+                resampled[t - 1, group] = job.with_intervals(t - 1, before, of_checkpoint(t - 1, group))
             prev, now = resampled.pop((t - 1, group)), resampled[t, group]
-            of_t, of_prev = of_checkpoint(t, group), of_checkpoint(t - 1, group)
-            for (a, b, q), row in of_t.items():
-                old = of_prev.get((a, b, q))
-                if old is None:
-                    continue
-                delta, ci = row["value"] - old["value"], (np.nan, np.nan)
-                if (a, b, q) in now and (a, b, q) in prev:
-                    change = now[a, b, q] - prev[a, b, q]
-                    if q in metrics:
-                        delta, *ci = mean_interval(change, ci_level)
-                    else:
-                        ci = normal_interval(delta, change.std(ddof=1), ci_level, df=len(change) - 1)
-                shrinkage = [f"ledoit-wolf shrinkage at checkpoint {c}" for c, r in ((t - 1, old), (t, row))
-                             if "ledoit-wolf" in r["note"]]
-                note = "; ".join(shrinkage)  # the change is always since checkpoint t - 1
-                add(t, a, b, f"delta_{q}", delta, note=note, group=group, ci=ci, verdict=trend_verdict(*ci, note))
+            rows.extend(job.changes(t, group, of_checkpoint(t, group), of_checkpoint(t - 1, group), prev, now))
 
-        bar = None
-        if progress:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=(len(dump.checkpoints) - len(done)) * len(pairs) * len(groups), unit="pair",
-                       desc="analyzing")
-        for t in range(len(dump.checkpoints)):
-            if t in done:
-                continue
+        def assemble(t, part):
+            """Add checkpoint t's rows (a _CheckpointAnalysis part) and its changes since t - 1."""
             first = len(rows)
-            for c in range(len(dump.clients)):
-                for name in dump.metric_names:
-                    values = dump.metric(c, name)[t]
-                    with np.errstate(invalid="ignore"):  # a metric with an infinity has no sd; the note says why
-                        add(t, c, None, name, np.mean(values), np.std(values, ddof=1), note=_metric_note(name, values))
-            for group, cols in groups:
-                samples = [np.asarray(dump.samples(c, t)[:, cols], dtype=np.float64) for c in range(len(dump.clients))]
-                _check_finite(dump, t, samples, cols)
-                distances = None
-                if "ksg" in estimators and reuse_distances:
-                    # Each client's marginal distances serve every pair it is in, the estimate and
-                    # all its permutations; tie-breaking noise is drawn per (checkpoint, client).
-                    distances = [MarginalDistances.of(s, noise=KSG_NOISE, standardize=standardize,
-                                                      random_state=np.random.default_rng([random_state, t, c,
-                                                                                          len(ESTIMATORS)]))
-                                 for c, s in enumerate(samples)]
-                for a, b in pairs:
-                    x, y = samples[a], samples[b]
-                    for metric in metrics:
-                        d = paired_distances(x, y, metric)
-                        add(t, a, b, metric, d.mean(), d.std(ddof=1), group=group)
-                    for estimator in estimators:
-                        rng = np.random.default_rng([random_state, t, a, b, ESTIMATORS.index(estimator)])
-                        cached = (distances[a], distances[b]) if estimator == "ksg" and distances is not None else None
-                        value, null_mean, null_std, p, note = _mi_row(x, y, estimator, k, permutations[estimator], rng,
-                                                                      cached, distance_cache, standardize,
-                                                                      gaussian_null)
-                        add(t, a, b, f"mi_{estimator}", value, null_mean=null_mean, null_std=null_std, p=p, note=note,
-                            group=group)
-                    if exact is not None and group == "":  # the exact MI is that of the whole vector
-                        add(t, a, b, "mi_exact", exact(dump.checkpoints[t], a, b))
-                    if bar is not None:
-                        bar.update(1)
-                resampled[t, group] = with_intervals(t, samples, of_checkpoint(t, group))
+            metric_rows, per_group = part
+            rows.extend(metric_rows)
+            for group, group_rows, group_resampled in per_group:
+                rows.extend(group_rows)
+                resampled[t, group] = group_resampled
                 if t > 0:
-                    add_changes(t, cols, group)
+                    add_changes(t, group)
             if journal is not None:
                 journal.append(t, rows[first:])
             log.debug("analysed checkpoint %d (iteration %d): %d rows", t, dump.checkpoints[t], len(rows) - first)
+
+        bar = None
+        per_checkpoint = len(job.pairs) * len(groups)
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=(len(dump.checkpoints) - len(done)) * per_checkpoint, unit="pair", desc="analyzing")
+        todo = [t for t in range(len(dump.checkpoints)) if t not in done]
+        if not distributed:
+            for t in todo:
+                assemble(t, job(t, progress=None if bar is None else bar.update))
+        else:  # each checkpoint on a worker, with its own distance matrices; assembled here in order
+            computed = run_unordered(dask, job, todo, name="analyze-checkpoint")
+            with contextlib.closing(computed):
+                for t, part in _in_order(computed, todo):
+                    if bar is not None:
+                        bar.update(per_checkpoint)
+                    assemble(t, part)
         if bar is not None:
             bar.close()
         rows.sort(key=lambda r: r["checkpoint"])  # stable: the order within a checkpoint is kept
@@ -479,6 +431,164 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
                                  "dump_provenance": dump.provenance, "provenance": journal.finished_sessions()})
             journal.remove()
     return rows
+
+
+def _in_order(results, order):
+    """(item, result) pairs that arrive in any order, passed on in the order of `order`."""
+    waiting = {}
+    position = 0
+    for item, result in results:
+        waiting[item] = result
+        while position < len(order) and order[position] in waiting:
+            yield order[position], waiting.pop(order[position])
+            position += 1
+
+
+class _CheckpointAnalysis:
+    """The rows of one checkpoint, computed alone: what :func:`analyze` does per checkpoint,
+    in this process or on a Dask worker (it holds the dump and the settings, never samples;
+    the resample indices are drawn again where it runs, from `random_state`).
+
+    Calling it with a checkpoint index gives ``(metric_rows, [(layer, rows, resampled)])``:
+    the recorded metrics' rows, then per tensor group the rows of every pair (distances,
+    MI, exact MI) with their intervals, and what the changes' intervals need
+    (``resampled``: (a, b, quantity) -> per-run distances or MI replicates). The rows
+    ``delta_*`` of checkpoint t are made from the parts of t - 1 and t by :meth:`changes`.
+    """
+
+    def __init__(self, dump, *, n_runs, estimators, metrics, k, permutations, groups, standardize, random_state,
+                 distance_cache, reuse_distances, gaussian_null, ci_resamples, ci_level):
+        self.dump, self.n_runs, self.estimators, self.metrics, self.k = dump, n_runs, estimators, metrics, k
+        self.permutations, self.groups, self.standardize, self.random_state = permutations, groups, standardize, \
+            random_state
+        self.distance_cache, self.reuse_distances, self.gaussian_null = distance_cache, reuse_distances, gaussian_null
+        self.ci_resamples, self.ci_level = ci_resamples, ci_level
+        self.pairs = list(itertools.combinations(range(len(dump.clients)), 2))
+        # A dump still being sampled (or stopped) is analysed as far as it goes; every row says so.
+        self.incomplete = "" if dump.complete else f"dump incomplete: {n_runs} of {dump.n_runs} runs"
+        self.with_interval = set(metrics) | {f"mi_{e}" for e in estimators}
+        self._indices = None
+
+    def __getstate__(self):
+        return {**self.__dict__, "_indices": None}  # drawn again where it runs: settings travel, not arrays
+
+    @property
+    def indices(self):
+        """Resample indices shared by every checkpoint and pair: changes are paired."""
+        if self._indices is None:
+            self._indices = {e: resample_indices(self.n_runs, self.ci_resamples[e], e,
+                                                 np.random.default_rng([self.random_state, 1, i]))
+                             for i, e in enumerate(ESTIMATORS) if e in self.estimators}
+        return self._indices
+
+    def row(self, t, a, b, quantity, value, spread=np.nan, null_mean=np.nan, null_std=np.nan, p=np.nan, note="",
+            group="", ci=(np.nan, np.nan), verdict=""):
+        dump = self.dump
+        return {"checkpoint": t, "iteration": dump.checkpoints[t], "client_a": dump.clients[a],
+                "client_b": "" if b is None else dump.clients[b], "quantity": quantity,
+                "value": float(value), "spread": float(spread), "null_mean": float(null_mean),
+                "null_std": float(null_std), "p_value": float(p), "n_runs": self.n_runs,
+                "note": "; ".join(n for n in (note, self.incomplete) if n), "layer": group,
+                "ci_low": float(ci[0]), "ci_high": float(ci[1]), "verdict": verdict}
+
+    def __call__(self, t, progress=None):
+        dump, n_clients = self.dump, len(self.dump.clients)
+        metric_rows = []
+        for c in range(n_clients):
+            for name in dump.metric_names:
+                values = dump.metric(c, name)[t]
+                with np.errstate(invalid="ignore"):  # a metric with an infinity has no sd; the note says why
+                    metric_rows.append(self.row(t, c, None, name, np.mean(values), np.std(values, ddof=1),
+                                                note=_metric_note(name, values)))
+        exact = _exact_mi(dump, self.groups[0][1]) if self.groups[0][0] == "" else None
+        per_group = []
+        for group, cols in self.groups:
+            samples = [np.asarray(dump.samples(c, t)[:, cols], dtype=np.float64) for c in range(n_clients)]
+            _check_finite(dump, t, samples, cols)
+            distances = None
+            if "ksg" in self.estimators and self.reuse_distances:
+                # Each client's marginal distances serve every pair it is in, the estimate and
+                # all its permutations; tie-breaking noise is drawn per (checkpoint, client).
+                distances = [MarginalDistances.of(s, noise=KSG_NOISE, standardize=self.standardize,
+                                                  random_state=np.random.default_rng([self.random_state, t, c,
+                                                                                      len(ESTIMATORS)]))
+                             for c, s in enumerate(samples)]
+            rows = []
+            for a, b in self.pairs:
+                x, y = samples[a], samples[b]
+                for metric in self.metrics:
+                    d = paired_distances(x, y, metric)
+                    rows.append(self.row(t, a, b, metric, d.mean(), d.std(ddof=1), group=group))
+                for estimator in self.estimators:
+                    rng = np.random.default_rng([self.random_state, t, a, b, ESTIMATORS.index(estimator)])
+                    cached = (distances[a], distances[b]) if estimator == "ksg" and distances is not None else None
+                    value, null_mean, null_std, p, note = _mi_row(x, y, estimator, self.k,
+                                                                  self.permutations[estimator], rng, cached,
+                                                                  self.distance_cache, self.standardize,
+                                                                  self.gaussian_null)
+                    rows.append(self.row(t, a, b, f"mi_{estimator}", value, null_mean=null_mean, null_std=null_std,
+                                         p=p, note=note, group=group))
+                if exact is not None and group == "":  # the exact MI is that of the whole vector
+                    rows.append(self.row(t, a, b, "mi_exact", exact(dump.checkpoints[t], a, b)))
+                if progress is not None:
+                    progress(1)
+            per_group.append((group, rows, self.with_intervals(t, samples, self.of_checkpoint(rows, t, group))))
+        return metric_rows, per_group
+
+    def of_checkpoint(self, rows, t, group=""):
+        """(a, b, quantity) -> the row of `rows` of checkpoint t (and tensor `group`) that has an interval."""
+        clients = self.dump.clients
+        return {(clients.index(r["client_a"]), clients.index(r["client_b"]), r["quantity"]): r
+                for r in rows if r["checkpoint"] == t and r["client_b"] != "" and r["quantity"] in self.with_interval
+                and r.get("layer", "") == group}
+
+    def with_intervals(self, t, samples, of_t):
+        """Fill the interval of every MI and distance row of checkpoint t (`of_t`: (a, b,
+        quantity) -> row); return what their changes' intervals need."""
+        out = {}
+        n_runs, k, incomplete, ci_level = self.n_runs, self.k, self.incomplete, self.ci_level
+        for (a, b, q), row in of_t.items():
+            if q in self.metrics:
+                out[a, b, q] = paired_distances(samples[a], samples[b], q)
+                row["ci_low"], row["ci_high"] = mean_interval(out[a, b, q], ci_level)[1:]
+            elif np.isfinite(row["value"]) and len(self.indices[q[3:]]) >= 2:  # an MI estimate
+                e = q[3:]
+                if e == "ksg" and n_runs // 2 <= k:
+                    base = row["note"][:len(row["note"]) - len(incomplete)].rstrip("; ")  # incomplete: last
+                    row["note"] = "; ".join(filter(None, [base, f"no interval: halves of {n_runs} runs are too "
+                                                                f"few for k={k}", incomplete]))
+                    continue
+                shrunk = {"shrinkage": "ledoit-wolf"} if "ledoit-wolf" in row["note"] else None
+                x, y = samples[a], samples[b]
+                if e == "ksg" and self.standardize:  # as the estimate itself (MI does not change with scale)
+                    x, y = standardize_columns(x), standardize_columns(y)
+                out[a, b, q] = mi_replicates(x, y, e, self.indices[e], k=k, gaussian_kwargs=shrunk,
+                                             seed=(self.random_state, t, a, b, ESTIMATORS.index(e), 1))
+                row["ci_low"], row["ci_high"] = normal_interval(row["value"], out[a, b, q].std(ddof=1), ci_level,
+                                                                df=len(out[a, b, q]) - 1)
+        return out
+
+    def changes(self, t, group, of_t, of_prev, prev, now):
+        """The rows delta_QUANTITY of checkpoint t: the paired change since t - 1 of every row
+        of `of_t` (rows of t - 1: `of_prev`; what their intervals need: `prev` and `now`)."""
+        added = []
+        for (a, b, q), row in of_t.items():
+            old = of_prev.get((a, b, q))
+            if old is None:
+                continue
+            delta, ci = row["value"] - old["value"], (np.nan, np.nan)
+            if (a, b, q) in now and (a, b, q) in prev:
+                change = now[a, b, q] - prev[a, b, q]
+                if q in self.metrics:
+                    delta, *ci = mean_interval(change, self.ci_level)
+                else:
+                    ci = normal_interval(delta, change.std(ddof=1), self.ci_level, df=len(change) - 1)
+            shrinkage = [f"ledoit-wolf shrinkage at checkpoint {c}" for c, r in ((t - 1, old), (t, row))
+                         if "ledoit-wolf" in r["note"]]
+            note = "; ".join(shrinkage)  # the change is always since checkpoint t - 1
+            added.append(self.row(t, a, b, f"delta_{q}", delta, note=note, group=group, ci=ci,
+                                  verdict=trend_verdict(*ci, note)))
+        return added
 
 
 def _exact_mi(dump, cols):

@@ -120,8 +120,31 @@ def _cmd_sample(args):
     task = get_task(args.task, args.preset, **_parse_settings(args.set))
     sampler = ParameterSampler(task, seed=args.seed, init=args.init, every=args.every,
                                chunk_size=args.chunk_size, progress=_progress(args), shared=args.shared or ())
-    dump = sampler.sample(args.runs, args.out)
+    dump = sampler.sample(args.runs, args.out, **_dask_options(args))
     _say(args, f"wrote {dump}")
+
+
+def _dask_options(args):
+    """The keyword arguments of --scheduler and --scheduler-timeout (none without a scheduler)."""
+    if args.scheduler is None:
+        return {}
+    return {"scheduler": args.scheduler, "timeout": args.scheduler_timeout}
+
+
+def _add_scheduler_options(parser, work):
+    parser.add_argument("--scheduler", metavar="SCHEDULER",
+                        help=f"compute {work} on Dask workers: local:N (N worker processes here, on loopback), "
+                             "tcp://HOST:PORT, or a scheduler file (needs the dask extra)")
+    parser.add_argument("--scheduler-timeout", type=float, default=None, metavar="SECONDS",
+                        help="seconds to reach the scheduler and find a worker (default 10)")
+
+
+def _cmd_export(args):
+    from .arrays import export_zarr
+
+    result = export_zarr(args.dump, args.zarr, verify=not args.no_verify)
+    _say(args, f"exported {result['runs']} runs of {args.dump} to {result['path']} (zarr v3; read back and checked "
+          f"against the SHA-256 of every array)")
 
 
 def _cmd_analyze(args):
@@ -135,7 +158,7 @@ def _cmd_analyze(args):
                    out=args.out, progress=_progress(args),
                    distance_cache=False if args.no_distance_cache else "auto",
                    verify=not args.no_verify, force=args.force, gaussian_null=args.gaussian_null,
-                   ci_resamples=args.ci_resamples, ci_level=args.ci_level)
+                   ci_resamples=args.ci_resamples, ci_level=args.ci_level, **_dask_options(args))
     verified = ("dump checksums NOT verified (--no-verify)" if args.no_verify
                 else f"dump checksums of {rows[0]['n_runs'] if rows else 0} runs verified")
     _say(args, f"wrote {len(rows)} rows to {args.out} ({verified}; settings and provenance: {sidecar_path(args.out)})")
@@ -383,6 +406,7 @@ def build_parser():
                      help="a random stream the clients of a run share (repeatable; the task's streams: signal-rnn "
                           "order, dropout; digits-lenet order, augmentation; gaussian-sgd data, noise; module order)")
     smp.add_argument("--no-progress", action="store_true")
+    _add_scheduler_options(smp, "chunks of runs")
     smp.set_defaults(func=_cmd_sample)
 
     ana = sub.add_parser("analyze", help="MI and distances between clients per checkpoint of a dump")
@@ -410,6 +434,7 @@ def build_parser():
     ana.add_argument("--force", action="store_true",
                      help="replace an existing --out that is not an earlier analysis with the same settings")
     ana.add_argument("--no-progress", action="store_true")
+    _add_scheduler_options(ana, "checkpoints")
     ana.set_defaults(func=_cmd_analyze)
 
     plo = sub.add_parser("plot", help="figure from an analysis table")
@@ -463,6 +488,12 @@ def build_parser():
     ver = sub.add_parser("verify", help="check a dump's files and checksums")
     ver.add_argument("dump")
     ver.set_defaults(func=_cmd_verify)
+
+    exp = sub.add_parser("export", help="copy a dump's completed runs into a zarr v3 store, with checksums")
+    exp.add_argument("dump")
+    exp.add_argument("--zarr", required=True, metavar="OUT", help="new zarr store (folder) to write")
+    exp.add_argument("--no-verify", action="store_true", help="do not check the dump's checksums first")
+    exp.set_defaults(func=_cmd_export)
     return parser
 
 
@@ -562,7 +593,7 @@ def _run(args):
         args.func(args)
     except KeyboardInterrupt:  # Ctrl-C (SIGINT): one line and the shell's status for it, no traceback
         return _report_interrupt(args)
-    except (ValueError, TypeError, OSError) as exc:
+    except (ValueError, TypeError, OSError, ImportError) as exc:  # ImportError: an optional extra is missing
         if _by_interrupt(exc):
             return _report_interrupt(args)
         print(f"mianalysis {args.command}: error: {_cli_words(str(exc))}", file=sys.stderr)

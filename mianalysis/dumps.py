@@ -1075,6 +1075,26 @@ class ParameterDump:
         data = self._memmap(_metrics_file(c), self._metric_shape())
         return np.asarray(data[self.metric_names.index(name), :, : self.completed_runs])
 
+    def chunk_records(self):
+        """The written chunks as the manifest records them: a list (sorted by start) of
+        ``{"start", "stop", "sha256": {client: hex digest}}`` (copies), the digest being
+        the SHA-256 of the chunk's samples (checkpoint by checkpoint) then its metrics."""
+        return json.loads(json.dumps(self._manifest["chunks"]))
+
+    def to_dask(self):
+        """The completed samples as a lazy Dask array (client, checkpoint, run, parameter);
+        see :func:`mianalysis.arrays.to_dask` (the ``dask`` extra)."""
+        from .arrays import to_dask
+
+        return to_dask(self)
+
+    def to_xarray(self):
+        """The completed samples and metrics as a lazy, labelled ``xarray.Dataset``; see
+        :func:`mianalysis.arrays.to_xarray` (the ``dask`` extra)."""
+        from .arrays import to_xarray
+
+        return to_xarray(self)
+
     # ------------------------------------------------------------------ writing
     def write_chunk(self, start, stop, samples, metrics=None):
         """Write runs [start, stop) of every client, flush, and record the chunk atomically.

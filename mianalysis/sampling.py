@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import zlib
+from contextlib import closing
 from dataclasses import dataclass
 
 import numpy as np
@@ -164,7 +165,7 @@ class ParameterSampler:
         return settings
 
     # ------------------------------------------------------------------ public
-    def sample(self, runs, out):
+    def sample(self, runs, out, *, scheduler=None, client=None, timeout=None):
         """Sample `runs` runs of every client into the dump folder `out` and return it.
 
         If `out` already holds a dump written with the same settings, sampling resumes: it
@@ -181,24 +182,71 @@ class ParameterSampler:
         written, so the dump stays valid up to the chunk before. A non-finite loss or
         accuracy at finite parameters is recorded as it is: the parameters are valid
         samples, and a loss can overflow where the parameters do not.
+
+        Parameters
+        ----------
+        runs : int
+            Runs the dump holds when complete.
+        out : path
+            The dump folder.
+        scheduler : str, optional
+            Train the chunks on Dask workers (the ``dask`` extra): ``"local:N"`` (N worker
+            processes on this machine, bound to the loopback interface),
+            ``"tcp://HOST:PORT"`` or a scheduler file; see :mod:`mianalysis.scaleout`.
+            Each worker trains whole chunks of `chunk_size` runs, single-threaded; this
+            process writes every chunk as it comes back, in any order. The dump is the
+            same bytes as one sampled here (same chunks, same checksums). A chunk whose
+            worker dies is trained again by Dask; if this process stops, the same call
+            resumes the chunks that are missing. A chunk that diverges (non-finite
+            parameters) stops the sampling as above; chunks that other workers finished
+            before it are kept.
+        client : distributed.Client, optional
+            An open Dask client to use instead of `scheduler` (it is left open).
+        timeout : float, optional
+            Seconds to reach the scheduler (default
+            :data:`mianalysis.scaleout.CONNECT_TIMEOUT`); a scheduler that cannot be
+            reached is a :class:`mianalysis.scaleout.SchedulerError` (an OSError), and
+            nothing is written.
         """
         runs = check_int(runs, "runs", low=1)
-        with WriterLock(out), unwritten_dump_discarded(out):  # failed before its first chunk: no empty dump left
-            dump = ParameterDump.open_or_create(
-                out, meta=self.settings(runs), clients=[str(c) for c in range(self.task.n_clients)],
-                checkpoints=self.checkpoints, n_runs=runs, layout=layout_from_shapes(self.task.parameter_shapes()),
-                metric_names=self.task.metric_names,
-            )
-            bar = _progress(runs, dump.written_runs, self.progress)
-            for start, stop in dump.missing_chunks(self.chunk_size):  # on the grid of chunk_size from run 0
-                result = self.train_chunk(range(start, stop))
-                _check_finite(result, start, stop, dump)
-                clients = dump.clients
-                dump.write_chunk(start, stop, {c: result.samples[i] for i, c in enumerate(clients)},
-                                 {c: result.metrics[i] for i, c in enumerate(clients)})
-                bar.update(stop - start)
-            bar.close()
+        if scheduler is None and client is None:
+            with WriterLock(out), unwritten_dump_discarded(out):  # failed before its first chunk: no empty dump left
+                dump = self._open_dump(runs, out)
+                self._write_chunks(dump, runs, self._chunks_here(dump))
+            return dump
+        from .scaleout import CONNECT_TIMEOUT, connect, run_unordered
+
+        with connect(scheduler, client=client, timeout=CONNECT_TIMEOUT if timeout is None else timeout) as dask:
+            with WriterLock(out), unwritten_dump_discarded(out):
+                dump = self._open_dump(runs, out)
+                job = ChunkJob(self.task, seed=self.seed, init=self.init, every=self.every,
+                               chunk_size=self.chunk_size, shared=self.shared)
+                computed = run_unordered(dask, job, dump.missing_chunks(self.chunk_size), name="sample-chunk")
+                with closing(computed):  # an error stops the chunks still running
+                    self._write_chunks(dump, runs, computed)  # in the order they complete
         return dump
+
+    def _open_dump(self, runs, out):
+        return ParameterDump.open_or_create(
+            out, meta=self.settings(runs), clients=[str(c) for c in range(self.task.n_clients)],
+            checkpoints=self.checkpoints, n_runs=runs, layout=layout_from_shapes(self.task.parameter_shapes()),
+            metric_names=self.task.metric_names,
+        )
+
+    def _chunks_here(self, dump):
+        for start, stop in dump.missing_chunks(self.chunk_size):  # on the grid of chunk_size from run 0
+            yield (start, stop), self.train_chunk(range(start, stop))
+
+    def _write_chunks(self, dump, runs, results):
+        """Check and write each ((start, stop), ChunkResult) of `results` as it comes."""
+        bar = _progress(runs, dump.written_runs, self.progress)
+        clients = dump.clients
+        for (start, stop), result in results:
+            _check_finite(result, start, stop, dump)
+            dump.write_chunk(start, stop, {c: result.samples[i] for i, c in enumerate(clients)},
+                             {c: result.metrics[i] for i, c in enumerate(clients)})
+            bar.update(stop - start)
+        bar.close()
 
     def initial_params(self, run):
         """Initial parameter tensors of run `run`."""
@@ -296,6 +344,38 @@ class ParameterSampler:
         s = np.stack(samples).reshape(len(record_at), len(clients), len(runs), -1).transpose(1, 0, 2, 3)
         m = np.stack(metrics).reshape(len(record_at), len(task.metric_names), len(clients), len(runs)).transpose(2, 1, 0, 3)
         return ChunkResult(np.ascontiguousarray(s, dtype=np.float32), np.ascontiguousarray(m, dtype=np.float32))
+
+
+class ChunkJob:
+    """What a Dask worker needs to train a chunk of runs: the task and the sampler's
+    settings (never data; the task builds its data on the worker). Called with
+    ``(start, stop)`` it returns the :class:`ChunkResult` of runs [start, stop), the same
+    bytes as :meth:`ParameterSampler.train_chunk` in this process: it trains under one
+    PyTorch thread. It reaches each worker once (:func:`mianalysis.scaleout.run_unordered`)
+    and keeps its sampler there, so that a task's data (signal-rnn's examples,
+    digits-lenet's pretrained network) are built once per worker.
+    """
+
+    def __init__(self, task, *, seed, init, every, chunk_size, shared):
+        self.task = task
+        self.settings = {"seed": seed, "init": init, "every": every, "chunk_size": chunk_size,
+                         "shared": tuple(shared)}
+        self._sampler = None
+
+    def __getstate__(self):
+        return {"task": self.task, "settings": self.settings}  # the sampler is built where it runs
+
+    def __setstate__(self, state):
+        self.task, self.settings, self._sampler = state["task"], state["settings"], None
+
+    def __call__(self, runs):
+        from ._threads import torch_threads
+
+        start, stop = runs
+        if self._sampler is None:
+            self._sampler = ParameterSampler(self.task, progress=False, **self.settings)
+        with torch_threads(1):
+            return self._sampler.train_chunk(range(start, stop))
 
 
 def _check_finite(result, start, stop, dump):
