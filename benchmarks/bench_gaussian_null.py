@@ -1,7 +1,7 @@
 """Analytic null of the Gaussian MI estimate versus its permutation null, at the paper's size.
 
 X and Y independent N(0, I_358), n = 22,000 (the core paper's runs and its LeNet-sized
-client vectors). Times `gaussian_mi_null(n, p, q).pvalue(estimate)` and
+client vectors). Times `gaussian_mi_null(n, p, q).p_value(estimate)` and
 `mi_permutation_test(..., estimator="gaussian", n_permutations=P)` on the same data, and
 records both nulls' mean, sd and p-value. Writes benchmarks/results/gaussian_null.json.
 
@@ -39,7 +39,7 @@ def main():
 
     start = time.perf_counter()
     null = gaussian_mi_null(args.n, args.p, args.p)
-    pvalue = null.pvalue(perm.estimate)
+    p_value = null.p_value(perm.estimate)
     analytic_seconds = time.perf_counter() - start
 
     result = {
@@ -48,9 +48,9 @@ def main():
         "n": args.n, "p": args.p, "q": args.p, "data": "independent N(0, I) x and y, seed 0",
         "estimate_bits": perm.estimate,
         "analytic": {"seconds": analytic_seconds, "null_mean_bits": null.mean, "null_std_bits": null.std,
-                     "pvalue": pvalue, "method": "exact" if null.exact_available else "bartlett"},
+                     "p_value": p_value, "method": "exact" if null.exact_available else "bartlett"},
         "permutation": {"seconds": perm_seconds, "permutations": args.permutations,
-                        "null_mean_bits": perm.null_mean, "null_std_bits": perm.null_std, "pvalue": perm.pvalue},
+                        "null_mean_bits": perm.null_mean, "null_std_bits": perm.null_std, "p_value": perm.p_value},
     }
     OUT.parent.mkdir(exist_ok=True)
     OUT.write_text(json.dumps(result, indent=1) + "\n")

@@ -43,7 +43,7 @@ def main():
                                   dtype=dtype)
         cached = time.perf_counter() - start
         row = {"n": n, "d": d, "dtype": dtype, "cached_seconds": round(cached, 2), "estimate_bits": res.estimate,
-               "null_mean_bits": res.null_mean, "pvalue": res.pvalue}
+               "null_mean_bits": res.null_mean, "p_value": res.p_value}
         if n <= 10000:  # the uncached path: 3 shuffles, scaled to the full count
             start = time.perf_counter()
             mi_permutation_test(x, y, n_permutations=3, random_state=0, distance_cache=False, dtype=dtype)

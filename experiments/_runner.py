@@ -30,7 +30,7 @@ def main(task_name, configs, description):
         start = time.perf_counter()
         rows = run_experiment(task, runs=cfg["runs"], out_dir=args.out, name=full_name, seed=cfg.get("seed", 0),
                               every=cfg.get("every", 1), init=cfg.get("init", "per-run"),
-                              permutations=cfg.get("permutations", 0), progress=not args.no_progress,
+                              n_permutations=cfg.get("permutations", 0), progress=not args.no_progress,
                               dump_dir=Path(args.work) / full_name)
         print(f"\n== {full_name}: preset {cfg.get('preset', 'paper')}, {cfg['runs']} runs, "
               f"{time.perf_counter() - start:.0f} s ==")

@@ -72,7 +72,7 @@ def main():
         sim = FederatedSimulation("mlp", data, cfg, replicates=replicates, seed=0, hidden=32)
         dump, history = record_replicates(sim, Path(args.work) / f"aggregator_trends{suffix}_{rule}",
                                           chunk_size=250, layer="5", progress=False, record_global=True)
-        rows = analyze(dump, permutations=perms, random_state=0)
+        rows = analyze(dump, n_permutations=perms, random_state=0)
         write_table(rows, ROOT / "figures" / f"aggregator_trends{suffix}_{rule}.csv")
         tables[rule] = rows
         given_global[rule] = [{"rule": rule, **r} for r in dependence_given_global(

@@ -80,7 +80,7 @@ def run_cell(part, spec, init, shared, seed, work):
         return read_table(table), ParameterDump.open(work / "dumps" / name)
     sampler = ParameterSampler(task, seed=seed, init=init, shared=shared, every=every, progress=False)
     dump = sampler.sample(runs, work / "dumps" / name)
-    return analyze(dump, permutations={"ksg": 100}, gaussian_null="analytic", random_state=seed, out=table), dump
+    return analyze(dump, n_permutations={"ksg": 100}, gaussian_null="analytic", random_state=seed, out=table), dump
 
 
 def additive_rows(rows, dump):

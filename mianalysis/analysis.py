@@ -8,7 +8,9 @@ import itertools
 import json
 import logging
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -21,6 +23,11 @@ from .estimators.ksg import standardize_columns
 from .regime import estimate_regime_note
 from .intervals import (METHODS, check_level, mean_interval, mi_replicates, normal_interval, resample_indices,
                         trend_verdict)
+
+if TYPE_CHECKING:  # names used only in type hints
+    import distributed
+
+    from .dumps import ParameterDump
 
 __all__ = [
     "ESTIMATORS", "GAUSSIAN_NULLS", "COLUMNS", "BY", "OPTIONAL_COLUMNS", "CI_RESAMPLES", "gaussian_settings",
@@ -89,7 +96,7 @@ def _estimate(x, y, estimator, k, permutations, rng, distances, distance_cache, 
         if not permutations:
             return ksg_mi(*distances, k=k), np.nan, np.nan, np.nan
         res = mi_permutation_test(*distances, estimator="ksg", n_permutations=permutations, random_state=rng, k=k)
-        return res.estimate, res.null_mean, res.null_std, res.pvalue
+        return res.estimate, res.null_mean, res.null_std, res.p_value
     value = None
     if estimator == "gaussian":
         kwargs, note = gaussian_settings(x.shape[0], x.shape[1] + y.shape[1])
@@ -104,22 +111,26 @@ def _estimate(x, y, estimator, k, permutations, rng, distances, distance_cache, 
             if value is not None and not kwargs:
                 null = gaussian_mi_null(x.shape[0], x.shape[1], y.shape[1])
                 notes.append(f"analytic null ({'exact' if null.exact_available else 'Bartlett chi-square'})")
-                return value, null.mean, null.std, null.pvalue(value)
+                return value, null.mean, null.std, null.p_value(value)
             notes.append("no analytic null with shrinkage" + (f": {permutations} permutations" if permutations else ""))
     else:
         kwargs = {"k": k, "distance_cache": distance_cache, "standardize": standardize}
     if permutations:
         res = mi_permutation_test(x, y, estimator=estimator, n_permutations=permutations, random_state=rng, **kwargs)
-        return res.estimate, res.null_mean, res.null_std, res.pvalue
+        return res.estimate, res.null_mean, res.null_std, res.p_value
     if value is None:
         value = gaussian_mi(x, y, **kwargs) if estimator == "gaussian" else ksg_mi(x, y, random_state=rng, **kwargs)
     return value, np.nan, np.nan, np.nan
 
 
-def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0, layer=None, by=None,
-            standardize=True, random_state=0, out=None, progress=False, distance_cache="auto", verify=True,
-            force=False, gaussian_null="permutation", ci_resamples=None, ci_level=0.95, scheduler=None, client=None,
-            timeout=None):
+def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: Sequence[str] = ESTIMATORS,
+            metrics: Sequence[str] = METRICS, k: int = 3, n_permutations: int | Mapping[str, int] = 0,
+            layer: str | Sequence[str] | None = None, by: str | None = None, standardize: bool = True,
+            random_state: int = 0, out: str | os.PathLike | None = None, progress: bool = False,
+            distance_cache: bool | str = "auto", verify: bool = True, force: bool = False,
+            gaussian_null: str = "permutation", ci_resamples: int | None = None, ci_level: float = 0.95,
+            scheduler: str | None = None, client: distributed.Client | None = None,
+            timeout: float | None = None) -> list[dict]:
     """MI and distances between every pair of clients at every checkpoint of a dump.
 
     Parameters
@@ -135,7 +146,7 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
         Neighbours for KSG, ``1 <= k < n_runs`` (each run is one sample, and every sample
         needs k neighbours other than itself); checked before any work or file, with or
         without the distance cache.
-    permutations : int or dict of estimator -> int, default=0
+    n_permutations : int or dict of estimator -> int, default=0
         If > 0, a permutation test per MI estimate: null mean, sd and p-value. A dict sets
         the number per estimator (e.g. ``{"gaussian": 100, "ksg": 10}``; missing ones 0).
     layer : str or list of str, optional
@@ -202,7 +213,7 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
         Null of the ``mi_gaussian`` rows. "analytic" takes null mean, sd and p-value from
         :func:`mianalysis.gaussian_mi_null` (Wilks' Lambda; no permutations, at no cost)
         wherever the plain estimate is used, notes "analytic null (exact)" or "(Bartlett
-        chi-square)", and falls back to `permutations` for estimates with shrinkage (noted).
+        chi-square)", and falls back to `n_permutations` for estimates with shrinkage (noted).
         The default stays "permutation": the analytic law assumes Gaussian parameters,
         which trained networks need not be, while shuffling the pairing assumes nothing.
     ci_resamples : int or dict of estimator -> int, optional
@@ -284,7 +295,7 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
     >>> a = rng.standard_normal((1, 1000, 2))
     >>> b = 0.6 * a + 0.8 * rng.standard_normal((1, 1000, 2))
     >>> dump = ParameterDump.from_arrays("ab", {"a": a, "b": b})
-    >>> rows = analyze(dump, estimators=["gaussian"], metrics=["euclidean"], permutations=99)
+    >>> rows = analyze(dump, estimators=["gaussian"], metrics=["euclidean"], n_permutations=99)
     >>> for row in rows:
     ...     print(row["quantity"], round(row["value"], 3), row["p_value"])
     euclidean 1.125 nan
@@ -310,12 +321,11 @@ def analyze(dump, *, estimators=ESTIMATORS, metrics=METRICS, k=3, permutations=0
     for name, flag in (("verify", verify), ("force", force)):
         if not isinstance(flag, (bool, np.bool_)):
             raise ValueError(f"`{name}` must be True or False; got {flag!r}")
-    if not isinstance(permutations, dict):
-        permutations = {e: permutations for e in estimators}
+    permutations = n_permutations if isinstance(n_permutations, dict) else {e: n_permutations for e in estimators}
     unknown = set(permutations) - set(ESTIMATORS)
     if unknown:
-        raise ValueError(f"`permutations` names unknown estimators {sorted(unknown)}; known: {list(ESTIMATORS)}")
-    permutations = {e: check_int(permutations.get(e, 0), "permutations", low=0) for e in estimators}
+        raise ValueError(f"`n_permutations` names unknown estimators {sorted(unknown)}; known: {list(ESTIMATORS)}")
+    permutations = {e: check_int(permutations.get(e, 0), "n_permutations", low=0) for e in estimators}
     random_state = check_int(random_state, "random_state", low=0)
     check_choice(gaussian_null, "gaussian_null", GAUSSIAN_NULLS)
     ci_resamples = _check_ci_resamples(ci_resamples, estimators)

@@ -88,7 +88,7 @@ def _cmd_estimate(args):
         )
         print(
             f"{args.estimator} MI = {res.estimate:.6g} {args.units}; null mean {res.null_mean:.6g} "
-            f"sd {res.null_std:.6g}; p = {res.pvalue:.4g} ({res.n_permutations} permutations)"
+            f"sd {res.null_std:.6g}; p = {res.p_value:.4g} ({res.n_permutations} permutations)"
         )
     else:
         if args.estimator == "ksg":
@@ -153,7 +153,7 @@ def _cmd_analyze(args):
 
     dump = ParameterDump.open(args.dump)  # one view of the dump: a sampler may still be adding runs
     rows = analyze(dump, estimators=args.estimators, metrics=args.metrics, k=args.k,
-                   permutations=args.permutations, layer=args.layer, by=args.by,
+                   n_permutations=args.permutations, layer=args.layer, by=args.by,
                    standardize=not args.no_standardize, random_state=args.seed,
                    out=args.out, progress=_progress(args),
                    distance_cache=False if args.no_distance_cache else "auto",

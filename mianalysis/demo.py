@@ -58,8 +58,8 @@ def estimator_table(cases=DEFAULT_CASES, *, n_permutations=20, seed=0):
                 "gaussian": gaussian_mi(x, y),
                 "ksg": ksg,
                 "ksg_seconds": ksg_seconds,
-                "gaussian_pvalue": gauss_test.pvalue,
-                "ksg_pvalue": ksg_test.pvalue,
+                "gaussian_p_value": gauss_test.p_value,
+                "ksg_p_value": ksg_test.p_value,
             }
         )
     return rows
@@ -73,7 +73,7 @@ def format_table(rows):
         lines.append(
             f"{r['n']:>6} {str(r['d']) + '+' + str(r['d']):>7} {r['rho']:>5.2f} {r['exact']:>8.3f} "
             f"{r['gaussian_plugin']:>12.3f} {r['gaussian']:>8.3f} {r['ksg']:>8.3f} "
-            f"{r['ksg_seconds']:>6.2f} {r['gaussian_pvalue']:>8.3f} {r['ksg_pvalue']:>7.3f}"
+            f"{r['ksg_seconds']:>6.2f} {r['gaussian_p_value']:>8.3f} {r['ksg_p_value']:>7.3f}"
         )
     return "\n".join(lines)
 
@@ -90,7 +90,7 @@ def run_demo(out_dir="runs/demo", runs=400, seed=0, progress=True):
     task = demo_task()
     log.info("%s", _task_line(task, runs, seed))
     return run_experiment(task, runs=runs, out_dir=out_dir, name="signal_rnn_demo", seed=seed, every=2,
-                          permutations=DEMO_PERMUTATIONS, progress=progress)
+                          n_permutations=DEMO_PERMUTATIONS, progress=progress)
 
 
 def demo_task():

@@ -44,17 +44,26 @@ import hashlib
 import json
 import math
 import os
+from collections.abc import Mapping, Sequence
 import re
 import shutil
 import stat
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ._locking import WriterLock
 from ._provenance import collect
+
+if TYPE_CHECKING:  # names used only in type hints
+    import dask.array
+    import xarray
+
+    from .dump_writer import DumpWriter
 
 __all__ = [
     "FORMAT_VERSION", "MANIFEST", "DTYPE", "CREATING", "DumpError", "LayoutEntry", "layout_from_shapes",
@@ -551,7 +560,7 @@ class ParameterDump:
     100
     """
 
-    def __init__(self, path, manifest):
+    def __init__(self, path: str | os.PathLike, manifest: dict) -> None:
         self.path = Path(path)
         # Chunks sorted by start (a hand-edited manifest may list them otherwise); written back so.
         self._manifest = {**manifest, "chunks": sorted(manifest["chunks"], key=lambda c: c["start"])}
@@ -567,7 +576,8 @@ class ParameterDump:
 
     # ------------------------------------------------------------------ creation
     @classmethod
-    def create(cls, path, *, clients, checkpoints, n_runs, layout, metric_names=(), meta=None):
+    def create(cls, path: str | os.PathLike, *, clients: Sequence[str], checkpoints: Sequence[int], n_runs: int,
+               layout: Sequence, metric_names: Sequence[str] = (), meta: dict | None = None) -> ParameterDump:
         """Start an empty dump in a new (or empty) folder and return it.
 
         The dump's writer lock (see :mod:`mianalysis._locking`) is held while it is built,
@@ -680,7 +690,7 @@ class ParameterDump:
         return dump
 
     @classmethod
-    def open_or_create(cls, path, *, meta, **create_args):
+    def open_or_create(cls, path: str | os.PathLike, *, meta: dict, **create_args) -> ParameterDump:
         """Resume the dump at `path` if it was written with the same `meta`, else create it.
 
         The writer lock is held while deciding and creating; hold it yourself around the
@@ -722,7 +732,9 @@ class ParameterDump:
             return cls.create(path, meta=meta, **create_args)
 
     @classmethod
-    def from_arrays(cls, path, samples, *, checkpoints=None, layout=None, metrics=None, meta=None):
+    def from_arrays(cls, path: str | os.PathLike, samples: Mapping[str, ArrayLike], *,
+                    checkpoints: Sequence[int] | None = None, layout: Sequence | None = None,
+                    metrics: Mapping | None = None, meta: dict | None = None) -> ParameterDump:
         """Write your own samples as a dump.
 
         Parameters
@@ -824,7 +836,9 @@ class ParameterDump:
         return dump
 
     @classmethod
-    def from_torch_checkpoints(cls, path, root, *, key=None, meta=None, layer=None, chunk_size=None, progress=False):
+    def from_torch_checkpoints(cls, path: str | os.PathLike, root: str | os.PathLike, *, key: str | None = None,
+                               meta: dict | None = None, layer: str | Sequence[str] | None = None,
+                               chunk_size: int | None = None, progress: bool = False) -> ParameterDump:
         """Import a folder of PyTorch state_dict files laid out as ``root/CLIENT/CHECKPOINT/RUN.pt``
         (or ``RUN.safetensors``): :func:`mianalysis.dump_import.import_checkpoints`.
 
@@ -860,7 +874,9 @@ class ParameterDump:
                                   meta=meta)
 
     @classmethod
-    def writer(cls, path, *, clients, checkpoints, runs, layout=None, chunk_size=64, meta=None, metrics=None):
+    def writer(cls, path: str | os.PathLike, *, clients: Sequence[str], checkpoints: Sequence[int], runs: int,
+               layout: Sequence | None = None, chunk_size: int = 64, meta: dict | None = None,
+               metrics: Sequence[str] | None = None) -> DumpWriter:
         """A :class:`~mianalysis.dump_writer.DumpWriter` recording your own training loop
         into the dump at `path`, chunk by chunk; use it in a ``with`` block::
 
@@ -877,7 +893,7 @@ class ParameterDump:
 
     # ------------------------------------------------------------------ opening
     @classmethod
-    def open(cls, path):
+    def open(cls, path: str | os.PathLike) -> ParameterDump:
         """Open an existing dump, checking its manifest field by field (see :func:`check_manifest`)
         and its file sizes, before any file is mapped (not checksums: see verify).
 
@@ -966,7 +982,7 @@ class ParameterDump:
         """Whether every run is written."""
         return self.written_runs == self.n_runs
 
-    def missing_ranges(self):
+    def missing_ranges(self) -> list[tuple[int, int]]:
         """The runs not written yet, as a sorted list of (start, stop) ranges.
 
         Examples
@@ -987,7 +1003,7 @@ class ParameterDump:
             stop = int(chunk["stop"])
         return gaps + ([(stop, self.n_runs)] if stop < self.n_runs else [])
 
-    def missing_chunks(self, chunk_size):
+    def missing_chunks(self, chunk_size: int) -> list[tuple[int, int]]:
         """The runs not written yet, cut at multiples of `chunk_size`: the chunks a writer
         of runs [k * chunk_size, (k + 1) * chunk_size) has still to write, in order. Writing
         exactly these gives the manifest that writing every chunk in order gives."""
@@ -1002,11 +1018,11 @@ class ParameterDump:
                 start = end
         return chunks
 
-    def written_chunks(self):
+    def written_chunks(self) -> list[tuple[int, int]]:
         """The written chunks as a sorted list of (start, stop) ranges."""
         return [(int(c["start"]), int(c["stop"])) for c in self._manifest["chunks"]]
 
-    def chunks_digest(self):
+    def chunks_digest(self) -> str:
         """A fingerprint of the completed chunks: 16 hex digits of the SHA-256 of their
         records (runs and checksums) in the manifest. Equal for the same samples written in
         the same chunks; it changes when a chunk is added or rewritten, so a result can
@@ -1047,14 +1063,14 @@ class ParameterDump:
         with os.fdopen(_open_member(self.path / name, flags), "rb" if mode == "r" else "r+b") as fh:
             return np.memmap(fh, dtype=DTYPE, mode=mode, shape=shape)  # the map outlives the file object
 
-    def layer_columns(self, layer):
+    def layer_columns(self, layer: str | Sequence[str] | None) -> slice | np.ndarray:
         """Column indices of `layer`: a tensor name, a prefix of names ("rnn.0" matches
         "rnn.0.weight" and "rnn.0.bias"), or a list of those. None means all columns."""
         if layer is None:
             return slice(0, self.n_params)
         return layout_columns(select_layout(self.layout, layer))
 
-    def samples(self, client, checkpoint, layer=None):
+    def samples(self, client: str | int, checkpoint: int, layer: str | Sequence[str] | None = None) -> np.ndarray:
         """Parameter samples of one client at one checkpoint: array of shape (runs, params).
 
         Only completed runs are returned. `checkpoint` is an index into :attr:`checkpoints`;
@@ -1067,7 +1083,7 @@ class ParameterDump:
         data = self._memmap(_client_file(c), self._sample_shape())[t, : self.completed_runs]
         return data if layer is None else np.asarray(data[:, cols])
 
-    def metric(self, client, name):
+    def metric(self, client: str | int, name: str) -> np.ndarray:
         """Recorded metric `name` of one client: array of shape (n_checkpoints, completed runs)."""
         if name not in self.metric_names:
             raise ValueError(f"`name` must be one of {self.metric_names}; got {name!r}")
@@ -1075,20 +1091,20 @@ class ParameterDump:
         data = self._memmap(_metrics_file(c), self._metric_shape())
         return np.asarray(data[self.metric_names.index(name), :, : self.completed_runs])
 
-    def chunk_records(self):
+    def chunk_records(self) -> list[dict]:
         """The written chunks as the manifest records them: a list (sorted by start) of
         ``{"start", "stop", "sha256": {client: hex digest}}`` (copies), the digest being
         the SHA-256 of the chunk's samples (checkpoint by checkpoint) then its metrics."""
         return json.loads(json.dumps(self._manifest["chunks"]))
 
-    def to_dask(self):
+    def to_dask(self) -> dask.array.Array:
         """The completed samples as a lazy Dask array (client, checkpoint, run, parameter);
         see :func:`mianalysis.arrays.to_dask` (the ``dask`` extra)."""
         from .arrays import to_dask
 
         return to_dask(self)
 
-    def to_xarray(self):
+    def to_xarray(self) -> xarray.Dataset:
         """The completed samples and metrics as a lazy, labelled ``xarray.Dataset``; see
         :func:`mianalysis.arrays.to_xarray` (the ``dask`` extra)."""
         from .arrays import to_xarray
@@ -1096,7 +1112,8 @@ class ParameterDump:
         return to_xarray(self)
 
     # ------------------------------------------------------------------ writing
-    def write_chunk(self, start, stop, samples, metrics=None):
+    def write_chunk(self, start: int, stop: int, samples: Mapping[str, ArrayLike],
+                    metrics: Mapping[str, ArrayLike] | None = None) -> None:
         """Write runs [start, stop) of every client, flush, and record the chunk atomically.
 
         `samples` maps each client name to an array (n_checkpoints, stop - start, n_params);
@@ -1199,7 +1216,7 @@ class ParameterDump:
         h.update(np.ascontiguousarray(metrics[:, :, start:stop]).tobytes())
         return h.hexdigest()
 
-    def verify(self, *, finite=True):
+    def verify(self, *, finite: bool = True) -> int:
         """Check file sizes, every written chunk's checksums and that its samples are
         finite; raise DumpError naming the file and the runs that are damaged (for
         non-finite samples: the client, checkpoint, runs and tensor, as written by software

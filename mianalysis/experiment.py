@@ -19,7 +19,7 @@ __all__ = [
 
 
 def run_experiment(task, *, runs, out_dir, name, seed=0, every=1, init="per-run", chunk_size=64,
-                   permutations=0, k=3, progress=True, dump_dir=None):
+                   n_permutations=0, k=3, progress=True, dump_dir=None):
     """Sample `runs` runs of `task`, analyse them and draw the MI and distance figures.
 
     Writes ``out_dir/NAME.csv`` (the analysis table), ``out_dir/NAME_mi.png`` (Figure 1/2
@@ -44,11 +44,11 @@ def run_experiment(task, *, runs, out_dir, name, seed=0, every=1, init="per-run"
     start = time.perf_counter()
     dump = sampler.sample(runs, dump_dir)
     sampled = time.perf_counter()
-    rows = analyze(dump, k=k, permutations=permutations, random_state=seed, progress=progress)
+    rows = analyze(dump, k=k, n_permutations=n_permutations, random_state=seed, progress=progress)
     analysed = time.perf_counter()
     write_table(rows, out_dir / f"{name}.csv")
     record = {"task": task.name, "settings": task.settings, "runs": runs, "seed": seed, "every": every,
-              "init": init, "shared": list(sampler.shared), "permutations": permutations, "k": k,
+              "init": init, "shared": list(sampler.shared), "permutations": n_permutations, "k": k,
               "n_params": dump.n_params, "checkpoints": dump.checkpoints,
               "sampling_seconds": round(sampled - start, 1), "analysis_seconds": round(analysed - sampled, 1),
               "provenance": [collect(started, finished=True)], "dump_provenance": dump.provenance}

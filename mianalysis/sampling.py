@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import zlib
+from collections.abc import Iterable, Sequence
 from contextlib import closing
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -12,6 +15,11 @@ from ._locking import WriterLock
 from ._seeding import replica_seed
 from ._validation import check_choice, check_int
 from .dumps import ParameterDump, layout_from_shapes, unwritten_dump_discarded
+
+if TYPE_CHECKING:  # names used only in type hints
+    import distributed
+
+    from .tasks.base import Task
 
 __all__ = ["ParameterSampler", "replica_seed", "INIT_MODES", "check_shared", "BatchedSGD", "BatchedAdam", "ChunkResult"]
 
@@ -141,7 +149,8 @@ class ParameterSampler:
         the dump's settings, so a dump is resumed only with the same sharing.
     """
 
-    def __init__(self, task, *, seed=0, init="per-run", every=1, chunk_size=64, progress=True, shared=()):
+    def __init__(self, task: Task, *, seed: int = 0, init: str = "per-run", every: int = 1, chunk_size: int = 64,
+                 progress: bool = True, shared: Sequence[str] = ()) -> None:
         self.task = task
         self.shared = check_shared(shared, task)
         self.seed = check_int(seed, "seed", low=0)
@@ -157,7 +166,7 @@ class ParameterSampler:
         its = [0] + [i for i in range(self.every, n + 1, self.every)]
         return its if its[-1] == n else its + [n]
 
-    def settings(self, runs):
+    def settings(self, runs: int) -> dict:
         settings = {"task": self.task.name, "task_settings": self.task.settings, "seed": self.seed,
                     "init": self.init, "every": self.every, "chunk_size": self.chunk_size, "runs": runs}
         if self.shared:  # absent when nothing is shared: dumps made before sharing existed resume
@@ -165,7 +174,8 @@ class ParameterSampler:
         return settings
 
     # ------------------------------------------------------------------ public
-    def sample(self, runs, out, *, scheduler=None, client=None, timeout=None):
+    def sample(self, runs: int, out: str | os.PathLike, *, scheduler: str | None = None,
+               client: distributed.Client | None = None, timeout: float | None = None) -> ParameterDump:
         """Sample `runs` runs of every client into the dump folder `out` and return it.
 
         If `out` already holds a dump written with the same settings, sampling resumes: it
@@ -248,13 +258,13 @@ class ParameterSampler:
             bar.update(stop - start)
         bar.close()
 
-    def initial_params(self, run):
+    def initial_params(self, run: int) -> list:
         """Initial parameter tensors of run `run`."""
         if self.init == "fixed":
             return self.task.fixed_params()
         return self.task.init_params(_generator(self.seed, run, 0))
 
-    def train_chunk(self, runs, *, vectorised=True):
+    def train_chunk(self, runs: Iterable[int], *, vectorised: bool = True) -> ChunkResult:
         """Train every client for the runs in `runs`; returns a ChunkResult.
 
         With ``vectorised=False`` each (run, client) trains alone with ``torch.optim.Adam``

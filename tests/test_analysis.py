@@ -36,7 +36,7 @@ def test_values_match_estimators_and_trend(tmp_path, rng):
 
 def test_permutations_give_null_and_pvalue(tmp_path, rng):
     dump = ParameterDump.from_arrays(tmp_path / "d", correlated_clients(rng, n_runs=300, rhos=(0.0, 0.9)))
-    rows = analyze(dump, permutations=9, random_state=1)
+    rows = analyze(dump, n_permutations=9, random_state=1)
     strong = select(rows, "mi_ksg", "0", "1")[1]
     assert strong["p_value"] == pytest.approx(0.1) and strong["value"] > strong["null_mean"] + 3 * strong["null_std"]
     assert np.isfinite(select(rows, "mi_gaussian", "0", "2")[0]["null_mean"])
@@ -78,8 +78,8 @@ def test_bad_arguments(tmp_path, rng):
         analyze(dump, estimators=("kde",))
     with pytest.raises(ValueError, match="`metrics` must be one of"):
         analyze(dump, metrics=("cosine",))
-    with pytest.raises(ValueError, match="`permutations` must be >= 0"):
-        analyze(dump, permutations=-1)
+    with pytest.raises(ValueError, match="`n_permutations` must be >= 0"):
+        analyze(dump, n_permutations=-1)
     with pytest.raises(ValueError, match="does not exist"):
         analyze(tmp_path / "nope")
     with pytest.raises(ValueError, match="is not an analysis table"):
@@ -92,7 +92,7 @@ def test_plots_from_table(tmp_path, rng):
 
     samples = correlated_clients(rng, n_runs=300)
     dump = ParameterDump.from_arrays(tmp_path / "d", samples, metrics={c: {"accuracy": np.full((3, 300), 0.5)} for c in samples})
-    rows = analyze(dump, permutations=3)
+    rows = analyze(dump, n_permutations=3)
     write_table(rows, tmp_path / "r.csv")
     for kind in ("mi", "distances"):
         path = save_figure(read_table(tmp_path / "r.csv"), kind, tmp_path / f"{kind}.png", title="t")
@@ -108,8 +108,8 @@ def test_ksg_from_each_clients_cached_distances(tmp_path, rng):
 
     samples = correlated_clients(rng, n_runs=400)
     dump = ParameterDump.from_arrays(tmp_path / "d", samples)
-    cached = analyze(dump, estimators=("ksg",), metrics=(), permutations=4, random_state=3, distance_cache=True)
-    direct = analyze(dump, estimators=("ksg",), metrics=(), permutations=4, random_state=3, distance_cache=False)
+    cached = analyze(dump, estimators=("ksg",), metrics=(), n_permutations=4, random_state=3, distance_cache=True)
+    direct = analyze(dump, estimators=("ksg",), metrics=(), n_permutations=4, random_state=3, distance_cache=False)
     # The cache standardizes each client's parameters (analyze's default) and draws the
     # tie-breaking noise per (checkpoint, client): the same estimates as ksg_mi on those
     # samples, and the permutations of the pair's own stream.
@@ -146,5 +146,5 @@ def test_without_distance_cache_no_ksg_call_keeps_distances(tmp_path, rng, monke
     monkeypatch.setattr(analysis, "ksg_mi", spy_ksg)
     dump = ParameterDump.from_arrays(tmp_path / "d", correlated_clients(rng, n_runs=200))
     for permutations in (0, 2):
-        analyze(dump, estimators=("ksg",), metrics=(), permutations=permutations, distance_cache=False)
+        analyze(dump, estimators=("ksg",), metrics=(), n_permutations=permutations, distance_cache=False)
     assert seen and set(seen) == {False}

@@ -146,7 +146,7 @@ def _arrays(n_ckpt=3, runs=40, seed=0):
 def test_analysis_on_workers_is_the_local_table(tmp_path, client):
     dump = ParameterDump.from_arrays(tmp_path / "d", _arrays(), checkpoints=[0, 3, 6],
                                      layout=[("w", (3,)), ("b", (2,))])
-    kwargs = {"permutations": 4, "by": "layer", "ci_resamples": 4, "random_state": 5}
+    kwargs = {"n_permutations": 4, "by": "layer", "ci_resamples": 4, "random_state": 5}
     here = analyze(dump, **kwargs)
     there = analyze(dump, client=client, **kwargs)
     assert len(here) == len(there) and [r.keys() for r in here] == [r.keys() for r in there]

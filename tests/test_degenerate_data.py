@@ -78,7 +78,7 @@ def test_permutation_test_of_a_constant_is_null_zero_pvalue_one(estimator, dista
     with pytest.warns(ConstantFeatureWarning):
         res = mi_permutation_test(X, np.ones(300), estimator=estimator, n_permutations=7, random_state=0,
                                   distance_cache=distance_cache)
-    assert res.estimate == 0.0 and res.pvalue == 1.0 and res.null_mean == 0.0 and res.null_std == 0.0
+    assert res.estimate == 0.0 and res.p_value == 1.0 and res.null_mean == 0.0 and res.null_std == 0.0
     np.testing.assert_array_equal(res.null_distribution, np.zeros(7))
 
 
@@ -99,7 +99,7 @@ def test_analyze_constant_client_is_zero_like_the_estimators(tmp_path, permutati
     moving = rng.standard_normal((2, 40, 3)).astype(np.float32)
     fixed = np.full((2, 40, 3), 0.25, dtype=np.float32)  # e.g. every run from one fixed point
     dump = ParameterDump.from_arrays(tmp_path / "d", {"a": moving, "b": fixed, "c": fixed.copy()})
-    rows = analyze(dump, metrics=(), permutations=permutations, distance_cache=distance_cache)
+    rows = analyze(dump, metrics=(), n_permutations=permutations, distance_cache=distance_cache)
     for quantity in ("mi_gaussian", "mi_ksg"):
         for a, b in (("a", "b"), ("b", "c")):  # a constant with a moving client, and with an identical constant
             for row in select(rows, quantity, a, b):

@@ -68,7 +68,7 @@ def test_p1_q1_against_closed_form(n):
     # the p-value is the two-sided t-test of r = 0
     r = 0.3
     t = r * np.sqrt((n - 2) / (1 - r**2))
-    assert null.pvalue(-0.5 * np.log1p(-r**2)) == pytest.approx(2 * stats.t.sf(t, n - 2), rel=1e-9)
+    assert null.p_value(-0.5 * np.log1p(-r**2)) == pytest.approx(2 * stats.t.sf(t, n - 2), rel=1e-9)
 
 
 @pytest.mark.parametrize("n, p, q, method", [(12, 1, 1, "exact"), (15, 3, 1, "exact"), (20, 2, 4, "exact"),
@@ -78,7 +78,7 @@ def test_pvalues_uniform_under_independence(n, p, q, method):
     draws = 4000
     mi, _ = plugin_mi_draws(n, p, q, draws, np.random.default_rng([7, n, p, q]))
     null = gaussian_mi_null(n, p, q, units="bits")  # corrected estimates in bits
-    pvalues = null.pvalue((mi - correction(n, p, q)) / np.log(2), method=method)
+    pvalues = null.p_value((mi - correction(n, p, q)) / np.log(2), method=method)
     assert pvalues.shape == (draws,)
     assert stats.kstest(pvalues, "uniform").pvalue > 1e-3
     # the exact law also gets the tail right
@@ -99,10 +99,10 @@ def test_exact_needs_a_small_dimension():
     null = gaussian_mi_null(50, 3, 3)
     assert not null.exact_available
     with pytest.raises(ValueError, match="`method`='exact' needs min"):
-        null.pvalue(0.1, method="exact")
-    assert null.pvalue(0.1) == null.pvalue(0.1, method="bartlett")
+        null.p_value(0.1, method="exact")
+    assert null.p_value(0.1) == null.p_value(0.1, method="bartlett")
     with pytest.raises(ValueError, match="`method` must be one of"):
-        null.pvalue(0.1, method="box")
+        null.p_value(0.1, method="box")
 
 
 def _weakly_dependent(n, p, q, strength, seed):
@@ -122,11 +122,11 @@ def test_agrees_with_permutation_test(n, p, q, strength, seed):
     x, y = _weakly_dependent(n, p, q, strength, seed)
     perms = 300  # 1000 in the gaussian-sgd case below; 300 keep these three to a couple of seconds each
     res = mi_permutation_test(x, y, estimator="gaussian", n_permutations=perms, random_state=seed)
-    analytic = gaussian_mi_null(n, p, q).pvalue(res.estimate)
+    analytic = gaussian_mi_null(n, p, q).p_value(res.estimate)
     if strength:
-        assert 0.01 <= res.pvalue <= 0.2  # the cases are chosen to be weakly dependent
+        assert 0.01 <= res.p_value <= 0.2  # the cases are chosen to be weakly dependent
     se = np.sqrt(analytic * (1 - analytic) / perms)
-    assert abs(res.pvalue - analytic) < 3 * se + 0.005
+    assert abs(res.p_value - analytic) < 3 * se + 0.005
     # the permutation null of the same data has the analytic null's spread
     assert res.null_std == pytest.approx(gaussian_mi_null(n, p, q).std, rel=0.1)
 
@@ -167,10 +167,10 @@ def test_analyze_uses_the_analytic_null(tmp_path, params, how):
         x, y = dump.samples(0, t), dump.samples(1, t)
         assert row["value"] == pytest.approx(gaussian_mi(x, y), rel=1e-12)
         assert (row["null_mean"], row["null_std"]) == pytest.approx((null.mean, null.std), rel=1e-12)
-        assert row["p_value"] == pytest.approx(null.pvalue(row["value"]), rel=1e-12)
+        assert row["p_value"] == pytest.approx(null.p_value(row["value"]), rel=1e-12)
         assert row["note"] == f"analytic null ({how})"
     # the default keeps the permutation null, without a note
-    default = [r for r in analyze(dump, estimators=["gaussian"], metrics=[], permutations=9)
+    default = [r for r in analyze(dump, estimators=["gaussian"], metrics=[], n_permutations=9)
                if r["quantity"] == "mi_gaussian"]
     assert default[0]["note"] == "" and default[0]["p_value"] == pytest.approx(0.1)
 
@@ -180,7 +180,7 @@ def test_analyze_falls_back_to_permutations_with_shrinkage(tmp_path):
 
     dump = _two_client_dump(tmp_path / "d", 20, 6)  # 20 runs <= 2 x 12 joint dimensions: Ledoit-Wolf
     rows = [r for r in analyze(dump, estimators=["gaussian"], metrics=[], gaussian_null="analytic",
-                               permutations=19) if r["quantity"] == "mi_gaussian"]
+                               n_permutations=19) if r["quantity"] == "mi_gaussian"]
     assert "no analytic null with shrinkage: 19 permutations" in rows[0]["note"]
     assert rows[0]["p_value"] >= 1 / 20
     rows = [r for r in analyze(dump, estimators=["gaussian"], metrics=[], gaussian_null="analytic")
@@ -219,7 +219,7 @@ def test_agrees_with_1000_permutations_on_gaussian_sgd_without_dependence(tmp_pa
     assert task.exact_mi(10, 0, 1, init="fixed") == 0
     x, y = (np.asarray(dump.samples(c, 1), dtype=np.float64) for c in ("0", "1"))
     res = mi_permutation_test(x, y, estimator="gaussian", n_permutations=1000, random_state=0)
-    analytic = gaussian_mi_null(200, 3, 3).pvalue(res.estimate)
+    analytic = gaussian_mi_null(200, 3, 3).p_value(res.estimate)
     se = np.sqrt(analytic * (1 - analytic) / 1000)
-    assert abs(res.pvalue - analytic) < 3 * se + 0.005
+    assert abs(res.p_value - analytic) < 3 * se + 0.005
     assert res.null_std == pytest.approx(gaussian_mi_null(200, 3, 3).std, rel=0.1)

@@ -36,7 +36,7 @@ def _partial(path, done=40, total=200, params=3, seed=0):
 @pytest.mark.parametrize("done, total", [(40, 200), (5, 6), (199, 200)])
 def test_every_row_of_an_incomplete_dump_says_so(tmp_path, done, total):
     dump, _, _ = _partial(tmp_path / "d", done, total)
-    rows = analyze(dump, permutations=2, out=tmp_path / "t.csv")
+    rows = analyze(dump, n_permutations=2, out=tmp_path / "t.csv")
     assert rows and all(r["n_runs"] == done for r in rows)
     assert all(r["note"].endswith(f"dump incomplete: {done} of {total} runs") for r in rows)
     with open(tmp_path / "t.csv", newline="") as fh:
@@ -58,7 +58,7 @@ def test_the_rows_of_an_incomplete_dump_are_those_of_its_completed_runs(tmp_path
     dump, samples, metrics = _partial(tmp_path / "d", 40, 200)
     whole = ParameterDump.from_arrays(tmp_path / "w", samples, checkpoints=[0, 7],
                                       metrics={c: {"loss": metrics[c][0]} for c in samples})
-    partial_rows, whole_rows = analyze(dump, permutations=3), analyze(whole, permutations=3)
+    partial_rows, whole_rows = analyze(dump, n_permutations=3), analyze(whole, n_permutations=3)
     assert [{**r, "note": ""} for r in partial_rows] == [{**r, "note": ""} for r in whole_rows]
     # Only the regime notes (KSG at 40 runs is outside its calibration), no incomplete note.
     assert not [r["note"] for r in whole_rows if r["note"] and not r["note"].startswith("outside calibration")]

@@ -113,7 +113,7 @@ def test_analyze_rejects_k_of_n_runs_or_more_before_any_file(tmp_path, k, distan
     dump = _dump(tmp_path / "dump", N)
     before = snapshot(tmp_path)
     with pytest.raises(ValueError, match=k_message(k, N, "the number of runs")):
-        analyze(dump, k=k, permutations=permutations, distance_cache=distance_cache, out=tmp_path / "t.csv")
+        analyze(dump, k=k, n_permutations=permutations, distance_cache=distance_cache, out=tmp_path / "t.csv")
     assert snapshot(tmp_path) == before  # no OUT.partial, no table
     assert not (tmp_path / "t.csv.partial").exists()
 
@@ -133,7 +133,7 @@ def test_analyze_checks_k_only_when_ksg_runs(tmp_path):
 
 def test_analyze_largest_valid_k_same_with_and_without_cache(tmp_path):
     dump = _dump(tmp_path / "dump", N)
-    kw = dict(estimators=("ksg",), metrics=(), k=N - 1, permutations=3, random_state=1)
+    kw = dict(estimators=("ksg",), metrics=(), k=N - 1, n_permutations=3, random_state=1)
     cached, direct = analyze(dump, distance_cache=True, **kw), analyze(dump, distance_cache=False, **kw)
     for a, b in zip(cached, direct):
         assert a["value"] == pytest.approx(b["value"], abs=1e-9)

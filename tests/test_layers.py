@@ -67,7 +67,7 @@ def test_dump_samples_of_an_overlapping_selection(dump, plain, other):
 
 @pytest.mark.parametrize("plain, other", [CASES[0], CASES[5], CASES[-2]])
 def test_analyze_rows_of_an_overlapping_selection(dump, plain, other):
-    kwargs = {"permutations": 3, "random_state": 1}
+    kwargs = {"n_permutations": 3, "random_state": 1}
     assert analyze(dump, layer=other, **kwargs) == analyze(dump, layer=plain, **kwargs)
 
 

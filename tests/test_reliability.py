@@ -339,7 +339,7 @@ def test_estimates_do_not_depend_on_threads():
             "x = rng.standard_normal((700, 6)); y = x + rng.standard_normal((700, 6))\n"
             "r = mi_permutation_test(x, y, n_permutations=5, random_state=1)\n"
             "print(repr(ksg_mi(x, y, random_state=2)), repr(ksg_mi(x, y, algorithm=2, dtype=np.float32)),"
-            " repr(gaussian_mi(x, y)), repr(r.pvalue), repr(r.null_mean))\n")
+            " repr(gaussian_mi(x, y)), repr(r.p_value), repr(r.null_mean))\n")
     outs = []
     for threads in ("1", "2"):
         env = {**os.environ, "NUMBA_NUM_THREADS": threads, "OMP_NUM_THREADS": threads}

@@ -16,11 +16,11 @@ GOLDEN = Path(__file__).parent / "data" / "seams_golden.csv"
 # Each case: the analyze keywords; the cache cases take the path that analyze used to
 # compute by itself (marginal distances, algorithm 1, the conversion to bits).
 CASES = [
-    {"permutations": 5, "distance_cache": True, "random_state": 1},
-    {"estimators": ("ksg",), "metrics": (), "permutations": 0, "distance_cache": True, "random_state": 2},
-    {"estimators": ("ksg",), "metrics": (), "permutations": {"ksg": 3}, "distance_cache": False, "standardize": False,
+    {"n_permutations": 5, "distance_cache": True, "random_state": 1},
+    {"estimators": ("ksg",), "metrics": (), "n_permutations": 0, "distance_cache": True, "random_state": 2},
+    {"estimators": ("ksg",), "metrics": (), "n_permutations": {"ksg": 3}, "distance_cache": False, "standardize": False,
      "random_state": 3},
-    {"estimators": ("ksg",), "metrics": (), "permutations": 2, "distance_cache": True, "standardize": False,
+    {"estimators": ("ksg",), "metrics": (), "n_permutations": 2, "distance_cache": True, "standardize": False,
      "by": "layer", "random_state": 4},
 ]
 
@@ -76,7 +76,7 @@ def test_marginal_distances_are_ksg_mi_on_the_prepared_samples():
     want = mi_permutation_test(nx, ny, n_permutations=7, random_state=5, k=4, algorithm=2, noise=0,
                                distance_cache=True)
     np.testing.assert_allclose(got.null_distribution, want.null_distribution, rtol=0, atol=1e-13)
-    assert (got.pvalue, got.n_permutations) == (want.pvalue, 7)
+    assert (got.p_value, got.n_permutations) == (want.p_value, 7)
     assert dx.n_samples == 200 and dx.n_features == 3 and not dx.matrix.flags.writeable
     assert repr(dx) == "MarginalDistances(n_samples=200, n_features=3)"
 
@@ -90,7 +90,7 @@ def test_marginal_distances_of_a_constant_variable_give_zero():
     assert dc.n_features == 0 and not dc.matrix.any()
     assert ksg_mi(dc, dy) == 0.0
     res = mi_permutation_test(dy, dc, n_permutations=3, random_state=0)
-    assert (res.estimate, res.pvalue, list(res.null_distribution)) == (0.0, 1.0, [0.0, 0.0, 0.0])
+    assert (res.estimate, res.p_value, list(res.null_distribution)) == (0.0, 1.0, [0.0, 0.0, 0.0])
 
 
 def test_marginal_distances_bad_input():

@@ -9,7 +9,7 @@ from mianalysis import ksg_mi, mi_permutation_test
 def test_strong_dependence_gives_smallest_pvalue(estimator, rng):
     x, y, _ = correlated_gaussians(300, 3, 3, 0.8, rng)
     res = mi_permutation_test(x, y, estimator=estimator, n_permutations=49, random_state=0)
-    assert res.pvalue == pytest.approx(1 / 50)
+    assert res.p_value == pytest.approx(1 / 50)
     assert res.estimate > res.null_mean + 5 * res.null_std
     assert res.n_permutations == 49 and res.null_distribution.shape == (49,)
 
@@ -19,7 +19,7 @@ def test_pvalues_of_independent_data_are_roughly_uniform():
     pvalues = []
     for seed in range(60):
         x, y, _ = correlated_gaussians(80, 2, 2, 0.0, rng)
-        pvalues.append(mi_permutation_test(x, y, estimator="gaussian", n_permutations=39, random_state=seed).pvalue)
+        pvalues.append(mi_permutation_test(x, y, estimator="gaussian", n_permutations=39, random_state=seed).p_value)
     pvalues = np.array(pvalues)
     # Uniform on {1/40, ..., 1}: mean ~0.51 (sd of the mean of 60 ~0.04), ~10% below 0.1.
     assert 0.38 < pvalues.mean() < 0.64
@@ -55,7 +55,7 @@ def test_cached_marginal_distances_give_the_same_null_to_the_bit(algorithm, k):
     kwargs = dict(n_permutations=12, random_state=5, algorithm=algorithm, k=k)
     cached = mi_permutation_test(x, y, distance_cache=True, **kwargs)
     direct = mi_permutation_test(x, y, distance_cache=False, **kwargs)
-    assert cached.estimate == direct.estimate and cached.pvalue == direct.pvalue
+    assert cached.estimate == direct.estimate and cached.p_value == direct.p_value
     np.testing.assert_array_equal(cached.null_distribution, direct.null_distribution)
 
 

@@ -40,7 +40,7 @@ class GaussianMINull:
     --------
     >>> from mianalysis import gaussian_mi_null
     >>> null = gaussian_mi_null(101, 1, 1, units="nats", bias_correction=False)
-    >>> null.exact_available, round(null.pvalue(0.0), 3)
+    >>> null.exact_available, round(null.p_value(0.0), 3)
     (True, 1.0)
     """
 
@@ -56,7 +56,7 @@ class GaussianMINull:
 
     @property
     def exact_available(self):
-        """True when :meth:`pvalue` can use the exact law: ``min(p, q) <= 2``."""
+        """True when :meth:`p_value` can use the exact law: ``min(p, q) <= 2``."""
         return min(self.n_features_x, self.n_features_y) <= 2
 
     def wilks_lambda(self, estimate: ArrayLike) -> float | np.ndarray:
@@ -64,7 +64,7 @@ class GaussianMINull:
         plugin = np.asarray(estimate, dtype=float) / self.factor + self.shift / self.factor
         return np.exp(-2.0 * plugin)
 
-    def pvalue(self, estimate: ArrayLike, *, method: str = "auto") -> float | np.ndarray:
+    def p_value(self, estimate: ArrayLike, *, method: str = "auto") -> float | np.ndarray:
         """Probability, under independence, of an estimate at least as large as `estimate`.
 
         Parameters
@@ -79,7 +79,7 @@ class GaussianMINull:
 
         Returns
         -------
-        pvalue : float or ndarray
+        p_value : float or ndarray
             Same shape as `estimate`.
         """
         check_choice(method, "method", METHODS)
@@ -130,7 +130,7 @@ def gaussian_mi_null(n_samples: int, n_features_x: int, n_features_y: int, *, un
     bias-corrected estimate is the plug-in one minus a constant that equals exactly this
     null mean, so its null has mean 0 and the same spread.
 
-    P-values (:meth:`GaussianMINull.pvalue`) are exact for ``min(p, q) <= 2``: Lambda is
+    P-values (:meth:`GaussianMINull.p_value`) are exact for ``min(p, q) <= 2``: Lambda is
     Beta((n - 1 - q) / 2, q / 2) when p = 1, and the square root of Lambda is
     Beta(n - 2 - q, q) when p = 2. Otherwise Bartlett's approximation
     :math:`-(n - 1 - (p + q + 1)/2)\log\Lambda \sim \chi^2_{pq}` is used; its error is of
@@ -163,7 +163,7 @@ def gaussian_mi_null(n_samples: int, n_features_x: int, n_features_y: int, *, un
     Returns
     -------
     null : GaussianMINull
-        ``mean``, ``std`` (exact) and ``pvalue(estimate, method="auto")``.
+        ``mean``, ``std`` (exact) and ``p_value(estimate, method="auto")``.
 
     Raises
     ------
@@ -196,13 +196,13 @@ def gaussian_mi_null(n_samples: int, n_features_x: int, n_features_y: int, *, un
     A correlation of 0.25 (MI 0.0323 nats) has the p-value of the usual t-test of r = 0:
     t = 0.25 sqrt(98 / (1 - 0.25^2)) = 2.556, two-sided p = 0.0121:
 
-    >>> round(null.pvalue(-0.5 * np.log(1 - 0.25**2)), 4)
+    >>> round(null.p_value(-0.5 * np.log(1 - 0.25**2)), 4)
     0.0121
 
     The bias-corrected estimate's null has mean 0:
 
     >>> null = gaussian_mi_null(1000, 20, 30)
-    >>> abs(null.mean) < 1e-12, round(null.shift, 4), round(null.std, 4), round(null.pvalue(0.0), 3)
+    >>> abs(null.mean) < 1e-12, round(null.shift, 4), round(null.std, 4), round(null.p_value(0.0), 3)
     (True, 0.4446, 0.0257, 0.492)
     """
     factor = check_gaussian_settings(units, bias_correction, shrinkage)

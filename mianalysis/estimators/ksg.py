@@ -326,7 +326,7 @@ class MarginalDistances:
     >>> dx, dy = MarginalDistances.of(x, random_state=1), MarginalDistances.of(y, random_state=2)
     >>> round(ksg_mi(dx, dy), 2)
     0.98
-    >>> mi_permutation_test(dx, dy, n_permutations=99, random_state=0).pvalue
+    >>> mi_permutation_test(dx, dy, n_permutations=99, random_state=0).p_value
     0.01
     """
 

@@ -52,7 +52,7 @@ class PermutationTestResult:
         MI of the data as paired.
     null_mean, null_std : float
         Mean and standard deviation (ddof=1) of the null distribution.
-    pvalue : float
+    p_value : float
         ``(1 + #{null >= estimate}) / (1 + n_permutations)``.
     null_distribution : ndarray of shape (n_permutations,)
         MI after each shuffle of the pairing.
@@ -62,7 +62,7 @@ class PermutationTestResult:
     estimate: float
     null_mean: float
     null_std: float
-    pvalue: float
+    p_value: float
     null_distribution: np.ndarray
     estimator: str
 
@@ -78,7 +78,7 @@ class PermutationTestResult:
             estimate=float(estimate),
             null_mean=float(null.mean()),
             null_std=float(null.std(ddof=1)) if null.size > 1 else 0.0,
-            pvalue=float((1.0 + np.count_nonzero(null >= estimate)) / (1.0 + null.size)),
+            p_value=float((1.0 + np.count_nonzero(null >= estimate)) / (1.0 + null.size)),
             null_distribution=null,
             estimator=estimator,
         )
@@ -126,7 +126,7 @@ def mi_permutation_test(
     Returns
     -------
     result : PermutationTestResult
-        ``estimate``, ``null_mean``, ``null_std``, ``pvalue`` and ``null_distribution``.
+        ``estimate``, ``null_mean``, ``null_std``, ``p_value`` and ``null_distribution``.
 
     Notes
     -----
@@ -155,14 +155,14 @@ def mi_permutation_test(
     >>> x = rng.standard_normal((500, 2))
     >>> y = x + rng.standard_normal((500, 2))   # exact MI: 2 x 0.5 log2(2) = 1 bit
     >>> res = mi_permutation_test(x, y, n_permutations=99, random_state=0)
-    >>> round(res.estimate, 2), round(res.null_mean, 2), res.pvalue
+    >>> round(res.estimate, 2), round(res.null_mean, 2), res.p_value
     (0.98, -0.01, 0.01)
 
     No shuffle reaches the estimate: 0.01 = 1 / (1 + 99) is the smallest p-value. For
     independent data the estimate is within the null distribution:
 
     >>> z = rng.standard_normal((500, 2))
-    >>> mi_permutation_test(x, z, n_permutations=99, random_state=0).pvalue
+    >>> mi_permutation_test(x, z, n_permutations=99, random_state=0).p_value
     0.43
     """
     if not isinstance(estimator, str) or estimator not in ESTIMATORS:
