@@ -11,7 +11,7 @@ from interrupt import kill_at_random_moments
 torch = pytest.importorskip("torch")
 
 from mianalysis.dumps import DumpError, ParameterDump  # noqa: E402
-from mianalysis.sampling import BatchedAdam, ParameterSampler  # noqa: E402
+from mianalysis.sampling import ParameterSampler  # noqa: E402
 from mianalysis.tasks import DigitsLeNetTask, SignalRNNTask, get_task  # noqa: E402
 from mianalysis.tasks.signal import elman_recurrence  # noqa: E402
 
@@ -25,18 +25,6 @@ def test_vectorised_equals_one_run_at_a_time(task):
     np.testing.assert_allclose(batched.metrics, loop.metrics, rtol=1e-5, atol=1e-6)
     # and training moved the parameters
     assert np.abs(batched.samples[:, -1] - batched.samples[:, 0]).max() > 0
-
-
-def test_batched_adam_matches_torch_adam():
-    p1 = torch.randn(3, 4, requires_grad=True)
-    p2 = p1.detach().clone().requires_grad_(True)
-    ours, theirs = BatchedAdam([p1], lr=0.01), torch.optim.Adam([p2], lr=0.01)
-    for step in range(5):
-        g = torch.randn(3, 4, generator=torch.Generator().manual_seed(step))
-        ours.step([g])
-        p2.grad = g.clone()
-        theirs.step()
-    torch.testing.assert_close(p1, p2)
 
 
 def test_elman_recurrence_gradient():
