@@ -13,7 +13,7 @@ from ._seeding import replica_seed
 from ._validation import check_choice, check_int
 from .dumps import ParameterDump, layout_from_shapes, unwritten_dump_discarded
 
-__all__ = ["ParameterSampler", "replica_seed", "INIT_MODES", "check_shared", "BatchedSGD", "BatchedAdam", "ChunkResult"]
+__all__ = ["ParameterSampler", "replica_seed", "INIT_MODES", "check_shared", "task_optimizer", "ChunkResult"]
 
 INIT_MODES = ("per-run", "fixed")
 
