@@ -5,7 +5,7 @@ the built-in task written by hand over the replica dimension.
 
 signal-rnn at the paper's sizes (10 Elman layers of 4 units, sequences of 64, 100 examples
 per client, batch 64, 3 clients) without dropout (ModuleTask refuses in-model randomness):
-the built-in task (hand-written back-propagation through time) and the same network as an
+the built-in task (written over the replica dimension by hand) and the same network as an
 nn.Module trained through ModuleTask (autograd through the time loop, under vmap); and the
 CNN of examples/digits_cnn.py. Runs per second of `train_chunk` on one chunk of 64 runs,
 best of two after a warm-up, on `--threads` PyTorch threads (default 1: on a shared

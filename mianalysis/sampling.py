@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # names used only in type hints
 
     from .tasks.base import Task
 
-__all__ = ["ParameterSampler", "replica_seed", "INIT_MODES", "check_shared", "BatchedSGD", "BatchedAdam", "ChunkResult"]
+__all__ = ["ParameterSampler", "replica_seed", "INIT_MODES", "check_shared", "task_optimizer", "ChunkResult"]
 
 INIT_MODES = ("per-run", "fixed")
 
@@ -54,44 +54,35 @@ def check_shared(shared, task):
     return tuple(s for s in task.streams if s in shared)
 
 
-class BatchedSGD:
-    """Plain gradient steps p <- p - lr g over stacked replica tensors, as torch.optim.SGD."""
+def task_optimizer(task, params, *, foreach=True):
+    """The optimiser that trains `params` for `task`.
 
-    def __init__(self, params, lr):
-        self.params, self.lr = params, lr
+    ``torch.optim.Adam`` with its defaults (Kingma and Ba 2015), or ``torch.optim.SGD``
+    (plain steps p <- p - lr g) for a task whose ``optimizer`` is "sgd", at the task's
+    learning rate. The sampler gives it the stacked replica tensors with
+    ``foreach=True``: every update is elementwise, so a replica's parameters are the same
+    bytes whatever replicas it is stacked with, and the same as the per-tensor
+    (``foreach=False``) implementation's.
 
-    def step(self, grads):
-        import torch
+    Parameters
+    ----------
+    task : mianalysis.tasks.Task
+    params : list of torch.Tensor
+        Leaf tensors that require gradients; ``step()`` reads their ``.grad``.
+    foreach : bool, default=True
+        PyTorch's multi-tensor implementation (one call per operation for all tensors).
 
-        with torch.no_grad():
-            for p, g in zip(self.params, grads):
-                p.add_(g, alpha=-self.lr)
+    Returns
+    -------
+    torch.optim.Optimizer
+    """
+    import torch
 
-
-class BatchedAdam:
-    """Adam (Kingma and Ba 2015) over stacked replica tensors, elementwise like torch.optim.Adam."""
-
-    def __init__(self, params, lr, betas=(0.9, 0.999), eps=1e-8):
-        import torch
-
-        self.params, self.lr, self.betas, self.eps = params, lr, betas, eps
-        self.m = [torch.zeros_like(p) for p in params]
-        self.v = [torch.zeros_like(p) for p in params]
-        self.t = 0
-
-    def step(self, grads):
-        import torch
-
-        self.t += 1
-        b1, b2 = self.betas
-        c1 = 1 - b1**self.t
-        c2 = 1 - b2**self.t
-        with torch.no_grad():
-            for p, g, m, v in zip(self.params, grads, self.m, self.v):
-                m.lerp_(g, 1 - b1)
-                v.mul_(b2).addcmul_(g, g, value=1 - b2)
-                denom = (v.sqrt() / c2**0.5).add_(self.eps)
-                p.addcdiv_(m, denom, value=-self.lr / c1)
+    if task.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=task.lr, foreach=foreach)
+    if task.optimizer == "adam":
+        return torch.optim.Adam(params, lr=task.lr, foreach=foreach)
+    raise ValueError(f"`optimizer` of task {task.name!r} must be 'adam' or 'sgd'; got {task.optimizer!r}")
 
 
 @dataclass
@@ -118,8 +109,8 @@ class ParameterSampler:
 
     A chunk of `chunk_size` runs of all clients trains as one batched computation: every
     parameter tensor carries a leading replica dimension (runs x clients), the task's model
-    is written over it, and the task's optimiser (Adam, or plain SGD for gaussian-sgd)
-    updates all replicas at once. Runs do not interact, and
+    is written over it, and the task's optimiser (``torch.optim.Adam``, or plain SGD for
+    gaussian-sgd; see `task_optimizer`) updates all replicas at once. Runs do not interact, and
     a run's samples are the same bytes whatever chunk it was in and whatever the thread
     count, on a given CPU code path: every computation whose shape would otherwise follow
     the chunk (a task's data preparation) runs per replica, and a batch is never a single
@@ -267,28 +258,29 @@ class ParameterSampler:
     def train_chunk(self, runs: Iterable[int], *, vectorised: bool = True) -> ChunkResult:
         """Train every client for the runs in `runs`; returns a ChunkResult.
 
-        With ``vectorised=False`` each (run, client) trains alone with ``torch.optim.Adam``
-        (``torch.optim.SGD`` for a task whose optimiser is "sgd"): the plain loop the batched computation is checked against.
+        With ``vectorised=False`` each (run, client) trains alone, with the per-tensor
+        implementation of the task's optimiser (see `task_optimizer`): the plain loop the
+        batched computation is checked against.
         """
         runs = list(runs)
         if not vectorised:
-            parts = [self._train(runs=[r], clients=[c], optimizer="torch") for r in runs for c in range(self.task.n_clients)]
+            parts = [self._train(runs=[r], clients=[c], vectorised=False) for r in runs for c in range(self.task.n_clients)]
             n_c = self.task.n_clients
             samples = np.stack([np.concatenate([parts[i * n_c + c].samples[0] for i in range(len(runs))], axis=1)
                                 for c in range(n_c)])
             metrics = np.stack([np.concatenate([parts[i * n_c + c].metrics[0] for i in range(len(runs))], axis=2)
                                 for c in range(n_c)])
             return ChunkResult(samples, metrics)
-        return self._train(runs=runs, clients=list(range(self.task.n_clients)), optimizer="batched")
+        return self._train(runs=runs, clients=list(range(self.task.n_clients)), vectorised=True)
 
     # ------------------------------------------------------------------ internals
-    def _train(self, runs, clients, optimizer):
+    def _train(self, runs, clients, vectorised):
         import torch
 
         from .tasks.base import ClientBatchData, ReplicaGenerators
 
-        if optimizer == "batched" and len(runs) * len(clients) == 1:
-            twice = self._train(runs * 2, clients, optimizer)  # see the class docstring
+        if vectorised and len(runs) * len(clients) == 1:
+            twice = self._train(runs * 2, clients, vectorised)  # see the class docstring
             return ChunkResult(twice.samples[:, :, :1].copy(), twice.metrics[..., :1].copy())
         task = self.task
         # Replica i = (client, run): client-major, so each client's runs are contiguous.
@@ -317,11 +309,7 @@ class ParameterSampler:
         per_epoch = -(-n // b)
         mask_generators = stream(task.mask_stream)
 
-        sgd = task.optimizer == "sgd"
-        if optimizer == "torch":
-            opt = torch.optim.SGD(params, lr=task.lr) if sgd else torch.optim.Adam(params, lr=task.lr)
-        else:
-            opt = BatchedSGD(params, lr=task.lr) if sgd else BatchedAdam(params, lr=task.lr)
+        opt = task_optimizer(task, params, foreach=vectorised)
         record_at = set(self.checkpoints)
         samples, metrics = [], []
 
@@ -341,13 +329,9 @@ class ParameterSampler:
             xb = inputs[rows, idx]
             yb = targets[rows, idx]
             masks = task.draw_masks(mask_generators, idx.shape[1])
-            grads = task.gradients(params, xb, yb, masks)
-            if optimizer == "torch":
-                for p, g in zip(params, grads):
-                    p.grad = g
-                opt.step()
-            else:
-                opt.step(grads)
+            for p, g in zip(params, task.gradients(params, xb, yb, masks)):
+                p.grad = g
+            opt.step()
             if it + 1 in record_at:
                 record()
         # samples: list over checkpoints of (R, P) -> (clients, checkpoints, runs, P)

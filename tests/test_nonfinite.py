@@ -38,12 +38,12 @@ def _files(path):
 # ------------------------------------------------------------------ the sampler
 # A CLI run whose training diverges at its first step: every parameter of the first tensor
 # becomes NaN (a divergence no valid task setting produces in a few steps).
-DIVERGING = ("import sys; import mianalysis.sampling as s; from mianalysis.cli import main\n"
-             "step = s.BatchedAdam.step\n"
-             "def diverging(self, grads):\n"
-             "    step(self, grads)\n"
-             "    self.params[0].data.fill_(float('nan'))\n"
-             "s.BatchedAdam.step = diverging\n"
+DIVERGING = ("import sys, torch; from mianalysis.cli import main\n"
+             "step = torch.optim.Adam.step\n"
+             "def diverging(self, *args, **kwargs):\n"
+             "    step(self, *args, **kwargs)\n"
+             "    self.param_groups[0]['params'][0].data.fill_(float('nan'))\n"
+             "torch.optim.Adam.step = diverging\n"
              "sys.exit(main(sys.argv[1:]))\n")
 
 

@@ -11,7 +11,7 @@ from interrupt import kill_at_random_moments
 torch = pytest.importorskip("torch")
 
 from mianalysis.dumps import DumpError, ParameterDump  # noqa: E402
-from mianalysis.sampling import BatchedAdam, ParameterSampler  # noqa: E402
+from mianalysis.sampling import ParameterSampler  # noqa: E402
 from mianalysis.tasks import DigitsLeNetTask, SignalRNNTask, get_task  # noqa: E402
 from mianalysis.tasks.signal import elman_recurrence  # noqa: E402
 
@@ -27,21 +27,25 @@ def test_vectorised_equals_one_run_at_a_time(task):
     assert np.abs(batched.samples[:, -1] - batched.samples[:, 0]).max() > 0
 
 
-def test_batched_adam_matches_torch_adam():
-    p1 = torch.randn(3, 4, requires_grad=True)
-    p2 = p1.detach().clone().requires_grad_(True)
-    ours, theirs = BatchedAdam([p1], lr=0.01), torch.optim.Adam([p2], lr=0.01)
-    for step in range(5):
-        g = torch.randn(3, 4, generator=torch.Generator().manual_seed(step))
-        ours.step([g])
-        p2.grad = g.clone()
-        theirs.step()
-    torch.testing.assert_close(p1, p2)
-
-
-def test_elman_recurrence_gradient():
-    drive = torch.randn(6, 2, 3, 4, dtype=torch.float64, requires_grad=True)
-    w = (0.5 * torch.randn(2, 4, 4, dtype=torch.float64)).requires_grad_(True)
+def test_elman_recurrence_equals_torch_rnn_and_its_gradient():
+    # torch.nn.RNN with an identity input matrix and no biases computes the same recurrence,
+    # one replica at a time: an independent implementation of the forward and its gradients.
+    g = torch.Generator().manual_seed(0)
+    drive = torch.randn(6, 2, 3, 4, dtype=torch.float64, generator=g, requires_grad=True)
+    w = (0.5 * torch.randn(2, 4, 4, dtype=torch.float64, generator=g)).requires_grad_(True)
+    weights = torch.randn(6, 2, 3, 4, dtype=torch.float64, generator=g)
+    ours = elman_recurrence(drive, w)
+    ours_grads = torch.autograd.grad((ours * weights).sum(), (drive, w))
+    for r in range(2):
+        rnn = torch.nn.RNN(4, 4, bias=False, dtype=torch.float64)
+        with torch.no_grad():
+            rnn.weight_ih_l0.copy_(torch.eye(4))
+            rnn.weight_hh_l0.copy_(w[r])
+        theirs, _ = rnn(drive[:, r])  # (T, B, H)
+        torch.testing.assert_close(ours[:, r], theirs, rtol=1e-12, atol=1e-12)
+        grad_drive, grad_w = torch.autograd.grad((theirs * weights[:, r]).sum(), (drive, rnn.weight_hh_l0))
+        torch.testing.assert_close(ours_grads[0][:, r], grad_drive[:, r], rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(ours_grads[1][r], grad_w, rtol=1e-12, atol=1e-12)
     assert torch.autograd.gradcheck(elman_recurrence, (drive, w))
 
 

@@ -71,7 +71,7 @@ class Task(ABC):
     streams = ()
     data_stream = None
     mask_stream = None
-    # "adam" (BatchedAdam / torch.optim.Adam) or "sgd" (plain gradient steps of size lr).
+    # "adam" (torch.optim.Adam) or "sgd" (plain gradient steps of size lr); see sampling.task_optimizer.
     optimizer = "adam"
 
     def __init__(self, **settings):

@@ -103,8 +103,8 @@ class ModuleTask(Task):
         ``init(model, generator)``: draw a run's initial trainable parameters in place from
         `generator` (see Notes). None: the factory's own initialisation.
     optimizer : {"adam", "sgd"}, default="adam"
-        Adam (the sampler's batched Adam, as ``torch.optim.Adam`` with its defaults) or
-        plain gradient steps of size `lr`. No momentum, weight decay or schedules.
+        ``torch.optim.Adam`` with its defaults, or plain gradient steps of size `lr`
+        (``torch.optim.SGD``). No momentum, weight decay or schedules.
     lr : float, default=1e-3
     batch_size : int, default=32
         At most the number of examples per client.

@@ -191,57 +191,18 @@ def elman_recurrence(drive, w_hh):
     """h_t = tanh(drive_t + h_{t-1} w_hh^T) from h_{-1} = 0, batched over replicas.
 
     drive: (T, R, B, H), the input projection plus bias at every step; w_hh: (R, H, H).
-    Returns every h_t, shape (T, R, B, H). Differentiable in both arguments; the backward
-    pass is written out (back-propagation through time) because autograd's per-step graph
-    costs several times more Python-level operations per step.
+    Returns every h_t, shape (T, R, B, H), differentiable in both arguments by autograd.
+    Autograd through the time loop was measured faster than a written-out
+    back-propagation through time, for one layer and for the whole sampler
+    (``benchmarks/bench_sampler.py --recurrence``).
     """
-    return _ElmanRecurrence.apply(drive, w_hh)
-
-
-def _elman_function():
     import torch
 
-    class ElmanRecurrence(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, drive, w_hh):
-            w_hh_t = w_hh.transpose(1, 2).contiguous()
-            h = torch.zeros_like(drive[0])
-            outs = []
-            for drive_t in drive.unbind(0):
-                # bmm then add: for 4x4 matrices this is ~2x faster than baddbmm.
-                h = torch.tanh(drive_t + torch.bmm(h, w_hh_t))
-                outs.append(h)
-            hs = torch.stack(outs)
-            ctx.save_for_backward(hs, w_hh)
-            return hs
-
-        @staticmethod
-        def backward(ctx, grad_hs):
-            hs, w_hh = ctx.saved_tensors
-            slope = 1.0 - hs * hs  # tanh' at every step
-            grad_drive = torch.empty_like(hs)
-            g = torch.zeros_like(hs[0])
-            for t in range(hs.shape[0] - 1, -1, -1):
-                g = (g + grad_hs[t]) * slope[t]
-                grad_drive[t] = g
-                g = torch.bmm(g, w_hh)
-            # dL/dW = sum_t grad_drive_t^T h_{t-1}, with h_{-1} = 0.
-            grad_w = torch.einsum("trbh,trbk->rhk", grad_drive[1:], hs[:-1])
-            return grad_drive, grad_w
-
-    return ElmanRecurrence
-
-
-class _LazyFunction:
-    """Defers building the autograd Function (and importing torch) to its first use."""
-
-    def __init__(self, build):
-        self._build, self._fn = build, None
-
-    def apply(self, *args):
-        if self._fn is None:
-            self._fn = self._build()
-        return self._fn.apply(*args)
-
-
-_ElmanRecurrence = _LazyFunction(_elman_function)
+    w_hh_t = w_hh.transpose(1, 2).contiguous()
+    h = torch.zeros_like(drive[0])
+    outs = []
+    for drive_t in drive.unbind(0):
+        # bmm then add: for 4x4 matrices this is ~2x faster than baddbmm.
+        h = torch.tanh(drive_t + torch.bmm(h, w_hh_t))
+        outs.append(h)
+    return torch.stack(outs)
