@@ -53,7 +53,7 @@ def write_files(root, runs, seed=0):
 def run_import(root, out, chunk_size):
     """(peak RSS in MiB, seconds) of importing `root` in a child process; chunk_size 0 is None."""
     code = ("import resource, sys, time\n"
-            "from mianalysis.dump_import import import_checkpoints\n"
+            "from mianalysis.dumps.importers import import_checkpoints\n"
             "size = int(sys.argv[3]) or None\n"
             "t = time.perf_counter()\n"
             "dump = import_checkpoints(sys.argv[1], sys.argv[2], chunk_size=size, progress=False)\n"
@@ -69,7 +69,7 @@ def run_import(root, out, chunk_size):
 def baseline(root):
     """Peak RSS (MiB) of a process that imports mianalysis and PyTorch and loads one file."""
     code = ("import resource, sys\n"
-            "from mianalysis.dump_import import load_state_dict\n"
+            "from mianalysis.dumps.importers import load_state_dict\n"
             "load_state_dict(sys.argv[1])\n"
             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n")
     file = root / "client0" / "0" / "0.pt"

@@ -140,7 +140,7 @@ def _add_scheduler_options(parser, work):
 
 
 def _cmd_export(args):
-    from .arrays import export_zarr
+    from .dumps.arrays import export_zarr
 
     result = export_zarr(args.dump, args.zarr, verify=not args.no_verify)
     _say(args, f"exported {result['runs']} runs of {args.dump} to {result['path']} (zarr v3; read back and checked "
@@ -314,7 +314,7 @@ def _cmd_federate(args):
 
 
 def _cmd_import(args):
-    from .dump_import import import_checkpoints
+    from .dumps.importers import import_checkpoints
 
     dump = import_checkpoints(args.root, args.out, key=args.key, layer=args.layer, chunk_size=args.chunk_size,
                               progress=not args.no_progress)

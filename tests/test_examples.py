@@ -94,7 +94,7 @@ DOCSTRING_EXAMPLES = [t for tests in EXAMPLES_BY_MODULE.values() for t in tests]
 
 # Examples of an optional extra's features need its packages: they skip where it is absent
 # (`make test` installs every extra, so they run there and in CI).
-EXTRA_PACKAGES = {"mianalysis.arrays.to_dask": ("dask",), "mianalysis.arrays.to_xarray": ("dask", "xarray")}
+EXTRA_PACKAGES = {"mianalysis.dumps.arrays.to_dask": ("dask",), "mianalysis.dumps.arrays.to_xarray": ("dask", "xarray")}
 
 
 @pytest.mark.parametrize("test", DOCSTRING_EXAMPLES, ids=lambda t: t.name)
@@ -113,7 +113,7 @@ def test_docstring_examples_are_found():
     for expected in ("mianalysis.estimators.gaussian.gaussian_mi", "mianalysis.estimators.ksg.ksg_mi",
                      "mianalysis.estimators.significance.mi_permutation_test",
                      "mianalysis.distances.paired_distances", "mianalysis.distances.mean_paired_distance",
-                     "mianalysis.dumps.ParameterDump", "mianalysis.analysis.analyze",
+                     "mianalysis.dumps.format.ParameterDump", "mianalysis.analysis.analyze",
                      "mianalysis.federated.aggregation.and_mask"):
         assert expected in names, sorted(names)
 

@@ -25,7 +25,7 @@ from flwr.serverapp.strategy import FedAvg  # noqa: E402
 
 from mianalysis import ParameterDump, analyze  # noqa: E402
 from mianalysis.federated.aggregation import and_mask, fedavg, geometric_mask, median, trimmed_mean  # noqa: E402
-from mianalysis.dump_writer import IncompleteChunkWarning  # noqa: E402
+from mianalysis.dumps.writer import IncompleteChunkWarning  # noqa: E402
 from mianalysis.flower import FedRule, LocalGrid, RecordingGrid, RunRecorder, record_runs, with_partition_id  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,8 +14,8 @@ from mianalysis.cli import main
 from mianalysis.dumps import DumpError
 
 torch = pytest.importorskip("torch")
-import mianalysis.dump_import as dump_import  # noqa: E402
-from mianalysis.dump_import import import_checkpoints, scan_checkpoints  # noqa: E402
+import mianalysis.dumps.importers as dump_import  # noqa: E402
+from mianalysis.dumps.importers import import_checkpoints, scan_checkpoints  # noqa: E402
 
 CLIENTS, CHECKPOINTS, RUNS = ("a", "b"), (0, 10, 20), 7
 

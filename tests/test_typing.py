@@ -30,7 +30,7 @@ def optional_names():
     """Names the modules import only for type checking (optional extras): the modules
     where installed, stand-ins with the same attributes elsewhere."""
     from mianalysis import ParameterDump
-    from mianalysis.dump_writer import DumpWriter
+    from mianalysis.dumps.writer import DumpWriter
     from mianalysis.tasks.base import Task
 
     names = {"DumpWriter": DumpWriter, "ParameterDump": ParameterDump, "Task": Task}

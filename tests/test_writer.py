@@ -14,7 +14,7 @@ import pytest
 from interrupt import kill_at_random_moments
 
 from mianalysis import ParameterDump
-from mianalysis.dump_writer import IncompleteChunkWarning, layout_difference, named_arrays
+from mianalysis.dumps.writer import IncompleteChunkWarning, layout_difference, named_arrays
 from mianalysis.dumps import DumpError
 
 ROOT = Path(__file__).resolve().parents[1]

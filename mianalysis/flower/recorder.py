@@ -13,7 +13,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.run import Run
 
 from .._validation import check_int
-from ..dump_writer import DumpWriter
+from ..dumps.writer import DumpWriter
 from ..dumps import ParameterDump
 from .grid import SERVER_NODE_ID, LocalGrid
 from .records import named_arrays, partition_id, the_array_record
@@ -31,7 +31,7 @@ class RunRecorder:
 
     Parameters
     ----------
-    writer : mianalysis.dump_writer.DumpWriter
+    writer : mianalysis.dumps.writer.DumpWriter
         An open writer (``with ParameterDump.writer(...) as writer``) whose clients are the
         partition ids and whose checkpoints are the rounds ``0, 1, ..., R``.
     run : int

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .dumps import DTYPE, DumpError, ParameterDump
+from .format import DTYPE, DumpError, ParameterDump
 
 __all__ = ["to_dask", "to_xarray", "export_zarr", "DIMS", "BLOCK_BYTES", "ZARR_FORMAT_NAME"]
 

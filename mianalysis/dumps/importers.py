@@ -1,7 +1,7 @@
 """Import a folder of saved models, ``ROOT/CLIENT/CHECKPOINT/RUN.{pt,safetensors}``, into a dump.
 
 The files are read one at a time and recorded through a
-:class:`~mianalysis.dump_writer.DumpWriter`, so memory is one chunk of runs whatever the
+:class:`~mianalysis.dumps.writer.DumpWriter`, so memory is one chunk of runs whatever the
 number of files, and an interrupted import resumes (the same command again reads only the
 runs the dump lacks). Every folder is checked before any file is read; a file that cannot
 be read, holds other tensors or shapes than the first, or holds a NaN or an infinity is a
@@ -18,10 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ._locking import WriterLock
-from ._validation import check_int
-from .dump_writer import DumpWriter, IncompleteChunkWarning, layout_difference, named_arrays
-from .dumps import DumpError, find_nonfinite, layout_from_shapes, select_layout
+from .._locking import WriterLock
+from .._validation import check_int
+from .writer import DumpWriter, IncompleteChunkWarning, layout_difference, named_arrays
+from .format import DumpError, find_nonfinite, layout_from_shapes, select_layout
 
 __all__ = ["import_checkpoints", "CheckpointFolder", "scan_checkpoints", "load_state_dict"]
 

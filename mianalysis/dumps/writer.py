@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ._locking import WriterLock
-from ._validation import check_int
-from .dumps import (
+from .._locking import WriterLock
+from .._validation import check_int
+from .format import (
     MANIFEST,
     DumpError,
     ParameterDump,

@@ -56,14 +56,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ._locking import WriterLock
-from ._provenance import collect
+from .._locking import WriterLock
+from .._provenance import collect
 
 if TYPE_CHECKING:  # names used only in type hints
     import dask.array
     import xarray
 
-    from .dump_writer import DumpWriter
+    from .writer import DumpWriter
 
 __all__ = [
     "FORMAT_VERSION", "MANIFEST", "DTYPE", "CREATING", "DumpError", "LayoutEntry", "layout_from_shapes",
@@ -755,7 +755,7 @@ class ParameterDump:
         -------
         ParameterDump
         """
-        from ._validation import check_samples
+        from .._validation import check_samples
 
         if not isinstance(samples, dict):
             samples = {str(i): a for i, a in enumerate(samples)}
@@ -840,7 +840,7 @@ class ParameterDump:
                                meta: dict | None = None, layer: str | Sequence[str] | None = None,
                                chunk_size: int | None = None, progress: bool = False) -> ParameterDump:
         """Import a folder of PyTorch state_dict files laid out as ``root/CLIENT/CHECKPOINT/RUN.pt``
-        (or ``RUN.safetensors``): :func:`mianalysis.dump_import.import_checkpoints`.
+        (or ``RUN.safetensors``): :func:`mianalysis.dumps.importers.import_checkpoints`.
 
         CLIENT is any folder name; CHECKPOINT a folder named by the training iteration (an
         integer); RUN any file name ending in ``.pt``, the same set under every client and
@@ -868,7 +868,7 @@ class ParameterDump:
             "010.pt") or two folders of one checkpoint; tensors or shapes unlike the first
             file's; non-finite values. Every folder is checked before any file is loaded.
         """
-        from .dump_import import import_checkpoints
+        from .importers import import_checkpoints
 
         return import_checkpoints(root, path, key=key, layer=layer, chunk_size=chunk_size, progress=progress,
                                   meta=meta)
@@ -877,16 +877,16 @@ class ParameterDump:
     def writer(cls, path: str | os.PathLike, *, clients: Sequence[str], checkpoints: Sequence[int], runs: int,
                layout: Sequence | None = None, chunk_size: int = 64, meta: dict | None = None,
                metrics: Sequence[str] | None = None) -> DumpWriter:
-        """A :class:`~mianalysis.dump_writer.DumpWriter` recording your own training loop
+        """A :class:`~mianalysis.dumps.writer.DumpWriter` recording your own training loop
         into the dump at `path`, chunk by chunk; use it in a ``with`` block::
 
             with ParameterDump.writer(path, clients=["a", "b"], checkpoints=[0, 10], runs=500) as w:
                 ...
                 w.record(run=r, client="a", checkpoint=10, params=model, metrics={"loss": loss})
 
-        See :class:`~mianalysis.dump_writer.DumpWriter` for the parameters, resuming and memory.
+        See :class:`~mianalysis.dumps.writer.DumpWriter` for the parameters, resuming and memory.
         """
-        from .dump_writer import DumpWriter
+        from .writer import DumpWriter
 
         return DumpWriter(path, clients=clients, checkpoints=checkpoints, runs=runs, layout=layout,
                           chunk_size=chunk_size, meta=meta, metrics=metrics)
@@ -1007,7 +1007,7 @@ class ParameterDump:
         """The runs not written yet, cut at multiples of `chunk_size`: the chunks a writer
         of runs [k * chunk_size, (k + 1) * chunk_size) has still to write, in order. Writing
         exactly these gives the manifest that writing every chunk in order gives."""
-        from ._validation import check_int
+        from .._validation import check_int
 
         chunk_size = check_int(chunk_size, "chunk_size", low=1)
         chunks = []
@@ -1099,14 +1099,14 @@ class ParameterDump:
 
     def to_dask(self) -> dask.array.Array:
         """The completed samples as a lazy Dask array (client, checkpoint, run, parameter);
-        see :func:`mianalysis.arrays.to_dask` (the ``dask`` extra)."""
+        see :func:`mianalysis.dumps.arrays.to_dask` (the ``dask`` extra)."""
         from .arrays import to_dask
 
         return to_dask(self)
 
     def to_xarray(self) -> xarray.Dataset:
         """The completed samples and metrics as a lazy, labelled ``xarray.Dataset``; see
-        :func:`mianalysis.arrays.to_xarray` (the ``dask`` extra)."""
+        :func:`mianalysis.dumps.arrays.to_xarray` (the ``dask`` extra)."""
         from .arrays import to_xarray
 
         return to_xarray(self)

@@ -1,0 +1,25 @@
+"""Dumps: samples of every client's parameter vector at every checkpoint, on disk.
+
+- :mod:`~mianalysis.dumps.format`: :class:`ParameterDump` (the folder format, its manifest,
+  chunk checksums, reading, and the chunk writes every writer goes through), layouts of the
+  flattened vector, non-finite checks.
+- :mod:`~mianalysis.dumps.writer`: :class:`DumpWriter` (``ParameterDump.writer``), for a
+  training loop the user already has: records in any order, chunks written when complete.
+- :mod:`~mianalysis.dumps.importers`: ``ROOT/CLIENT/CHECKPOINT/RUN.{pt,safetensors}``
+  streamed into a dump (``mianalysis import``).
+- :mod:`~mianalysis.dumps.arrays`: a dump as a Dask array or an xarray dataset, and its
+  export to zarr (the ``dask`` and ``zarr`` extras).
+"""
+
+from .format import (CREATING, DTYPE, FORMAT_VERSION, MANIFEST, DumpError, LayoutEntry, NonFinite, ParameterDump,
+                     check_manifest, discard_unwritten_dump, find_nonfinite, layout_columns, layout_from_shapes,
+                     select_layout, unwritten_dump_discarded)
+from .importers import import_checkpoints
+from .writer import DumpWriter, IncompleteChunkWarning
+
+__all__ = [
+    "ParameterDump", "DumpWriter", "IncompleteChunkWarning", "DumpError", "LayoutEntry", "NonFinite",
+    "import_checkpoints", "layout_from_shapes", "select_layout", "layout_columns", "find_nonfinite",
+    "check_manifest", "unwritten_dump_discarded", "discard_unwritten_dump", "FORMAT_VERSION", "MANIFEST", "DTYPE",
+    "CREATING",
+]
