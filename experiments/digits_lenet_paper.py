@@ -9,7 +9,12 @@ from the pretrained head (preset `paper`, ``head_start="pretrained"``):
 - fixed start, augmentation shared: the only dependence is what the shared augmentation
   of a run creates;
 - per-run start: the pretrained head plus N(0, 0.01^2) per weight and bias, drawn per run
-  (``head_noise``), the same for a run's clients; nothing else shared.
+  (``head_noise``), the same for a run's clients; nothing else shared;
+- fixed start, augmentation shared, at 10,000 runs: the one cell where shared randomness
+  can create dependence, with 2.5 times the runs.
+
+4,000 runs per cell otherwise (the paper sampled 26,400; benchmarks/results/digits_paper.json
+and docs/results/digits-lenet.md give the measured times that decided it).
 
 Each cell is analysed with `mianalysis.analyze`: Gaussian MI (bias-corrected above 2 runs
 per joint dimension, with its analytic null), KSG MI (k = 3, standardised, 100
@@ -19,6 +24,8 @@ detectable change, from the intervals), and the clients' test accuracy. Estimate
 the regime where the estimators were calibrated are flagged (`mianalysis.regime`).
 
     python experiments/digits_lenet_paper.py [--quick] [--runs N] [--only fixed-nothing,...]
+
+(--quick: the first three cells at 300 runs with 10 permutations; --runs N: every cell at N.)
 
 Resumable per cell: dumps and tables go to runs/digits_lenet_paper/ (a finished cell is
 read back, an interrupted one resumed). Writes figures/digits_lenet_paper.{csv,md,png}
@@ -48,6 +55,7 @@ from mianalysis.tasks import get_task
 ROOT = Path(__file__).resolve().parents[1]
 # The paper sampled 26,400 runs; benchmarks/results/digits_paper.json says why 4,000 here.
 RUNS = 4000
+CELL_RUNS = {"fixed-augmentation-10000": 10000}
 QUICK_RUNS = 300
 PERMUTATIONS = {"ksg": 100}
 QUICK_PERMUTATIONS = {"ksg": 10}
@@ -56,7 +64,9 @@ CELLS = {
     "fixed-nothing": ("fixed", (), {}),
     "fixed-augmentation": ("fixed", ("augmentation",), {}),
     "per-run-nothing": ("per-run", (), {}),
+    "fixed-augmentation-10000": ("fixed", ("augmentation",), {}),
 }
+QUICK_CELLS = ("fixed-nothing", "fixed-augmentation", "per-run-nothing")
 QUANTITIES = ("mi_gaussian", "mi_ksg", "euclidean", "manhattan", "chebyshev")
 SEED = 0
 
@@ -74,8 +84,9 @@ def run_cell(cell, runs, permutations, work, progress):
     init, shared, settings = CELLS[cell]
     task = get_task("digits-lenet", "paper", **settings)
     table = work / f"{cell}.csv"
-    seconds = {}
+    timings = work / f"{cell}.seconds.json"  # of the session that finished the cell
     if not (table.exists() and sidecar_path(table).exists()):
+        seconds = {}
         start = time.perf_counter()
         dump = ParameterSampler(task, seed=SEED, init=init, shared=shared, progress=progress).sample(
             runs, work / "dumps" / cell)
@@ -84,7 +95,8 @@ def run_cell(cell, runs, permutations, work, progress):
         analyze(dump, permutations=permutations, gaussian_null="analytic", random_state=SEED, out=table,
                 progress=progress)
         seconds["analysis"] = round(time.perf_counter() - start, 1)
-    return task, read_table(table), seconds
+        write_atomic(timings, json.dumps(seconds) + "\n")
+    return task, read_table(table), json.loads(timings.read_text()) if timings.exists() else {}
 
 
 def cell_rows(cell, task, rows, runs):
@@ -150,12 +162,20 @@ def _at(summary, cell, q, iteration):
     return text
 
 
-def markdown(summary, cells, runs, permutations, seconds):
+def _runs_text(cell_runs):
+    counts = sorted(set(cell_runs.values()))
+    if len(counts) == 1:
+        return f"{counts[0]:,} runs per cell"
+    main = max(counts, key=lambda n: sum(v == n for v in cell_runs.values()))
+    return f"{main:,} runs per cell (" + ", ".join(f"`{c}`: {n:,}" for c, n in cell_runs.items() if n != main) + ")"
+
+
+def markdown(summary, cells, cell_runs, permutations, seconds):
     its = sorted({r["iteration"] for r in summary if r["iteration"] != ""})
     first, last = (its[1], its[-1]) if len(its) > 1 else (its[0], its[0])
     lines = [f"digits-lenet, preset `paper` (pretrained LeNet; the last layer, 850 parameters, retrained by Adam lr "
-             f"1e-5 on 200 augmented digits per client, batch 50: {its[-1]} iterations), 3 clients, {runs} runs per "
-             f"cell, seed {SEED}. Gaussian MI with its analytic null; KSG k = 3, standardised, "
+             f"1e-5 on 200 augmented digits per client, batch 50: {its[-1]} iterations), 3 clients, "
+             f"{_runs_text(cell_runs)}, seed {SEED}. Gaussian MI with its analytic null; KSG k = 3, standardised, "
              f"{permutations['ksg']} permutations. Values in bits, mean over the 3 client pairs (range when they "
              f"differ); `null` = the null's mean; † = outside the calibrated regime (`mianalysis.regime`). Trends: "
              f"over the steps after the first trained checkpoint (iteration {first}), from the paired confidence "
@@ -169,12 +189,12 @@ def markdown(summary, cells, runs, permutations, seconds):
             lines.append(f"| {cell} | {q} | {_at(summary, cell, q, 0)} | {_at(summary, cell, q, first)} | "
                          f"{_at(summary, cell, q, last)} | {trend} |")
     lines += ["", "Cells: " + "; ".join(f"`{c}` = {CELLS[c][0]} start, shared {', '.join(CELLS[c][1]) or 'nothing'}"
-                                         for c in cells) + ". Seconds (this session; absent when read back): "
+                                         for c in cells) + ". Seconds of sampling and analysis per cell (2 shared cores, niced): "
               + json.dumps(seconds)]
     return "\n".join(lines)
 
 
-def figure(tables, path, cells, runs, permutations):
+def figure(tables, path, cells, cell_runs, permutations):
     """One row per cell: Gaussian MI, KSG MI, the three distances and the test accuracy
     against iteration, drawn by mianalysis.plots from the cell's analysis table."""
     import matplotlib
@@ -192,9 +212,9 @@ def figure(tables, path, cells, runs, permutations):
             plot_distance_panel(ax, rows, metric)
         plot_metric_panel(row[5], rows, "accuracy")
         row[5].set_title("client test accuracy", fontsize=10)
-        sub.suptitle(f"{describe(cell, task)}; {runs} runs", fontsize=13, fontweight="bold")
+        sub.suptitle(f"{describe(cell, task)}; {cell_runs[cell]:,} runs", fontsize=13, fontweight="bold")
     fig.suptitle(f"digits-lenet, paper preset: the pretrained LeNet's last layer (850 parameters) retrained by Adam "
-                 f"lr 1e-5, 4 iterations; 3 clients, {runs} runs per cell.\nGaussian MI (analytic null) and KSG MI "
+                 f"lr 1e-5, 4 iterations; 3 clients, {_runs_text(cell_runs).replace('`', '')}.\nGaussian MI (analytic null) and KSG MI "
                  f"(k=3, standardised, {permutations['ksg']} permutations), shown minus their null mean where every "
                  f"estimate has one; bars: 95 % confidence intervals; hollow: outside the calibrated regime",
                  fontsize=15)
@@ -214,26 +234,29 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_RUNS} runs per cell and "
                                                              f"{QUICK_PERMUTATIONS['ksg']} permutations, into *_quick files")
-    parser.add_argument("--runs", type=int, help=f"runs per cell (default {RUNS}, --quick {QUICK_RUNS})")
+    parser.add_argument("--runs", type=int, help=f"runs of every cell (default {RUNS}, "
+                                                 f"{', '.join(f'{c} {n}' for c, n in CELL_RUNS.items())}; "
+                                                 f"--quick {QUICK_RUNS})")
     parser.add_argument("--only", help="comma-separated cells: " + ", ".join(CELLS))
     parser.add_argument("--work", default=str(ROOT / "runs" / "digits_lenet_paper"))
     parser.add_argument("--out", default=str(ROOT / "figures"))
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args()
     started = utc_now()
-    runs = args.runs or (QUICK_RUNS if args.quick else RUNS)
     permutations = QUICK_PERMUTATIONS if args.quick else PERMUTATIONS
-    cells = [c for c in (args.only.split(",") if args.only else CELLS) if c]
+    cells = [c for c in (args.only.split(",") if args.only else QUICK_CELLS if args.quick else CELLS) if c]
     unknown = set(cells) - set(CELLS)
     if unknown:
         parser.error(f"--only: unknown cells {sorted(unknown)}; known: {list(CELLS)}")
-    work = Path(args.work) / f"{'quick' if args.quick else 'full'}_{runs}"
-    (work / "dumps").mkdir(parents=True, exist_ok=True)
+    cell_runs = {c: args.runs or (QUICK_RUNS if args.quick else CELL_RUNS.get(c, RUNS)) for c in cells}
     summary, tables, seconds = [], {}, {}
     for cell in cells:
+        runs = cell_runs[cell]
+        work = Path(args.work) / f"{'quick' if args.quick else 'full'}_{runs}"  # a finished cell is read back
+        (work / "dumps").mkdir(parents=True, exist_ok=True)
         start = time.perf_counter()
         task, rows, timing = run_cell(cell, runs, permutations, work, not args.no_progress)
-        seconds[cell] = {**timing, "total": round(time.perf_counter() - start, 1)}
+        seconds[cell] = timing or {"read back": round(time.perf_counter() - start, 1)}
         tables[cell] = (task, rows)
         summary += cell_rows(cell, task, rows, runs)
         print(f"{cell:25s} {json.dumps(seconds[cell])}", flush=True)
@@ -246,13 +269,13 @@ def main():
     writer.writeheader()
     writer.writerows({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()} for r in summary)
     write_atomic(table, text.getvalue())
-    md = markdown(summary, cells, runs, permutations, seconds)
+    md = markdown(summary, cells, cell_runs, permutations, seconds)
     write_atomic(out / f"digits_lenet_paper{suffix}.md", md + "\n")
-    figure(tables, out / f"digits_lenet_paper{suffix}.png", cells, runs, permutations)
+    figure(tables, out / f"digits_lenet_paper{suffix}.png", cells, cell_runs, permutations)
     write_atomic(sidecar_path(table), json.dumps({
         "table": table.name, "cells": {c: {"init": CELLS[c][0], "shared": list(CELLS[c][1]),
                                            "task_settings": tables[c][0].settings} for c in cells},
-        "runs": runs, "seed": SEED, "permutations": permutations, "gaussian_null": "analytic", "k": 3,
+        "runs": cell_runs, "seed": SEED, "permutations": permutations, "gaussian_null": "analytic", "k": 3,
         "seconds": seconds, "provenance": collect(started, finished=True)}, indent=1) + "\n")
     print(md)
 
