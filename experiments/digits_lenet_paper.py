@@ -226,8 +226,8 @@ def figure(tables, path, cells, cell_runs, permutations):
         row[5].ticklabel_format(axis="y", useOffset=False)
         shrunk = any(r["quantity"] == "mi_gaussian" and "ledoit-wolf shrinkage" in str(r["note"]).lower() for r in rows)
         sub.suptitle(f"{describe(cell, task)}; {cell_runs[cell]:,} runs"
-                     + ("; the Gaussian MI is a Ledoit-Wolf shrinkage estimate (singular covariance): outside "
-                        "calibration, no null, no verdict" if shrunk else ""), fontsize=13, fontweight="bold")
+                     + ("; the Gaussian MI is a Ledoit-Wolf shrinkage estimate: outside "
+                        "calibration, no verdict" if shrunk else ""), fontsize=13, fontweight="bold")
     fig.suptitle(f"digits-lenet, paper preset: the pretrained LeNet's last layer (850 parameters) retrained by Adam "
                  f"lr 1e-5, 4 iterations; 3 clients, {_runs_text(cell_runs).replace('`', '')}.\nGaussian MI (analytic null) and KSG MI "
                  f"(k=3, standardised, {permutations['ksg']} permutations), shown minus their null mean where every "
