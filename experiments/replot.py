@@ -14,8 +14,9 @@ Draws, from each table and its record:
 - ``fedavg_vs_fedsgd_accuracy.png`` only where ``fedavg_vs_fedsgd_curves.json`` exists (the
   accuracy curves are not in the table; runs before it was written must be redone).
 
-Files named ``*_quick*``, ``sources_of_dependence*``, ``exact_dependence_curves*`` and
-``gaussian_sgd_truth*`` are left alone.
+Files named ``*_quick*``, ``sources_of_dependence*``, ``exact_dependence_curves*``,
+``gaussian_sgd_truth*`` and ``digits_lenet_paper*`` (a summary table, not an analysis table;
+its script draws its figure) are left alone.
 """
 
 import csv
@@ -29,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mianalysis.analysis import read_table  # noqa: E402
 from mianalysis.plots import save_figure  # noqa: E402
 
-SKIP = ("_quick", "sources_of_dependence", "exact_dependence_curves", "gaussian_sgd_truth")
+SKIP = ("_quick", "sources_of_dependence", "exact_dependence_curves", "gaussian_sgd_truth", "digits_lenet_paper")
 CORE = ("signal_rnn_", "digits_lenet_")
 
 

@@ -178,6 +178,7 @@ def _record(folder, *, out="rec", layer=None, chunk_size=16, **config):
 # written: setting -> (a value of the wrong type, out-of-range values, a fractional value for
 # an integer setting or None, what the message says the setting must be).
 INT1 = r"an integer >= 1"
+NO_TYPE_CASE = object()  # a choice of strings: any other value is a ValueError, there is no wrong type
 SETTINGS = {
     "signal-rnn": {
         "n_clients": ("three", [0, -2], 2.5, INT1),
@@ -209,6 +210,8 @@ SETTINGS = {
         "pretrain_epochs": ("30", [-1], 1.5, r"an integer >= 0"),
         "pretrain_lr": ("fast", [0, 100.0], None, r"a finite number in \(0, 10\]"),
         "data_seed": ("zero", [-1, 2**32], 0.5, r"an integer in \[0, 4294967295\]"),
+        "head_start": (NO_TYPE_CASE, ["fixed", "", 3, None], None, r"one of \['pretrained', 'random'\]"),
+        "head_noise": ("0.01", [-0.01, 10.5, float("inf")], None, r"a finite number in \[0, 10\]"),
     },
 }
 # Settings that are fine alone but not together.
@@ -228,7 +231,8 @@ def _setting_cases():
     for task, table in SETTINGS.items():
         for key, (wrong_type, out_of_range, fractional, must) in table.items():
             message = rf"^`{key}` \(task {task}\) must be {must}"
-            cases.append((f"{task}-{key}-type", task, key, wrong_type, TypeError, message))
+            if wrong_type is not NO_TYPE_CASE:
+                cases.append((f"{task}-{key}-type", task, key, wrong_type, TypeError, message))
             cases += [(f"{task}-{key}-range{i}", task, key, v, ValueError, message) for i, v in enumerate(out_of_range)]
             if fractional is not None:
                 cases.append((f"{task}-{key}-fraction", task, key, fractional, TypeError,

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from .._threads import torch_threads
-from .._validation import FolderSetting, IntSetting, RealSetting
+from .._validation import ChoiceSetting, FolderSetting, IntSetting, RealSetting
 from ..datasets import load_digit_images
 from .base import LEARNING_RATE, ClientBatchData, Task
 
@@ -21,6 +21,23 @@ __all__ = ["default_cache_dir", "build_lenet", "DigitsLeNetTask"]
 def default_cache_dir():
     """Where pretrained networks are cached: $MIANALYSIS_CACHE or ~/.cache/mianalysis."""
     return Path(os.environ.get("MIANALYSIS_CACHE", Path.home() / ".cache" / "mianalysis"))
+
+
+def pretrain_code_path():
+    """What decides the bytes of a pretraining besides its settings and data: the PyTorch
+    version, the CPU capability its kernels use and MKL's reproducibility mode.
+
+    Returns
+    -------
+    dict
+        ``{"torch": torch.__version__, "cpu_capability": ..., "mkl_cbwr": ...}``; the
+        capability as ``torch.backends.cpu.get_cpu_capability()`` reports it (it follows
+        ``ATEN_CPU_CAPABILITY``), ``mkl_cbwr`` the ``MKL_CBWR`` variable or None.
+    """
+    import torch
+
+    return {"torch": str(torch.__version__), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "mkl_cbwr": os.environ.get("MKL_CBWR")}
 
 
 def build_lenet(image_size):
@@ -43,6 +60,9 @@ def build_lenet(image_size):
     return body, nn.Linear(84, 10)
 
 
+HEAD_STARTS = ("pretrained", "random")
+
+
 class DigitsLeNetTask(Task):
     """Transfer learning as in the core paper's second experiment.
 
@@ -55,6 +75,16 @@ class DigitsLeNetTask(Task):
     +-`max_shift` of the image width), so a run's randomness is the initial head, the
     augmentation and the data order. Adam, cross-entropy.
 
+    Where the head starts (`head_start`): "pretrained" (the default and the paper's
+    setting) starts from the last layer of the same pretraining that trains the body:
+    exactly that layer with ``init="fixed"``, and that layer plus Gaussian noise of sd
+    `head_noise` on every weight and bias, drawn per run from the run's generator, with
+    ``init="per-run"`` (``head_noise=0`` makes the two the same). "random" starts from a
+    fresh head (weights N(0, 1/84), biases 0): drawn per run with ``init="per-run"``, one
+    drawn from `data_seed` for all runs with ``init="fixed"``. Both are recorded in a
+    dump's settings, so a dump made before `head_start` existed is refused on resume as a
+    settings mismatch rather than mixed with runs from another start.
+
     Data: scikit-learn's 8x8 digits by default (1797 images; 70 % train, 30 % test,
     stratified); MNIST from its standard IDX files when `mnist_path` names their folder.
     Metrics at each checkpoint: "loss" on the client's (augmented) training data and
@@ -65,11 +95,12 @@ class DigitsLeNetTask(Task):
     streams = ("order", "augmentation")
     data_stream = "augmentation"
     presets = {
+        # The paper retrains the pretrained head: 200 examples, batch 50, Adam 1e-5.
         "paper": {},
         # 200 examples with batch 50 and lr 1e-5 give 4 tiny steps per epoch; 1000 examples
         # (100 per digit) with lr 1e-2 give 20 steps that train a fresh head from ~10 % to
         # ~80 % test accuracy.
-        "long": {"per_digit": 100, "lr": 1e-2},
+        "long": {"per_digit": 100, "lr": 1e-2, "head_start": "random"},
     }
     metric_names = ("loss", "accuracy")
 
@@ -87,6 +118,8 @@ class DigitsLeNetTask(Task):
             "pretrain_epochs": 30,
             "pretrain_lr": 1e-3,
             "data_seed": 0,
+            "head_start": "pretrained",
+            "head_noise": 0.01,
         }
 
     setting_rules = {
@@ -101,6 +134,10 @@ class DigitsLeNetTask(Task):
         "pretrain_epochs": IntSetting(0),  # 0: the body keeps its random initialisation
         "pretrain_lr": LEARNING_RATE,
         "data_seed": IntSetting(0, 2**32 - 1),  # scikit-learn's train/test split takes seeds below 2**32
+        "head_start": ChoiceSetting(*HEAD_STARTS),
+        # sd of the per-run perturbation of the pretrained head; the pretrained weights have
+        # sd ~0.12, and 10 is far beyond any perturbation that keeps them pretrained
+        "head_noise": RealSetting(0, 10),
     }
 
     def __init__(self, **settings):
@@ -121,9 +158,19 @@ class DigitsLeNetTask(Task):
         return self._data
 
     def _pretrain_key(self):
+        """The cache key of the pretrained network: everything that decides its bytes.
+
+        The pretraining settings and data, and the code path that computes it: the PyTorch
+        version and CPU capability its kernels use (``ATEN_CPU_CAPABILITY`` can lower it)
+        and MKL's conditional numerical reproducibility mode (``MKL_CBWR``). Pretraining on
+        another instruction set gives other bytes, so a cache shared between machines (a
+        home folder on a cluster with mixed CPUs) keeps one network per code path instead
+        of mixing them.
+        """
         xtr, ytr, _, _ = self.dataset()
         h = hashlib.sha256()
         h.update(json.dumps({k: self.settings[k] for k in ("pretrain_epochs", "pretrain_lr", "data_seed")}).encode())
+        h.update(json.dumps(pretrain_code_path()).encode())
         h.update(xtr.tobytes())
         h.update(ytr.tobytes())
         return h.hexdigest()[:16]
@@ -231,13 +278,24 @@ class DigitsLeNetTask(Task):
         return [("fc3.weight", (10, 84)), ("fc3.bias", (10,))]
 
     def init_params(self, generator):
-        """A fresh last layer: weights N(0, 1/84), biases 0."""
+        """A run's initial last layer, drawn from `generator`: with ``head_start="random"``
+        a fresh one (weights N(0, 1/84), biases 0); with "pretrained" the pretrained one
+        plus N(0, `head_noise`^2) on every weight and bias."""
         import torch
 
-        return [torch.randn(10, 84, generator=generator) / math.sqrt(84.0), torch.zeros(10)]
+        if self.settings["head_start"] == "random":
+            return [torch.randn(10, 84, generator=generator) / math.sqrt(84.0), torch.zeros(10)]
+        noise = float(self.settings["head_noise"])
+        return [p + noise * torch.randn(p.shape, generator=generator) for p in self._pretrained_head()]
 
     def fixed_params(self):
-        """The pretrained last layer."""
+        """The initial last layer of every run with ``init="fixed"``: the pretrained one
+        (``head_start="pretrained"``) or one fresh head drawn from `data_seed` ("random")."""
+        if self.settings["head_start"] == "random":
+            return super().fixed_params()
+        return self._pretrained_head()
+
+    def _pretrained_head(self):
         _, head = self.pretrained()
         return [head.weight.detach().clone(), head.bias.detach().clone()]
 

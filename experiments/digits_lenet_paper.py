@@ -1,0 +1,301 @@
+"""digits-lenet as the core paper ran it: the pretrained LeNet's last layer retrained.
+
+The paper retrains the last layer (84 -> 10, 850 parameters) of a pretrained LeNet on 200
+augmented digits per client, Adam lr 1e-5, batch 50: 4 iterations. Every cell here starts
+from the pretrained head (preset `paper`, ``head_start="pretrained"``):
+
+- fixed start, nothing shared: every run starts from the same point and a run's clients
+  draw their augmentation and data order apart, so the clients are independent (MI = 0);
+- fixed start, augmentation shared: the only dependence is what the shared augmentation
+  of a run creates;
+- per-run start: the pretrained head plus N(0, 0.01^2) per weight and bias, drawn per run
+  (``head_noise``), the same for a run's clients; nothing else shared;
+- fixed start, augmentation shared, at 10,000 runs: the one cell where shared randomness
+  can create dependence, with 2.5 times the runs.
+
+4,000 runs per cell otherwise (the paper sampled 26,400; benchmarks/results/digits_paper.json
+and docs/results/digits-lenet.md give the measured times that decided it).
+
+Each cell is analysed with `mianalysis.analyze`: Gaussian MI (bias-corrected above 2 runs
+per joint dimension, with its analytic null), KSG MI (k = 3, standardised, 100
+permutations), the three distances, a confidence interval on every estimate and on every
+change between consecutive checkpoints, a verdict per step (rising / falling / no
+detectable change, from the intervals), and the clients' test accuracy. Estimates outside
+the regime where the estimators were calibrated are flagged (`mianalysis.regime`).
+
+    python experiments/digits_lenet_paper.py [--quick] [--runs N] [--only fixed-nothing,...]
+
+(--quick: the first three cells at 300 runs with 10 permutations; --runs N: every cell at N.)
+
+Resumable per cell: dumps and tables go to runs/digits_lenet_paper/ (a finished cell is
+read back, an interrupted one resumed). Writes figures/digits_lenet_paper.{csv,md,png}
+(`_quick` with --quick) with provenance in the .csv.json sidecar.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from mianalysis import ParameterSampler, analyze
+from mianalysis._provenance import collect, utc_now
+from mianalysis.analysis import read_table, select, sidecar_path
+from mianalysis.experiment import overall_trend, step_verdicts
+from mianalysis.plots import plot_distance_panel, plot_metric_panel, plot_mi_panel
+from mianalysis.regime import is_outside
+from mianalysis.tasks import get_task
+
+ROOT = Path(__file__).resolve().parents[1]
+# The paper sampled 26,400 runs; benchmarks/results/digits_paper.json says why 4,000 here.
+RUNS = 4000
+CELL_RUNS = {"fixed-augmentation-10000": 10000}
+QUICK_RUNS = 300
+PERMUTATIONS = {"ksg": 100}
+QUICK_PERMUTATIONS = {"ksg": 10}
+# cell -> (init, streams a run's clients share, task settings over the paper preset)
+CELLS = {
+    "fixed-nothing": ("fixed", (), {}),
+    "fixed-augmentation": ("fixed", ("augmentation",), {}),
+    "per-run-nothing": ("per-run", (), {}),
+    "fixed-augmentation-10000": ("fixed", ("augmentation",), {}),
+}
+QUICK_CELLS = ("fixed-nothing", "fixed-augmentation", "per-run-nothing")
+QUANTITIES = ("mi_gaussian", "mi_ksg", "euclidean", "manhattan", "chebyshev")
+SEED = 0
+
+
+def describe(cell, task):
+    """The cell in words: start and shared streams."""
+    init, shared, _ = CELLS[cell]
+    start = ("fixed start (the pretrained head)" if init == "fixed"
+             else f"per-run start (pretrained head + N(0, {task.settings['head_noise']:g}^2))")
+    return f"{start}; shared: {', '.join(shared) or 'nothing'}"
+
+
+def run_cell(cell, runs, permutations, work, progress):
+    """Sample and analyse one cell (resumed where it stopped): its task, table and timings."""
+    init, shared, settings = CELLS[cell]
+    task = get_task("digits-lenet", "paper", **settings)
+    table = work / f"{cell}.csv"
+    timings = work / f"{cell}.seconds.json"  # of the session that finished the cell
+    if not (table.exists() and sidecar_path(table).exists()):
+        seconds = {}
+        start = time.perf_counter()
+        dump = ParameterSampler(task, seed=SEED, init=init, shared=shared, progress=progress).sample(
+            runs, work / "dumps" / cell)
+        seconds["sampling"] = round(time.perf_counter() - start, 1)
+        start = time.perf_counter()
+        analyze(dump, permutations=permutations, gaussian_null="analytic", random_state=SEED, out=table,
+                progress=progress)
+        seconds["analysis"] = round(time.perf_counter() - start, 1)
+        write_atomic(timings, json.dumps(seconds) + "\n")
+    return task, read_table(table), json.loads(timings.read_text()) if timings.exists() else {}
+
+
+def outside(note):
+    """Whether an estimate is outside the calibrated regime: `mianalysis.regime`'s flag, or
+    a Ledoit-Wolf shrinkage estimate (none was within 5 % in the calibration) made because
+    the covariance was singular at more than 2 runs per joint dimension, which that flag
+    does not cover."""
+    return is_outside(note) or "ledoit-wolf shrinkage" in str(note).lower()
+
+
+def cell_rows(cell, task, rows, runs):
+    """The figure's data as a tidy table: every checkpoint of every MI and distance quantity
+    and client pair (value, interval, null, the verdict of the step into it, whether it is
+    outside calibration) and of the clients' test accuracy, plus one "trend" row per
+    quantity and pair (the overall verdict over the steps after the first trained
+    checkpoint, as experiments/sources_of_dependence.py reads them)."""
+    init, shared, _ = CELLS[cell]
+    base = {"cell": cell, "init": init, "shared": "+".join(shared) or "nothing",
+            "head_noise": task.settings["head_noise"] if init == "per-run" else 0.0, "runs": runs}
+    out = []
+    pairs = sorted({(r["client_a"], r["client_b"]) for r in rows if r["client_b"] != "" and not r.get("layer")})
+    for q in QUANTITIES:
+        for a, b in pairs:
+            deltas = {r["iteration"]: r for r in select(rows, f"delta_{q}", a, b)}
+            for r in select(rows, q, a, b):
+                d = deltas.get(r["iteration"], {})
+                out.append({**base, "quantity": q, "pair": f"{a}-{b}", "iteration": r["iteration"],
+                            "value": r["value"], "ci_low": r.get("ci_low", np.nan), "ci_high": r.get("ci_high", np.nan),
+                            "null_mean": r.get("null_mean", np.nan), "p_value": r.get("p_value", np.nan),
+                            "step_change": d.get("value", np.nan), "step_verdict": d.get("verdict", ""),
+                            "outside_calibration": outside(r.get("note", "")), "trend": "",
+                            "note": r.get("note", "")})
+            steps = step_verdicts(rows, q, a, b)
+            out.append({**base, "quantity": q, "pair": f"{a}-{b}", "iteration": "", "value": np.nan,
+                        "ci_low": np.nan, "ci_high": np.nan, "null_mean": np.nan, "p_value": np.nan,
+                        "step_change": np.nan, "step_verdict": "; ".join(f"{it}: {v}" for it, v in steps),
+                        "outside_calibration": "", "trend": overall_trend(v for _, v in steps), "note": "trend row"})
+    for c in sorted({r["client_a"] for r in rows if r["quantity"] == "accuracy"}):
+        for r in select(rows, "accuracy", c):
+            out.append({**base, "quantity": "test_accuracy", "pair": c, "iteration": r["iteration"],
+                        "value": r["value"], "ci_low": np.nan, "ci_high": np.nan, "null_mean": np.nan,
+                        "p_value": np.nan, "step_change": np.nan, "step_verdict": "", "outside_calibration": "",
+                        "trend": "", "note": f"sd over runs {float(r['spread']):.3g}"})
+    return out
+
+
+def _trend(summary, cell, q):
+    """The cell's trend of `q`: the pairs' trends if they agree, else each pair's."""
+    trends = {r["pair"]: r["trend"] for r in summary if r["cell"] == cell and r["quantity"] == q and r["trend"]}
+    if len(set(trends.values())) == 1:
+        return next(iter(trends.values()))
+    return ", ".join(f"{p}: {t}" for p, t in trends.items())
+
+
+def _at(summary, cell, q, iteration):
+    """Mean over pairs (or clients) of `q` at `iteration`, with the pairs' range and flags."""
+    hits = [r for r in summary if r["cell"] == cell and r["quantity"] == q and r["iteration"] == iteration]
+    values = np.array([float(r["value"]) for r in hits])
+    if not len(values):
+        return "-"
+    if not np.isfinite(values).all():
+        return ", ".join(sorted({f"{v:g}" for v in values}))
+    fmt = (lambda v: f"{v:.4g}") if q != "test_accuracy" else (lambda v: f"{v:.4f}")
+    text = fmt(values.mean()) if np.ptp(values) <= 1e-3 * max(abs(values.mean()), 1e-12) else \
+        f"{fmt(values.mean())} ({fmt(values.min())} to {fmt(values.max())})"
+    nulls = [float(r["null_mean"]) for r in hits if np.isfinite(float(r["null_mean"]))]
+    if nulls and q.startswith("mi_"):
+        text += f", null {np.mean(nulls):.3g}"
+    if any(r["outside_calibration"] is True for r in hits):
+        text += " †"
+    if any("ledoit-wolf shrinkage" in str(r["note"]).lower() for r in hits):
+        text += " (shrinkage)"
+    return text
+
+
+def _runs_text(cell_runs):
+    counts = sorted(set(cell_runs.values()))
+    if len(counts) == 1:
+        return f"{counts[0]:,} runs per cell"
+    main = max(counts, key=lambda n: sum(v == n for v in cell_runs.values()))
+    return f"{main:,} runs per cell (" + ", ".join(f"`{c}`: {n:,}" for c, n in cell_runs.items() if n != main) + ")"
+
+
+def markdown(summary, cells, cell_runs, permutations, seconds):
+    its = sorted({r["iteration"] for r in summary if r["iteration"] != ""})
+    first, last = (its[1], its[-1]) if len(its) > 1 else (its[0], its[0])
+    lines = [f"digits-lenet, preset `paper` (pretrained LeNet; the last layer, 850 parameters, retrained by Adam lr "
+             f"1e-5 on 200 augmented digits per client, batch 50: {its[-1]} iterations), 3 clients, "
+             f"{_runs_text(cell_runs)}, seed {SEED}. Gaussian MI with its analytic null; KSG k = 3, standardised, "
+             f"{permutations['ksg']} permutations. Values in bits, mean over the 3 client pairs (range when they "
+             f"differ); `null` = the null's mean; † = outside the calibrated regime (`mianalysis.regime`, or a Ledoit-Wolf "
+             f"shrinkage estimate). Trends: "
+             f"over the steps after the first trained checkpoint (iteration {first}), from the paired confidence "
+             f"intervals of each step's change (identical for the 3 pairs, else per pair). Made by "
+             f"`python experiments/digits_lenet_paper.py`.", ""]
+    lines += ["| cell | quantity | iteration 0 | iteration " + str(first) + " | iteration " + str(last) + " | trend |",
+              "|---|---|---|---|---|---|"]
+    for cell in cells:
+        for q in (*QUANTITIES, "test_accuracy"):
+            trend = _trend(summary, cell, q) if q != "test_accuracy" else ""
+            lines.append(f"| {cell} | {q} | {_at(summary, cell, q, 0)} | {_at(summary, cell, q, first)} | "
+                         f"{_at(summary, cell, q, last)} | {trend} |")
+    lines += ["", "Cells: " + "; ".join(f"`{c}` = {CELLS[c][0]} start, shared {', '.join(CELLS[c][1]) or 'nothing'}"
+                                         for c in cells) + ". Seconds of sampling and analysis per cell (2 shared cores, niced): "
+              + json.dumps(seconds)]
+    return "\n".join(lines)
+
+
+def figure(tables, path, cells, cell_runs, permutations):
+    """One row per cell: Gaussian MI, KSG MI, the three distances and the test accuracy
+    against iteration, drawn by mianalysis.plots from the cell's analysis table."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = plt.figure(figsize=(30, 5.2 * len(cells) + 1.0), layout="constrained")
+    for sub, cell in zip(fig.subfigures(len(cells), 1), cells):
+        task, rows = tables[cell]
+        row = sub.subplots(1, 6)
+        plot_mi_panel(row[0], rows, "gaussian")
+        plot_mi_panel(row[1], rows, "ksg")
+        for ax, metric in zip(row[2:5], ("euclidean", "manhattan", "chebyshev")):
+            plot_distance_panel(ax, rows, metric)
+        plot_metric_panel(row[5], rows, "accuracy")
+        row[5].set_title("client test accuracy", fontsize=10)
+        row[5].ticklabel_format(axis="y", useOffset=False)
+        gauss = [r for r in rows if r["quantity"] == "mi_gaussian" and r["iteration"] > 0]
+        shrunk = ["ledoit-wolf shrinkage" in str(r["note"]).lower() for r in gauss]
+        where = "" if all(shrunk) else f" for {sum(shrunk)} of {len(shrunk)} pair-checkpoints"
+        sub.suptitle(f"{describe(cell, task)}; {cell_runs[cell]:,} runs"
+                     + (f"; the Gaussian MI is a Ledoit-Wolf shrinkage estimate{where}: outside calibration, no "
+                        "verdict" if any(shrunk) else ""), fontsize=13, fontweight="bold")
+    fig.suptitle(f"digits-lenet, paper preset: the pretrained LeNet's last layer (850 parameters) retrained by Adam "
+                 f"lr 1e-5, 4 iterations; 3 clients, {_runs_text(cell_runs).replace('`', '')}.\nGaussian MI (analytic null) and KSG MI "
+                 f"(k=3, standardised, {permutations['ksg']} permutations), shown minus their null mean where every "
+                 f"estimate has one; bars: 95 % confidence intervals; hollow: outside the calibrated regime",
+                 fontsize=15)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def write_atomic(path, text):
+    """Write `text` to `path` through a temporary file and a rename: a reader sees the old
+    file or the new one, never half of it."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help=f"{QUICK_RUNS} runs per cell and "
+                                                             f"{QUICK_PERMUTATIONS['ksg']} permutations, into *_quick files")
+    parser.add_argument("--runs", type=int, help=f"runs of every cell (default {RUNS}, "
+                                                 f"{', '.join(f'{c} {n}' for c, n in CELL_RUNS.items())}; "
+                                                 f"--quick {QUICK_RUNS})")
+    parser.add_argument("--only", help="comma-separated cells: " + ", ".join(CELLS))
+    parser.add_argument("--work", default=str(ROOT / "runs" / "digits_lenet_paper"))
+    parser.add_argument("--out", default=str(ROOT / "figures"))
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args()
+    started = utc_now()
+    permutations = QUICK_PERMUTATIONS if args.quick else PERMUTATIONS
+    cells = [c for c in (args.only.split(",") if args.only else QUICK_CELLS if args.quick else CELLS) if c]
+    unknown = set(cells) - set(CELLS)
+    if unknown:
+        parser.error(f"--only: unknown cells {sorted(unknown)}; known: {list(CELLS)}")
+    cell_runs = {c: args.runs or (QUICK_RUNS if args.quick else CELL_RUNS.get(c, RUNS)) for c in cells}
+    summary, tables, seconds = [], {}, {}
+    for cell in cells:
+        runs = cell_runs[cell]
+        work = Path(args.work) / f"{'quick' if args.quick else 'full'}_{runs}"  # a finished cell is read back
+        (work / "dumps").mkdir(parents=True, exist_ok=True)
+        start = time.perf_counter()
+        task, rows, timing = run_cell(cell, runs, permutations, work, not args.no_progress)
+        seconds[cell] = timing or {"read back": round(time.perf_counter() - start, 1)}
+        tables[cell] = (task, rows)
+        summary += cell_rows(cell, task, rows, runs)
+        print(f"{cell:25s} {json.dumps(seconds[cell])}", flush=True)
+    suffix = "_quick" if args.quick else ""
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    table = out / f"digits_lenet_paper{suffix}.csv"
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=list(summary[0]))
+    writer.writeheader()
+    writer.writerows({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()} for r in summary)
+    write_atomic(table, text.getvalue())
+    md = markdown(summary, cells, cell_runs, permutations, seconds)
+    write_atomic(out / f"digits_lenet_paper{suffix}.md", md + "\n")
+    figure(tables, out / f"digits_lenet_paper{suffix}.png", cells, cell_runs, permutations)
+    write_atomic(sidecar_path(table), json.dumps({
+        "table": table.name, "cells": {c: {"init": CELLS[c][0], "shared": list(CELLS[c][1]),
+                                           "task_settings": tables[c][0].settings} for c in cells},
+        "runs": cell_runs, "seed": SEED, "permutations": permutations, "gaussian_null": "analytic", "k": 3,
+        "seconds": seconds, "provenance": collect(started, finished=True)}, indent=1) + "\n")
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
