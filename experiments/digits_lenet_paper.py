@@ -92,7 +92,7 @@ def run_cell(cell, runs, permutations, work, progress):
             runs, work / "dumps" / cell)
         seconds["sampling"] = round(time.perf_counter() - start, 1)
         start = time.perf_counter()
-        analyze(dump, permutations=permutations, gaussian_null="analytic", random_state=SEED, out=table,
+        analyze(dump, n_permutations=permutations, gaussian_null="analytic", random_state=SEED, out=table,
                 progress=progress)
         seconds["analysis"] = round(time.perf_counter() - start, 1)
         write_atomic(timings, json.dumps(seconds) + "\n")
