@@ -1,8 +1,16 @@
+import os
 import sys
 from pathlib import Path
 
-import numpy as np
-import pytest
+# OpenMP threads that wait by sleeping, not spinning: PyTorch's and Numba's pools (both
+# libgomp) otherwise spin after every parallel region and, when the cores are busy (two of
+# them here, shared with Numba's pool, subprocesses or other jobs), each tiny region
+# waits for a descheduled spinner -- 2-20x slower training, same numbers. Read when
+# libgomp loads, so set before anything imports torch or numba; subprocesses inherit it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -15,8 +23,6 @@ def rng():
 @pytest.fixture(autouse=True, scope="session")
 def _pretrained_cache(tmp_path_factory):
     """Keep pretrained networks of the tests out of the user's cache."""
-    import os
-
     old = os.environ.get("MIANALYSIS_CACHE")
     os.environ["MIANALYSIS_CACHE"] = str(tmp_path_factory.mktemp("cache"))
     yield
