@@ -34,3 +34,25 @@ def _pretrained_cache(tmp_path_factory):
 
 TINY_SIGNAL = {"n_layers": 2, "seq_len": 8, "n_examples": 20, "batch_size": 8, "hidden": 3}
 TINY_DIGITS = {"per_digit": 2, "batch_size": 8, "pretrain_epochs": 2, "lr": 1e-3}
+
+
+@pytest.fixture
+def cli(capfd):
+    """Run ``mianalysis ARGS...`` in this process, as a subprocess would: its exit status and
+    what it printed (a CompletedProcess with text output).
+
+    For CLI tests that need no process of their own (no kill, lock holder, rlimit or
+    environment of their own): the command line, its parsing, its exit status and its
+    output are the same, without the 1-3 s of starting Python and importing PyTorch."""
+    import subprocess
+
+    from mianalysis.cli import main
+
+    def run(args):
+        args = [str(a) for a in args]
+        capfd.readouterr()  # only this command's output
+        code = main(args)
+        out, err = capfd.readouterr()
+        return subprocess.CompletedProcess(["mianalysis", *args], code, out, err)
+
+    return run
