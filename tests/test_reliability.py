@@ -25,10 +25,14 @@ def _arrays(n_ckpt=12, runs=150, params=4, seed=0):
     return {c: (shared + rng.standard_normal((n_ckpt, runs, params))).astype(np.float32) for c in "abc"}
 
 
-def test_analyze_killed_at_random_moments_resumes_to_identical_table(tmp_path):
+# The kill loops: three kills, each once 1-2 more checkpoints (chunks) are done, at a random
+# moment in or between them; so a fresh command and resumed ones are killed with their
+# output part written, and the last leaves its lock behind. The clean run and the final
+# rerun need no process of their own and run in this process (the cli fixture).
+def test_analyze_killed_at_random_moments_resumes_to_identical_table(tmp_path, cli):
     ParameterDump.from_arrays(tmp_path / "d", _arrays())
     args = ["analyze", str(tmp_path / "d"), "--permutations", "30", "--seed", "3", "--no-progress"]
-    subprocess.run(CLI + args + ["--out", str(tmp_path / "clean.csv")], check=True, env=ENV, capture_output=True)
+    assert cli(args + ["--out", tmp_path / "clean.csv"]).returncode == 0
     journal = tmp_path / "killed.csv.partial"
 
     def finished_checkpoints():
@@ -38,11 +42,11 @@ def test_analyze_killed_at_random_moments_resumes_to_identical_table(tmp_path):
             return 0
 
     kills = kill_at_random_moments(CLI + args + ["--out", str(tmp_path / "killed.csv")], finished_checkpoints,
-                                   env=ENV, seed=1)
-    assert kills == 5 and journal.exists() and not (tmp_path / "killed.csv").exists()
+                                   env=ENV, seed=1, times=3)
+    assert kills == 3 and journal.exists() and not (tmp_path / "killed.csv").exists()
     lock = tmp_path / ".killed.csv.lock"
     assert lock.exists()  # left by the last killed analysis; it must not block the rerun
-    subprocess.run(CLI + args + ["--out", str(tmp_path / "killed.csv")], check=True, env=ENV, capture_output=True)
+    assert cli(args + ["--out", tmp_path / "killed.csv"]).returncode == 0
     assert (tmp_path / "killed.csv").read_bytes() == (tmp_path / "clean.csv").read_bytes()
     assert not journal.exists() and not lock.exists()
 
@@ -101,11 +105,11 @@ def _settings_of(tmp_path):
     return json.loads(json.dumps(captured))
 
 
-def test_federate_killed_at_random_moments_resumes_to_identical_outputs(tmp_path):
+def test_federate_killed_at_random_moments_resumes_to_identical_outputs(tmp_path, cli):
     pytest.importorskip("torch")
     args = ["federate", "--clients", "3", "--fraction", "1", "--rounds", "3", "--replicates", "14", "--record",
             "--chunk-size", "1", "--batch", "20", "--layer", "5", "--seed", "2", "--no-progress"]
-    subprocess.run(CLI + args + ["--out", str(tmp_path / "clean")], check=True, env=ENV, capture_output=True)
+    assert cli(args + ["--out", tmp_path / "clean"]).returncode == 0
     manifest = tmp_path / "killed" / "dump" / "manifest.json"
 
     def chunks():
@@ -114,12 +118,13 @@ def test_federate_killed_at_random_moments_resumes_to_identical_outputs(tmp_path
         except (OSError, ValueError):
             return 0
 
-    kills = kill_at_random_moments(CLI + args + ["--out", str(tmp_path / "killed")], chunks, env=ENV, seed=2)
-    assert kills == 5
+    kills = kill_at_random_moments(CLI + args + ["--out", str(tmp_path / "killed")], chunks, env=ENV, seed=2,
+                                   times=3)
+    assert kills == 3
     ParameterDump.open(tmp_path / "killed" / "dump").verify()
     lock = tmp_path / "killed" / ".dump.lock"
     assert lock.exists()  # left by the last killed recorder; it must not block the rerun
-    subprocess.run(CLI + args + ["--out", str(tmp_path / "killed")], check=True, env=ENV, capture_output=True)
+    assert cli(args + ["--out", tmp_path / "killed"]).returncode == 0
     assert not lock.exists()
     for name in ("dump/client_0.f32", "dump/client_2.f32", "dump/metrics_1.f32", "history.csv"):
         assert (tmp_path / "killed" / name).read_bytes() == (tmp_path / "clean" / name).read_bytes(), name
