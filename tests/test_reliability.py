@@ -284,22 +284,27 @@ def _env(code_path, threads):
             "NUMBA_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
 
 
-def _sample_and_analyze(tmp_path, name, threads, chunk, code_path):
-    env = _env(code_path, threads)
-    settings = ["--set", "n_layers=2", "--set", "seq_len=16", "--set", "n_examples=32", "--set", "batch_size=8"]
-    out = tmp_path / name
-    subprocess.run(CLI + ["sample", "--task", "signal-rnn", "--runs", "24", "--chunk-size", str(chunk), "--seed", "7",
-                          "--out", str(out), "--no-progress", *settings], check=True, env=env, capture_output=True)
-    subprocess.run(CLI + ["analyze", str(out), "--out", str(tmp_path / f"{name}.csv"), "--permutations", "3",
-                          "--no-progress"], check=True, env=env, capture_output=True)
-    return out
+def _run_side_by_side(*commands):
+    """Run the (argv, env) `commands` as processes at the same time (each its own thread
+    settings; they share nothing), and wait for all; each must succeed."""
+    procs = [subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for argv, env in commands]
+    errors = [proc.communicate(timeout=600)[1] for proc in procs]
+    for (argv, _), proc, err in zip(commands, procs, errors):
+        assert proc.returncode == 0, f"{argv}: {err}"
 
 
 @code_paths
 def test_same_seed_same_bytes_across_threads_and_chunk_sizes(tmp_path, code_path):
     pytest.importorskip("torch")
-    a = _sample_and_analyze(tmp_path, "t1", threads=1, chunk=8, code_path=code_path)
-    b = _sample_and_analyze(tmp_path, "t2", threads=2, chunk=5, code_path=code_path)
+    settings = ["--set", "n_layers=2", "--set", "seq_len=16", "--set", "n_examples=32", "--set", "batch_size=8"]
+    a, b = tmp_path / "t1", tmp_path / "t2"
+    runs = [(a, 1, 8), (b, 2, 5)]  # (out, threads, chunk size)
+    _run_side_by_side(*[(CLI + ["sample", "--task", "signal-rnn", "--runs", "24", "--chunk-size", str(chunk),
+                                "--seed", "7", "--out", str(out), "--no-progress", *settings], _env(code_path, threads))
+                        for out, threads, chunk in runs])
+    _run_side_by_side(*[(CLI + ["analyze", str(out), "--out", f"{out}.csv", "--permutations", "3", "--no-progress"],
+                         _env(code_path, threads)) for out, threads, _ in runs])
     for name in ("client_0.f32", "client_1.f32", "client_2.f32", "metrics_0.f32"):
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
     assert (tmp_path / "t1.csv").read_bytes() == (tmp_path / "t2.csv").read_bytes()
@@ -345,11 +350,13 @@ def test_estimates_do_not_depend_on_threads():
             "r = mi_permutation_test(x, y, n_permutations=5, random_state=1)\n"
             "print(repr(ksg_mi(x, y, random_state=2)), repr(ksg_mi(x, y, algorithm=2, dtype=np.float32)),"
             " repr(gaussian_mi(x, y)), repr(r.p_value), repr(r.null_mean))\n")
-    outs = []
-    for threads in ("1", "2"):
-        env = {**os.environ, "NUMBA_NUM_THREADS": threads, "OMP_NUM_THREADS": threads}
-        outs.append(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                                   check=True).stdout)
+    procs = [subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "NUMBA_NUM_THREADS": threads,
+                                                                  "OMP_NUM_THREADS": threads},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for threads in ("1", "2")]  # side by side
+    outs = [proc.communicate(timeout=600) for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], [err for _, err in outs]
+    outs = [out for out, _ in outs]
     assert outs[0] == outs[1] and outs[0].count(" ") == 4
 
 
@@ -359,9 +366,8 @@ def test_federated_recording_same_bytes_across_threads_and_chunk_sizes(tmp_path,
     args = ["federate", "--clients", "3", "--fraction", "1", "--rounds", "2", "--replicates", "6", "--record",
             "--batch", "10", "--layer", "5", "--seed", "1", "--no-progress"]
     # Chunks of 5 leave a last chunk of one replicate: a batch of one on 2 threads.
-    for name, threads, chunk in (("a", 1, 2), ("b", 2, 5)):
-        subprocess.run(CLI + args + ["--chunk-size", str(chunk), "--out", str(tmp_path / name)], check=True,
-                       env=_env(code_path, threads), capture_output=True)
+    _run_side_by_side(*[(CLI + args + ["--chunk-size", str(chunk), "--out", str(tmp_path / name)],
+                         _env(code_path, threads)) for name, threads, chunk in (("a", 1, 2), ("b", 2, 5))])
     for name in ("client_0.f32", "client_2.f32", "metrics_0.f32"):
         assert (tmp_path / "a" / "dump" / name).read_bytes() == (tmp_path / "b" / "dump" / name).read_bytes(), name
     assert (tmp_path / "a" / "history.csv").read_bytes() == (tmp_path / "b" / "history.csv").read_bytes()
