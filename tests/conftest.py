@@ -1,8 +1,16 @@
+import os
 import sys
 from pathlib import Path
 
-import numpy as np
-import pytest
+# OpenMP threads that wait by sleeping, not spinning: PyTorch's and Numba's pools (both
+# libgomp) otherwise spin after every parallel region and, when the cores are busy (two of
+# them here, shared with Numba's pool, subprocesses or other jobs), each tiny region
+# waits for a descheduled spinner -- 2-20x slower training, same numbers. Read when
+# libgomp loads, so set before anything imports torch or numba; subprocesses inherit it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -15,8 +23,6 @@ def rng():
 @pytest.fixture(autouse=True, scope="session")
 def _pretrained_cache(tmp_path_factory):
     """Keep pretrained networks of the tests out of the user's cache."""
-    import os
-
     old = os.environ.get("MIANALYSIS_CACHE")
     os.environ["MIANALYSIS_CACHE"] = str(tmp_path_factory.mktemp("cache"))
     yield
@@ -29,3 +35,25 @@ def _pretrained_cache(tmp_path_factory):
 TINY_SIGNAL = {"n_layers": 2, "seq_len": 8, "n_examples": 20, "batch_size": 8, "hidden": 3}
 # a fresh head per run, as every digits-lenet run was before `head_start` existed
 TINY_DIGITS = {"per_digit": 2, "batch_size": 8, "pretrain_epochs": 2, "lr": 1e-3, "head_start": "random"}
+
+
+@pytest.fixture
+def cli(capfd):
+    """Run ``mianalysis ARGS...`` in this process, as a subprocess would: its exit status and
+    what it printed (a CompletedProcess with text output).
+
+    For CLI tests that need no process of their own (no kill, lock holder, rlimit or
+    environment of their own): the command line, its parsing, its exit status and its
+    output are the same, without the 1-3 s of starting Python and importing PyTorch."""
+    import subprocess
+
+    from mianalysis.cli import main
+
+    def run(args):
+        args = [str(a) for a in args]
+        capfd.readouterr()  # only this command's output
+        code = main(args)
+        out, err = capfd.readouterr()
+        return subprocess.CompletedProcess(["mianalysis", *args], code, out, err)
+
+    return run

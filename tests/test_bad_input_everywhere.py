@@ -9,7 +9,6 @@ import hashlib
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 
@@ -545,7 +544,7 @@ def _interrupt_cases(d):
 
 
 @pytest.mark.parametrize("command", ["sample", "sample-first-chunk", "analyze", "federate-record", "federate"])
-def test_ctrl_c_prints_one_line_and_exits_130(tmp_path, command):
+def test_ctrl_c_prints_one_line_and_exits_130(tmp_path, command, cli):
     """SIGINT to a long command: exit status 130 and one line on stderr, no traceback;
     what it leaves is resumable (or nothing at all), and the rerun finishes."""
     pytest.importorskip("torch")
@@ -564,7 +563,7 @@ def test_ctrl_c_prints_one_line_and_exits_130(tmp_path, command):
     assert not [p.name for p in tmp_path.glob(".*.lock")]  # every writer lock given back
     if command == "sample":
         assert 2 <= ParameterDump.open(tmp_path / "s").verify() < 40
-        subprocess.run(CLI + argv, env=env, check=True, capture_output=True)
+        assert cli(argv).returncode == 0  # the rerun (in this process) resumes it
         assert ParameterDump.open(tmp_path / "s").verify() == 40
     elif command == "federate-record":
         assert ParameterDump.open(tmp_path / "fl" / "dump").verify() >= 1

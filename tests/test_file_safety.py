@@ -16,7 +16,6 @@ import re
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,8 +25,6 @@ from mianalysis.cli import main
 from mianalysis.dumps import DumpError, ParameterDump, layout_from_shapes
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
-CLI = [sys.executable, "-m", "mianalysis.cli"]
-ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ["sample", "--task", "signal-rnn", "--runs", "12", "--chunk-size", "4", "--set", "n_layers=2",
           "--set", "seq_len=16", "--set", "n_examples=32", "--set", "batch_size=8", "--no-progress"]
 FAST = {"estimators": ["gaussian"], "metrics": ["euclidean"]}  # a quick analysis
@@ -303,7 +300,7 @@ def test_writing_a_chunk_never_writes_through_a_link_placed_after_opening(tmp_pa
 def sampled(tmp_path_factory):
     """A dump sampled by the CLI: 3 clients, 12 runs in chunks of 4, 5 checkpoints, 70 parameters."""
     folder = tmp_path_factory.mktemp("sampled")
-    subprocess.run(CLI + SAMPLE + ["--out", str(folder / "d")], check=True, env=ENV, capture_output=True)
+    assert main(SAMPLE + ["--out", str(folder / "d")]) == 0
     return folder / "d"
 
 
@@ -316,14 +313,14 @@ def _unfinished_copy(sampled, dest):
     return dest
 
 
-def test_resumed_sample_does_not_write_through_a_link_into_another_dump(tmp_path, sampled):
+def test_resumed_sample_does_not_write_through_a_link_into_another_dump(tmp_path, sampled, cli):
     victim = tmp_path / "other" / "client_1.f32"  # e.g. a file of another dump, of the same size
     victim.parent.mkdir()
     victim.write_bytes(np.random.default_rng(0).bytes((sampled / "client_1.f32").stat().st_size))
     d = _unfinished_copy(sampled, tmp_path / "d")
     _make_symlink(d / "client_1.f32", victim)
     before = victim.read_bytes()
-    proc = subprocess.run(CLI + SAMPLE + ["--out", str(d)], env=ENV, capture_output=True, text=True)
+    proc = cli(SAMPLE + ["--out", d])
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.count("\n") == 1 and f"{d / 'client_1.f32'} is a symbolic link" in proc.stderr
     assert victim.read_bytes() == before
@@ -349,23 +346,16 @@ def test_federate_never_writes_through_a_link_in_its_folder(tmp_path, capsys, pl
 
 # ---------------------------------------------------------------------- a folder the user named
 @pytest.mark.parametrize("out", [".", "absolute"])
-def test_sample_into_the_empty_working_directory_creates_the_dump_in_it(tmp_path, out):
+def test_sample_into_the_empty_working_directory_creates_the_dump_in_it(tmp_path, out, monkeypatch, cli):
     folder = tmp_path / "here"
     folder.mkdir()
     inode = folder.stat().st_ino
-    probe = ("import os, runpy, sys\n"
-             "sys.argv = ['mianalysis', *sys.argv[1:]]\n"
-             "try:\n"
-             "    runpy.run_module('mianalysis.cli', run_name='__main__')\n"
-             "finally:\n"
-             "    print('cwd holds', sorted(os.listdir('.')))\n")
+    monkeypatch.chdir(folder)  # this process works in the folder, as the user's shell would
     args = SAMPLE[:4] + ["4"] + SAMPLE[5:]  # 12 -> 4 runs
-    env = {**ENV, "PYTHONPATH": os.pathsep.join([str(ROOT), ENV.get("PYTHONPATH", "")])}  # this checkout
-    proc = subprocess.run([sys.executable, "-c", probe, *args, "--out", "." if out == "." else str(folder)],
-                          cwd=folder, env=env, capture_output=True, text=True)
+    proc = cli(args + ["--out", "." if out == "." else folder])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert folder.stat().st_ino == inode  # the same folder, not one renamed over it
-    assert "'manifest.json'" in proc.stdout  # the process still sees its working directory and the dump
+    assert "manifest.json" in os.listdir(".")  # the process still sees its working directory and the dump
     assert ParameterDump.open(folder).verify() == 4
     assert sorted(p.name for p in tmp_path.iterdir()) == ["here"]  # no staging folder or lock left
 
@@ -427,12 +417,12 @@ FLIPS = {
 
 
 @pytest.mark.parametrize("flip", list(FLIPS))
-def test_resumed_sample_refuses_a_damaged_chunk(tmp_path, sampled, flip):
+def test_resumed_sample_refuses_a_damaged_chunk(tmp_path, sampled, flip, cli):
     name, offset, runs = FLIPS[flip]
     d = _unfinished_copy(sampled, tmp_path / "d")
     _flip(d / name, offset)
     before = _snapshot(tmp_path)
-    proc = subprocess.run(CLI + SAMPLE + ["--out", str(d)], env=ENV, capture_output=True, text=True)
+    proc = cli(SAMPLE + ["--out", d])
     assert proc.returncode == 2, proc.stdout + proc.stderr
     err = proc.stderr
     assert err.count("\n") == 1 and "Traceback" not in err

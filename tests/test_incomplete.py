@@ -3,10 +3,6 @@ says so: on the terminal, in every row's note and in the sidecar."""
 
 import csv
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,10 +10,6 @@ import pytest
 from mianalysis import ParameterDump, analyze
 from mianalysis.analysis import sidecar_path
 from mianalysis.dumps import layout_from_shapes
-
-ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-CLI = [sys.executable, "-m", "mianalysis.cli"]
 
 
 def _partial(path, done=40, total=200, params=3, seed=0):
@@ -73,10 +65,9 @@ def test_a_complete_dump_has_no_incomplete_note(tmp_path):
         "analysed": 50, "total": 50, "complete": True}
 
 
-def test_cli_analyze_of_an_incomplete_dump_says_so_on_the_terminal(tmp_path):
+def test_cli_analyze_of_an_incomplete_dump_says_so_on_the_terminal(tmp_path, cli):
     _partial(tmp_path / "d", 40, 200)
-    out = subprocess.run(CLI + ["analyze", str(tmp_path / "d"), "--out", str(tmp_path / "t.csv"), "--no-progress"],
-                         env=ENV, capture_output=True, text=True)
+    out = cli(["analyze", tmp_path / "d", "--out", tmp_path / "t.csv", "--no-progress"])
     assert out.returncode == 0, out.stderr
     assert "dump incomplete: analysed 40 of 200 runs" in out.stderr
     assert out.stdout.startswith("wrote ")
@@ -84,33 +75,33 @@ def test_cli_analyze_of_an_incomplete_dump_says_so_on_the_terminal(tmp_path):
         assert all(r["note"].endswith("dump incomplete: 40 of 200 runs") for r in csv.DictReader(fh))
 
 
-def test_cli_analyze_of_a_complete_dump_says_nothing_more(tmp_path):
+def test_cli_analyze_of_a_complete_dump_says_nothing_more(tmp_path, cli):
     rng = np.random.default_rng(1)
     ParameterDump.from_arrays(tmp_path / "d", {c: rng.standard_normal((2, 50, 2)) for c in "ab"})
-    out = subprocess.run(CLI + ["analyze", str(tmp_path / "d"), "--out", str(tmp_path / "t.csv"), "--no-progress"],
-                         env=ENV, capture_output=True, text=True)
+    out = cli(["analyze", tmp_path / "d", "--out", tmp_path / "t.csv", "--no-progress"])
     assert out.returncode == 0 and "incomplete" not in out.stdout + out.stderr
 
 
-def test_cli_analyze_while_the_sampler_writes(tmp_path):
+def test_cli_analyze_while_the_sampler_writes(tmp_path, monkeypatch, cli):
     """A sampler stopped after its first chunk (as one still running would be): analyse, then finish."""
-    sample = CLI + ["sample", "--task", "signal-rnn", "--runs", "8", "--chunk-size", "4", "--set", "n_layers=2",
-                    "--set", "seq_len=16", "--set", "n_examples=32", "--set", "batch_size=8", "--no-progress",
-                    "--out", str(tmp_path / "d")]
-    code = ("import sys; from mianalysis.cli import main; import mianalysis.dumps as d\n"
-            "write = d.ParameterDump.write_chunk\n"
-            "def once(self, start, stop, *a, **k):\n"
-            "    write(self, start, stop, *a, **k)\n"
-            "    raise SystemExit(0)\n"
-            "d.ParameterDump.write_chunk = once\n"
-            "sys.exit(main(sys.argv[1:]))\n")
-    subprocess.run([sys.executable, "-c", code] + sample[3:], check=True, env=ENV, capture_output=True)
+    sample = ["sample", "--task", "signal-rnn", "--runs", "8", "--chunk-size", "4", "--set", "n_layers=2",
+              "--set", "seq_len=16", "--set", "n_examples=32", "--set", "batch_size=8", "--no-progress",
+              "--out", tmp_path / "d"]
+    write = ParameterDump.write_chunk
+
+    def once(self, start, stop, *args, **kwargs):
+        write(self, start, stop, *args, **kwargs)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(ParameterDump, "write_chunk", once)
+    with pytest.raises(SystemExit):
+        cli(sample)
+    monkeypatch.setattr(ParameterDump, "write_chunk", write)
     assert ParameterDump.open(tmp_path / "d").completed_runs == 4
-    args = ["analyze", str(tmp_path / "d"), "--out", str(tmp_path / "t.csv"), "--no-progress", "--estimators",
-            "gaussian"]
-    out = subprocess.run(CLI + args, env=ENV, capture_output=True, text=True)
+    args = ["analyze", tmp_path / "d", "--out", tmp_path / "t.csv", "--no-progress", "--estimators", "gaussian"]
+    out = cli(args)
     assert out.returncode == 0 and "dump incomplete: analysed 4 of 8 runs" in out.stderr
-    subprocess.run(sample, check=True, env=ENV, capture_output=True)
-    out = subprocess.run(CLI + args, env=ENV, capture_output=True, text=True)
+    assert cli(sample).returncode == 0
+    out = cli(args)
     assert out.returncode == 0 and "incomplete" not in out.stderr
     assert "incomplete" not in (tmp_path / "t.csv").read_text()

@@ -2,20 +2,11 @@
 members, and any order select each tensor once, in layout order -- in select_layout, in
 dump.samples, in analyze (Python and CLI) and in federate --record."""
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from mianalysis import ParameterDump, analyze
 from mianalysis.dumps import layout_columns, layout_from_shapes, select_layout
-
-ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-CLI = [sys.executable, "-m", "mianalysis.cli"]
 
 SHAPES = [("rnn.0.weight_ih", (4, 1)), ("rnn.0.weight_hh", (4, 4)), ("rnn.0.bias", (4,)),
           ("rnn.1.weight_ih", (4, 4)), ("rnn.1.weight_hh", (4, 4)), ("rnn.1.bias", (4,)),
@@ -71,20 +62,22 @@ def test_analyze_rows_of_an_overlapping_selection(dump, plain, other):
     assert analyze(dump, layer=other, **kwargs) == analyze(dump, layer=plain, **kwargs)
 
 
-def _sample(out):
-    subprocess.run(CLI + ["sample", "--task", "signal-rnn", "--runs", "8", "--chunk-size", "4", "--set", "n_layers=2",
-                          "--set", "seq_len=16", "--set", "n_examples=32", "--set", "batch_size=8", "--out", str(out),
-                          "--no-progress"], check=True, env=ENV, capture_output=True)
+def _sample(cli, out):
+    result = cli(["sample", "--task", "signal-rnn", "--runs", "8", "--chunk-size", "4", "--set", "n_layers=2",
+                  "--set", "seq_len=16", "--set", "n_examples=32", "--set", "batch_size=8", "--out", out,
+                  "--no-progress"])
+    assert result.returncode == 0, result.stderr
 
 
-def test_cli_analyze_prefix_and_member_gives_the_plain_table(tmp_path):
-    _sample(tmp_path / "d")
+def test_cli_analyze_prefix_and_member_gives_the_plain_table(tmp_path, cli):
+    _sample(cli, tmp_path / "d")
     tables = {}
     for name, layers in {"plain": ["rnn.1"], "overlap": ["rnn.1", "rnn.1.weight_hh"],
                          "reversed": ["rnn.1.weight_hh", "rnn.1", "rnn.1"]}.items():
         args = sum((["--layer", layer] for layer in layers), [])
-        subprocess.run(CLI + ["analyze", str(tmp_path / "d"), "--out", str(tmp_path / f"{name}.csv"), "--no-progress",
-                              "--estimators", "gaussian", "ksg", *args], check=True, env=ENV, capture_output=True)
+        result = cli(["analyze", tmp_path / "d", "--out", tmp_path / f"{name}.csv", "--no-progress",
+                      "--estimators", "gaussian", "ksg", *args])
+        assert result.returncode == 0, result.stderr
         tables[name] = (tmp_path / f"{name}.csv").read_bytes()
     assert tables["overlap"] == tables["plain"] and tables["reversed"] == tables["plain"]
 
@@ -116,12 +109,13 @@ def test_record_replicates_stores_each_tensor_once(small_fl, tmp_path, layer):
             np.testing.assert_array_equal(dump.samples(c, t), plain.samples(c, t))
 
 
-def test_cli_federate_record_repeated_layer(tmp_path):
+def test_cli_federate_record_repeated_layer(tmp_path, cli):
     base = ["federate", "--clients", "3", "--fraction", "1", "--rounds", "1", "--replicates", "2", "--record",
             "--no-progress"]
     for name, layers in {"plain": ["5"], "twice": ["5", "5"]}.items():
         args = sum((["--layer", layer] for layer in layers), [])
-        subprocess.run(CLI + base + args + ["--out", str(tmp_path / name)], check=True, env=ENV, capture_output=True)
+        result = cli(base + args + ["--out", tmp_path / name])
+        assert result.returncode == 0, result.stderr
     plain, twice = ParameterDump.open(tmp_path / "plain" / "dump"), ParameterDump.open(tmp_path / "twice" / "dump")
     assert twice.n_params == plain.n_params == 2010
     for i in range(len(plain.clients)):

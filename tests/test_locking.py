@@ -3,7 +3,8 @@ the first, a lock left by a killed writer blocks nobody, readers ignore the lock
 
 The first writer is a real `mianalysis` command run in a subprocess that pauses after each
 chunk (or journal line) it writes, holding its lock, until the test lets it go on or kills
-it; so nothing here depends on timing.
+it; so nothing here depends on timing. The second writer, the readers and the resumed
+command run in this process (the `cli` fixture): another process holds the lock all the same.
 """
 
 import json
@@ -21,7 +22,6 @@ from mianalysis._locking import WriterLock, command_line, lock_path
 from mianalysis.dumps import layout_from_shapes
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
-CLI = [sys.executable, "-m", "mianalysis.cli"]
 SAMPLE = ["sample", "--task", "signal-rnn", "--runs", "8", "--chunk-size", "4", "--set", "n_layers=2",
           "--set", "seq_len=16", "--set", "n_examples=32", "--set", "batch_size=8", "--no-progress"]
 FEDERATE = ["federate", "--clients", "3", "--fraction", "1", "--rounds", "1", "--replicates", "2", "--record",
@@ -88,10 +88,6 @@ class Paused:
         self.proc.communicate(timeout=60)
 
 
-def run_cli(args):
-    return subprocess.run(CLI + [str(a) for a in args], env=ENV, capture_output=True, text=True, timeout=300)
-
-
 def assert_refused(result, command, target, holder_pid, holder_command):
     """Exit status 2 and one stderr line naming the holder's pid and command."""
     assert result.returncode == 2, result.stderr
@@ -117,70 +113,70 @@ def _arrays(n_ckpt=3, runs=40, params=3, seed=0):
 
 
 # ---------------------------------------------------------------------- sample
-def test_second_sample_is_refused_while_the_first_writes_and_readers_go_on(tmp_path):
+def test_second_sample_is_refused_while_the_first_writes_and_readers_go_on(tmp_path, cli):
     pytest.importorskip("torch")
     out = tmp_path / "d"
     first = Paused(PAUSING_CLI, SAMPLE + ["--out", out])  # paused after runs 0-4 of 8
     before = files_of(out)
-    second = run_cli(SAMPLE + ["--out", out])
+    second = cli(SAMPLE + ["--out", out])
     assert_refused(second, "sample", out, first.pid, "mianalysis sample --task signal-rnn --runs 8")
     assert files_of(out) == before and lock_path(out).exists()
     # Readers need no lock and do not mind it.
     assert ParameterDump.open(out).verify() == 4
-    verify = run_cli(["verify", out])
+    verify = cli(["verify", out])
     assert verify.returncode == 0 and "OK, 4 runs verified, incomplete" in verify.stdout, verify.stderr
-    analyze = run_cli(["analyze", out, "--out", tmp_path / "t.csv", "--estimators", "gaussian", "--no-progress"])
+    analyze = cli(["analyze", out, "--out", tmp_path / "t.csv", "--estimators", "gaussian", "--no-progress"])
     assert analyze.returncode == 0, analyze.stderr
     first.finish()
     assert ParameterDump.open(out).verify() == 8 and not lock_path(out).exists()
 
 
-def test_lock_left_by_a_killed_sampler_does_not_block_the_resume(tmp_path):
+def test_lock_left_by_a_killed_sampler_does_not_block_the_resume(tmp_path, cli):
     pytest.importorskip("torch")
-    assert run_cli(SAMPLE + ["--out", tmp_path / "clean"]).returncode == 0
+    assert cli(SAMPLE + ["--out", tmp_path / "clean"]).returncode == 0
     out = tmp_path / "killed"
     first = Paused(PAUSING_CLI, SAMPLE + ["--out", out])
     first.kill()
     lock = lock_path(out)
     assert json.loads(lock.read_text())["pid"] == first.pid  # left behind, unlocked
     assert ParameterDump.open(out).verify() == 4  # and no reader minds it
-    assert run_cli(["verify", out]).returncode == 0
-    resumed = run_cli(SAMPLE + ["--out", out])
+    assert cli(["verify", out]).returncode == 0
+    resumed = cli(SAMPLE + ["--out", out])
     assert resumed.returncode == 0, resumed.stderr
     assert files_of(out) == files_of(tmp_path / "clean")
     assert not lock.exists()
 
 
 # ---------------------------------------------------------------------- analyze --out
-def test_second_analyze_of_one_table_is_refused_and_a_killed_one_resumes(tmp_path):
+def test_second_analyze_of_one_table_is_refused_and_a_killed_one_resumes(tmp_path, cli):
     ParameterDump.from_arrays(tmp_path / "d", _arrays())
     args = ["analyze", tmp_path / "d", "--permutations", "3", "--no-progress", "--out"]
-    assert run_cli(args + [tmp_path / "clean.csv"]).returncode == 0
+    assert cli(args + [tmp_path / "clean.csv"]).returncode == 0
     table = tmp_path / "t.csv"
     journal = tmp_path / "t.csv.partial"
     first = Paused(PAUSING_CLI, args + [table])  # paused after checkpoint 0 of 3
     before = journal.read_bytes()
-    assert_refused(run_cli(args + [table]), "analyze", table, first.pid, "mianalysis analyze")
+    assert_refused(cli(args + [table]), "analyze", table, first.pid, "mianalysis analyze")
     assert journal.read_bytes() == before and not table.exists()
-    other = run_cli(args + [tmp_path / "other.csv"])  # another table of the same dump is fine
+    other = cli(args + [tmp_path / "other.csv"])  # another table of the same dump is fine
     assert other.returncode == 0, other.stderr
     first.kill()
     assert lock_path(table).exists() and journal.exists()
-    resumed = run_cli(args + [table])
+    resumed = cli(args + [table])
     assert resumed.returncode == 0, resumed.stderr
     assert table.read_bytes() == (tmp_path / "clean.csv").read_bytes()
     assert not journal.exists() and not lock_path(table).exists()
 
 
 # ---------------------------------------------------------------------- federate --record
-def test_second_federate_record_is_refused_and_a_killed_one_resumes(tmp_path):
+def test_second_federate_record_is_refused_and_a_killed_one_resumes(tmp_path, cli):
     pytest.importorskip("torch")
     from mianalysis.federated import FederatedConfig, FederatedData, FederatedSimulation, record_replicates
 
     out = tmp_path / "fl"
     first = Paused(PAUSING_CLI, FEDERATE + ["--out", out])  # paused after replicate 0 of 2
     before = files_of(out / "dump")
-    assert_refused(run_cli(FEDERATE + ["--out", out]), "federate", out, first.pid, "mianalysis federate")
+    assert_refused(cli(FEDERATE + ["--out", out]), "federate", out, first.pid, "mianalysis federate")
     # The library's recorder is refused by the dump's own lock.
     data = FederatedData.digits(3, "iid", seed=1)
     sim = FederatedSimulation("mlp", data, FederatedConfig(rounds=1, client_fraction=1.0, batch_size=10),
@@ -190,7 +186,7 @@ def test_second_federate_record_is_refused_and_a_killed_one_resumes(tmp_path):
     assert files_of(out / "dump") == before
     first.kill()
     assert lock_path(out / "dump").exists()  # a stale lock among OUT's files is one of its own
-    resumed = run_cli(FEDERATE + ["--out", out])  # (test_reliability compares resumed bytes with a clean run)
+    resumed = cli(FEDERATE + ["--out", out])  # (test_reliability compares resumed bytes with a clean run)
     assert resumed.returncode == 0, resumed.stderr
     assert ParameterDump.open(out / "dump").verify() == 2 and (out / "history.csv").exists()
     assert not lock_path(out / "dump").exists() and not lock_path(out).exists()

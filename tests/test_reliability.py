@@ -25,10 +25,14 @@ def _arrays(n_ckpt=12, runs=150, params=4, seed=0):
     return {c: (shared + rng.standard_normal((n_ckpt, runs, params))).astype(np.float32) for c in "abc"}
 
 
-def test_analyze_killed_at_random_moments_resumes_to_identical_table(tmp_path):
+# The kill loops: three kills, each once 1-2 more checkpoints (chunks) are done, at a random
+# moment in or between them; so a fresh command and resumed ones are killed with their
+# output part written, and the last leaves its lock behind. The clean run and the final
+# rerun need no process of their own and run in this process (the cli fixture).
+def test_analyze_killed_at_random_moments_resumes_to_identical_table(tmp_path, cli):
     ParameterDump.from_arrays(tmp_path / "d", _arrays())
     args = ["analyze", str(tmp_path / "d"), "--permutations", "30", "--seed", "3", "--no-progress"]
-    subprocess.run(CLI + args + ["--out", str(tmp_path / "clean.csv")], check=True, env=ENV, capture_output=True)
+    assert cli(args + ["--out", tmp_path / "clean.csv"]).returncode == 0
     journal = tmp_path / "killed.csv.partial"
 
     def finished_checkpoints():
@@ -38,11 +42,11 @@ def test_analyze_killed_at_random_moments_resumes_to_identical_table(tmp_path):
             return 0
 
     kills = kill_at_random_moments(CLI + args + ["--out", str(tmp_path / "killed.csv")], finished_checkpoints,
-                                   env=ENV, seed=1)
-    assert kills == 5 and journal.exists() and not (tmp_path / "killed.csv").exists()
+                                   env=ENV, seed=1, times=3)
+    assert kills == 3 and journal.exists() and not (tmp_path / "killed.csv").exists()
     lock = tmp_path / ".killed.csv.lock"
     assert lock.exists()  # left by the last killed analysis; it must not block the rerun
-    subprocess.run(CLI + args + ["--out", str(tmp_path / "killed.csv")], check=True, env=ENV, capture_output=True)
+    assert cli(args + ["--out", tmp_path / "killed.csv"]).returncode == 0
     assert (tmp_path / "killed.csv").read_bytes() == (tmp_path / "clean.csv").read_bytes()
     assert not journal.exists() and not lock.exists()
 
@@ -101,11 +105,11 @@ def _settings_of(tmp_path):
     return json.loads(json.dumps(captured))
 
 
-def test_federate_killed_at_random_moments_resumes_to_identical_outputs(tmp_path):
+def test_federate_killed_at_random_moments_resumes_to_identical_outputs(tmp_path, cli):
     pytest.importorskip("torch")
     args = ["federate", "--clients", "3", "--fraction", "1", "--rounds", "3", "--replicates", "14", "--record",
             "--chunk-size", "1", "--batch", "20", "--layer", "5", "--seed", "2", "--no-progress"]
-    subprocess.run(CLI + args + ["--out", str(tmp_path / "clean")], check=True, env=ENV, capture_output=True)
+    assert cli(args + ["--out", tmp_path / "clean"]).returncode == 0
     manifest = tmp_path / "killed" / "dump" / "manifest.json"
 
     def chunks():
@@ -114,12 +118,13 @@ def test_federate_killed_at_random_moments_resumes_to_identical_outputs(tmp_path
         except (OSError, ValueError):
             return 0
 
-    kills = kill_at_random_moments(CLI + args + ["--out", str(tmp_path / "killed")], chunks, env=ENV, seed=2)
-    assert kills == 5
+    kills = kill_at_random_moments(CLI + args + ["--out", str(tmp_path / "killed")], chunks, env=ENV, seed=2,
+                                   times=3)
+    assert kills == 3
     ParameterDump.open(tmp_path / "killed" / "dump").verify()
     lock = tmp_path / "killed" / ".dump.lock"
     assert lock.exists()  # left by the last killed recorder; it must not block the rerun
-    subprocess.run(CLI + args + ["--out", str(tmp_path / "killed")], check=True, env=ENV, capture_output=True)
+    assert cli(args + ["--out", tmp_path / "killed"]).returncode == 0
     assert not lock.exists()
     for name in ("dump/client_0.f32", "dump/client_2.f32", "dump/metrics_1.f32", "history.csv"):
         assert (tmp_path / "killed" / name).read_bytes() == (tmp_path / "clean" / name).read_bytes(), name
@@ -279,22 +284,27 @@ def _env(code_path, threads):
             "NUMBA_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
 
 
-def _sample_and_analyze(tmp_path, name, threads, chunk, code_path):
-    env = _env(code_path, threads)
-    settings = ["--set", "n_layers=2", "--set", "seq_len=16", "--set", "n_examples=32", "--set", "batch_size=8"]
-    out = tmp_path / name
-    subprocess.run(CLI + ["sample", "--task", "signal-rnn", "--runs", "24", "--chunk-size", str(chunk), "--seed", "7",
-                          "--out", str(out), "--no-progress", *settings], check=True, env=env, capture_output=True)
-    subprocess.run(CLI + ["analyze", str(out), "--out", str(tmp_path / f"{name}.csv"), "--permutations", "3",
-                          "--no-progress"], check=True, env=env, capture_output=True)
-    return out
+def _run_side_by_side(*commands):
+    """Run the (argv, env) `commands` as processes at the same time (each its own thread
+    settings; they share nothing), and wait for all; each must succeed."""
+    procs = [subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for argv, env in commands]
+    errors = [proc.communicate(timeout=600)[1] for proc in procs]
+    for (argv, _), proc, err in zip(commands, procs, errors):
+        assert proc.returncode == 0, f"{argv}: {err}"
 
 
 @code_paths
 def test_same_seed_same_bytes_across_threads_and_chunk_sizes(tmp_path, code_path):
     pytest.importorskip("torch")
-    a = _sample_and_analyze(tmp_path, "t1", threads=1, chunk=8, code_path=code_path)
-    b = _sample_and_analyze(tmp_path, "t2", threads=2, chunk=5, code_path=code_path)
+    settings = ["--set", "n_layers=2", "--set", "seq_len=16", "--set", "n_examples=32", "--set", "batch_size=8"]
+    a, b = tmp_path / "t1", tmp_path / "t2"
+    runs = [(a, 1, 8), (b, 2, 5)]  # (out, threads, chunk size)
+    _run_side_by_side(*[(CLI + ["sample", "--task", "signal-rnn", "--runs", "24", "--chunk-size", str(chunk),
+                                "--seed", "7", "--out", str(out), "--no-progress", *settings], _env(code_path, threads))
+                        for out, threads, chunk in runs])
+    _run_side_by_side(*[(CLI + ["analyze", str(out), "--out", f"{out}.csv", "--permutations", "3", "--no-progress"],
+                         _env(code_path, threads)) for out, threads, _ in runs])
     for name in ("client_0.f32", "client_1.f32", "client_2.f32", "metrics_0.f32"):
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
     assert (tmp_path / "t1.csv").read_bytes() == (tmp_path / "t2.csv").read_bytes()
@@ -340,11 +350,13 @@ def test_estimates_do_not_depend_on_threads():
             "r = mi_permutation_test(x, y, n_permutations=5, random_state=1)\n"
             "print(repr(ksg_mi(x, y, random_state=2)), repr(ksg_mi(x, y, algorithm=2, dtype=np.float32)),"
             " repr(gaussian_mi(x, y)), repr(r.p_value), repr(r.null_mean))\n")
-    outs = []
-    for threads in ("1", "2"):
-        env = {**os.environ, "NUMBA_NUM_THREADS": threads, "OMP_NUM_THREADS": threads}
-        outs.append(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                                   check=True).stdout)
+    procs = [subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "NUMBA_NUM_THREADS": threads,
+                                                                  "OMP_NUM_THREADS": threads},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for threads in ("1", "2")]  # side by side
+    outs = [proc.communicate(timeout=600) for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], [err for _, err in outs]
+    outs = [out for out, _ in outs]
     assert outs[0] == outs[1] and outs[0].count(" ") == 4
 
 
@@ -354,9 +366,8 @@ def test_federated_recording_same_bytes_across_threads_and_chunk_sizes(tmp_path,
     args = ["federate", "--clients", "3", "--fraction", "1", "--rounds", "2", "--replicates", "6", "--record",
             "--batch", "10", "--layer", "5", "--seed", "1", "--no-progress"]
     # Chunks of 5 leave a last chunk of one replicate: a batch of one on 2 threads.
-    for name, threads, chunk in (("a", 1, 2), ("b", 2, 5)):
-        subprocess.run(CLI + args + ["--chunk-size", str(chunk), "--out", str(tmp_path / name)], check=True,
-                       env=_env(code_path, threads), capture_output=True)
+    _run_side_by_side(*[(CLI + args + ["--chunk-size", str(chunk), "--out", str(tmp_path / name)],
+                         _env(code_path, threads)) for name, threads, chunk in (("a", 1, 2), ("b", 2, 5))])
     for name in ("client_0.f32", "client_2.f32", "metrics_0.f32"):
         assert (tmp_path / "a" / "dump" / name).read_bytes() == (tmp_path / "b" / "dump" / name).read_bytes(), name
     assert (tmp_path / "a" / "history.csv").read_bytes() == (tmp_path / "b" / "history.csv").read_bytes()
