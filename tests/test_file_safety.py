@@ -372,7 +372,7 @@ def test_create_in_an_empty_folder_keeps_the_folder(tmp_path):
 
 KILL_WHILE_CREATING = (
     "import os, sys\n"
-    "from mianalysis import dumps\n"
+    "from mianalysis.dumps import format as dumps\n"
     "def killed(*args, **kwargs):\n"
     "    os._exit(9)\n"
     "dumps.{name} = killed\n"
