@@ -85,7 +85,8 @@ def _mi_row(x, y, estimator, k, permutations, rng, distances=None, distance_cach
         return np.inf, np.nan, np.nan, np.nan, "; ".join(notes)
     value, null_mean, null_std, p = _estimate(x, y, estimator, k, permutations, rng, distances, distance_cache,
                                               standardize, gaussian_null, notes)
-    notes.append(estimate_regime_note(estimator, x.shape[0], x.shape[1] + y.shape[1], float(value)))
+    shrunk = any(n.startswith("ledoit-wolf shrinkage: ") for n in notes)  # a singular covariance, shrunk
+    notes.append(estimate_regime_note(estimator, x.shape[0], x.shape[1] + y.shape[1], float(value), shrinkage=shrunk))
     return value, null_mean, null_std, p, "; ".join(n for n in notes if n)
 
 

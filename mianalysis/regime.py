@@ -37,7 +37,7 @@ KSG_MAX_BITS = 5.65
 PREFIX = "outside calibration"
 
 
-def estimate_regime_note(estimator, n_runs, n_features, value):
+def estimate_regime_note(estimator, n_runs, n_features, value, *, shrinkage=False):
     """A note saying why an MI estimate lies outside the calibrated regime, or "".
 
     Parameters
@@ -52,6 +52,11 @@ def estimate_regime_note(estimator, n_runs, n_features, value):
         Joint dimension: varying parameters of both clients together, >= 1.
     value : float
         The estimate in bits.
+    shrinkage : bool, default=False
+        Whether a Gaussian estimate was made with Ledoit-Wolf shrinkage although there are
+        more than twice as many runs as joint dimensions (``analyze`` shrinks when the
+        sample covariance is singular, e.g. a parameter that barely varies): no such case
+        was calibrated either.
 
     Returns
     -------
@@ -66,6 +71,8 @@ def estimate_regime_note(estimator, n_runs, n_features, value):
     ''
     >>> estimate_regime_note("gaussian", 400, 200, 3.4)
     'outside calibration: shrinkage estimate (400 runs <= 2 x 200 joint dims)'
+    >>> estimate_regime_note("gaussian", 10000, 1700, 16.7, shrinkage=True)
+    'outside calibration: shrinkage estimate (singular covariance)'
     >>> estimate_regime_note("ksg", 2000, 716, 0.6)
     'outside calibration: > 4 joint dims'
     >>> estimate_regime_note("gaussian", 20000, 1000, 3000.0)
@@ -80,6 +87,8 @@ def estimate_regime_note(estimator, n_runs, n_features, value):
     if estimator == "gaussian":
         if n_runs <= 2 * n_features:
             reasons.append(f"shrinkage estimate ({n_runs} runs <= 2 x {n_features} joint dims)")
+        elif shrinkage:
+            reasons.append("shrinkage estimate (singular covariance)")
         elif n_runs < GAUSSIAN_MIN_RUNS_PER_DIM * n_features:
             reasons.append(f"< {GAUSSIAN_MIN_RUNS_PER_DIM} runs per joint dim")
         max_bits = GAUSSIAN_MAX_BITS

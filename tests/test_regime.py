@@ -166,6 +166,9 @@ def test_ksg_standardize_experiment_runs():
 ])
 def test_estimate_regime_note(args, note):
     assert estimate_regime_note(*args) == note
+    if args[0] == "gaussian" and args[1] > 2 * args[2]:  # shrunk although well-determined: outside too
+        assert estimate_regime_note(*args, shrinkage=True).startswith(
+            "outside calibration: shrinkage estimate (singular covariance)")
     assert is_outside(note) == bool(note)
 
 
@@ -190,6 +193,20 @@ def test_analyze_flags_shrinkage_and_dimension(layered_dump, tmp_path):
     row, = analyze(dump, estimators=["gaussian"], metrics=[], verify=False)
     assert row["note"] == ("dropped 1 constant parameters; ledoit-wolf shrinkage: 12 runs <= 2 x 11 joint dimensions; "
                            "outside calibration: shrinkage estimate (12 runs <= 2 x 11 joint dims)")
+
+
+def test_analyze_flags_shrinkage_of_a_singular_covariance(tmp_path):
+    # 200 runs of 3 + 3 parameters (33 runs per dim) but client b's third parameter is the
+    # sum of its first two: the covariance is singular, analyze shrinks, and says so twice.
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((1, 200, 3))
+    b = a + rng.standard_normal((1, 200, 3))
+    b[..., 2] = b[..., 0] + b[..., 1]
+    dump = ParameterDump.from_arrays(tmp_path / "singular", {"a": a, "b": b})
+    row, = analyze(dump, estimators=["gaussian"], metrics=[], verify=False)
+    assert row["note"].startswith("ledoit-wolf shrinkage: ")
+    assert row["note"].endswith("outside calibration: shrinkage estimate (singular covariance)")
+    assert is_outside(row["note"])
 
 
 def test_thresholds_come_from_the_committed_table():
