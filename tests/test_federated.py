@@ -163,3 +163,15 @@ def test_divergence_is_a_clear_error(small_data):
     cfg = FederatedConfig(rounds=5, client_fraction=1.0, batch_size=5, lr=1e6)
     with pytest.raises(ValueError, match=r"training diverged in round \d: a client's model update is not finite; lower `lr`"):
         FederatedSimulation("mlp", small_data, cfg, seed=0).run()
+
+
+def test_placements_are_objects_named_by_the_settings(small_data):
+    from mianalysis.federated.placement import PLACEMENT_RULES, StepPlacement, UpdatePlacement
+    from mianalysis.federated.simulation import PLACEMENTS
+
+    assert sorted(PLACEMENT_RULES) == sorted(PLACEMENTS)
+    assert isinstance(PLACEMENT_RULES["update"], UpdatePlacement) and isinstance(PLACEMENT_RULES["step"], StepPlacement)
+    # The step placement keeps no local models: a recording refuses it before anything runs.
+    cfg = FederatedConfig(rounds=1, client_fraction=1.0, algorithm="fedsgd", placement="step", lr=0.1)
+    with pytest.raises(ValueError, match="needs `placement`='update'"):
+        FederatedSimulation("mlp", small_data, cfg, seed=0).run(record=True)

@@ -99,7 +99,7 @@ def test_step_placement_masks_every_step(env_data):
                                                                   aggregator_params={"threshold": 1.0,
                                                                                      "rescale": False}),
                                  hidden=16, seed=0)
-    init = plain._flat(plain._setup([0])).numpy()
+    init = plain.flatten(plain._setup([0])).numpy()
     moved_plain = np.abs(plain.run().final_params - init) > 0
     moved_masked = np.abs(masked.run().final_params - init) > 0
     assert moved_masked.sum() < moved_plain.sum()

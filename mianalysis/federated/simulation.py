@@ -32,6 +32,7 @@ from .._validation import check_choice, check_int
 from .aggregation import AGGREGATORS, get_aggregator
 from .diagnostics import eb_criterion
 from .models import MODELS, build_model
+from .placement import PLACEMENT_RULES, shuffled_orders
 
 ALGORITHMS = ("fedavg", "fedsgd")
 PLACEMENTS = ("update", "step")
@@ -217,12 +218,14 @@ class FederatedSimulation:
                 params[prefix + pname] = (torch.rand(t.shape, generator=gen) * 2 - 1) * bound
         return params
 
-    def _flat(self, params):
+    def flatten(self, params):
+        """Every replicate's parameter tensors (dict of (R, ...)) as one (R, P) tensor."""
         import torch
 
         return torch.cat([params[n].reshape(params[n].shape[0], -1) for n in self.names], dim=1)
 
-    def _unflat(self, flat):
+    def unflatten(self, flat):
+        """The inverse of :meth:`flatten`: (R, P) -> dict of (R, ...) tensors."""
         out, offset = {}, 0
         for name, shape in zip(self.names, self.shapes):
             size = int(np.prod(shape))
@@ -242,14 +245,14 @@ class FederatedSimulation:
         return np.sort(rng.choice(self.data.n_clients, size=k, replace=False))
 
     # ------------------------------------------------------------------ training
-    def _data_order_generators(self, client, replicate_ids, round_index):
+    def data_order_generators(self, client, replicate_ids, round_index):
         """One generator per replicate for `client`'s data order in a round."""
         import torch
 
         return [torch.Generator().manual_seed(replica_seed(self.seed, rep, round_index, client + 2))
                 for rep in replicate_ids]
 
-    def _local(self, params, flat_params, client, replicate_ids, round_index):
+    def client_message(self, params, flat_params, client, replicate_ids, round_index):
         """What one client sends for every replicate: a model update (FedAvg) or a
         full-batch gradient (FedSGD), flattened (R, P); and its local model (R, P)."""
         import torch
@@ -260,77 +263,30 @@ class FederatedSimulation:
         r = len(replicate_ids)
         if cfg.algorithm == "fedsgd":
             grads = self._grad(params, x.expand(r, *x.shape), y.expand(r, *y.shape))
-            flat_g = self._flat(grads)
+            flat_g = self.flatten(grads)
             return flat_g, flat_params - cfg.lr * flat_g
         local = {n: t.clone() for n, t in params.items()}
         n = len(idx)
         b = n if cfg.batch_size is None else min(cfg.batch_size, n)
-        gens = self._data_order_generators(client, replicate_ids, round_index)
+        gens = self.data_order_generators(client, replicate_ids, round_index)
         for _ in range(cfg.local_epochs):
-            order = _shuffles(n, gens)
+            order = shuffled_orders(n, gens)
             for start in range(0, n, b):
                 sel = order[:, start:start + b]
                 grads = self._grad(local, x[sel], y[sel])
                 with torch.no_grad():
                     for name in self.names:
                         local[name] -= cfg.lr * grads[name]
-        flat_local = self._flat(local)
+        flat_local = self.flatten(local)
         return flat_local - flat_params, flat_local
 
-    def _update_round(self, params, flat, clients, replicate_ids, round_index, weights):
-        """placement="update": clients train locally, the rule combines what they send.
-        Returns the new flattened global model, the clients' local models and the EB
-        criterion of the messages per replicate."""
-        import torch
+    def gradients(self, params, x, y):
+        """Mean-loss gradients of every replicate: params (R, ...), x (R, n, ...), y (R, n)."""
+        return self._grad(params, x, y)
 
-        cfg = self.config
-        sent, models = [], []
-        for c in clients:
-            message, model = self._local(params, flat, int(c), replicate_ids, round_index)
-            sent.append(message)
-            models.append(model)
-        stacked = torch.stack(sent, dim=1).double()  # (R, K, P)
-        if not torch.isfinite(stacked).all():
-            what = "gradient" if cfg.algorithm == "fedsgd" else "model update"
-            raise ValueError(f"training diverged in round {round_index}: a client's {what} is not finite; lower "
-                             f"`lr` (now {cfg.lr})")
-        eb = [eb_criterion(stacked[i].numpy()) if len(clients) > 1 else np.nan for i in range(stacked.shape[0])]
-        combined = self.rule(stacked, weights=weights).float()
-        flat = flat - cfg.lr * combined if cfg.algorithm == "fedsgd" else flat + combined
-        return flat, models, eb
-
-    def _stepwise_round(self, flat, clients, replicate_ids, round_index, weights):
-        """placement="step": synchronised minibatch steps, the rule applied to the clients'
-        gradients at every step. Returns the new flattened global model (R, P)."""
-        import torch
-
-        cfg = self.config
-        data = []
-        for c in clients:
-            idx = torch.from_numpy(self.data.clients[c])
-            b = len(idx) if cfg.batch_size is None else min(cfg.batch_size, len(idx))
-            gens = self._data_order_generators(int(c), replicate_ids, round_index)
-            data.append({"x": self.x_train[idx], "y": self.y_train[idx], "b": b, "gens": gens, "order": None, "pos": 0})
-        longest = max(len(self.data.clients[c]) for c in clients)
-        b_max = longest if cfg.batch_size is None else min(cfg.batch_size, longest)
-        n_steps = cfg.local_epochs * math.ceil(longest / b_max)
-        for step in range(n_steps):
-            params = self._unflat(flat)
-            grads = []
-            for d in data:
-                n = d["x"].shape[0]
-                if d["order"] is None or d["pos"] + d["b"] > n:  # a new pass over the client's data
-                    d["order"] = _shuffles(n, d["gens"])
-                    d["pos"] = 0
-                sel = d["order"][:, d["pos"]:d["pos"] + d["b"]]
-                d["pos"] += d["b"]
-                grads.append(self._flat(self._grad(params, d["x"][sel], d["y"][sel])))
-            stacked = torch.stack(grads, dim=1).double()
-            if not torch.isfinite(stacked).all():
-                raise ValueError(f"training diverged in round {round_index}, step {step + 1}: a client's gradient "
-                                 f"is not finite; lower `lr` (now {cfg.lr})")
-            flat = flat - cfg.lr * self.rule(stacked, weights=weights).float()
-        return flat
+    def aggregate(self, stacked, weights=None):
+        """The aggregation rule applied to every replicate's client messages (R, K, P)."""
+        return self.rule(stacked, weights=weights)
 
     def per_client_eb(self, params, client, max_examples=256):
         """EB criterion of each replicate's per-example gradients of `client` at `params`
@@ -394,7 +350,7 @@ class FederatedSimulation:
         ``placement="update"``. Recorders call this before they create anything."""
         if self.config.client_fraction < 1:
             raise ValueError("recording every client's model needs `client_fraction` = 1 (all clients every round)")
-        if self.config.placement == "step":
+        if not PLACEMENT_RULES[self.config.placement].records_local_models:
             raise ValueError("recording local models needs `placement`='update': with 'step' the clients share one "
                              "model throughout the round")
         return self
@@ -403,6 +359,7 @@ class FederatedSimulation:
         import torch
 
         cfg = self.config
+        placement = PLACEMENT_RULES[cfg.placement]
         replicate_ids = list(range(self.replicates)) if replicate_ids is None else list(replicate_ids)
         if record:
             self.check_recordable()
@@ -412,7 +369,7 @@ class FederatedSimulation:
         client_eb = []
         local_models = global_models = None
         if record:
-            flat0 = self._flat(params).numpy()
+            flat0 = self.flatten(params).numpy()
             local_models = np.empty((self.data.n_clients, cfg.rounds + 1, len(replicate_ids), flat0.shape[1]),
                                     dtype=np.float32)
             local_models[:, 0] = flat0
@@ -428,18 +385,14 @@ class FederatedSimulation:
         bar = progress_bar(cfg.rounds, unit="round", desc=f"{cfg.algorithm}/{cfg.aggregator}", enabled=progress)
         for t in range(1, cfg.rounds + 1):
             clients = self.schedule(t)
-            flat = self._flat(params)  # the global model, flattened once per round
+            flat = self.flatten(params)  # the global model, flattened once per round
             w = None if weights is None else weights[torch.from_numpy(clients)]
             if log_client_eb:
                 for c in clients:
                     for rep, value in zip(replicate_ids, self.per_client_eb(params, int(c))):
                         client_eb.append({"round": t, "replicate": rep, "client": int(c), "eb": float(value)})
-            if cfg.placement == "step":
-                flat = self._stepwise_round(flat, clients, replicate_ids, t, w)
-                models, eb = None, [np.nan] * len(replicate_ids)
-            else:
-                flat, models, eb = self._update_round(params, flat, clients, replicate_ids, t, w)
-            params = self._unflat(flat)
+            flat, models, eb = placement.round(self, params, flat, clients, replicate_ids, t, w)
+            params = self.unflatten(flat)
             if record:
                 for c, model in zip(clients, models):
                     local_models[c, t] = model.numpy()
@@ -453,18 +406,11 @@ class FederatedSimulation:
                 break
         bar.close()
         return SimulationResult(history=history, local_models=local_models, global_models=global_models,
-                                final_params=self._flat(params).numpy(), client_eb=client_eb)
+                                final_params=self.flatten(params).numpy(), client_eb=client_eb)
 
     def describe(self):
         return {"model": self.model_name, "hidden": self.hidden, "config": asdict(self.config), "seed": self.seed,
                 "n_clients": self.data.n_clients, "client_sizes": self.data.sizes().tolist()}
-
-
-def _shuffles(n, generators):
-    """A random order of n examples per generator: (len(generators), n)."""
-    import torch
-
-    return torch.stack([torch.randperm(n, generator=g) for g in generators])
 
 
 def rounds_to_accuracy(history, target, split="test"):
