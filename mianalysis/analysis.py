@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ._io import progress_bar
 from ._locking import WriterLock
 from ._provenance import collect
 from ._validation import check_choice, check_flag, check_int, check_k
@@ -412,25 +413,20 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: Sequence[str
                 journal.append(t, rows[first:])
             log.debug("analysed checkpoint %d (iteration %d): %d rows", t, dump.checkpoints[t], len(rows) - first)
 
-        bar = None
         per_checkpoint = len(job.pairs) * len(groups)
-        if progress:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=(len(dump.checkpoints) - len(done)) * per_checkpoint, unit="pair", desc="analyzing")
+        bar = progress_bar((len(dump.checkpoints) - len(done)) * per_checkpoint, unit="pair", desc="analyzing",
+                           enabled=progress)
         todo = [t for t in range(len(dump.checkpoints)) if t not in done]
         if not distributed:
             for t in todo:
-                assemble(t, job(t, progress=None if bar is None else bar.update))
+                assemble(t, job(t, progress=bar.update))
         else:  # each checkpoint on a worker, with its own distance matrices; assembled here in order
             computed = run_unordered(dask, job, todo, name="analyze-checkpoint")
             with contextlib.closing(computed):
                 for t, part in _in_order(computed, todo):
-                    if bar is not None:
-                        bar.update(per_checkpoint)
+                    bar.update(per_checkpoint)
                     assemble(t, part)
-        if bar is not None:
-            bar.close()
+        bar.close()
         rows.sort(key=lambda r: r["checkpoint"])  # stable: the order within a checkpoint is kept
         if out is not None:
             tmp = Path(str(out) + ".tmp")

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ._io import progress_bar
 from ._locking import WriterLock
 from ._seeding import replica_seed
 from ._validation import check_choice, check_int
@@ -240,7 +241,7 @@ class ParameterSampler:
 
     def _write_chunks(self, dump, runs, results):
         """Check and write each ((start, stop), ChunkResult) of `results` as it comes."""
-        bar = _progress(runs, dump.written_runs, self.progress)
+        bar = progress_bar(runs, initial=dump.written_runs, unit="run", desc="sampling", enabled=self.progress)
         clients = dump.clients
         for (start, stop), result in results:
             _check_finite(result, start, stop, dump)
@@ -394,17 +395,3 @@ def _check_finite(result, start, stop, dump):
         "another folder")
 
 
-class _NoBar:
-    def update(self, n):
-        pass
-
-    def close(self):
-        pass
-
-
-def _progress(total, initial, enabled):
-    if not enabled:
-        return _NoBar()
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, initial=initial, unit="run", desc="sampling")

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._io import progress_bar
 from .._locking import WriterLock
 from .._validation import check_int
 from .writer import DumpWriter, IncompleteChunkWarning, layout_difference, named_arrays
@@ -322,7 +323,7 @@ def import_checkpoints(root, out, *, key=None, layer=None, chunk_size=64, progre
             warnings.simplefilter("ignore", IncompleteChunkWarning)
             with writer as w:
                 todo = w.missing_runs()
-                bar = _progress(n_runs, n_runs - len(todo), progress)
+                bar = progress_bar(n_runs, initial=n_runs - len(todo), unit="run", desc="importing", enabled=progress)
                 for run in todo:
                     for client in found.clients:
                         for checkpoint in found.checkpoints:
@@ -333,17 +334,3 @@ def import_checkpoints(root, out, *, key=None, layer=None, chunk_size=64, progre
     return w.dump
 
 
-class _NoBar:
-    def update(self, n):
-        pass
-
-    def close(self):
-        pass
-
-
-def _progress(total, initial, enabled):
-    if not enabled:
-        return _NoBar()
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, initial=initial, unit="run", desc="importing")
