@@ -317,8 +317,8 @@ def _cmd_import(args):
     from .dumps.importers import import_checkpoints
 
     dump = import_checkpoints(args.root, args.out, key=args.key, layer=args.layer, chunk_size=args.chunk_size,
-                              progress=not args.no_progress)
-    print(f"wrote {dump}")
+                              progress=_progress(args))
+    _say(args, f"wrote {dump}")
 
 
 def _cmd_verify(args):

@@ -78,3 +78,20 @@ def test_logger_restored_after_a_command(tmp_path):
     before = (list(logger.handlers), logger.level)
     assert main(["-v"] + FEDERATE + ["--out", str(tmp_path / "fl"), "--no-progress"]) == 0
     assert (list(logger.handlers), logger.level) == before
+
+
+def test_quiet_import_prints_nothing(tmp_path, capsys):
+    import torch
+
+    root = tmp_path / "root"
+    for client in ("a", "b"):
+        for checkpoint in (0, 1):
+            folder = root / client / str(checkpoint)
+            folder.mkdir(parents=True)
+            for run in range(3):
+                torch.save({"w": torch.full((2,), float(run + checkpoint))}, folder / f"{run}.pt")
+    assert main(["-q", "import", str(root), "--out", str(tmp_path / "dump")]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == ""
+    assert main(["import", str(root), "--out", str(tmp_path / "dump2"), "--no-progress"]) == 0
+    assert capsys.readouterr().out.startswith("wrote ")
