@@ -196,17 +196,7 @@ def additive_model_mi(x_start: ArrayLike, y_start: ArrayLike, x_next: ArrayLike,
         # parameters left after symmetrising: d (d + 1) / 2 of d**2 (see `bias_correction`).
         bias = 0.5 * (2 * wishart_logdet_bias(d, n) - wishart_logdet_bias(2 * d, n)) * (d + 1) / (2 * d)
         mi = [m - bias for m in mi]
-    mi_start, mi_predicted = (m * factor for m in mi)
-    return AdditivePrediction(
-        mi_start=float(mi_start),
-        mi_predicted=float(mi_predicted),
-        predicted_change=float(mi_predicted - mi_start),
-        distance_change=float(_distance_change(x0, y0, x1, y1) * factor),
-        method="covariance",
-        units=units,
-        n_samples=n,
-        n_features=d,
-    )
+    return _prediction(mi, x0, y0, x1, y1, method="covariance", units=units, factor=factor)
 
 
 def isotropic_additive_mi(x_start: ArrayLike, y_start: ArrayLike, x_next: ArrayLike, y_next: ArrayLike, *,
@@ -301,17 +291,7 @@ def isotropic_additive_mi(x_start: ArrayLike, y_start: ArrayLike, x_next: ArrayL
         if one_minus_rho2 <= 0:
             raise ValueError(f"the clients coincide in every run at the {name} checkpoint: the MI is infinite")
         mi.append(-0.5 * d * math.log(min(one_minus_rho2, 1.0)))
-    mi_start, mi_predicted = (m * factor for m in mi)
-    return AdditivePrediction(
-        mi_start=float(mi_start),
-        mi_predicted=float(mi_predicted),
-        predicted_change=float(mi_predicted - mi_start),
-        distance_change=float(_distance_change(x0, y0, x1, y1) * factor),
-        method="isotropic",
-        units=units,
-        n_samples=n,
-        n_features=d,
-    )
+    return _prediction(mi, x0, y0, x1, y1, method="isotropic", units=units, factor=factor)
 
 
 def additive_model_verdict(estimated_change_ci: tuple[float, float], predicted_change: float) -> str:
@@ -572,6 +552,21 @@ def _centred(a):
 def _mean_variance(a):
     """Per-coordinate variance averaged over coordinates, tr Cov(a) / d."""
     return float(np.einsum("ij,ij->", _centred(a), _centred(a))) / ((a.shape[0] - 1) * a.shape[1])
+
+
+def _prediction(mi, x0, y0, x1, y1, *, method, units, factor):
+    """The AdditivePrediction of the model's MI (nats) at the first and the later checkpoint."""
+    mi_start, mi_predicted = (m * factor for m in mi)
+    return AdditivePrediction(
+        mi_start=float(mi_start),
+        mi_predicted=float(mi_predicted),
+        predicted_change=float(mi_predicted - mi_start),
+        distance_change=float(_distance_change(x0, y0, x1, y1) * factor),
+        method=method,
+        units=units,
+        n_samples=x0.shape[0],
+        n_features=x0.shape[1],
+    )
 
 
 def _distance_change(x0, y0, x1, y1):
