@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -25,48 +24,21 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from mianalysis.sampling import ParameterSampler
 from mianalysis.tasks import ModuleTask, SignalRNNTask
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
+from module_factories import SignalRNN, signal_init  # noqa: E402
 
 OUT = Path(__file__).parent / "results" / "module_task.json"
 CHUNK = 64
 
 
-class Elman(nn.Module):
-    def __init__(self, n_in, hidden):
-        super().__init__()
-        self.weight_ih = nn.Parameter(torch.zeros(hidden, n_in))
-        self.weight_hh = nn.Parameter(torch.zeros(hidden, hidden))
-        self.bias = nn.Parameter(torch.zeros(hidden))
-
-    def forward(self, seq):
-        drive = seq @ self.weight_ih.T + self.bias
-        h, states = drive.new_zeros(drive.shape[0], drive.shape[2]), []
-        for t in range(drive.shape[1]):
-            h = torch.tanh(drive[:, t] + h @ self.weight_hh.T)
-            states.append(h)
-        return torch.stack(states, 1)
-
-
-class SignalRNN(nn.Module):
-    def __init__(self, n_layers=10, hidden=4):
-        super().__init__()
-        self.rnn = nn.ModuleList([Elman(1 if i == 0 else hidden, hidden) for i in range(n_layers)])
-        self.head = nn.Linear(hidden, 2)
-
-    def forward(self, x):
-        seq = x.unsqueeze(-1)
-        for layer in self.rnn:
-            seq = layer(seq)
-        return self.head(seq[:, -1])
-
-
-def signal_init(model, generator):
-    for name, p in model.named_parameters():
-        p.copy_(torch.zeros(p.shape) if name.endswith("bias") else
-                torch.randn(p.shape, generator=generator) / math.sqrt(p.shape[1]))
+def paper_signal_rnn():
+    """signal-rnn's paper sizes as a plain nn.Module (the model tests/test_module_task.py
+    checks against the built-in task)."""
+    return SignalRNN(n_layers=10, hidden=4)
 
 
 def runs_per_second(task):
@@ -90,7 +62,7 @@ def main():
                "chunk_size": CHUNK, "tasks": []}
     built_in = SignalRNNTask(dropout=0.0)
     data = [tuple(torch.from_numpy(a) for a in built_in.client_examples(c)) for c in range(built_in.n_clients)]
-    as_module = ModuleTask(SignalRNN, data, F.mse_loss, init=signal_init, lr=1e-3, batch_size=64)
+    as_module = ModuleTask(paper_signal_rnn, data, F.mse_loss, init=signal_init, lr=1e-3, batch_size=64)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
     cnn = ModuleTask.from_factory("digits_cnn:spec", lr=0.01, batch_size=50, epochs=2)
     for name, task in (("signal-rnn built-in (dropout 0)", built_in), ("signal-rnn as nn.Module", as_module),
