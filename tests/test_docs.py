@@ -109,22 +109,6 @@ DOC_BLOCKS = [(page, block) for page in markdown_pages() if page not in NOT_IN_N
               for block in python_blocks((DOCS / page).read_text(), f"docs/{page}")]
 
 
-@pytest.fixture
-def in_tmp_dir(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
-@pytest.fixture
-def single_threaded_torch():
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.mark.parametrize("page, block", DOC_BLOCKS, ids=lambda v: v if isinstance(v, str) else str(v.line))
 def test_docs_example(page, block, in_tmp_dir, single_threaded_torch):
     if block.directive is not None:

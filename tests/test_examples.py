@@ -46,24 +46,6 @@ def run_doctest(test):
     return "".join(report) if runner.failures else ""
 
 
-@pytest.fixture
-def in_tmp_dir(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
-@pytest.fixture
-def single_threaded_torch():
-    """PyTorch on one thread: the README's tiny training runs 2.5x faster that way when the
-    2 cores are shared (measured); no example shows a value that depends on it."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 # ---------------------------------------------------------------------------- docstrings
 
 
