@@ -28,14 +28,18 @@ from mianalysis.federated import FederatedConfig, FederatedData, FederatedSimula
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = {"cnn": 0.95, "mlp": 0.93}  # test accuracies both models reach on 8x8 digits
+# Learning rates are searched on one log-spaced ladder: each configuration starts from two
+# neighbouring rungs and steps outwards while the best rate sits at the edge of the rates tried,
+# so the chosen rate has a tried (or diverged) neighbour on both sides unless the ladder ends.
+LADDER = [0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0]
 FULL = {
-    "models": ["mlp", "cnn"], "partitions": ["iid", "shards"], "rounds": {"fedsgd": 300, "fedavg": 100},
+    "models": ["mlp", "cnn"], "partitions": ["iid", "shards"], "rounds": 300,
     "grid": [(1, None), (5, None), (1, 10), (5, 10), (20, 10)],
-    "lrs": {"fedsgd": [0.5, 2.0], "fedavg": [0.1, 0.5]}, "replicates": 2,
+    "start_lrs": {"fedsgd": [0.5, 1.0], "fedavg": [0.2, 0.5]}, "replicates": 2,
 }
 QUICK = {
-    "models": ["mlp"], "partitions": ["iid"], "rounds": {"fedsgd": 150, "fedavg": 40},
-    "grid": [(1, 10), (5, 10)], "lrs": {"fedsgd": [1.0], "fedavg": [0.3]}, "replicates": 1,
+    "models": ["mlp"], "partitions": ["iid"], "rounds": 150,
+    "grid": [(1, 10), (5, 10)], "start_lrs": {"fedsgd": [0.5, 1.0], "fedavg": [0.2, 0.5]}, "replicates": 1,
 }
 
 
@@ -49,6 +53,81 @@ def run_config(model, data, algorithm, epochs, batch, lr, rounds, replicates):
     return cfg, history, curve
 
 
+def search_learning_rate(run, start_lrs, max_rounds, ladder=LADDER):
+    """The learning rate of `ladder` that reaches the target in the fewest rounds (then: the
+    highest final accuracy), searched outwards from `start_lrs` until the best is interior.
+
+    Parameters
+    ----------
+    run : callable
+        ``run(lr, rounds) -> (reached, curve, extra)``: `reached` the round the target was
+        reached (None if not within `rounds`), `curve` the accuracy per round; raises
+        ValueError where training diverged.
+    start_lrs : list of float
+        Neighbouring rungs of `ladder` to try first.
+    max_rounds : int
+        The round cap, the same for every rate.
+
+    Returns
+    -------
+    best : dict or None
+        ``{"lr", "reached", "curve", "extra"}`` of the best rate; None if every rate diverged.
+    tried : list of dict
+        One entry per rate tried: lr, reached, final accuracy, rounds run, diverged.
+
+    Notes
+    -----
+    A rate is run for at most as many rounds as the best so far needed (it cannot win with
+    more), so a slow rate costs no more than the winner. A diverged rate closes that side of
+    the search.
+    """
+    results = {}  # index on the ladder -> result, or None where it diverged
+    tried = []
+    best = None
+
+    def key(res):
+        return (res["reached"] if res["reached"] is not None else np.inf, -res["curve"][-1])
+
+    def attempt(i):
+        nonlocal best
+        lr = ladder[i]
+        limit = max_rounds if best is None or best["reached"] is None else best["reached"]
+        try:
+            reached, curve, extra = run(lr, limit)
+        except ValueError as exc:
+            results[i] = None
+            tried.append({"lr": lr, "reached": "", "final_accuracy": float("nan"), "rounds_run": "",
+                          "diverged": str(exc)})
+            return
+        res = {"lr": lr, "reached": reached, "curve": curve, "extra": extra}
+        results[i] = res
+        tried.append({"lr": lr, "reached": reached if reached is not None else "",
+                      "final_accuracy": round(curve[-1], 4), "rounds_run": len(curve) - 1, "diverged": ""})
+        if best is None or key(res) < key(best):
+            best = res
+
+    for lr in start_lrs:
+        attempt(ladder.index(lr))
+    while best is not None:
+        i = ladder.index(best["lr"])
+        step = [j for j in (i - 1, i + 1) if 0 <= j < len(ladder) and j not in results]
+        if not step:
+            break
+        attempt(step[0])
+    if best is None:  # every start diverged: step down the ladder until one trains
+        i = min(ladder.index(lr) for lr in start_lrs) - 1
+        while best is None and i >= 0:
+            attempt(i)
+            i -= 1
+        if best is not None:
+            while True:
+                j = ladder.index(best["lr"]) - 1
+                if j < 0 or j in results:
+                    break
+                attempt(j)
+    return best, tried
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
@@ -56,7 +135,7 @@ def main():
     started = utc_now()
     plan = QUICK if args.quick else FULL
     suffix = "_quick" if args.quick else ""
-    rows, curves = [], {}
+    rows, curves, searches = [], {}, []
     start_all = time.perf_counter()
     for partition in plan["partitions"]:
         data = FederatedData.digits(100, partition, seed=0)
@@ -65,45 +144,52 @@ def main():
             configs = [("fedsgd", 1, None)] + [("fedavg", e, b) for e, b in plan["grid"]]
             base = None
             for algorithm, epochs, batch in configs:
-                best = None
-                for lr in plan["lrs"][algorithm]:
-                    start = time.perf_counter()
-                    try:
-                        cfg, history, curve = run_config(model, data, algorithm, epochs, batch, lr,
-                                                         plan["rounds"][algorithm], plan["replicates"])
-                    except ValueError as exc:  # diverged at this learning rate
-                        print(f"{partition} {model} {algorithm} E={epochs} B={batch} lr={lr}: {exc}", flush=True)
-                        continue
-                    reached = rounds_to_accuracy(history, TARGET[model])
-                    key = (reached if reached is not None else np.inf, -curve[-1])  # fewest rounds, then accuracy
-                    if best is None or key < best[0]:
-                        best = (key, lr, reached, curve, time.perf_counter() - start, cfg)
+                start = time.perf_counter()
+
+                def run(lr, rounds):
+                    cfg, history, curve = run_config(model, data, algorithm, epochs, batch, lr, rounds,
+                                                     plan["replicates"])
+                    return rounds_to_accuracy(history, TARGET[model]), curve, cfg
+
+                best, tried = search_learning_rate(run, plan["start_lrs"][algorithm], plan["rounds"])
+                seconds = time.perf_counter() - start
+                label = f"{algorithm} E={epochs} B={'inf' if batch is None else batch}"
+                for t in tried:
+                    searches.append({"partition": partition, "model": model, "configuration": label, **t})
+                for t in tried:
+                    print(f"{partition} {model} {label} lr={t['lr']}: reached {t['reached'] or '-'} "
+                          f"final {t['final_accuracy']} {t['diverged']}", flush=True)
                 if best is None:
                     rows.append({"partition": partition, "model": model, "algorithm": algorithm, "E": epochs,
                                  "B": "inf" if batch is None else batch, "u": "", "lr": "all diverged",
-                                 "target": TARGET[model], "rounds": "", "max_rounds": plan["rounds"][algorithm],
-                                 "final_accuracy": float("nan"), "speedup_vs_fedsgd": "", "seconds": ""})
+                                 "lrs_tried": " ".join(str(t["lr"]) for t in tried), "target": TARGET[model],
+                                 "rounds": "", "max_rounds": plan["rounds"], "final_accuracy": float("nan"),
+                                 "speedup_vs_fedsgd": "", "seconds": round(seconds, 1)})
                     continue
-                _, lr, reached, curve, seconds, cfg = best
+                lr, reached, curve, cfg = best["lr"], best["reached"], best["curve"], best["extra"]
                 if algorithm == "fedsgd":
                     base = reached
-                label = f"{algorithm} E={epochs} B={'inf' if batch is None else batch}"
                 curves[(partition, model, label)] = curve
                 speedup = (base / reached) if (base and reached) else None
                 row = {"partition": partition, "model": model, "algorithm": algorithm, "E": epochs,
                        "B": "inf" if batch is None else batch, "u": round(cfg.updates_per_round(n_mean), 1),
-                       "lr": lr, "target": TARGET[model], "rounds": reached if reached is not None else "",
-                       "max_rounds": cfg.rounds, "final_accuracy": round(curve[-1], 4),
+                       "lr": lr, "lrs_tried": " ".join(str(t["lr"]) for t in sorted(tried, key=lambda t: t["lr"])),
+                       "target": TARGET[model], "rounds": reached if reached is not None else "",
+                       "max_rounds": plan["rounds"], "final_accuracy": round(curve[-1], 4),
                        "speedup_vs_fedsgd": round(speedup, 1) if speedup else "", "seconds": round(seconds, 1)}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
             # partial results survive
-            write_results(rows, curves, plan, suffix, time.perf_counter() - start_all, started)
+            write_results(rows, curves, searches, plan, suffix, time.perf_counter() - start_all, started)
 
 
-def write_results(rows, curves, plan, suffix, seconds, started):
+def write_results(rows, curves, searches, plan, suffix, seconds, started):
     out = ROOT / "figures"
     out.mkdir(exist_ok=True)
+    with open(out / f"fedavg_vs_fedsgd{suffix}_lr_search.csv", "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(searches[0]))
+        writer.writeheader()
+        writer.writerows(searches)
     with open(out / f"fedavg_vs_fedsgd{suffix}.csv", "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
@@ -111,16 +197,18 @@ def write_results(rows, curves, plan, suffix, seconds, started):
     sidecar_path(out / f"fedavg_vs_fedsgd{suffix}.csv").write_text(json.dumps(
         {"table": f"fedavg_vs_fedsgd{suffix}.csv", "plan": plan,
          "provenance": [collect(started, finished=True)]}, indent=1) + "\n")
-    lines = ["| partition | model | algorithm | E | B | u | lr | rounds to target | speedup vs FedSGD |",
+    lines = ["| partition | model | algorithm | E | B | u | lr (rates tried) | rounds to target | speedup vs FedSGD |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         rounds = r["rounds"] if r["rounds"] != "" else f"> {r['max_rounds']} (final {r['final_accuracy']:.3f})"
         lines.append(f"| {r['partition']} | {r['model']} | {r['algorithm']} | {r['E']} | {r['B']} | {r['u']} | "
-                     f"{r['lr']} | {rounds} | {r['speedup_vs_fedsgd'] or '-'} |")
+                     f"{r['lr']} ({r['lrs_tried']}) | {rounds} | {r['speedup_vs_fedsgd'] or '-'} |")
     table = "\n".join(lines)
     (out / f"fedavg_vs_fedsgd{suffix}.md").write_text(
         f"Targets: CNN {TARGET['cnn']}, MLP {TARGET['mlp']} test accuracy; C = 0.1, 100 clients; "
-        f"{plan['replicates']} replicate(s) per configuration; {seconds:.0f} s so far.\n\n"
+        f"{plan['replicates']} replicate(s) per configuration; at most {plan['rounds']} rounds for every "
+        f"algorithm; the learning rate searched per configuration on the ladder {LADDER} until the "
+        f"best is interior (every rate tried: fedavg_vs_fedsgd{suffix}_lr_search.csv); {seconds:.0f} s so far.\n\n"
         + table + "\n")
     print(table)
     # the curves, so that the figure can be redrawn without training (experiments/replot.py)
