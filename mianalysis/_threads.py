@@ -24,6 +24,26 @@ def torch_threads(n):
 
 
 @contextmanager
+def without_onednn():
+    """Run the block with PyTorch's oneDNN (mkldnn) kernels switched off, then restore them.
+
+    oneDNN compiles its convolution kernels for the CPU it runs on (AVX-512, AVX2, SSE4.1),
+    whatever ``ATEN_CPU_CAPABILITY`` says, so their rounding follows the machine. Without it
+    a convolution runs through ATen's own kernels and a matrix product (MKL), whose code
+    path ``ATEN_CPU_CAPABILITY`` and ``MKL_CBWR`` fix: the same bytes on every x86-64 CPU
+    on the baseline path.
+    """
+    import torch
+
+    before = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = False
+    try:
+        yield
+    finally:
+        torch.backends.mkldnn.enabled = before
+
+
+@contextmanager
 def single_threaded(*, torch=False):
     """Run the block with every thread pool this process computes with limited to one thread.
 

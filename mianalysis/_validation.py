@@ -16,6 +16,11 @@ import numpy as np
 UNITS = {"nats": 1.0, "bits": 1.0 / np.log(2.0)}
 
 
+class InvalidParameterError(ValueError, TypeError):
+    """A setting that is neither of the right type nor of the right value (a flag that is not
+    True or False, say): callers may catch it as ValueError or as TypeError."""
+
+
 def check_samples(a, name, *, dtype=np.float64):
     """Return `a` as a C-contiguous 2-D floating array of shape (n_samples, n_features).
 
@@ -129,7 +134,7 @@ def check_units(units):
 def check_flag(value, name):
     """`value` as a bool; ValueError naming `name` unless it is True or False."""
     if not isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"`{name}` must be True or False; got {value!r}")
+        raise InvalidParameterError(f"`{name}` must be True or False; got {value!r}")
     return bool(value)
 
 
@@ -149,6 +154,30 @@ def check_int(value, name, *, low, high=None):
     if value < low or (high is not None and value > high):
         bound = f">= {low}" if high is None else f"in [{low}, {high}]"
         raise ValueError(f"`{name}` must be {bound}; got {value}")
+    return value
+
+
+def check_real(value, name, *, low=None, high=None, low_open=False, high_open=False):
+    """Return `value` as a finite float in the interval from `low` to `high` (either None: no
+    bound; `low_open` / `high_open`: that end excluded). `TypeError` if not a real number,
+    `ValueError` if not finite or outside the interval; both name `name`."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"`{name}` must be a real number; got {value!r}")
+    value = float(value)
+    below = low is not None and (value <= low if low_open else value < low)
+    above = high is not None and (value >= high if high_open else value > high)
+    if not np.isfinite(value) or below or above:
+        left = "" if low is None else ("(" if low_open else "[") + f"{low}"
+        right = "" if high is None else f"{high}" + (")" if high_open else "]")
+        if low is not None and high is not None:
+            bound = f"in {left}, {right}"
+        elif low is not None:
+            bound = f"{'>' if low_open else '>='} {low}"
+        elif high is not None:
+            bound = f"{'<' if high_open else '<='} {high}"
+        else:
+            bound = "finite"
+        raise ValueError(f"`{name}` must be {'a finite number ' if bound != 'finite' else ''}{bound}; got {value}")
     return value
 
 

@@ -14,14 +14,13 @@ Numerical only: arrays in, numbers out; no files, no plots.
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy.linalg import LinAlgError, cholesky
 
-from ._validation import check_samples, check_units
+from ._validation import check_flag, check_real, check_samples, check_units
 from .estimators.gaussian import wishart_logdet_bias
 
 __all__ = [
@@ -173,8 +172,7 @@ def additive_model_mi(x_start: ArrayLike, y_start: ArrayLike, x_next: ArrayLike,
     'covariance'
     """
     factor = check_units(units)
-    if not isinstance(bias_correction, (bool, np.bool_)):
-        raise TypeError(f"`bias_correction` must be True or False; got {bias_correction!r}")
+    check_flag(bias_correction, "bias_correction")
     if fallback not in FALLBACKS:
         raise ValueError(f"`fallback` must be None or 'isotropic'; got {fallback!r}")
     x0, y0, x1, y1 = _check_checkpoints(x_start, y_start, x_next, y_next)
@@ -517,12 +515,7 @@ def additive_model_test(x_start: ArrayLike, y_start: ArrayLike, x_next: ArrayLik
 
 
 def _finite(value, name):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"`{name}` must hold real numbers; got {value!r}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"`{name}` must be finite; got {value}")
-    return value
+    return check_real(value, name)
 
 
 def _check_checkpoints(x_start, y_start, x_next, y_next, *, min_samples=3):

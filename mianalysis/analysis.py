@@ -320,9 +320,8 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: Sequence[str
     if by is not None:
         check_choice(by, "by", BY)
     standardize = check_flag(standardize, "standardize")
-    for name, flag in (("verify", verify), ("force", force)):
-        if not isinstance(flag, (bool, np.bool_)):
-            raise ValueError(f"`{name}` must be True or False; got {flag!r}")
+    check_flag(verify, "verify")
+    check_flag(force, "force")
     permutations = n_permutations if isinstance(n_permutations, dict) else {e: n_permutations for e in estimators}
     unknown = set(permutations) - set(ESTIMATORS)
     if unknown:

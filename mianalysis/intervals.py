@@ -35,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import ndtri, stdtrit
 
-from ._validation import check_choice, check_int, check_random_state
+from ._validation import check_choice, check_int, check_random_state, check_real
 
 __all__ = ["METHODS", "mean_interval", "mi_interval", "mi_replicates", "normal_interval", "resample_indices",
            "trend_verdict"]
@@ -47,9 +47,10 @@ SHRINKAGE = "not made: shrinkage estimate"
 
 def check_level(level, name="ci_level"):
     """`level` as a float in (0, 1), or a ValueError naming the argument `name`."""
-    if not isinstance(level, (float, int)) or isinstance(level, bool) or not 0 < level < 1:
-        raise ValueError(f"`{name}` must be a number strictly between 0 and 1 (e.g. 0.95); got {level!r}")
-    return float(level)
+    try:
+        return check_real(level, name, low=0, high=1, low_open=True, high_open=True)
+    except TypeError as exc:  # one error type for every bad level, as before
+        raise ValueError(f"{exc} (e.g. 0.95)") from None
 
 
 def normal_interval(estimate, se, level=0.95, df=None):

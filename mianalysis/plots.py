@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._validation import check_choice
 from .analysis import select
 from .regime import is_outside
 
@@ -450,8 +451,7 @@ def save_figure(rows, kind, path, title=None, *, record=None):
 
     import matplotlib.pyplot as plt
 
-    if kind not in FIGURES:
-        raise ValueError(f"`kind` must be one of {sorted(FIGURES)}; got {kind!r}")
+    check_choice(kind, "kind", sorted(FIGURES))
     fig = FIGURES[kind](rows, title, record=record)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)

@@ -31,6 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ._threads import single_threaded
+from ._validation import check_real
 
 __all__ = ["SchedulerError", "parse_scheduler", "connect", "run_unordered", "CONNECT_TIMEOUT"]
 
@@ -114,9 +115,7 @@ def connect(scheduler=None, *, client=None, timeout=CONNECT_TIMEOUT, security=No
         yield client
         return
     kind, value = parse_scheduler(scheduler)
-    timeout = float(timeout)
-    if not timeout > 0:
-        raise ValueError(f"`timeout` must be > 0 seconds; got {timeout}")
+    timeout = check_real(timeout, "timeout", low=0, low_open=True)
     distributed = _distributed()
     if kind == "local":
         import logging

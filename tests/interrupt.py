@@ -31,8 +31,12 @@ def kill_at_random_moments(cmd, progress, *, env, seed, times=5, timeout=120, af
 
 def interrupt_when(cmd, ready, *, env, timeout=120):
     """Start `cmd`, send it SIGINT (Ctrl-C) as soon as `ready()` is true, and return its exit
-    status and stderr. Fails if the command ends before it is ready."""
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    status and stderr. Fails if the command ends before it is ready.
+
+    The child starts with SIGINT at its default action: a shell that starts the test run in
+    the background makes it ignored, and Python then never raises KeyboardInterrupt."""
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + timeout
     while proc.poll() is None and not ready() and time.monotonic() < deadline:
         time.sleep(0.005)

@@ -205,7 +205,7 @@ def test_verdict(ci, predicted, verdict):
     ((0.0, 1.0), float("inf"), ValueError, "`predicted_change` must be finite"),
     (0.5, 0.0, TypeError, "`estimated_change_ci` must be a pair"),
     ((0.0, 1.0, 2.0), 0.0, TypeError, "`estimated_change_ci` must be a pair"),
-    (("a", 1.0), 0.0, TypeError, "`estimated_change_ci` must hold real numbers"),
+    (("a", 1.0), 0.0, TypeError, "`estimated_change_ci` must be a real number"),
 ])
 def test_verdict_bad_input(ci, predicted, error, match):
     with pytest.raises(error, match=match):

@@ -104,7 +104,7 @@ def test_unknown_metric():
 
 
 def test_unknown_estimator():
-    with pytest.raises(ValueError, match=r"`estimator` must be one of \['gaussian', 'ksg'\]; got 'kde'"):
+    with pytest.raises(ValueError, match=r"`estimator` must be one of 'gaussian', 'ksg'; got 'kde'"):
         mi_permutation_test(X, Y, estimator="kde")
 
 
@@ -117,3 +117,67 @@ def test_bad_number_of_permutations(n):
 def test_unknown_estimator_argument():
     with pytest.raises(TypeError, match="unexpected keyword argument.*'kk'"):
         mi_permutation_test(X, Y, n_permutations=2, kk=3)
+
+
+# ---------------------------------------------------------------- the shared checks themselves
+from mianalysis._validation import InvalidParameterError, check_flag, check_real  # noqa: E402
+
+
+@pytest.mark.parametrize("value, bounds, expected", [
+    (0.5, dict(low=0, high=1), 0.5),
+    (0, dict(low=0, high=1), 0.0),
+    (1, dict(low=0, high=1), 1.0),
+    (np.float32(0.25), dict(low=0, high=0.5, high_open=True), 0.25),
+    (-3.0, {}, -3.0),
+])
+def test_check_real_accepts(value, bounds, expected):
+    got = check_real(value, "v", **bounds)
+    assert got == expected and type(got) is float
+
+
+@pytest.mark.parametrize("value, bounds, error, match", [
+    (0.5, dict(low=0, high=0.5, high_open=True), ValueError, r"`v` must be a finite number in \[0, 0.5\); got 0.5"),
+    (0.0, dict(low=0, low_open=True), ValueError, r"`v` must be a finite number > 0; got 0.0"),
+    (-0.1, dict(low=0), ValueError, r"`v` must be a finite number >= 0; got -0.1"),
+    (2.0, dict(high=1, high_open=True), ValueError, r"`v` must be a finite number < 1; got 2.0"),
+    (np.nan, {}, ValueError, "`v` must be finite; got nan"),
+    (np.inf, dict(low=0), ValueError, "`v` must be a finite number >= 0; got inf"),
+    (True, {}, TypeError, "`v` must be a real number; got True"),
+    ("0.5", {}, TypeError, "`v` must be a real number; got '0.5'"),
+])
+def test_check_real_refuses(value, bounds, error, match):
+    with pytest.raises(error, match=match):
+        check_real(value, "v", **bounds)
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None, np.array([True])])
+def test_a_flag_error_is_both_value_and_type_error(value):
+    for caught in (ValueError, TypeError, InvalidParameterError):
+        with pytest.raises(caught, match="`f` must be True or False"):
+            check_flag(value, "f")
+    assert check_flag(np.bool_(True), "f") is True
+
+
+def test_entry_points_use_the_shared_checks():
+    from mianalysis import gaussian_mi
+    from mianalysis.federated.aggregation import get_aggregator
+    from mianalysis.intervals import check_level
+    from mianalysis.scaleout import connect
+
+    with pytest.raises(ValueError, match="`bias_correction` must be True or False"):
+        gaussian_mi(X, Y, bias_correction="yes")
+    with pytest.raises(ValueError, match=r"`ci_level` must be a finite number in \(0, 1\); got 1.5"):
+        check_level(1.5)
+    with pytest.raises(ValueError, match="`ci_level` must be a real number"):
+        check_level("0.9")
+    with pytest.raises(ValueError, match="`aggregator` must be one of 'and_mask'"):
+        get_aggregator("krum")
+    with pytest.raises(ValueError, match="`timeout` must be a finite number > 0; got 0.0"):
+        with connect("local:1", timeout=0):
+            pass
+    from mianalysis.estimators import MarginalDistances
+
+    with pytest.raises(TypeError, match="`n_features` must be an integer; got 1.5"):
+        MarginalDistances(np.zeros((3, 3)), 1.5)
+    with pytest.raises(ValueError, match="`n_features` must be >= 0; got -1"):
+        MarginalDistances(np.zeros((3, 3)), -1)

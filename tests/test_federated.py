@@ -29,7 +29,7 @@ def test_partition_shapes():
     assert few < 4 < many
     sizes = list(map(len, partition(LABELS, 10, "unequal", seed=0, sigma=1.0)))
     assert max(sizes) > 3 * min(sizes)
-    with pytest.raises(ValueError, match="`scheme` must be one of iid, shards, dirichlet, unequal"):
+    with pytest.raises(ValueError, match="`scheme` must be one of 'iid', 'shards', 'dirichlet', 'unequal'"):
         partition(LABELS, 3, "sorted")
 
 
@@ -125,7 +125,7 @@ def test_record_replicates_to_dump_and_resume(small_data, tmp_path):
         ({"batch_size": 0}, "`batch_size` must be >= 1"),
         ({"lr": -1.0}, "`lr` must be > 0"),
         ({"algorithm": "fedprox"}, "`algorithm` must be one of 'fedavg', 'fedsgd'"),
-        ({"aggregator": "krum"}, "unknown aggregator 'krum'"),
+        ({"aggregator": "krum"}, "`aggregator` must be one of 'and_mask'"),
     ],
 )
 def test_bad_config(small_data, kwargs, match):

@@ -200,7 +200,10 @@ def test_default_streams_give_the_samples_made_before_sharing_existed(tmp_path):
 
     Its "signal" samples were remade when autograd replaced signal-rnn's written-out
     back-propagation through time (the same streams, other rounding); the earlier bytes
-    are kept as "signal_written_out_backward" and agree to rounding."""
+    are kept as "signal_written_out_backward" and agree to rounding. Its "digits" samples
+    were remade when digits-lenet's convolutions left oneDNN, whose kernels follow the CPU
+    (the earlier bytes, made on an AVX-512 machine, did not reproduce on an AVX2 one);
+    those are kept as "digits_onednn" and agree to rounding."""
     root = Path(__file__).resolve().parents[1]
     subprocess.run([sys.executable, "-c", DEFAULT_STREAMS, str(tmp_path / "now.npz")], cwd=root, check=True,
                    env={**os.environ, **BASELINE, "PYTHONPATH": str(root), "MIANALYSIS_CACHE": str(tmp_path / "cache")},
@@ -209,6 +212,25 @@ def test_default_streams_give_the_samples_made_before_sharing_existed(tmp_path):
     assert np.array_equal(now["signal"], saved["signal"])
     assert np.array_equal(now["digits"], saved["digits"])
     np.testing.assert_allclose(now["signal"], saved["signal_written_out_backward"], rtol=0, atol=1e-8)
+    np.testing.assert_allclose(now["digits"], saved["digits_onednn"], rtol=0, atol=1e-7)
+
+
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="x86-64 code path settings")
+def test_digits_samples_do_not_follow_the_cpus_onednn_kernels(tmp_path):
+    """oneDNN compiles its kernels for the CPU's instruction set whatever the baseline
+    settings say; capping it (ONEDNN_MAX_CPU_ISA) as an older CPU would, SSE4.1 against
+    AVX2, must not change digits-lenet's samples on the baseline path (pretraining
+    included). Where oneDNN's convolutions are used this fails on any CPU with AVX2."""
+    root = Path(__file__).resolve().parents[1]
+    got = {}
+    for isa in ("SSE41", "AVX2"):
+        out = tmp_path / f"{isa}.npz"
+        subprocess.run([sys.executable, "-c", DEFAULT_STREAMS, str(out)], cwd=root, check=True, capture_output=True,
+                       env={**os.environ, **BASELINE, "ONEDNN_MAX_CPU_ISA": isa, "PYTHONPATH": str(root),
+                            "MIANALYSIS_CACHE": str(tmp_path / f"cache-{isa}")})
+        got[isa] = np.load(out)
+    assert np.array_equal(got["SSE41"]["digits"], got["AVX2"]["digits"])
+    assert np.array_equal(got["SSE41"]["signal"], got["AVX2"]["signal"])
 
 
 @pytest.mark.parametrize("task, shared", [

@@ -1,8 +1,12 @@
 """Public seams between the analysis and the estimators: ``analyze`` builds on
 :class:`mianalysis.MarginalDistances` and :func:`mianalysis.mi_permutation_test`, and its
-tables are the same, byte for byte, as those written before the seam existed
-(``tests/data/seams_golden.csv``, written by the analysis of commit 5ecd029)."""
+tables are the same as those written before the seam existed (``tests/data/seams_golden.csv``,
+written by the analysis of commit 5ecd029): every text field equal, every number equal to
+1e-12 relative (the last bits of a log-determinant or a distance depend on the CPU's
+instruction set: the golden file was written on an AVX-512 machine)."""
 
+import csv
+import io
 from pathlib import Path
 
 import numpy as np
@@ -48,8 +52,30 @@ def golden_tables(path):
     return text
 
 
+def _fields(text):
+    """The CSV fields of `text`, numbers as floats."""
+    rows = []
+    for line in csv.reader(io.StringIO(text)):
+        row = []
+        for field in line:
+            try:
+                row.append(float(field))
+            except ValueError:
+                row.append(field)
+        rows.append(row)
+    return rows
+
+
 def test_analysis_tables_are_unchanged(tmp_path):
-    assert golden_tables(tmp_path) == GOLDEN.read_text()
+    got, want = _fields(golden_tables(tmp_path)), _fields(GOLDEN.read_text())
+    assert [len(r) for r in got] == [len(r) for r in want]
+    for i, (row, golden) in enumerate(zip(got, want)):
+        for a, b in zip(row, golden):
+            if isinstance(b, float):
+                assert isinstance(a, float) and (a == b or np.isclose(a, b, rtol=1e-12, atol=0)
+                                                 or (np.isnan(a) and np.isnan(b))), (i, row, golden)
+            else:
+                assert a == b, (i, row, golden)
 
 
 def samples_pair(n=200, seed=0):
@@ -128,7 +154,7 @@ def test_marginal_distances_bad_input():
         MarginalDistances.of(x, standardize="yes")
     with pytest.raises(ValueError, match="`matrix` must be a square float64 array"):
         MarginalDistances(np.zeros((3, 2)), 1)
-    with pytest.raises(ValueError, match="`n_features` must be an int >= 0"):
+    with pytest.raises(ValueError, match="`n_features` must be >= 0; got -1"):
         MarginalDistances(np.zeros((3, 3)), -1)
 
 

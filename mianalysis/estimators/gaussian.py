@@ -11,7 +11,7 @@ from scipy.linalg import LinAlgError, cholesky
 from scipy.special import digamma
 
 from .._scaling import SAFE_HIGH, SAFE_LOW, pow2_scale
-from .._validation import ConstantFeatureWarning, check_choice, check_paired, check_samples, check_units, drop_constant_features
+from .._validation import ConstantFeatureWarning, check_choice, check_flag, check_paired, check_samples, check_units, drop_constant_features
 
 __all__ = [
     "gaussian_mi", "gaussian_cmi", "SHRINKAGE", "check_gaussian_settings", "wishart_logdet_bias",
@@ -292,8 +292,7 @@ def check_gaussian_settings(units="bits", bias_correction=True, shrinkage=None):
     """Check :func:`gaussian_mi`'s settings (same defaults); return the nats-to-units factor."""
     factor = check_units(units)
     check_choice(shrinkage, "shrinkage", SHRINKAGE)
-    if not isinstance(bias_correction, (bool, np.bool_)):
-        raise TypeError(f"`bias_correction` must be True or False; got {bias_correction!r}")
+    check_flag(bias_correction, "bias_correction")
     return factor
 
 

@@ -337,8 +337,7 @@ class MarginalDistances:
         if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1] or matrix.dtype != np.float64:
             raise ValueError(f"`matrix` must be a square float64 array of distances; got {matrix.dtype} array of "
                              f"shape {matrix.shape} (MarginalDistances.of makes one from samples)")
-        if isinstance(n_features, bool) or not isinstance(n_features, (int, np.integer)) or n_features < 0:
-            raise ValueError(f"`n_features` must be an int >= 0; got {n_features!r}")
+        n_features = check_int(n_features, "n_features", low=0)
         matrix = matrix.view()
         matrix.flags.writeable = False
         self.matrix = matrix

@@ -165,8 +165,7 @@ def mi_permutation_test(
     >>> mi_permutation_test(x, z, n_permutations=99, random_state=0).p_value
     0.43
     """
-    if not isinstance(estimator, str) or estimator not in ESTIMATORS:
-        raise ValueError(f"`estimator` must be one of {sorted(ESTIMATORS)}; got {estimator!r}")
+    check_choice(estimator, "estimator", sorted(ESTIMATORS))
     n_permutations = check_int(n_permutations, "n_permutations", low=1)
     rng = check_random_state(random_state)
     use_distance_cache(distance_cache, 0)  # only checks the argument

@@ -22,9 +22,9 @@ G. Parascandolo et al., "Learning explanations that are hard to vary", ICLR 2021
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
+
+from .._validation import check_choice, check_real
 
 __all__ = [
     "EPS", "fedavg", "fedsgd", "median", "trimmed_mean", "and_mask", "geometric_mask", "AGGREGATORS",
@@ -129,8 +129,7 @@ def trimmed_mean(stacked, beta=0.1, weights=None):
     """
     import torch
 
-    if isinstance(beta, bool) or not isinstance(beta, numbers.Real) or not 0 <= beta < 0.5:
-        raise ValueError(f"`beta` must be a number in [0, 0.5); got {beta!r}")
+    beta = check_real(beta, "beta", low=0, high=0.5, high_open=True)
     x, w, out = _prepare(stacked, weights)
     if w is None:
         w = torch.ones(x.shape[-2], dtype=x.dtype)
@@ -148,8 +147,7 @@ def trimmed_mean(stacked, beta=0.1, weights=None):
 def _agreement_mask(x, w, threshold):
     import torch
 
-    if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or not 0 <= threshold <= 1:
-        raise ValueError(f"`threshold` must be a number in [0, 1]; got {threshold!r}")
+    threshold = check_real(threshold, "threshold", low=0, high=1)
     agreement = _mean(torch.sign(x), w).abs()
     return (agreement >= threshold).to(x.dtype)
 
@@ -213,8 +211,7 @@ def get_aggregator(name, **params):
 
     Returns a function ``(stacked, weights=None) -> vector``.
     """
-    if name not in AGGREGATORS:
-        raise ValueError(f"unknown aggregator {name!r}; known: {', '.join(sorted(AGGREGATORS))}")
+    check_choice(name, "aggregator", sorted(AGGREGATORS))
     rule = AGGREGATORS[name]
 
     def aggregate(stacked, weights=None):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import check_int
+from .._validation import check_choice, check_int
 
 __all__ = ["PARTITIONS", "partition"]
 
@@ -34,8 +34,7 @@ def partition(labels, n_clients, scheme="iid", *, seed=0, shards_per_client=2, a
     labels = np.asarray(labels)
     n = labels.shape[0]
     n_clients = check_int(n_clients, "n_clients", low=1, high=n)
-    if scheme not in PARTITIONS:
-        raise ValueError(f"`scheme` must be one of {', '.join(PARTITIONS)}; got {scheme!r}")
+    check_choice(scheme, "scheme", PARTITIONS)
     rng = np.random.default_rng(seed)
     if scheme == "iid":
         return [np.sort(part) for part in np.array_split(rng.permutation(n), n_clients)]

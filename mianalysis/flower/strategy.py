@@ -11,7 +11,8 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 
-from ..federated.aggregation import get_aggregator
+from .._validation import check_choice, check_flag
+from ..federated.aggregation import AGGREGATORS, get_aggregator
 from .records import flatten, named_arrays, partition_id, the_array_record, unflatten
 
 LOG = logging.getLogger("flwr")
@@ -79,8 +80,8 @@ class FedRule(FedAvg):
             raise TypeError(f"`rule` must be the name of an aggregation rule; got {rule!r}")
         if rule_params is not None and not isinstance(rule_params, dict):
             raise TypeError(f"`rule_params` must be a dict of the rule's settings; got {rule_params!r}")
-        if not isinstance(weighted, bool):
-            raise TypeError(f"`weighted` must be True or False; got {weighted!r}")
+        check_choice(rule, "rule", sorted(AGGREGATORS))
+        check_flag(weighted, "weighted")
         self.rule_name = rule
         self.rule_params = dict(rule_params or {})
         self.weighted = weighted

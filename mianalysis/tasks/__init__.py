@@ -3,6 +3,7 @@
 Tasks load PyTorch when used; importing this package does not.
 """
 
+from .._validation import check_choice
 from .base import ClientBatchData, Task
 from .digits import DigitsLeNetTask
 from .gaussian_sgd import GaussianSGDTask
@@ -15,8 +16,7 @@ TASKS = {task.name: task for task in (SignalRNNTask, DigitsLeNetTask, GaussianSG
 
 def get_task(name, preset="paper", **settings):
     """The task called `name` with a preset's settings and `settings` on top."""
-    if name not in TASKS:
-        raise ValueError(f"`task` must be one of {sorted(TASKS)}; got {name!r}")
+    check_choice(name, "task", sorted(TASKS))
     return TASKS[name].from_preset(preset, **settings)
 
 

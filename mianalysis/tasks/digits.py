@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._threads import torch_threads
+from .._threads import torch_threads, without_onednn
 from .._validation import ChoiceSetting, FolderSetting, IntSetting, RealSetting
 from ..datasets import load_digit_images
 from .base import LEARNING_RATE, ClientBatchData, Task
@@ -30,14 +30,16 @@ def pretrain_code_path():
     Returns
     -------
     dict
-        ``{"torch": torch.__version__, "cpu_capability": ..., "mkl_cbwr": ...}``; the
-        capability as ``torch.backends.cpu.get_cpu_capability()`` reports it (it follows
-        ``ATEN_CPU_CAPABILITY``), ``mkl_cbwr`` the ``MKL_CBWR`` variable or None.
+        ``{"torch": torch.__version__, "cpu_capability": ..., "mkl_cbwr": ..., "convolution":
+        "aten"}``; the capability as ``torch.backends.cpu.get_cpu_capability()`` reports it
+        (it follows ``ATEN_CPU_CAPABILITY``), ``mkl_cbwr`` the ``MKL_CBWR`` variable or None;
+        "convolution" says that pretraining runs its convolutions without oneDNN (networks
+        cached before that, by oneDNN's CPU-dependent kernels, are not reused).
     """
     import torch
 
     return {"torch": str(torch.__version__), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "mkl_cbwr": os.environ.get("MKL_CBWR")}
+            "mkl_cbwr": os.environ.get("MKL_CBWR"), "convolution": "aten"}
 
 
 def build_lenet(image_size):
@@ -213,6 +215,12 @@ class DigitsLeNetTask(Task):
         opt = torch.optim.Adam(model.parameters(), lr=float(self.settings["pretrain_lr"]))
         x = torch.from_numpy(images).unsqueeze(1)
         y = torch.from_numpy(labels)
+        with without_onednn():  # the convolutions' bytes follow the code path, not the CPU
+            self._pretrain_epochs(model, opt, x, y, gen)
+
+    def _pretrain_epochs(self, model, opt, x, y, gen):
+        import torch
+
         for _ in range(int(self.settings["pretrain_epochs"])):
             order = torch.randperm(len(x), generator=gen)
             for start in range(0, len(x), 64):
@@ -266,7 +274,7 @@ class DigitsLeNetTask(Task):
         import torch
 
         body, _ = self.pretrained()
-        with torch.no_grad(), torch_threads(1):
+        with torch.no_grad(), torch_threads(1), without_onednn():
             if images.ndim == 4:
                 return torch.stack([self.features(replica) for replica in images])
             lead = images.shape[:-2]
