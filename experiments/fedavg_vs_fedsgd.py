@@ -235,22 +235,30 @@ def plot(curves, path, plan=None):
     import matplotlib.pyplot as plt
 
     panels = sorted({(p, m) for p, m, _ in curves})
-    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 5.2), squeeze=False)
-    for ax, (partition, model) in zip(axes[0], panels):
+    labels = list(dict.fromkeys(label for _, _, label in curves))
+    styles = {label: {"color": "k", "ls": "--", "lw": 2.0} if label.startswith("fedsgd") else
+              {"color": plt.cm.viridis(i / max(1, len(labels) - 1)), "ls": "-", "lw": 1.6}
+              for i, label in enumerate(labels)}  # one colour per configuration in every panel
+    cols = 2 if len(panels) > 1 else 1
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 4.6 * rows), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax, (partition, model) in zip(axes.flat, panels):
         for (p, m, label), curve in curves.items():
             if (p, m) == (partition, model):
-                ax.plot(range(len(curve)), curve, label=label, lw=1.5)
-        ax.axhline(TARGET[model], color="k", ls="--", lw=1, label=f"target {TARGET[model]}")
+                ax.plot(range(len(curve)), curve, label=label, **styles[label])
+        ax.axhline(TARGET[model], color="tab:red", ls=":", lw=1.5, label=f"target accuracy {TARGET[model]}")
         ax.set_title(f"{model.upper()}, {'IID' if partition == 'iid' else 'non-IID (2 shards per client)'}",
                      fontsize=13)
         ax.set_xlabel("communication round", fontsize=12)
-        ax.set_ylabel("test accuracy", fontsize=12)
+        ax.set_ylabel("test accuracy (mean of replicates)", fontsize=12)
         ax.tick_params(labelsize=11)
         ax.set_ylim(0, 1)
         ax.legend(fontsize=10, loc="lower right")
     reps = f"mean over {plan['replicates']} replicate runs" if plan and "replicates" in plan else "replicate mean"
-    fig.suptitle(f"FedSGD vs FedAvg on digits: 100 clients, C = 0.1, best learning rate per configuration; {reps}",
-                 fontsize=13)
+    fig.suptitle(f"FedSGD vs FedAvg on 8x8 digits: 100 clients, C = 0.1, best learning rate per configuration;\n"
+                 f"a run stops at the round its mean reaches the target; {reps}", fontsize=13)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
