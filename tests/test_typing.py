@@ -102,9 +102,11 @@ def optional_names():
     stand-ins with the same attributes elsewhere."""
     from mianalysis import ParameterDump
     from mianalysis.dumps.writer import DumpWriter
+    from mianalysis.federated.simulation import FederatedSimulation
     from mianalysis.tasks.base import Task
 
-    names = {"DumpWriter": DumpWriter, "ParameterDump": ParameterDump, "Task": Task}
+    names = {"DumpWriter": DumpWriter, "ParameterDump": ParameterDump, "Task": Task,
+             "FederatedSimulation": FederatedSimulation}
     try:
         import distributed
 
