@@ -109,10 +109,11 @@ def optional_names():
              "FederatedSimulation": FederatedSimulation}
     try:
         import distributed
+        import distributed.security
 
         names["distributed"] = distributed
     except ImportError:
-        names["distributed"] = types.SimpleNamespace(Client=object)
+        names["distributed"] = types.SimpleNamespace(Client=object, security=types.SimpleNamespace(Security=object))
     try:
         import dask.array
 
