@@ -65,13 +65,13 @@ def public_modules():
     return sorted(names)
 
 
-def missing_extra(exc):
-    """What `exc`, raised by importing a module, says is missing when that is an optional
-    extra (a module of one, or a message such as "pip install 'mianalysis[flower]'" where an
-    extra is absent); None for any other import error."""
+def missing_extra(name, exc):
+    """Why module `name` cannot be imported when `exc`, raised by importing it, says that an
+    optional extra is missing (a module of one, or a message such as "pip install
+    'mianalysis[flower]'" where an extra is absent); None for any other import error."""
     root = (exc.name or "").split(".")[0]
     if root in OPTIONAL_EXTRAS:
-        return root
+        return f"{name} needs {root} (an optional extra)"
     absent = [e for e in OPTIONAL_EXTRAS if importlib.util.find_spec(e) is None]
     if exc.name is None and absent and "mianalysis[" in str(exc):
         return str(exc)
@@ -86,10 +86,10 @@ def module_params():
         try:
             module = importlib.import_module(name)
         except ImportError as exc:
-            extra = missing_extra(exc)
-            if extra is None:
+            why = missing_extra(name, exc)
+            if why is None:
                 raise
-            params.append(pytest.param(None, id=name, marks=pytest.mark.skip(reason=f"{name} needs {extra}")))
+            params.append(pytest.param(None, id=name, marks=pytest.mark.skip(reason=why)))
             continue
         for qualname, func in exported_callables(module, own_only=True) if hasattr(module, "__all__") else []:
             params.append(pytest.param(func, id=f"{name}:{qualname}"))
