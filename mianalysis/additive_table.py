@@ -10,10 +10,15 @@ change beside the change the additive model predicts. The numbers come from
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .additive import additive_model_test
+
+if TYPE_CHECKING:  # names used only in type hints
+    from .dumps import ParameterDump
 
 __all__ = ["additive_prediction_rows", "PREDICTION_COLUMNS"]
 
@@ -23,8 +28,9 @@ PREDICTION_COLUMNS = ("checkpoint_from", "checkpoint", "iteration_from", "iterat
                       "note")
 
 
-def additive_prediction_rows(rows, dump, *, quantity="mi_gaussian", fallback="isotropic", n_resamples=20,
-                             level=0.95, random_state=0):
+def additive_prediction_rows(rows: Sequence[Mapping[str, Any]], dump: ParameterDump, *, quantity: str = "mi_gaussian",
+                             fallback: str | None = "isotropic", n_resamples: int = 20, level: float = 0.95,
+                             random_state: int | None = 0) -> list[dict]:
     """Estimated and additive-model MI changes for every pair and step of a table.
 
     Parameters

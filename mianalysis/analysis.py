@@ -8,9 +8,9 @@ import itertools
 import json
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -46,7 +46,7 @@ CI_RESAMPLES = {"gaussian": 20, "ksg": 10}
 log = logging.getLogger(__name__)
 
 
-def gaussian_settings(n_runs, n_features):
+def gaussian_settings(n_runs: int, n_features: int) -> tuple[dict[str, str], str]:
     """How the Gaussian estimator is run for `n_runs` samples of `n_features` joint
     dimensions: the plain bias-corrected estimate while the sample covariance is
     well-determined (n_runs > 2 * n_features), Ledoit-Wolf shrinkage otherwise."""
@@ -656,7 +656,7 @@ def _check_finite(dump, t, samples, cols):
                             "verify` checks a whole dump)")
 
 
-def sidecar_path(table):
+def sidecar_path(table: str | os.PathLike) -> Path:
     """The JSON sidecar of a CSV table: its full name plus ``.json`` (``t.csv`` -> ``t.csv.json``),
     so that any table name maps to one sidecar and it never clashes with another output
     (the experiments write ``NAME.csv`` and their own record ``NAME.json`` side by side)."""
@@ -834,7 +834,7 @@ class _Journal:
         self.path.unlink(missing_ok=True)
 
 
-def write_table(rows, path):
+def write_table(rows: Iterable[Mapping[str, Any]], path: str | os.PathLike) -> None:
     """Write analysis rows as CSV (NaN as an empty field)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -849,7 +849,7 @@ def _write_csv(rows, fh):
         writer.writerow({k: ("" if isinstance(v, float) and np.isnan(v) else v) for k, v in row.items()})
 
 
-def read_table(path):
+def read_table(path: str | os.PathLike) -> list[dict]:
     """Read a CSV written by :func:`write_table` back into rows (numbers as floats/ints)."""
     path = Path(path)
     if not path.exists():
@@ -871,7 +871,8 @@ def read_table(path):
     return rows
 
 
-def select(rows, quantity, client_a=None, client_b=None):
+def select(rows: Iterable[dict], quantity: str, client_a: str | None = None,
+           client_b: str | None = None) -> list[dict]:
     """Rows of one quantity (optionally one pair), sorted by checkpoint."""
     hits = [r for r in rows if r["quantity"] == quantity
             and (client_a is None or r["client_a"] == client_a) and (client_b is None or r["client_b"] == client_b)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Sequence
 
 from . import __version__
 
@@ -353,7 +354,7 @@ class _OneLineParser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def build_parser():
+def build_parser() -> argparse.ArgumentParser:
     parser = _OneLineParser(
         prog="mianalysis",
         description="Mutual information and distances between federated clients' parameter vectors.",
@@ -572,7 +573,7 @@ def _interrupted(args):
     return "interrupted; rerun the same command to resume" if written else "interrupted; nothing was written"
 
 
-def main(argv=None):
+def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -5,16 +5,18 @@ Nothing is downloaded."""
 from __future__ import annotations
 
 import gzip
+import os
 from pathlib import Path
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 __all__ = ["read_idx", "write_idx", "load_mnist", "load_digit_images"]
 
 _DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 
 
-def read_idx(path):
+def read_idx(path: str | os.PathLike) -> np.ndarray:
     """Read one IDX file into an array; raises ValueError naming the file if it is not one."""
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
@@ -32,7 +34,7 @@ def read_idx(path):
     return np.frombuffer(raw, dtype=dtype, offset=header).reshape(shape)
 
 
-def write_idx(path, array):
+def write_idx(path: str | os.PathLike, array: ArrayLike) -> None:
     """Write a uint8 array as an IDX file (used by tests to build tiny MNIST files)."""
     array = np.ascontiguousarray(array, dtype=np.uint8)
     header = bytes([0, 0, 0x08, array.ndim]) + b"".join(int(s).to_bytes(4, "big") for s in array.shape)
@@ -46,7 +48,7 @@ def _find(folder, stem):
     raise FileNotFoundError(f"{folder} has no {stem} (or {stem}.gz): expected the standard MNIST IDX files")
 
 
-def load_mnist(folder):
+def load_mnist(folder: str | os.PathLike) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(train_images, train_labels, test_images, test_labels) from a folder of MNIST IDX
     files; images as float32 in [0, 1] of shape (n, 28, 28)."""
     folder = Path(folder)
@@ -60,7 +62,8 @@ def load_mnist(folder):
     return tuple(parts)
 
 
-def load_digit_images(mnist_path=None, seed=0):
+def load_digit_images(mnist_path: str | os.PathLike | None = None, seed: int = 0
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(train_images, train_labels, test_images, test_labels), images float32 in [0, 1] of
     shape (n, H, W): MNIST from the IDX files in `mnist_path`, else scikit-learn's 8x8
     digits split 70 / 30 (stratified, shuffled by `seed`)."""

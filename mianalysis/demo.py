@@ -9,11 +9,17 @@ of samples, the situation of client parameter vectors.
 from __future__ import annotations
 
 import logging
+import os
 import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .estimators import gaussian_mi, ksg_mi, mi_permutation_test
+
+if TYPE_CHECKING:  # names used only in type hints
+    from .tasks.base import Task
 
 __all__ = [
     "DEFAULT_CASES", "DEMO_PERMUTATIONS", "correlated_gaussian_samples", "estimator_table", "format_table",
@@ -30,14 +36,16 @@ DEMO_PERMUTATIONS = {"gaussian": 20, "ksg": 100}
 log = logging.getLogger(__name__)
 
 
-def correlated_gaussian_samples(n, d, rho, rng):
+def correlated_gaussian_samples(n: int, d: int, rho: float, rng: np.random.Generator
+                                ) -> tuple[np.ndarray, np.ndarray, float]:
     """x, y of shape (n, d) and their exact MI in bits."""
     x = rng.standard_normal((n, d))
     y = rho * x + np.sqrt(1.0 - rho**2) * rng.standard_normal((n, d))
     return x, y, -0.5 * d * np.log2(1.0 - rho**2) + 0.0  # + 0.0: no -0.0
 
 
-def estimator_table(cases=DEFAULT_CASES, *, n_permutations=20, seed=0):
+def estimator_table(cases: Iterable[tuple[int, int, float]] = DEFAULT_CASES, *, n_permutations: int = 20,
+                    seed: int = 0) -> list[dict]:
     """Rows of exact and estimated MI (bits) for each (n, d per side, rho) case."""
     rng = np.random.default_rng(seed)
     rows = []
@@ -65,7 +73,7 @@ def estimator_table(cases=DEFAULT_CASES, *, n_permutations=20, seed=0):
     return rows
 
 
-def format_table(rows):
+def format_table(rows: Iterable[Mapping[str, Any]]) -> str:
     """The rows as a fixed-width text table."""
     header = f"{'n':>6} {'d+d':>7} {'rho':>5} {'exact':>8} {'gauss-plugin':>12} {'gauss':>8} {'ksg':>8} {'ksg s':>6} {'p(gauss)':>8} {'p(ksg)':>7}"
     lines = [header, "-" * len(header)]
@@ -78,7 +86,8 @@ def format_table(rows):
     return "\n".join(lines)
 
 
-def run_demo(out_dir="runs/demo", runs=400, seed=0, progress=True):
+def run_demo(out_dir: str | os.PathLike = "runs/demo", runs: int = 400, seed: int = 0, progress: bool = True
+             ) -> list[dict]:
     """The main job on embedded data: signal-rnn (512 examples per client, 8 iterations),
     `runs` runs, sampled, analysed with permutation nulls and plotted into `out_dir`.
 
@@ -93,7 +102,7 @@ def run_demo(out_dir="runs/demo", runs=400, seed=0, progress=True):
                           n_permutations=DEMO_PERMUTATIONS, progress=progress)
 
 
-def demo_task():
+def demo_task() -> Task:
     """The demo's task: signal-rnn's long preset with 512 examples per client."""
     from .tasks import get_task
 
@@ -105,7 +114,8 @@ def _task_line(task, runs, seed):
             f"{task.n_iterations} iterations per epoch, {runs} runs (seed {seed})")
 
 
-def demo_report(rows, out_dir="runs/demo", *, runs=400, seed=0):
+def demo_report(rows: Sequence[dict], out_dir: str | os.PathLike = "runs/demo", *, runs: int = 400,
+                seed: int = 0) -> str:
     """The text report of :func:`run_demo`'s rows (of `runs` runs sampled with `seed`): MI and distances with their nulls, the
     core paper's finding in this run, the trend per quantity and pair, the files written."""
     from pathlib import Path

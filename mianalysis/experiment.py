@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .analysis import analyze, select, write_table
 from .plots import save_figure
+
+if TYPE_CHECKING:  # names used only in type hints
+    from .tasks.base import Task
 
 __all__ = [
     "run_experiment", "summary_table", "TRENDS", "step_verdicts", "overall_trend", "trend_summary",
@@ -18,8 +24,9 @@ __all__ = [
 ]
 
 
-def run_experiment(task, *, runs, out_dir, name, seed=0, every=1, init="per-run", chunk_size=64,
-                   n_permutations=0, k=3, progress=True, dump_dir=None):
+def run_experiment(task: Task, *, runs: int, out_dir: str | os.PathLike, name: str, seed: int = 0, every: int = 1,
+                   init: str = "per-run", chunk_size: int = 64, n_permutations: int | Mapping[str, int] = 0, k: int = 3,
+                   progress: bool = True, dump_dir: str | os.PathLike | None = None) -> list[dict]:
     """Sample `runs` runs of `task`, analyse them and draw the MI and distance figures.
 
     Writes ``out_dir/NAME.csv`` (the analysis table), ``out_dir/NAME_mi.png`` (Figure 1/2
@@ -67,7 +74,7 @@ def _fmt(v, width=7, digits=3):
     return f"{v:>{width}.{digits}f}"
 
 
-def summary_table(rows):
+def summary_table(rows: Sequence[dict]) -> str:
     """Text table per checkpoint and client pair: MI by each estimator with its null mean
     and p-value, and the three mean distances."""
     quantities = {r["quantity"] for r in rows}
@@ -97,7 +104,7 @@ def summary_table(rows):
 TRENDS = "paired confidence intervals of the change between consecutive checkpoints"
 
 
-def step_verdicts(rows, quantity, client_a, client_b):
+def step_verdicts(rows: Sequence[dict], quantity: str, client_a: str, client_b: str) -> list[tuple[int, str]]:
     """[(iteration, verdict)] of the table's ``delta_QUANTITY`` rows of one pair, for the
     steps between checkpoints after the first one past iteration 0 (the initial point is
     where every design starts, so steps from it say nothing about training)."""
@@ -107,7 +114,7 @@ def step_verdicts(rows, quantity, client_a, client_b):
             if first is not None and r["iteration"] > first]
 
 
-def overall_trend(verdicts):
+def overall_trend(verdicts: Iterable[str]) -> str:
     """One verdict for a series of step verdicts: "rising" if some step rises and none
     falls, "falling" if the reverse, "mixed" if both, "no detectable change" if no step
     has one; a verdict not made at any step (shrinkage) or no steps at all make none.
@@ -130,7 +137,7 @@ def overall_trend(verdicts):
     return "mixed" if up and down else "rising" if up else "falling" if down else "no detectable change"
 
 
-def trend_summary(rows):
+def trend_summary(rows: Sequence[dict]) -> str:
     """Text lines: per MI and distance quantity and client pair, the overall trend over the
     checkpoints after the first trained one, and the verdict of every step."""
     pairs = sorted({(r["client_a"], r["client_b"]) for r in rows if r["client_b"] != ""})
@@ -145,7 +152,7 @@ def trend_summary(rows):
     return "\n".join(lines)
 
 
-def finding(rows):
+def finding(rows: Sequence[dict]) -> dict[str, bool | str]:
     """Does the core paper's finding hold in this table? MI above its permutation null
     (p <= 0.05, or more than 3 null sd above the null mean when fewer permutations were
     run) at every checkpoint after the first, MI rising and every distance growing.

@@ -32,7 +32,11 @@ estimates the MI of a shrunk covariance, not the MI).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.special import ndtri, stdtrit
 
 from ._validation import check_choice, check_int, check_random_state, check_real
@@ -53,7 +57,7 @@ def check_level(level, name="ci_level"):
         raise ValueError(f"{exc} (e.g. 0.95)") from None
 
 
-def normal_interval(estimate, se, level=0.95, df=None):
+def normal_interval(estimate: float, se: float, level: float = 0.95, df: int | None = None) -> tuple[float, float]:
     """``(estimate - z se, estimate + z se)`` with z the normal quantile of `level`, or
     Student's t quantile with `df` degrees of freedom when the se itself comes from `df` + 1
     resamples (this widens the interval for the noise of a se from few resamples: 2.26
@@ -70,7 +74,7 @@ def normal_interval(estimate, se, level=0.95, df=None):
     return float(estimate - z * se), float(estimate + z * se)
 
 
-def mean_interval(values, level=0.95):
+def mean_interval(values: ArrayLike, level: float = 0.95) -> tuple[float, float, float]:
     """Mean of per-run `values` and its normal interval (se = sd / sqrt(n)): the interval of
     a mean distance, or of its paired change (`values` = per-run differences).
 
@@ -88,7 +92,8 @@ def mean_interval(values, level=0.95):
     return mean, low, high
 
 
-def resample_indices(n, n_resamples, estimator, random_state=0):
+def resample_indices(n: int, n_resamples: int, estimator: str,
+                     random_state: int | np.random.Generator | None = 0) -> np.ndarray:
     """Row indices of the resamples for `estimator`: (n_resamples, n) bootstrap draws with
     replacement ("gaussian"), or (n_resamples, n // 2) random halves without ("ksg").
     The same indices serve every checkpoint, which makes changes paired.
@@ -109,7 +114,9 @@ def resample_indices(n, n_resamples, estimator, random_state=0):
         n_resamples, n // 2)
 
 
-def mi_replicates(x, y, estimator, indices, *, k=3, gaussian_kwargs=None, seed=(0,)):
+def mi_replicates(x: np.ndarray, y: np.ndarray, estimator: str, indices: np.ndarray | Sequence[np.ndarray], *,
+                  k: int = 3, gaussian_kwargs: Mapping[str, Any] | None = None,
+                  seed: Sequence[int] = (0,)) -> np.ndarray:
     """The MI estimate (bits) on each resample ``x[i], y[i]`` for the rows `i` of `indices`.
     Parameters constant within a resample are dropped (MI 0 if one side has none left); a
     resample whose covariance is singular even with shrinkage gives NaN.
@@ -175,7 +182,8 @@ def _gaussian_bits(x, y):
     return float(0.5 * (logdet[0] + logdet[1] - logdet[2] - bias) / np.log(2.0))
 
 
-def mi_interval(x, y, estimator="gaussian", *, n_resamples=100, level=0.95, k=3, random_state=0):
+def mi_interval(x: ArrayLike, y: ArrayLike, estimator: str = "gaussian", *, n_resamples: int = 100, level: float = 0.95,
+                k: int = 3, random_state: int = 0) -> tuple[float, float, float]:
     """The MI estimate (bits) of paired samples and its confidence interval.
 
     Parameters
@@ -225,7 +233,7 @@ def mi_interval(x, y, estimator="gaussian", *, n_resamples=100, level=0.95, k=3,
     return float(estimate), low, high
 
 
-def trend_verdict(low, high, note=""):
+def trend_verdict(low: float, high: float, note: str | None = "") -> str:
     """"rising" if the change's interval lies above 0, "falling" if below, else "no
     detectable change"; "not made: shrinkage estimate" when `note` says a Ledoit-Wolf
     shrinkage estimate was involved, "not made: no interval" when there is none.

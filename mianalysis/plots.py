@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 from ._validation import check_choice
 from .analysis import select
 from .regime import is_outside
+
+if TYPE_CHECKING:  # names used only in type hints (Matplotlib is loaded where a figure is drawn)
+    import matplotlib.axes
+    import matplotlib.figure
 
 __all__ = [
     "save_figure", "figure_mi", "figure_distances", "figure_title", "FIGURES", "plot_mi_panel",
@@ -62,7 +71,7 @@ def _num(row, key):
         return np.nan
 
 
-def pair_summary(rows, quantity, *, relative_to_null=False):
+def pair_summary(rows: Sequence[dict], quantity: str, *, relative_to_null: bool = False) -> dict[str, np.ndarray]:
     """Per iteration, the pairs' values of `quantity` summarised for a figure.
 
     Parameters
@@ -138,7 +147,7 @@ def _draw_pair_summary(ax, s, color, label):
     return line
 
 
-def estimator_variant(rows, estimator):
+def estimator_variant(rows: Sequence[dict], estimator: str) -> str:
     """How `estimator`'s MI of this table was computed, in words, from its rows' notes.
 
     Parameters
@@ -167,7 +176,7 @@ def estimator_variant(rows, estimator):
     return f"bias-corrected; Ledoit-Wolf shrinkage at iterations {', '.join(str(i) for i in shrunk)}"
 
 
-def plot_mi_panel(ax, rows, estimator):
+def plot_mi_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], estimator: str) -> None:
     """MI between clients vs iteration, summarised over the client pairs.
 
     When every estimate has a null (permutation or analytic), the panel shows the estimate
@@ -227,7 +236,7 @@ def plot_mi_panel(ax, rows, estimator):
     ax.legend(fontsize=7)
 
 
-def plot_metric_panel(ax, rows, metric):
+def plot_metric_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], metric: str) -> None:
     """A recorded training metric (loss, accuracy) vs iteration, summarised over the clients.
 
     The line is the mean over the clients of each client's mean over runs, the dark band
@@ -268,7 +277,7 @@ def plot_metric_panel(ax, rows, metric):
     ax.legend(fontsize=7)
 
 
-def plot_distance_panel(ax, rows, metric):
+def plot_distance_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], metric: str) -> None:
     """Mean paired distance between clients vs iteration, summarised over the client pairs.
 
     The line is the mean over the pairs, the dark band their range (min to max), the light
@@ -296,7 +305,7 @@ def plot_distance_panel(ax, rows, metric):
     ax.legend(fontsize=7)
 
 
-def figure_title(rows, record=None):
+def figure_title(rows: Sequence[dict], record: Mapping[str, Any] | None = None) -> str:
     """One line describing what a figure of `rows` shows: task, initial point, shared random
     streams, estimator variants and number of runs.
 
@@ -375,7 +384,8 @@ def _figure(n_panels):
     return plt.subplots(1, n_panels, figsize=(15, 4.6))
 
 
-def figure_mi(rows, title=None, *, record=None):
+def figure_mi(rows: Sequence[dict], title: str | None = None, *, record: Mapping[str, Any] | None = None
+              ) -> matplotlib.figure.Figure:
     """Figure 1/2 analogue: (a) Gaussian MI, (b) KSG MI, (c) loss or accuracy.
 
     Parameters
@@ -409,7 +419,8 @@ def figure_mi(rows, title=None, *, record=None):
     return fig
 
 
-def figure_distances(rows, title=None, *, record=None):
+def figure_distances(rows: Sequence[dict], title: str | None = None, *, record: Mapping[str, Any] | None = None
+                     ) -> matplotlib.figure.Figure:
     """Figure 3/4 analogue: Euclidean, Manhattan and Chebyshev distances vs iteration.
 
     Parameters are those of :func:`figure_mi`.
@@ -428,7 +439,8 @@ def figure_distances(rows, title=None, *, record=None):
 FIGURES = {"mi": figure_mi, "distances": figure_distances}
 
 
-def save_figure(rows, kind, path, title=None, *, record=None):
+def save_figure(rows: Sequence[dict], kind: str, path: str | os.PathLike, title: str | None = None, *,
+                record: Mapping[str, Any] | None = None) -> Path:
     """Draw figure `kind` ("mi" or "distances") from `rows` and save it to `path`.
 
     Parameters

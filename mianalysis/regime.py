@@ -37,7 +37,7 @@ KSG_MAX_BITS = 5.65
 PREFIX = "outside calibration"
 
 
-def estimate_regime_note(estimator, n_runs, n_features, value, *, shrinkage=False):
+def estimate_regime_note(estimator: str, n_runs: int, n_features: int, value: float, *, shrinkage: bool = False) -> str:
     """A note saying why an MI estimate lies outside the calibrated regime, or "".
 
     Parameters
@@ -103,7 +103,7 @@ def estimate_regime_note(estimator, n_runs, n_features, value, *, shrinkage=Fals
     return f"{PREFIX}: {', '.join(reasons)}" if reasons else ""
 
 
-def is_outside(note):
+def is_outside(note: object) -> bool:
     """Whether a table row's `note` flags its estimate as outside the calibrated regime.
 
     Examples

@@ -19,6 +19,7 @@ from .dumps import ParameterDump, layout_from_shapes, unwritten_dump_discarded
 
 if TYPE_CHECKING:  # names used only in type hints
     import distributed
+    import torch
 
     from .tasks.base import Task
 
@@ -39,7 +40,7 @@ def _stream_word(stream):
     return zlib.crc32(stream.encode())
 
 
-def check_shared(shared, task):
+def check_shared(shared: str | Iterable[str], task: Task) -> tuple[str, ...]:
     """`shared` as a tuple of the task's stream names, in the task's order; ValueError
     naming the task's streams for an unknown one."""
     if isinstance(shared, str):
@@ -55,7 +56,7 @@ def check_shared(shared, task):
     return tuple(s for s in task.streams if s in shared)
 
 
-def task_optimizer(task, params, *, foreach=True):
+def task_optimizer(task: Task, params: Sequence[torch.Tensor], *, foreach: bool = True) -> torch.optim.Optimizer:
     """The optimiser that trains `params` for `task`.
 
     ``torch.optim.Adam`` with its defaults (Kingma and Ba 2015), or ``torch.optim.SGD``
@@ -152,7 +153,7 @@ class ParameterSampler:
         self.progress = progress
 
     @property
-    def checkpoints(self):
+    def checkpoints(self) -> list[int]:
         """Iteration numbers of the recorded checkpoints."""
         n = self.task.n_iterations
         its = [0] + [i for i in range(self.every, n + 1, self.every)]

@@ -27,11 +27,17 @@ from __future__ import annotations
 import itertools
 import os
 import uuid
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ._threads import single_threaded
 from ._validation import check_real
+
+if TYPE_CHECKING:  # names used only in type hints (the dask extra)
+    import distributed
+    import distributed.security
 
 __all__ = ["SchedulerError", "parse_scheduler", "connect", "run_unordered", "CONNECT_TIMEOUT"]
 
@@ -44,7 +50,7 @@ class SchedulerError(OSError):
     not installed. The message is one line."""
 
 
-def parse_scheduler(scheduler):
+def parse_scheduler(scheduler: str | os.PathLike) -> tuple[str, int | str]:
     """What a scheduler string names: ``("local", n_workers)``, ``("address", address)``
     or ``("file", path)`` (see the module docstring); ValueError for a bad one.
 
@@ -89,7 +95,9 @@ def _first_line(exc):
 
 
 @contextmanager
-def connect(scheduler=None, *, client=None, timeout=CONNECT_TIMEOUT, security=None):
+def connect(scheduler: str | os.PathLike | None = None, *, client: distributed.Client | None = None,
+            timeout: float = CONNECT_TIMEOUT, security: distributed.security.Security | None = None
+            ) -> Iterator[distributed.Client]:
     """A ``distributed.Client`` for `scheduler` (see the module docstring) while the block runs.
 
     Parameters
@@ -161,7 +169,8 @@ def _identity(value):
     return value
 
 
-def run_unordered(client, function, items, *, window=None, name="mianalysis"):
+def run_unordered(client: distributed.Client, function: Callable[[Any], Any], items: Iterable[Any], *,
+                  window: int | None = None, name: str = "mianalysis") -> Iterator[tuple[Any, Any]]:
     """Run ``function(item)`` for every item on the cluster; yield ``(item, result)`` in
     the order results complete.
 

@@ -21,10 +21,15 @@ import hashlib
 import os
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .format import DTYPE, DumpError, ParameterDump
+
+if TYPE_CHECKING:  # names used only in type hints (the dask extra)
+    import dask.array
+    import xarray
 
 __all__ = ["to_dask", "to_xarray", "export_zarr", "DIMS", "BLOCK_BYTES", "ZARR_FORMAT_NAME"]
 
@@ -71,7 +76,7 @@ def _check_dump(dump):
     return dump
 
 
-def to_dask(dump):
+def to_dask(dump: ParameterDump | str | os.PathLike) -> dask.array.Array:
     """A dump's completed samples as one lazy Dask array.
 
     Parameters
@@ -113,7 +118,7 @@ def _layer_names(dump):
     return np.repeat(np.array([e.name for e in dump.layout], dtype=object), [e.size for e in dump.layout])
 
 
-def to_xarray(dump):
+def to_xarray(dump: ParameterDump | str | os.PathLike) -> xarray.Dataset:
     """A dump's completed samples and metrics as a lazy ``xarray.Dataset``.
 
     Parameters
@@ -186,7 +191,8 @@ def _blocks(dump, runs):
                 yield c, t, slice(start, min(start + runs, dump.completed_runs))
 
 
-def export_zarr(dump, out, *, verify=True):
+def export_zarr(dump: ParameterDump | str | os.PathLike, out: str | os.PathLike, *, verify: bool = True
+                ) -> dict[str, str | int | dict[str, str]]:
     """Copy a dump's completed runs into a new zarr v3 store at `out`, with checksums.
 
     The store (a folder) holds ``samples`` (client, checkpoint, run, parameter; float32,

@@ -44,14 +44,14 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 import re
 import shutil
 import stat
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -90,14 +90,14 @@ class LayoutEntry:
     offset: int
 
     @property
-    def size(self):
+    def size(self) -> int:
         return math.prod(int(s) for s in self.shape)  # a Python int: never overflows
 
-    def to_json(self):
+    def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "shape": list(self.shape), "offset": self.offset, "size": self.size}
 
 
-def layout_from_shapes(named_shapes):
+def layout_from_shapes(named_shapes: Iterable[tuple[str, Sequence[int]]]) -> list[LayoutEntry]:
     """Layout entries for tensors of the given (name, shape) pairs, flattened in order."""
     entries, offset = [], 0
     for name, shape in named_shapes:
@@ -107,7 +107,7 @@ def layout_from_shapes(named_shapes):
     return entries
 
 
-def select_layout(layout, layer):
+def select_layout(layout: Sequence[LayoutEntry], layer: str | Iterable[str]) -> list[LayoutEntry]:
     """Entries of `layout` named by `layer`: a tensor name, a prefix of names ("rnn.0"
     matches "rnn.0.weight"), or a list of those; ValueError for a name that matches none.
 
@@ -124,7 +124,7 @@ def select_layout(layout, layer):
     return [layout[i] for i in sorted(chosen)]
 
 
-def layout_columns(entries):
+def layout_columns(entries: Iterable[LayoutEntry]) -> np.ndarray:
     """Indices of the flattened parameter vector covered by layout `entries`."""
     return np.concatenate([np.arange(e.offset, e.offset + e.size) for e in entries])
 
@@ -142,27 +142,29 @@ class NonFinite:
     tensor: str  # the tensor holding that column ("" where the layout is not known)
     later: int  # further checkpoints with non-finite values
 
-    def runs_text(self, word="run"):
+    def runs_text(self, word: str = "run") -> str:
         """"run 3" or "runs 0, 1, 2, 3, 4 and 7 more"."""
         shown = ", ".join(str(r) for r in self.runs[:5]) + (
             "" if len(self.runs) <= 5 else f" and {len(self.runs) - 5} more")
         return f"{word}{'s' if len(self.runs) > 1 else ''} {shown}"
 
-    def place(self):
+    def place(self) -> str:
         """"tensor 'w', column 3" (or "column 3" without a layout)."""
         return f"tensor {self.tensor!r}, column {self.column}" if self.tensor else f"column {self.column}"
 
-    def values_text(self):
+    def values_text(self) -> str:
         """"4 NaN and 0 inf (the first in tensor 'w', column 3)"."""
         return f"{self.n_nan} NaN and {self.n_inf} inf (the first in {self.place()})"
 
-    def describe(self):
+    def describe(self) -> str:
         later = f"; {self.later} later checkpoint(s) too" if self.later else ""
         return (f"checkpoint {self.checkpoint} (iteration {self.iteration}), {self.runs_text()}: "
                 f"{self.values_text()}{later}")
 
 
-def find_nonfinite(block, iterations, *, checkpoints=None, first_run=0, layout=None, columns=None):
+def find_nonfinite(block: np.ndarray, iterations: Sequence[int], *, checkpoints: Sequence[int] | None = None,
+                   first_run: int = 0, layout: Sequence[LayoutEntry] | None = None,
+                   columns: np.ndarray | slice | None = None) -> NonFinite | None:
     """None if every value of `block` (n_checkpoints, n_runs, n_params) is finite; else a
     :class:`NonFinite` naming its first checkpoint with a NaN or infinity.
 
@@ -320,7 +322,7 @@ def _checked_meta(meta):
 
 
 @contextmanager
-def unwritten_dump_discarded(path):
+def unwritten_dump_discarded(path: str | os.PathLike) -> Iterator[None]:
     """A block that may create a dump at `path`: if the block fails or is interrupted and
     `path` held no dump when it began, a dump it created without completing a chunk is
     removed again (:func:`discard_unwritten_dump`), so that nothing is left behind. Enter it
@@ -335,7 +337,7 @@ def unwritten_dump_discarded(path):
         raise
 
 
-def discard_unwritten_dump(path, *, keep_folder=False):
+def discard_unwritten_dump(path: str | os.PathLike, *, keep_folder: bool = False) -> bool:
     """Remove the dump at `path` if it holds no completed run, and its staging folder.
 
     A writer that created a dump and then failed or was interrupted before its first chunk
@@ -378,7 +380,7 @@ def _is_int(value):
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def check_manifest(manifest, mpath):
+def check_manifest(manifest: object, mpath: str | os.PathLike) -> None:
     """Check a parsed manifest.json field by field; raise DumpError naming `mpath` and the
     first field that is missing, of the wrong type or inconsistent with the others.
 
@@ -958,12 +960,12 @@ class ParameterDump:
 
     # ------------------------------------------------------------------ reading
     @property
-    def provenance(self):
+    def provenance(self) -> list[dict]:
         """Records of the sessions that wrote the dump, oldest first (a copy of the list)."""
         return list(self._manifest.get("provenance", []))
 
     @property
-    def completed_runs(self):
+    def completed_runs(self) -> int:
         """Runs written from run 0 without a gap: analysis reads runs [0, completed_runs)."""
         stop = 0
         for chunk in self._manifest["chunks"]:  # sorted by start
@@ -973,12 +975,12 @@ class ParameterDump:
         return int(stop)
 
     @property
-    def written_runs(self):
+    def written_runs(self) -> int:
         """Runs written so far, counting those after a gap (chunks written out of order)."""
         return int(sum(c["stop"] - c["start"] for c in self._manifest["chunks"]))
 
     @property
-    def complete(self):
+    def complete(self) -> bool:
         """Whether every run is written."""
         return self.written_runs == self.n_runs
 

@@ -11,10 +11,12 @@ DumpError naming it.
 from __future__ import annotations
 
 import math
+import os
 import re
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -22,7 +24,10 @@ from .._io import progress_bar
 from .._locking import WriterLock
 from .._validation import check_int
 from .writer import DumpWriter, IncompleteChunkWarning, layout_difference, named_arrays
-from .format import DumpError, find_nonfinite, layout_from_shapes, select_layout
+from .format import DumpError, ParameterDump, find_nonfinite, layout_from_shapes, select_layout
+
+if TYPE_CHECKING:  # names used only in type hints
+    import torch
 
 __all__ = ["import_checkpoints", "CheckpointFolder", "scan_checkpoints", "load_state_dict"]
 
@@ -44,11 +49,12 @@ class CheckpointFolder:
         stem is a number, else by name).
     """
 
-    def __init__(self, root, clients, checkpoints, runs, folders):
+    def __init__(self, root: Path, clients: list[str], checkpoints: list[int], runs: list[str],
+                 folders: Mapping[tuple[str, int], Path]) -> None:
         self.root, self.clients, self.checkpoints, self.runs = root, clients, checkpoints, runs
         self._folders = folders  # (client, iteration) -> folder
 
-    def file(self, client, checkpoint, run):
+    def file(self, client: str, checkpoint: int, run: int) -> Path:
         """Path of the file of `client` (a name), `checkpoint` (an iteration) and `run` (an index)."""
         return self._folders[client, checkpoint] / self.runs[run]
 
@@ -98,7 +104,7 @@ def _run_files(folder):
     return names
 
 
-def scan_checkpoints(root):
+def scan_checkpoints(root: str | os.PathLike) -> CheckpointFolder:
     """Check the folders of ``root/CLIENT/CHECKPOINT/RUN.{pt,safetensors}`` without reading a
     file: every client has the same checkpoints and every checkpoint folder the same run
     files. Returns a :class:`CheckpointFolder`; DumpError naming the first file or folder
@@ -169,7 +175,7 @@ def _load_safetensors(file, key):
         raise DumpError(f"{file} could not be read by safetensors ({why}): truncated or damaged") from exc
 
 
-def load_state_dict(file, key=None):
+def load_state_dict(file: str | os.PathLike, key: str | None = None) -> tuple[Mapping[str, torch.Tensor], str | None]:
     """(state dict, the key it was found under or None) of one RUN.pt or RUN.safetensors file.
 
     For a .pt file: the file's dict itself, the one dict in it that is a state dict
@@ -253,7 +259,9 @@ class _Reader:
         return kept
 
 
-def import_checkpoints(root, out, *, key=None, layer=None, chunk_size=64, progress=True, meta=None):
+def import_checkpoints(root: str | os.PathLike, out: str | os.PathLike, *, key: str | None = None,
+                       layer: str | Sequence[str] | None = None, chunk_size: int | None = 64, progress: bool = True,
+                       meta: dict | None = None) -> ParameterDump:
     """Import ``root/CLIENT/CHECKPOINT/RUN.{pt,safetensors}`` into the dump `out`, chunk by chunk.
 
     CLIENT is any folder name; CHECKPOINT a folder named by the training iteration (an

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import bisect
 import json
+import os
 import sys
 import threading
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import ExitStack
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._locking import WriterLock
 from .._validation import check_int
@@ -32,6 +35,9 @@ from .format import (
     unwritten_dump_discarded,
 )
 
+if TYPE_CHECKING:  # names used only in type hints (this module never imports PyTorch)
+    import torch
+
 __all__ = ["DumpWriter", "IncompleteChunkWarning", "named_arrays", "layout_difference"]
 
 
@@ -39,7 +45,7 @@ class IncompleteChunkWarning(UserWarning):
     """A writer was closed while some runs of a chunk lacked records: those runs were not written."""
 
 
-def named_arrays(params):
+def named_arrays(params: torch.nn.Module | Mapping[str, Any] | ArrayLike) -> list[tuple[str, np.ndarray]] | None:
     """The floating-point tensors of `params` as a list of (name, array), or None for a flat vector.
 
     Parameters
@@ -72,7 +78,8 @@ def named_arrays(params):
     return named
 
 
-def layout_difference(shapes, expected):
+def layout_difference(shapes: Iterable[tuple[str, Sequence[int]]], expected: Iterable[tuple[str, Sequence[int]]]
+                      ) -> str:
     """How the (name, shape) list `shapes` differs from `expected`, in words ("" if it does not)."""
     names, want = dict(shapes), dict(expected)
     lacks = [n for n in want if n not in names]
@@ -186,7 +193,9 @@ class DumpWriter:
     (['weight', 'bias'], ['loss'])
     """
 
-    def __init__(self, path, *, clients, checkpoints, runs, layout=None, chunk_size=64, meta=None, metrics=None):
+    def __init__(self, path: str | os.PathLike, *, clients: Sequence[str], checkpoints: Sequence[int], runs: int,
+                 layout: Sequence | None = None, chunk_size: int = 64, meta: dict | None = None,
+                 metrics: str | Sequence[str] | None = None) -> None:
         self.path = Path(path)
         self.clients = [str(c) for c in clients]
         if not self.clients:
@@ -281,7 +290,7 @@ class DumpWriter:
             layout=self.layout, metric_names=self.metric_names))
 
     # ------------------------------------------------------------------ records
-    def is_written(self, run):
+    def is_written(self, run: int) -> bool:
         """Whether run `run` is already in the dump (written by this writer or before a resume)."""
         run = check_int(run, "run", low=0, high=self.n_runs - 1)
         if self._missing is None:
@@ -289,14 +298,16 @@ class DumpWriter:
         with self._guard:
             return self._chunk_of(run) is None
 
-    def missing_runs(self):
+    def missing_runs(self) -> list[int]:
         """The runs not yet written, in order (a resumed loop can iterate over these)."""
         if self._missing is None:
             return list(range(self.n_runs))
         with self._guard:
             return [r for start, stop in self._missing for r in range(start, stop)]
 
-    def record(self, *, run, client, checkpoint, params, metrics=None):
+    def record(self, *, run: int, client: object, checkpoint: int,
+               params: torch.nn.Module | Mapping[str, Any] | ArrayLike,
+               metrics: Mapping[str, float] | None = None) -> None:
         """Record the parameters of `client` at `checkpoint` of run `run`.
 
         Parameters
@@ -414,7 +425,7 @@ class DumpWriter:
                               {c: chunk.metrics[i, :, :, a:b] for i, c in enumerate(self.clients)})
         self._missing = self.dump.missing_chunks(self.chunk_size)
 
-    def pending(self):
+    def pending(self) -> list[tuple[int, str, int]]:
         """The records still missing from the chunks being filled: a list of (run, client,
         checkpoint) for every run that has at least one record."""
         with self._guard:

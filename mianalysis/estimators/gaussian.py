@@ -288,7 +288,7 @@ def _drop_constant_conditioning(z):
     return np.ascontiguousarray(z[:, keep])
 
 
-def check_gaussian_settings(units="bits", bias_correction=True, shrinkage=None):
+def check_gaussian_settings(units: str = "bits", bias_correction: bool = True, shrinkage: str | None = None) -> float:
     """Check :func:`gaussian_mi`'s settings (same defaults); return the nats-to-units factor."""
     factor = check_units(units)
     check_choice(shrinkage, "shrinkage", SHRINKAGE)
@@ -296,7 +296,7 @@ def check_gaussian_settings(units="bits", bias_correction=True, shrinkage=None):
     return factor
 
 
-def wishart_logdet_bias(p, n_samples):
+def wishart_logdet_bias(p: int, n_samples: int) -> float:
     r"""Bias of ``log det S`` for the ``ddof=1`` sample covariance of `n_samples` p-variate
     Gaussian samples: :math:`p\log(2/(n-1)) + \sum_{i=0}^{p-1}\psi((n-1-i)/2)` nats.
     """
@@ -355,7 +355,7 @@ def _single_threaded_blas():
     return _BLAS_CONTROLLER[0].limit(limits=1, user_api="blas")
 
 
-def gram_matrix(z, block=GRAM_BLOCK):
+def gram_matrix(z: np.ndarray, block: int = GRAM_BLOCK) -> np.ndarray:
     """``z.T @ z``, the same to the last bit whatever the number of BLAS threads.
 
     Multithreaded BLAS may split a product's sums differently for different thread
@@ -382,7 +382,7 @@ def gram_matrix(z, block=GRAM_BLOCK):
     return lower + np.tril(lower, -1).T
 
 
-def ledoit_wolf_covariance(z, gram=None):
+def ledoit_wolf_covariance(z: np.ndarray, gram: np.ndarray | None = None) -> np.ndarray:
     """Ledoit-Wolf shrunk covariance of centred samples `z` (n, p).
 
     The same estimator as scikit-learn's ``LedoitWolf(assume_centered=True)``: the

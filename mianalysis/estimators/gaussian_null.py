@@ -55,7 +55,7 @@ class GaussianMINull:
     factor: float = field(repr=False)  # nats -> units
 
     @property
-    def exact_available(self):
+    def exact_available(self) -> bool:
         """True when :meth:`p_value` can use the exact law: ``min(p, q) <= 2``."""
         return min(self.n_features_x, self.n_features_y) <= 2
 

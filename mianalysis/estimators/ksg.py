@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy.special import digamma
@@ -216,7 +218,8 @@ def check_ksg_settings(units, algorithm, dtype):
     return factor, algorithm, dtype
 
 
-def ksg_estimates_from_distances(dx, dy, permutations, k, algorithm):
+def ksg_estimates_from_distances(dx: np.ndarray, dy: np.ndarray, permutations: Iterable[np.ndarray], k: int,
+                                 algorithm: int) -> np.ndarray:
     """KSG estimates (nats) of the pairing x[i] <-> y[perm[i]] for the identity and then
     each permutation, from the marginal distance matrices: O(n^2) each."""
     k = check_k(k, dx.shape[0])
@@ -344,7 +347,7 @@ class MarginalDistances:
         self.n_features = int(n_features)
 
     @property
-    def n_samples(self):
+    def n_samples(self) -> int:
         return self.matrix.shape[0]
 
     def __repr__(self):
@@ -430,7 +433,8 @@ class MarginalDistances:
         return use_distance_cache(distance_cache, count * n_samples * n_samples * 8)
 
 
-def ksg_permutation_estimates(x, y, permutations, k, algorithm, dtype="float64"):
+def ksg_permutation_estimates(x: np.ndarray, y: np.ndarray, permutations: Iterable[np.ndarray], k: int, algorithm: int,
+                              dtype: str = "float64") -> np.ndarray:
     """KSG estimates (nats) of the identity pairing and each permutation, from the two
     marginal distance matrices computed once (O(n^2 d)); each pairing then costs O(n^2).
     Needs 2 n^2 values of `dtype` in memory. Equal, to the bit, to
@@ -441,7 +445,7 @@ def ksg_permutation_estimates(x, y, permutations, k, algorithm, dtype="float64")
                                         algorithm)
 
 
-def standardize_columns(a):
+def standardize_columns(a: ArrayLike) -> np.ndarray:
     """`a` (float64, 2-D) with each column divided by its standard deviation (ddof=0);
     constant columns are left as they are.
 
@@ -462,7 +466,7 @@ def standardize_columns(a):
     return a / np.where(sd > 0, sd, 1.0)
 
 
-def add_tie_breaking_noise(a, noise, rng):
+def add_tie_breaking_noise(a: np.ndarray, noise: float, rng: np.random.Generator) -> np.ndarray:
     """Return `a` plus Gaussian noise of `noise` times each column's standard deviation
     (computed without overflow or underflow at any finite magnitude)."""
     return a + rng.standard_normal(a.shape) * column_std(a, noise)

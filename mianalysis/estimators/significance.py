@@ -67,7 +67,7 @@ class PermutationTestResult:
     estimator: str
 
     @property
-    def n_permutations(self):
+    def n_permutations(self) -> int:
         return int(self.null_distribution.shape[0])
 
     @classmethod

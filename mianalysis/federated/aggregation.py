@@ -22,9 +22,16 @@ G. Parascandolo et al., "Learning explanations that are hard to vary", ICLR 2021
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._validation import check_choice, check_real
+
+if TYPE_CHECKING:  # names used only in type hints
+    import torch
 
 __all__ = [
     "EPS", "fedavg", "fedsgd", "median", "trimmed_mean", "and_mask", "geometric_mask", "AGGREGATORS",
@@ -73,7 +80,8 @@ def _mean(x, w):
     return (w[:, None] * x).sum(-2) / w.sum()
 
 
-def fedavg(stacked, weights=None):
+def fedavg(stacked: ArrayLike | torch.Tensor, weights: ArrayLike | torch.Tensor | None = None
+           ) -> np.ndarray | torch.Tensor:
     """Weighted mean of the clients' parameters (or updates): sum_k w_k x_k / sum_k w_k.
 
     FedAvg (McMahan et al. 2017) weights each client by its number of examples.
@@ -82,7 +90,8 @@ def fedavg(stacked, weights=None):
     return out(_mean(x, w))
 
 
-def fedsgd(stacked, weights=None):
+def fedsgd(stacked: ArrayLike | torch.Tensor, weights: ArrayLike | torch.Tensor | None = None
+           ) -> np.ndarray | torch.Tensor:
     """Weighted mean of the clients' gradients, which the server applies as one step.
 
     The same arithmetic as :func:`fedavg`, applied to gradients (FedSGD, McMahan et al.).
@@ -91,7 +100,8 @@ def fedsgd(stacked, weights=None):
     return out(_mean(x, w))
 
 
-def median(stacked, weights=None):
+def median(stacked: ArrayLike | torch.Tensor, weights: ArrayLike | torch.Tensor | None = None
+           ) -> np.ndarray | torch.Tensor:
     """Coordinate-wise (weighted) median.
 
     With weights, the median of the multiset in which client k appears with weight w_k:
@@ -114,7 +124,8 @@ def median(stacked, weights=None):
     return out(((lo + hi) / 2).squeeze(-1))
 
 
-def trimmed_mean(stacked, beta=0.1, weights=None):
+def trimmed_mean(stacked: ArrayLike | torch.Tensor, beta: float = 0.1,
+                 weights: ArrayLike | torch.Tensor | None = None) -> np.ndarray | torch.Tensor:
     """Coordinate-wise trimmed mean: drop a fraction `beta` of the total weight from each
     end of every coordinate's sorted values, average the rest (weighted).
 
@@ -156,7 +167,8 @@ def _rescale(masked, mask, rescale):
     return masked / (mask.mean(-1, keepdim=True) + EPS) if rescale else masked
 
 
-def and_mask(grads, threshold=0.2, rescale=True, weights=None):
+def and_mask(grads: ArrayLike | torch.Tensor, threshold: float = 0.2, rescale: bool = True,
+             weights: ArrayLike | torch.Tensor | None = None) -> np.ndarray | torch.Tensor:
     """AND-mask: the (weighted) mean gradient where the clients' signs agree.
 
     ``mask = |mean_k sign(g_k)| >= threshold`` per coordinate (weighted mean of the signs
@@ -175,7 +187,8 @@ def and_mask(grads, threshold=0.2, rescale=True, weights=None):
     return out(_rescale(mask * _mean(x, w), mask, rescale))
 
 
-def geometric_mask(grads, threshold=0.2, rescale=True, weights=None):
+def geometric_mask(grads: ArrayLike | torch.Tensor, threshold: float = 0.2, rescale: bool = True,
+                   weights: ArrayLike | torch.Tensor | None = None) -> np.ndarray | torch.Tensor:
     """Geometric-mean mask: a signed geometric mean of the gradients where signs agree.
 
     ``geo = sign(mean_k g_k) * exp(mean_k log|g_k + 1e-10|)`` (weighted means with
@@ -206,7 +219,7 @@ AGGREGATORS = {
 }
 
 
-def get_aggregator(name, **params):
+def get_aggregator(name: str, **params: float | bool) -> Callable[..., np.ndarray | torch.Tensor]:
     """The rule called `name`, with `params` (e.g. ``threshold``, ``beta``) bound.
 
     Returns a function ``(stacked, weights=None) -> vector``.

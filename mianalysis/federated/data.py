@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,7 +22,8 @@ class FederatedData:
     y_val: np.ndarray | None = None
 
     @classmethod
-    def digits(cls, n_clients, scheme="iid", *, seed=0, mnist_path=None, **partition_args):
+    def digits(cls, n_clients: int, scheme: str = "iid", *, seed: int = 0, mnist_path: str | os.PathLike | None = None,
+               **partition_args: float) -> FederatedData:
         """Digits (scikit-learn 8x8, or MNIST IDX files) split between `n_clients` clients."""
         from ..datasets import load_digit_images
         from .partition import partition
@@ -30,7 +32,7 @@ class FederatedData:
         return cls(xtr, ytr, xte, yte, partition(ytr, n_clients, scheme, seed=seed, **partition_args))
 
     @classmethod
-    def environments(cls, **settings):
+    def environments(cls, **settings: float | bool) -> FederatedData:
         """The synthetic multi-environment task (mianalysis.federated.environments): training
         environments as clients, validation data from the same environments, test data from
         held-out environments. `settings` go to ``make_environments``."""
@@ -40,14 +42,14 @@ class FederatedData:
         return cls(d["x_train"], d["y_train"], d["x_test"], d["y_test"], d["clients"], d["x_val"], d["y_val"])
 
     @property
-    def n_clients(self):
+    def n_clients(self) -> int:
         return len(self.clients)
 
     @property
-    def n_classes(self):
+    def n_classes(self) -> int:
         return int(max(self.y_train.max(), self.y_test.max())) + 1
 
-    def sizes(self):
+    def sizes(self) -> np.ndarray:
         return np.array([len(c) for c in self.clients])
 
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._validation import check_samples
 
 __all__ = ["eb_criterion"]
 
 
-def eb_criterion(per_example_grads):
+def eb_criterion(per_example_grads: ArrayLike) -> float:
     r"""Evidence-based (EB) criterion of Mahsereci et al. (2017) for early stopping
     without a validation set.
 

@@ -30,10 +30,11 @@ def _spiral(labels, rng, turns, noise):
     return xy + noise * rng.standard_normal(xy.shape)
 
 
-def make_environments(n_clients=53, n_test_clients=10, examples_per_client=200, *, equal_size=True,
-                      size_sigma=1.0, min_examples=16, signature_dims=16, signature_scale=1.0,
-                      signature_noise=0.1, spiral_turns=1.5, spiral_noise=0.05, validation_fraction=0.2,
-                      seed=0):
+def make_environments(n_clients: int = 53, n_test_clients: int = 10, examples_per_client: int = 200, *,
+                      equal_size: bool = True, size_sigma: float = 1.0, min_examples: int = 16,
+                      signature_dims: int = 16, signature_scale: float = 1.0, signature_noise: float = 0.1,
+                      spiral_turns: float = 1.5, spiral_noise: float = 0.05, validation_fraction: float = 0.2,
+                      seed: int = 0) -> dict[str, np.ndarray | list[np.ndarray]]:
     """Generate the environments.
 
     Parameters

@@ -11,9 +11,11 @@ from, and the MI of the clients' updates relative to that model.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from itertools import combinations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..estimators import gaussian_cmi, gaussian_mi
 
@@ -22,7 +24,8 @@ QUANTITIES = ("mi_local", "cmi_given_global", "mi_update")
 __all__ = ["dependence_given_global", "QUANTITIES"]
 
 
-def dependence_given_global(local, global_model, *, units="bits", bias_correction=True, shrinkage=None):
+def dependence_given_global(local: Mapping[str, ArrayLike], global_model: ArrayLike, *, units: str = "bits",
+                            bias_correction: bool = True, shrinkage: str | None = None) -> list[dict]:
     r"""Per round and pair of clients: MI of the local models, MI given the broadcast
     global model, and MI of the model updates (all with the Gaussian estimator).
 

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from .._validation import check_choice
 
+if TYPE_CHECKING:  # names used only in type hints
+    import torch
+
 MODELS = ("mlp", "cnn")
 
 
-def build_model(name, input_shape, n_classes=10, hidden=200):
+def build_model(name: str, input_shape: Sequence[int], n_classes: int = 10, hidden: int = 200) -> torch.nn.Sequential:
     """The models of McMahan et al. 2017 for one example of shape `input_shape`.
 
     "mlp": the 2NN, a three-layer network with two hidden layers of `hidden` ReLU units,

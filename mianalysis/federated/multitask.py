@@ -17,6 +17,9 @@ large gradients next to classification tasks of varying difficulty.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 
 from .._validation import check_int
@@ -38,7 +41,10 @@ def _check_task(spec):
                      f"got {spec!r}")
 
 
-def make_multitask(sizes="balanced", tasks=DEFAULT_TASKS, *, input_dims=20, latent_dims=8, n_test=1000, seed=0):
+def make_multitask(sizes: str | Sequence[int] = "balanced",
+                   tasks: Sequence[tuple[str, float] | tuple[str, int, float]] = DEFAULT_TASKS, *,
+                   input_dims: int = 20, latent_dims: int = 8, n_test: int = 1000,
+                   seed: int = 0) -> list[dict[str, Any]]:
     """One data set per client.
 
     Parameters

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._validation import check_choice, check_int
 
@@ -11,7 +12,8 @@ __all__ = ["PARTITIONS", "partition"]
 PARTITIONS = ("iid", "shards", "dirichlet", "unequal")
 
 
-def partition(labels, n_clients, scheme="iid", *, seed=0, shards_per_client=2, alpha=0.5, sigma=1.0):
+def partition(labels: ArrayLike, n_clients: int, scheme: str = "iid", *, seed: int = 0, shards_per_client: int = 2,
+              alpha: float = 0.5, sigma: float = 1.0) -> list[np.ndarray]:
     """Indices of each client's examples.
 
     Parameters

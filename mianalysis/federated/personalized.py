@@ -26,9 +26,12 @@ broadcast body.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._io import progress_bar
 from .._validation import check_choice, check_int
@@ -68,7 +71,7 @@ class PersonalizedConfig:
     hidden: int = 64
     representation: int = 32
 
-    def check(self):
+    def check(self) -> PersonalizedConfig:
         check_int(self.rounds, "rounds", low=1)
         check_choice(self.method, "method", METHODS)
         for name in ("tau_h", "tau_w", "batch_size", "hidden", "representation"):
@@ -84,20 +87,21 @@ class PersonalizedConfig:
 class WeightOptimizer:
     """FedGradNorm's server-side update of the loss weights p (sum p = N), with Adam."""
 
-    def __init__(self, n_clients, alpha=4e-3, gamma=0.9, betas=(0.9, 0.999), eps=1e-8):
+    def __init__(self, n_clients: int, alpha: float = 4e-3, gamma: float = 0.9,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
         self.p = np.ones(check_int(n_clients, "n_clients", low=1))
         self.alpha, self.gamma, self.betas, self.eps = alpha, gamma, betas, eps
         self.m = np.zeros_like(self.p)
         self.v = np.zeros_like(self.p)
         self.t = 0
 
-    def targets(self, grad_norms, loss_ratios):
+    def targets(self, grad_norms: ArrayLike, loss_ratios: ArrayLike) -> np.ndarray:
         """The target norms mean(G) * r_i ** gamma for the current weights."""
         grad_norms, loss_ratios = np.asarray(grad_norms, float), np.asarray(loss_ratios, float)
         r = loss_ratios / loss_ratios.mean()
         return np.mean(self.p * grad_norms) * r ** self.gamma
 
-    def step(self, grad_norms, loss_ratios):
+    def step(self, grad_norms: ArrayLike, loss_ratios: ArrayLike) -> np.ndarray:
         """One update from the clients' ||grad F_i|| (last shared layer) and F_i(k)/F_i(0).
 
         Returns the new weights (a copy)."""
@@ -131,7 +135,7 @@ class PersonalizedSimulation:
     Use :meth:`run`; it returns one row per round and client.
     """
 
-    def __init__(self, clients, config, *, seed=0):
+    def __init__(self, clients: Sequence[dict[str, Any]], config: PersonalizedConfig, *, seed: int = 0) -> None:
         if not clients:
             raise ValueError("`clients` is empty; give one data set per client")
         self.clients = clients
@@ -148,7 +152,7 @@ class PersonalizedSimulation:
             return float(((out - y) ** 2).mean())
         return float((out.argmax(1) == y).float().mean())
 
-    def run(self, progress=False):
+    def run(self, progress: bool = False) -> list[dict]:
         """Train all rounds.
 
         Returns
@@ -239,7 +243,7 @@ class PersonalizedSimulation:
             for start in range(0, n - b + 1, b):
                 yield order[start:start + b]
 
-    def describe(self):
+    def describe(self) -> dict[str, Any]:
         return {"config": asdict(self.config), "seed": self.seed,
                 "clients": [{"kind": c["kind"], "n_outputs": c["n_outputs"], "n_train": len(c["y_train"])}
                             for c in self.clients]}

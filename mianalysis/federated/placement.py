@@ -13,15 +13,22 @@ computations through its public methods: :meth:`client_message`, :meth:`gradient
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .diagnostics import eb_criterion
 
+if TYPE_CHECKING:  # names used only in type hints
+    import torch
+
+    from .simulation import FederatedSimulation
+
 __all__ = ["UpdatePlacement", "StepPlacement", "PLACEMENT_RULES", "shuffled_orders"]
 
 
-def shuffled_orders(n, generators):
+def shuffled_orders(n: int, generators: Sequence[torch.Generator]) -> torch.Tensor:
     """A random order of n examples per generator: (len(generators), n)."""
     import torch
 
@@ -35,7 +42,9 @@ class UpdatePlacement:
     name = "update"
     records_local_models = True
 
-    def round(self, simulation, params, flat, clients, replicate_ids, round_index, weights):
+    def round(self, simulation: FederatedSimulation, params: Mapping[str, torch.Tensor], flat: torch.Tensor,
+              clients: np.ndarray, replicate_ids: Sequence[int], round_index: int, weights: torch.Tensor | None
+              ) -> tuple[torch.Tensor, list[torch.Tensor], list[float]]:
         import torch
 
         cfg = simulation.config
@@ -62,7 +71,9 @@ class StepPlacement:
     name = "step"
     records_local_models = False
 
-    def round(self, simulation, params, flat, clients, replicate_ids, round_index, weights):
+    def round(self, simulation: FederatedSimulation, params: Mapping[str, torch.Tensor], flat: torch.Tensor,
+              clients: np.ndarray, replicate_ids: Sequence[int], round_index: int, weights: torch.Tensor | None
+              ) -> tuple[torch.Tensor, None, list[float]]:
         import torch
 
         cfg = simulation.config

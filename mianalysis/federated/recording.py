@@ -3,13 +3,23 @@ the per-round history as a table."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 from .._io import write_rows
 from .._validation import check_int
 
+if TYPE_CHECKING:  # names used only in type hints
+    from ..dumps import ParameterDump
+    from .simulation import FederatedSimulation
 
-def record_replicates(simulation, out, *, chunk_size=16, layer=None, progress=True, record_global=False):
+
+def record_replicates(simulation: FederatedSimulation, out: str | os.PathLike, *, chunk_size: int = 16,
+                      layer: str | Sequence[str] | None = None, progress: bool = True, record_global: bool = False
+                      ) -> tuple[ParameterDump, list[dict]]:
     """Run `simulation.replicates` replicates with every client's local model recorded per
     round into a ParameterDump at `out` (checkpoint = round; client = FL client), written
     in chunks of replicates and resumed if `out` holds the same recording. The dump's
@@ -99,7 +109,7 @@ def record_replicates(simulation, out, *, chunk_size=16, layer=None, progress=Tr
     return dump, history
 
 
-def history_table(history, path):
+def history_table(history: Sequence[Mapping[str, Any]], path: str | os.PathLike) -> list[dict]:
     """Write per-round metrics, averaged over replicates (with sd), as CSV; returns the rows."""
     keys = [k for k in ("train_loss", "train_accuracy", "val_loss", "val_accuracy", "test_loss", "test_accuracy",
                         "eb_clients") if k in history[0] or k == "eb_clients"]

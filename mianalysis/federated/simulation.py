@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -32,7 +34,11 @@ from .._validation import check_choice, check_int
 from .aggregation import AGGREGATORS, get_aggregator
 from .diagnostics import eb_criterion
 from .models import MODELS, build_model
+from .data import FederatedData
 from .placement import PLACEMENT_RULES, shuffled_orders
+
+if TYPE_CHECKING:  # names used only in type hints
+    import torch
 
 ALGORITHMS = ("fedavg", "fedsgd")
 PLACEMENTS = ("update", "step")
@@ -118,7 +124,7 @@ class FederatedConfig:
     weighted: bool = True
     placement: str = "update"
 
-    def check(self):
+    def check(self) -> FederatedConfig:
         check_int(self.rounds, "rounds", low=1)
         check_int(self.local_epochs, "local_epochs", low=1)
         if self.batch_size is not None:
@@ -135,7 +141,7 @@ class FederatedConfig:
         get_aggregator(self.aggregator, **self.aggregator_params)
         return self
 
-    def updates_per_round(self, n_examples):
+    def updates_per_round(self, n_examples: int) -> float:
         """u = E n / B: local updates per round of a client with `n_examples` (McMahan et al.)."""
         if self.algorithm == "fedsgd" and self.placement == "update":
             return 1.0
@@ -152,7 +158,8 @@ class FederatedSimulation:
     every client's local model at every round (checkpoint 0 is the initial model).
     """
 
-    def __init__(self, model, data, config, *, replicates=1, seed=0, hidden=200):
+    def __init__(self, model: str, data: FederatedData, config: FederatedConfig, *, replicates: int = 1, seed: int = 0,
+                 hidden: int = 200) -> None:
         self.model_name = check_choice(model, "model", MODELS)
         self.hidden = check_int(hidden, "hidden", low=1)
         self.data = data
@@ -218,13 +225,13 @@ class FederatedSimulation:
                 params[prefix + pname] = (torch.rand(t.shape, generator=gen) * 2 - 1) * bound
         return params
 
-    def flatten(self, params):
+    def flatten(self, params: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Every replicate's parameter tensors (dict of (R, ...)) as one (R, P) tensor."""
         import torch
 
         return torch.cat([params[n].reshape(params[n].shape[0], -1) for n in self.names], dim=1)
 
-    def unflatten(self, flat):
+    def unflatten(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
         """The inverse of :meth:`flatten`: (R, P) -> dict of (R, ...) tensors."""
         out, offset = {}, 0
         for name, shape in zip(self.names, self.shapes):
@@ -233,26 +240,28 @@ class FederatedSimulation:
             offset += size
         return out
 
-    def layout(self):
+    def layout(self) -> list[tuple[str, tuple[int, ...]]]:
         """(name, shape) of every parameter tensor, in the flattened order."""
         module = self._build()
         return [(n, tuple(p.shape)) for n, p in module.named_parameters()]
 
-    def schedule(self, round_index):
+    def schedule(self, round_index: int) -> np.ndarray:
         """Indices of the clients taking part in round `round_index` (1-based)."""
         k = max(1, int(round(self.config.client_fraction * self.data.n_clients)))
         rng = np.random.default_rng(replica_seed(self.seed, round_index, 1))
         return np.sort(rng.choice(self.data.n_clients, size=k, replace=False))
 
     # ------------------------------------------------------------------ training
-    def data_order_generators(self, client, replicate_ids, round_index):
+    def data_order_generators(self, client: int, replicate_ids: Iterable[int], round_index: int
+                              ) -> list[torch.Generator]:
         """One generator per replicate for `client`'s data order in a round."""
         import torch
 
         return [torch.Generator().manual_seed(replica_seed(self.seed, rep, round_index, client + 2))
                 for rep in replicate_ids]
 
-    def client_message(self, params, flat_params, client, replicate_ids, round_index):
+    def client_message(self, params: Mapping[str, torch.Tensor], flat_params: torch.Tensor, client: int,
+                       replicate_ids: Sequence[int], round_index: int) -> tuple[torch.Tensor, torch.Tensor]:
         """What one client sends for every replicate: a model update (FedAvg) or a
         full-batch gradient (FedSGD), flattened (R, P); and its local model (R, P)."""
         import torch
@@ -280,15 +289,16 @@ class FederatedSimulation:
         flat_local = self.flatten(local)
         return flat_local - flat_params, flat_local
 
-    def gradients(self, params, x, y):
+    def gradients(self, params: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor
+                  ) -> dict[str, torch.Tensor]:
         """Mean-loss gradients of every replicate: params (R, ...), x (R, n, ...), y (R, n)."""
         return self._grad(params, x, y)
 
-    def aggregate(self, stacked, weights=None):
+    def aggregate(self, stacked: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
         """The aggregation rule applied to every replicate's client messages (R, K, P)."""
         return self.rule(stacked, weights=weights)
 
-    def per_client_eb(self, params, client, max_examples=256):
+    def per_client_eb(self, params: Mapping[str, torch.Tensor], client: int, max_examples: int = 256) -> np.ndarray:
         """EB criterion of each replicate's per-example gradients of `client` at `params`
         (its first `max_examples` examples): array (R,)."""
         import torch
@@ -300,7 +310,7 @@ class FederatedSimulation:
         flat = np.concatenate([grads[n].reshape(*grads[n].shape[:2], -1).numpy() for n in self.names], axis=2)
         return np.array([eb_criterion(f.astype(np.float64)) for f in flat])
 
-    def evaluate(self, params):
+    def evaluate(self, params: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
         """Per-replicate train/test(/val) loss and accuracy of the global model: dict of (R,) arrays."""
         import torch
 
@@ -315,7 +325,8 @@ class FederatedSimulation:
                 out[f"{split}_accuracy"] = (logits.argmax(-1) == y).float().mean(1).numpy()
         return out
 
-    def run(self, *, replicate_ids=None, record=False, progress=False, stop_at_accuracy=None, log_client_eb=False):
+    def run(self, *, replicate_ids: Iterable[int] | None = None, record: bool = False, progress: bool = False,
+            stop_at_accuracy: float | None = None, log_client_eb: bool = False) -> SimulationResult:
         """Train all rounds, on one PyTorch thread (see the module docstring).
 
         Parameters
@@ -344,7 +355,7 @@ class FederatedSimulation:
         with torch_threads(1):
             return self._run(replicate_ids, record, progress, stop_at_accuracy, log_client_eb)
 
-    def check_recordable(self):
+    def check_recordable(self) -> FederatedSimulation:
         """Raise a ValueError unless every client's local model can be recorded per round
         (``run(record=True)``, :func:`record_replicates`): all clients every round and
         ``placement="update"``. Recorders call this before they create anything."""
@@ -408,12 +419,12 @@ class FederatedSimulation:
         return SimulationResult(history=history, local_models=local_models, global_models=global_models,
                                 final_params=self.flatten(params).numpy(), client_eb=client_eb)
 
-    def describe(self):
+    def describe(self) -> dict[str, Any]:
         return {"model": self.model_name, "hidden": self.hidden, "config": asdict(self.config), "seed": self.seed,
                 "n_clients": self.data.n_clients, "client_sizes": self.data.sizes().tolist()}
 
 
-def rounds_to_accuracy(history, target, split="test"):
+def rounds_to_accuracy(history: Iterable[Mapping[str, Any]], target: float, split: str = "test") -> int | None:
     """First round at which the replicate-mean accuracy reaches `target`, or None."""
     by_round = {}
     for row in history:

@@ -3,6 +3,10 @@
 Tasks load PyTorch when used; importing this package does not.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 from .._validation import check_choice
 from .base import ClientBatchData, Task
 from .digits import DigitsLeNetTask
@@ -14,7 +18,7 @@ from .signal import SignalRNNTask
 TASKS = {task.name: task for task in (SignalRNNTask, DigitsLeNetTask, GaussianSGDTask, ModuleTask)}
 
 
-def get_task(name, preset="paper", **settings):
+def get_task(name: str, preset: str = "paper", **settings: Any) -> Task:
     """The task called `name` with a preset's settings and `settings` on top."""
     check_choice(name, "task", sorted(TASKS))
     return TASKS[name].from_preset(preset, **settings)

@@ -17,9 +17,14 @@ of the replica's own. The data stream reaches :meth:`Task.client_data` and the m
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from .._validation import RealSetting
+
+if TYPE_CHECKING:  # names used only in type hints
+    import torch
 
 __all__ = ["LEARNING_RATE", "ReplicaGenerators", "ClientBatchData", "Task"]
 
@@ -37,12 +42,12 @@ class ReplicaGenerators(list):
     itself when the stream is shared). A task draws a component common to a run's clients
     from `run` (e.g. gaussian-sgd's correlated gradient noise)."""
 
-    def __init__(self, generators, run):
+    def __init__(self, generators: Iterable[torch.Generator], run: Sequence[torch.Generator]) -> None:
         super().__init__(generators)
         self.run = run
 
     @property
-    def shared(self):
+    def shared(self) -> bool:
         """Whether the stream is shared by the clients of a run (the list is `run` itself)."""
         return len(self) > 0 and all(g is r for g, r in zip(self, self.run))
 
@@ -74,7 +79,7 @@ class Task(ABC):
     # "adam" (torch.optim.Adam) or "sgd" (plain gradient steps of size lr); see sampling.task_optimizer.
     optimizer = "adam"
 
-    def __init__(self, **settings):
+    def __init__(self, **settings: Any) -> None:
         unknown = set(settings) - set(self.default_settings())
         if unknown:
             raise ValueError(f"unknown setting(s) {sorted(unknown)} for task {self.name!r}; "
@@ -85,7 +90,7 @@ class Task(ABC):
                          for key, value in {**self.default_settings(), **settings}.items()}
         self.check_settings_together()
 
-    def check_settings_together(self):
+    def check_settings_together(self) -> None:
         """Checks that involve several settings (each one is already checked on its own).
 
         A batch larger than the training set is refused rather than clipped: its first batch
@@ -98,7 +103,7 @@ class Task(ABC):
                              f"client more examples")
 
     @classmethod
-    def from_preset(cls, preset="paper", **overrides):
+    def from_preset(cls, preset: str = "paper", **overrides: Any) -> Task:
         """The task with a named preset's settings, then `overrides`."""
         if preset not in cls.presets:
             raise ValueError(f"`preset` must be one of {sorted(cls.presets)} for task {cls.name!r}; got {preset!r}")
@@ -106,84 +111,87 @@ class Task(ABC):
 
     @staticmethod
     @abstractmethod
-    def default_settings():
+    def default_settings() -> dict[str, Any]:
         """Every setting with its default value (JSON-serialisable)."""
 
     @property
-    def n_clients(self):
+    def n_clients(self) -> int:
         return int(self.settings["n_clients"])
 
     @property
-    def n_examples(self):
+    def n_examples(self) -> int:
         """Training examples per client."""
         return int(self.settings["n_examples"])
 
     @property
-    def batch_size(self):
+    def batch_size(self) -> int:
         return int(self.settings["batch_size"])
 
     @property
-    def lr(self):
+    def lr(self) -> float:
         return float(self.settings["lr"])
 
     @property
-    def epochs(self):
+    def epochs(self) -> int:
         """Passes over the data, each in a fresh order (one for the built-in tasks)."""
         return int(self.settings.get("epochs", 1))
 
     @property
-    def n_iterations(self):
+    def n_iterations(self) -> int:
         """Iterations in all epochs (the last batch of an epoch may be smaller)."""
         return self.epochs * -(-self.n_examples // self.batch_size)
 
     @abstractmethod
-    def parameter_shapes(self):
+    def parameter_shapes(self) -> list[tuple[str, tuple[int, ...]]]:
         """[(name, shape)] of the trained tensors, in the order they are flattened."""
 
     @abstractmethod
-    def init_params(self, generator):
+    def init_params(self, generator: torch.Generator) -> list[torch.Tensor]:
         """A fresh initial point: list of tensors (unbatched), drawn from `generator`."""
 
-    def fixed_params(self):
+    def fixed_params(self) -> list[torch.Tensor]:
         """The initial point used by ``init="fixed"``."""
         import torch
 
         return self.init_params(torch.Generator().manual_seed(int(self.settings.get("data_seed", 0))))
 
     @abstractmethod
-    def client_data(self, client, generators):
+    def client_data(self, client: int, generators: ReplicaGenerators) -> ClientBatchData:
         """ClientBatchData for one client and one generator per replica (drawn in order)."""
 
-    def draw_masks(self, generators, batch_size):
+    def draw_masks(self, generators: ReplicaGenerators, batch_size: int) -> torch.Tensor | None:
         """Per-iteration random masks (e.g. dropout), or None."""
         return None
 
     @abstractmethod
-    def forward(self, params, inputs, masks=None):
+    def forward(self, params: Sequence[torch.Tensor], inputs: torch.Tensor,
+                masks: torch.Tensor | None = None) -> torch.Tensor:
         """Outputs (R, batch, ...) of batched `params` on `inputs` (R, batch, ...)."""
 
     @abstractmethod
-    def loss(self, outputs, targets):
+    def loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Per-replica mean loss, shape (R,)."""
 
-    def gradients(self, params, inputs, targets, masks=None):
+    def gradients(self, params: Sequence[torch.Tensor], inputs: torch.Tensor, targets: torch.Tensor,
+                  masks: torch.Tensor | None = None) -> Sequence[torch.Tensor]:
         """Gradients of the summed per-replica losses with respect to `params` (autograd)."""
         import torch
 
         return torch.autograd.grad(self.loss(self.forward(params, inputs, masks), targets).sum(), params)
 
-    def recorded(self, params):
+    def recorded(self, params: Sequence[torch.Tensor]) -> Sequence[torch.Tensor]:
         """The tensors recorded at a checkpoint (the parameters themselves by default)."""
         return params
 
-    def exact_mi(self, iteration, a, b, *, init="per-run", shared=()):
+    def exact_mi(self, iteration: int, a: int, b: int, *, init: str = "per-run",
+                 shared: str | Sequence[str] = ()) -> float | None:
         """The exact MI in bits between clients `a` and `b` after `iteration` iterations, or
         None where the task does not know it (the default)."""
         return None
 
     metric_names = ("loss",)
 
-    def evaluate(self, params, data):
+    def evaluate(self, params: Sequence[torch.Tensor], data: ClientBatchData) -> dict[str, torch.Tensor]:
         """Metrics at a checkpoint: dict name -> (R,) tensor; at least "loss", on the first
         `eval_examples` examples of the local data (all of them by default)."""
         m = int(self.settings.get("eval_examples") or self.n_examples)

@@ -6,19 +6,24 @@ import hashlib
 import json
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._threads import torch_threads, without_onednn
 from .._validation import ChoiceSetting, FolderSetting, IntSetting, RealSetting
 from ..datasets import load_digit_images
-from .base import LEARNING_RATE, ClientBatchData, Task
+from .base import LEARNING_RATE, ClientBatchData, ReplicaGenerators, Task
+
+if TYPE_CHECKING:  # names used only in type hints
+    import torch
 
 __all__ = ["default_cache_dir", "build_lenet", "DigitsLeNetTask"]
 
 
-def default_cache_dir():
+def default_cache_dir() -> Path:
     """Where pretrained networks are cached: $MIANALYSIS_CACHE or ~/.cache/mianalysis."""
     return Path(os.environ.get("MIANALYSIS_CACHE", Path.home() / ".cache" / "mianalysis"))
 
@@ -42,7 +47,7 @@ def pretrain_code_path():
             "mkl_cbwr": os.environ.get("MKL_CBWR"), "convolution": "aten"}
 
 
-def build_lenet(image_size):
+def build_lenet(image_size: int) -> tuple[torch.nn.Sequential, torch.nn.Linear]:
     """LeNet-5-style network for square grey images; returns (body, head).
 
     28x28 (MNIST): conv 5x5 (6, padding 2) - pool - conv 5x5 (16) - pool - 400 - 120 - 84.
@@ -107,7 +112,7 @@ class DigitsLeNetTask(Task):
     metric_names = ("loss", "accuracy")
 
     @staticmethod
-    def default_settings():
+    def default_settings() -> dict[str, Any]:
         return {
             "n_clients": 3,
             "per_digit": 20,
@@ -142,18 +147,18 @@ class DigitsLeNetTask(Task):
         "head_noise": RealSetting(0, 10),
     }
 
-    def __init__(self, **settings):
+    def __init__(self, **settings: Any) -> None:
         super().__init__(**settings)
         self._data = None
         self._body = None
         self._test_features = None
 
     @property
-    def n_examples(self):
+    def n_examples(self) -> int:
         return 10 * int(self.settings["per_digit"])
 
     # ---------------------------------------------------------------- data and body
-    def dataset(self):
+    def dataset(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(train_images, train_labels, test_images, test_labels), images float32 (n, H, W)."""
         if self._data is None:
             self._data = load_digit_images(self.settings["mnist_path"], int(self.settings["data_seed"]))
@@ -177,7 +182,7 @@ class DigitsLeNetTask(Task):
         h.update(ytr.tobytes())
         return h.hexdigest()[:16]
 
-    def pretrained(self):
+    def pretrained(self) -> tuple[torch.nn.Sequential, torch.nn.Linear]:
         """The pretrained (body, head), trained on first use and cached on disk."""
         import torch
 
@@ -229,7 +234,7 @@ class DigitsLeNetTask(Task):
                 torch.nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()
                 opt.step()
 
-    def client_base_images(self, client):
+    def client_base_images(self, client: int) -> np.ndarray:
         """Indices into the training set of the client's base images, `per_digit` per digit."""
         _, ytr, _, _ = self.dataset()
         rng = np.random.default_rng([int(self.settings["data_seed"]), 1000 + int(client)])
@@ -242,7 +247,7 @@ class DigitsLeNetTask(Task):
             picks.append(rng.choice(pool, size=per, replace=len(pool) < per))
         return np.concatenate(picks)
 
-    def augment(self, images, generators):
+    def augment(self, images: np.ndarray, generators: Sequence[torch.Generator]) -> torch.Tensor:
         """Random rotation, zoom and shift of `images` (n, H, W), independently per replica:
         returns (R, n, H, W)."""
         import torch
@@ -262,7 +267,7 @@ class DigitsLeNetTask(Task):
         out = F.grid_sample(src, grid, align_corners=False, padding_mode="zeros")
         return out.reshape(r, n, *images.shape[1:])
 
-    def features(self, images):
+    def features(self, images: torch.Tensor) -> torch.Tensor:
         """84-dimensional features of the frozen body for images (H, W), (n, H, W) or
         (R, n, H, W).
 
@@ -282,10 +287,10 @@ class DigitsLeNetTask(Task):
         return feats.reshape(*lead, feats.shape[-1])
 
     # ---------------------------------------------------------------- Task interface
-    def parameter_shapes(self):
+    def parameter_shapes(self) -> list[tuple[str, tuple[int, ...]]]:
         return [("fc3.weight", (10, 84)), ("fc3.bias", (10,))]
 
-    def init_params(self, generator):
+    def init_params(self, generator: torch.Generator) -> list[torch.Tensor]:
         """A run's initial last layer, drawn from `generator`: with ``head_start="random"``
         a fresh one (weights N(0, 1/84), biases 0); with "pretrained" the pretrained one
         plus N(0, `head_noise`^2) on every weight and bias."""
@@ -296,7 +301,7 @@ class DigitsLeNetTask(Task):
         noise = float(self.settings["head_noise"])
         return [p + noise * torch.randn(p.shape, generator=generator) for p in self._pretrained_head()]
 
-    def fixed_params(self):
+    def fixed_params(self) -> list[torch.Tensor]:
         """The initial last layer of every run with ``init="fixed"``: the pretrained one
         (``head_start="pretrained"``) or one fresh head drawn from `data_seed` ("random")."""
         if self.settings["head_start"] == "random":
@@ -307,7 +312,7 @@ class DigitsLeNetTask(Task):
         _, head = self.pretrained()
         return [head.weight.detach().clone(), head.bias.detach().clone()]
 
-    def client_data(self, client, generators):
+    def client_data(self, client: int, generators: ReplicaGenerators) -> ClientBatchData:
         import torch
 
         xtr, ytr, xte, yte = self.dataset()
@@ -319,19 +324,20 @@ class DigitsLeNetTask(Task):
             self._test_features = (self.features(torch.from_numpy(xte)), torch.from_numpy(yte))
         return ClientBatchData(feats, targets, {"test": self._test_features})
 
-    def forward(self, params, inputs, masks=None):
+    def forward(self, params: Sequence[torch.Tensor], inputs: torch.Tensor,
+                masks: torch.Tensor | None = None) -> torch.Tensor:
         import torch
 
         weight, bias = params
         return torch.einsum("rbi,roi->rbo", inputs, weight) + bias[:, None, :]
 
-    def loss(self, outputs, targets):
+    def loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         import torch.nn.functional as F
 
         r, b, c = outputs.shape
         return F.cross_entropy(outputs.reshape(r * b, c), targets.reshape(r * b), reduction="none").reshape(r, b).mean(1)
 
-    def evaluate(self, params, data):
+    def evaluate(self, params: Sequence[torch.Tensor], data: ClientBatchData) -> dict[str, torch.Tensor]:
         test_x, test_y = data.extra["test"]
         logits = self.forward(params, test_x.expand(params[0].shape[0], *test_x.shape))
         accuracy = (logits.argmax(-1) == test_y).float().mean(1)

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._validation import ChoiceSetting, IntSetting, RangeSetting, RealSetting
-from .base import ClientBatchData, Task
+from .base import ClientBatchData, ReplicaGenerators, Task
+
+if TYPE_CHECKING:  # names used only in type hints
+    import torch
 from .linear_gaussian import cross_covariances, gaussian_mi_from_blocks
 
 __all__ = ["TRANSFORMS", "GaussianSGDTask"]
@@ -51,7 +56,7 @@ class GaussianSGDTask(Task):
     optimizer = "sgd"
 
     @staticmethod
-    def default_settings():
+    def default_settings() -> dict[str, Any]:
         return {
             "n_clients": 3,
             "d": 20,
@@ -84,38 +89,38 @@ class GaussianSGDTask(Task):
         "data_seed": IntSetting(0, 2**32 - 1),
     }
 
-    def check_settings_together(self):
+    def check_settings_together(self) -> None:
         low, high = self.settings["eigenvalues"]
         eta = self.settings["eta"]
         if low <= 0 or eta * high >= 1:
             raise ValueError(f"`eigenvalues` and `eta` (task {self.name}) must give every eta * lambda in (0, 1) "
                              f"(a stable, non-oscillating descent); got eigenvalues [{low}, {high}] and eta {eta}")
 
-    def __init__(self, **settings):
+    def __init__(self, **settings: Any) -> None:
         super().__init__(**settings)
         self._curvatures = {}
         self._root_tensor = None
 
     # ---------------------------------------------------------------- sizes
     @property
-    def d(self):
+    def d(self) -> int:
         return int(self.settings["d"])
 
     @property
-    def n_examples(self):
+    def n_examples(self) -> int:
         """One example (the client's target) per iteration."""
         return int(self.settings["n_iterations"])
 
     @property
-    def batch_size(self):
+    def batch_size(self) -> int:
         return 1
 
     @property
-    def lr(self):
+    def lr(self) -> float:
         return float(self.settings["eta"])
 
     # ---------------------------------------------------------------- the clients' problems
-    def client_problem(self, client):
+    def client_problem(self, client: int) -> tuple[np.ndarray, np.ndarray]:
         """(A_k, m_k) of client `client` as float64 arrays: curvature (d, d) and mean (d,)."""
         client = int(client)
         if client not in self._curvatures:
@@ -146,22 +151,22 @@ class GaussianSGDTask(Task):
         return self._root_tensor
 
     # ---------------------------------------------------------------- Task interface
-    def parameter_shapes(self):
+    def parameter_shapes(self) -> list[tuple[str, tuple[int, ...]]]:
         return [("theta", (self.d,))]
 
-    def init_params(self, generator):
+    def init_params(self, generator: torch.Generator) -> list[torch.Tensor]:
         """theta_0 = m0 + s0 N(0, I)."""
         import torch
 
         return [float(self.settings["m0"]) + float(self.settings["s0"]) * torch.randn(self.d, generator=generator)]
 
-    def fixed_params(self):
+    def fixed_params(self) -> list[torch.Tensor]:
         """theta_0 = m0."""
         import torch
 
         return [torch.full((self.d,), float(self.settings["m0"]))]
 
-    def client_data(self, client, generators):
+    def client_data(self, client: int, generators: ReplicaGenerators) -> ClientBatchData:
         """Each example is the client's index (input) and ``S_k mu_k`` (target), where
         ``S_k`` is the square root of ``A_k``; ``mu_k = m_k + tau z`` with z drawn from
         each replica's "data" generator."""
@@ -176,7 +181,7 @@ class GaussianSGDTask(Task):
         inputs = torch.full((r, n, 1), float(client))
         return ClientBatchData(inputs, target[:, None, :].expand(r, n, self.d).contiguous(), {})
 
-    def draw_masks(self, generators, batch_size):
+    def draw_masks(self, generators: ReplicaGenerators, batch_size: int) -> torch.Tensor:
         """The gradient noise xi of one step, (R, d)."""
         import torch
 
@@ -190,18 +195,20 @@ class GaussianSGDTask(Task):
     def _root_of(self, inputs):
         return self._roots()[inputs[:, 0, 0].long()]  # (R, d, d): each replica's client
 
-    def forward(self, params, inputs, masks=None):
+    def forward(self, params: Sequence[torch.Tensor], inputs: torch.Tensor,
+                masks: torch.Tensor | None = None) -> torch.Tensor:
         """``S_k theta`` for every example: (R, batch, d)."""
         import torch
 
         out = torch.bmm(self._root_of(inputs), params[0][:, :, None])[:, :, 0]
         return out[:, None, :].expand(-1, inputs.shape[1], -1)
 
-    def loss(self, outputs, targets):
+    def loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """``0.5 |S_k theta - S_k mu_k|^2 = 0.5 (theta - mu_k)^T A_k (theta - mu_k)``, mean over the batch."""
         return 0.5 * ((outputs - targets) ** 2).sum(-1).mean(-1)
 
-    def gradients(self, params, inputs, targets, masks=None):
+    def gradients(self, params: Sequence[torch.Tensor], inputs: torch.Tensor, targets: torch.Tensor,
+                  masks: torch.Tensor | None = None) -> list[torch.Tensor]:
         """``A_k (theta - mu_k) + sigma xi`` in closed form (``S_k (S_k theta - S_k mu_k)``)."""
         import torch
 
@@ -211,7 +218,7 @@ class GaussianSGDTask(Task):
         sigma = float(self.settings["sigma"])
         return [grad if masks is None or sigma == 0 else grad + sigma * masks]
 
-    def recorded(self, params):
+    def recorded(self, params: Sequence[torch.Tensor]) -> Sequence[torch.Tensor]:
         """The parameters with `transform` applied to every coordinate."""
         import torch
 
@@ -223,7 +230,8 @@ class GaussianSGDTask(Task):
         return params
 
     # ---------------------------------------------------------------- exact answers
-    def exact_covariance(self, iteration, a, b, *, init="per-run", shared=()):
+    def exact_covariance(self, iteration: int, a: int, b: int, *, init: str = "per-run",
+                         shared: str | Sequence[str] = ()) -> np.ndarray:
         """Joint covariance (2d, 2d) of (theta_a, theta_b) after `iteration` steps, before
         `transform`, for the sampler's `init` and `shared` streams (float64)."""
         from ..sampling import INIT_MODES, check_shared
@@ -250,7 +258,8 @@ class GaussianSGDTask(Task):
         cab = block(a, b)
         return np.block([[block(a, a), cab], [cab.T, block(b, b)]])
 
-    def exact_mi(self, iteration, a, b, *, init="per-run", shared=()):
+    def exact_mi(self, iteration: int, a: int, b: int, *, init: str = "per-run",
+                 shared: str | Sequence[str] = ()) -> float:
         """Exact MI in bits between clients `a` and `b` after `iteration` steps.
 
         The same with any `transform` (a strictly monotone map of each coordinate). Exactly

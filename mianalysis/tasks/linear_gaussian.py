@@ -6,11 +6,13 @@ Pure NumPy in float64; nothing here knows of PyTorch, dumps or files.
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 __all__ = ["cross_covariances", "gaussian_mi_from_blocks"]
 
 
-def cross_covariances(prop_a, prop_b, n_iterations, *, start=0.0, target=0.0, noise=0.0):
+def cross_covariances(prop_a: ArrayLike, prop_b: ArrayLike, n_iterations: int, *, start: float = 0.0,
+                      target: float = 0.0, noise: float = 0.0) -> np.ndarray:
     """Covariances Cov(theta_a(t), theta_b(t)) of two linear recursions, t = 0..n_iterations.
 
     Each client follows ``theta(t+1) = P theta(t) + (I - P) mu - e(t)`` from ``theta(0)``
@@ -58,7 +60,7 @@ def cross_covariances(prop_a, prop_b, n_iterations, *, start=0.0, target=0.0, no
     return np.stack(out)
 
 
-def gaussian_mi_from_blocks(cov_aa, cov_bb, cov_ab, *, rcond=1e-12):
+def gaussian_mi_from_blocks(cov_aa: ArrayLike, cov_bb: ArrayLike, cov_ab: ArrayLike, *, rcond: float = 1e-12) -> float:
     """MI in bits between jointly Gaussian vectors with the given covariance blocks.
 
     ``I = 0.5 (logdet C_aa + logdet C_bb - logdet C) / ln 2`` with C the joint covariance.

@@ -26,10 +26,13 @@ import os
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from .._validation import ChoiceSetting, IntSetting
-from .base import LEARNING_RATE, ClientBatchData, Task
+from .base import LEARNING_RATE, ClientBatchData, ReplicaGenerators, Task
+
+if TYPE_CHECKING:  # names used only in type hints
+    import torch
 
 __all__ = ["ModuleSpec", "ModuleTask", "load_factory"]
 
@@ -177,12 +180,15 @@ class ModuleTask(Task):
     }
 
     @staticmethod
-    def default_settings():
+    def default_settings() -> dict[str, Any]:
         return {"optimizer": "adam", "lr": 1e-3, "batch_size": 32, "epochs": 1, "record": None,
                 "eval_examples": None}
 
-    def __init__(self, model, data, loss, *, init=None, optimizer="adam", lr=1e-3, batch_size=32, epochs=1,
-                 record=None, eval_examples=None, **unknown):
+    def __init__(self, model: Callable[[], torch.nn.Module], data: Sequence[Any],
+                 loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], *,
+                 init: Callable[[torch.nn.Module, torch.Generator], None] | None = None, optimizer: str = "adam",
+                 lr: float = 1e-3, batch_size: int = 32, epochs: int = 1, record: str | Sequence[str] | None = None,
+                 eval_examples: int | None = None, **unknown: Any) -> None:
         for what, fn in (("model", model), ("loss", loss)):
             if not callable(fn):
                 raise TypeError(f"`{what}` (task module) must be callable; got {fn!r}")
@@ -212,7 +218,7 @@ class ModuleTask(Task):
         self._probe()
 
     @classmethod
-    def from_factory(cls, factory, **settings):
+    def from_factory(cls, factory: str, **settings: Any) -> ModuleTask:
         """The task of the :class:`ModuleSpec` that the function at import path `factory`
         returns, with training `settings`; the dump records `factory`.
 
@@ -247,7 +253,7 @@ class ModuleTask(Task):
         return task
 
     @classmethod
-    def from_preset(cls, preset="paper", **overrides):
+    def from_preset(cls, preset: str = "paper", **overrides: Any) -> ModuleTask:
         """The task of ``overrides["factory"]`` (an import path, see :meth:`from_factory`)
         with the other `overrides` as settings; the command line builds it so."""
         if preset not in cls.presets:
@@ -363,25 +369,25 @@ class ModuleTask(Task):
 
     # ---------------------------------------------------------------- Task interface
     @property
-    def n_clients(self):
+    def n_clients(self) -> int:
         return len(self._inputs)
 
     @property
-    def n_examples(self):
+    def n_examples(self) -> int:
         return int(self._inputs[0].shape[0])
 
-    def check_settings_together(self):
+    def check_settings_together(self) -> None:
         super().check_settings_together()
         m = self.settings["eval_examples"]
         if m is not None and m > self.n_examples:
             raise ValueError(f"`eval_examples` (task {self.name}) must be None (all examples) or <= the number of "
                              f"examples per client ({self.n_examples}); got {m}")
 
-    def parameter_shapes(self):
+    def parameter_shapes(self) -> list[tuple[str, tuple[int, ...]]]:
         """[(name, shape)] of the recorded parameters (`record`), in the model's order."""
         return [(self._names[i], self._shapes[self._names[i]]) for i in self._kept]
 
-    def init_params(self, generator):
+    def init_params(self, generator: torch.Generator) -> list[torch.Tensor]:
         """A run's initial trainable parameters, drawn from `generator` (see the Notes)."""
         import torch
 
@@ -402,30 +408,32 @@ class ModuleTask(Task):
                 raise ValueError(f"`init` (task module) changed the shape of {n!r} to {tuple(p.shape)}")
         return params
 
-    def client_data(self, client, generators):
+    def client_data(self, client: int, generators: ReplicaGenerators) -> ClientBatchData:
         """Client `client`'s examples for every replica (the data stream is not used)."""
         r = len(generators)
         x, y = self._inputs[int(client)], self._targets[int(client)]
         return ClientBatchData(x.expand(r, *x.shape), y.expand(r, *y.shape), {})
 
-    def forward(self, params, inputs, masks=None):
+    def forward(self, params: Sequence[torch.Tensor], inputs: torch.Tensor,
+                masks: torch.Tensor | None = None) -> torch.Tensor:
         """The model's outputs (R, batch, ...) for every replica."""
         return self._functions()[1](self._as_dict(params), inputs)
 
-    def loss(self, outputs, targets):
+    def loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """The loss of every replica, shape (R,)."""
         return self._functions()[2](outputs, targets)
 
-    def gradients(self, params, inputs, targets, masks=None):
+    def gradients(self, params: Sequence[torch.Tensor], inputs: torch.Tensor, targets: torch.Tensor,
+                  masks: torch.Tensor | None = None) -> list[torch.Tensor]:
         """Gradients of every replica's loss (``vmap(grad(...))``), the model in training mode."""
         with self._mode(True):
             grads = self._functions()[0](self._as_dict(params), inputs, targets)
         return [grads[n] for n in self._names]
 
-    def recorded(self, params):
+    def recorded(self, params: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         return [params[i] for i in self._kept]
 
-    def evaluate(self, params, data):
+    def evaluate(self, params: Sequence[torch.Tensor], data: ClientBatchData) -> dict[str, torch.Tensor]:
         """The "loss" on the first `eval_examples` examples, the model in eval mode."""
         with self._mode(False):
             return super().evaluate(params, data)
@@ -434,7 +442,7 @@ class ModuleTask(Task):
 # -------------------------------------------------------------------- helpers
 
 
-def load_factory(path):
+def load_factory(path: str) -> Callable[..., Any]:
     """The callable at import path ``"package.module:function"``.
 
     The module is imported from ``sys.path`` or, failing that, from the current folder.

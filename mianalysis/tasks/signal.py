@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._validation import IntSetting, RangeSetting, RealSetting
-from .base import LEARNING_RATE, ClientBatchData, Task
+from .base import LEARNING_RATE, ClientBatchData, ReplicaGenerators, Task
+
+if TYPE_CHECKING:  # names used only in type hints
+    import torch
 
 __all__ = ["SignalRNNTask", "elman_recurrence"]
 
@@ -54,7 +59,7 @@ class SignalRNNTask(Task):
     }
 
     @staticmethod
-    def default_settings():
+    def default_settings() -> dict[str, Any]:
         return {
             "n_clients": 3,
             "n_examples": 100,
@@ -89,14 +94,14 @@ class SignalRNNTask(Task):
         "eval_examples": IntSetting(1, optional=True),
     }
 
-    def check_settings_together(self):
+    def check_settings_together(self) -> None:
         super().check_settings_together()
         m = self.settings["eval_examples"]
         if m is not None and m > self.n_examples:
             raise ValueError(f"`eval_examples` (task {self.name}) must be None (all examples) or <= `n_examples` "
                              f"({self.n_examples}); got {m}")
 
-    def parameter_shapes(self):
+    def parameter_shapes(self) -> list[tuple[str, tuple[int, ...]]]:
         h = int(self.settings["hidden"])
         shapes = []
         for layer in range(int(self.settings["n_layers"])):
@@ -105,7 +110,7 @@ class SignalRNNTask(Task):
                        (f"rnn.{layer}.bias", (h,))]
         return shapes + [("head.weight", (2, h)), ("head.bias", (2,))]
 
-    def init_params(self, generator):
+    def init_params(self, generator: torch.Generator) -> list[torch.Tensor]:
         """Normal initialisation: weights N(0, 1/fan_in), biases 0."""
         import torch
 
@@ -117,7 +122,7 @@ class SignalRNNTask(Task):
                 params.append(torch.randn(shape, generator=generator) / math.sqrt(shape[1]))
         return params
 
-    def client_examples(self, client, draw=None):
+    def client_examples(self, client: int, draw: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The client's training set: inputs (n_examples, seq_len), targets (n_examples, 2).
 
         The client's signal source (frequencies and amplitudes) comes from
@@ -141,7 +146,7 @@ class SignalRNNTask(Task):
         inputs = scale[:, None] * src + shift[:, None]
         return inputs.astype(np.float32), np.stack([shift, scale], axis=1).astype(np.float32)
 
-    def client_data(self, client, generators):
+    def client_data(self, client: int, generators: ReplicaGenerators) -> ClientBatchData:
         """The client's examples for every replica. With the "data" stream shared, each
         replica draws them afresh from the client's source with its run's generator, so the
         clients of a run see the same phases, noise, shifts and scales (on their own
@@ -157,7 +162,7 @@ class SignalRNNTask(Task):
         r = len(generators)
         return ClientBatchData(inputs.expand(r, *inputs.shape), targets.expand(r, *targets.shape), {})
 
-    def draw_masks(self, generators, batch_size):
+    def draw_masks(self, generators: ReplicaGenerators, batch_size: int) -> torch.Tensor | None:
         import torch
 
         p = float(self.settings["dropout"])
@@ -167,7 +172,8 @@ class SignalRNNTask(Task):
         # Boolean keep-masks (n_layers, seq_len, R, batch, hidden); scaled in forward.
         return torch.stack([torch.rand(shape, generator=g) >= p for g in generators], dim=2)
 
-    def forward(self, params, inputs, masks=None):
+    def forward(self, params: Sequence[torch.Tensor], inputs: torch.Tensor,
+                masks: torch.Tensor | None = None) -> torch.Tensor:
         import torch
 
         n_layers = int(self.settings["n_layers"])
@@ -183,11 +189,11 @@ class SignalRNNTask(Task):
         w_out, b_out = params[-2:]
         return torch.einsum("rbh,roh->rbo", seq[-1], w_out) + b_out[:, None, :]
 
-    def loss(self, outputs, targets):
+    def loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return ((outputs - targets) ** 2).mean(dim=(1, 2))
 
 
-def elman_recurrence(drive, w_hh):
+def elman_recurrence(drive: torch.Tensor, w_hh: torch.Tensor) -> torch.Tensor:
     """h_t = tanh(drive_t + h_{t-1} w_hh^T) from h_{-1} = 0, batched over replicas.
 
     drive: (T, R, B, H), the input projection plus bias at every step; w_hh: (R, H, H).
