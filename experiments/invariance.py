@@ -20,6 +20,12 @@ table gives mean and standard deviation over them.
 
     python experiments/invariance.py --quick   # 5 rounds, 5 local epochs, 2 replicates
     python experiments/invariance.py           # 10 rounds, 50 local epochs, 5 replicates
+    python experiments/invariance.py --rounds 400 --epochs 1 --lr 0.5 --replicates 3 --tag _fitted
+
+The last is a budget at which FedAvg fits the training environments (train accuracy >= 0.95;
+with 50 local epochs it stays near 0.72 at any number of rounds and learning rate tried).
+Where a configuration's training diverges, it is rerun at half the learning rate (at most
+four times) and its row says which rate it ran at.
 
 Each configuration's result is saved under runs/invariance{_quick}/ as it finishes, so an
 interrupted run resumes, and `--sizes equal` / `--sizes unequal` can run in two processes
@@ -60,6 +66,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--rounds", type=int, help="communication rounds (default 10; --quick 5)")
+    parser.add_argument("--epochs", type=int, help="local epochs per round (default 50; --quick 5)")
+    parser.add_argument("--replicates", type=int, help="replicate seeds per configuration (default 5; --quick 2)")
+    parser.add_argument("--tag", default="", help="suffix of the output and work names, e.g. _fitted")
     parser.add_argument("--sizes", choices=["both", "equal", "unequal"], default="both")
     parser.add_argument("--work", default=str(ROOT / "runs"), help="per-configuration results (resumed)")
     parser.add_argument("--reverse", action="store_true",
@@ -67,7 +77,8 @@ def main():
     args = parser.parse_args()
     started = utc_now()
     rounds, epochs, replicates = (5, 5, 2) if args.quick else (10, 50, 5)
-    suffix = "_quick" if args.quick else ""
+    rounds, epochs, replicates = args.rounds or rounds, args.epochs or epochs, args.replicates or replicates
+    suffix = ("_quick" if args.quick else "") + args.tag
     out = ROOT / "figures"
     work = Path(args.work) / f"invariance{suffix}"
     work.mkdir(parents=True, exist_ok=True)
@@ -90,16 +101,25 @@ def main():
                     ident = (prov.get("started"), tuple(prov.get("argv", ())))
                     earlier[ident] = max(earlier.get(ident, prov), prov, key=lambda p: p.get("ended") or "")
                 continue
-            cfg = FederatedConfig(rounds=rounds, client_fraction=15 / 53, local_epochs=epochs, batch_size=64,
-                                  lr=args.lr, algorithm="fedavg" if placement == "update" else "fedsgd",
-                                  aggregator=rule, placement=placement,
-                                  aggregator_params={} if rule == "fedavg" else {"threshold": 0.2})
-            sim = FederatedSimulation("mlp", data, cfg, replicates=replicates, seed=0, hidden=256)
             start = time.perf_counter()
-            history = sim.run().history
+            lr = args.lr
+            for attempt in range(5):  # halve the rate where training diverged
+                cfg = FederatedConfig(rounds=rounds, client_fraction=15 / 53, local_epochs=epochs, batch_size=64,
+                                      lr=lr, algorithm="fedavg" if placement == "update" else "fedsgd",
+                                      aggregator=rule, placement=placement,
+                                      aggregator_params={} if rule == "fedavg" else {"threshold": 0.2})
+                sim = FederatedSimulation("mlp", data, cfg, replicates=replicates, seed=0, hidden=256)
+                try:
+                    history = sim.run().history
+                    break
+                except ValueError as exc:
+                    if attempt == 4:
+                        raise
+                    print(f"{key}: {exc}; rerun at lr {lr / 2}", flush=True)
+                    lr /= 2
             timing[key] = round(time.perf_counter() - start, 1)
             final = [h for h in history if h["round"] == rounds]
-            row = {"equal_size": equal, "algorithm": label, "placement": placement}
+            row = {"equal_size": equal, "algorithm": label, "placement": placement, "lr": lr}
             for m in METRICS:
                 vals = np.array([h[m] for h in final])
                 row[m], row[f"{m}_sd"] = float(vals.mean()), float(vals.std(ddof=1))
@@ -124,7 +144,8 @@ def main():
     table = markdown_table(results)
     (out / f"invariance{suffix}.md").write_text(
         f"{replicates} replicates per row (mean ± sd), {rounds} rounds, {epochs} local epochs, 15 of 53 clients per "
-        f"round, batch 64, lr {args.lr}, threshold 0.2; test = 10 held-out environments.\n\n{table}\n\n"
+        f"round, batch 64, lr {args.lr} (halved where training diverged: the row's LR), threshold 0.2; "
+        f"test = 10 held-out environments.\n\n{table}\n\n"
         f"Controls: the same MLP trained centrally on the pooled training data of the equal-size clients "
         f"(SGD, batch 64, lr {args.lr}, {controls['epochs']} epochs, {controls['seeds']} seeds):\n\n"
         + "\n".join(f"- {name}: train accuracy {v['train_accuracy']:.3f}, held-out test accuracy "
@@ -173,11 +194,11 @@ def centralised_controls(epochs, lr, seeds):
 
 
 def markdown_table(results):
-    head = ["Equal Size", "Algorithm", "Placement", "Train Loss", "Validation Loss", "Train Accuracy",
+    head = ["Equal Size", "Algorithm", "Placement", "LR", "Train Loss", "Validation Loss", "Train Accuracy",
             "Validation Accuracy", "Held-out Test Accuracy"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results:
-        cells = [str(r["equal_size"]), r["algorithm"], r["placement"]]
+        cells = [str(r["equal_size"]), r["algorithm"], r["placement"], f"{r.get('lr', '')}"]
         cells += [f"{r[m]:.3f} ± {r[m + '_sd']:.3f}" for m in METRICS]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
