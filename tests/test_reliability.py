@@ -7,6 +7,7 @@ import os
 import platform
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -311,13 +312,15 @@ def test_same_seed_same_bytes_across_threads_and_chunk_sizes(tmp_path, code_path
 
 
 # Runs alone or beside others, on 1 or 2 threads: a lone replica (one client, a chunk of
-# one run) and digits-lenet, whose frozen body sees a chunk's worth of images.
+# one run), digits-lenet, whose frozen body sees a chunk's worth of images, and a small CNN
+# of the user's own (--task module: replicas through vmap, convolutions batched over them).
 _SAMPLER_CHUNKS = """
 import sys, numpy as np, torch
 from mianalysis.sampling import ParameterSampler
-from mianalysis.tasks import get_task
+from mianalysis.tasks import ModuleTask, get_task
 tasks = [get_task("signal-rnn", "paper", n_clients=1, n_layers=2, seq_len=16, n_examples=32, batch_size=8),
-         get_task("digits-lenet", "paper", pretrain_epochs=1, per_digit=3, batch_size=10)]
+         get_task("digits-lenet", "paper", pretrain_epochs=1, per_digit=3, batch_size=10),
+         ModuleTask.from_factory("module_factories:cnn_spec", batch_size=5)]
 for task in tasks:
     sampler = ParameterSampler(task, seed=3, progress=False)
     torch.set_num_threads(1)
@@ -335,11 +338,13 @@ for task in tasks:
 @code_paths
 def test_sampled_run_same_bytes_alone_or_in_any_chunk(tmp_path, code_path):
     pytest.importorskip("torch")
-    env = {**_env(code_path, 2), "XDG_CACHE_HOME": str(tmp_path)}
+    tests = Path(__file__).resolve().parent
+    env = {**_env(code_path, 2), "XDG_CACHE_HOME": str(tmp_path), "MIANALYSIS_CACHE": str(tmp_path / "cache"),
+           "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)])}
     out = subprocess.run([sys.executable, "-c", _SAMPLER_CHUNKS], env=env, capture_output=True, text=True,
                          check=True).stdout
     lines = out.splitlines()
-    assert len(lines) == 2 * 9 and all(line.endswith(" same") for line in lines), out
+    assert len(lines) == 3 * 9 and all(line.endswith(" same") for line in lines), out
 
 
 def test_estimates_do_not_depend_on_threads():
