@@ -151,8 +151,11 @@ def main():
         + "\n".join(f"- {name}: train accuracy {v['train_accuracy']:.3f}, held-out test accuracy "
                     f"{v['test_accuracy']:.3f} ± {v['test_accuracy_sd']:.3f}" for name, v in controls["rows"].items())
         + "\n")
+    rerun = [f"{r['algorithm']} ({r['placement']}, {'equal' if r['equal_size'] else 'unequal'} sizes) at {r['lr']}"
+             for r in results if r.get("lr", args.lr) != args.lr]
+    lr_text = f"{args.lr}" + (f" ({', '.join(rerun)}: diverged at higher rates)" if rerun else "")
     plot(curves, out / f"invariance{suffix}.png", rounds, results=results,
-         meta={"replicates": replicates, "local_epochs": epochs, "lr": args.lr})
+         meta={"replicates": replicates, "local_epochs": epochs, "lr": lr_text})
     (out / f"invariance{suffix}.json").write_text(json.dumps(
         {"rounds": rounds, "local_epochs": epochs, "replicates": replicates, "lr": args.lr, "seconds": timing,
          "results": results, "controls": controls,
@@ -269,7 +272,7 @@ def plot(curves, path, rounds, *, results=None, meta=None):
     head = "Invariance across clients: FedAvg/FedSGD vs AND-mask and geometric mask"
     if meta:
         head += (f"; {meta.get('replicates', '?')} replicates, {rounds} rounds, {meta.get('local_epochs', '?')} "
-                 f"local epochs, lr {meta.get('lr', '?')}")
+                 f"local epochs,\nlr {meta.get('lr', '?')}")
     fig.suptitle(f"{head}\n{spread}", fontsize=11)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     fig.savefig(path, dpi=120)
