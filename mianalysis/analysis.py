@@ -18,6 +18,7 @@ from ._io import progress_bar
 from ._locking import WriterLock
 from ._provenance import collect
 from ._validation import check_choice, check_flag, check_int, check_k
+from .design import design_note
 from .distances import METRICS, paired_distances
 from .estimators import KSG_NOISE, MarginalDistances, gaussian_mi, gaussian_mi_null, ksg_mi, mi_permutation_test
 from .estimators.ksg import standardize_columns
@@ -287,6 +288,10 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: Sequence[str
     "outside calibration: > 4 joint dims" (see :func:`mianalysis.regime.estimate_regime_note`);
     :mod:`mianalysis.plots` draws such points hollow.
 
+    The MI rows of a dump the sampler wrote also say what its sampling design forces on
+    the dependence between clients (:func:`mianalysis.design.design_note`), e.g. "design:
+    fixed start, no stream shared: the clients are independent (MI 0 in truth)".
+
     Examples
     --------
     Two clients whose 2 parameters are correlated by 0.6, 1000 runs, one checkpoint:
@@ -472,6 +477,7 @@ class _CheckpointAnalysis:
         self.pairs = list(itertools.combinations(range(len(dump.clients)), 2))
         # A dump still being sampled (or stopped) is analysed as far as it goes; every row says so.
         self.incomplete = "" if dump.complete else f"dump incomplete: {n_runs} of {dump.n_runs} runs"
+        self.design = design_note(dump.meta)  # what the sampling design forces on the MI rows
         self.with_interval = set(metrics) | {f"mi_{e}" for e in estimators}
         self._indices = None
 
@@ -532,6 +538,7 @@ class _CheckpointAnalysis:
                                                                   self.permutations[estimator], rng, cached,
                                                                   self.distance_cache, self.standardize,
                                                                   self.gaussian_null)
+                    note = "; ".join(n for n in (note, self.design) if n)
                     rows.append(self.row(t, a, b, f"mi_{estimator}", value, null_mean=null_mean, null_std=null_std,
                                          p=p, note=note, group=group))
                 if exact is not None and group == "":  # the exact MI is that of the whole vector

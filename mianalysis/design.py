@@ -1,0 +1,71 @@
+"""What a dump's sampling design forces on the dependence between its clients.
+
+Before a trend in MI between clients is read, the design that produced the samples says
+what it can be. Clients of one run may share the start (``init="per-run"``: one draw per
+run, the same for all its clients; ``init="fixed"``: one point for every run) and any of
+the task's random streams (``shared``). Then:
+
+- fixed start, nothing shared: the clients of a run are independent; their MI is 0 in
+  truth, and an estimate above 0 is the estimator's bias;
+- fixed start, some streams shared: only the shared streams can make clients dependent;
+- per-run start, nothing shared: the start is the only source of dependence, and training
+  can only lose what it gives (the clients drift apart from it with independent noise);
+- per-run start and shared streams: both make clients dependent; MI may rise or fall.
+
+:func:`design_note` writes that as one line for the rows of an analysis table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["design_note"]
+
+
+def design_note(meta: Mapping[str, Any], streams: Sequence[str] | None = None) -> str:
+    """One line on what the sampling design recorded in a dump's `meta` forces on the MI
+    between its clients; "" for a dump the sampler did not write (no ``init`` recorded).
+
+    Parameters
+    ----------
+    meta : mapping
+        A dump's ``meta`` (:attr:`mianalysis.ParameterDump.meta`): ``init`` ("per-run" or
+        "fixed") and ``shared`` (stream names; absent when nothing is shared), as the
+        sampler records them.
+    streams : sequence of str, optional
+        All of the task's random streams, to say which are not shared; by default those
+        of the task named in ``meta["task"]`` where it is a built-in task.
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> from mianalysis.design import design_note
+    >>> design_note({"init": "fixed"})
+    'design: fixed start, no stream shared: the clients are independent (MI 0 in truth)'
+    >>> design_note({"init": "per-run", "shared": ["order", "dropout"], "task": "signal-rnn"})
+    'design: per-run start, shared order+dropout (not data): start and shared streams make clients dependent'
+    >>> design_note({"task": "imported"})
+    ''
+    """
+    init = meta.get("init")
+    if init not in ("per-run", "fixed"):
+        return ""
+    shared = [str(s) for s in meta.get("shared") or []]
+    if streams is None:
+        from .tasks import TASKS
+
+        task = TASKS.get(meta.get("task"))
+        streams = task.streams if task is not None else None
+    others = [s for s in streams if s not in shared] if streams is not None else []
+    what = f"shared {'+'.join(shared)}" + (f" (not {'+'.join(others)})" if others else "")
+    if init == "fixed":
+        if not shared:
+            return "design: fixed start, no stream shared: the clients are independent (MI 0 in truth)"
+        return f"design: fixed start, {what}: only the shared streams make clients dependent"
+    if not shared:
+        return "design: per-run start, no stream shared: dependence comes from the start only and can only be lost"
+    return f"design: per-run start, {what}: start and shared streams make clients dependent"
