@@ -10,6 +10,7 @@ from the pretrained head (preset `paper`, ``head_start="pretrained"``):
   of a run creates;
 - per-run start: the pretrained head plus N(0, 0.01^2) per weight and bias, drawn per run
   (``head_noise``), the same for a run's clients; nothing else shared;
+- per-run start and augmentation shared: both sources of dependence at once;
 - fixed start, augmentation shared, at 10,000 runs: the one cell where shared randomness
   can create dependence, with 2.5 times the runs.
 
@@ -64,6 +65,7 @@ CELLS = {
     "fixed-nothing": ("fixed", (), {}),
     "fixed-augmentation": ("fixed", ("augmentation",), {}),
     "per-run-nothing": ("per-run", (), {}),
+    "per-run-augmentation": ("per-run", ("augmentation",), {}),
     "fixed-augmentation-10000": ("fixed", ("augmentation",), {}),
 }
 QUICK_CELLS = ("fixed-nothing", "fixed-augmentation", "per-run-nothing")
