@@ -135,7 +135,7 @@ def test_links_outside_finds_absolute_and_escaping_links(tmp_path):
 
 
 def test_no_tracked_link_points_outside_the_repository():
-    # A committed link to an absolute path (benchmarks/.peers-venv -> /tmp/peers-venv) broke
+    # A committed link from benchmarks/.peers-venv to a folder outside the checkout broke
     # compare_peers.py on every fresh clone.
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
