@@ -167,10 +167,8 @@ def check_real(value, name, *, low=None, high=None, low_open=False, high_open=Fa
     below = low is not None and (value <= low if low_open else value < low)
     above = high is not None and (value >= high if high_open else value > high)
     if not np.isfinite(value) or below or above:
-        left = "" if low is None else ("(" if low_open else "[") + f"{low}"
-        right = "" if high is None else f"{high}" + (")" if high_open else "]")
         if low is not None and high is not None:
-            bound = f"in {left}, {right}"
+            bound = f"in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
         elif low is not None:
             bound = f"{'>' if low_open else '>='} {low}"
         elif high is not None:
@@ -183,12 +181,7 @@ def check_real(value, name, *, low=None, high=None, low_open=False, high_open=Fa
 
 def check_nonnegative_float(value, name):
     """Return `value` as a finite float >= 0."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"`{name}` must be a real number; got {value!r}")
-    value = float(value)
-    if not np.isfinite(value) or value < 0:
-        raise ValueError(f"`{name}` must be a finite number >= 0; got {value}")
-    return value
+    return check_real(value, name, low=0)
 
 
 def check_random_state(random_state):
