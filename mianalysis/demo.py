@@ -30,7 +30,8 @@ DEFAULT_CASES = ((5000, 1, 0.6), (5000, 10, 0.6), (5000, 50, 0.3), (5000, 50, 0.
 # Permutations of the demo's nulls: KSG's reuse each client's distance matrix (cheap, so
 # p-values down to 1/101); the Gaussian estimate at the demo's 400 runs of 358 + 358
 # parameters is a Ledoit-Wolf shrinkage estimate, each permutation a full estimate: 20 give
-# p-values down to 1/21, and no trend verdict is made from it anyway.
+# p-values down to 1/21 for the figure's null band, but neither the above-null nor the trend
+# verdict is made from a shrinkage estimate (the printed finding says "not made").
 DEMO_PERMUTATIONS = {"gaussian": 20, "ksg": 100}
 
 log = logging.getLogger(__name__)

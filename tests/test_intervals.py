@@ -224,3 +224,22 @@ def test_finding_does_not_read_a_rise_from_point_estimates(tmp_path):
     else:
         pytest.fail("no repetition with a chance rise")
     assert finding(rows)["mi_gaussian_rising"] is False
+
+
+def test_above_null_comes_from_the_p_value_never_from_a_shrinkage_estimate(tmp_path):
+    """MI far above its null: "above null" needs p <= 0.05, which 4 permutations cannot give
+    (p >= 1/5) however far the estimate sits from the null's mean; 19 can; and no verdict
+    from a Ledoit-Wolf estimate, whose permutations' p-value reaches 0.05 all the same."""
+    dump = _two_checkpoints(tmp_path / "d", 0.8, 0.8, 200)
+    kwargs = {"estimators": ["gaussian", "ksg"], "metrics": [], "ci_resamples": 0, "verify": False}
+    few = analyze(dump, n_permutations={"ksg": 4}, gaussian_null="analytic", **kwargs)
+    row = select(few, "mi_ksg")[1]
+    assert row["value"] > row["null_mean"] + 3 * row["null_std"] and row["p_value"] == pytest.approx(0.2)
+    assert finding(few)["mi_ksg_above_null"] is False
+    assert finding(few)["mi_gaussian_above_null"] is True  # the analytic null's p-value, no permutations
+    assert finding(analyze(dump, n_permutations={"ksg": 19}, **kwargs))["mi_ksg_above_null"] is True
+    assert finding(analyze(dump, **kwargs))["mi_ksg_above_null"] == "not made: no null"
+    shrunk = analyze(_two_checkpoints(tmp_path / "s", 0.9, 0.9, 40, d=20), estimators=["gaussian"], metrics=[],
+                     n_permutations=19, ci_resamples=0, verify=False)
+    assert "ledoit-wolf" in select(shrunk, "mi_gaussian")[1]["note"] and select(shrunk, "mi_gaussian")[1]["p_value"] <= 0.05
+    assert finding(shrunk)["mi_gaussian_above_null"] == "not made: shrinkage estimate"
