@@ -11,10 +11,9 @@ script crosses the start (per-run, fixed) with what the clients of a run share, 
 - gaussian-sgd, preset `paper` (d = 20, 40 steps, checkpoints every 10), 2,000 runs per
   cell, seeds 0-2; shared: nothing / noise / data + noise; its exact MI is drawn beside the
   estimates;
-- signal-rnn, preset `long` (16 iterations, checkpoints every 4), 1,000 runs per cell, seed
-  0 only (time on 2 cores; at 1,000 runs of 358 + 358 parameters the Gaussian estimate is a
-  shrinkage estimate, so this part has KSG and distance verdicts only); the same three
-  levels of sharing.
+- signal-rnn, preset `long` (16 iterations, checkpoints every 4), 1,000 runs per cell, seeds
+  0-2 (at 1,000 runs of 358 + 358 parameters the Gaussian estimate is a shrinkage estimate,
+  so this part has KSG and distance verdicts only); the same three levels of sharing.
 
 Every cell is analysed with `mianalysis.analyze`: Gaussian MI (bias-corrected where runs >
 2 x joint dimensions, with its analytic null) and KSG MI (k = 3, standardised, 100
@@ -26,10 +25,12 @@ checkpoint and the verdict of each step for each client pair, and the additive-n
 model's predicted MI change (see mianalysis.additive, where present).
 
     python experiments/sources_of_dependence.py [--quick] [--only signal-paper,gaussian,signal-long]
+        [--carry-over figures/sources_of_dependence.csv]
 
 Resumable per cell: dumps and tables go to runs/sources_of_dependence/ (a finished cell is
 read back, an interrupted one resumed). Writes figures/sources_of_dependence.{csv,md,png}
-(`_quick` with --quick) with provenance in the .csv.json sidecar.
+(`_quick` with --quick) with provenance and each cell's compute time (null where a cell's
+time was not recorded) in the .csv.json sidecar.
 """
 
 from __future__ import annotations
@@ -57,13 +58,29 @@ PARTS = {
     "signal-paper": ("signal-rnn", "paper", {}, 1, 2000, (0, 1, 2),
                      ((), ("order", "dropout"), ("data", "order", "dropout"))),
     "gaussian": ("gaussian-sgd", "paper", {}, 10, 2000, (0, 1, 2), ((), ("noise",), ("data", "noise"))),
-    "signal-long": ("signal-rnn", "long", {}, 4, 1000, (0,), ((), ("order", "dropout"), ("data", "order", "dropout"))),
+    "signal-long": ("signal-rnn", "long", {}, 4, 1000, (0, 1, 2),
+                    ((), ("order", "dropout"), ("data", "order", "dropout"))),
 }
 QUICK = {
     "signal-paper": ("signal-rnn", "paper", {"n_layers": 2}, 1, 300, (0,),
                      ((), ("order", "dropout"), ("data", "order", "dropout"))),
     "gaussian": ("gaussian-sgd", "paper", {"d": 5}, 10, 300, (0,), ((), ("noise",), ("data", "noise"))),
 }
+
+
+INT_FIELDS = ("seed", "runs", "first_iteration", "last_iteration")
+FLOAT_FIELDS = ("first_value", "last_value", "last_ci_low", "last_ci_high")
+
+
+def read_summary(path):
+    """An earlier summary table of this script: (part, init, shared, seed) -> its rows, with
+    numbers as numbers (6 significant digits, as written)."""
+    cells = {}
+    with open(path, newline="") as fh:
+        for row in csv.DictReader(fh):
+            row.update({k: int(row[k]) for k in INT_FIELDS}, **{k: float(row[k]) for k in FLOAT_FIELDS})
+            cells.setdefault((row["part"], row["init"], row["shared"], row["seed"]), []).append(row)
+    return cells
 
 
 def cell_name(part, init, shared, seed):
@@ -76,11 +93,17 @@ def run_cell(part, spec, init, shared, seed, work):
     task = get_task(task_name, preset, **settings)
     name = cell_name(part, init, shared, seed)
     table = work / f"{name}.csv"
+    timing = work / f"{name}.seconds.json"  # the cell's own compute time, kept for a later read-back
     if table.exists() and sidecar_path(table).exists():
-        return read_table(table), ParameterDump.open(work / "dumps" / name)
+        seconds = json.loads(timing.read_text())["seconds"] if timing.exists() else None
+        return read_table(table), ParameterDump.open(work / "dumps" / name), seconds
+    start = time.perf_counter()
     sampler = ParameterSampler(task, seed=seed, init=init, shared=shared, every=every, progress=False)
     dump = sampler.sample(runs, work / "dumps" / name)
-    return analyze(dump, n_permutations={"ksg": 100}, gaussian_null="analytic", random_state=seed, out=table), dump
+    rows = analyze(dump, n_permutations={"ksg": 100}, gaussian_null="analytic", random_state=seed, out=table)
+    seconds = round(time.perf_counter() - start, 1)  # this session's part only, if the cell was resumed
+    timing.write_text(json.dumps({"seconds": seconds}))
+    return rows, dump, seconds
 
 
 def additive_rows(rows, dump):
@@ -241,6 +264,10 @@ def main():
     parser.add_argument("--quick", action="store_true", help="tiny cells (a minute), into *_quick files")
     parser.add_argument("--only", help="comma-separated parts: " + ", ".join(PARTS))
     parser.add_argument("--work", default=str(ROOT / "runs" / "sources_of_dependence"))
+    parser.add_argument("--carry-over", metavar="CSV",
+                        help="an earlier summary table of this script (e.g. figures/sources_of_dependence.csv): its "
+                             "cells that --work has not finished are read from it instead of rerun; the sidecar and "
+                             "the markdown name them and the sidecar keeps that table's provenance")
     parser.add_argument("--out", default=str(ROOT / "figures"))
     args = parser.parse_args()
     started = utc_now()
@@ -252,17 +279,27 @@ def main():
     work = Path(args.work) / ("quick" if args.quick else "full")
     (work / "dumps").mkdir(parents=True, exist_ok=True)
     summary, seconds = [], {}
+    carried, carried_names = (read_summary(args.carry_over) if args.carry_over else {}), []
+    if args.carry_over:  # read before anything is written: the earlier table may be the one this run replaces
+        earlier = sidecar_path(Path(args.carry_over))
+        earlier = json.loads(earlier.read_text()).get("provenance") if earlier.exists() else None
     for part in parts:
         spec = specs[part]
         for seed in spec[5]:
             for init in INITS:
                 for shared in spec[6]:
-                    start = time.perf_counter()
-                    rows, dump = run_cell(part, spec, init, shared, seed, work)
                     name = cell_name(part, init, shared, seed)
-                    seconds[name] = round(time.perf_counter() - start, 1)
+                    key = (part, init, "+".join(shared) or "nothing", seed)
+                    done = (work / f"{name}.csv").exists() and sidecar_path(work / f"{name}.csv").exists()
+                    if not done and key in carried:
+                        summary += carried[key]
+                        seconds[name] = None
+                        carried_names.append(name)
+                        print(f"{name:55s} carried over from {args.carry_over}", flush=True)
+                        continue
+                    rows, dump, seconds[name] = run_cell(part, spec, init, shared, seed, work)
                     summary += cell_rows(part, spec, init, shared, seed, rows, dump)
-                    print(f"{name:55s} {seconds[name]:7.1f} s", flush=True)
+                    print(f"{name:55s} {seconds[name] or 0:7.1f} s", flush=True)
     suffix = "_quick" if args.quick else ""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -272,9 +309,14 @@ def main():
         writer.writeheader()
         writer.writerows({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()} for r in summary)
     md = markdown(summary, parts, specs)
+    if carried_names:
+        md += ("\n\nCells read from an earlier run of this script (`--carry-over`, its provenance in the sidecar), "
+               "not rerun: " + ", ".join(carried_names) + ".")
     (out / f"sources_of_dependence{suffix}.md").write_text(md + "\n")
     figure(summary, out / f"sources_of_dependence{suffix}.png", parts, specs)
-    sidecar_path(table).write_text(json.dumps({"table": table.name, "parts": parts, "seconds": seconds,
+    extra = {"carried_over": {"from": Path(args.carry_over).name, "cells": carried_names, "provenance": earlier}
+             } if carried_names else {}
+    sidecar_path(table).write_text(json.dumps({"table": table.name, "parts": parts, "seconds": seconds, **extra,
                                                "provenance": collect(started, finished=True)}, indent=1))
     print(md)
 
