@@ -152,7 +152,7 @@ def cell_rows(part, spec, init, shared, seed, rows, dump):
             series = [r for r in select(rows, q, a, b) if r["iteration"] > 0 and not r.get("layer")]
             if not series:
                 continue
-            steps = step_verdicts(rows, q, a, b) if q != "mi_exact" else []
+            steps = step_verdicts(rows, q, a, b) if q != "mi_exact" else _exact_steps(series)
             first, last = series[0], series[-1]
             trend = overall_trend(v for _, v in steps) if q != "mi_exact" else _exact_trend(series)
             out.append({**base, "quantity": q, "pair": f"{a}-{b}", "first_iteration": first["iteration"], "first_value": first["value"],
@@ -161,6 +161,52 @@ def cell_rows(part, spec, init, shared, seed, rows, dump):
                         "trend": trend, "steps": "; ".join(f"{it}: {v}" for it, v in steps),
                         "note": last["note"]})
     return out
+
+
+def _exact_steps(series):
+    """[(iteration, direction)] of the exact MI's steps, named as the estimates' verdicts."""
+    return [(now["iteration"], _direction(old["value"], now["value"])) for old, now in zip(series, series[1:])]
+
+
+def _direction(old, new):
+    if abs(new - old) <= 1e-9 * (1 + abs(old)):
+        return "no detectable change"
+    return "rising" if new > old else "falling"
+
+
+def _steps(row):
+    """{iteration: verdict} from a summary row's `steps` text."""
+    return dict((int(it), v) for it, v in (step.split(": ", 1) for step in row["steps"].split("; ") if step))
+
+
+def verdict_errors(summary):
+    """Markdown lines: how often the step verdicts err where the truth is known. In a cell
+    with a fixed start and nothing shared the clients are independent at every checkpoint
+    (MI 0 throughout), so every "rising" or "falling" step of an MI estimate is false; on
+    gaussian-sgd each estimate's step verdict is compared with the exact MI's step."""
+    lines = []
+    zero = [_steps(r) for r in summary if r["init"] == "fixed" and r["shared"] == "nothing"
+            and r["quantity"] in ("mi_gaussian", "mi_ksg")]
+    made = [v for steps in zero for v in steps.values() if not v.startswith("not made")]
+    if made:
+        wrong = sum(v != "no detectable change" for v in made)
+        lines.append(f"- Cells with a fixed start and nothing shared (MI 0 at every checkpoint): {wrong} of "
+                     f"{len(made)} step verdicts of the MI estimates say rising or falling (each step's interval is "
+                     "a 95 % interval, with no correction for the several steps and pairs of a cell).")
+    exact = {(r["part"], r["init"], r["shared"], r["seed"], r["pair"]): _steps(r) for r in summary
+             if r["quantity"] == "mi_exact"}
+    for q, name in (("mi_gaussian", "Gaussian"), ("mi_ksg", "KSG")):
+        against = [(v, exact[key][it]) for r in summary if r["quantity"] == q
+                   and (key := (r["part"], r["init"], r["shared"], r["seed"], r["pair"])) in exact
+                   for it, v in _steps(r).items() if it in exact[key] and not v.startswith("not made")]
+        if against:
+            sign = sum(v != "no detectable change" and v != truth for v, truth in against)
+            missed = sum(v == "no detectable change" and truth != v for v, truth in against)
+            real = sum(truth != "no detectable change" for _, truth in against)
+            lines.append(f"- gaussian-sgd, {name} against the exact MI: {len(against)} step verdicts; a change "
+                         f"of the wrong sign or where there is none: {sign}; a real change called no detectable "
+                         f"change (however small the exact change): {missed} of {real}.")
+    return ["Where the truth is known:", ""] + lines + [""] if lines else []
 
 
 def _exact_trend(series):
@@ -211,7 +257,7 @@ def markdown(summary, parts, specs):
                 cell_verdict(mine, q) or "-" for q in ("mi_gaussian", "mi_ksg", "mi_exact", "euclidean", "manhattan",
                                                         "chebyshev", "additive_model")) + " |")
         lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines + verdict_errors([r for r in summary if r["part"] in parts]))
 
 
 def figure(summary, path, parts, specs):

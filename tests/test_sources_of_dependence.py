@@ -25,7 +25,7 @@ def test_carried_over_cells_give_the_same_table(tmp_path):
     first, again = tmp_path / "first", tmp_path / "again"
     _run("--work", tmp_path / "work", "--out", first)
     out = _run("--work", tmp_path / "empty", "--out", again, "--carry-over", first / "sources_of_dependence_quick.csv")
-    assert "carried over" in out.stdout
+    assert "carried over" in out.stdout and "Where the truth is known" in out.stdout
     assert not list((tmp_path / "empty").rglob("*.csv"))  # nothing was sampled or analysed again
     assert (again / "sources_of_dependence_quick.csv").read_text() == (first / "sources_of_dependence_quick.csv").read_text()
     md_first, md_again = ((d / "sources_of_dependence_quick.md").read_text() for d in (first, again))
@@ -33,3 +33,27 @@ def test_carried_over_cells_give_the_same_table(tmp_path):
     sidecar = json.loads((again / "sources_of_dependence_quick.csv.json").read_text())
     assert len(sidecar["carried_over"]["cells"]) == 6 and sidecar["carried_over"]["provenance"]["started"]
     assert set(sidecar["seconds"].values()) == {None}
+
+
+def _row(quantity, steps, init="fixed", shared="nothing", part="gaussian"):
+    return {"part": part, "init": init, "shared": shared, "seed": 0, "pair": "0-1", "quantity": quantity,
+            "steps": "; ".join(f"{it}: {v}" for it, v in steps.items())}
+
+
+def test_verdict_errors_count_false_steps_against_the_truth():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("experiment_sources", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    exact = {20: "no detectable change", 30: "no detectable change"}
+    summary = [_row("mi_exact", exact), _row("mi_gaussian", {20: "rising", 30: "no detectable change"}),
+               _row("mi_ksg", {20: "no detectable change", 30: "not made: no interval"}),
+               _row("mi_exact", {20: "falling", 30: "rising"}, shared="data"),
+               _row("mi_ksg", {20: "rising", 30: "no detectable change"}, shared="data")]
+    text = "\n".join(module.verdict_errors(summary))
+    assert "1 of 3 step verdicts of the MI estimates say rising or falling" in text
+    assert "Gaussian against the exact MI: 2 step verdicts; a change of the wrong sign or where there is none: 1;" in text
+    assert "KSG against the exact MI: 3 step verdicts; a change of the wrong sign or where there is none: 1; a real " \
+           "change called no detectable change (however small the exact change): 1 of 2." in text
+    assert module.verdict_errors([_row("euclidean", {20: "rising"})]) == []
