@@ -35,5 +35,5 @@ def main(task_name, configs, description):
         print(f"\n== {full_name}: preset {cfg.get('preset', 'paper')}, {cfg['runs']} runs, "
               f"{time.perf_counter() - start:.0f} s ==")
         print(summary_table(rows))
-        print(f"paper's finding (rising/growing from the {TRENDS}):", json.dumps(finding(rows)))
+        print(f"paper's finding (rising/growing from the {TRENDS}):", json.dumps(finding(rows, cfg.get("permutations", 0))))
         print(trend_summary(rows))

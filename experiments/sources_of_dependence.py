@@ -29,8 +29,8 @@ model's predicted MI change (see mianalysis.additive, where present).
 
 Resumable per cell: dumps and tables go to runs/sources_of_dependence/ (a finished cell is
 read back, an interrupted one resumed). Writes figures/sources_of_dependence.{csv,md,png}
-(`_quick` with --quick) with provenance and each cell's compute time (null where a cell's
-time was not recorded) in the .csv.json sidecar.
+(`_quick` with --quick) with provenance and each cell's compute time in the .csv.json
+sidecar (seconds of the session that finished the cell; null where it was not recorded).
 """
 
 from __future__ import annotations
@@ -187,7 +187,7 @@ def verdict_errors(summary):
     lines = []
     zero = [_steps(r) for r in summary if r["init"] == "fixed" and r["shared"] == "nothing"
             and r["quantity"] in ("mi_gaussian", "mi_ksg")]
-    made = [v for steps in zero for v in steps.values() if not v.startswith("not made")]
+    made = [v for steps in zero for v in steps.values() if v and not v.startswith("not made")]
     if made:
         wrong = sum(v != "no detectable change" for v in made)
         lines.append(f"- Cells with a fixed start and nothing shared (MI 0 at every checkpoint): {wrong} of "
@@ -198,7 +198,7 @@ def verdict_errors(summary):
     for q, name in (("mi_gaussian", "Gaussian"), ("mi_ksg", "KSG")):
         against = [(v, exact[key][it]) for r in summary if r["quantity"] == q
                    and (key := (r["part"], r["init"], r["shared"], r["seed"], r["pair"])) in exact
-                   for it, v in _steps(r).items() if it in exact[key] and not v.startswith("not made")]
+                   for it, v in _steps(r).items() if it in exact[key] and v and not v.startswith("not made")]
         if against:
             sign = sum(v != "no detectable change" and v != truth for v, truth in against)
             missed = sum(v == "no detectable change" and truth != v for v, truth in against)
@@ -206,6 +206,11 @@ def verdict_errors(summary):
             lines.append(f"- gaussian-sgd, {name} against the exact MI: {len(against)} step verdicts; a change "
                          f"of the wrong sign or where there is none: {sign}; a real change called no detectable "
                          f"change (however small the exact change): {missed} of {real}.")
+    unrecorded = sorted({(r["init"], r["shared"], r["seed"]) for r in summary
+                         if r["quantity"] == "mi_exact" and not r["steps"]})
+    if unrecorded:
+        lines.append(f"- gaussian-sgd: {len(unrecorded)} cells (carried over from a table made before the exact MI's "
+                     "steps were recorded) are not compared with the exact MI.")
     return ["Where the truth is known:", ""] + lines + [""] if lines else []
 
 
@@ -328,7 +333,14 @@ def main():
     carried, carried_names = (read_summary(args.carry_over) if args.carry_over else {}), []
     if args.carry_over:  # read before anything is written: the earlier table may be the one this run replaces
         earlier = sidecar_path(Path(args.carry_over))
-        earlier = json.loads(earlier.read_text()).get("provenance") if earlier.exists() else None
+        earlier = json.loads(earlier.read_text()) if earlier.exists() else {}
+        for (part, *_), cell in carried.items():
+            if part in specs and any((r["task"], r["preset"], r["runs"]) != (specs[part][0], specs[part][1],
+                                                                             specs[part][4]) for r in cell):
+                r = cell[0]
+                parser.error(f"--carry-over: {args.carry_over} holds part {part} as {r['task']} preset {r['preset']} "
+                             f"with {r['runs']} runs per cell; this run's part {part} is {specs[part][0]} preset "
+                             f"{specs[part][1]} with {specs[part][4]} runs (--quick and full tables do not mix)")
     for part in parts:
         spec = specs[part]
         for seed in spec[5]:
@@ -339,13 +351,14 @@ def main():
                     done = (work / f"{name}.csv").exists() and sidecar_path(work / f"{name}.csv").exists()
                     if not done and key in carried:
                         summary += carried[key]
-                        seconds[name] = None
+                        seconds[name] = earlier.get("seconds", {}).get(name)
                         carried_names.append(name)
                         print(f"{name:55s} carried over from {args.carry_over}", flush=True)
                         continue
                     rows, dump, seconds[name] = run_cell(part, spec, init, shared, seed, work)
                     summary += cell_rows(part, spec, init, shared, seed, rows, dump)
-                    print(f"{name:55s} {seconds[name] or 0:7.1f} s", flush=True)
+                    print(f"{name:55s} " + (f"{seconds[name]:7.1f} s" if seconds[name] is not None else "      - s"),
+                          flush=True)
     suffix = "_quick" if args.quick else ""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -360,8 +373,9 @@ def main():
                "not rerun: " + ", ".join(carried_names) + ".")
     (out / f"sources_of_dependence{suffix}.md").write_text(md + "\n")
     figure(summary, out / f"sources_of_dependence{suffix}.png", parts, specs)
-    extra = {"carried_over": {"from": Path(args.carry_over).name, "cells": carried_names, "provenance": earlier}
-             } if carried_names else {}
+    extra = {"carried_over": {"from": Path(args.carry_over).name, "cells": carried_names,
+                              "provenance": earlier.get("provenance"),  # and what that table itself carried over
+                              "carried_over": earlier.get("carried_over")}} if carried_names else {}
     sidecar_path(table).write_text(json.dumps({"table": table.name, "parts": parts, "seconds": seconds, **extra,
                                                "provenance": collect(started, finished=True)}, indent=1))
     print(md)

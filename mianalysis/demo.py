@@ -129,7 +129,7 @@ def demo_report(rows: Sequence[dict], out_dir: str | os.PathLike = "runs/demo", 
              summary_table(rows), "",
              f"The core paper's finding in this run (rising/growing: from the {TRENDS}, a verdict only "
              "where an interval excludes 0):"]
-    for key, value in finding(rows).items():
+    for key, value in finding(rows, DEMO_PERMUTATIONS).items():
         shown = value if isinstance(value, str) else "yes" if value else "no"
         lines.append(f"  {key.replace('_', ' ')}: {shown}")
     lines += ["", "Trend per quantity and pair (step verdicts by iteration):", trend_summary(rows)]

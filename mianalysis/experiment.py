@@ -152,28 +152,33 @@ def trend_summary(rows: Sequence[dict]) -> str:
     return "\n".join(lines)
 
 
-def finding(rows: Sequence[dict]) -> dict[str, bool | str]:
+def finding(rows: Sequence[dict], n_permutations: int | Mapping[str, int] | None = None
+            ) -> dict[str, bool | str]:
     """Does the core paper's finding hold in this table? MI above its null (p <= 0.05 at
     every checkpoint after the first), MI rising and every distance growing.
 
     "Above null" is read from each row's p-value alone (the permutation test's, or the
-    analytic null's), never from comparing the estimate with the null's mean: with fewer
-    than 19 permutations no p-value reaches 0.05, so run more for a verdict. No verdict is
-    made from a Ledoit-Wolf shrinkage estimate, nor where a row has no null.
+    analytic null's), never from comparing the estimate with the null's mean. Pass the
+    analysis' `n_permutations` (as given to :func:`mianalysis.analyze`) to have no verdict
+    made where so few permutations were run that no p-value can reach 0.05 (fewer than
+    19; rows with an analytic null need none); without it such rows give False. No verdict
+    is made from a Ledoit-Wolf shrinkage estimate, nor where a row has no null or no estimate.
 
     Rising and growing are read from the table's interval-based step verdicts (see
     :func:`mianalysis.analyze`), never from comparing point estimates: over the steps after
     the first trained checkpoint, for every pair, some step's paired interval of the change
     lies above 0 and none below (:func:`overall_trend` is "rising"). Returns a dict: True
     or False per test, or a "not made: ..." string where no verdict can be made (a
-    Ledoit-Wolf shrinkage estimate, or a table without intervals)."""
+    Ledoit-Wolf shrinkage estimate, a row without a null or estimate, too few
+    permutations, or a table without intervals)."""
     pairs = sorted({(r["client_a"], r["client_b"]) for r in rows if r["client_b"] != ""})
     out = {}
     for e in ("gaussian", "ksg"):
         series = [[r for r in select(rows, f"mi_{e}", a, b) if r["iteration"] > 0] for a, b in pairs]
         if not series or not series[0]:
             continue
-        out[f"mi_{e}_above_null"] = _all_above_null([r for s in series for r in s])
+        permutations = n_permutations.get(e, 0) if isinstance(n_permutations, Mapping) else n_permutations
+        out[f"mi_{e}_above_null"] = _all_above_null([r for s in series for r in s], permutations)
         out[f"mi_{e}_rising"] = _all_rising([overall_trend(v for _, v in step_verdicts(rows, f"mi_{e}", a, b))
                                              for a, b in pairs])
     out["distances_growing"] = _all_rising([overall_trend(v for _, v in step_verdicts(rows, m, a, b))
@@ -189,7 +194,7 @@ def _all_rising(trends):
     return bool(made) and all(t == "rising" for t in made)
 
 
-def _all_above_null(rows, alpha=0.05):
+def _all_above_null(rows, n_permutations=None, alpha=0.05):
     finite = [r for r in rows if not np.isinf(r["value"])]  # an infinite MI (identical samples) needs no test
     if any(np.isnan(r["value"]) for r in finite):
         return "not made: no estimate"
@@ -197,4 +202,7 @@ def _all_above_null(rows, alpha=0.05):
         return "not made: shrinkage estimate"
     if any(np.isnan(r["p_value"]) for r in finite):
         return "not made: no null"
+    permuted = [r for r in finite if "analytic null" not in r["note"]]
+    if permuted and n_permutations is not None and 1 / (n_permutations + 1) > alpha:
+        return f"not made: {n_permutations} permutations cannot give p <= {alpha:g}"
     return all(r["p_value"] <= alpha for r in finite)

@@ -236,9 +236,13 @@ def test_above_null_comes_from_the_p_value_never_from_a_shrinkage_estimate(tmp_p
     row = select(few, "mi_ksg")[1]
     assert row["value"] > row["null_mean"] + 3 * row["null_std"] and row["p_value"] == pytest.approx(0.2)
     assert finding(few)["mi_ksg_above_null"] is False
+    assert finding(few, {"ksg": 4})["mi_ksg_above_null"] == "not made: 4 permutations cannot give p <= 0.05"
+    assert finding(few, {"ksg": 4})["mi_gaussian_above_null"] is True  # an analytic null needs no permutations
     assert finding(few)["mi_gaussian_above_null"] is True  # the analytic null's p-value, no permutations
     assert finding(analyze(dump, n_permutations={"ksg": 19}, **kwargs))["mi_ksg_above_null"] is True
     assert finding(analyze(dump, **kwargs))["mi_ksg_above_null"] == "not made: no null"
+    nan = [{**r, "value": np.nan} if r["quantity"] == "mi_ksg" and r["iteration"] == 1 else r for r in few]
+    assert finding(nan)["mi_ksg_above_null"] == "not made: no estimate"
     shrunk = analyze(_two_checkpoints(tmp_path / "s", 0.9, 0.9, 40, d=20), estimators=["gaussian"], metrics=[],
                      n_permutations=19, ci_resamples=0, verify=False)
     assert "ledoit-wolf" in select(shrunk, "mi_gaussian")[1]["note"] and select(shrunk, "mi_gaussian")[1]["p_value"] <= 0.05

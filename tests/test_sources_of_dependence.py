@@ -32,7 +32,8 @@ def test_carried_over_cells_give_the_same_table(tmp_path):
     assert md_again.startswith(md_first.rstrip("\n")) and "not rerun: gaussian_per-run_nothing_seed0" in md_again
     sidecar = json.loads((again / "sources_of_dependence_quick.csv.json").read_text())
     assert len(sidecar["carried_over"]["cells"]) == 6 and sidecar["carried_over"]["provenance"]["started"]
-    assert set(sidecar["seconds"].values()) == {None}
+    made = json.loads((first / "sources_of_dependence_quick.csv.json").read_text())
+    assert sidecar["seconds"] == made["seconds"] and None not in made["seconds"].values()  # the cells' own times
 
 
 def _row(quantity, steps, init="fixed", shared="nothing", part="gaussian"):
@@ -53,7 +54,21 @@ def test_verdict_errors_count_false_steps_against_the_truth():
                _row("mi_ksg", {20: "rising", 30: "no detectable change"}, shared="data")]
     text = "\n".join(module.verdict_errors(summary))
     assert "1 of 3 step verdicts of the MI estimates say rising or falling" in text
+    assert "not compared with the exact MI" not in text
     assert "Gaussian against the exact MI: 2 step verdicts; a change of the wrong sign or where there is none: 1;" in text
     assert "KSG against the exact MI: 3 step verdicts; a change of the wrong sign or where there is none: 1; a real " \
            "change called no detectable change (however small the exact change): 1 of 2." in text
     assert module.verdict_errors([_row("euclidean", {20: "rising"})]) == []
+    older = [_row("mi_exact", {}), _row("mi_ksg", {20: "", 30: "no detectable change"})]  # made before these columns
+    text = "\n".join(module.verdict_errors(older))
+    assert "0 of 1 step verdicts" in text and "1 cells (carried over from a table made before" in text
+
+
+def test_a_quick_table_is_not_carried_into_the_full_run(tmp_path):
+    first = tmp_path / "first"
+    _run("--work", tmp_path / "work", "--out", first)
+    out = subprocess.run([sys.executable, str(SCRIPT), "--only", "gaussian", "--work", str(tmp_path / "empty"),
+                          "--out", str(tmp_path / "full"), "--carry-over", str(first / "sources_of_dependence_quick.csv")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and "with 300 runs per cell" in out.stderr and "2000 runs" in out.stderr
+    assert not (tmp_path / "full").exists() and not list((tmp_path / "empty").rglob("*.csv"))
