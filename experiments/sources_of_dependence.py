@@ -87,6 +87,12 @@ def cell_name(part, init, shared, seed):
     return f"{part}_{init}_{'+'.join(shared) or 'nothing'}_seed{seed}"
 
 
+def cell_finished(work, name):
+    """Whether cell `name` has its analysis table (and the table's sidecar) in `work`."""
+    table = work / f"{name}.csv"
+    return table.exists() and sidecar_path(table).exists()
+
+
 def run_cell(part, spec, init, shared, seed, work):
     """Sample and analyse one cell (resumed where it stopped); its analysis table."""
     task_name, preset, settings, every, runs, _, _ = spec
@@ -94,7 +100,7 @@ def run_cell(part, spec, init, shared, seed, work):
     name = cell_name(part, init, shared, seed)
     table = work / f"{name}.csv"
     timing = work / f"{name}.seconds.json"  # the cell's own compute time, kept for a later read-back
-    if table.exists() and sidecar_path(table).exists():
+    if cell_finished(work, name):
         seconds = json.loads(timing.read_text())["seconds"] if timing.exists() else None
         return read_table(table), ParameterDump.open(work / "dumps" / name), seconds
     start = time.perf_counter()
@@ -217,7 +223,7 @@ def verdict_errors(summary):
 def _exact_trend(series):
     values = [r["value"] for r in series]
     diffs = np.diff(values)
-    if np.all(np.abs(diffs) <= 1e-9 * (1 + np.abs(values[:-1]))):
+    if all(v == "no detectable change" for _, v in _exact_steps(series)):
         return "no change (exact)"
     return "rising (exact)" if np.all(diffs >= 0) else "falling (exact)" if np.all(diffs <= 0) else "mixed (exact)"
 
@@ -348,8 +354,7 @@ def main():
                 for shared in spec[6]:
                     name = cell_name(part, init, shared, seed)
                     key = (part, init, "+".join(shared) or "nothing", seed)
-                    done = (work / f"{name}.csv").exists() and sidecar_path(work / f"{name}.csv").exists()
-                    if not done and key in carried:
+                    if not cell_finished(work, name) and key in carried:
                         summary += carried[key]
                         seconds[name] = earlier.get("seconds", {}).get(name)
                         carried_names.append(name)

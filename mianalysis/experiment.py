@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .analysis import analyze, select, write_table
+from .intervals import SHRINKAGE
 from .plots import save_figure
 
 if TYPE_CHECKING:  # names used only in type hints
@@ -195,14 +196,14 @@ def _all_rising(trends):
 
 
 def _all_above_null(rows, n_permutations=None, alpha=0.05):
-    finite = [r for r in rows if not np.isinf(r["value"])]  # an infinite MI (identical samples) needs no test
-    if any(np.isnan(r["value"]) for r in finite):
+    tested = [r for r in rows if not np.isinf(r["value"])]  # an infinite MI (identical samples) needs no test
+    if any(np.isnan(r["value"]) for r in tested):
         return "not made: no estimate"
-    if any("ledoit-wolf" in r["note"] for r in finite):
-        return "not made: shrinkage estimate"
-    if any(np.isnan(r["p_value"]) for r in finite):
+    if any("ledoit-wolf" in r["note"] for r in tested):
+        return SHRINKAGE
+    if any(np.isnan(r["p_value"]) for r in tested):
         return "not made: no null"
-    permuted = [r for r in finite if "analytic null" not in r["note"]]
+    permuted = [r for r in tested if "analytic null" not in r["note"]]
     if permuted and n_permutations is not None and 1 / (n_permutations + 1) > alpha:
         return f"not made: {n_permutations} permutations cannot give p <= {alpha:g}"
-    return all(r["p_value"] <= alpha for r in finite)
+    return all(r["p_value"] <= alpha for r in tested)
