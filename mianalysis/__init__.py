@@ -8,8 +8,9 @@ Importing the package loads NumPy and SciPy only; Numba compiles the KSG kernel 
 use, and PyTorch and Matplotlib are loaded by the parts that need them.
 """
 
-# The one place the version is written: pyproject.toml reads it (tool.setuptools.dynamic).
-__version__ = "0.1.0"
+# The version lives in _version.py (pyproject.toml reads it there, tool.setuptools.dynamic), so
+# that modules needing it (provenance records) do not import the package itself.
+from ._version import __version__
 
 import logging as _logging
 

@@ -19,6 +19,8 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
+from ._version import __version__
+
 PACKAGES = ("numpy", "scipy", "torch", "numba")
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS", "ATEN_CPU_CAPABILITY", "MKL_CBWR")
 GIT_TIMEOUT = 2.0  # seconds per git call; a slow or hung git gives None, never an error
@@ -52,8 +54,6 @@ def collect(started=None, *, finished=False):
         ``threads`` (``cpu_count``, the thread environment variables that are set, and
         torch's and numba's thread counts if those modules are loaded).
     """
-    from . import __version__
-
     commit, dirty = _git_state()
     return {
         "started": started or utc_now(),

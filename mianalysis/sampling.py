@@ -16,6 +16,7 @@ from ._locking import WriterLock
 from ._seeding import replica_seed
 from ._validation import check_choice, check_int
 from .dumps import ParameterDump, layout_from_shapes, unwritten_dump_discarded
+from .tasks.base import INIT_MODES, check_shared
 
 if TYPE_CHECKING:  # names used only in type hints
     import distributed
@@ -23,10 +24,7 @@ if TYPE_CHECKING:  # names used only in type hints
 
     from .tasks.base import Task
 
-__all__ = ["ParameterSampler", "replica_seed", "INIT_MODES", "check_shared", "task_optimizer", "ChunkResult"]
-
-INIT_MODES = ("per-run", "fixed")
-
+__all__ = ["ParameterSampler", "replica_seed", "task_optimizer", "ChunkResult"]
 
 def _generator(*words):
     import torch
@@ -38,22 +36,6 @@ def _stream_word(stream):
     """The seed word of a random stream shared within a run: its name's CRC-32, so that a
     stream draws the same whatever other streams a task has or shares."""
     return zlib.crc32(stream.encode())
-
-
-def check_shared(shared: str | Iterable[str], task: Task) -> tuple[str, ...]:
-    """`shared` as a tuple of the task's stream names, in the task's order; ValueError
-    naming the task's streams for an unknown one."""
-    if isinstance(shared, str):
-        shared = (shared,)
-    try:
-        shared = tuple(shared)
-    except TypeError:
-        raise TypeError(f"`shared` must be a sequence of stream names; got {shared!r}") from None
-    unknown = [s for s in shared if s not in task.streams]
-    if unknown:
-        raise ValueError(f"`shared` names streams {unknown} that task {task.name!r} does not have; its streams: "
-                         f"{list(task.streams)}")
-    return tuple(s for s in task.streams if s in shared)
 
 
 def task_optimizer(task: Task, params: Sequence[torch.Tensor], *, foreach: bool = True) -> torch.optim.Optimizer:

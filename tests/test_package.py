@@ -49,7 +49,7 @@ def test_pyproject_metadata():
     project = meta["project"]
     # One source of truth for the version: mianalysis.__version__, read at build time.
     assert "version" not in project and "version" in project["dynamic"]
-    assert meta["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "mianalysis.__version__"}
+    assert meta["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "mianalysis._version.__version__"}
     # PEP 639 licence metadata, and the file it names.
     assert project["license"] == "BSD-3-Clause" and project["license-files"] == ["LICENSE"]
     assert (REPO / "LICENSE").read_text().startswith("BSD 3-Clause License\n")

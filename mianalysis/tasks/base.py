@@ -26,7 +26,10 @@ from .._validation import RealSetting
 if TYPE_CHECKING:  # names used only in type hints
     import torch
 
-__all__ = ["LEARNING_RATE", "ReplicaGenerators", "ClientBatchData", "Task"]
+__all__ = ["LEARNING_RATE", "INIT_MODES", "ReplicaGenerators", "ClientBatchData", "Task", "check_shared"]
+
+# How a run's start is drawn: one start per run shared by its clients, or one start for all runs.
+INIT_MODES = ("per-run", "fixed")
 
 # The rule for Adam learning rates. Adam moves each parameter by about `lr` per step whatever
 # the gradient's scale, so 10 is already far beyond any useful step for these networks (their
@@ -196,3 +199,19 @@ class Task(ABC):
         `eval_examples` examples of the local data (all of them by default)."""
         m = int(self.settings.get("eval_examples") or self.n_examples)
         return {"loss": self.loss(self.forward(params, data.inputs[:, :m]), data.targets[:, :m])}
+
+
+def check_shared(shared: str | Iterable[str], task: Task) -> tuple[str, ...]:
+    """`shared` as a tuple of the task's stream names, in the task's order; ValueError
+    naming the task's streams for an unknown one."""
+    if isinstance(shared, str):
+        shared = (shared,)
+    try:
+        shared = tuple(shared)
+    except TypeError:
+        raise TypeError(f"`shared` must be a sequence of stream names; got {shared!r}") from None
+    unknown = [s for s in shared if s not in task.streams]
+    if unknown:
+        raise ValueError(f"`shared` names streams {unknown} that task {task.name!r} does not have; its streams: "
+                         f"{list(task.streams)}")
+    return tuple(s for s in task.streams if s in shared)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._validation import ChoiceSetting, IntSetting, RangeSetting, RealSetting
-from .base import ClientBatchData, ReplicaGenerators, Task
+from .base import INIT_MODES, ClientBatchData, ReplicaGenerators, Task, check_shared
 
 if TYPE_CHECKING:  # names used only in type hints
     import torch
@@ -234,7 +234,6 @@ class GaussianSGDTask(Task):
                          shared: str | Sequence[str] = ()) -> np.ndarray:
         """Joint covariance (2d, 2d) of (theta_a, theta_b) after `iteration` steps, before
         `transform`, for the sampler's `init` and `shared` streams (float64)."""
-        from ..sampling import INIT_MODES, check_shared
         from .._validation import check_choice, check_int
 
         init = check_choice(init, "init", INIT_MODES)
