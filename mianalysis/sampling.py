@@ -139,6 +139,9 @@ class ParameterSampler:
         Record a checkpoint every this many iterations (the end of the epoch always is one).
     chunk_size : int, default=64
         Runs trained together. Memory grows with it; 32-64 is fastest for signal-rnn on 2 cores.
+        :meth:`sample` refuses a chunk whose :meth:`chunk_bytes` exceed the memory this
+        process can allocate before anything is written, and a chunk that runs out of
+        memory in training, with a :class:`ChunkMemoryError` that suggests a smaller one.
     progress : bool, default=True
         Show a tqdm progress bar over runs.
     shared : sequence of str, default=()
