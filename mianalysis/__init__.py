@@ -33,9 +33,9 @@ from .sampling import ParameterSampler
 # folder's private modules (estimators/_kernels.py, estimators/_neighbours.py) serve that
 # folder only; these private modules are the package's shared internals, which any module
 # may import: argument checks and their messages, provenance records, writer locks, thread
-# settings, and overflow-safe scaling.
+# settings, overflow-safe scaling, and the memory left to the process.
 SHARED_INTERNALS = ("mianalysis._validation", "mianalysis._provenance", "mianalysis._locking", "mianalysis._threads",
-                    "mianalysis._scaling", "mianalysis._seeding", "mianalysis._io")
+                    "mianalysis._scaling", "mianalysis._seeding", "mianalysis._io", "mianalysis._memory")
 
 __all__ = [
     "gaussian_mi",

@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from . import _memory
 from ._io import progress_bar
 from ._locking import WriterLock
 from ._seeding import replica_seed
 from ._validation import check_choice, check_int
-from .dumps import ParameterDump, layout_from_shapes, unwritten_dump_discarded
+from .dumps import DumpError, ParameterDump, layout_from_shapes, unwritten_dump_discarded
 from .tasks.base import INIT_MODES, check_shared
 
 if TYPE_CHECKING:  # names used only in type hints
@@ -24,7 +25,15 @@ if TYPE_CHECKING:  # names used only in type hints
 
     from .tasks.base import Task
 
-__all__ = ["ParameterSampler", "replica_seed", "task_optimizer", "ChunkResult"]
+__all__ = ["ParameterSampler", "replica_seed", "task_optimizer", "ChunkResult", "ChunkMemoryError"]
+
+
+class ChunkMemoryError(MemoryError, ValueError):
+    """A chunk of runs does not fit in memory: lower the sampler's `chunk_size`.
+
+    A MemoryError, and a ValueError (a setting to change) that the command line prints as
+    one line."""
+
 
 def _generator(*words):
     import torch
@@ -113,6 +122,9 @@ class ParameterSampler:
         Record a checkpoint every this many iterations (the end of the epoch always is one).
     chunk_size : int, default=64
         Runs trained together. Memory grows with it; 32-64 is fastest for signal-rnn on 2 cores.
+        :meth:`sample` refuses a chunk whose :meth:`chunk_bytes` exceed the memory this
+        process can allocate before anything is written, and a chunk that runs out of
+        memory in training, with a :class:`ChunkMemoryError` that suggests a smaller one.
     progress : bool, default=True
         Show a tqdm progress bar over runs.
     shared : sequence of str, default=()
@@ -195,6 +207,7 @@ class ParameterSampler:
         """
         runs = check_int(runs, "runs", low=1)
         if scheduler is None and client is None:
+            self._check_chunk_fits(min(runs, self.chunk_size))  # Dask workers have memory of their own
             with WriterLock(out), unwritten_dump_discarded(out):  # failed before its first chunk: no empty dump left
                 dump = self._open_dump(runs, out)
                 self._write_chunks(dump, runs, self._chunks_here(dump))
@@ -212,15 +225,52 @@ class ParameterSampler:
         return dump
 
     def _open_dump(self, runs, out):
+        meta = self.settings(runs)
+        recorded = _recorded_meta(out)
+        if recorded is not None and recorded.get("task") == meta["task"]:
+            try:
+                meta["task_settings"] = self.task.resume_settings(recorded.get("task_settings"))
+            except ValueError as exc:
+                raise DumpError(f"{out} cannot be resumed: {exc}; nothing there was changed: sample into another "
+                                "folder") from None
         return ParameterDump.open_or_create(
-            out, meta=self.settings(runs), clients=[str(c) for c in range(self.task.n_clients)],
+            out, meta=meta, clients=[str(c) for c in range(self.task.n_clients)],
             checkpoints=self.checkpoints, n_runs=runs, layout=layout_from_shapes(self.task.parameter_shapes()),
             metric_names=self.task.metric_names,
         )
 
+    def chunk_bytes(self, chunk_runs: int) -> int:
+        """A lower bound of the memory that training a chunk of `chunk_runs` runs takes: per
+        replica (run x client) and recorded parameter, 4 bytes for each of the parameters,
+        their gradients, the optimiser's two moments and each checkpoint's sample twice
+        (as recorded, then stacked)."""
+        n_params = sum(int(np.prod(shape)) for _, shape in self.task.parameter_shapes())
+        return chunk_runs * self.task.n_clients * n_params * 4 * (4 + 2 * len(self.checkpoints))
+
+    def _check_chunk_fits(self, chunk_runs):
+        """ChunkMemoryError, before anything is written, when :meth:`chunk_bytes` exceeds the
+        memory this process can allocate (physical memory, cgroup limits, ``ulimit -v``)."""
+
+        need, room = self.chunk_bytes(chunk_runs), _memory.available_memory_bytes()
+        if room and need > room:
+            fits = max(1, chunk_runs * room // (2 * need))
+            raise ChunkMemoryError(
+                f"a chunk of {chunk_runs} runs ({self.task.n_clients} clients, {len(self.checkpoints)} checkpoints) "
+                f"needs at least {need / 2**30:.3g} GiB, more than the {room / 2**30:.3g} GiB this process can "
+                f"allocate: lower `chunk_size` (--chunk-size), e.g. to {fits}, or record fewer checkpoints (--every)")
+
     def _chunks_here(self, dump):
         for start, stop in dump.missing_chunks(self.chunk_size):  # on the grid of chunk_size from run 0
-            yield (start, stop), self.train_chunk(range(start, stop))
+            try:
+                result = self.train_chunk(range(start, stop))
+            except (MemoryError, RuntimeError) as exc:
+                if not isinstance(exc, MemoryError) and "can't allocate memory" not in str(exc):
+                    raise
+                raise ChunkMemoryError(
+                    f"training runs {start}-{stop} ran out of memory ({type(exc).__name__}); lower `chunk_size` "
+                    f"(--chunk-size, now {self.chunk_size}); the dump {dump.path} keeps its {dump.completed_runs} "
+                    "completed runs") from None
+            yield (start, stop), result
 
     def _write_chunks(self, dump, runs, results):
         """Check and write each ((start, stop), ChunkResult) of `results` as it comes."""
@@ -354,6 +404,17 @@ class ChunkJob:
             self._sampler = ParameterSampler(self.task, progress=False, **self.settings)
         with torch_threads(1):
             return self._sampler.train_chunk(range(start, stop))
+
+
+def _recorded_meta(out):
+    """The settings recorded by the dump at `out`; None where there is none (or it cannot
+    be read: opening it again reports that)."""
+    if not os.path.isdir(out):
+        return None
+    try:
+        return ParameterDump.open(out).meta
+    except (DumpError, OSError):
+        return None
 
 
 def _check_finite(result, start, stop, dump):

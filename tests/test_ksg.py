@@ -200,6 +200,7 @@ def test_pool_size_is_the_most_tiles_held_at_once(n):
 
 
 def test_auto_distance_cache_needs_enough_features_and_memory(monkeypatch, rng):
+    from mianalysis import _memory
     from mianalysis.estimators import _neighbours
 
     def refuse(*args):
@@ -213,5 +214,5 @@ def test_auto_distance_cache_needs_enough_features_and_memory(monkeypatch, rng):
         ksg_mi(*wide)
     with pytest.raises(AssertionError, match="the distance cache was used"):
         ksg_mi(*narrow, distance_cache=True)
-    monkeypatch.setattr(_neighbours, "physical_memory_bytes", lambda: 1000)  # the cache does not fit
+    monkeypatch.setattr(_memory, "physical_memory_bytes", lambda: 1000)  # the cache does not fit
     ksg_mi(*wide)

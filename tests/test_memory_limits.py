@@ -14,7 +14,7 @@ import pytest
 
 from mianalysis import ParameterDump, ksg_mi
 from mianalysis.analysis import read_table
-from mianalysis.estimators import _neighbours
+from mianalysis import _memory
 from mianalysis.estimators._neighbours import symmetric_cache_bytes, use_distance_cache
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,7 +48,7 @@ def test_cgroup_v2_limit_minus_usage_without_inactive_file_cache(fake):
     _write(job / "memory.max", f"{GiB}\n")
     _write(job / "memory.current", f"{300 * MiB}\n")
     _write(job / "memory.stat", f"anon {200 * MiB}\nfile {100 * MiB}\ninactive_file {60 * MiB}\n")
-    assert _neighbours.cgroup_room_bytes(root, proc) == GiB - 240 * MiB
+    assert _memory.cgroup_room_bytes(root, proc) == GiB - 240 * MiB
 
 
 def test_cgroup_v2_the_tightest_ancestor_counts(fake):
@@ -58,7 +58,7 @@ def test_cgroup_v2_the_tightest_ancestor_counts(fake):
     _write(root / "user.slice" / "job" / "memory.current", f"{GiB}\n")
     _write(root / "user.slice" / "memory.max", f"{2 * GiB}\n")  # the whole slice: 2 GiB, 1.5 in use
     _write(root / "user.slice" / "memory.current", f"{3 * GiB // 2}\n")
-    assert _neighbours.cgroup_room_bytes(root, proc) == GiB // 2
+    assert _memory.cgroup_room_bytes(root, proc) == GiB // 2
 
 
 def test_cgroup_v2_without_limit(fake):
@@ -66,7 +66,7 @@ def test_cgroup_v2_without_limit(fake):
     _write(proc / "cgroup", "0::/user.slice/job\n")
     _write(root / "user.slice" / "job" / "memory.max", "max\n")
     _write(root / "user.slice" / "job" / "memory.current", f"{GiB}\n")
-    assert _neighbours.cgroup_room_bytes(root, proc) is None
+    assert _memory.cgroup_room_bytes(root, proc) is None
 
 
 def test_cgroup_v2_in_a_container_reads_the_mount_root(fake):
@@ -74,7 +74,7 @@ def test_cgroup_v2_in_a_container_reads_the_mount_root(fake):
     _write(proc / "cgroup", "0::/\n")  # a cgroup namespace: the container's cgroup is the mount's root
     _write(root / "memory.max", f"{1100 * 10**6}\n")
     _write(root / "memory.current", f"{900 * 10**6}\n")
-    assert _neighbours.cgroup_room_bytes(root, proc) == 200 * 10**6
+    assert _memory.cgroup_room_bytes(root, proc) == 200 * 10**6
 
 
 def test_cgroup_v2_path_not_visible_falls_back_to_the_mount_root(fake):
@@ -82,7 +82,7 @@ def test_cgroup_v2_path_not_visible_falls_back_to_the_mount_root(fake):
     _write(proc / "cgroup", "0::/../elsewhere/job\n")
     _write(root / "memory.max", f"{GiB}\n")
     _write(root / "memory.current", "0\n")
-    assert _neighbours.cgroup_room_bytes(root, proc) == GiB
+    assert _memory.cgroup_room_bytes(root, proc) == GiB
 
 
 def test_cgroup_v1_limit_in_bytes(fake):
@@ -95,7 +95,7 @@ def test_cgroup_v1_limit_in_bytes(fake):
     _write(root / "memory" / "process_api" / "memory.limit_in_bytes", f"{UNLIMITED_V1}\n")
     _write(root / "memory" / "memory.limit_in_bytes", f"{UNLIMITED_V1}\n")
     _write(root / "memory" / "memory.usage_in_bytes", f"{10 * GiB}\n")
-    assert _neighbours.cgroup_room_bytes(root, proc) == GiB
+    assert _memory.cgroup_room_bytes(root, proc) == GiB
 
 
 def test_cgroup_v1_combined_controllers_and_no_limit(fake):
@@ -103,13 +103,13 @@ def test_cgroup_v1_combined_controllers_and_no_limit(fake):
     _write(proc / "cgroup", "3:cpu,memory:/job\n")
     _write(root / "memory" / "job" / "memory.limit_in_bytes", f"{UNLIMITED_V1}\n")
     _write(root / "memory" / "job" / "memory.usage_in_bytes", f"{GiB}\n")
-    assert _neighbours.cgroup_room_bytes(root, proc) == UNLIMITED_V1 - GiB  # no limit: physical memory decides
+    assert _memory.cgroup_room_bytes(root, proc) == UNLIMITED_V1 - GiB  # no limit: physical memory decides
 
 
 def test_no_cgroup_files(fake):
     root, proc = fake
-    assert _neighbours.cgroup_room_bytes(root, proc) is None
-    assert _neighbours.cgroup_room_bytes(root / "missing", proc / "missing") is None
+    assert _memory.cgroup_room_bytes(root, proc) is None
+    assert _memory.cgroup_room_bytes(root / "missing", proc / "missing") is None
 
 
 def test_usage_above_the_limit_leaves_no_room(fake):
@@ -117,7 +117,7 @@ def test_usage_above_the_limit_leaves_no_room(fake):
     _write(proc / "cgroup", "0::/\n")
     _write(root / "memory.max", f"{GiB}\n")
     _write(root / "memory.current", f"{GiB + MiB}\n")
-    assert _neighbours.cgroup_room_bytes(root, proc) == 0
+    assert _memory.cgroup_room_bytes(root, proc) == 0
 
 
 # ------------------------------------------------------------------ rlimits and the minimum
@@ -130,39 +130,39 @@ def test_rlimit_as_minus_the_virtual_size(fake, monkeypatch):
     _, proc = fake
     inf = resource.RLIM_INFINITY
     _fake_rlimits(monkeypatch, {resource.RLIMIT_AS: (GiB, inf), resource.RLIMIT_DATA: (inf, inf)})
-    assert _neighbours.rlimit_room_bytes(proc) == GiB - 400 * MiB
+    assert _memory.rlimit_room_bytes(proc) == GiB - 400 * MiB
     _fake_rlimits(monkeypatch, {resource.RLIMIT_AS: (GiB, inf), resource.RLIMIT_DATA: (300 * MiB, inf)})
-    assert _neighbours.rlimit_room_bytes(proc) == 200 * MiB  # ulimit -d: the data size is 100 MiB
+    assert _memory.rlimit_room_bytes(proc) == 200 * MiB  # ulimit -d: the data size is 100 MiB
     _fake_rlimits(monkeypatch, {resource.RLIMIT_AS: (inf, inf), resource.RLIMIT_DATA: (inf, inf)})
-    assert _neighbours.rlimit_room_bytes(proc) is None
+    assert _memory.rlimit_room_bytes(proc) is None
 
 
 def test_available_memory_is_the_least_of_all(fake, monkeypatch):
     root, proc = fake
     inf = resource.RLIM_INFINITY
-    monkeypatch.setattr(_neighbours, "physical_memory_bytes", lambda: 16 * GiB)
+    monkeypatch.setattr(_memory, "physical_memory_bytes", lambda: 16 * GiB)
     _fake_rlimits(monkeypatch, {resource.RLIMIT_AS: (inf, inf), resource.RLIMIT_DATA: (inf, inf)})
-    assert _neighbours.available_memory_bytes(root, proc) == 16 * GiB
+    assert _memory.available_memory_bytes(root, proc) == 16 * GiB
     _write(proc / "cgroup", "0::/\n")
     _write(root / "memory.max", f"{3 * GiB}\n")
     _write(root / "memory.current", f"{GiB}\n")
-    assert _neighbours.available_memory_bytes(root, proc) == 2 * GiB
+    assert _memory.available_memory_bytes(root, proc) == 2 * GiB
     _fake_rlimits(monkeypatch, {resource.RLIMIT_AS: (GiB, inf), resource.RLIMIT_DATA: (inf, inf)})
-    assert _neighbours.available_memory_bytes(root, proc) == GiB - 400 * MiB
-    monkeypatch.setattr(_neighbours, "physical_memory_bytes", lambda: 100 * MiB)
-    assert _neighbours.available_memory_bytes(root, proc) == 100 * MiB
+    assert _memory.available_memory_bytes(root, proc) == GiB - 400 * MiB
+    monkeypatch.setattr(_memory, "physical_memory_bytes", lambda: 100 * MiB)
+    assert _memory.available_memory_bytes(root, proc) == 100 * MiB
 
 
 def test_use_distance_cache_follows_the_available_memory(monkeypatch):
-    monkeypatch.setattr(_neighbours, "available_memory_bytes", lambda *a, **k: 400 * MiB)
+    monkeypatch.setattr(_memory, "available_memory_bytes", lambda *a, **k: 400 * MiB)
     assert use_distance_cache("auto", 200 * MiB) and not use_distance_cache("auto", 200 * MiB + 1)
     assert use_distance_cache(True, 10 * GiB) and not use_distance_cache(False, 1)
-    monkeypatch.setattr(_neighbours, "available_memory_bytes", lambda *a, **k: 0)
+    monkeypatch.setattr(_memory, "available_memory_bytes", lambda *a, **k: 0)
     assert not use_distance_cache("auto", 1)
 
 
 def test_this_process_sees_its_own_rlimit():
-    code = ("import resource; from mianalysis.estimators._neighbours import available_memory_bytes as a; "
+    code = ("import resource; from mianalysis._memory import available_memory_bytes as a; "
             "print(a())")
     limited = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, check=True,
                              preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (2 * GiB, 2 * GiB)))

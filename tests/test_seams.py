@@ -160,9 +160,9 @@ def test_marginal_distances_bad_input():
 
 def test_cache_fits_is_the_distance_cache_rule(monkeypatch):
     from mianalysis import MarginalDistances
-    from mianalysis.estimators import _neighbours
+    from mianalysis import _memory
 
-    monkeypatch.setattr(_neighbours, "available_memory_bytes", lambda: 2 * 3 * 100 * 100 * 8)
+    monkeypatch.setattr(_memory, "available_memory_bytes", lambda: 2 * 3 * 100 * 100 * 8)
     assert MarginalDistances.cache_fits(100, count=3)
     assert not MarginalDistances.cache_fits(101, count=3)
     assert MarginalDistances.cache_fits(10**6, distance_cache=True)

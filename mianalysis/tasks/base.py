@@ -105,6 +105,13 @@ class Task(ABC):
                              f"client ({self.n_examples}); got {self.batch_size}: lower `batch_size` or give each "
                              f"client more examples")
 
+    def resume_settings(self, recorded: dict) -> dict:
+        """The settings to compare with a dump's recorded task settings `recorded` when the
+        sampler resumes it: :attr:`settings`. A task that records measured numbers (the
+        module task's fingerprints) compares them itself, to a tolerance, and raises
+        ValueError naming what changed."""
+        return self.settings
+
     @classmethod
     def from_preset(cls, preset: str = "paper", **overrides: Any) -> Task:
         """The task with a named preset's settings, then `overrides`."""

@@ -18,10 +18,14 @@ data and of the model, so that a dump is resumed only by the same task.
 
 from __future__ import annotations
 
+import ast
 import copy
 import hashlib
 import importlib
+import inspect
+import math
 import numbers
+import textwrap
 import os
 import sys
 from contextlib import contextmanager
@@ -39,6 +43,17 @@ __all__ = ["ModuleSpec", "ModuleTask", "load_factory"]
 # Modules whose training draws random numbers, by the attribute that switches it on.
 _RANDOM_ATTRIBUTES = ("p", "dropout")
 
+# The settings that fingerprint what decides the samples beyond the other settings (see
+# ModuleTask.resume_settings): the initial point, one forward and loss, the source text.
+_FINGERPRINTS = ("init_fingerprint", "forward_fingerprint", "source_sha256")
+# Relative tolerance of the float fingerprints. Their last bits may differ between CPUs
+# (instruction sets, thread counts: sums in another order), by a few float32 ulps (~1e-7);
+# what they are there to catch (another activation, a scaled loss, another initialisation)
+# moves them by far more than 1e-4.
+_FINGERPRINT_RTOL = 1e-4
+# Examples of client 0 in the fingerprint's forward and loss.
+_FINGERPRINT_EXAMPLES = 8
+
 
 @dataclass
 class ModuleSpec:
@@ -46,9 +61,16 @@ class ModuleSpec:
 
     Parameters
     ----------
-    model : callable
+    model : callable or torch.nn.Module
         Called with no arguments, returns a ``torch.nn.Module`` (an ``nn.Module`` class
-        with no required arguments will do). Its forward takes one batch of inputs.
+        with no required arguments will do). Its forward takes one batch of inputs. A
+        module instance is accepted too: each run trains a deep copy of it, re-initialised
+        by `init` or, without `init`, by the ``reset_parameters()`` of every submodule in
+        module order under the run's seed -- the initial point a factory building the same
+        layers in that order gives (e.g. an ``nn.Sequential`` of PyTorch layers). Its
+        frozen parameters and buffers are kept as they are. An instance with a trainable
+        parameter that no ``reset_parameters()`` covers (a custom layer initialised in its
+        constructor) and no `init` is refused: give a callable that builds the model.
     data : sequence
         One entry per client: a pair ``(inputs, targets)`` of tensors or arrays with the
         examples along the first dimension, or a ``torch.utils.data.Dataset`` whose items
@@ -62,7 +84,7 @@ class ModuleSpec:
         the factory's own initialisation (see :class:`ModuleTask`).
     """
 
-    model: Callable[[], Any]
+    model: Any
     data: Sequence[Any]
     loss: Callable[[Any, Any], Any]
     init: Optional[Callable[[Any, Any], None]] = None
@@ -89,12 +111,14 @@ class ModuleTask(Task):
 
     Parameters
     ----------
-    model : callable
-        Called with no arguments, returns a ``torch.nn.Module`` (on the CPU, floating-point
-        parameters). It is called once when the task is built, under PyTorch's CPU random
+    model : callable or torch.nn.Module
+        Called with no arguments, returns a ``torch.nn.Module`` (on the CPU, float32 or
+        float64 parameters: convert a bfloat16 or float16 model with ``.float()``, which
+        is exact). It is called once when the task is built, under PyTorch's CPU random
         generator seeded with 0 (and restored after), for the architecture: the names and
         shapes of the trainable parameters (those with ``requires_grad``) and the
-        constants (frozen parameters and buffers), which every run shares.
+        constants (frozen parameters and buffers), which every run shares. A module
+        instance stands for a factory of deep copies of it, see :class:`ModuleSpec`.
     data : sequence of (inputs, targets) or of torch.utils.data.Dataset
         One entry per client. Every client must hold the same number of examples (the
         replicas train as one batch) with inputs and targets of the same shapes and dtypes.
@@ -150,10 +174,22 @@ class ModuleTask(Task):
     trains a batch of one replica); ``tests/test_module_task.py`` checks chunk sizes 1, 2
     and 5.
 
+    **Class labels.** Integer targets with outputs laid out as ``cross_entropy`` expects
+    them (classes along dimension 1, the targets' shape otherwise) are class labels: a
+    label outside ``0 .. n_outputs - 1`` on which the loss fails (``-100``, the default
+    ``ignore_index``, does not) is a ValueError naming the client and the label, found
+    before anything trains.
+
     The dump records ``factory`` (the import path, when built by :meth:`from_factory`),
     the qualified names of the model factory, loss and init, the number of clients and
     examples, the training settings and SHA-256 digests of the data and of the
-    architecture and constants: a dump is resumed only by the same task.
+    architecture and constants: a dump is resumed only by the same task. It also
+    records what decides the samples where names cannot tell: a fingerprint of the
+    initial parameters a generator seeded with 0 gives, of one forward and loss on client
+    0's first examples, and SHA-256 digests of the source of the model, loss, init and the
+    model's own module classes (where :func:`inspect.getsource` can read them; comments
+    and layout do not count). A resume whose model, forward, loss or initialisation
+    changed is refused, naming what changed (see :meth:`resume_settings`).
 
     Examples
     --------
@@ -189,17 +225,22 @@ class ModuleTask(Task):
                  init: Callable[[torch.nn.Module, torch.Generator], None] | None = None, optimizer: str = "adam",
                  lr: float = 1e-3, batch_size: int = 32, epochs: int = 1, record: str | Sequence[str] | None = None,
                  eval_examples: int | None = None, **unknown: Any) -> None:
+        import torch
+
         for what, fn in (("model", model), ("loss", loss)):
             if not callable(fn):
                 raise TypeError(f"`{what}` (task module) must be callable; got {fn!r}")
         if init is not None and not callable(init):
             raise TypeError(f"`init` (task module) must be None or callable (model, generator); got {init!r}")
         self._factory, self._loss_fn, self._init_fn = model, loss, init
-        self._reference = self._build(0)
+        self._instance = model if isinstance(model, torch.nn.Module) else None
+        self._reference = self._build(0, reset=False)
         named = list(self._reference.named_parameters())
         self._names = [n for n, p in named if p.requires_grad]
         if not self._names:
             raise ValueError("the model (task module) has no trainable parameters (requires_grad)")
+        if self._instance is not None and init is None:
+            _check_resettable(self._reference, self._names)
         self._shapes = {n: tuple(p.shape) for n, p in named}
         dtype = named[0][1].dtype
         self._inputs, self._targets = _client_tensors(data, dtype)
@@ -215,7 +256,9 @@ class ModuleTask(Task):
             "data_sha256": _data_digest(self._inputs, self._targets), "model_sha256": self._model_digest(),
         })
         self._batched = None
-        self._probe()
+        outputs = self._probe()
+        self._check_labels(outputs)
+        self.settings.update(self._fingerprints())
 
     @classmethod
     def from_factory(cls, factory: str, **settings: Any) -> ModuleTask:
@@ -265,14 +308,28 @@ class ModuleTask(Task):
         return cls.from_factory(factory, **overrides)
 
     # ---------------------------------------------------------------- the model
-    def _build(self, seed):
+    def _build(self, seed, reset=True):
         """A fresh model from the factory, called under PyTorch's CPU generator seeded with
-        `seed` (its state restored after)."""
+        `seed` (its state restored after). For a module instance: a deep copy of it, its
+        layers' ``reset_parameters()`` called in module order under that seed when `reset`."""
         import torch
 
         with torch.random.fork_rng(devices=[]):
             torch.default_generator.manual_seed(int(seed))
-            model = self._factory()
+            try:
+                if self._instance is None:
+                    model = self._factory()
+                else:
+                    model = copy.deepcopy(self._instance)
+                    if reset:
+                        with torch.no_grad():
+                            for module in model.modules():
+                                if callable(getattr(module, "reset_parameters", None)):
+                                    module.reset_parameters()
+            except Exception as exc:
+                what = "reset_parameters() of" if self._instance is not None else "the factory"
+                raise ValueError(f"`model` (task module): {what} {_qualified(self._factory)} raised "
+                                 f"{_one_line(exc)}") from exc
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"`model` (task module) must return a torch.nn.Module; got {type(model).__name__}")
         for name, p in list(model.named_parameters()) + list(model.named_buffers()):
@@ -281,6 +338,11 @@ class ModuleTask(Task):
         for name, p in model.named_parameters():
             if not p.dtype.is_floating_point:
                 raise ValueError(f"the model's parameter {name!r} has dtype {p.dtype}; parameters must be floating point")
+        for name, p in list(model.named_parameters()) + list(model.named_buffers()):
+            if p.dtype.is_floating_point and p.dtype not in (torch.float32, torch.float64):
+                raise ValueError(f"the model's tensor {name!r} has dtype {p.dtype}; the sampler trains float32 or "
+                                 "float64 models (dumps hold float32): convert the model with .float() (exact "
+                                 f"for {p.dtype})")
         return model
 
     def _refuse_randomness_and_running_stats(self):
@@ -349,7 +411,8 @@ class ModuleTask(Task):
                 f"{y.dtype})")
         try:
             with torch.no_grad():
-                losses = self.loss(self.forward(params, xs), ys)
+                outputs = self.forward(params, xs)
+                losses = self.loss(outputs, ys)
             if tuple(losses.shape) != (2,):
                 raise ValueError(f"the loss must return one number, the mean over the batch; got a tensor of shape "
                                  f"{tuple(losses.shape[1:])}")
@@ -366,6 +429,116 @@ class ModuleTask(Task):
         for (name, b), old in zip(self._reference.named_buffers(), before):
             if not torch.equal(b, old):
                 raise ValueError(f"the model changes its buffer {name!r} in training, which the replicas cannot share")
+        return outputs[0]
+
+    def _check_labels(self, outputs):
+        """ValueError naming the client and label of a class label the loss cannot take.
+
+        `outputs` is one replica's outputs on two examples. Integer targets are class
+        labels when the outputs are laid out as ``cross_entropy`` expects (classes along
+        dimension 1, the targets' shape otherwise): then a label outside ``0 .. C - 1`` is
+        tried alone with the loss, and refused if the loss fails on it (a loss that ignores
+        it, as ``cross_entropy`` ignores its ``ignore_index`` -100, trains fine).
+        """
+        import torch
+
+        targets = self._targets[0]
+        if targets.dtype.is_floating_point or targets.dtype == torch.bool or outputs.ndim < 2 \
+                or tuple(outputs.shape[:1]) + tuple(outputs.shape[2:]) != tuple(targets[:2].shape):
+            return
+        n_classes = int(outputs.shape[1])
+        for c, y in enumerate(self._targets):
+            bad = (y < 0) | (y >= n_classes)
+            if not bool(bad.any()):
+                continue
+            for label in torch.unique(y[bad]).tolist():
+                i = int((y == label).nonzero()[0, 0])  # its first example
+                x, yi = self._inputs[c][i:i + 1], y[i:i + 1]
+                params = [torch.stack([p, p]) for p in self.init_params(torch.Generator().manual_seed(0))]
+                try:
+                    with torch.no_grad():
+                        self.loss(self.forward(params, torch.stack([x, x])), torch.stack([yi, yi]))
+                except Exception as exc:
+                    raise ValueError(
+                        f"`data` (task module): client {c} has class label {label} (first at example {i}), outside "
+                        f"0-{n_classes - 1} for the model's {n_classes} outputs; the loss fails on it: "
+                        f"{_one_line(exc)}") from None
+
+    def _fingerprints(self):
+        """What decides the samples besides the settings (see :meth:`resume_settings`):
+        per trainable tensor, the norm and two signed sums of the initial point a generator
+        seeded with 0 gives; the loss and the same three numbers of the outputs of one
+        forward of that point on client 0's first examples; digests of the source."""
+        import torch
+
+        params = self.init_params(torch.Generator().manual_seed(0))
+        n = min(_FINGERPRINT_EXAMPLES, self.n_examples)
+        x, y = self._inputs[0][:n], self._targets[0][:n]
+        stacked = [torch.stack([p, p]) for p in params]  # two replicas, as the sampler trains them
+        with torch.no_grad(), self._mode(True):
+            outputs = self.forward(stacked, torch.stack([x, x]))
+            loss = self.loss(outputs, torch.stack([y, y]))
+        return {
+            "init_fingerprint": {name: _summary(p) for name, p in zip(self._names, params)},
+            "forward_fingerprint": {"loss": float(loss[0]), "outputs": _summary(outputs[0])},
+            "source_sha256": self._source_digests(),
+        }
+
+    def _source_digests(self):
+        """{role: SHA-256 (16 hex digits)} of the source of the model factory, loss, init and
+        the model's module classes that are not PyTorch's, where inspect can read them."""
+        objects = {"model": self._factory if self._instance is None else None, "loss": self._loss_fn,
+                   "init": self._init_fn}
+        for module in self._reference.modules():
+            cls = type(module)
+            if cls is not self._factory:
+                objects.setdefault(f"module {_qualified(cls)}", cls)
+        digests = {}
+        for role, obj in objects.items():
+            text = _source_text(obj)
+            if text is not None:
+                digests[role] = hashlib.sha256(text.encode()).hexdigest()[:16]
+        return digests
+
+    def resume_settings(self, recorded: dict) -> dict:
+        """The task settings to resume a dump whose manifest records task settings `recorded`.
+
+        When `recorded` differs from this task's settings in other settings too, these
+        settings (the dump then names every difference). Otherwise the fingerprints are
+        compared: the source digests exactly, the float fingerprints to a relative
+        tolerance of 1e-4 (their last bits may differ between CPUs and thread counts);
+        when they agree, these settings with the recorded fingerprints, so that the dump's
+        manifest stays as it is.
+
+        Raises
+        ------
+        ValueError
+            If the model's initial parameters, its forward and loss, or the source of the
+            model, loss or init changed since the dump was written: one line naming what.
+        """
+        ours = self.settings
+        if not isinstance(recorded, dict) or \
+                {k: v for k, v in recorded.items() if k not in _FINGERPRINTS} != \
+                {k: v for k, v in ours.items() if k not in _FINGERPRINTS} or \
+                any(k not in recorded for k in _FINGERPRINTS):
+            return ours
+        changed = []
+        old_init, new_init = recorded["init_fingerprint"], ours["init_fingerprint"]
+        names = [n for n in new_init if not _close(old_init.get(n), new_init[n])]
+        if names or set(old_init) != set(new_init):
+            changed.append(f"the initial parameters ({', '.join(repr(n) for n in names) or 'their names'})")
+        old_fw, new_fw = recorded["forward_fingerprint"], ours["forward_fingerprint"]
+        if not (_close([old_fw.get("loss")], [new_fw["loss"]]) and _close(old_fw.get("outputs"), new_fw["outputs"])):
+            changed.append(f"the forward-loss output on client 0's first examples (loss {old_fw.get('loss'):.6g} "
+                           f"recorded, {new_fw['loss']:.6g} now)")
+        old_src, new_src = recorded["source_sha256"], ours["source_sha256"]
+        roles = [r for r in sorted(set(old_src) | set(new_src)) if old_src.get(r) != new_src.get(r)]
+        if roles:
+            changed.append(f"the source of {', '.join(roles)}")
+        if changed:
+            raise ValueError(f"the model changed since the dump was written: {'; '.join(changed)}; its samples would "
+                             "mix two models")
+        return {**ours, **{k: recorded[k] for k in _FINGERPRINTS}}
 
     # ---------------------------------------------------------------- Task interface
     @property
@@ -399,8 +572,11 @@ class ModuleTask(Task):
                                  "must build the same trainable parameters")
         else:
             model = copy.deepcopy(self._reference)
-            with torch.no_grad():
-                self._init_fn(model, generator)
+            try:
+                with torch.no_grad():
+                    self._init_fn(model, generator)
+            except Exception as exc:
+                raise ValueError(f"`init` (task module) {_qualified(self._init_fn)} raised {_one_line(exc)}") from exc
         found = dict(model.named_parameters())
         params = [found[n].detach().clone() for n in self._names]
         for n, p in zip(self._names, params):
@@ -566,6 +742,56 @@ def _from_dataset(dataset, client):
     except RuntimeError as exc:
         raise ValueError(f"`data` (task module): client {client}'s Dataset items differ in shape: "
                          f"{_one_line(exc)}") from None
+
+
+def _check_resettable(model, trainable):
+    """TypeError for a module instance with a trainable parameter that no
+    ``reset_parameters()`` re-initialises (see ModuleSpec)."""
+    for prefix, module in model.named_modules():
+        if callable(getattr(module, "reset_parameters", None)):
+            continue
+        for name, p in module.named_parameters(recurse=False):
+            full = f"{prefix}.{name}" if prefix else name
+            if full in trainable:
+                raise TypeError(
+                    f"`model` (task module) is a module instance whose trainable parameter {full!r} (in "
+                    f"{type(module).__name__}, which has no reset_parameters()) cannot be re-initialised for each "
+                    "run: give a callable that builds the model, or an `init`")
+
+
+def _source_text(obj):
+    """The source of `obj` (a function or class outside PyTorch), its comments and layout
+    left out where it parses; None where inspect cannot read it."""
+    if obj is None or (getattr(obj, "__module__", None) or "").split(".")[0] == "torch":
+        return None
+    try:
+        text = textwrap.dedent(inspect.getsource(obj))
+    except Exception:  # builtins, the REPL, callables without source: nothing to record
+        return None
+    try:
+        return ast.dump(ast.parse(text))
+    except SyntaxError:  # a lambda inside a larger expression: its lines as they are
+        return text
+
+
+def _summary(t):
+    """[norm, two signed sums] of a tensor, in float64: the fingerprint of its values."""
+    import numpy as np
+
+    a = t.detach().double().reshape(-1).numpy()
+    signs = np.random.default_rng(0).integers(0, 2, size=(2, a.size)) * 2 - 1  # the same signs on any machine
+    return [float(np.sqrt(a @ a)), float(signs[0] @ a), float(signs[1] @ a)]
+
+
+def _close(old, new):
+    """Whether fingerprint lists `old` and `new` agree to _FINGERPRINT_RTOL of their largest
+    magnitude (a signed sum can cancel to 0; the norm sets its scale)."""
+    if not isinstance(old, list) or len(old) != len(new):
+        return False
+    if not all(isinstance(v, numbers.Real) and math.isfinite(v) for v in old + new):
+        return [repr(v) for v in old] == [repr(v) for v in new]  # a NaN loss is recorded as it is
+    scale = max(abs(v) for v in old + new)
+    return all(abs(a - b) <= _FINGERPRINT_RTOL * scale for a, b in zip(old, new))
 
 
 def _data_digest(inputs, targets):
