@@ -508,6 +508,23 @@ def _first_overlap(chunks):
     return None
 
 
+def _read_manifest(path):
+    """The checked manifest of the dump folder `path` (see :func:`check_manifest`); DumpError otherwise."""
+    if not path.exists():
+        raise DumpError(f"dump {path} does not exist")
+    mpath = path / MANIFEST
+    if not path.is_dir() or not os.path.lexists(mpath):
+        raise DumpError(f"{path} is not a dump: no {MANIFEST} in it")
+    with os.fdopen(_open_member(mpath, os.O_RDONLY), "rb") as fh:
+        raw = fh.read()
+    try:
+        manifest = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DumpError(f"{mpath} is damaged (not valid JSON: {exc})") from exc
+    check_manifest(manifest, mpath)  # before anything else reads it
+    return manifest
+
+
 class ParameterDump:
     """Samples of several clients' flattened parameter vectors at training checkpoints.
 
@@ -905,18 +922,7 @@ class ParameterDump:
             One line naming the file and the field or file that is missing or damaged.
         """
         path = Path(path)
-        if not path.exists():
-            raise DumpError(f"dump {path} does not exist")
-        mpath = path / MANIFEST
-        if not path.is_dir() or not os.path.lexists(mpath):
-            raise DumpError(f"{path} is not a dump: no {MANIFEST} in it")
-        with os.fdopen(_open_member(mpath, os.O_RDONLY), "rb") as fh:
-            raw = fh.read()
-        try:
-            manifest = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise DumpError(f"{mpath} is damaged (not valid JSON: {exc})") from exc
-        check_manifest(manifest, mpath)  # before anything else reads it
+        manifest = _read_manifest(path)
         try:
             dump = cls(path, manifest)
         except (KeyError, TypeError, ValueError) as exc:
@@ -1151,7 +1157,23 @@ class ParameterDump:
                 raise ValueError(f"metrics of client {client!r} have shape {mblock.shape}; expected {mshape}")
             blocks.append((block, mblock))
         with WriterLock(self.path):  # outside the try: a busy dump is not a failed write
+            self._reread_manifest()  # chunks another writer (another object of this folder) added stay
+            self._check_no_overlap(start, stop)
             self._write_chunk_locked(start, stop, blocks)
+
+    def _reread_manifest(self):
+        """Take up the manifest on disk (the lock is held): the chunks and sessions written
+        by any other writer of this folder since this object read it, so that the manifest
+        this write commits keeps them. DumpError if the dump itself is not the one opened."""
+        fresh = _read_manifest(self.path)
+        ignored = ("chunks", "provenance")
+        changed = [k for k in sorted(set(fresh) | set(self._manifest))
+                   if k not in ignored and fresh.get(k) != self._manifest.get(k)]
+        if changed:
+            raise DumpError(f"{self.path / MANIFEST} changed since this ParameterDump opened it (fields "
+                            f"{', '.join(f'`{k}`' for k in changed)}): it now holds another dump; nothing was "
+                            "written: open it again")
+        self._manifest = {**fresh, "chunks": sorted(fresh["chunks"], key=lambda c: c["start"])}
 
     def _check_no_overlap(self, start, stop):
         for chunk in self._manifest["chunks"]:

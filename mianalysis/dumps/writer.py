@@ -234,7 +234,7 @@ class DumpWriter:
     # ------------------------------------------------------------------ the with block
     def __enter__(self):
         stack = ExitStack()
-        stack.enter_context(WriterLock(self.path))
+        stack.enter_context(WriterLock(self.path, session=True))  # one open writer per dump
         try:
             self._fresh = not (self.path / MANIFEST).exists()
             self._was_folder = self.path.is_dir()
