@@ -380,6 +380,20 @@ def _is_int(value):
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+INT64 = (-(2**63), 2**63 - 1)  # the range of checkpoints: stored and exported as 64-bit integers
+
+
+def _check_checkpoint(value: int, name: str = "checkpoints") -> int:
+    """`value` as an int if it is an integer within int64; TypeError or ValueError naming `name` and the value."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"`{name}` must be integers; got {value!r}")
+    value = int(value)
+    if not INT64[0] <= value <= INT64[1]:
+        raise ValueError(f"`{name}` must be integers within int64 ([-2**63, 2**63 - 1]: a dump and its exports store "
+                         f"checkpoints as 64-bit integers); got {value}")
+    return value
+
+
 def check_manifest(manifest: object, mpath: str | os.PathLike) -> None:
     """Check a parsed manifest.json field by field; raise DumpError naming `mpath` and the
     first field that is missing, of the wrong type or inconsistent with the others.
@@ -427,8 +441,8 @@ def check_manifest(manifest: object, mpath: str | os.PathLike) -> None:
     if not isinstance(checkpoints, list) or not checkpoints:
         bad("checkpoints", "a non-empty list of integer iterations", checkpoints)
     for i, c in enumerate(checkpoints):
-        if not _is_int(c):
-            bad(f"checkpoints[{i}]", "an integer iteration", c)
+        if not _is_int(c) or not INT64[0] <= c <= INT64[1]:
+            bad(f"checkpoints[{i}]", "an integer iteration within int64", c)
     for field in ("n_runs", "n_params"):
         if not _is_int(manifest[field]) or manifest[field] < 1:
             bad(field, "an integer >= 1", manifest[field])
@@ -615,7 +629,7 @@ class ParameterDump:
             raise ValueError("`clients` must name at least one client")
         if len(set(clients)) != len(clients):
             raise ValueError(f"`clients` must be unique; got {clients}")
-        checkpoints = [int(c) for c in checkpoints]
+        checkpoints = [_check_checkpoint(int(c)) for c in checkpoints]
         if not checkpoints:
             raise ValueError("`checkpoints` must not be empty")
         if int(n_runs) < 1:
@@ -806,7 +820,7 @@ class ParameterDump:
         if len(shapes) != 1:
             raise ValueError(f"every client's samples must have the same shape; got {sorted(shapes)}")
         n_ckpt, n_runs, n_params = shapes.pop()
-        checkpoints = list(range(n_ckpt)) if checkpoints is None else [int(c) for c in checkpoints]
+        checkpoints = list(range(n_ckpt)) if checkpoints is None else [_check_checkpoint(int(c)) for c in checkpoints]
         if len(checkpoints) != n_ckpt:
             raise ValueError(f"`checkpoints` has {len(checkpoints)} entries for {n_ckpt} checkpoints")
         layout = layout_from_shapes(layout if layout is not None else [("params", (n_params,))])

@@ -29,6 +29,7 @@ from .format import (
     MANIFEST,
     DumpError,
     ParameterDump,
+    _check_checkpoint,
     discard_unwritten_dump,
     find_nonfinite,
     layout_from_shapes,
@@ -202,7 +203,7 @@ class DumpWriter:
             raise ValueError("`clients` must name at least one client")
         if len(set(self.clients)) != len(self.clients):
             raise ValueError(f"`clients` must be unique; got {self.clients}")
-        self.checkpoints = [check_int(c, "checkpoints", low=-(2**63)) for c in checkpoints]
+        self.checkpoints = [_check_checkpoint(c) for c in checkpoints]
         if not self.checkpoints:
             raise ValueError("`checkpoints` must not be empty")
         if len(set(self.checkpoints)) != len(self.checkpoints):
