@@ -380,6 +380,25 @@ def _is_int(value):
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+# Metric names: each names an array of a zarr export and a variable of to_xarray beside the samples and coordinates.
+METRIC_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+RESERVED_METRIC_NAMES = ("samples", "client", "checkpoint", "run", "parameter", "layer")
+
+
+def _check_metric_names(names: Iterable[str]) -> list[str]:
+    """`names` as a list of str; ValueError naming the first that is reserved or not a plain name."""
+    names = [str(m) for m in names]
+    for name in names:
+        if name in RESERVED_METRIC_NAMES:
+            raise ValueError(f"metric name {name!r} is reserved: {', '.join(RESERVED_METRIC_NAMES)} name a dump's "
+                             "samples and coordinates (in to_xarray and an export); choose another name")
+        if not METRIC_NAME.fullmatch(name) or name.startswith("__"):
+            raise ValueError(f"metric name {name!r} must be ASCII letters, digits, '_', '-' and '.', starting with a "
+                             "letter, a digit or '_' (not '__'): it names an array of an export (a name with '/' "
+                             "would be a folder); choose another name")
+    return names
+
+
 INT64 = (-(2**63), 2**63 - 1)  # the range of checkpoints: stored and exported as 64-bit integers
 
 
@@ -646,7 +665,7 @@ class ParameterDump:
             "n_runs": int(n_runs),
             "n_params": int(n_params),
             "layout": [e.to_json() for e in layout],
-            "metrics": [str(m) for m in metric_names],
+            "metrics": _check_metric_names(metric_names),
             "dtype": DTYPE.str,
             "chunks": [],
             "provenance": [{**collect(), "runs_written": None}],
@@ -842,7 +861,7 @@ class ParameterDump:
             if not isinstance(per, dict):
                 raise TypeError(f"`metrics[{client!r}]` must be a dict of metric name -> array (n_checkpoints, "
                                 f"n_runs); got {type(per).__name__}")
-        metric_names = sorted({str(m) for per in metrics.values() for m in per})
+        metric_names = _check_metric_names(sorted({str(m) for per in metrics.values() for m in per}))
         metric_arrays = {}
         for name in arrays:
             per = {str(k): v for k, v in metrics.get(name, {}).items()}
