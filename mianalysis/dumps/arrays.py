@@ -155,8 +155,9 @@ def to_xarray(dump: ParameterDump | str | os.PathLike) -> xarray.Dataset:
 
     dump = _check_dump(dump)
     variables = {"samples": (DIMS, to_dask(dump))}
-    for name, key in _metric_keys(dump, refuse_paths=False).items():  # a reserved name never replaces the samples
+    for name in dump.metric_names:
         values = np.stack([dump.metric(c, name) for c in range(len(dump.clients))])
+        key = f"metric_{name}" if name in RESERVED_METRIC_NAMES else name  # never replacing the samples
         variables[key] = (DIMS[:3], values, {"metric": name})
     coords = {"client": list(dump.clients), "checkpoint": list(dump.checkpoints),
               "run": np.arange(dump.completed_runs), "parameter": np.arange(dump.n_params),
@@ -178,16 +179,16 @@ def _zarr():
     return zarr
 
 
-def _metric_keys(dump, refuse_paths=True):
-    """Metric name -> the name of its array in a zarr store (or variable of a Dataset): the
-    metric's own name, or ``metric_NAME`` where that would clash with another array (or is
-    not a plain name). Dumps written since metric names are checked (see
-    ``format.METRIC_NAME``) hold none that clash; with `refuse_paths` a name an older dump
-    holds that is no array name ("a/b" would be a group) is a DumpError naming it."""
+def _metric_keys(dump):
+    """Metric name -> the name of its array in a zarr store: the metric's own name, or
+    ``metric_NAME`` where that would clash with another array (or is not a plain name).
+    Dumps written since metric names are checked (see ``format.METRIC_NAME``) hold none that
+    clash; a name an older dump holds that is no array name ("a/b" would be a group) is a
+    DumpError naming it."""
     taken = set(RESERVED_METRIC_NAMES)
     keys = {name: name if name not in taken and name.isidentifier() else f"metric_{name}"
             for name in dump.metric_names}
-    for name in dump.metric_names if refuse_paths else ():
+    for name in dump.metric_names:
         if not METRIC_NAME.fullmatch(name) and name not in taken:
             raise DumpError(f"{dump.path}: metric name {name!r} cannot name an array of a zarr store (a '/' would make "
                             "it a group; dumps written now refuse such names): rename it in the `metrics` list of "
