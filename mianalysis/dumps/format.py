@@ -402,7 +402,7 @@ def _check_metric_names(names: Iterable[str]) -> list[str]:
 INT64 = (-(2**63), 2**63 - 1)  # the range of checkpoints: stored and exported as 64-bit integers
 
 
-def _check_checkpoint(value: int, name: str = "checkpoints") -> int:
+def _check_checkpoint(value: object, name: str = "checkpoints") -> int:
     """`value` as an int if it is an integer within int64; TypeError or ValueError naming `name` and the value."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"`{name}` must be integers; got {value!r}")
