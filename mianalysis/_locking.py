@@ -12,7 +12,10 @@ held, the file records the holder's pid, host and command line for the error a s
 writer gets. A holder removes the file when it is done.
 
 Within one process the lock is re-entrant (a sampler holds it while the dump it writes
-takes it again for each chunk); it does not separate threads of one process.
+takes it again for each chunk); it does not separate threads of one process. A writing
+session that keeps records of its own between chunks (a DumpWriter, an export) takes it
+with ``session=True``: a second session of the same target in the same process is refused
+with the LockedError another process would get, since the two would write over each other.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ class LockedError(OSError):
     """Another process holds the writer lock of a dump or table: it is being written."""
 
 
-_held = {}  # lock file path -> [file descriptor, depth]
+_held = {}  # lock file path -> [file descriptor, depth, whether a session holds it]
 _guard = threading.Lock()
 
 
@@ -69,13 +72,18 @@ class WriterLock:
     ----------
     target : str or Path
         What is about to be written; the lock file is :func:`lock_path` of it.
+    session : bool, default=False
+        Taken by a writing session (a DumpWriter, an export): at most one session per
+        target in this process holds the lock, nested plain acquisitions (the chunks it
+        writes) are fine.
 
     Raises
     ------
     LockedError
-        On entry, if another process holds the lock. The message names that process
-        (pid and command line): "DUMP is being written by process 1234 (mianalysis
-        sample ...); wait for it to finish or stop it".
+        On entry, if another process holds the lock, or with `session` if another
+        session of this process holds it. The message names that process (pid and
+        command line): "DUMP is being written by process 1234 (mianalysis sample ...);
+        wait for it to finish or stop it".
     OSError
         On entry, if this platform has no ``fcntl`` or the lock file cannot be created
         or locked.
@@ -86,18 +94,24 @@ class WriterLock:
     ...     dump = ParameterDump.open_or_create("runs/rnn", ...)
     """
 
-    def __init__(self, target):
+    def __init__(self, target, *, session=False):
         self.target = target
         self.path = lock_path(target)
+        self.session = bool(session)
 
     def acquire(self):
         """Take the lock (again, if this process already holds it); return self."""
         with _guard:
             held = _held.get(self.path)
             if held is not None:
+                if self.session and held[2]:
+                    raise LockedError(f"{self.target} is already being written by a writer of this process "
+                                      f"(process {os.getpid()}); close that writer first (two writers of one "
+                                      "target would write over each other)")
                 held[1] += 1
+                held[2] = held[2] or self.session
             else:
-                _held[self.path] = [_take(self.path, self.target), 1]
+                _held[self.path] = [_take(self.path, self.target), 1, self.session]
         return self
 
     def release(self):
@@ -105,6 +119,8 @@ class WriterLock:
         with _guard:
             held = _held[self.path]
             held[1] -= 1
+            if self.session:
+                held[2] = False
             if held[1] == 0:
                 _give_up(self.path, held[0])
                 del _held[self.path]  # after giving up: an interruption in between leaves it to _give_up_all
@@ -187,7 +203,7 @@ def _give_up_all():
     Ctrl-C (KeyboardInterrupt) that lands inside `acquire` or `release` of a nested
     acquisition leaves the count one too high, and the lock file would stay behind."""
     with _guard:
-        for path, (fd, _) in list(_held.items()):
+        for path, (fd, *_) in list(_held.items()):
             try:
                 _give_up(path, fd)
             except OSError:

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .format import DTYPE, DumpError, ParameterDump
+from .._locking import WriterLock
+from .format import DTYPE, METRIC_NAME, RESERVED_METRIC_NAMES, DumpError, ParameterDump
 
 if TYPE_CHECKING:  # names used only in type hints (the dask extra)
     import dask.array
@@ -129,7 +130,9 @@ def to_xarray(dump: ParameterDump | str | os.PathLike) -> xarray.Dataset:
     -------
     xarray.Dataset
         ``samples`` (client, checkpoint, run, parameter): :func:`to_dask`'s array; one
-        variable per recorded metric (client, checkpoint, run), e.g. ``loss``. Coordinates:
+        variable per recorded metric (client, checkpoint, run), e.g. ``loss``
+        (``metric_NAME`` for a name, such as ``samples``, that a dump written before
+        metric names were checked may hold), its attribute ``metric`` the metric's name. Coordinates:
         ``client`` (names), ``checkpoint`` (training iterations), ``run`` (0, 1, ...),
         ``parameter`` (column index) and ``layer`` along ``parameter`` (the tensor each
         column belongs to). Attributes: the dump's path, ``meta`` (task and sampler
@@ -154,7 +157,8 @@ def to_xarray(dump: ParameterDump | str | os.PathLike) -> xarray.Dataset:
     variables = {"samples": (DIMS, to_dask(dump))}
     for name in dump.metric_names:
         values = np.stack([dump.metric(c, name) for c in range(len(dump.clients))])
-        variables[name] = (DIMS[:3], values)
+        key = f"metric_{name}" if name in RESERVED_METRIC_NAMES else name  # never replacing the samples
+        variables[key] = (DIMS[:3], values, {"metric": name})
     coords = {"client": list(dump.clients), "checkpoint": list(dump.checkpoints),
               "run": np.arange(dump.completed_runs), "parameter": np.arange(dump.n_params),
               "layer": ("parameter", _layer_names(dump).astype(str))}
@@ -177,10 +181,19 @@ def _zarr():
 
 def _metric_keys(dump):
     """Metric name -> the name of its array in a zarr store: the metric's own name, or
-    ``metric_NAME`` where that would clash with another array (or is not a plain name)."""
-    taken = set(DIMS) | {"samples", "layer"}
-    return {name: name if name not in taken and name.isidentifier() else f"metric_{name}"
+    ``metric_NAME`` where that would clash with another array (or is not a plain name).
+    Dumps written since metric names are checked (see ``format.METRIC_NAME``) hold none that
+    clash; a name an older dump holds that is no array name ("a/b" would be a group) is a
+    DumpError naming it."""
+    taken = set(RESERVED_METRIC_NAMES)
+    keys = {name: name if name not in taken and name.isidentifier() else f"metric_{name}"
             for name in dump.metric_names}
+    for name in dump.metric_names:
+        if not METRIC_NAME.fullmatch(name) and name not in taken:
+            raise DumpError(f"{dump.path}: metric name {name!r} cannot name an array of a zarr store (a '/' would make "
+                            "it a group; dumps written now refuse such names): rename it in the `metrics` list of "
+                            "the dump's manifest.json (no checksum covers it) and export again")
+    return keys
 
 
 def _blocks(dump, runs):
@@ -231,14 +244,23 @@ def export_zarr(dump: ParameterDump | str | os.PathLike, out: str | os.PathLike,
         does not match the checksums.
     ValueError
         `out` exists, or lies inside the dump.
+    LockedError
+        Another export (or writer) of `out` is running: nothing is changed.
     """
     dump = _check_dump(dump)
+    _metric_keys(dump)  # a metric name that is no array name: refused before anything is written
     out = Path(out)
-    if os.path.lexists(out):
-        raise ValueError(f"{out} already exists; an export never replaces anything: choose a new path")
     dump_folder = Path(dump.path).resolve()
     if out.resolve() == dump_folder or dump_folder in out.resolve().parents:
         raise ValueError(f"{out} lies inside the dump {dump.path}; export to a path outside it")
+    with WriterLock(out, session=True):  # a second export to `out` is refused, the first's staging left alone
+        return _export_locked(dump, out, verify)
+
+
+def _export_locked(dump, out, verify):
+    """export_zarr once the writer lock of `out` is held."""
+    if os.path.lexists(out):
+        raise ValueError(f"{out} already exists; an export never replaces anything: choose a new path")
     zarr = _zarr()
     if verify:
         dump.verify(finite=False)

@@ -380,6 +380,39 @@ def _is_int(value):
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+# Metric names: each names an array of a zarr export and a variable of to_xarray beside the samples and coordinates.
+METRIC_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+RESERVED_METRIC_NAMES = ("samples", "client", "checkpoint", "run", "parameter", "layer")
+
+
+def _check_metric_names(names: Iterable[str]) -> list[str]:
+    """`names` as a list of str; ValueError naming the first that is reserved or not a plain name."""
+    names = [str(m) for m in names]
+    for name in names:
+        if name in RESERVED_METRIC_NAMES:
+            raise ValueError(f"metric name {name!r} is reserved: {', '.join(RESERVED_METRIC_NAMES)} name a dump's "
+                             "samples and coordinates (in to_xarray and an export); choose another name")
+        if not METRIC_NAME.fullmatch(name) or name.startswith("__"):
+            raise ValueError(f"metric name {name!r} must be ASCII letters, digits, '_', '-' and '.', starting with a "
+                             "letter, a digit or '_' (not '__'): it names an array of an export (a name with '/' "
+                             "would be a folder); choose another name")
+    return names
+
+
+INT64 = (-(2**63), 2**63 - 1)  # the range of checkpoints: stored and exported as 64-bit integers
+
+
+def _check_checkpoint(value: object, name: str = "checkpoints") -> int:
+    """`value` as an int if it is an integer within int64; TypeError or ValueError naming `name` and the value."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"`{name}` must be integers; got {value!r}")
+    value = int(value)
+    if not INT64[0] <= value <= INT64[1]:
+        raise ValueError(f"`{name}` must be integers within int64 ([-2**63, 2**63 - 1]: a dump and its exports store "
+                         f"checkpoints as 64-bit integers); got {value}")
+    return value
+
+
 def check_manifest(manifest: object, mpath: str | os.PathLike) -> None:
     """Check a parsed manifest.json field by field; raise DumpError naming `mpath` and the
     first field that is missing, of the wrong type or inconsistent with the others.
@@ -427,8 +460,8 @@ def check_manifest(manifest: object, mpath: str | os.PathLike) -> None:
     if not isinstance(checkpoints, list) or not checkpoints:
         bad("checkpoints", "a non-empty list of integer iterations", checkpoints)
     for i, c in enumerate(checkpoints):
-        if not _is_int(c):
-            bad(f"checkpoints[{i}]", "an integer iteration", c)
+        if not _is_int(c) or not INT64[0] <= c <= INT64[1]:
+            bad(f"checkpoints[{i}]", "an integer iteration within int64", c)
     for field in ("n_runs", "n_params"):
         if not _is_int(manifest[field]) or manifest[field] < 1:
             bad(field, "an integer >= 1", manifest[field])
@@ -506,6 +539,23 @@ def _first_overlap(chunks):
         if chunks[j]["start"] < chunks[i]["stop"]:
             return (i, chunks[i]), (j, chunks[j])
     return None
+
+
+def _read_manifest(path):
+    """The checked manifest of the dump folder `path` (see :func:`check_manifest`); DumpError otherwise."""
+    if not path.exists():
+        raise DumpError(f"dump {path} does not exist")
+    mpath = path / MANIFEST
+    if not path.is_dir() or not os.path.lexists(mpath):
+        raise DumpError(f"{path} is not a dump: no {MANIFEST} in it")
+    with os.fdopen(_open_member(mpath, os.O_RDONLY), "rb") as fh:
+        raw = fh.read()
+    try:
+        manifest = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DumpError(f"{mpath} is damaged (not valid JSON: {exc})") from exc
+    check_manifest(manifest, mpath)  # before anything else reads it
+    return manifest
 
 
 class ParameterDump:
@@ -598,7 +648,7 @@ class ParameterDump:
             raise ValueError("`clients` must name at least one client")
         if len(set(clients)) != len(clients):
             raise ValueError(f"`clients` must be unique; got {clients}")
-        checkpoints = [int(c) for c in checkpoints]
+        checkpoints = [_check_checkpoint(int(c)) for c in checkpoints]
         if not checkpoints:
             raise ValueError("`checkpoints` must not be empty")
         if int(n_runs) < 1:
@@ -615,7 +665,7 @@ class ParameterDump:
             "n_runs": int(n_runs),
             "n_params": int(n_params),
             "layout": [e.to_json() for e in layout],
-            "metrics": [str(m) for m in metric_names],
+            "metrics": _check_metric_names(metric_names),
             "dtype": DTYPE.str,
             "chunks": [],
             "provenance": [{**collect(), "runs_written": None}],
@@ -789,7 +839,7 @@ class ParameterDump:
         if len(shapes) != 1:
             raise ValueError(f"every client's samples must have the same shape; got {sorted(shapes)}")
         n_ckpt, n_runs, n_params = shapes.pop()
-        checkpoints = list(range(n_ckpt)) if checkpoints is None else [int(c) for c in checkpoints]
+        checkpoints = list(range(n_ckpt)) if checkpoints is None else [_check_checkpoint(int(c)) for c in checkpoints]
         if len(checkpoints) != n_ckpt:
             raise ValueError(f"`checkpoints` has {len(checkpoints)} entries for {n_ckpt} checkpoints")
         layout = layout_from_shapes(layout if layout is not None else [("params", (n_params,))])
@@ -811,7 +861,7 @@ class ParameterDump:
             if not isinstance(per, dict):
                 raise TypeError(f"`metrics[{client!r}]` must be a dict of metric name -> array (n_checkpoints, "
                                 f"n_runs); got {type(per).__name__}")
-        metric_names = sorted({str(m) for per in metrics.values() for m in per})
+        metric_names = _check_metric_names(sorted({str(m) for per in metrics.values() for m in per}))
         metric_arrays = {}
         for name in arrays:
             per = {str(k): v for k, v in metrics.get(name, {}).items()}
@@ -905,18 +955,7 @@ class ParameterDump:
             One line naming the file and the field or file that is missing or damaged.
         """
         path = Path(path)
-        if not path.exists():
-            raise DumpError(f"dump {path} does not exist")
-        mpath = path / MANIFEST
-        if not path.is_dir() or not os.path.lexists(mpath):
-            raise DumpError(f"{path} is not a dump: no {MANIFEST} in it")
-        with os.fdopen(_open_member(mpath, os.O_RDONLY), "rb") as fh:
-            raw = fh.read()
-        try:
-            manifest = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise DumpError(f"{mpath} is damaged (not valid JSON: {exc})") from exc
-        check_manifest(manifest, mpath)  # before anything else reads it
+        manifest = _read_manifest(path)
         try:
             dump = cls(path, manifest)
         except (KeyError, TypeError, ValueError) as exc:
@@ -1151,7 +1190,23 @@ class ParameterDump:
                 raise ValueError(f"metrics of client {client!r} have shape {mblock.shape}; expected {mshape}")
             blocks.append((block, mblock))
         with WriterLock(self.path):  # outside the try: a busy dump is not a failed write
+            self._reread_manifest()  # chunks another writer (another object of this folder) added stay
+            self._check_no_overlap(start, stop)
             self._write_chunk_locked(start, stop, blocks)
+
+    def _reread_manifest(self):
+        """Take up the manifest on disk (the lock is held): the chunks and sessions written
+        by any other writer of this folder since this object read it, so that the manifest
+        this write commits keeps them. DumpError if the dump itself is not the one opened."""
+        fresh = _read_manifest(self.path)
+        ignored = ("chunks", "provenance")
+        changed = [k for k in sorted(set(fresh) | set(self._manifest))
+                   if k not in ignored and fresh.get(k) != self._manifest.get(k)]
+        if changed:
+            raise DumpError(f"{self.path / MANIFEST} changed since this ParameterDump opened it (fields "
+                            f"{', '.join(f'`{k}`' for k in changed)}): it now holds another dump; nothing was "
+                            "written: open it again")
+        self._manifest = {**fresh, "chunks": sorted(fresh["chunks"], key=lambda c: c["start"])}
 
     def _check_no_overlap(self, start, stop):
         for chunk in self._manifest["chunks"]:

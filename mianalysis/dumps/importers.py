@@ -24,7 +24,7 @@ from .._io import progress_bar
 from .._locking import WriterLock
 from .._validation import check_int
 from .writer import DumpWriter, IncompleteChunkWarning, layout_difference, named_arrays
-from .format import DumpError, ParameterDump, find_nonfinite, layout_from_shapes, select_layout
+from .format import DumpError, ParameterDump, _check_checkpoint, find_nonfinite, layout_from_shapes, select_layout
 
 if TYPE_CHECKING:  # names used only in type hints
     import torch
@@ -60,10 +60,15 @@ class CheckpointFolder:
 
 
 def _int_name(name, folder):
+    """The iteration a checkpoint folder's name spells: ASCII digits with an optional leading
+    "-", within int64 (what ``int`` reads besides, "0_5", " 5", Arabic-Indic digits, is refused)."""
+    if not re.fullmatch(r"-?[0-9]+", name):
+        raise DumpError(f"{folder}: checkpoint folder {name!r} is not an integer iteration (a name of ASCII digits "
+                        "0-9, optionally after a '-'); rename or move it")
     try:
-        return int(name)
+        return _check_checkpoint(int(name))
     except ValueError as exc:
-        raise DumpError(f"{folder}: checkpoint folder {name!r} is not an integer iteration") from exc
+        raise DumpError(f"{folder}: checkpoint folder {name!r}: {exc}") from None
 
 
 def _checkpoint_folders(client_dir):
@@ -86,17 +91,18 @@ def _run_files(folder):
     """Names of the run files of a checkpoint folder, by run number where every stem is a
     number (else by name); DumpError naming a folder or a file that is neither .pt nor
     .safetensors, or two files of one run ("10.pt" and "010.pt", "1.pt" and "1.safetensors")."""
-    names, numbers = [], {}
+    names, numbers, runs = [], {}, {}
     for p in sorted(folder.iterdir()):
         if p.is_dir():
             raise DumpError(f"{p} is a folder; a checkpoint folder holds only RUN.pt (or RUN.safetensors) files")
         if p.suffix not in SUFFIXES:
             raise DumpError(f"{p} is not a .pt file (nor .safetensors); a checkpoint folder holds only RUN.pt files "
                             f"(move it out of {folder})")
-        if re.fullmatch(r"[0-9]+", p.stem):
-            run = int(p.stem)
-            if run in numbers:
-                raise DumpError(f"{folder / numbers[run]} and {p} both name run {run}; keep one")
+        run = int(p.stem) if re.fullmatch(r"[0-9]+", p.stem) else p.stem  # "run.pt" and "run.safetensors": one run
+        if run in runs:
+            raise DumpError(f"{folder / runs[run]} and {p} both name run {run!r}; keep one")
+        runs[run] = p.name
+        if isinstance(run, int):
             numbers[run] = p.name
         names.append(p.name)
     if len(numbers) == len(names):
@@ -308,6 +314,7 @@ def import_checkpoints(root: str | os.PathLike, out: str | os.PathLike, *, key: 
         or an infinity. Every folder is checked before any file is read. The chunks
         written before the error stay (the same call resumes after the file is fixed); a
         dump without any is removed.
+        Also, before anything else, when `out` is `root` or lies inside it.
     LockedError
         If another process is writing `out` (before any file is read).
     """
@@ -315,6 +322,10 @@ def import_checkpoints(root: str | os.PathLike, out: str | os.PathLike, *, key: 
         raise TypeError(f"`key` must be a string or None; got {key!r}")
     if layer is not None and not isinstance(layer, str):
         layer = list(layer)
+    inside = Path(out).resolve()
+    if inside == Path(root).resolve() or Path(root).resolve() in inside.parents:
+        raise DumpError(f"the dump {out} lies inside the folder being imported, {root}: its files would be read as "
+                        "checkpoints; choose a dump folder outside it")
     with WriterLock(out):  # a second importer of `out` fails now, not after reading the files
         found = scan_checkpoints(root)
         n_runs = len(found.runs)

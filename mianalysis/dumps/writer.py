@@ -29,6 +29,8 @@ from .format import (
     MANIFEST,
     DumpError,
     ParameterDump,
+    _check_checkpoint,
+    _check_metric_names,
     discard_unwritten_dump,
     find_nonfinite,
     layout_from_shapes,
@@ -56,6 +58,8 @@ def named_arrays(params: torch.nn.Module | Mapping[str, Any] | ArrayLike) -> lis
         ``torch.save(model.state_dict(), ...)`` and ``mianalysis import`` give. A mapping
         (a state_dict) gives its floating-point values in its order; integer values
         (``num_batches_tracked``) are skipped. Anything else is a flat parameter vector.
+        Tensors of any floating-point type (bfloat16, float16, float64) become float32,
+        bfloat16 and float16 exactly.
 
     Returns
     -------
@@ -76,6 +80,15 @@ def named_arrays(params: torch.nn.Module | Mapping[str, Any] | ArrayLike) -> lis
         elif isinstance(value, np.ndarray) and value.dtype.kind == "f":
             named.append((str(name), value.astype(np.float32, copy=False)))
     return named
+
+
+def _flat_array(params):
+    """A flat parameter vector as a NumPy array; a floating-point tensor as float32 (bfloat16
+    and float16 exactly: NumPy has no bfloat16, and a dump is float32 anyway)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.is_tensor(params):
+        params = params.detach().to("cpu", torch.float32) if params.is_floating_point() else params.detach().cpu()
+    return np.asarray(params)
 
 
 def layout_difference(shapes: Iterable[tuple[str, Sequence[int]]], expected: Iterable[tuple[str, Sequence[int]]]
@@ -172,7 +185,9 @@ class DumpWriter:
         the same `meta`.
     metrics : sequence of str, optional
         Names of per-record metrics (e.g. ``["loss"]``). Default: the names in the first
-        record's `metrics` (none if it has none).
+        record's `metrics` (none if it has none). A name is ASCII letters, digits, "_",
+        "-" and "." (no "/"), and not one of the reserved names samples, client,
+        checkpoint, run, parameter, layer (ValueError otherwise).
 
     Examples
     --------
@@ -202,7 +217,7 @@ class DumpWriter:
             raise ValueError("`clients` must name at least one client")
         if len(set(self.clients)) != len(self.clients):
             raise ValueError(f"`clients` must be unique; got {self.clients}")
-        self.checkpoints = [check_int(c, "checkpoints", low=-(2**63)) for c in checkpoints]
+        self.checkpoints = [_check_checkpoint(c) for c in checkpoints]
         if not self.checkpoints:
             raise ValueError("`checkpoints` must not be empty")
         if len(set(self.checkpoints)) != len(self.checkpoints):
@@ -218,7 +233,7 @@ class DumpWriter:
             raise TypeError(f"`meta` must be JSON-serialisable (it is stored in {MANIFEST}): {exc}") from exc
         if isinstance(metrics, str):
             metrics = [metrics]
-        self.metric_names = None if metrics is None else [str(m) for m in metrics]
+        self.metric_names = None if metrics is None else _check_metric_names(metrics)
         if self.metric_names is not None and len(set(self.metric_names)) != len(self.metric_names):
             raise ValueError(f"`metrics` must be unique names; got {self.metric_names}")
         self.dump = None
@@ -234,7 +249,7 @@ class DumpWriter:
     # ------------------------------------------------------------------ the with block
     def __enter__(self):
         stack = ExitStack()
-        stack.enter_context(WriterLock(self.path))
+        stack.enter_context(WriterLock(self.path, session=True))  # one open writer per dump
         try:
             self._fresh = not (self.path / MANIFEST).exists()
             self._was_folder = self.path.is_dir()
@@ -280,11 +295,11 @@ class DumpWriter:
 
     def _create(self, named, metrics):
         """Create the dump at the first record: its layout and metric names from that record."""
+        if self.metric_names is None:
+            self.metric_names = _check_metric_names(sorted(str(m) for m in (metrics or {})))
         if self.layout is None:
             self.layout = layout_from_shapes([(n, a.shape) for n, a in named] if named is not None
                                              else [("params", (self._flat_size,))])
-        if self.metric_names is None:
-            self.metric_names = sorted(str(m) for m in (metrics or {}))
         self._attach(ParameterDump.open_or_create(
             self.path, meta=self.meta, clients=self.clients, checkpoints=self.checkpoints, n_runs=self.n_runs,
             layout=self.layout, metric_names=self.metric_names))
@@ -351,7 +366,7 @@ class DumpWriter:
         if named == []:
             raise ValueError(f"{what}: `params` holds no floating-point tensors")
         if named is None:
-            flat = np.asarray(params.detach().cpu() if hasattr(params, "detach") else params)
+            flat = _flat_array(params)
             if flat.dtype.kind not in "biuf" or flat.ndim != 1:
                 raise ValueError(f"{what}: `params` must be a module, a state_dict or a flat vector (1-D numbers); "
                                  f"got {type(params).__name__} of shape {flat.shape} and dtype {flat.dtype}")
