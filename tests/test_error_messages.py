@@ -35,7 +35,7 @@ def test_permutation_test_on_the_torch_backend_gives_the_numba_null():
      r"estimator='gaussian' takes \['bias_correction', 'shrinkage', 'units'\]"),
     ("gaussian", {"k": 3, "device": "cpu"}, r"\['device', 'k'\]: `device`, `k` are settings of estimator='ksg'"),
     ("ksg", {"shrinkage": "ledoit-wolf"},
-     r"unexpected keyword arguments \['shrinkage'\]: `shrinkage` is a setting of estimator='gaussian'; "
+     r"unexpected keyword arguments \['shrinkage'\]: `shrinkage` is a setting of estimator='gaussian' or 'copula'; "
      r"estimator='ksg' takes \["),
     ("ksg", {"kk": 3}, r"unexpected keyword arguments \['kk'\]; estimator='ksg' takes \['algorithm', "),
 ])
