@@ -79,10 +79,18 @@ def test_the_permutation_test_checks_the_device_before_any_work(monkeypatch):
     def no_work(*args, **kwargs):
         raise AssertionError("estimated before checking the device")
 
+    import dataclasses
+
+    from mianalysis.estimators.registry import get_estimator, register_estimator
+
     monkeypatch.setattr(significance, "add_tie_breaking_noise", no_work)
-    monkeypatch.setattr(significance, "ksg_mi", no_work)
-    with pytest.raises(ValueError, match="`device` 'cuda' is not available"):
-        mi_permutation_test(X, Y, n_permutations=3, backend="torch", device="cuda")
+    entry = get_estimator("ksg")
+    register_estimator(dataclasses.replace(entry, function=no_work), replace=True)  # the test's KSG estimates
+    try:
+        with pytest.raises(ValueError, match="`device` 'cuda' is not available"):
+            mi_permutation_test(X, Y, n_permutations=3, backend="torch", device="cuda")
+    finally:
+        register_estimator(entry, replace=True)
 
 
 # ------------------------------------------------------------------ Gaussian hints on the command line

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._validation import check_choice
+from .._validation import check_choice, check_flag
 from .copula import gaussian_copula_mi, normal_scores
 from .gaussian import check_gaussian_settings, gaussian_mi
 from .ksg import ksg_mi
@@ -142,8 +142,12 @@ class Estimator:
 _REGISTRY: dict[str, Estimator] = {}
 
 
-def register_estimator(entry: Estimator | None = None, /, **fields) -> Estimator:
+def register_estimator(entry: Estimator | None = None, /, *, replace: bool = False, **fields) -> Estimator:
     """Add an estimator to the registry (an :class:`Estimator`, or its fields as keywords).
+
+    With ``replace=True`` an entry of the same name is replaced where it stands (the order
+    of :func:`estimator_names` is kept), e.g. to change a built-in estimator's default
+    resamples: ``register_estimator(dataclasses.replace(get_estimator("ksg"), ci_resamples=20), replace=True)``.
 
     Returns
     -------
@@ -174,9 +178,10 @@ def register_estimator(entry: Estimator | None = None, /, **fields) -> Estimator
         raise TypeError("register_estimator takes an Estimator or its fields as keywords, not both")
     if not isinstance(entry, Estimator):
         raise TypeError(f"register_estimator expects an Estimator; got {entry!r}")
-    if entry.name in _REGISTRY:
+    check_flag(replace, "replace")
+    if entry.name in _REGISTRY and not replace:
         raise ValueError(f"estimator {entry.name!r} is registered already; unregister_estimator({entry.name!r}) first")
-    clash = [e.name for e in _REGISTRY.values() if e.stream == entry.stream] + (
+    clash = [e.name for e in _REGISTRY.values() if e.stream == entry.stream and e.name != entry.name] + (
         ["the distance matrices"] if entry.stream == DISTANCE_STREAM else [])
     if clash:
         raise ValueError(f"estimator {entry.name!r}: random stream {entry.stream} is that of {clash[0]}; give another")
