@@ -25,8 +25,8 @@ from .additive import (AdditivePrediction, AdditiveTest, additive_model_mi, addi
 from .analysis import analyze
 from .distances import mean_paired_distance, paired_distances
 from .dumps import DumpError, ParameterDump
-from .estimators import (GaussianMINull, MarginalDistances, PermutationTestResult, gaussian_cmi, gaussian_mi,
-                         gaussian_mi_null, ksg_mi, mi_permutation_test)
+from .estimators import (GaussianMINull, MarginalDistances, PermutationTestResult, gaussian_cmi, gaussian_copula_mi,
+                         gaussian_mi, gaussian_mi_null, ksg_mi, mi_permutation_test)
 from .sampling import ParameterSampler
 
 # Modules use one another through public names (tests/test_layout.py checks it). A
@@ -43,6 +43,7 @@ __all__ = [
     "gaussian_mi_null",
     "GaussianMINull",
     "ksg_mi",
+    "gaussian_copula_mi",
     "MarginalDistances",
     "mi_permutation_test",
     "PermutationTestResult",

@@ -20,11 +20,12 @@ from ._provenance import collect
 from ._validation import check_choice, check_flag, check_int, check_k
 from .design import design_note
 from .distances import METRICS, paired_distances
-from .estimators import KSG_NOISE, MarginalDistances, gaussian_mi, gaussian_mi_null, ksg_mi, mi_permutation_test
+from .estimators import KSG_NOISE, MarginalDistances, gaussian_mi, gaussian_mi_null, mi_permutation_test
 from .estimators.ksg import standardize_columns
+from .estimators.registry import DISTANCE_STREAM, estimator_names, estimators_taking, get_estimator
 from .regime import estimate_regime_note
-from .intervals import (METHODS, check_level, mean_interval, mi_replicates, normal_interval, resample_indices,
-                        trend_verdict)
+from .intervals import (DISTANCE_METHOD, check_level, interval_method, mean_interval, mi_replicates, normal_interval,
+                        resample_indices, trend_verdict)
 
 if TYPE_CHECKING:  # names used only in type hints
     import distributed
@@ -32,17 +33,18 @@ if TYPE_CHECKING:  # names used only in type hints
     from .dumps import ParameterDump
 
 __all__ = [
-    "ESTIMATORS", "GAUSSIAN_NULLS", "COLUMNS", "BY", "OPTIONAL_COLUMNS", "CI_RESAMPLES", "gaussian_settings",
+    "ESTIMATORS", "GAUSSIAN_NULLS", "COLUMNS", "BY", "OPTIONAL_COLUMNS", "gaussian_settings",
     "analyze", "sidecar_path", "write_table", "read_table", "select"
 ]
 
-ESTIMATORS = ("gaussian", "ksg")
+ESTIMATORS = ("gaussian", "ksg")  # analysed by default; any registered estimator may be asked for
 GAUSSIAN_NULLS = ("permutation", "analytic")
 COLUMNS = ("checkpoint", "iteration", "client_a", "client_b", "quantity", "value", "spread",
            "null_mean", "null_std", "p_value", "n_runs", "note", "layer", "ci_low", "ci_high", "verdict")
 BY = ("layer",)
 OPTIONAL_COLUMNS = ("layer", "ci_low", "ci_high", "verdict")  # tables written before `by` or intervals lack them
-CI_RESAMPLES = {"gaussian": 20, "ksg": 10}
+# Tables written before the registry record these two estimators' interval methods whatever was analysed.
+_RECORDED_METHODS = ("gaussian", "ksg")
 
 log = logging.getLogger(__name__)
 
@@ -97,11 +99,14 @@ def _estimate(x, y, estimator, k, permutations, rng, distances, distance_cache, 
     appends the estimator's choices to `notes`."""
     if distances is not None:  # constant parameters add 0 to every max-norm distance
         if not permutations:
-            return ksg_mi(*distances, k=k), np.nan, np.nan, np.nan
-        res = mi_permutation_test(*distances, estimator="ksg", n_permutations=permutations, random_state=rng, k=k)
+            return get_estimator(estimator).function(*distances, k=k), np.nan, np.nan, np.nan
+        res = mi_permutation_test(*distances, estimator=estimator, n_permutations=permutations, random_state=rng, k=k)
         return res.estimate, res.null_mean, res.null_std, res.p_value
+    entry = get_estimator(estimator)
+    if entry.transform is not None:  # once: the estimate and every shuffle see the same transformed samples
+        x, y = entry.transform(x), entry.transform(y)
     value = None
-    if estimator == "gaussian":
+    if entry.covariance:  # a Gaussian log-determinant estimate (of the transformed samples)
         kwargs, note = gaussian_settings(x.shape[0], x.shape[1] + y.shape[1])
         if note:
             notes.append(note)
@@ -110,19 +115,24 @@ def _estimate(x, y, estimator, k, permutations, rng, distances, distance_cache, 
         except ValueError as exc:  # singular covariance: shrink, and say why
             kwargs = {"shrinkage": "ledoit-wolf"}
             notes.append(f"ledoit-wolf shrinkage: {exc}")
-        if gaussian_null == "analytic":
+        if gaussian_null == "analytic" and "analytic" in entry.nulls:
             if value is not None and not kwargs:
                 null = gaussian_mi_null(x.shape[0], x.shape[1], y.shape[1])
                 notes.append(f"analytic null ({'exact' if null.exact_available else 'Bartlett chi-square'})")
                 return value, null.mean, null.std, null.p_value(value)
             notes.append("no analytic null with shrinkage" + (f": {permutations} permutations" if permutations else ""))
+        test_as = "gaussian"  # the transformed samples' test is the Gaussian estimate's
+        function = gaussian_mi
     else:
-        kwargs = {"k": k, "distance_cache": distance_cache, "standardize": standardize}
+        kwargs = {name: v for name, v in (("k", k), ("standardize", standardize)) if name in entry.arguments}
+        if entry.distance_cache:
+            kwargs = {"k": k, "distance_cache": distance_cache, "standardize": standardize}
+        test_as, function = estimator, entry.function
     if permutations:
-        res = mi_permutation_test(x, y, estimator=estimator, n_permutations=permutations, random_state=rng, **kwargs)
+        res = mi_permutation_test(x, y, estimator=test_as, n_permutations=permutations, random_state=rng, **kwargs)
         return res.estimate, res.null_mean, res.null_std, res.p_value
     if value is None:
-        value = gaussian_mi(x, y, **kwargs) if estimator == "gaussian" else ksg_mi(x, y, random_state=rng, **kwargs)
+        value = function(x, y, **kwargs, **({"random_state": rng} if entry.random_state else {}))
     return value, np.nan, np.nan, np.nan
 
 
@@ -142,7 +152,12 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: Sequence[str
         Its completed runs are analysed. A dump that is not complete (still being sampled,
         or stopped) is analysed as far as it goes, and every row's ``note`` says so
         ("dump incomplete: 40 of 200 runs"), as does the sidecar (``dump_runs``).
-    estimators : sequence of {"gaussian", "ksg"}
+    estimators : sequence of str, default=("gaussian", "ksg")
+        Registered estimators (:func:`mianalysis.estimators.registry.estimator_names`):
+        "gaussian", "ksg", "copula" (:func:`mianalysis.gaussian_copula_mi`, run as the
+        Gaussian estimator on each parameter's normal scores, with the same shrinkage rule
+        and notes) or one added by
+        :func:`~mianalysis.estimators.registry.register_estimator`; rows ``mi_NAME``.
     metrics : sequence of {"euclidean", "manhattan", "chebyshev"}
         Mean paired distance between the clients' samples (run i of a with run i of b).
     k : int, default=3
@@ -213,7 +228,8 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: Sequence[str
     force : bool, default=False
         Replace an existing `out` that is not a previous analysis with the same settings.
     gaussian_null : {"permutation", "analytic"}, default="permutation"
-        Null of the ``mi_gaussian`` rows. "analytic" takes null mean, sd and p-value from
+        Null of the ``mi_gaussian`` rows (and ``mi_copula``: the Gaussian null of the normal
+        scores, an approximation there). "analytic" takes null mean, sd and p-value from
         :func:`mianalysis.gaussian_mi_null` (Wilks' Lambda; no permutations, at no cost)
         wherever the plain estimate is used, notes "analytic null (exact)" or "(Bartlett
         chi-square)", and falls back to `n_permutations` for estimates with shrinkage (noted).
@@ -222,7 +238,8 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: Sequence[str
     ci_resamples : int or dict of estimator -> int, optional
         Resamples of the runs behind each MI estimate's confidence interval: bootstrap
         resamples for "gaussian", random halves for "ksg" (:mod:`mianalysis.intervals`
-        says why). Default ``{"gaussian": 20, "ksg": 10}``; 0 (or 1) gives no MI interval.
+        says why; the registry entry's ``interval`` and ``ci_resamples``). Default
+        ``{"gaussian": 20, "ksg": 10, "copula": 20}``; 0 (or 1) gives no MI interval.
         A bootstrap resample costs one Gaussian estimate and a half about 1/4 of a KSG
         estimate, so the default adds 20 Gaussian and about 2.5 KSG estimates per pair and
         checkpoint; the interval uses Student's t quantile for the standard error of so few
@@ -318,7 +335,7 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: Sequence[str
     estimators = tuple(estimators)
     metrics = tuple(metrics)
     for e in estimators:
-        check_choice(e, "estimators", ESTIMATORS)
+        get_estimator(e, "estimators")
     for m in metrics:
         check_choice(m, "metrics", METRICS)
     k = check_int(k, "k", low=1)
@@ -328,9 +345,9 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: Sequence[str
     check_flag(verify, "verify")
     check_flag(force, "force")
     permutations = n_permutations if isinstance(n_permutations, dict) else {e: n_permutations for e in estimators}
-    unknown = set(permutations) - set(ESTIMATORS)
+    unknown = set(permutations) - set(estimator_names())
     if unknown:
-        raise ValueError(f"`n_permutations` names unknown estimators {sorted(unknown)}; known: {list(ESTIMATORS)}")
+        raise ValueError(f"`n_permutations` names unknown estimators {sorted(unknown)}; known: {list(estimator_names())}")
     permutations = {e: check_int(permutations.get(e, 0), "n_permutations", low=0) for e in estimators}
     random_state = check_int(random_state, "random_state", low=0)
     check_choice(gaussian_null, "gaussian_null", GAUSSIAN_NULLS)
@@ -342,7 +359,7 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: Sequence[str
     n_runs = dump.completed_runs
     if n_runs < 2:
         raise ValueError(f"dump {dump.path} has {n_runs} completed runs; analysis needs at least 2")
-    if "ksg" in estimators:  # before any work or file: each run is one sample
+    if estimators_taking("k", estimators):  # before any work or file: each run is one sample (KSG)
         k = check_k(k, n_runs, samples="the number of runs")
     reuse_distances = MarginalDistances.cache_fits(n_runs, count=len(dump.clients), distance_cache=distance_cache)
     if out is not None:
@@ -350,8 +367,8 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: Sequence[str
                     "estimators": list(estimators), "metrics": list(metrics), "k": k, "permutations": permutations,
                     "layer": layer, "by": by, "ksg_standardize": standardize, "random_state": random_state,
                     "distance_cache": reuse_distances, "ci_level": ci_level, "ci_resamples": ci_resamples,
-                    "ci_method": {"mi_gaussian": METHODS["gaussian"], "mi_ksg": METHODS["ksg"],
-                                  "distances": METHODS["distance"]}}
+                    "ci_method": {**{f"mi_{e}": interval_method(e) for e in dict.fromkeys(_RECORDED_METHODS + estimators)},
+                                  "distances": DISTANCE_METHOD}}
         if gaussian_null != "permutation":  # tables of the default analysis keep their settings
             settings["gaussian_null"] = gaussian_null
         _check_out(out, settings, force)  # before the lock: a refused `out` leaves nothing behind
@@ -489,8 +506,8 @@ class _CheckpointAnalysis:
         """Resample indices shared by every checkpoint and pair: changes are paired."""
         if self._indices is None:
             self._indices = {e: resample_indices(self.n_runs, self.ci_resamples[e], e,
-                                                 np.random.default_rng([self.random_state, 1, i]))
-                             for i, e in enumerate(ESTIMATORS) if e in self.estimators}
+                                                 np.random.default_rng([self.random_state, 1, get_estimator(e).stream]))
+                             for e in self.estimators}
         return self._indices
 
     def row(self, t, a, b, quantity, value, spread=np.nan, null_mean=np.nan, null_std=np.nan, p=np.nan, note="",
@@ -518,12 +535,13 @@ class _CheckpointAnalysis:
             samples = [np.asarray(dump.samples(c, t)[:, cols], dtype=np.float64) for c in range(n_clients)]
             _check_finite(dump, t, samples, cols)
             distances = None
-            if "ksg" in self.estimators and self.reuse_distances:
+            cache_users = [e for e in self.estimators if get_estimator(e).distance_cache]
+            if cache_users and self.reuse_distances:
                 # Each client's marginal distances serve every pair it is in, the estimate and
                 # all its permutations; tie-breaking noise is drawn per (checkpoint, client).
                 distances = [MarginalDistances.of(s, noise=KSG_NOISE, standardize=self.standardize,
                                                   random_state=np.random.default_rng([self.random_state, t, c,
-                                                                                      len(ESTIMATORS)]))
+                                                                                      DISTANCE_STREAM]))
                              for c, s in enumerate(samples)]
             rows = []
             for a, b in self.pairs:
@@ -532,8 +550,9 @@ class _CheckpointAnalysis:
                     d = paired_distances(x, y, metric)
                     rows.append(self.row(t, a, b, metric, d.mean(), d.std(ddof=1), group=group))
                 for estimator in self.estimators:
-                    rng = np.random.default_rng([self.random_state, t, a, b, ESTIMATORS.index(estimator)])
-                    cached = (distances[a], distances[b]) if estimator == "ksg" and distances is not None else None
+                    entry = get_estimator(estimator)
+                    rng = np.random.default_rng([self.random_state, t, a, b, entry.stream])
+                    cached = (distances[a], distances[b]) if entry.distance_cache and distances is not None else None
                     value, null_mean, null_std, p, note = _mi_row(x, y, estimator, self.k,
                                                                   self.permutations[estimator], rng, cached,
                                                                   self.distance_cache, self.standardize,
@@ -566,17 +585,18 @@ class _CheckpointAnalysis:
                 row["ci_low"], row["ci_high"] = mean_interval(out[a, b, q], ci_level)[1:]
             elif np.isfinite(row["value"]) and len(self.indices[q[3:]]) >= 2:  # an MI estimate
                 e = q[3:]
-                if e == "ksg" and n_runs // 2 <= k:
+                entry = get_estimator(e)
+                if entry.interval == "half-subsampling" and "k" in entry.arguments and n_runs // 2 <= k:
                     base = row["note"][:len(row["note"]) - len(incomplete)].rstrip("; ")  # incomplete: last
                     row["note"] = "; ".join(filter(None, [base, f"no interval: halves of {n_runs} runs are too "
                                                                 f"few for k={k}", incomplete]))
                     continue
                 shrunk = {"shrinkage": "ledoit-wolf"} if "ledoit-wolf" in row["note"] else None
                 x, y = samples[a], samples[b]
-                if e == "ksg" and self.standardize:  # as the estimate itself (MI does not change with scale)
+                if entry.distance_cache and self.standardize:  # as the estimate itself (MI does not change with scale)
                     x, y = standardize_columns(x), standardize_columns(y)
                 out[a, b, q] = mi_replicates(x, y, e, self.indices[e], k=k, gaussian_kwargs=shrunk,
-                                             seed=(self.random_state, t, a, b, ESTIMATORS.index(e), 1))
+                                             seed=(self.random_state, t, a, b, entry.stream, 1))
                 row["ci_low"], row["ci_high"] = normal_interval(row["value"], out[a, b, q].std(ddof=1), ci_level,
                                                                 df=len(out[a, b, q]) - 1)
         return out
@@ -631,12 +651,12 @@ def _exact_mi(dump, cols):
 def _check_ci_resamples(ci_resamples, estimators):
     """`ci_resamples` as a dict estimator -> int (see analyze)."""
     if ci_resamples is None:
-        ci_resamples = CI_RESAMPLES
+        ci_resamples = {e: get_estimator(e).ci_resamples for e in estimators}
     if not isinstance(ci_resamples, dict):
         ci_resamples = {e: ci_resamples for e in estimators}
-    unknown = set(ci_resamples) - set(ESTIMATORS)
+    unknown = set(ci_resamples) - set(estimator_names())
     if unknown:
-        raise ValueError(f"`ci_resamples` names unknown estimators {sorted(unknown)}; known: {list(ESTIMATORS)}")
+        raise ValueError(f"`ci_resamples` names unknown estimators {sorted(unknown)}; known: {list(estimator_names())}")
     return {e: check_int(ci_resamples.get(e, 0), "ci_resamples", low=0) for e in estimators}
 
 

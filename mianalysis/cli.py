@@ -72,17 +72,18 @@ def _cmd_demo(args):
 
 
 def _cmd_estimate(args):
-    from . import gaussian_mi, ksg_mi, mi_permutation_test
+    from . import mi_permutation_test
+    from .estimators.registry import estimators_taking, get_estimator
 
     x = _load_array(args.x, "x")
     y = _load_array(args.y, "y")
-    kwargs = {"units": args.units}
-    if args.estimator == "ksg":
-        kwargs.update(k=args.k, algorithm=args.algorithm)
-        if args.shrinkage != "none":
-            raise ValueError("--shrinkage applies to --estimator gaussian")
-    else:
+    entry = get_estimator(args.estimator)
+    kwargs = {"units": args.units} if "units" in entry.arguments else {}
+    kwargs.update({name: getattr(args, name) for name in ("k", "algorithm") if name in entry.arguments})
+    if "shrinkage" in entry.arguments:
         kwargs.update(shrinkage=None if args.shrinkage == "none" else args.shrinkage)
+    elif args.shrinkage != "none":
+        raise ValueError(f"--shrinkage applies to --estimator {' or '.join(estimators_taking('shrinkage'))}")
     if args.permutations:
         res = mi_permutation_test(
             x, y, estimator=args.estimator, n_permutations=args.permutations, random_state=args.seed, **kwargs
@@ -92,10 +93,7 @@ def _cmd_estimate(args):
             f"sd {res.null_std:.6g}; p = {res.p_value:.4g} ({res.n_permutations} permutations)"
         )
     else:
-        if args.estimator == "ksg":
-            value = ksg_mi(x, y, random_state=args.seed, **kwargs)
-        else:
-            value = gaussian_mi(x, y, **kwargs)
+        value = entry.function(x, y, **kwargs, **({"random_state": args.seed} if entry.random_state else {}))
         print(f"{args.estimator} MI = {value:.6g} {args.units}")
 
 
@@ -378,7 +376,9 @@ def build_parser() -> argparse.ArgumentParser:
     est = sub.add_parser("estimate", help="MI between two sample arrays (.npy, .csv or whitespace-separated text; rows = samples)")
     est.add_argument("x")
     est.add_argument("y")
-    est.add_argument("--estimator", choices=["ksg", "gaussian"], default="ksg")
+    from .estimators.registry import estimator_names
+
+    est.add_argument("--estimator", choices=estimator_names(), default="ksg")
     est.add_argument("-k", type=int, default=3)
     est.add_argument("--algorithm", type=int, choices=[1, 2], default=1)
     est.add_argument("--units", choices=["bits", "nats"], default="bits")
@@ -413,7 +413,8 @@ def build_parser() -> argparse.ArgumentParser:
     ana = sub.add_parser("analyze", help="MI and distances between clients per checkpoint of a dump")
     ana.add_argument("dump")
     ana.add_argument("--out", required=True, help="CSV table to write")
-    ana.add_argument("--estimators", nargs="+", default=["gaussian", "ksg"])
+    ana.add_argument("--estimators", nargs="+", choices=estimator_names(), default=["gaussian", "ksg"],
+                     metavar="ESTIMATOR", help="MI estimators: " + ", ".join(estimator_names()))
     ana.add_argument("--metrics", nargs="+", default=["euclidean", "manhattan", "chebyshev"])
     ana.add_argument("-k", type=int, default=3)
     ana.add_argument("--permutations", type=int, default=0)

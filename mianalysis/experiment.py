@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .analysis import analyze, select, write_table
+from .estimators.registry import estimator_names
 from .intervals import SHRINKAGE
 from .plots import save_figure
 
@@ -79,7 +80,7 @@ def summary_table(rows: Sequence[dict]) -> str:
     """Text table per checkpoint and client pair: MI by each estimator with its null mean
     and p-value, and the three mean distances."""
     quantities = {r["quantity"] for r in rows}
-    ests = [e for e in ("gaussian", "ksg") if f"mi_{e}" in quantities]
+    ests = [e for e in estimator_names() if f"mi_{e}" in quantities]
     metrics = [m for m in ("euclidean", "manhattan", "chebyshev") if m in quantities]
     head = f"{'iter':>5} {'pair':>6}"
     for e in ests:
@@ -142,7 +143,7 @@ def trend_summary(rows: Sequence[dict]) -> str:
     """Text lines: per MI and distance quantity and client pair, the overall trend over the
     checkpoints after the first trained one, and the verdict of every step."""
     pairs = sorted({(r["client_a"], r["client_b"]) for r in rows if r["client_b"] != ""})
-    quantities = [q for q in ("mi_gaussian", "mi_ksg", "euclidean", "manhattan", "chebyshev")
+    quantities = [q for q in (*(f"mi_{e}" for e in estimator_names()), "euclidean", "manhattan", "chebyshev")
                   if any(r["quantity"] == q for r in rows)]
     lines = []
     for q in quantities:
@@ -174,7 +175,7 @@ def finding(rows: Sequence[dict], n_permutations: int | Mapping[str, int] | None
     permutations, or a table without intervals)."""
     pairs = sorted({(r["client_a"], r["client_b"]) for r in rows if r["client_b"] != ""})
     out = {}
-    for e in ("gaussian", "ksg"):
+    for e in estimator_names():
         series = [[r for r in select(rows, f"mi_{e}", a, b) if r["iteration"] > 0] for a, b in pairs]
         if not series or not series[0]:
             continue

@@ -6,13 +6,17 @@ runs (rows of x and y together), never parameters. All intervals have the form
 quantile with B - 1 degrees of freedom when the se comes from B resamples, the normal
 quantile otherwise):
 
-- ``"bootstrap"`` (Gaussian MI): the sd of the estimator over `n_resamples` bootstrap
+- ``"bootstrap"`` (Gaussian and Gaussian copula MI): the sd of the estimator over `n_resamples` bootstrap
   resamples of the runs (Efron and Tibshirani 1993, *An Introduction to the Bootstrap*,
   ch. 6 and 13). The normal interval around the estimate is used rather than bootstrap
   percentiles because the bias-corrected log-det estimator, evaluated on resamples that
   hold about 63 % distinct runs, is shifted relative to the full-sample estimate; the sd is
-  hardly affected by that shift.
-- ``"half-subsampling"`` (KSG MI): the delete-d jackknife with d = n/2 (Shao and Wu 1989,
+  hardly affected by that shift. The Gaussian copula estimate ranks each resample again
+  (:func:`mianalysis.gaussian_copula_mi` of the resample): the bootstrap must repeat the
+  whole estimator, and the ranking is part of it (outside Gaussian copulas it adds to the
+  estimator's variance). A resample's only ties are the copies of a duplicated run, which
+  share one average rank, so one normal score, exactly as the estimator treats tied values.
+- ``"half-subsampling"`` (KSG MI, and any registered estimator that asks for it): the delete-d jackknife with d = n/2 (Shao and Wu 1989,
   Ann. Statist. 17(3), 1176-1197): the estimator on `n_resamples` random halves of the
   runs, drawn without replacement, whose variance *is* the variance estimate (the
   jackknife factor (n - d) / d is 1 for halves). Bootstrap resamples would hold duplicate
@@ -39,14 +43,28 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.special import ndtri, stdtrit
 
-from ._validation import check_choice, check_int, check_random_state, check_real
+from ._validation import check_int, check_random_state, check_real
+from .estimators.registry import get_estimator
 
-__all__ = ["METHODS", "mean_interval", "mi_interval", "mi_replicates", "normal_interval", "resample_indices",
-           "trend_verdict"]
+__all__ = ["DISTANCE_METHOD", "interval_method", "mean_interval", "mi_interval", "mi_replicates", "normal_interval",
+           "resample_indices", "trend_verdict"]
 
-METHODS = {"gaussian": "bootstrap", "ksg": "half-subsampling", "distance": "normal"}
+DISTANCE_METHOD = "normal"
 NO_CHANGE = "no detectable change"
 SHRINKAGE = "not made: shrinkage estimate"
+
+
+def interval_method(estimator: str) -> str:
+    """How the runs are resampled for `estimator`'s interval: "bootstrap" or
+    "half-subsampling" (its registry entry's ``interval``).
+
+    Examples
+    --------
+    >>> from mianalysis.intervals import interval_method
+    >>> interval_method("gaussian"), interval_method("ksg")
+    ('bootstrap', 'half-subsampling')
+    """
+    return get_estimator(estimator).interval
 
 
 def check_level(level, name="ci_level"):
@@ -95,7 +113,8 @@ def mean_interval(values: ArrayLike, level: float = 0.95) -> tuple[float, float,
 def resample_indices(n: int, n_resamples: int, estimator: str,
                      random_state: int | np.random.Generator | None = 0) -> np.ndarray:
     """Row indices of the resamples for `estimator`: (n_resamples, n) bootstrap draws with
-    replacement ("gaussian"), or (n_resamples, n // 2) random halves without ("ksg").
+    replacement ("gaussian", "copula"), or (n_resamples, n // 2) random halves without
+    ("ksg"), as its :func:`interval_method`.
     The same indices serve every checkpoint, which makes changes paired.
 
     Examples
@@ -104,11 +123,11 @@ def resample_indices(n: int, n_resamples: int, estimator: str,
     >>> resample_indices(10, 3, "ksg").shape
     (3, 5)
     """
-    check_choice(estimator, "estimator", ("gaussian", "ksg"))
+    method = interval_method(estimator)
     n = check_int(n, "n", low=2)
     n_resamples = check_int(n_resamples, "n_resamples", low=0)
     rng = check_random_state(random_state)
-    if estimator == "gaussian":
+    if method == "bootstrap":
         return rng.integers(0, n, size=(n_resamples, n))
     return np.array([rng.permutation(n)[: n // 2] for _ in range(n_resamples)], dtype=np.int64).reshape(
         n_resamples, n // 2)
@@ -130,8 +149,9 @@ def mi_replicates(x: np.ndarray, y: np.ndarray, estimator: str, indices: np.ndar
     >>> mi_replicates(x, -x, "gaussian", np.array([[0, 0, 0, 0, 0, 0, 0, 0]]))
     array([0.])
     """
-    from .estimators import gaussian_mi, ksg_mi
+    from .estimators import gaussian_mi
 
+    entry = get_estimator(estimator)
     out = np.empty(len(indices))
     for j, rows in enumerate(indices):
         xs, ys = x[rows], y[rows]
@@ -140,7 +160,9 @@ def mi_replicates(x: np.ndarray, y: np.ndarray, estimator: str, indices: np.ndar
             out[j] = 0.0
             continue
         xs, ys = xs[:, keep_x], ys[:, keep_y]
-        if estimator == "gaussian":
+        if entry.covariance:
+            if entry.transform is not None:  # the estimator on the resample: ranked again (module docstring)
+                xs, ys = entry.transform(xs), entry.transform(ys)
             kwargs = dict(gaussian_kwargs or {})
             value = None if kwargs else _gaussian_bits(xs, ys)
             if value is None:  # shrinkage asked, or a singular covariance within a resample: shrink
@@ -150,7 +172,10 @@ def mi_replicates(x: np.ndarray, y: np.ndarray, estimator: str, indices: np.ndar
                     value = np.nan
             out[j] = value
         else:
-            out[j] = ksg_mi(xs, ys, k=k, random_state=np.random.default_rng([*seed, j]))
+            kwargs = {"k": k} if "k" in entry.arguments else {}
+            if entry.random_state:
+                kwargs["random_state"] = np.random.default_rng([*seed, j])
+            out[j] = entry.function(xs, ys, **kwargs)
     return out
 
 
@@ -190,8 +215,9 @@ def mi_interval(x: ArrayLike, y: ArrayLike, estimator: str = "gaussian", *, n_re
     ----------
     x, y : array-like of shape (n_samples, d_x) and (n_samples, d_y)
         Paired iid samples (runs).
-    estimator : {"gaussian", "ksg"}, default="gaussian"
-        "gaussian": bootstrap interval; "ksg": half-subsampling interval (module docstring).
+    estimator : str, default="gaussian"
+        A registered estimator: "gaussian" and "copula" get a bootstrap interval, "ksg" a
+        half-subsampling interval (module docstring; :func:`interval_method`).
     n_resamples : int, default=100
     level : float, default=0.95
     k : int, default=3
@@ -215,17 +241,17 @@ def mi_interval(x: ArrayLike, y: ArrayLike, estimator: str = "gaussian", *, n_re
     [0.625, 0.557, 0.693]
     """
     from ._validation import check_paired
-    from .estimators import gaussian_mi, ksg_mi
-
-    check_choice(estimator, "estimator", ("gaussian", "ksg"))
+    entry = get_estimator(estimator)
     x, y = check_paired(x, y)
     level = check_level(level, "level")
     idx = resample_indices(x.shape[0], n_resamples, estimator, np.random.default_rng([random_state, 1]))
-    if estimator == "gaussian":
-        estimate = gaussian_mi(x, y)
-    else:
+    kwargs = {}
+    if "k" in entry.arguments:
         k = check_int(k, "k", low=1, high=x.shape[0] // 2 - 1)
-        estimate = ksg_mi(x, y, k=k, random_state=random_state)
+        kwargs["k"] = k
+    if entry.random_state:
+        kwargs["random_state"] = random_state
+    estimate = entry.function(x, y, **kwargs)
     reps = mi_replicates(x, y, estimator, idx, k=k, seed=(random_state, 2))
     if len(reps) < 2:
         return float(estimate), np.nan, np.nan

@@ -11,6 +11,7 @@ import numpy as np
 
 from ._validation import check_choice
 from .analysis import select
+from .estimators.registry import estimator_names, get_estimator
 from .regime import is_outside
 
 if TYPE_CHECKING:  # names used only in type hints (Matplotlib is loaded where a figure is drawn)
@@ -45,7 +46,7 @@ PAIR_BAND = "range over pairs (min-max)"
 CI_LABEL = "confidence intervals (union over pairs)"
 NULL_LABEL = "null: 0 +- 2 sd (largest sd over pairs)"
 RUN_SD_LABEL = "+-1 sd over runs (mean over pairs)"
-ESTIMATOR_NAMES = {"gaussian": "Gaussian (log-det)", "ksg": "KSG (k-NN)"}
+PANEL_ESTIMATORS = ("gaussian", "ksg")  # figure_mi's first panels, drawn or left blank; other estimators follow
 
 
 def _integer_ticks(ax):
@@ -154,20 +155,22 @@ def estimator_variant(rows: Sequence[dict], estimator: str) -> str:
     ----------
     rows : list of dict
         An analysis table.
-    estimator : {"gaussian", "ksg"}
+    estimator : str
+        A registered estimator.
 
     Returns
     -------
     str
-        For "gaussian": "bias-corrected", "Ledoit-Wolf shrinkage", or both with the iterations
-        where shrinkage was used; for "ksg": "KSG"; "" when the table has no finite
-        estimate of `estimator`.
+        For a Gaussian log-determinant estimator ("gaussian", "copula"): "bias-corrected",
+        "Ledoit-Wolf shrinkage", or both with the iterations where shrinkage was used; for
+        another its registry label ("KSG"); "" when the table has no finite estimate of
+        `estimator`.
     """
     hits = [r for r in rows if r["quantity"] == f"mi_{estimator}" and np.isfinite(_num(r, "value"))]
     if not hits:
         return ""
-    if estimator != "gaussian":
-        return "KSG"
+    if not get_estimator(estimator).covariance:
+        return get_estimator(estimator).label
     shrunk = sorted({r["iteration"] for r in hits if "ledoit-wolf shrinkage" in str(r.get("note", "")).lower()})
     if not shrunk:
         return "bias-corrected"
@@ -194,12 +197,13 @@ def plot_mi_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], estimator: str
     ax : matplotlib.axes.Axes
     rows : list of dict
         An analysis table.
-    estimator : {"gaussian", "ksg"}
+    estimator : str
+        A registered estimator; the registry gives the panel's name and colour.
     """
     quantity = f"mi_{estimator}"
     relative = _has_null(rows, quantity)
     s = pair_summary(rows, quantity, relative_to_null=relative)
-    color = "C0" if estimator == "gaussian" else "C1"
+    color = get_estimator(estimator).color
     line = _draw_pair_summary(ax, s, color, _pair_count_label(s))
     if relative:
         sd = s["null_sd"]
@@ -228,8 +232,9 @@ def plot_mi_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], estimator: str
         its = ", ".join(str(int(i)) for i in s["infinite"])
         ax.plot([], [], ls="none", marker="$\\infty$", color="0.2", label=f"infinite at iteration {its} (not drawn)")
     variant = estimator_variant(rows, estimator)
-    name = ESTIMATOR_NAMES[estimator]
-    ax.set_title(f"MI, {name}" + (f": {variant}" if variant and variant != "KSG" else ""), fontsize=10)
+    entry = get_estimator(estimator)
+    ax.set_title(f"MI, {entry.display_name}" + (f": {variant}" if variant and variant != entry.label else ""),
+                 fontsize=10)
     ax.set_xlabel("iteration")
     ax.set_ylabel("MI - null mean (bits)" if relative else "MI (bits)")
     _integer_ticks(ax)
@@ -356,12 +361,15 @@ def figure_title(rows: Sequence[dict], record: Mapping[str, Any] | None = None) 
     runs = sorted({int(r["n_runs"]) for r in rows if str(r.get("n_runs", "")) not in ("", "nan")})
     if runs:
         parts.append(f"{runs[0]} runs" if len(runs) == 1 else f"{runs[0]}-{runs[-1]} runs")
-    gauss = estimator_variant(rows, "gaussian")
-    if gauss:
-        parts.append(f"Gaussian MI {gauss}")
-    if estimator_variant(rows, "ksg"):
-        k = find("k")
-        parts.append(f"KSG k={k}" if k else "KSG")
+    for name in estimator_names():
+        variant, entry = estimator_variant(rows, name), get_estimator(name)
+        if not variant:
+            continue
+        if entry.covariance:
+            parts.append(f"{entry.label} MI {variant}")
+        else:
+            k = find("k") if "k" in entry.arguments else None
+            parts.append(f"{entry.label} k={k}" if k else entry.label)
     perms = find("permutations")
     if isinstance(perms, dict) and perms:
         parts.append("permutations " + ", ".join(f"{e} {n}" for e, n in perms.items()))
@@ -381,12 +389,15 @@ def _figure(n_panels):
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
-    return plt.subplots(1, n_panels, figsize=(15, 4.6))
+    return plt.subplots(1, n_panels, figsize=(5 * n_panels, 4.6))
 
 
 def figure_mi(rows: Sequence[dict], title: str | None = None, *, record: Mapping[str, Any] | None = None
               ) -> matplotlib.figure.Figure:
     """Figure 1/2 analogue: (a) Gaussian MI, (b) KSG MI, (c) loss or accuracy.
+
+    A table with MI rows of other registered estimators (such as "copula") gets one more
+    panel for each, after the KSG panel.
 
     Parameters
     ----------
@@ -404,16 +415,18 @@ def figure_mi(rows: Sequence[dict], title: str | None = None, *, record: Mapping
     """
     quantities = {r["quantity"] for r in rows}
     metric = "accuracy" if "accuracy" in quantities else "loss"
-    fig, axes = _figure(3)
-    for ax, est in zip(axes[:2], ("gaussian", "ksg")):
+    ests = PANEL_ESTIMATORS + tuple(e for e in estimator_names() if e not in PANEL_ESTIMATORS
+                                    and f"mi_{e}" in quantities)
+    fig, axes = _figure(len(ests) + 1)
+    for ax, est in zip(axes[:len(ests)], ests):
         if f"mi_{est}" in quantities:
             plot_mi_panel(ax, rows, est)
         else:
             ax.set_axis_off()
     if metric in quantities:
-        plot_metric_panel(axes[2], rows, metric)
+        plot_metric_panel(axes[-1], rows, metric)
     else:
-        axes[2].set_axis_off()
+        axes[-1].set_axis_off()
     _suptitle(fig, rows, title, record)
     fig.tight_layout()
     return fig

@@ -13,11 +13,12 @@ import numbers
 
 import numpy as np
 
-from ._validation import check_choice, check_int
+from ._validation import check_int
+from .estimators.registry import get_estimator
 
 __all__ = [
     "GAUSSIAN_MIN_RUNS_PER_DIM", "GAUSSIAN_MAX_BITS", "KSG_MAX_JOINT_DIMS", "KSG_MIN_RUNS", "KSG_MAX_BITS",
-    "PREFIX", "estimate_regime_note", "is_outside"
+    "PREFIX", "REGIMES", "estimate_regime_note", "is_outside"
 ]
 
 # --- from figures/calibration_regimes.csv ---------------------------------------------
@@ -42,10 +43,12 @@ def estimate_regime_note(estimator: str, n_runs: int, n_features: int, value: fl
 
     Parameters
     ----------
-    estimator : {"gaussian", "ksg"}
-        As :func:`mianalysis.analyze` runs it (Gaussian: bias-corrected when
+    estimator : str
+        A registered estimator ("gaussian", "ksg", "copula", ...), as
+        :func:`mianalysis.analyze` runs it (Gaussian and copula: bias-corrected when
         ``n_runs > 2 n_features``, Ledoit-Wolf shrinkage otherwise; KSG: standardized
-        coordinates).
+        coordinates). Its registry entry names its regime (:data:`REGIMES`); an
+        estimator without one gets no note.
     n_runs : int
         Samples (runs), >= 2.
     n_features : int
@@ -78,29 +81,47 @@ def estimate_regime_note(estimator: str, n_runs: int, n_features: int, value: fl
     >>> estimate_regime_note("gaussian", 20000, 1000, 3000.0)
     'outside calibration: > 2241.6 bits'
     """
-    check_choice(estimator, "estimator", ("gaussian", "ksg"))
+    regime = get_estimator(estimator).regime
     n_runs = check_int(n_runs, "n_runs", low=2)
     n_features = check_int(n_features, "n_features", low=1)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"`value` must be a real number (bits); got {value!r}")
-    reasons = []
-    if estimator == "gaussian":
-        if n_runs <= 2 * n_features:
-            reasons.append(f"shrinkage estimate ({n_runs} runs <= 2 x {n_features} joint dims)")
-        elif shrinkage:
-            reasons.append("shrinkage estimate (singular covariance)")
-        elif n_runs < GAUSSIAN_MIN_RUNS_PER_DIM * n_features:
-            reasons.append(f"< {GAUSSIAN_MIN_RUNS_PER_DIM} runs per joint dim")
-        max_bits = GAUSSIAN_MAX_BITS
-    else:
-        if n_features > KSG_MAX_JOINT_DIMS:
-            reasons.append(f"> {KSG_MAX_JOINT_DIMS} joint dims")
-        if n_runs < KSG_MIN_RUNS:
-            reasons.append(f"< {KSG_MIN_RUNS} runs")
-        max_bits = KSG_MAX_BITS
-    if not np.isnan(value) and value > max_bits:
-        reasons.append(f"> {max_bits} bits")
+    if regime is None:  # no calibration recorded for this estimator
+        return ""
+    reasons = (REGIMES[regime] if isinstance(regime, str) else regime)(n_runs, n_features, float(value), shrinkage)
     return f"{PREFIX}: {', '.join(reasons)}" if reasons else ""
+
+
+def _gaussian_regime(n_runs, n_features, value, shrinkage):
+    """Why a Gaussian log-determinant estimate lies outside its calibrated regime (reasons)."""
+    reasons = []
+    if n_runs <= 2 * n_features:
+        reasons.append(f"shrinkage estimate ({n_runs} runs <= 2 x {n_features} joint dims)")
+    elif shrinkage:
+        reasons.append("shrinkage estimate (singular covariance)")
+    elif n_runs < GAUSSIAN_MIN_RUNS_PER_DIM * n_features:
+        reasons.append(f"< {GAUSSIAN_MIN_RUNS_PER_DIM} runs per joint dim")
+    return reasons + _too_many_bits(value, GAUSSIAN_MAX_BITS)
+
+
+def _ksg_regime(n_runs, n_features, value, shrinkage):
+    """Why a KSG estimate (k = 3, standardized) lies outside its calibrated regime (reasons)."""
+    reasons = []
+    if n_features > KSG_MAX_JOINT_DIMS:
+        reasons.append(f"> {KSG_MAX_JOINT_DIMS} joint dims")
+    if n_runs < KSG_MIN_RUNS:
+        reasons.append(f"< {KSG_MIN_RUNS} runs")
+    return reasons + _too_many_bits(value, KSG_MAX_BITS)
+
+
+def _too_many_bits(value, max_bits):
+    return [f"> {max_bits} bits"] if not np.isnan(value) and value > max_bits else []
+
+
+# The calibrated regimes an estimator's registry entry names (Estimator.regime). The
+# Gaussian copula estimate is the Gaussian estimate of normal scores and borrows the
+# Gaussian regime: for Gaussian-copula data it is that estimate of Gaussian-like data.
+REGIMES = {"gaussian": _gaussian_regime, "ksg": _ksg_regime}
 
 
 def is_outside(note: object) -> bool:

@@ -74,7 +74,7 @@ def test_layer_selection(tmp_path, rng):
 
 def test_bad_arguments(tmp_path, rng):
     dump = ParameterDump.from_arrays(tmp_path / "d", correlated_clients(rng, n_runs=50))
-    with pytest.raises(ValueError, match="`estimators` must be one of 'gaussian', 'ksg'; got 'kde'"):
+    with pytest.raises(ValueError, match="`estimators` must be one of 'gaussian', 'ksg', 'copula'; got 'kde'"):
         analyze(dump, estimators=("kde",))
     with pytest.raises(ValueError, match="`metrics` must be one of"):
         analyze(dump, metrics=("cosine",))
@@ -129,10 +129,14 @@ def test_ksg_from_each_clients_cached_distances(tmp_path, rng):
 
 
 def test_without_distance_cache_no_ksg_call_keeps_distances(tmp_path, rng, monkeypatch):
+    import dataclasses
+
     import mianalysis.analysis as analysis
+    from mianalysis.estimators.registry import get_estimator, register_estimator
 
     seen = []
-    real_test, real_ksg = analysis.mi_permutation_test, analysis.ksg_mi
+    entry = get_estimator("ksg")
+    real_test, real_ksg = analysis.mi_permutation_test, entry.function
 
     def spy_test(*args, **kwargs):
         seen.append(kwargs.get("distance_cache", "missing"))
@@ -143,8 +147,13 @@ def test_without_distance_cache_no_ksg_call_keeps_distances(tmp_path, rng, monke
         return real_ksg(*args, **kwargs)
 
     monkeypatch.setattr(analysis, "mi_permutation_test", spy_test)
-    monkeypatch.setattr(analysis, "ksg_mi", spy_ksg)
-    dump = ParameterDump.from_arrays(tmp_path / "d", correlated_clients(rng, n_runs=200))
-    for permutations in (0, 2):
-        analyze(dump, estimators=("ksg",), metrics=(), n_permutations=permutations, distance_cache=False)
+    register_estimator(dataclasses.replace(entry, function=spy_ksg), replace=True)  # analyze's KSG estimates
+    try:
+        dump = ParameterDump.from_arrays(tmp_path / "d", correlated_clients(rng, n_runs=200))
+        for permutations in (0, 2):
+            # (the intervals' half-sample estimates are left out: they take no distance_cache)
+            analyze(dump, estimators=("ksg",), metrics=(), n_permutations=permutations, distance_cache=False,
+                    ci_resamples=0)
+    finally:
+        register_estimator(entry, replace=True)
     assert seen and set(seen) == {False}

@@ -35,7 +35,7 @@ def test_permutation_test_on_the_torch_backend_gives_the_numba_null():
      r"estimator='gaussian' takes \['bias_correction', 'shrinkage', 'units'\]"),
     ("gaussian", {"k": 3, "device": "cpu"}, r"\['device', 'k'\]: `device`, `k` are settings of estimator='ksg'"),
     ("ksg", {"shrinkage": "ledoit-wolf"},
-     r"unexpected keyword arguments \['shrinkage'\]: `shrinkage` is a setting of estimator='gaussian'; "
+     r"unexpected keyword arguments \['shrinkage'\]: `shrinkage` is a setting of estimator='gaussian' or 'copula'; "
      r"estimator='ksg' takes \["),
     ("ksg", {"kk": 3}, r"unexpected keyword arguments \['kk'\]; estimator='ksg' takes \['algorithm', "),
 ])
@@ -79,10 +79,18 @@ def test_the_permutation_test_checks_the_device_before_any_work(monkeypatch):
     def no_work(*args, **kwargs):
         raise AssertionError("estimated before checking the device")
 
+    import dataclasses
+
+    from mianalysis.estimators.registry import get_estimator, register_estimator
+
     monkeypatch.setattr(significance, "add_tie_breaking_noise", no_work)
-    monkeypatch.setattr(significance, "ksg_mi", no_work)
-    with pytest.raises(ValueError, match="`device` 'cuda' is not available"):
-        mi_permutation_test(X, Y, n_permutations=3, backend="torch", device="cuda")
+    entry = get_estimator("ksg")
+    register_estimator(dataclasses.replace(entry, function=no_work), replace=True)  # the test's KSG estimates
+    try:
+        with pytest.raises(ValueError, match="`device` 'cuda' is not available"):
+            mi_permutation_test(X, Y, n_permutations=3, backend="torch", device="cuda")
+    finally:
+        register_estimator(entry, replace=True)
 
 
 # ------------------------------------------------------------------ Gaussian hints on the command line

@@ -1,11 +1,15 @@
-"""Mutual information estimators: Gaussian log-determinant (also conditional) (with its analytic null), KSG, permutation test."""
+"""Mutual information estimators: Gaussian log-determinant (also conditional) (with its analytic null), KSG,
+Gaussian copula, permutation test, and the registry of estimators the analyses read."""
 
+from .copula import gaussian_copula_mi
 from .gaussian import gaussian_cmi, gaussian_mi
 from .gaussian_null import GaussianMINull, gaussian_mi_null
 from .ksg import KSG_NOISE, MarginalDistances, ksg_mi
+from .registry import Estimator, estimator_names, get_estimator, register_estimator, unregister_estimator
 from .significance import PermutationTestResult, mi_permutation_test
 
 __all__ = [
     "gaussian_mi", "gaussian_cmi", "gaussian_mi_null", "GaussianMINull", "ksg_mi", "MarginalDistances",
-    "KSG_NOISE", "mi_permutation_test", "PermutationTestResult"
+    "KSG_NOISE", "mi_permutation_test", "PermutationTestResult", "gaussian_copula_mi", "Estimator",
+    "register_estimator", "unregister_estimator", "get_estimator", "estimator_names"
 ]

@@ -17,29 +17,32 @@ from .._validation import (
     check_random_state,
     drop_constant_features,
 )
-from .gaussian import check_gaussian_settings, gaussian_mi
 from ._neighbours import check_torch_device, use_distance_cache
 from .ksg import (BACKENDS, KSG_NOISE, MarginalDistances, add_tie_breaking_noise, check_ksg_settings,
-                  ksg_estimates_from_marginals, ksg_mi, ksg_permutation_estimates, standardize_columns)
+                  ksg_estimates_from_marginals, ksg_permutation_estimates, standardize_columns)
+from .registry import estimator_names, get_estimator
 
-__all__ = ["PermutationTestResult", "mi_permutation_test", "ESTIMATORS"]
-
-ESTIMATORS = {"ksg": ksg_mi, "gaussian": gaussian_mi}
-KSG_ARGUMENTS = {"k", "algorithm", "units", "noise", "dtype", "backend", "device", "standardize"}
-GAUSSIAN_ARGUMENTS = {"units", "bias_correction", "shrinkage"}
+__all__ = ["PermutationTestResult", "mi_permutation_test"]
 
 
-def _unexpected(estimator, unknown):
-    """TypeError message for `estimator`'s unknown keyword arguments, naming those that
-    belong to the other estimator."""
-    own, other = ("ksg", "gaussian") if estimator == "ksg" else ("gaussian", "ksg")
-    arguments = {"ksg": KSG_ARGUMENTS, "gaussian": GAUSSIAN_ARGUMENTS}
-    message = f"{ESTIMATORS[own].__name__}() got unexpected keyword arguments {sorted(unknown)}"
-    theirs = sorted(unknown & arguments[other])
-    if theirs:
+def _check_arguments(estimator, kwargs):
+    """TypeError unless `estimator` takes every keyword argument of `kwargs`; the message
+    names the other estimators that take the unknown ones."""
+    entry = get_estimator(estimator)
+    unknown = set(kwargs) - entry.arguments
+    if not unknown:
+        return
+    message = f"{entry.function.__name__}() got unexpected keyword arguments {sorted(unknown)}"
+    owners = {}  # the other estimators that take them -> those arguments
+    for argument in sorted(unknown):
+        takers = tuple(n for n in estimator_names() if n != estimator and argument in get_estimator(n).arguments)
+        if takers:
+            owners.setdefault(takers, []).append(argument)
+    for takers, theirs in owners.items():
         names = ", ".join(f"`{a}`" for a in theirs)
-        message += f": {names} {'is a setting' if len(theirs) == 1 else 'are settings'} of estimator={other!r}"
-    return message + f"; estimator={own!r} takes {sorted(arguments[own])}"
+        message += (f": {names} {'is a setting' if len(theirs) == 1 else 'are settings'} of estimator="
+                    + " or ".join(repr(t) for t in takers))
+    raise TypeError(message + f"; estimator={estimator!r} takes {sorted(entry.arguments)}")
 
 
 @dataclass(frozen=True)
@@ -103,8 +106,12 @@ def mi_permutation_test(
         samples standardized and noised once by :meth:`MarginalDistances.of
         <mianalysis.MarginalDistances.of>`), the estimate and every shuffle come from those
         distances in O(n^2) each, and only ``k``, ``algorithm`` and ``units`` apply.
-    estimator : {"ksg", "gaussian"}, default="ksg"
-        :func:`mianalysis.ksg_mi` or :func:`mianalysis.gaussian_mi`.
+    estimator : str, default="ksg"
+        A registered estimator (:func:`mianalysis.estimators.registry.estimator_names`):
+        "ksg" (:func:`mianalysis.ksg_mi`), "gaussian" (:func:`mianalysis.gaussian_mi`) or
+        "copula" (:func:`mianalysis.gaussian_copula_mi`; the normal scores are computed
+        once, and every shuffle shuffles them, which gives the same values as ranking each
+        shuffle again).
     n_permutations : int, default=100
         Number of shuffles, >= 1.
     random_state : None, int or numpy.random.Generator, default=None
@@ -165,21 +172,18 @@ def mi_permutation_test(
     >>> mi_permutation_test(x, z, n_permutations=99, random_state=0).p_value
     0.43
     """
-    check_choice(estimator, "estimator", sorted(ESTIMATORS))
+    entry = get_estimator(estimator)
     n_permutations = check_int(n_permutations, "n_permutations", low=1)
     rng = check_random_state(random_state)
     use_distance_cache(distance_cache, 0)  # only checks the argument
     if isinstance(x, MarginalDistances) or isinstance(y, MarginalDistances):
         return _test_from_marginals(x, y, estimator, n_permutations, rng, estimator_kwargs)
     x, y = check_paired(x, y)
-    estimate_mi = ESTIMATORS[estimator]
     kwargs = dict(estimator_kwargs)
     n = x.shape[0]
-    if estimator == "ksg":
-        # Every KSG argument is checked here, before any work, whichever path runs below.
-        unknown = set(kwargs) - KSG_ARGUMENTS
-        if unknown:
-            raise TypeError(_unexpected("ksg", unknown))
+    # Every argument of the estimator is checked here, before any work, whichever path runs below.
+    _check_arguments(estimator, kwargs)
+    if entry.distance_cache:
         factor, algorithm, dtype = check_ksg_settings(kwargs.get("units", "bits"), kwargs.get("algorithm", 1),
                                                       kwargs.get("dtype", "float64"))
         k = check_k(kwargs.get("k", 3), n)
@@ -188,16 +192,17 @@ def mi_permutation_test(
         backend = check_choice(kwargs.get("backend", "numba"), "backend", BACKENDS)
         if backend == "torch":
             check_torch_device(kwargs.get("device"))
-    else:
-        unknown = set(kwargs) - GAUSSIAN_ARGUMENTS
-        if unknown:
-            raise TypeError(_unexpected("gaussian", unknown))
-        check_gaussian_settings(**kwargs)
+    elif entry.check is not None:
+        entry.check(**kwargs)
     x, y = drop_constant_features(x, y)
     if x.shape[1] == 0 or y.shape[1] == 0:  # I(c; Y) = 0, for the data and every shuffle
         return PermutationTestResult.from_null(0.0, np.zeros(n_permutations), estimator)
+    estimate_mi = entry.function
+    if entry.transform is not None:  # once: a shuffle of the transformed rows is the transform of the shuffle
+        x, y = entry.transform(x), entry.transform(y)
+        estimate_mi = get_estimator("gaussian").function
     cached = False
-    if estimator == "ksg":
+    if entry.distance_cache:
         if standardize:  # once, like the noise: the shuffles keep each column's sd
             x, y = standardize_columns(x), standardize_columns(y)
         if noise > 0:
@@ -223,12 +228,10 @@ def mi_permutation_test(
 
 def _test_from_marginals(x, y, estimator, n_permutations, rng, kwargs):
     """mi_permutation_test of two MarginalDistances: every shuffle from the distances."""
-    if estimator != "ksg":
+    if not get_estimator(estimator).distance_cache:
         raise ValueError(f"MarginalDistances serve estimator='ksg' only; got estimator={estimator!r} "
                          "(pass arrays for the Gaussian estimator)")
-    unknown = set(kwargs) - KSG_ARGUMENTS
-    if unknown:
-        raise TypeError(_unexpected("ksg", unknown))
+    _check_arguments(estimator, kwargs)
     settings = {name: kwargs[name] for name in ("k", "algorithm", "units") if name in kwargs}
     values = ksg_estimates_from_marginals(x, y, n_permutations=n_permutations, random_state=rng,
                                           extra=set(kwargs) - set(settings), **settings)

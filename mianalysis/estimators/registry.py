@@ -1,0 +1,230 @@
+"""The MI estimators the package knows, one entry each: what analyses, tests, intervals and plots read.
+
+Adding an estimator is one :func:`register_estimator` call (plus its tests): the entry
+says which function computes it, which keyword arguments it takes, how its confidence
+intervals resample the runs, which nulls apply, how a figure labels and colours it and
+where its calibrated regime is described. :func:`mianalysis.analyze`,
+:func:`mianalysis.mi_permutation_test`, :mod:`mianalysis.intervals`,
+:mod:`mianalysis.regime`, :mod:`mianalysis.plots` and the command line (``--estimator``,
+``--estimators``) read the entries and know no estimator by name otherwise.
+
+Examples
+--------
+>>> from mianalysis.estimators.registry import estimator_names, get_estimator
+>>> estimator_names()
+('gaussian', 'ksg', 'copula')
+>>> get_estimator("copula").display_name, get_estimator("copula").interval
+('Gaussian copula', 'bootstrap')
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .._validation import check_choice, check_flag
+from .copula import gaussian_copula_mi, normal_scores
+from .gaussian import check_gaussian_settings, gaussian_mi
+from .ksg import ksg_mi
+
+__all__ = ["Estimator", "register_estimator", "unregister_estimator", "get_estimator", "estimator_names",
+           "estimators_taking", "INTERVALS", "NULLS", "DISTANCE_STREAM"]
+
+INTERVALS = ("bootstrap", "half-subsampling")
+NULLS = ("permutation", "analytic")
+# Random streams: analyze seeds an estimator's permutations, noise and resamples with its
+# `stream`; stream 2 seeds the noise of the shared marginal distance matrices (KSG), as
+# tables written before the registry had it (their rows stay the same to the bit).
+DISTANCE_STREAM = 2
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """One MI estimator, as the analyses, tests, intervals and plots use it.
+
+    Attributes
+    ----------
+    name : str
+        The name users pass (``estimator="ksg"``, ``--estimators ksg``); table rows of it
+        are ``mi_NAME``.
+    function : callable
+        ``function(x, y, **kwargs) -> float``: the estimate in bits (``units`` where it
+        takes that argument) of paired samples of shape (n, d_x) and (n, d_y).
+    arguments : frozenset of str
+        The keyword arguments `function` takes (an argument outside them is a TypeError in
+        :func:`mianalysis.mi_permutation_test`, naming the estimators it belongs to).
+    display_name : str
+        How a figure names it ("KSG (k-NN)").
+    label : str
+        Short name for figure titles ("KSG").
+    interval : {"bootstrap", "half-subsampling"}, default="bootstrap"
+        How :mod:`mianalysis.intervals` resamples the runs for its confidence interval:
+        bootstrap resamples (with replacement) or random halves (without: for estimators
+        that duplicated runs bias, such as k-NN ones).
+    ci_resamples : int, default=20
+        Resamples per interval in :func:`mianalysis.analyze` by default.
+    nulls : tuple of {"permutation", "analytic"}, default=("permutation",)
+        The nulls that apply: "analytic" only for Gaussian log-determinant estimates
+        (`covariance`), where :func:`mianalysis.gaussian_mi_null` gives the law.
+    covariance : bool, default=False
+        A Gaussian log-determinant estimate (of `transform`-ed data, if given):
+        :func:`mianalysis.analyze` then bias-corrects it while runs outnumber twice the
+        joint dimension and uses Ledoit-Wolf shrinkage otherwise (noted), and its
+        estimates are those of :func:`mianalysis.gaussian_mi` of the transformed data.
+    transform : callable, optional
+        A map of one variable's samples (n, d) -> (n, d) such that ``function(x, y)`` is
+        the covariance estimate of ``transform(x)`` and ``transform(y)``, and that commutes
+        with shuffling rows: it is applied once before a permutation test (every shuffle
+        sees the same transformed data) and to each bootstrap resample.
+    distance_cache : bool, default=False
+        Whether the estimate is a k-NN one that the marginal distance matrices
+        (:class:`mianalysis.MarginalDistances`) serve; only KSG.
+    random_state : bool, default=False
+        Whether `function` takes ``random_state`` (analyses pass the stream's generator).
+    regime : str, callable or None, default=None
+        Where the estimator was calibrated against known MI: a name of
+        :data:`mianalysis.regime.REGIMES` ("gaussian", "ksg") or a function
+        ``(n_runs, n_features, value_bits, shrinkage) -> list of reasons`` (empty inside the
+        regime). None: no calibration is recorded, and rows get no regime note.
+    color : str, optional
+        Matplotlib colour of its MI panel ("C0"); None picks one from the name.
+    check : callable, optional
+        ``check(**kwargs)``: checks the estimator's settings before any work (raising the
+        estimator's own errors).
+    stream : int, optional
+        The random stream of its rows (seeds of permutations and resamples); None derives
+        one from the name (CRC-32), so that a table does not depend on what else is
+        registered.
+    """
+
+    name: str
+    function: Callable[..., float]
+    arguments: frozenset[str]
+    display_name: str
+    label: str
+    interval: str = "bootstrap"
+    ci_resamples: int = 20
+    nulls: tuple[str, ...] = ("permutation",)
+    covariance: bool = False
+    transform: Callable[[np.ndarray], np.ndarray] | None = field(default=None, repr=False)
+    distance_cache: bool = False
+    random_state: bool = False
+    regime: str | Callable[[int, int, float, bool], list[str]] | None = None
+    color: str | None = None
+    check: Callable[..., object] | None = field(default=None, repr=False)
+    stream: int | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name.isidentifier():
+            raise ValueError(f"an estimator's `name` must be an identifier (rows are mi_NAME); got {self.name!r}")
+        if not callable(self.function):
+            raise TypeError(f"estimator {self.name!r}: `function` must be callable; got {self.function!r}")
+        object.__setattr__(self, "arguments", frozenset(self.arguments))
+        object.__setattr__(self, "nulls", tuple(self.nulls))
+        check_choice(self.interval, "interval", INTERVALS)
+        for null in self.nulls:
+            check_choice(null, "nulls", NULLS)
+        if "analytic" in self.nulls and not self.covariance:
+            raise ValueError(f"estimator {self.name!r}: the analytic null is that of Gaussian log-determinant "
+                             "estimates; it needs covariance=True")
+        if self.transform is not None and not self.covariance:
+            raise ValueError(f"estimator {self.name!r}: a `transform` serves Gaussian log-determinant estimates "
+                             "of the transformed data; it needs covariance=True")
+        if self.stream is None:
+            object.__setattr__(self, "stream", zlib.crc32(self.name.encode()) + 16)
+        if self.color is None:
+            object.__setattr__(self, "color", f"C{4 + self.stream % 6}")
+
+
+_REGISTRY: dict[str, Estimator] = {}
+
+
+def register_estimator(entry: Estimator | None = None, /, *, replace: bool = False, **fields) -> Estimator:
+    """Add an estimator to the registry (an :class:`Estimator`, or its fields as keywords).
+
+    With ``replace=True`` an entry of the same name is replaced where it stands (the order
+    of :func:`estimator_names` is kept), e.g. to change a built-in estimator's default
+    resamples: ``register_estimator(dataclasses.replace(get_estimator("ksg"), ci_resamples=20), replace=True)``.
+
+    Returns
+    -------
+    Estimator
+        The entry registered.
+
+    Raises
+    ------
+    ValueError
+        If the name is registered already (:func:`unregister_estimator` it first) or its
+        random stream is another entry's.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mianalysis.estimators.registry import register_estimator, unregister_estimator
+    >>> def first_coordinates(x, y):  # MI of the first coordinates, by the correlation formula
+    ...     r = np.corrcoef(x[:, 0], y[:, 0])[0, 1]
+    ...     return -0.5 * np.log2(1 - r**2)
+    >>> entry = register_estimator(name="first", function=first_coordinates, arguments=(),
+    ...                            display_name="first coordinates", label="first")
+    >>> unregister_estimator("first").name
+    'first'
+    """
+    if entry is None:
+        entry = Estimator(**fields)
+    elif fields:
+        raise TypeError("register_estimator takes an Estimator or its fields as keywords, not both")
+    if not isinstance(entry, Estimator):
+        raise TypeError(f"register_estimator expects an Estimator; got {entry!r}")
+    check_flag(replace, "replace")
+    if entry.name in _REGISTRY and not replace:
+        raise ValueError(f"estimator {entry.name!r} is registered already; unregister_estimator({entry.name!r}) first")
+    clash = [e.name for e in _REGISTRY.values() if e.stream == entry.stream and e.name != entry.name] + (
+        ["the distance matrices"] if entry.stream == DISTANCE_STREAM else [])
+    if clash:
+        raise ValueError(f"estimator {entry.name!r}: random stream {entry.stream} is that of {clash[0]}; give another")
+    _REGISTRY[entry.name] = entry
+    return entry
+
+
+def unregister_estimator(name: str) -> Estimator:
+    """Remove estimator `name` from the registry and return its entry."""
+    return _REGISTRY.pop(get_estimator(name).name)
+
+
+def get_estimator(name: str, parameter: str = "estimator") -> Estimator:
+    """The entry of estimator `name`; a ValueError naming `parameter` and the known
+    estimators when there is none."""
+    if not isinstance(name, str) or name not in _REGISTRY:
+        check_choice(name, parameter, estimator_names())
+    return _REGISTRY[name]
+
+
+def estimator_names() -> tuple[str, ...]:
+    """The registered estimators' names, in the order they were registered."""
+    return tuple(_REGISTRY)
+
+
+def estimators_taking(argument: str, among: Iterable[str] | None = None) -> list[str]:
+    """The registered estimators (of `among`) whose functions take `argument`."""
+    return [n for n in (estimator_names() if among is None else among) if argument in _REGISTRY[n].arguments]
+
+
+# The built-in estimators. Their streams are those of the tables written before the registry.
+register_estimator(
+    name="gaussian", function=gaussian_mi, arguments={"units", "bias_correction", "shrinkage"},
+    display_name="Gaussian (log-det)", label="Gaussian", interval="bootstrap", ci_resamples=20,
+    nulls=("permutation", "analytic"), covariance=True, regime="gaussian", color="C0",
+    check=check_gaussian_settings, stream=0)
+register_estimator(
+    name="ksg", function=ksg_mi,
+    arguments={"k", "algorithm", "units", "noise", "dtype", "backend", "device", "standardize"},
+    display_name="KSG (k-NN)", label="KSG", interval="half-subsampling", ci_resamples=10,
+    distance_cache=True, random_state=True, regime="ksg", color="C1", stream=1)
+register_estimator(
+    name="copula", function=gaussian_copula_mi, arguments={"units", "bias_correction", "shrinkage"},
+    display_name="Gaussian copula", label="Gaussian copula", interval="bootstrap", ci_resamples=20,
+    nulls=("permutation", "analytic"), covariance=True, transform=normal_scores, regime="gaussian",
+    color="C4", check=check_gaussian_settings, stream=3)
