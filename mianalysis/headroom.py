@@ -436,7 +436,9 @@ def headroom(dump: ParameterDump | str | os.PathLike, *, reference: str | ArrayL
     ...                                  "central": np.zeros((1, 400, 2))}, checkpoints=[5])
     >>> rows = headroom(dump)                        # the client "central" is the reference
     >>> [(r["rule"], round(r["ratio"], 1)) for r in rows if r["rule"] in ("mean", "inverse_variance")]
-    [('mean', 1.0), ('inverse_variance', 0.3)]
+    [('mean', 1.0), ('inverse_variance', 0.4)]
+
+    (Exactly ``(1 / (1 + 1 + 1/9)) / ((1 + 1 + 9) / 9) = 0.39``.)
     """
     from .dumps import ParameterDump
 
@@ -456,7 +458,10 @@ def headroom(dump: ParameterDump | str | os.PathLike, *, reference: str | ArrayL
             if task.settings["transform"] != "none":
                 raise ValueError(f"`reference`='task' needs parameters recorded as they are (transform 'none'); "
                                  f"{dump.path} records them through {task.settings['transform']!r}")
-            ref = task.central_parameters(range(n), seed=seed, shared=shared)
+            from .sampling import ParameterSampler
+
+            sampler = ParameterSampler(task, seed=seed, init=init, shared=shared, progress=False)
+            ref = task.central_parameters([sampler.data_generators(range(n), k) for k in range(task.n_clients)])
             ref_name = "task: (sum A_k)^-1 sum A_k mu_k"
         elif reference in clients:
             clients.remove(reference)

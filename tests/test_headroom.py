@@ -184,7 +184,11 @@ def test_central_parameters_are_those_of_the_targets_training_used(tmp_path, sha
         thetat = dump.samples(str(k), 2).astype(float)
         mu = np.linalg.solve(np.eye(3) - power, (thetat - theta0 @ power.T).T).T
         central = central + mu @ weights[k].T
-    np.testing.assert_allclose(task.central_parameters(range(6), seed=SEED, shared=shared), central, atol=2e-4)
+    from mianalysis import ParameterSampler
+
+    sampler = ParameterSampler(task, seed=SEED, shared=shared)
+    recomputed = task.central_parameters([sampler.data_generators(range(6), k) for k in range(3)])
+    np.testing.assert_allclose(recomputed, central, atol=2e-4)
 
 
 def test_headroom_of_a_dump_is_within_its_interval_of_the_exact_mse(tmp_path):
@@ -220,3 +224,25 @@ def test_headroom_reference_errors(tmp_path):
         headroom(dump, reference=np.zeros((7, 2)))
     rows = headroom(dump, reference="a", rules=["mean"])
     assert rows[0]["n_clients"] == 1 and rows[0]["mse"] == 2.0
+
+
+def test_headroom_command_writes_the_table_and_errors_in_one_line(tmp_path, capsys):
+    import csv
+
+    from mianalysis import ParameterDump
+    from mianalysis.cli import main
+
+    rng = np.random.default_rng(0)
+    arrays = {c: rng.standard_normal((2, 40, 2)) * s for c, s in (("a", 1.0), ("b", 3.0))}
+    ParameterDump.from_arrays(tmp_path / "d", {**arrays, "central": np.zeros((2, 40, 2))}, checkpoints=[0, 5])
+    assert main(["headroom", str(tmp_path / "d"), "--out", str(tmp_path / "h.csv"), "--rules", "mean",
+                 "inverse_variance"]) == 0
+    with open(tmp_path / "h.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [(r["iteration"], r["rule"], r["weights"]) for r in rows] == [
+        ("0", "mean", "fixed"), ("0", "inverse_variance", "cross-fitted, 2 folds"),
+        ("5", "mean", "fixed"), ("5", "inverse_variance", "cross-fitted, 2 folds")]
+    assert "iteration 5 inverse_variance: MSE" in capsys.readouterr().out
+    assert main(["headroom", str(tmp_path / "d"), "--out", str(tmp_path / "x.csv"), "--reference", "task"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("mianalysis headroom: error: `reference`='task' needs a dump of a task") and "\n" not in err

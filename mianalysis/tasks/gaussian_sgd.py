@@ -308,25 +308,24 @@ class GaussianSGDTask(Task):
         total = sum(self.client_problem(k)[0] for k in range(self.n_clients))
         return np.stack([np.linalg.solve(total, self.client_problem(k)[0]) for k in range(self.n_clients)])
 
-    def central_parameters(self, runs: Sequence[int], *, seed: int = 0,
-                           shared: str | Sequence[str] = ()) -> np.ndarray:
+    def central_parameters(self, data_generators: Sequence[ReplicaGenerators]) -> np.ndarray:
         """The minimiser ``theta* = (sum_k A_k)^-1 sum_k A_k mu_k`` of the summed losses of
-        each run's targets, shape (len(runs), d), float64.
+        each run's targets, shape (n_runs, d), float64.
 
-        The targets are recomputed exactly as the sampler with `seed` and `shared` drew them
-        for training (the float32 ``mu_k`` of :meth:`client_data`), so this is the reference
-        of the runs of a dump sampled so; it does not depend on ``init``.
+        `data_generators` holds, for every client, the fresh generators of its data stream in
+        the runs wanted, as :meth:`mianalysis.ParameterSampler.data_generators` gives them:
+        the targets are recomputed exactly as training drew them (the float32 ``mu_k`` of
+        :meth:`client_data`), so this is the reference of those runs of a dump. It does not
+        depend on ``init``.
         """
-        from ..sampling import ParameterSampler
-
-        sampler = ParameterSampler(self, seed=seed, shared=shared, progress=False)
-        runs = list(runs)
+        if len(data_generators) != self.n_clients:
+            raise ValueError(f"`data_generators` must hold one list per client ({self.n_clients}); "
+                             f"got {len(data_generators)}")
         weights = self.curvature_weights()
-        out = np.zeros((len(runs), self.d))
-        for k in range(self.n_clients):
-            mu = self._targets(k, sampler.data_generators(runs, k)).numpy().astype(np.float64)
-            out += mu @ weights[k].T
-        return out
+        out = 0.0
+        for k, generators in enumerate(data_generators):
+            out = out + self._targets(k, generators).numpy().astype(np.float64) @ weights[k].T
+        return np.asarray(out)
 
     def exact_error_moments(self, iteration: int, *, init: str = "per-run",
                             shared: str | Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
@@ -340,7 +339,6 @@ class GaussianSGDTask(Task):
         and ``Cov(theta*, theta*) = tau^2 sum_ij c_ij W_i W_j'``, where ``c_ij`` is 1 when
         clients i and j draw the same z (i = j, or the "data" stream shared) and 0 otherwise.
         """
-        from ..sampling import INIT_MODES, check_shared
         from .._validation import check_choice, check_int
 
         init = check_choice(init, "init", INIT_MODES)
