@@ -146,7 +146,9 @@ def rule_weights(rule: str, errors: ArrayLike, *, client_sizes: ArrayLike | None
         See :data:`RULES`. "inverse_variance" weighs each coordinate by each client's
         inverse mean squared error; "blue_coordinate" uses, per coordinate, the K x K
         second moment ``C`` of the errors: ``w = C^-1 1 / (1' C^-1 1)``; "blue" the
-        Ledoit-Wolf shrunk (K d) x (K d) second moment (:func:`best_linear_weights`).
+        (K d) x (K d) second moment (:func:`best_linear_weights`), Ledoit-Wolf shrunk
+        when there are no more runs than twice K d (shrinkage towards a multiple of I
+        would hide the near-singular directions that make "blue" good when there are).
         Second moments are about zero, so a client's bias counts as error.
     errors : array-like of shape (n_clients, n_runs, n_params)
         The clients' errors ``theta_k - theta*`` of the fitting runs.
@@ -172,7 +174,14 @@ def rule_weights(rule: str, errors: ArrayLike, *, client_sizes: ArrayLike | None
         return _blue_coordinate(np.einsum("kri,lri->ikl", e, e) / n)
     _check_blue_size(k, d)
     stacked = e.transpose(1, 0, 2).reshape(n, k * d)
-    return best_linear_weights(_ledoit_wolf(stacked), k)
+    moment = stacked.T @ stacked / n if not _shrunk(n, k * d) else _ledoit_wolf(stacked)
+    return best_linear_weights(moment, k)
+
+
+def _shrunk(n_runs, dimension):
+    """Whether "blue" shrinks its second moment: with no more runs than twice its dimension,
+    as the Gaussian MI estimator does (:func:`mianalysis.analysis.gaussian_settings`)."""
+    return n_runs <= 2 * dimension
 
 
 def oracle_weights(rule: str, mean: ArrayLike, cov: ArrayLike, *, client_sizes: ArrayLike | None = None
@@ -359,16 +368,22 @@ def headroom_rows(errors: ArrayLike, *, rules: Sequence[str] = RULES, folds: int
             per_run = combine_errors(rule_weights(rule, e, client_sizes=client_sizes), e)
         mse, low, high = mean_interval(per_run, level)
         ratio, r_low, r_high = ratio_interval(per_run, base, level)
+        note = ""
+        if rule == "blue":
+            n_fit = n - -(-n // folds)  # the fewest runs any fold's weights are fitted on
+            note = (f"ledoit-wolf shrinkage: {n_fit} fitting runs <= 2 x {k * d}" if _shrunk(n_fit, k * d)
+                    else f"sample second moment ({k * d} x {k * d}) of >= {n_fit} fitting runs")
         row = {"rule": rule, "weights": f"cross-fitted, {folds} folds" if fitted else "fixed",
                "mse": mse, "mse_low": low, "mse_high": high, "ratio": ratio, "ratio_low": r_low,
                "ratio_high": r_high, "mse_exact": np.nan, "ratio_exact": np.nan, "exact_note": "", "n_runs": n,
-               "note": "ledoit-wolf shrinkage of the (K d) x (K d) second moment" if rule == "blue" else ""}
+               "note": note}
         if moments is not None:
             weights = (fixed_weights[rule] if rule in fixed_weights
                        else oracle_weights(rule, *moments, client_sizes=client_sizes))
             row["mse_exact"] = combination_mse(weights, *moments)
             row["ratio_exact"] = row["mse_exact"] / base_exact if base_exact > 0 else np.nan
-            row["exact_note"] = "oracle weights of the rule (from the exact moments)" if fitted else "the rule's weights"
+            row["exact_note"] = ("oracle weights of the rule (from the exact moments)" if fitted
+                                 else "the rule's weights")
         rows.append(row)
     return rows
 

@@ -16,13 +16,13 @@ from ._locking import WriterLock
 from ._seeding import replica_seed
 from ._validation import check_choice, check_int
 from .dumps import ParameterDump, layout_from_shapes, unwritten_dump_discarded
-from .tasks.base import INIT_MODES, check_shared
+from .tasks.base import INIT_MODES, ReplicaGenerators, check_shared
 
 if TYPE_CHECKING:  # names used only in type hints
     import distributed
     import torch
 
-    from .tasks.base import ReplicaGenerators, Task
+    from .tasks.base import Task
 
 __all__ = ["ParameterSampler", "replica_seed", "task_optimizer", "ChunkResult"]
 
@@ -245,8 +245,6 @@ class ParameterSampler:
         replica's own), as in training. A task recomputes a run's data from them (e.g.
         gaussian-sgd's targets, for :meth:`~mianalysis.tasks.GaussianSGDTask.central_parameters`).
         """
-        from .tasks.base import ReplicaGenerators
-
         runs = [int(r) for r in runs]
         client = check_int(client, "client", low=0, high=self.task.n_clients - 1)
         own = [_generator(self.seed, r, 1 + client) for r in runs]

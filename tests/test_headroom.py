@@ -143,7 +143,10 @@ def test_headroom_rows_cross_fit_and_mark_it():
     e = rng.standard_normal((3, 400, 2)) * np.array([1.0, 2.0, 4.0])[:, None, None]
     rows = {r["rule"]: r for r in headroom_rows(e)}
     assert rows["mean"]["ratio"] == 1.0 and rows["mean"]["weights"] == "fixed"
-    assert rows["blue"]["weights"] == "cross-fitted, 2 folds" and "ledoit-wolf" in rows["blue"]["note"]
+    assert rows["blue"]["weights"] == "cross-fitted, 2 folds"
+    assert rows["blue"]["note"] == "sample second moment (6 x 6) of >= 200 fitting runs"
+    few = {r["rule"]: r for r in headroom_rows(e[:, :20], rules=["blue"])}  # 10 fitting runs for 6 dimensions
+    assert few["blue"]["note"] == "ledoit-wolf shrinkage: 10 fitting runs <= 2 x 6"
     truth = (1 / (1 + 1 / 4 + 1 / 16)) / ((1 + 4 + 16) / 9)
     for rule in ("inverse_variance", "blue_coordinate", "blue"):
         assert rows[rule]["ratio_low"] < truth < rows[rule]["ratio_high"], rows[rule]
@@ -246,3 +249,16 @@ def test_headroom_command_writes_the_table_and_errors_in_one_line(tmp_path, caps
     assert main(["headroom", str(tmp_path / "d"), "--out", str(tmp_path / "x.csv"), "--reference", "task"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("mianalysis headroom: error: `reference`='task' needs a dump of a task") and "\n" not in err
+
+
+def test_figure_headroom_draws_one_panel_per_design(tmp_path):
+    pytest.importorskip("matplotlib")
+    from mianalysis.plots import figure_headroom
+
+    rng = np.random.default_rng(0)
+    e = rng.standard_normal((3, 40, 2)) * np.array([1.0, 2.0, 3.0])[:, None, None]
+    rows = [{"design": design, "iteration": it, **r} for design in ("a", "b") for it in (0, 10)
+            for r in headroom_rows(e, rules=["mean", "blue_coordinate"], exact=(np.zeros((3, 2)), np.eye(6)))]
+    fig = figure_headroom(rows, "title")
+    assert [ax.get_title() for ax in fig.axes] == ["a", "b"]
+    fig.savefig(tmp_path / "h.png")
