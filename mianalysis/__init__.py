@@ -27,6 +27,7 @@ from .distances import mean_paired_distance, paired_distances
 from .dumps import DumpError, ParameterDump
 from .estimators import (GaussianMINull, MarginalDistances, PermutationTestResult, gaussian_cmi, gaussian_copula_mi,
                          gaussian_mi, gaussian_mi_null, ksg_mi, mi_permutation_test)
+from .headroom import headroom
 from .sampling import ParameterSampler
 
 # Modules use one another through public names (tests/test_layout.py checks it). A
@@ -55,6 +56,7 @@ __all__ = [
     "LockedError",
     "ParameterSampler",
     "analyze",
+    "headroom",
     "additive_model_mi",
     "isotropic_additive_mi",
     "additive_model_verdict",

@@ -320,6 +320,22 @@ def _cmd_import(args):
     _say(args, f"wrote {dump}")
 
 
+def _cmd_headroom(args):
+    from ._io import write_rows
+    from .headroom import headroom
+
+    rows = headroom(args.dump, reference=args.reference, rules=args.rules, iterations=args.iterations,
+                    folds=args.folds, level=args.ci_level)
+    write_rows(rows, args.out)
+    _say(args, f"wrote {len(rows)} rows to {args.out} (MSE to the reference {rows[0]['reference']!r}, "
+          f"summed over parameters; fitted rules cross-fitted over {args.folds} folds)")
+    last = max(r["iteration"] for r in rows)
+    for r in (r for r in rows if r["iteration"] == last):
+        exact = "" if r["mse_exact"] != r["mse_exact"] else f", exact {r['mse_exact']:.4g}"
+        print(f"iteration {last} {r['rule']}: MSE {r['mse']:.4g} [{r['mse_low']:.4g}, {r['mse_high']:.4g}]{exact}; "
+              f"ratio to mean {r['ratio']:.3f} [{r['ratio_low']:.3f}, {r['ratio_high']:.3f}]")
+
+
 def _cmd_verify(args):
     from .dumps import ParameterDump
 
@@ -486,6 +502,20 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--chunk-size", type=int, default=64, help="runs read and written together (memory)")
     imp.add_argument("--no-progress", action="store_true")
     imp.set_defaults(func=_cmd_import)
+
+    hdr = sub.add_parser("headroom", help="MSE of combination rules to the federation's reference, vs the average")
+    hdr.add_argument("dump")
+    hdr.add_argument("--out", required=True, help="CSV table to write")
+    hdr.add_argument("--reference", default="auto",
+                     help="'task' (gaussian-sgd's minimiser of the summed losses), a client of the dump that holds "
+                          "it, or 'auto' (the client 'central' if any, else 'task')")
+    hdr.add_argument("--rules", nargs="+", default=["mean", "weighted_mean", "inverse_variance", "blue_coordinate",
+                                                    "blue"],
+                     help="combination rules (also 'curvature' on gaussian-sgd)")
+    hdr.add_argument("--iterations", nargs="+", type=int, help="checkpoints (iterations) to measure; all by default")
+    hdr.add_argument("--folds", type=int, default=2, help="cross-fitting folds of the fitted rules (default 2)")
+    hdr.add_argument("--ci-level", type=float, default=0.95, help="level of the intervals (default 0.95)")
+    hdr.set_defaults(func=_cmd_headroom)
 
     ver = sub.add_parser("verify", help="check a dump's files and checksums")
     ver.add_argument("dump")

@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # names used only in type hints (Matplotlib is loaded where a
 
 __all__ = [
     "save_figure", "figure_mi", "figure_distances", "figure_title", "FIGURES", "plot_mi_panel",
-    "plot_metric_panel", "plot_distance_panel", "pair_summary", "estimator_variant"
+    "plot_metric_panel", "plot_distance_panel", "pair_summary", "estimator_variant", "figure_headroom"
 ]
 
 
@@ -482,3 +482,59 @@ def save_figure(rows: Sequence[dict], kind: str, path: str | os.PathLike, title:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return Path(path)
+
+
+def figure_headroom(rows: Sequence[dict], title: str | None = None, *, panel: str = "design"
+                    ) -> matplotlib.figure.Figure:
+    """Ratio of each combination rule's MSE to the plain average's, per checkpoint, with intervals.
+
+    Parameters
+    ----------
+    rows : list of dict
+        A headroom table (:func:`mianalysis.headroom.headroom`), optionally with a column
+        `panel` naming the design of each row: one panel per design, in order of appearance.
+    title : str, optional
+        The figure's title.
+    panel : str, default="design"
+        The column that splits the rows into panels (one panel when absent).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        Points are the cross-fitted estimates with their intervals; open circles, where the
+        table has them, the exact ratio (for fitted rules: of the rule's oracle weights).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    designs = list(dict.fromkeys(str(r.get(panel, "")) for r in rows))
+    fig, axes = plt.subplots(1, len(designs), figsize=(4.2 * len(designs), 4.2), squeeze=False, sharey=True)
+    rules = list(dict.fromkeys(r["rule"] for r in rows))
+    colors = {rule: f"C{i}" for i, rule in enumerate(rules)}
+    for ax, design in zip(axes[0], designs):
+        here = [r for r in rows if str(r.get(panel, "")) == design]
+        for i, rule in enumerate(rules):
+            sel = [r for r in here if r["rule"] == rule]
+            if not sel:
+                continue
+            x = np.array([float(r["iteration"]) for r in sel]) + 0.25 * (i - (len(rules) - 1) / 2)
+            y = np.array([_num(r, "ratio") for r in sel])
+            low = np.array([_num(r, "ratio_low") for r in sel])
+            high = np.array([_num(r, "ratio_high") for r in sel])
+            ax.errorbar(x, y, yerr=[y - low, high - y], fmt="o-", ms=3, lw=1, capsize=2, color=colors[rule],
+                        label=rule)
+            exact = np.array([_num(r, "ratio_exact") for r in sel])
+            if np.isfinite(exact).any():
+                ax.plot(x, exact, "o", mfc="none", ms=7, color=colors[rule])
+        ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+        ax.set_title(design, fontsize=9)
+        ax.set_xlabel("iteration")
+        _integer_ticks(ax)
+    axes[0][0].set_ylabel("MSE / MSE of the average")
+    axes[0][0].legend(fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig

@@ -17,7 +17,7 @@ from ._locking import WriterLock
 from ._seeding import replica_seed
 from ._validation import check_choice, check_int
 from .dumps import DumpError, ParameterDump, layout_from_shapes, unwritten_dump_discarded
-from .tasks.base import INIT_MODES, check_shared
+from .tasks.base import INIT_MODES, ReplicaGenerators, check_shared
 
 if TYPE_CHECKING:  # names used only in type hints
     import distributed
@@ -288,6 +288,21 @@ class ParameterSampler:
         if self.init == "fixed":
             return self.task.fixed_params()
         return self.task.init_params(_generator(self.seed, run, 0))
+
+    def data_generators(self, runs: Iterable[int], client: int) -> ReplicaGenerators:
+        """The generators that the task's ``client_data`` gets for `client` in `runs`: one per
+        run, fresh, from the task's data stream (the run's when it is shared, else the
+        replica's own), as in training. A task recomputes a run's data from them (e.g.
+        gaussian-sgd's targets, for :meth:`~mianalysis.tasks.GaussianSGDTask.central_parameters`).
+        """
+        runs = [int(r) for r in runs]
+        client = check_int(client, "client", low=0, high=self.task.n_clients - 1)
+        own = [_generator(self.seed, r, 1 + client) for r in runs]
+        name = self.task.data_stream
+        if name is None or name not in self.task.streams:
+            return ReplicaGenerators(own, own)
+        run = [_generator(self.seed, r, 0, _stream_word(name)) for r in runs]
+        return ReplicaGenerators(run if name in self.shared else own, run)
 
     def train_chunk(self, runs: Iterable[int], *, vectorised: bool = True) -> ChunkResult:
         """Train every client for the runs in `runs`; returns a ChunkResult.

@@ -42,6 +42,18 @@ class GaussianSGDTask(Task):
     is unchanged while the samples are no longer Gaussian.
 
     The "loss" metric is ``0.5 (theta - mu_k)^T A_k (theta - mu_k)`` without noise.
+
+    `heterogeneity` h in [0, 1] moves every client's problem towards the clients' average:
+    ``A_k <- (1 - h) mean_j A_j + h A_k`` and ``m_k <- (1 - h) mean_j m_j + h m_k``. With
+    h = 1 (the default) the problems are the ones above, byte for byte; with h = 0 every
+    client has the same curvature and mean (the negative control of
+    :mod:`mianalysis.headroom`). The eigenvalues of a blend stay within `eigenvalues`, so
+    the descent stays stable. The setting is recorded in a task's settings only when it is
+    not 1, so dumps made before it existed resume.
+
+    The federation's reference in a run is :meth:`central_parameters`: the minimiser
+    ``theta* = (sum_k A_k)^-1 sum_k A_k mu_k`` of the summed losses of that run's targets,
+    recomputed from the run's seeds.
     """
 
     name = "gaussian-sgd"
@@ -71,6 +83,7 @@ class GaussianSGDTask(Task):
             "curvature": "rotated",
             "transform": "none",
             "data_seed": 0,
+            "heterogeneity": 1.0,
         }
 
     setting_rules = {
@@ -87,6 +100,7 @@ class GaussianSGDTask(Task):
         "curvature": ChoiceSetting("rotated", "diagonal"),
         "transform": ChoiceSetting(*TRANSFORMS),
         "data_seed": IntSetting(0, 2**32 - 1),
+        "heterogeneity": RealSetting(0, 1),
     }
 
     def check_settings_together(self) -> None:
@@ -98,6 +112,8 @@ class GaussianSGDTask(Task):
 
     def __init__(self, **settings: Any) -> None:
         super().__init__(**settings)
+        if self.settings["heterogeneity"] == 1:  # the task as it was before the setting: recorded so
+            del self.settings["heterogeneity"]
         self._curvatures = {}
         self._root_tensor = None
 
@@ -120,10 +136,30 @@ class GaussianSGDTask(Task):
         return float(self.settings["eta"])
 
     # ---------------------------------------------------------------- the clients' problems
+    @property
+    def heterogeneity(self) -> float:
+        """How far each client's problem is from the clients' average (1: as drawn; 0: all equal)."""
+        return float(self.settings.get("heterogeneity", 1.0))
+
     def client_problem(self, client: int) -> tuple[np.ndarray, np.ndarray]:
-        """(A_k, m_k) of client `client` as float64 arrays: curvature (d, d) and mean (d,)."""
+        """(A_k, m_k) of client `client` as float64 arrays: curvature (d, d) and mean (d,),
+        after `heterogeneity` (see the class docstring)."""
         client = int(client)
+        h = self.heterogeneity
+        if h == 1:
+            return self._drawn_problem(client)
         if client not in self._curvatures:
+            drawn = [self._drawn_problem(k) for k in range(self.n_clients)]
+            mean_a = np.mean([a for a, _ in drawn], axis=0)
+            mean_m = np.mean([m for _, m in drawn], axis=0)
+            a, m = drawn[client]
+            self._curvatures[client] = ((1 - h) * mean_a + h * a, (1 - h) * mean_m + h * m)
+        return self._curvatures[client]
+
+    def _drawn_problem(self, client):
+        """(A_k, m_k) as drawn from `data_seed`, before `heterogeneity`."""
+        key = ("drawn", client)
+        if key not in self._curvatures:
             rng = np.random.default_rng([int(self.settings["data_seed"]), client])
             low, high = self.settings["eigenvalues"]
             lam = rng.uniform(low, high, size=self.d)
@@ -135,8 +171,8 @@ class GaussianSGDTask(Task):
                 a = 0.5 * (a + a.T)
             else:
                 a = np.diag(lam)
-            self._curvatures[client] = (a, mean)
-        return self._curvatures[client]
+            self._curvatures[key] = (a, mean)
+        return self._curvatures[key]
 
     def _roots(self):
         """Symmetric square roots S_k of every A_k, float32, shape (n_clients, d, d)."""
@@ -172,14 +208,20 @@ class GaussianSGDTask(Task):
         each replica's "data" generator."""
         import torch
 
-        mean = self.client_problem(client)[1]
         root = self._roots()[int(client)]
-        z = torch.stack([torch.randn(self.d, generator=g) for g in generators])  # (R, d)
-        mu = torch.from_numpy(mean.astype(np.float32)) + float(self.settings["tau"]) * z
-        target = mu @ root  # S symmetric: rows S mu
+        target = self._targets(client, generators) @ root  # S symmetric: rows S mu
         r, n = len(generators), self.n_examples
         inputs = torch.full((r, n, 1), float(client))
         return ClientBatchData(inputs, target[:, None, :].expand(r, n, self.d).contiguous(), {})
+
+    def _targets(self, client, generators):
+        """The targets mu_k = m_k + tau z (R, d), float32, z drawn first from each replica's
+        "data" generator: what :meth:`client_data` trains on."""
+        import torch
+
+        mean = self.client_problem(client)[1]
+        z = torch.stack([torch.randn(self.d, generator=g) for g in generators])  # (R, d)
+        return torch.from_numpy(mean.astype(np.float32)) + float(self.settings["tau"]) * z
 
     def draw_masks(self, generators: ReplicaGenerators, batch_size: int) -> torch.Tensor:
         """The gradient noise xi of one step, (R, d)."""
@@ -241,21 +283,85 @@ class GaussianSGDTask(Task):
         iteration = check_int(iteration, "iteration", low=0, high=self.n_examples)
         a = check_int(a, "a", low=0, high=self.n_clients - 1)
         b = check_int(b, "b", low=0, high=self.n_clients - 1)
+        cab = self._cross_block(iteration, a, b, init, shared)
+        return np.block([[self._cross_block(iteration, a, a, init, shared), cab],
+                         [cab.T, self._cross_block(iteration, b, b, init, shared)]])
+
+    def _propagator(self, client):
+        return np.eye(self.d) - float(self.settings["eta"]) * self.client_problem(client)[0]
+
+    def _cross_block(self, iteration, a, b, init, shared):
+        """Cov(theta_a, theta_b) (d, d) after `iteration` steps (checked arguments)."""
         s = self.settings
         eta, sigma = float(s["eta"]), float(s["sigma"])
         start = float(s["s0"]) ** 2 if init == "per-run" else 0.0
         rho = 1.0 if "noise" in shared else float(s["rho"])
-        eye = np.eye(self.d)
-        props = {k: eye - eta * self.client_problem(k)[0] for k in {a, b}}
+        same = a == b
+        return cross_covariances(self._propagator(a), self._propagator(b), iteration, start=start,
+                                 target=float(s["tau"]) ** 2 * (1.0 if same or "data" in shared else 0.0),
+                                 noise=(eta * sigma) ** 2 * (1.0 if same else rho))[iteration]
 
-        def block(i, j):
-            same = i == j
-            return cross_covariances(props[i], props[j], iteration, start=start,
-                                     target=float(s["tau"]) ** 2 * (1.0 if same or "data" in shared else 0.0),
-                                     noise=(eta * sigma) ** 2 * (1.0 if same else rho))[iteration]
+    # ---------------------------------------------------------------- the federation's reference
+    def curvature_weights(self) -> np.ndarray:
+        """``W_k = (sum_j A_j)^-1 A_k`` for every client, shape (n_clients, d, d): the weights
+        that combine the clients' targets into :meth:`central_parameters` (they sum to I)."""
+        total = sum(self.client_problem(k)[0] for k in range(self.n_clients))
+        return np.stack([np.linalg.solve(total, self.client_problem(k)[0]) for k in range(self.n_clients)])
 
-        cab = block(a, b)
-        return np.block([[block(a, a), cab], [cab.T, block(b, b)]])
+    def central_parameters(self, data_generators: Sequence[ReplicaGenerators]) -> np.ndarray:
+        """The minimiser ``theta* = (sum_k A_k)^-1 sum_k A_k mu_k`` of the summed losses of
+        each run's targets, shape (n_runs, d), float64.
+
+        `data_generators` holds, for every client, the fresh generators of its data stream in
+        the runs wanted, as :meth:`mianalysis.ParameterSampler.data_generators` gives them:
+        the targets are recomputed exactly as training drew them (the float32 ``mu_k`` of
+        :meth:`client_data`), so this is the reference of those runs of a dump. It does not
+        depend on ``init``.
+        """
+        if len(data_generators) != self.n_clients:
+            raise ValueError(f"`data_generators` must hold one list per client ({self.n_clients}); "
+                             f"got {len(data_generators)}")
+        weights = self.curvature_weights()
+        out = 0.0
+        for k, generators in enumerate(data_generators):
+            out = out + self._targets(k, generators).numpy().astype(np.float64) @ weights[k].T
+        return np.asarray(out)
+
+    def exact_error_moments(self, iteration: int, *, init: str = "per-run",
+                            shared: str | Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
+        """Mean (n_clients, d) and covariance (n_clients d, n_clients d) of the clients' errors
+        ``e_k = theta_k - theta*`` after `iteration` steps (before `transform`), float64.
+
+        Every checkpoint and the run's reference :meth:`central_parameters` are jointly
+        Gaussian: ``E theta_k = P_k^t m0 + (I - P_k^t) m_k`` with ``P_k = I - eta A_k``,
+        ``E theta* = sum_k W_k m_k``; the covariances of the thetas are those of
+        :meth:`exact_covariance`, ``Cov(theta_a, theta*) = tau^2 (I - P_a^t) sum_j c_aj W_j'``
+        and ``Cov(theta*, theta*) = tau^2 sum_ij c_ij W_i W_j'``, where ``c_ij`` is 1 when
+        clients i and j draw the same z (i = j, or the "data" stream shared) and 0 otherwise.
+        """
+        from .._validation import check_choice, check_int
+
+        init = check_choice(init, "init", INIT_MODES)
+        shared = check_shared(shared, self)
+        iteration = check_int(iteration, "iteration", low=0, high=self.n_examples)
+        n, d = self.n_clients, self.d
+        tau2 = float(self.settings["tau"]) ** 2
+        weights = self.curvature_weights()
+        coupled = np.ones((n, n)) if "data" in shared else np.eye(n)
+        moved = [np.eye(d) - np.linalg.matrix_power(self._propagator(k), iteration) for k in range(n)]
+        m0 = np.full(d, float(self.settings["m0"]))
+        means = np.stack([m0 + moved[k] @ (self.client_problem(k)[1] - m0) for k in range(n)])
+        central_mean = sum(weights[k] @ self.client_problem(k)[1] for k in range(n))
+        with_central = [tau2 * moved[a] @ sum(coupled[a, j] * weights[j].T for j in range(n)) for a in range(n)]
+        central = tau2 * sum(coupled[i, j] * weights[i] @ weights[j].T for i in range(n) for j in range(n))
+        cov = np.zeros((n * d, n * d))
+        for a in range(n):
+            for b in range(a, n):
+                block = (self._cross_block(iteration, a, b, init, shared) - with_central[a] - with_central[b].T
+                         + central)
+                cov[a * d:(a + 1) * d, b * d:(b + 1) * d] = block
+                cov[b * d:(b + 1) * d, a * d:(a + 1) * d] = block.T
+        return means - central_mean, 0.5 * (cov + cov.T)
 
     def exact_mi(self, iteration: int, a: int, b: int, *, init: str = "per-run",
                  shared: str | Sequence[str] = ()) -> float:

@@ -1,0 +1,518 @@
+"""Headroom: how much better than the plain average can clients' parameters be combined?
+
+Mutual information between clients across runs is neither necessary nor sufficient for
+averaging to be a poor way to combine them. What decides it is the clients' *errors*
+``e_k = theta_k - theta*``, their parameters minus where the federation should be (the
+reference ``theta*``): how they differ in size and how they are correlated. A combination
+``sum_k W_k theta_k`` whose weights sum to the identity has error ``sum_k W_k e_k``, so its
+mean squared error (MSE) is ``E||sum_k W_k e_k||^2 = trace(W M W')`` with ``M = E[e e']``
+the second moment of the stacked errors (bias included), and the best linear combination
+with weights summing to the identity has MSE ``trace((J' M^-1 J)^-1)``, ``J`` the stacked
+identities. This module measures, per checkpoint and combination rule, the MSE over runs and
+its ratio to the plain average's; weights that are estimated are fitted on some runs and
+scored on the others (cross-fitting), so the ratio is not optimistic.
+
+The MSE is the total squared error summed over the parameters (not the mean per
+coordinate). Everything here is NumPy on arrays, except :func:`headroom`, a thin entry that
+reads a :class:`~mianalysis.dumps.ParameterDump` (and, for gaussian-sgd, asks the task for
+the reference and the exact answer).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from ._validation import check_choice, check_int
+from .intervals import check_level, mean_interval, normal_interval
+
+if TYPE_CHECKING:  # names used only in type hints
+    from .dumps import ParameterDump
+
+__all__ = ["RULES", "FITTED_RULES", "MAX_BLUE_DIMENSION", "rule_weights", "oracle_weights", "best_linear_weights",
+           "combine_errors", "combination_mse", "ratio_interval", "headroom_rows", "headroom"]
+
+# Combination rules: fixed weights ("mean": 1/K; "weighted_mean": client sizes) and weights
+# fitted from the errors of the fitting runs (per coordinate: "inverse_variance", each
+# client's mean squared error; "blue_coordinate", the best linear unbiased combination from
+# the K x K second moment; "blue": the full best linear combination, (K d) x (K d)).
+# "curvature" (gaussian-sgd only) is (sum_j A_j)^-1 A_k: the weights of the reference itself.
+RULES = ("mean", "weighted_mean", "inverse_variance", "blue_coordinate", "blue")
+FITTED_RULES = ("inverse_variance", "blue_coordinate", "blue")
+TASK_RULES = ("curvature",)
+# "blue" solves a system of size K d: beyond this, use "blue_coordinate" or fewer parameters.
+MAX_BLUE_DIMENSION = 4096
+
+
+# ---------------------------------------------------------------------- weights
+def _as_errors(errors):
+    e = np.asarray(errors, dtype=np.float64)
+    if e.ndim != 3 or e.shape[0] < 1 or e.shape[1] < 1 or e.shape[2] < 1:
+        raise ValueError(f"`errors` must have shape (n_clients, n_runs, n_params) with every size >= 1; got {e.shape}")
+    if not np.all(np.isfinite(e)):
+        raise ValueError("`errors` must be finite (a client's parameters or the reference hold NaN or infinity)")
+    return e
+
+
+def _sizes_weights(sizes, n_clients):
+    if sizes is None:
+        return np.full(n_clients, 1.0 / n_clients)
+    s = np.asarray(sizes, dtype=np.float64)
+    if s.shape != (n_clients,) or not np.all(np.isfinite(s)) or np.any(s < 0) or s.sum() <= 0:
+        raise ValueError(f"`client_sizes` must be {n_clients} finite numbers >= 0 with a positive sum; got {sizes!r}")
+    return s / s.sum()
+
+
+def _inverse_variance(diag):
+    """Per-coordinate weights (K, d) proportional to 1 / diag (K, d); clients with 0 share the weight."""
+    zero = diag <= 0
+    anyzero = zero.any(axis=0)
+    inv = np.where(anyzero, zero.astype(float), 1.0 / np.where(zero, 1.0, diag))
+    return inv / inv.sum(axis=0)
+
+
+def _blue_coordinate(blocks):
+    """Per-coordinate weights (K, d) ``C^-1 1 / (1' C^-1 1)`` from second moments (d, K, K)."""
+    inv = np.linalg.pinv(blocks, rcond=1e-12, hermitian=True)
+    w = inv.sum(axis=2)  # C^-1 1, (d, K)
+    total = w.sum(axis=1, keepdims=True)
+    k = blocks.shape[1]
+    w = np.where(np.abs(total) > 0, w / np.where(total == 0, 1.0, total), 1.0 / k)
+    return w.T
+
+
+def best_linear_weights(second_moment: ArrayLike, n_clients: int) -> np.ndarray:
+    """The weights ``W_k`` (n_clients, d, d) summing to I that minimise ``trace(W M W')``.
+
+    ``W = (J' M^-1 J)^-1 J' M^-1`` for ``M`` the (K d) x (K d) second moment of the stacked
+    errors and ``J`` the K stacked identities; solved from the Lagrange system by least
+    squares, so a singular ``M`` (e.g. every client holding the same start before any step)
+    still gets weights.
+
+    Parameters
+    ----------
+    second_moment : array-like of shape (n_clients * d, n_clients * d)
+    n_clients : int
+
+    Returns
+    -------
+    ndarray of shape (n_clients, d, d)
+
+    Examples
+    --------
+    Two scalar clients with independent errors of variance 1 and 3: weights 3/4 and 1/4.
+
+    >>> import numpy as np
+    >>> from mianalysis.headroom import best_linear_weights
+    >>> best_linear_weights(np.diag([1.0, 3.0]), 2).ravel().round(3).tolist()
+    [0.75, 0.25]
+    """
+    m = np.asarray(second_moment, dtype=np.float64)
+    n_clients = check_int(n_clients, "n_clients", low=1)
+    if m.ndim != 2 or m.shape[0] != m.shape[1] or m.shape[0] % n_clients:
+        raise ValueError(f"`second_moment` must be square of a size divisible by `n_clients` ({n_clients}); "
+                         f"got shape {m.shape}")
+    d = m.shape[0] // n_clients
+    j = np.tile(np.eye(d), (n_clients, 1))
+    kkt = np.block([[m, j], [j.T, np.zeros((d, d))]])
+    rhs = np.vstack([np.zeros((n_clients * d, d)), np.eye(d)])
+    sol = np.linalg.lstsq(kkt, rhs, rcond=None)[0][: n_clients * d]  # column i: row i of every W_k, stacked
+    return sol.T.reshape(d, n_clients, d).transpose(1, 0, 2)
+
+
+def _check_blue_size(n_clients, d):
+    if n_clients * d > MAX_BLUE_DIMENSION:
+        raise ValueError(f"rule 'blue' needs a ({n_clients * d} x {n_clients * d}) error second moment "
+                         f"(n_clients x n_params = {n_clients} x {d} > {MAX_BLUE_DIMENSION}): use 'blue_coordinate' "
+                         "or fewer parameters (a layer)")
+
+
+def _ledoit_wolf(z):
+    from .estimators.gaussian import ledoit_wolf_covariance
+
+    return ledoit_wolf_covariance(z)
+
+
+def rule_weights(rule: str, errors: ArrayLike, *, client_sizes: ArrayLike | None = None) -> np.ndarray:
+    """The weights of combination rule `rule`, fitted on `errors` where the rule fits any.
+
+    Parameters
+    ----------
+    rule : {"mean", "weighted_mean", "inverse_variance", "blue_coordinate", "blue"}
+        See :data:`RULES`. "inverse_variance" weighs each coordinate by each client's
+        inverse mean squared error; "blue_coordinate" uses, per coordinate, the K x K
+        second moment ``C`` of the errors: ``w = C^-1 1 / (1' C^-1 1)``; "blue" the
+        (K d) x (K d) second moment (:func:`best_linear_weights`), Ledoit-Wolf shrunk
+        when there are no more runs than twice K d (shrinkage towards a multiple of I
+        would hide the near-singular directions that make "blue" good when there are).
+        Second moments are about zero, so a client's bias counts as error.
+    errors : array-like of shape (n_clients, n_runs, n_params)
+        The clients' errors ``theta_k - theta*`` of the fitting runs.
+    client_sizes : array-like of shape (n_clients,), optional
+        Examples per client, for "weighted_mean" (equal when not given).
+
+    Returns
+    -------
+    ndarray
+        (n_clients, n_params) per-coordinate weights, or (n_clients, n_params, n_params)
+        for "blue"; the weights sum to 1 (to I) over clients.
+    """
+    rule = check_choice(rule, "rule", RULES)
+    e = _as_errors(errors)
+    k, n, d = e.shape
+    if rule == "mean":
+        return np.full((k, d), 1.0 / k)
+    if rule == "weighted_mean":
+        return np.repeat(_sizes_weights(client_sizes, k)[:, None], d, axis=1)
+    if rule == "inverse_variance":
+        return _inverse_variance(np.mean(e**2, axis=1))
+    if rule == "blue_coordinate":
+        return _blue_coordinate(np.einsum("kri,lri->ikl", e, e) / n)
+    _check_blue_size(k, d)
+    stacked = e.transpose(1, 0, 2).reshape(n, k * d)
+    moment = stacked.T @ stacked / n if not _shrunk(n, k * d) else _ledoit_wolf(stacked)
+    return best_linear_weights(moment, k)
+
+
+def _shrunk(n_runs, dimension):
+    """Whether "blue" shrinks its second moment: with no more runs than twice its dimension,
+    as the Gaussian MI estimator does (:func:`mianalysis.analysis.gaussian_settings`)."""
+    return n_runs <= 2 * dimension
+
+
+def oracle_weights(rule: str, mean: ArrayLike, cov: ArrayLike, *, client_sizes: ArrayLike | None = None
+                   ) -> np.ndarray:
+    """The weights of `rule` computed from the exact error moments (the rule's oracle).
+
+    Parameters
+    ----------
+    rule : str
+        One of :data:`RULES`.
+    mean : array-like of shape (n_clients, d)
+        Mean of each client's error.
+    cov : array-like of shape (n_clients * d, n_clients * d)
+        Covariance of the stacked errors (client-major).
+    client_sizes : array-like, optional
+        For "weighted_mean".
+
+    Returns
+    -------
+    ndarray
+        As :func:`rule_weights`.
+    """
+    rule = check_choice(rule, "rule", RULES)
+    mu = np.asarray(mean, dtype=np.float64)
+    k, d = mu.shape
+    m = np.asarray(cov, dtype=np.float64) + np.outer(mu.ravel(), mu.ravel())
+    if rule == "mean":
+        return np.full((k, d), 1.0 / k)
+    if rule == "weighted_mean":
+        return np.repeat(_sizes_weights(client_sizes, k)[:, None], d, axis=1)
+    blocks = m.reshape(k, d, k, d)
+    idx = np.arange(d)
+    per_coordinate = blocks[:, idx, :, idx]  # (d, K, K)
+    if rule == "inverse_variance":
+        return _inverse_variance(np.einsum("ikk->ki", per_coordinate))
+    if rule == "blue_coordinate":
+        return _blue_coordinate(per_coordinate)
+    return best_linear_weights(m, k)
+
+
+def _full(weights):
+    """Weights as (n_clients, d, d) matrices (per-coordinate weights on the diagonal)."""
+    w = np.asarray(weights, dtype=np.float64)
+    return w if w.ndim == 3 else np.stack([np.diag(row) for row in w])
+
+
+def combine_errors(weights: ArrayLike, errors: ArrayLike) -> np.ndarray:
+    """Per-run squared error ``||sum_k W_k e_k||^2`` (n_runs,) of a combination.
+
+    Parameters
+    ----------
+    weights : array-like of shape (n_clients, d) or (n_clients, d, d)
+        Per-coordinate or full weights summing to 1 (to I) over clients.
+    errors : array-like of shape (n_clients, n_runs, d)
+
+    Returns
+    -------
+    ndarray of shape (n_runs,)
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    e = _as_errors(errors)
+    combined = np.einsum("kri,ki->ri", e, w) if w.ndim == 2 else np.einsum("kri,kji->rj", e, w)
+    return np.sum(combined**2, axis=1)
+
+
+def combination_mse(weights: ArrayLike, mean: ArrayLike, cov: ArrayLike) -> float:
+    """Exact ``E||sum_k W_k e_k||^2 = trace(W (C + b b') W')`` of weights summing to I.
+
+    Parameters
+    ----------
+    weights : array-like of shape (n_clients, d) or (n_clients, d, d)
+    mean : array-like of shape (n_clients, d)
+        The errors' mean b.
+    cov : array-like of shape (n_clients * d, n_clients * d)
+        The errors' covariance C.
+
+    Returns
+    -------
+    float
+        The total squared error, summed over the d coordinates.
+    """
+    mu = np.asarray(mean, dtype=np.float64)
+    w = _full(weights)
+    flat = np.concatenate(list(w), axis=1)  # (d, K d)
+    m = np.asarray(cov, dtype=np.float64) + np.outer(mu.ravel(), mu.ravel())
+    return float(np.trace(flat @ m @ flat.T))
+
+
+# ---------------------------------------------------------------------- intervals
+def ratio_interval(x: ArrayLike, y: ArrayLike, level: float = 0.95) -> tuple[float, float, float]:
+    """``mean(x) / mean(y)`` of paired per-run values and its delta-method normal interval.
+
+    The standard error is ``sd(x - R y) / (sqrt(n) mean(y))`` (Fieller's ratio to first
+    order). A ratio whose per-run differences are all 0 (identical combinations) has the
+    interval [R, R].
+
+    Examples
+    --------
+    >>> from mianalysis.headroom import ratio_interval
+    >>> [round(v, 3) for v in ratio_interval([1.0, 2.0, 3.0], [2.0, 4.0, 6.0])]
+    [0.5, 0.5, 0.5]
+    """
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    level = check_level(level, "level")
+    if x.shape != y.shape or x.ndim != 1:
+        raise ValueError(f"`x` and `y` must be paired 1-D arrays; got shapes {x.shape} and {y.shape}")
+    ybar = float(y.mean())
+    if x.size < 2 or ybar <= 0:
+        return (float(x.mean()) / ybar if ybar > 0 else np.nan), np.nan, np.nan
+    ratio = float(x.mean()) / ybar
+    se = float(np.std(x - ratio * y, ddof=1)) / (np.sqrt(x.size) * ybar)
+    low, high = normal_interval(ratio, se, level)
+    return ratio, low, high
+
+
+# ---------------------------------------------------------------------- one checkpoint
+def _cross_fitted(rule, e, folds, client_sizes):
+    """Per-run squared errors with the weights fitted on the other folds (run r in fold r % folds)."""
+    n = e.shape[1]
+    out = np.empty(n)
+    fold = np.arange(n) % folds
+    for f in range(folds):
+        weights = rule_weights(rule, e[:, fold != f], client_sizes=client_sizes)
+        out[fold == f] = combine_errors(weights, e[:, fold == f])
+    return out
+
+
+def headroom_rows(errors: ArrayLike, *, rules: Sequence[str] = RULES, folds: int = 2, level: float = 0.95,
+                  client_sizes: ArrayLike | None = None, exact: tuple[ArrayLike, ArrayLike] | None = None,
+                  fixed_weights: Mapping[str, ArrayLike] | None = None) -> list[dict[str, Any]]:
+    """MSE of each combination rule at one checkpoint, its interval and its ratio to the mean's.
+
+    Parameters
+    ----------
+    errors : array-like of shape (n_clients, n_runs, n_params)
+        ``theta_k - theta*`` per client and run.
+    rules : sequence of str, default=RULES
+        Rules of :data:`RULES`, and names of `fixed_weights`.
+    folds : int, default=2
+        Cross-fitting folds for the fitted rules: run r is scored with weights fitted on the
+        runs of the other folds (run r in fold ``r % folds``); every run is scored once.
+    level : float, default=0.95
+        Level of the normal intervals over runs (MSE) and of the delta-method interval of
+        the ratio, paired by run.
+    client_sizes : array-like, optional
+        For "weighted_mean".
+    exact : (mean, cov), optional
+        Exact moments of the errors (see :func:`combination_mse`): each row gets
+        ``mse_exact``, the exact MSE of the rule's weights, or, for a fitted rule, of its
+        oracle weights (:func:`oracle_weights`).
+    fixed_weights : dict, optional
+        Further rules with known weights: name -> (n_clients, d) or (n_clients, d, d).
+
+    Returns
+    -------
+    list of dict
+        One row per rule: ``rule``, ``weights`` ("fixed", or "cross-fitted, F folds" for
+        the rules that fit them), ``mse``, ``mse_low``, ``mse_high``, ``ratio`` (to the
+        mean's MSE), ``ratio_low``, ``ratio_high``, ``mse_exact``, ``ratio_exact``,
+        ``exact_note``, ``n_runs``, ``note``.
+    """
+    e = _as_errors(errors)
+    folds = check_int(folds, "folds", low=2)
+    level = check_level(level, "level")
+    fixed_weights = dict(fixed_weights or {})
+    rules = list(rules)
+    for rule in rules:
+        if rule not in fixed_weights:
+            check_choice(rule, "rule", [*RULES, *fixed_weights])
+    k, n, d = e.shape
+    if n < 2 * folds:
+        raise ValueError(f"headroom needs at least {2 * folds} runs for {folds} folds; got {n}")
+    base = combine_errors(rule_weights("mean", e), e)
+    moments = None if exact is None else (np.asarray(exact[0], float), np.asarray(exact[1], float))
+    base_exact = None if moments is None else combination_mse(np.full((k, d), 1.0 / k), *moments)
+    rows = []
+    for rule in rules:
+        fitted = rule in FITTED_RULES
+        if rule in fixed_weights:
+            per_run = combine_errors(fixed_weights[rule], e)
+        elif fitted:
+            per_run = _cross_fitted(rule, e, folds, client_sizes)
+        else:
+            per_run = combine_errors(rule_weights(rule, e, client_sizes=client_sizes), e)
+        mse, low, high = mean_interval(per_run, level)
+        ratio, r_low, r_high = ratio_interval(per_run, base, level)
+        note = ""
+        if rule == "blue":
+            n_fit = n - -(-n // folds)  # the fewest runs any fold's weights are fitted on
+            note = (f"ledoit-wolf shrinkage: {n_fit} fitting runs <= 2 x {k * d}" if _shrunk(n_fit, k * d)
+                    else f"sample second moment ({k * d} x {k * d}) of >= {n_fit} fitting runs")
+        row = {"rule": rule, "weights": f"cross-fitted, {folds} folds" if fitted else "fixed",
+               "mse": mse, "mse_low": low, "mse_high": high, "ratio": ratio, "ratio_low": r_low,
+               "ratio_high": r_high, "mse_exact": np.nan, "ratio_exact": np.nan, "exact_note": "", "n_runs": n,
+               "note": note}
+        if moments is not None:
+            weights = (fixed_weights[rule] if rule in fixed_weights
+                       else oracle_weights(rule, *moments, client_sizes=client_sizes))
+            row["mse_exact"] = combination_mse(weights, *moments)
+            row["ratio_exact"] = row["mse_exact"] / base_exact if base_exact > 0 else np.nan
+            row["exact_note"] = ("oracle weights of the rule (from the exact moments)" if fitted
+                                 else "the rule's weights")
+        rows.append(row)
+    return rows
+
+
+# ---------------------------------------------------------------------- from a dump
+def _task_of(dump):
+    """The task a dump was sampled from, rebuilt from its settings, or None."""
+    meta = dump.meta
+    if not isinstance(meta, dict) or not isinstance(meta.get("task_settings"), dict):
+        return None
+    from .tasks import TASKS
+
+    kind = TASKS.get(meta.get("task"))
+    if kind is None:
+        return None
+    try:
+        return kind(**meta["task_settings"])
+    except (TypeError, ValueError):  # settings this version does not know
+        return None
+
+
+def _sampling_of(dump):
+    meta = dump.meta
+    return int(meta.get("seed", 0)), str(meta.get("init", "per-run")), tuple(meta.get("shared", ()))
+
+
+def headroom(dump: ParameterDump | str | os.PathLike, *, reference: str | ArrayLike = "auto",
+             rules: Sequence[str] = RULES, iterations: Sequence[int] | None = None, folds: int = 2,
+             level: float = 0.95, client_sizes: ArrayLike | None = None) -> list[dict[str, Any]]:
+    """Per checkpoint and combination rule: MSE to the reference over runs, and its ratio to the average's.
+
+    Parameters
+    ----------
+    dump : ParameterDump or path
+    reference : str or array-like, default="auto"
+        Where the federation should be in each run: "task" (the task's
+        ``central_parameters``, recomputed from the dump's seed: gaussian-sgd), the name of a
+        client of the dump that holds it (e.g. "central"; it is then not combined), or an
+        array (n_runs, n_params) for every checkpoint or (n_checkpoints, n_runs, n_params).
+        "auto" is the client "central" if the dump has one, else "task".
+    rules : sequence of str, default=RULES
+        Combination rules (:data:`RULES`), and "curvature" for gaussian-sgd (the weights
+        ``(sum_j A_j)^-1 A_k`` of the reference).
+    iterations : sequence of int, optional
+        Iterations (checkpoints) to measure; all by default.
+    folds, level, client_sizes
+        See :func:`headroom_rows`. Client sizes default to equal (the built-in tasks give
+        every client the same number of examples).
+
+    Returns
+    -------
+    list of dict
+        The rows of :func:`headroom_rows` with ``iteration``, ``checkpoint`` (its index),
+        ``reference``, ``n_clients`` and ``n_params`` first. Where the task knows the exact
+        answer (gaussian-sgd with ``transform="none"`` and the task's reference) ``mse_exact``
+        is filled.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mianalysis import ParameterDump, headroom
+    >>> rng = np.random.default_rng(0)
+    >>> errors = rng.standard_normal((3, 1, 400, 2)) * np.array([1.0, 1.0, 3.0])[:, None, None, None]
+    >>> dump = ParameterDump.from_arrays("headroom_dump", {"a": errors[0], "b": errors[1], "c": errors[2],
+    ...                                  "central": np.zeros((1, 400, 2))}, checkpoints=[5])
+    >>> rows = headroom(dump)                        # the client "central" is the reference
+    >>> [(r["rule"], round(r["ratio"], 1)) for r in rows if r["rule"] in ("mean", "inverse_variance")]
+    [('mean', 1.0), ('inverse_variance', 0.4)]
+
+    (Exactly ``(1 / (1 + 1 + 1/9)) / ((1 + 1 + 9) / 9) = 0.39``.)
+    """
+    from .dumps import ParameterDump
+
+    dump = dump if isinstance(dump, ParameterDump) else ParameterDump.open(dump)
+    n = dump.completed_runs
+    task = _task_of(dump)
+    seed, init, shared = _sampling_of(dump)
+    clients = list(dump.clients)
+    if isinstance(reference, str):
+        if reference == "auto":
+            reference = "central" if "central" in clients else "task"
+        if reference == "task":
+            if task is None or not hasattr(task, "central_parameters"):
+                raise ValueError(f"`reference`='task' needs a dump of a task that knows the federation's reference "
+                                 f"(gaussian-sgd); {dump.path} is of task {dump.meta.get('task')!r}: give the name "
+                                 "of a client that holds it (e.g. 'central') or an array")
+            if task.settings["transform"] != "none":
+                raise ValueError(f"`reference`='task' needs parameters recorded as they are (transform 'none'); "
+                                 f"{dump.path} records them through {task.settings['transform']!r}")
+            from .sampling import ParameterSampler
+
+            sampler = ParameterSampler(task, seed=seed, init=init, shared=shared, progress=False)
+            ref = task.central_parameters([sampler.data_generators(range(n), k) for k in range(task.n_clients)])
+            ref_name = "task: (sum A_k)^-1 sum A_k mu_k"
+        elif reference in clients:
+            clients.remove(reference)
+            ref, ref_name = None, f"client {reference}"
+        else:
+            raise ValueError(f"`reference` must be 'auto', 'task', a client of the dump {clients} or an array; "
+                             f"got {reference!r}")
+    else:
+        ref = np.asarray(reference, dtype=np.float64)
+        if ref.shape not in ((n, dump.n_params), (len(dump.checkpoints), n, dump.n_params)):
+            raise ValueError(f"`reference` must have shape ({n}, {dump.n_params}) or ({len(dump.checkpoints)}, {n}, "
+                             f"{dump.n_params}) (runs, params); got {ref.shape}")
+        ref_name = "array"
+    if not clients:
+        raise ValueError(f"{dump.path} has no clients to combine besides the reference")
+    wanted = list(dump.checkpoints) if iterations is None else [int(i) for i in iterations]
+    missing = [i for i in wanted if i not in dump.checkpoints]
+    if missing:
+        raise ValueError(f"`iterations` {missing} are not checkpoints of {dump.path}: {dump.checkpoints}")
+    exact_ok = (ref_name.startswith("task") and task is not None and hasattr(task, "exact_error_moments")
+                and len(clients) == task.n_clients)
+    fixed = {}
+    if "curvature" in rules:
+        if not exact_ok:
+            raise ValueError("rule 'curvature' needs a gaussian-sgd dump and `reference`='task'")
+        fixed["curvature"] = task.curvature_weights()
+    rows = []
+    for it in wanted:
+        t = dump.checkpoints.index(it)
+        here = None if ref is None else (ref if ref.ndim == 2 else ref[t])
+        if here is None:
+            here = np.asarray(dump.samples(reference, t), dtype=np.float64)
+        errors = np.stack([np.asarray(dump.samples(c, t), dtype=np.float64) - here for c in clients])
+        exact = task.exact_error_moments(it, init=init, shared=shared) if exact_ok else None
+        for row in headroom_rows(errors, rules=rules, folds=folds, level=level, client_sizes=client_sizes,
+                                 exact=exact, fixed_weights=fixed):
+            rows.append({"iteration": it, "checkpoint": t, "reference": ref_name, "n_clients": len(clients),
+                         "n_params": dump.n_params, **row})
+    return rows
