@@ -1,0 +1,90 @@
+"""Reliability of the Flower strategy and recorder, boolean parameters, `mianalysis plot` of a
+table with nothing to draw, and the Flower example's arguments.
+
+The Flower tests skip when flwr is not installed (as tests/test_flower.py does) and run on
+LocalGrid, in this process: no Ray, no network.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ---------------------------------------------------------------------------- Flower
+def _flower():
+    """The Flower names these tests use; skips the test without flwr."""
+    pytest.importorskip("flwr")
+    from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
+    from flwr.clientapp import ClientApp
+    from flwr.serverapp import Grid, ServerApp
+
+    import mianalysis.flower as flower
+
+    return dict(Array=Array, ArrayRecord=ArrayRecord, Context=Context, Message=Message, MetricRecord=MetricRecord,
+                RecordDict=RecordDict, ClientApp=ClientApp, Grid=Grid, ServerApp=ServerApp, flower=flower)
+
+
+START = {"w": np.array([0.5, -1.0, 2.0, 1.0], dtype=np.float32), "b": np.array([1.0, 2.0], dtype=np.float32)}
+
+
+def _client_app(f, reshape_for=None):
+    """Each client sends back the arrays it received plus one; the client with partition
+    id `reshape_for` sends them in other shapes (the same names, the same numbers)."""
+    app = f["ClientApp"]()
+
+    @app.train()
+    def train(msg, context):
+        p = int(context.node_config["partition-id"])
+        received = msg.content["arrays"]
+        arrays = {name: received[name].numpy() + np.float32(1) for name in received.keys()}
+        if p == reshape_for:
+            arrays = {"w": arrays["w"].reshape(2, 2), "b": arrays["b"].reshape(2, 1)}
+        content = f["RecordDict"]({"arrays": f["ArrayRecord"]({n: f["Array"](a) for n, a in arrays.items()}),
+                                   "metrics": f["MetricRecord"]({"num-examples": 1})})
+        return f["Message"](f["flower"].with_partition_id(content, context), reply_to=msg)
+
+    return app
+
+
+def _one_round(f, app):
+    record = f["ArrayRecord"]({n: f["Array"](a) for n, a in START.items()})
+    with f["flower"].LocalGrid(app, 3) as grid:
+        return f["flower"].FedRule("fedavg", fraction_evaluate=0.0).start(grid, record, num_rounds=1)
+
+
+def test_fedrule_reply_with_other_shapes_names_the_node_and_array():
+    f = _flower()
+    result = _one_round(f, _client_app(f))  # the same shapes: the model plus one
+    np.testing.assert_array_equal(result.arrays["w"].numpy(), START["w"] + 1)
+    with pytest.raises(ValueError, match=r"the reply of node 1001 \(client 1\): array 'w' has shape \(2, 2\); "
+                                         r"the global model's 'w' has shape \(4,\)"):
+        _one_round(f, _client_app(f, reshape_for=1))
+
+
+def _server_app(f):
+    app = f["ServerApp"]()
+
+    @app.main()
+    def main(grid, context):
+        record = f["ArrayRecord"]({n: f["Array"](a) for n, a in START.items()})
+        f["flower"].FedRule("fedavg", fraction_evaluate=0.0).start(grid, record, num_rounds=1)
+
+    return app
+
+
+@pytest.mark.parametrize("seeds, repeated", [([0, 0, 1], "0 is repeated in [0, 0, 1]"),
+                                             ([3, 1, 3, 1], "1, 3 are repeated in [3, 1, 3, 1]")])
+def test_record_runs_refuses_repeated_seeds(tmp_path, seeds, repeated):
+    f = _flower()
+    with pytest.raises(ValueError, match=r"`seeds` must not repeat a seed .*" + repeated.replace("[", r"\[")
+                       .replace("]", r"\]")):
+        f["flower"].record_runs(_server_app(f), _client_app(f), tmp_path / "d", num_partitions=3, rounds=1,
+                                seeds=seeds)
+    assert not (tmp_path / "d").exists()
