@@ -99,6 +99,11 @@ def _cmd_estimate(args):
         print(f"{args.estimator} MI = {value:.6g} {args.units}")
 
 
+# --set / --param values spelled as Python writes a flag; JSON's true and false parse as well. Any
+# other value of a flag (0, "no", ...) is refused by the setting's own check.
+PYTHON_FLAGS = {"True": True, "False": False}
+
+
 def _parse_settings(pairs):
     import json
 
@@ -107,6 +112,9 @@ def _parse_settings(pairs):
         if "=" not in item:
             raise ValueError(f"--set expects KEY=VALUE; got {item!r}")
         key, value = item.split("=", 1)
+        if value in PYTHON_FLAGS:  # Python's spelling of a flag, as well as JSON's true / false
+            settings[key] = PYTHON_FLAGS[value]
+            continue
         try:
             settings[key] = json.loads(value)
         except json.JSONDecodeError:

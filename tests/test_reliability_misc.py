@@ -88,3 +88,51 @@ def test_record_runs_refuses_repeated_seeds(tmp_path, seeds, repeated):
         f["flower"].record_runs(_server_app(f), _client_app(f), tmp_path / "d", num_partitions=3, rounds=1,
                                 seeds=seeds)
     assert not (tmp_path / "d").exists()
+
+
+# ---------------------------------------------------------------------------- boolean parameters
+@pytest.mark.parametrize("rule", ["and_mask", "geometric_mask"])
+@pytest.mark.parametrize("bad", ["no", "False", 0, 1, None])
+def test_rescale_must_be_true_or_false(rule, bad):
+    pytest.importorskip("torch")
+    from mianalysis._validation import InvalidParameterError
+    from mianalysis.federated import aggregation
+
+    grads = np.array([[1.0, 3, 5], [0, 3, -5]])
+    with pytest.raises(InvalidParameterError, match=r"`rescale` must be True or False; got " + repr(bad)):
+        getattr(aggregation, rule)(grads, rescale=bad)
+    plain = getattr(aggregation, rule)(grads, rescale=False)
+    np.testing.assert_array_equal(getattr(aggregation, rule)(grads, rescale=np.bool_(False)), plain)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda F: F.FederatedConfig(aggregator="and_mask", aggregator_params={"rescale": "False"}).check(),
+     r"`aggregator_params` \{'rescale': 'False'\} do not fit the aggregator 'and_mask': `rescale` must be True "
+     r"or False; got 'False'"),
+    (lambda F: F.FederatedConfig(weighted="no").check(), r"`weighted` must be True or False; got 'no'"),
+    (lambda F: F.FederatedData.environments(n_clients=4, equal_size="no"), r"`equal_size` must be True or False; "
+     r"got .no."),
+])
+def test_federated_flags_are_checked_as_booleans(make, message):
+    pytest.importorskip("torch")
+    import mianalysis.federated as F
+    from mianalysis._validation import InvalidParameterError
+
+    with pytest.raises(InvalidParameterError, match=message):
+        make(F)
+
+
+def test_cli_flag_values_are_booleans_or_refused(tmp_path, capsys):
+    pytest.importorskip("torch")
+    from mianalysis.cli import _parse_settings, main
+
+    assert _parse_settings(["rescale=False", "a=True", "b=false", "c=true", "d=0", "e=no"]) == {
+        "rescale": False, "a": True, "b": False, "c": True, "d": 0, "e": "no"}
+    for value in ("0", "no"):
+        out = tmp_path / value
+        assert main(["federate", "--clients", "3", "--fraction", "1", "--rounds", "1", "--aggregator", "and_mask",
+                     "--param", f"rescale={value}", "--out", str(out), "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("mianalysis federate: error: ") and err.count("\n") == 1, err
+        assert f"`rescale` must be True or False; got {_parse_settings([f'x={value}'])['x']!r}" in err
+        assert not out.exists()
