@@ -188,9 +188,13 @@ def _print_trends(rows, level):
 
 def _cmd_plot(args):
     from .analysis import read_table
-    from .plots import save_figure
+    from .plots import check_drawable, save_figure
 
     rows = read_table(args.table)
+    try:
+        check_drawable(rows, args.kind)
+    except ValueError as exc:
+        raise ValueError(f"{args.table}: {exc}") from None
     path = save_figure(rows, args.kind, args.out, title=args.title, record=_table_record(args.table))
     _say(args, f"wrote {path}")
     if any(r["verdict"] for r in rows):

@@ -136,3 +136,27 @@ def test_cli_flag_values_are_booleans_or_refused(tmp_path, capsys):
         assert err.startswith("mianalysis federate: error: ") and err.count("\n") == 1, err
         assert f"`rescale` must be True or False; got {_parse_settings([f'x={value}'])['x']!r}" in err
         assert not out.exists()
+
+
+# ---------------------------------------------------------------------------- plot with nothing to draw
+HEADER = "checkpoint,iteration,client_a,client_b,quantity,value,spread,null_mean,null_std,p_value,n_runs,note\n"
+
+
+@pytest.mark.parametrize("kind, body, missing, has", [
+    ("mi", "0,0,a,b,euclidean,1.0,,,,,10,\n0,0,a,b,loss,2.0,,,,,10,\n", "mi_gaussian / mi_ksg",
+     "it has only euclidean, loss"),
+    ("distances", "0,0,a,b,mi_gaussian,1.0,,,,,10,\n", "euclidean / manhattan / chebyshev", "it has only mi_gaussian"),
+    ("mi", "", "mi_gaussian / mi_ksg", "it has no rows"),
+])
+def test_plot_with_nothing_to_draw_is_a_one_line_error(tmp_path, capsys, kind, body, missing, has):
+    pytest.importorskip("matplotlib")
+    from mianalysis.cli import main
+
+    table = tmp_path / "t.csv"
+    table.write_text(HEADER + body)
+    assert main(["plot", str(table), "--kind", kind, "--out", str(tmp_path / "f.png")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith(f"mianalysis plot: error: {table}: nothing to draw for --kind {kind}: the table has no "
+                          f"{missing} rows ({has}); no figure was written"), err
+    assert not (tmp_path / "f.png").exists()
