@@ -7,6 +7,7 @@ LocalGrid, in this process: no Ray, no network.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -160,3 +161,37 @@ def test_plot_with_nothing_to_draw_is_a_one_line_error(tmp_path, capsys, kind, b
     assert err.startswith(f"mianalysis plot: error: {table}: nothing to draw for --kind {kind}: the table has no "
                           f"{missing} rows ({has}); no figure was written"), err
     assert not (tmp_path / "f.png").exists()
+
+
+# ---------------------------------------------------------------------------- the Flower example's arguments
+# Runs the example with each of the bad command lines in turn, in one process, and says how
+# each ended and whether Flower had been imported by then.
+_RECORD_SEEDS = """
+import runpy, sys
+script, bad = sys.argv[1], sys.argv[2:]
+for args in bad:
+    sys.argv = ["record_seeds.py", "--out", "never-written", *args.split()]
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exc:
+        print("exit", exc.code, "flwr imported" if "flwr" in sys.modules else "flwr not imported")
+"""
+
+
+def test_record_seeds_bad_arguments_are_named_before_flower_starts(tmp_path):
+    pytest.importorskip("torch")
+    script = ROOT / "examples" / "flower" / "record_seeds.py"
+    bad = ["--rule nope", "--runs 0", "--lr nan", "--threshold 2", "--clients x"]
+    done = subprocess.run([sys.executable, "-c", _RECORD_SEEDS, str(script), *bad], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.stdout.splitlines() == ["exit 2 flwr not imported"] * len(bad), done.stdout + done.stderr
+    errors = [line for line in done.stderr.splitlines() if "error:" in line]
+    expected = ["argument --rule: invalid choice: 'nope' (choose from 'and_mask', ",
+                "argument --runs: must be an integer >= 1; got 0",
+                "argument --lr: must be a finite number > 0; got nan",
+                "argument --threshold: must be a finite number in [0, 1]; got 2",
+                "argument --clients: 'x' is not an integer"]
+    assert len(errors) == len(expected), done.stderr
+    for line, message in zip(errors, expected):
+        assert line.startswith("record_seeds.py: error: " + message), line
+    assert not (tmp_path / "never-written").exists()
