@@ -414,7 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
     smp.add_argument("--init", choices=["per-run", "fixed"], default="per-run")
     smp.add_argument("--every", type=int, default=1, help="checkpoint every this many iterations")
     smp.add_argument("--chunk-size", type=int, default=64, help="runs trained together")
-    smp.add_argument("--set", action="append", metavar="KEY=VALUE", help="task setting (JSON value)")
+    smp.add_argument("--set", action="append", metavar="KEY=VALUE", help="task setting (JSON value; True / False are flags too)")
     smp.add_argument("--shared", action="append", metavar="STREAM",
                      help="a random stream the clients of a run share (repeatable; the task's streams: signal-rnn "
                           "order, dropout; digits-lenet order, augmentation; gaussian-sgd data, noise; module order)")
@@ -473,7 +473,9 @@ def build_parser() -> argparse.ArgumentParser:
     fed.add_argument("--client-eb", action="store_true",
                      help="log each client's EB criterion per round into OUT/client_eb.csv")
     fed.add_argument("--aggregator", default="fedavg", help="fedavg, fedsgd, median, trimmed_mean, and_mask, geometric_mask")
-    fed.add_argument("--param", action="append", metavar="KEY=VALUE", help="aggregator parameter, e.g. threshold=0.2")
+    fed.add_argument("--param", action="append", metavar="KEY=VALUE",
+                     help="aggregator parameter (JSON value; True / False are flags too), e.g. threshold=0.2 or "
+                          "rescale=false")
     fed.add_argument("--rounds", type=int, default=50)
     fed.add_argument("--fraction", type=float, default=0.1, help="C: fraction of clients per round")
     fed.add_argument("--epochs", type=int, default=1, help="E: local epochs")
