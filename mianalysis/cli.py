@@ -97,6 +97,11 @@ def _cmd_estimate(args):
         print(f"{args.estimator} MI = {value:.6g} {args.units}")
 
 
+# --set / --param values spelled as Python writes a flag; JSON's true and false parse as well. Any
+# other value of a flag (0, "no", ...) is refused by the setting's own check.
+PYTHON_FLAGS = {"True": True, "False": False}
+
+
 def _parse_settings(pairs):
     import json
 
@@ -105,6 +110,9 @@ def _parse_settings(pairs):
         if "=" not in item:
             raise ValueError(f"--set expects KEY=VALUE; got {item!r}")
         key, value = item.split("=", 1)
+        if value in PYTHON_FLAGS:  # Python's spelling of a flag, as well as JSON's true / false
+            settings[key] = PYTHON_FLAGS[value]
+            continue
         try:
             settings[key] = json.loads(value)
         except json.JSONDecodeError:
@@ -178,9 +186,13 @@ def _print_trends(rows, level):
 
 def _cmd_plot(args):
     from .analysis import read_table
-    from .plots import save_figure
+    from .plots import check_drawable, save_figure
 
     rows = read_table(args.table)
+    try:
+        check_drawable(rows, args.kind)
+    except ValueError as exc:
+        raise ValueError(f"{args.table}: {exc}") from None
     path = save_figure(rows, args.kind, args.out, title=args.title, record=_table_record(args.table))
     _say(args, f"wrote {path}")
     if any(r["verdict"] for r in rows):
@@ -418,7 +430,7 @@ def build_parser() -> argparse.ArgumentParser:
     smp.add_argument("--init", choices=["per-run", "fixed"], default="per-run")
     smp.add_argument("--every", type=int, default=1, help="checkpoint every this many iterations")
     smp.add_argument("--chunk-size", type=int, default=64, help="runs trained together")
-    smp.add_argument("--set", action="append", metavar="KEY=VALUE", help="task setting (JSON value)")
+    smp.add_argument("--set", action="append", metavar="KEY=VALUE", help="task setting (JSON value; True / False are flags too)")
     smp.add_argument("--shared", action="append", metavar="STREAM",
                      help="a random stream the clients of a run share (repeatable; the task's streams: signal-rnn "
                           "order, dropout; digits-lenet order, augmentation; gaussian-sgd data, noise; module order)")
@@ -478,7 +490,9 @@ def build_parser() -> argparse.ArgumentParser:
     fed.add_argument("--client-eb", action="store_true",
                      help="log each client's EB criterion per round into OUT/client_eb.csv")
     fed.add_argument("--aggregator", default="fedavg", help="fedavg, fedsgd, median, trimmed_mean, and_mask, geometric_mask")
-    fed.add_argument("--param", action="append", metavar="KEY=VALUE", help="aggregator parameter, e.g. threshold=0.2")
+    fed.add_argument("--param", action="append", metavar="KEY=VALUE",
+                     help="aggregator parameter (JSON value; True / False are flags too), e.g. threshold=0.2 or "
+                          "rescale=false")
     fed.add_argument("--rounds", type=int, default=50)
     fed.add_argument("--fraction", type=float, default=0.1, help="C: fraction of clients per round")
     fed.add_argument("--epochs", type=int, default=1, help="E: local epochs")

@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # names used only in type hints (Matplotlib is loaded where a
     import matplotlib.figure
 
 __all__ = [
-    "save_figure", "figure_mi", "figure_distances", "figure_title", "FIGURES", "plot_mi_panel",
+    "save_figure", "check_drawable", "figure_mi", "figure_distances", "figure_title", "FIGURES", "plot_mi_panel",
     "plot_metric_panel", "plot_distance_panel", "pair_summary", "estimator_variant", "figure_headroom"
 ]
 
@@ -450,11 +450,34 @@ def figure_distances(rows: Sequence[dict], title: str | None = None, *, record: 
 
 
 FIGURES = {"mi": figure_mi, "distances": figure_distances}
+# The quantities each figure draws its main panels from: a table with none of them has nothing to draw.
+FIGURE_QUANTITIES = {"mi": ("mi_gaussian", "mi_ksg"), "distances": ("euclidean", "manhattan", "chebyshev")}
+
+
+def check_drawable(rows: Sequence[dict], kind: str) -> None:
+    """ValueError unless `rows` hold a quantity that figure `kind` draws, naming what is missing.
+
+    Parameters
+    ----------
+    rows : list of dict
+        An analysis table.
+    kind : {"mi", "distances"}
+    """
+    check_choice(kind, "kind", sorted(FIGURES))
+    wanted = FIGURE_QUANTITIES[kind]
+    if not any(r["quantity"] in wanted for r in rows):
+        held = sorted({str(r["quantity"]) for r in rows})
+        has = f"it has only {', '.join(held)}" if held else "it has no rows"
+        raise ValueError(f"nothing to draw for --kind {kind}: the table has no {' / '.join(wanted)} rows ({has}); "
+                         "no figure was written")
 
 
 def save_figure(rows: Sequence[dict], kind: str, path: str | os.PathLike, title: str | None = None, *,
                 record: Mapping[str, Any] | None = None) -> Path:
     """Draw figure `kind` ("mi" or "distances") from `rows` and save it to `path`.
+
+    ValueError, and no file, when `rows` hold none of the quantities the figure draws
+    (:func:`check_drawable`).
 
     Parameters
     ----------
@@ -476,7 +499,7 @@ def save_figure(rows: Sequence[dict], kind: str, path: str | os.PathLike, title:
 
     import matplotlib.pyplot as plt
 
-    check_choice(kind, "kind", sorted(FIGURES))
+    check_drawable(rows, kind)
     fig = FIGURES[kind](rows, title, record=record)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)

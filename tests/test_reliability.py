@@ -295,32 +295,52 @@ def _run_side_by_side(*commands):
         assert proc.returncode == 0, f"{argv}: {err}"
 
 
+# Tasks sampled through the CLI on 1 and 2 threads in chunks of 8 and 5 runs: for 21 runs the
+# last chunk of 5 is a single run (for gaussian-sgd a batch of one client's target, which a
+# BLAS product would compute as a matrix-vector product).
+CLI_TASKS = {
+    "signal-rnn": (24, ["--task", "signal-rnn", "--set", "n_layers=2", "--set", "seq_len=16", "--set",
+                        "n_examples=32", "--set", "batch_size=8"]),
+    "gaussian-sgd": (21, ["--task", "gaussian-sgd", "--preset", "small", "--every", "10"]),
+    "module": (21, ["--task", "module", "--set", "factory=module_factories:cnn_spec", "--set", "batch_size=5"]),
+}
+
+
 @code_paths
-def test_same_seed_same_bytes_across_threads_and_chunk_sizes(tmp_path, code_path):
+@pytest.mark.parametrize("task", sorted(CLI_TASKS))
+def test_same_seed_same_bytes_across_threads_and_chunk_sizes(tmp_path, code_path, task):
     pytest.importorskip("torch")
-    settings = ["--set", "n_layers=2", "--set", "seq_len=16", "--set", "n_examples=32", "--set", "batch_size=8"]
+    n_runs, settings = CLI_TASKS[task]
+    tests = Path(__file__).resolve().parent
+    path = {"PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)])}  # module_factories
     a, b = tmp_path / "t1", tmp_path / "t2"
     runs = [(a, 1, 8), (b, 2, 5)]  # (out, threads, chunk size)
-    _run_side_by_side(*[(CLI + ["sample", "--task", "signal-rnn", "--runs", "24", "--chunk-size", str(chunk),
-                                "--seed", "7", "--out", str(out), "--no-progress", *settings], _env(code_path, threads))
+    _run_side_by_side(*[(CLI + ["sample", "--runs", str(n_runs), "--chunk-size", str(chunk), "--seed", "7",
+                                "--out", str(out), "--no-progress", *settings], {**_env(code_path, threads), **path})
                         for out, threads, chunk in runs])
     _run_side_by_side(*[(CLI + ["analyze", str(out), "--out", f"{out}.csv", "--permutations", "3", "--no-progress"],
                          _env(code_path, threads)) for out, threads, _ in runs])
-    for name in ("client_0.f32", "client_1.f32", "client_2.f32", "metrics_0.f32"):
+    names = sorted(p.name for p in a.glob("*.f32"))
+    assert "client_2.f32" in names and "metrics_0.f32" in names
+    for name in names:
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
     assert (tmp_path / "t1.csv").read_bytes() == (tmp_path / "t2.csv").read_bytes()
 
 
 # Runs alone or beside others, on 1 or 2 threads: a lone replica (one client, a chunk of
-# one run), digits-lenet, whose frozen body sees a chunk's worth of images, and a small CNN
-# of the user's own (--task module: replicas through vmap, convolutions batched over them).
+# one run), digits-lenet, whose frozen body sees a chunk's worth of images, a small CNN
+# of the user's own (--task module: replicas through vmap, convolutions batched over them),
+# and gaussian-sgd, whose curvature products are batched over replicas (one client alone:
+# a batch of one replica).
 _SAMPLER_CHUNKS = """
 import sys, numpy as np, torch
 from mianalysis.sampling import ParameterSampler
 from mianalysis.tasks import ModuleTask, get_task
 tasks = [get_task("signal-rnn", "paper", n_clients=1, n_layers=2, seq_len=16, n_examples=32, batch_size=8),
          get_task("digits-lenet", "paper", pretrain_epochs=1, per_digit=3, batch_size=10),
-         ModuleTask.from_factory("module_factories:cnn_spec", batch_size=5)]
+         ModuleTask.from_factory("module_factories:cnn_spec", batch_size=5),
+         get_task("gaussian-sgd", "small", n_iterations=12),
+         get_task("gaussian-sgd", "small", n_clients=1, n_iterations=12)]
 for task in tasks:
     sampler = ParameterSampler(task, seed=3, progress=False)
     torch.set_num_threads(1)
@@ -344,7 +364,7 @@ def test_sampled_run_same_bytes_alone_or_in_any_chunk(tmp_path, code_path):
     out = subprocess.run([sys.executable, "-c", _SAMPLER_CHUNKS], env=env, capture_output=True, text=True,
                          check=True).stdout
     lines = out.splitlines()
-    assert len(lines) == 3 * 9 and all(line.endswith(" same") for line in lines), out
+    assert len(lines) == 5 * 9 and all(line.endswith(" same") for line in lines), out
 
 
 def test_estimates_do_not_depend_on_threads():

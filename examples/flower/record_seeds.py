@@ -14,35 +14,74 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # digits_app, from any working folder
 
-from digits_app.client_app import app as client_app  # noqa: E402
-from digits_app.server_app import app as server_app  # noqa: E402
 from digits_app.task import DEFAULT_CONFIG  # noqa: E402
 
-from mianalysis.flower import record_runs  # noqa: E402
+from mianalysis.federated.aggregation import AGGREGATORS  # noqa: E402
+from mianalysis.federated.partition import PARTITIONS  # noqa: E402
+
+
+def _number(kind, *, low, high=None, low_open=False, high_open=False):
+    """An argparse type: a finite `kind` (int or float) in the interval, else argparse's error."""
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+        if not math.isfinite(value) or value < low or (low_open and value == low) or (
+                high is not None and (value > high or (high_open and value == high))):
+            lo, hi = "(" if low_open else "[", ")" if high_open else "]"
+            where = f"in {lo}{low}, {high}{hi}" if high is not None else f"{'>' if low_open else '>='} {low}"
+            raise argparse.ArgumentTypeError(f"must be {'an integer' if kind is int else 'a finite number'} {where}; "
+                                             f"got {text}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
+# How each run-config entry is read from the command line (the defaults are DEFAULT_CONFIG's).
+CONFIG_ARGUMENTS = {
+    "num-server-rounds": {"type": _number(int, low=1)},
+    "rule": {"choices": sorted(AGGREGATORS)},
+    "threshold": {"type": _number(float, low=0, high=1)},
+    "beta": {"type": _number(float, low=0, high=0.5, high_open=True)},
+    "local-epochs": {"type": _number(int, low=1)},
+    "batch-size": {"type": _number(int, low=1)},
+    "lr": {"type": _number(float, low=0, low_open=True)},
+    "hidden": {"type": _number(int, low=1)},
+    "partition": {"choices": PARTITIONS},
+    "data-seed": {"type": _number(int, low=0)},
+}
 
 
 def parse_args(argv=None):
+    """The command line, checked before Flower is imported: a bad value is argparse's one-line error."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="dump folder (new, or this recording to resume)")
-    parser.add_argument("--runs", type=int, default=20, help="number of seeds, one run each")
-    parser.add_argument("--first-seed", type=int, default=0)
-    parser.add_argument("--clients", type=int, default=3, help="number of partitions (nodes)")
+    parser.add_argument("--runs", type=_number(int, low=1), default=20, help="number of seeds, one run each")
+    parser.add_argument("--first-seed", type=_number(int, low=0), default=0)
+    parser.add_argument("--clients", type=_number(int, low=1), default=3, help="number of partitions (nodes)")
     for key, value in DEFAULT_CONFIG.items():
         if key != "seed":
-            parser.add_argument(f"--{key}", type=type(value), default=value, dest=key.replace("-", "_"))
+            parser.add_argument(f"--{key}", default=value, dest=key.replace("-", "_"), **CONFIG_ARGUMENTS[key])
     parser.add_argument("--verbose", action="store_true", help="show Flower's log")
     return parser.parse_args(argv)
 
 
 def main(argv=None):
     args = parse_args(argv)
+    import torch
+    from digits_app.client_app import app as client_app
+    from digits_app.server_app import app as server_app
+
+    from mianalysis.flower import record_runs
+
     config = {key: getattr(args, key.replace("-", "_")) for key in DEFAULT_CONFIG if key != "seed"}
     if not args.verbose:
         logging.getLogger("flwr").setLevel(logging.WARNING)

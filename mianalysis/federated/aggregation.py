@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .._validation import check_choice, check_real
+from .._validation import check_choice, check_flag, check_real
 
 if TYPE_CHECKING:  # names used only in type hints
     import torch
@@ -182,6 +182,7 @@ def and_mask(grads: ArrayLike | torch.Tensor, threshold: float = 0.2, rescale: b
     >>> and_mask(np.array([[1.0, 3, 5], [0, 3, -5]]), threshold=0.2)
     array([0.75, 4.5 , 0.  ])
     """
+    rescale = check_flag(rescale, "rescale")
     x, w, out = _prepare(grads, weights)
     mask = _agreement_mask(x, w, threshold)
     return out(_rescale(mask * _mean(x, w), mask, rescale))
@@ -203,6 +204,7 @@ def geometric_mask(grads: ArrayLike | torch.Tensor, threshold: float = 0.2, resc
     """
     import torch
 
+    rescale = check_flag(rescale, "rescale")
     x, w, out = _prepare(grads, weights)
     mask = _agreement_mask(x, w, threshold)
     geo = torch.sign(_mean(x, w)) * torch.exp(_mean(torch.log(torch.abs(x + EPS)), w))

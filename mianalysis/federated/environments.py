@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import check_int
+from .._validation import check_flag, check_int
 
 __all__ = ["make_environments"]
 
@@ -71,6 +71,7 @@ def make_environments(n_clients: int = 53, n_test_clients: int = 10, examples_pe
     examples_per_client = check_int(examples_per_client, "examples_per_client", low=2)
     signature_dims = check_int(signature_dims, "signature_dims", low=1)
     min_examples = check_int(min_examples, "min_examples", low=2)
+    equal_size = check_flag(equal_size, "equal_size")
     if not 0 <= validation_fraction < 1:
         raise ValueError(f"`validation_fraction` must be in [0, 1); got {validation_fraction}")
     for name, value in (("signature_scale", signature_scale), ("signature_noise", signature_noise),

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._io import write_rows
-from .._validation import check_int
+from .._validation import check_flag, check_int
 
 if TYPE_CHECKING:  # names used only in type hints
     from ..dumps import ParameterDump
@@ -52,6 +52,7 @@ def record_replicates(simulation: FederatedSimulation, out: str | os.PathLike, *
     # Everything is checked before the dump is opened or created: a rejected call leaves nothing.
     simulation.check_recordable()
     chunk_size = check_int(chunk_size, "chunk_size", low=1)
+    record_global = check_flag(record_global, "record_global")
     layout = layout_from_shapes(simulation.layout())
     if layer is None:
         cols, rec_layout = slice(None), layout

@@ -30,7 +30,7 @@ import numpy as np
 from .._seeding import replica_seed
 from .._threads import torch_threads
 from .._io import progress_bar
-from .._validation import check_choice, check_int
+from .._validation import check_choice, check_flag, check_int
 from .aggregation import AGGREGATORS, get_aggregator
 from .diagnostics import eb_criterion
 from .models import MODELS, build_model
@@ -138,7 +138,13 @@ class FederatedConfig:
         if self.placement == "step" and self.algorithm != "fedsgd":
             raise ValueError("`placement`='step' applies the rule to per-client gradients at every step of a "
                              "FedSGD-style round; set `algorithm`='fedsgd'")
-        get_aggregator(self.aggregator, **self.aggregator_params)
+        check_flag(self.weighted, "weighted")
+        rule = get_aggregator(self.aggregator, **self.aggregator_params)
+        try:  # the rule's settings (a `threshold` in [0, 1], a `rescale` flag) are checked now
+            rule(np.zeros((1, 1)))
+        except TypeError as exc:
+            raise type(exc)(f"`aggregator_params` {self.aggregator_params} do not fit the aggregator "
+                            f"{self.aggregator!r}: {exc}") from None
         return self
 
     def updates_per_round(self, n_examples: int) -> float:
@@ -352,6 +358,7 @@ class FederatedSimulation:
             (with ``record=True``), ``final_params`` (the global model after the last
             round) and ``client_eb`` (with ``log_client_eb=True``).
         """
+        record, log_client_eb = check_flag(record, "record"), check_flag(log_client_eb, "log_client_eb")
         with torch_threads(1):
             return self._run(replicate_ids, record, progress, stop_at_accuracy, log_client_eb)
 

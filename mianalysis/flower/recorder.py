@@ -227,7 +227,7 @@ def record_runs(server_app: ServerApp, client_app: ClientApp, out: str | os.Path
     rounds : int
         Training rounds the app runs.
     seeds : sequence of int
-        One run per seed.
+        One run per seed, each seed once.
     run_config : mapping, optional
         The rest of the run config (e.g. ``{"num-server-rounds": 5, "lr": 0.05}``).
     seed_key : str, default="seed"
@@ -242,6 +242,10 @@ def record_runs(server_app: ServerApp, client_app: ClientApp, out: str | os.Path
     seeds = [check_int(s, "seeds", low=0) for s in seeds]
     if not seeds:
         raise ValueError("`seeds` must hold at least one seed")
+    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+    if repeated:
+        raise ValueError(f"`seeds` must not repeat a seed (a repeated seed records the same run twice); "
+                         f"{', '.join(map(str, repeated))} {'is' if len(repeated) == 1 else 'are'} repeated in {seeds}")
     if not isinstance(server_app, ServerApp):
         raise TypeError(f"`server_app` must be a flwr.serverapp.ServerApp; got {type(server_app).__name__}")
     num_partitions = check_int(num_partitions, "num_partitions", low=1)

@@ -65,11 +65,14 @@ def named_arrays(record: ArrayRecord) -> dict[str, np.ndarray]:
     return {name: array.numpy() for name, array in record.items()}
 
 
-def flatten(arrays: dict[str, np.ndarray], names: list[str], *, what: str) -> np.ndarray:
-    """The arrays called `names`, raveled and concatenated in that order (float64).
+def flatten(arrays: dict[str, np.ndarray], like: dict[str, np.ndarray], *, what: str) -> np.ndarray:
+    """The arrays named as in `like` (the global model), raveled and concatenated in its order (float64).
 
-    ValueError naming `what` (e.g. "node 3's reply") if the names differ; TypeError for an
-    array that is not floating point (an aggregation rule averages real numbers)."""
+    ValueError naming `what` (e.g. "the reply of node 3") if the names differ or an array's
+    shape is not its shape in `like` (the same numbers in other shapes would be averaged
+    coordinate by coordinate with the wrong ones); TypeError for an array that is not
+    floating point (an aggregation rule averages real numbers)."""
+    names = list(like)
     if sorted(arrays) != sorted(names):
         raise ValueError(f"{what} has arrays {sorted(arrays)}; expected {sorted(names)}")
     parts = []
@@ -79,6 +82,10 @@ def flatten(arrays: dict[str, np.ndarray], names: list[str], *, what: str) -> np
             raise TypeError(f"{what}: array {name!r} has dtype {a.dtype}; only floating-point arrays can be "
                             "aggregated or recorded (send the model's parameters, e.g. "
                             "ArrayRecord(dict(model.named_parameters())), not integer buffers)")
+        expected = tuple(np.shape(like[name]))
+        if a.shape != expected:
+            raise ValueError(f"{what}: array {name!r} has shape {a.shape}; the global model's {name!r} has shape "
+                             f"{expected} (a client must send back the arrays it received, trained, in their shapes)")
         parts.append(a.astype(np.float64, copy=False).ravel())
     return np.concatenate(parts)
 

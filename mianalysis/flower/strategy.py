@@ -24,6 +24,13 @@ def reply_order(message: Message) -> tuple:
     return (pid is None, -1 if pid is None else pid, message.metadata.src_node_id)
 
 
+def _reply_of(message: Message) -> str:
+    """"the reply of node N" (with its client, the partition id, when it carries one)."""
+    pid = partition_id(message)
+    client = "" if pid is None else f" (client {pid})"
+    return f"the reply of node {message.metadata.src_node_id}{client}"
+
+
 class FedRule(FedAvg):
     """Federated training whose server step is a :mod:`mianalysis.federated.aggregation` rule.
 
@@ -120,11 +127,9 @@ class FedRule(FedAvg):
         if self.global_arrays is None or self.global_round != server_round:
             raise RuntimeError(f"aggregate_train for round {server_round} without configure_train for that round: "
                                "FedRule needs the global model the clients started from")
-        names = list(self.global_arrays)
-        base = flatten(self.global_arrays, names, what="the global model")
-        updates = np.stack([
-            flatten(named_arrays(the_array_record(m)), names, what=f"the reply of node {m.metadata.src_node_id}") - base
-            for m in valid])
+        base = flatten(self.global_arrays, self.global_arrays, what="the global model")
+        updates = np.stack([flatten(named_arrays(the_array_record(m)), self.global_arrays, what=_reply_of(m)) - base
+                            for m in valid])
         weights = np.array([self._weight(m) for m in valid]) if self.weighted else None
         step = self.rule(updates, weights=weights)
         arrays = unflatten(base + step, self.global_arrays)

@@ -20,6 +20,19 @@ __all__ = ["TRANSFORMS", "GaussianSGDTask"]
 TRANSFORMS = ("none", "sinh", "cubic")
 
 
+def _times(matrices, vectors):
+    """``matrices @ vectors`` row by row, (..., d, d) times (..., d) -> (..., d), as a product
+    and a sum over the last axis rather than a BLAS matrix product.
+
+    A BLAS product (``torch.bmm``, ``@``) picks its kernel from the batch size, the thread
+    count and the CPU (a batch of one runs as a matrix-vector product, more threads split
+    the batch into other blocks), so a run's bytes would depend on the chunk it is trained
+    in and on the threads. ATen's sum adds each row's products in an order fixed by the row
+    length and the code path (``ATEN_CPU_CAPABILITY``) alone.
+    """
+    return (matrices * vectors[..., None, :]).sum(-1)
+
+
 class GaussianSGDTask(Task):
     """Plain SGD on ``0.5 (theta - mu_k)^T A_k (theta - mu_k)``: the ground-truth task.
 
@@ -209,7 +222,7 @@ class GaussianSGDTask(Task):
         import torch
 
         root = self._roots()[int(client)]
-        target = self._targets(client, generators) @ root  # S symmetric: rows S mu
+        target = _times(root, self._targets(client, generators))  # rows S mu
         r, n = len(generators), self.n_examples
         inputs = torch.full((r, n, 1), float(client))
         return ClientBatchData(inputs, target[:, None, :].expand(r, n, self.d).contiguous(), {})
@@ -240,9 +253,7 @@ class GaussianSGDTask(Task):
     def forward(self, params: Sequence[torch.Tensor], inputs: torch.Tensor,
                 masks: torch.Tensor | None = None) -> torch.Tensor:
         """``S_k theta`` for every example: (R, batch, d)."""
-        import torch
-
-        out = torch.bmm(self._root_of(inputs), params[0][:, :, None])[:, :, 0]
+        out = _times(self._root_of(inputs), params[0])
         return out[:, None, :].expand(-1, inputs.shape[1], -1)
 
     def loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -252,11 +263,9 @@ class GaussianSGDTask(Task):
     def gradients(self, params: Sequence[torch.Tensor], inputs: torch.Tensor, targets: torch.Tensor,
                   masks: torch.Tensor | None = None) -> list[torch.Tensor]:
         """``A_k (theta - mu_k) + sigma xi`` in closed form (``S_k (S_k theta - S_k mu_k)``)."""
-        import torch
-
         root = self._root_of(inputs)
-        resid = torch.bmm(root, params[0].detach()[:, :, None])[:, :, 0] - targets[:, 0]
-        grad = torch.bmm(root, resid[:, :, None])[:, :, 0]
+        resid = _times(root, params[0].detach()) - targets[:, 0]
+        grad = _times(root, resid)
         sigma = float(self.settings["sigma"])
         return [grad if masks is None or sigma == 0 else grad + sigma * masks]
 
