@@ -195,8 +195,8 @@ def test_default_streams_give_the_samples_made_before_sharing_existed(tmp_path):
     """tests/data/default_streams.npz holds samples that the sampler made before `shared`
     existed (seed 7; signal-rnn runs 0-2; digits-lenet runs 0-1, first 40 parameters), on the
     baseline code path with one thread and an empty cache (so the LeNet body was pretrained
-    there too): the same script, run by this code on that code path,
-    must give the same bytes on any x86-64 CPU.
+    there too): the same script, run by this code on that code path, must give the same
+    samples on any x86-64 CPU, to rounding (see the comparison below for why not bytes).
 
     Its "signal" samples were remade when autograd replaced signal-rnn's written-out
     back-propagation through time (the same streams, other rounding); the earlier bytes
@@ -209,8 +209,13 @@ def test_default_streams_give_the_samples_made_before_sharing_existed(tmp_path):
                    env={**os.environ, **BASELINE, "PYTHONPATH": str(root), "MIANALYSIS_CACHE": str(tmp_path / "cache")},
                    capture_output=True)  # digits-lenet's body is pretrained afresh, on that code path too
     saved, now = np.load(root / "tests" / "data" / "default_streams.npz"), np.load(tmp_path / "now.npz")
-    assert np.array_equal(now["signal"], saved["signal"])
-    assert np.array_equal(now["digits"], saved["digits"])
+    # The same streams give the same samples to rounding: another stream or draw order moves
+    # values by O(1). Bytes are equal on the AVX2 and AVX-512 machines the fixture was checked
+    # on, but not on a Sapphire Rapids CPU (AMX, AVX512-FP16), where the baseline settings do
+    # not make every kernel CPU-independent: 8 of 1,584 signal values differ by one float32
+    # ulp (2.3e-10) and digits values by up to 1.5e-8 after training.
+    np.testing.assert_allclose(now["signal"], saved["signal"], rtol=0, atol=1e-8)
+    np.testing.assert_allclose(now["digits"], saved["digits"], rtol=0, atol=1e-7)
     np.testing.assert_allclose(now["signal"], saved["signal_written_out_backward"], rtol=0, atol=1e-8)
     np.testing.assert_allclose(now["digits"], saved["digits_onednn"], rtol=0, atol=1e-7)
 
