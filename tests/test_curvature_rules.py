@@ -115,3 +115,95 @@ def test_torch_in_torch_out():
 def test_bad_input(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+# ------------------------------------------------------------------ the simulator
+from mianalysis.federated import FederatedConfig, FederatedData, FederatedSimulation  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return FederatedData.digits(4, "shards", seed=0)
+
+
+def _sim(data, **settings):
+    cfg = FederatedConfig(**{"rounds": 1, "client_fraction": 1.0, "local_epochs": 1, "batch_size": 20, "lr": 0.1,
+                             **settings})
+    return FederatedSimulation("mlp", data, cfg, replicates=2, seed=3, hidden=8)
+
+
+def _manual_fisher(sim, flat_model, client):
+    """Per-example autograd on the module: the mean of squared gradients of client's examples."""
+    module = sim._build()
+    offset = 0
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.from_numpy(flat_model[offset:offset + p.numel()]).reshape(p.shape))
+            offset += p.numel()
+    idx = sim.data.clients[client]
+    x = torch.from_numpy(sim.data.x_train[idx]).float()
+    y = torch.from_numpy(sim.data.y_train[idx]).long()
+    total = 0
+    for i in range(len(idx)):
+        module.zero_grad()
+        torch.nn.functional.cross_entropy(module(x[i:i + 1]), y[i:i + 1]).backward()
+        total = total + torch.cat([p.grad.reshape(-1) for p in module.parameters()]).double() ** 2
+    return (total / len(idx)).numpy()
+
+
+def test_fisher_rule_combines_local_models_with_their_empirical_fisher(digits):
+    sim = _sim(digits, aggregator="fisher", aggregator_params={"eps": 1e-6})
+    res = sim.run(record=True)
+    local = res.local_models[:, 1].astype(np.float64)  # (clients, R, P)
+    for rep in (1,):  # one replicate (the slow reference), not the first
+        fisher = np.stack([_manual_fisher(sim, local[c, rep], c) for c in range(4)])
+        assert (fisher > 0).any() and (fisher == 0).any()  # pixels that are 0 everywhere carry no information
+        expected = fisher_weighted(local[:, rep], fisher, weights=digits.sizes(), eps=1e-6)
+        np.testing.assert_allclose(res.global_models[1, rep], expected, rtol=1e-4, atol=1e-6)
+        # ... which is not FedAvg's model
+        assert np.abs(expected - fedavg(local[:, rep], weights=digits.sizes())).max() > 1e-3
+
+
+def test_inverse_variance_uses_the_iterates_of_the_last_local_epoch(digits):
+    # Full-batch local training, 2 epochs: the last epoch's iterates are the models after
+    # epochs 1 and 2, whose variance is (half their difference) squared.
+    after_one = _sim(digits, local_epochs=1, batch_size=None).run(record=True).local_models[:, 1].astype(np.float64)
+    sim = _sim(digits, local_epochs=2, batch_size=None, aggregator="inverse_variance",
+               aggregator_params={"eps": 1e-10})
+    res = sim.run(record=True)
+    after_two = res.local_models[:, 1].astype(np.float64)
+    variances = ((after_two - after_one) / 2) ** 2
+    for rep in range(2):
+        expected = inverse_variance(after_two[:, rep], variances[:, rep], weights=digits.sizes(), eps=1e-10)
+        np.testing.assert_allclose(res.global_models[1, rep], expected, rtol=1e-4, atol=1e-5)
+
+
+def test_diagonal_fisher_matches_per_example_autograd(digits):
+    sim = _sim(digits)
+    params = sim._setup([0, 1])
+    idx = torch.from_numpy(digits.clients[2])
+    fisher = sim.diagonal_fisher(params, sim.x_train[idx], sim.y_train[idx], chunk=7)  # several chunks
+    flat = sim.flatten(params).numpy().astype(np.float64)
+    for rep in range(2):
+        np.testing.assert_allclose(fisher[rep].numpy(), _manual_fisher(sim, flat[rep], 2), rtol=1e-4, atol=1e-10)
+
+
+def test_describe_records_the_side_information_and_parameters(digits):
+    d = _sim(digits, aggregator="fisher").describe()
+    assert d["side_information"]["argument"] == "precisions"
+    assert "squared per-example gradients" in d["side_information"]["computed"]
+    assert d["side_information"]["aggregator_params"] == {"eps": 1e-8}
+    d = _sim(digits, aggregator="inverse_variance", aggregator_params={"eps": 1e-6}).describe()
+    assert d["side_information"]["aggregator_params"] == {"eps": 1e-6}
+    assert "last local epoch" in d["side_information"]["computed"]
+    assert "side_information" not in _sim(digits).describe()
+
+
+@pytest.mark.parametrize("settings, match", [
+    ({"aggregator": "fisher", "algorithm": "fedsgd"}, "needs `algorithm`='fedavg' and `placement`='update'"),
+    ({"aggregator": "inverse_variance", "algorithm": "fedsgd", "placement": "step"}, "needs `algorithm`='fedavg'"),
+    ({"aggregator": "fisher", "aggregator_params": {"eps": -1.0}}, "`eps` must be a finite number >= 0"),
+])
+def test_config_errors(settings, match):
+    with pytest.raises(ValueError, match=match):
+        FederatedConfig(**settings).check()
