@@ -207,3 +207,97 @@ def test_describe_records_the_side_information_and_parameters(digits):
 def test_config_errors(settings, match):
     with pytest.raises(ValueError, match=match):
         FederatedConfig(**settings).check()
+
+
+# ------------------------------------------------------------------ the experiment
+def test_headroom_experiment_quick_mode(tmp_path):
+    import csv
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    script = root / "experiments" / "aggregation_headroom.py"
+    subprocess.run([sys.executable, str(script), "--quick", "--out", str(tmp_path)], check=True, cwd=tmp_path,
+                   capture_output=True, timeout=600)
+    with open(tmp_path / "aggregation_headroom_quick.csv") as fh:
+        reader = csv.DictReader(fh)
+        rows = list(reader)
+    assert reader.fieldnames[:6] == ["partition", "rule", "aggregator", "params", "lr", "lr_choice"]
+    for column in ("final_test_loss", "final_test_accuracy", "rounds_to_target", "d_loss", "d_loss_low",
+                   "d_loss_high", "d_accuracy", "d_accuracy_low", "d_accuracy_high", "d_rounds", "seeds"):
+        assert column in reader.fieldnames
+    assert [r["rule"] for r in rows] == ["FedAvg", "AND-mask (rescale)", "AND-mask (no rescale)", "Fisher",
+                                         "Inverse variance"]
+    for r in rows:  # every chosen rate is interior, or the table says it is not
+        assert r["lr_choice"] in ("interior", "lowest rung of the ladder", "highest rung of the ladder")
+        tried = sorted(float(v) for v in r["lrs_tried"].split())
+        if r["lr_choice"] == "interior":
+            assert tried[0] < float(r["lr"]) < tried[-1]
+    sidecar = json.loads((tmp_path / "aggregation_headroom_quick.csv.json").read_text())
+    assert sidecar["plan"]["seeds"] >= 3 and sidecar["provenance"][0]["argv"]
+    assert len(sidecar["per_seed"]) == 5 * sidecar["plan"]["seeds"]
+    assert (tmp_path / "aggregation_headroom_quick.md").exists() and (tmp_path / "aggregation_headroom_quick.png").exists()
+
+
+# ------------------------------------------------------------------ Flower
+def _flower_app(side_key="fisher", side=True):
+    from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
+    from flwr.clientapp import ClientApp
+
+    app = ClientApp()
+
+    @app.train()
+    def train(msg, context):
+        p = int(context.node_config["partition-id"])
+        w = msg.content["arrays"]["w"].numpy() + np.asarray(FLOWER_UPDATES[p], np.float32)
+        content = {"arrays": ArrayRecord({"w": Array(w)}), "metrics": MetricRecord({"num-examples": p + 1})}
+        if side:
+            content[side_key] = ArrayRecord({"w": Array(np.asarray(FLOWER_SIDE[p], np.float32))})
+        return Message(RecordDict(content), reply_to=msg)
+
+    return app
+
+
+FLOWER_UPDATES = {0: [1.0, 3.0, 5.0], 1: [0.0, 3.0, -5.0]}
+FLOWER_SIDE = {0: [1.0, 0.0, 2.0], 1: [3.0, 0.0, 0.5]}
+
+
+def _flower_round(strategy, app):
+    from flwr.app import Array, ArrayRecord
+
+    from mianalysis.flower import LocalGrid
+
+    with LocalGrid(app, 2) as grid:
+        result = strategy.start(grid, ArrayRecord({"w": Array(np.zeros(3, np.float32))}), num_rounds=1)
+    return result.arrays["w"].numpy()
+
+
+@pytest.mark.parametrize("rule, key, reference", [
+    ("fisher", None, lambda x, s, w: fisher_weighted(x, s, weights=w, eps=0)),
+    ("inverse_variance", "var", lambda x, s, w: inverse_variance(x, s, weights=w, eps=0)),
+])
+def test_fedrule_takes_side_information_from_an_extra_array_record(rule, key, reference):
+    pytest.importorskip("flwr")
+    from mianalysis.flower import FedRule
+
+    got = _flower_round(FedRule(rule, rule_params={"eps": 0.0}, side_key=key, fraction_evaluate=0.0),
+                        _flower_app(key or "fisher"))
+    x = np.array([FLOWER_UPDATES[0], FLOWER_UPDATES[1]])
+    s = np.array([FLOWER_SIDE[0], FLOWER_SIDE[1]])
+    np.testing.assert_allclose(got, reference(x, s, np.array([1.0, 2.0])).astype(np.float32), rtol=1e-6)
+    if rule == "fisher":  # by hand: (1*1*1 + 2*3*0) / (1 + 6); mean (1*3 + 2*3) / 3; (1*2*5 - 2*0.5*5) / 3
+        np.testing.assert_allclose(got, [1 / 7, 3.0, 5 / 3], rtol=1e-6)
+
+
+def test_fedrule_side_information_errors():
+    pytest.importorskip("flwr")
+    from mianalysis.flower import FedRule
+
+    with pytest.raises(ValueError, match="the reply of node .* has no ArrayRecord 'fisher'"):
+        _flower_round(FedRule("fisher", fraction_evaluate=0.0), _flower_app(side=False))
+    with pytest.raises(ValueError, match="`side_key` is only for the rules that need side information"):
+        FedRule("fedavg", side_key="fisher")
+    with pytest.raises(ValueError, match="`eps` must be a finite number >= 0"):
+        FedRule("inverse_variance", rule_params={"eps": -1.0})
