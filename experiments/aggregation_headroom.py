@@ -148,11 +148,14 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="IID only, a tiny model and 3 rounds (under a minute)")
     parser.add_argument("--out", default=str(ROOT / "figures"), help="folder of the table, figure and sidecar")
+    parser.add_argument("--replot", action="store_true", help="redraw the figure from the table and sidecar")
     args = parser.parse_args(argv)
     started = utc_now()
     plan = QUICK if args.quick else FULL
     name = "aggregation_headroom" + ("_quick" if args.quick else "")
     out = Path(args.out)
+    if args.replot:
+        return replot(out, name)
     out.mkdir(parents=True, exist_ok=True)
     rows, curves, searches, per_seed = [], {}, [], []
     start_all = time.perf_counter()
@@ -245,6 +248,16 @@ def write_results(out, name, rows, curves, searches, per_seed, plan, seconds, st
     plot(rows, curves, out / f"{name}.png", plan)
 
 
+def replot(out, name):
+    """The figure again from the written table and sidecar (no training)."""
+    sidecar = json.loads(sidecar_path(out / f"{name}.csv").read_text())
+    with open(out / f"{name}.csv") as fh:
+        rows = [{k: (float(v) if k.startswith("d_accuracy") and v != "" else v) for k, v in r.items()}
+                for r in csv.DictReader(fh)]
+    curves = {(c["partition"], c["rule"]): c["test_accuracy"] for c in sidecar["curves"]}
+    plot(rows, curves, out / f"{name}.png", sidecar["plan"])
+
+
 def plot(rows, curves, path, plan):
     """Top: mean test accuracy per round of every rule at its chosen rate, one panel per
     partition. Bottom: the paired difference to FedAvg in final test accuracy, with its
@@ -270,7 +283,8 @@ def plot(rows, curves, path, plan):
         ax.set_xlabel("communication round", fontsize=12)
         ax.set_ylabel(f"test accuracy (mean of {plan['seeds']} seeds)", fontsize=12)
         ax.set_ylim(0, 1)
-        ax.legend(fontsize=9, loc="lower right")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.legend(fontsize=9, loc="best")
         ax = axes[1, col]
         mine = [r for r in rows if r["partition"] == partition and r["rule"] != "FedAvg" and r["d_accuracy"] != ""]
         for i, r in enumerate(mine):
@@ -281,9 +295,10 @@ def plot(rows, curves, path, plan):
         ax.set_xticks(range(len(mine)))
         ax.set_xticklabels([r["rule"].replace(" (", "\n(") for r in mine], fontsize=10)
         ax.set_ylabel("final test accuracy minus FedAvg's\n(paired by seed, 95 % t interval)", fontsize=11)
-    fig.suptitle(f"Combining {plan['n_clients']} digits clients: FedAvg vs AND-mask, Fisher and inverse-variance "
-                 f"weighting\n(MLP {plan['hidden']} hidden, {plan['rounds']} rounds, E = {plan['local_epochs']}, "
-                 f"B = {plan['batch_size']}, each rule at its best learning rate)", fontsize=13)
+    fig.suptitle(f"Combining {plan['n_clients']} digits clients: FedAvg vs AND-mask,\nFisher and inverse-variance "
+                 f"weighting (MLP {plan['hidden']} hidden, {plan['rounds']} rounds,\nE = {plan['local_epochs']}, "
+                 f"B = {plan['batch_size']}, each rule at its best learning rate)", fontsize=13 if len(partitions) > 1
+                 else 11)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
