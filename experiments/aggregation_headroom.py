@@ -15,8 +15,10 @@ Nothing uses a reference model or an oracle: each rule uses only what the client
 on their own data. Every rule's learning rate is tuned on one log-spaced ladder (the best
 final mean test accuracy over the seeds; ties: lower test loss), starting from two
 neighbouring rungs and stepping outwards while the best rate is at the edge of the rates
-tried, so that the chosen rate has a worse (or diverged) neighbour on both sides; a rate
-at the end of the ladder is flagged in the table. (The search of
+tried, so that the chosen rate has a worse (or failed) neighbour on both sides; a rate
+at the end of the ladder is flagged in the table. A rate fails where training diverged
+or did not train (final mean test loss not below the initial model's); where every rate
+tried failed, the search steps down the ladder until one trains. (The search of
 experiments/fedavg_vs_fedsgd.py cuts runs at the round the best so far reached its target,
 which would not give every rule the same number of rounds, hence this one.)
 
@@ -58,10 +60,10 @@ RULES = [  # (label, aggregator, parameters)
     ("Inverse variance", "inverse_variance", {}),
 ]
 FULL = {"partitions": ["iid", "shards"], "n_clients": 10, "rounds": 20, "local_epochs": 1, "batch_size": 20,
-        "hidden": 32, "seeds": 3, "target": 0.8,
+        "hidden": 32, "seeds": 3, "target": {"iid": 0.85, "shards": 0.7},
         "ladder": [0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0], "start": [0.5, 1.0]}
 QUICK = {"partitions": ["iid"], "n_clients": 5, "rounds": 3, "local_epochs": 1, "batch_size": 50, "hidden": 8,
-         "seeds": 3, "target": 0.3, "ladder": [0.5, 1.0, 2.0, 5.0], "start": [1.0, 2.0]}
+         "seeds": 3, "target": {"iid": 0.3}, "ladder": [0.1, 0.2, 0.5, 1.0, 2.0, 5.0], "start": [1.0, 2.0]}
 COLUMNS = ["partition", "rule", "aggregator", "params", "lr", "lr_choice", "lrs_tried", "seeds", "rounds",
            "final_test_loss", "final_test_accuracy", "target", "rounds_to_target", "seeds_reached",
            "d_loss", "d_loss_low", "d_loss_high", "d_accuracy", "d_accuracy_low", "d_accuracy_high",
@@ -81,6 +83,9 @@ def run_rule(data, aggregator, params, lr, plan):
         acc[h["replicate"], h["round"]] = h["test_accuracy"]
     if not (np.isfinite(loss).all() and np.isfinite(acc).all()):
         raise ValueError(f"training diverged at lr {lr}: a test loss is not finite")
+    if loss[:, -1].mean() >= loss[:, 0].mean():
+        raise ValueError(f"did not train at lr {lr}: the final mean test loss {loss[:, -1].mean():.3f} is not below "
+                         f"the initial model's {loss[:, 0].mean():.3f}")
     return loss, acc
 
 
@@ -89,7 +94,8 @@ def search(run, ladder, start):
     outwards from `start` until the best has a tried or diverged neighbour on both sides.
 
     Returns (best or None, tried, choice): best is {"lr", "loss", "acc"}; tried one entry per
-    rate; choice "interior", "lowest rung of the ladder" or "highest rung of the ladder".
+    rate; choice "interior", "lowest rung of the ladder", "highest rung of the ladder" or
+    "all failed".
     """
     results, tried = {}, []
 
@@ -115,7 +121,7 @@ def search(run, ladder, start):
         if not fine:  # everything tried diverged: step down
             lower = min(results) - 1
             if lower < 0:
-                return None, tried, "all diverged"
+                return None, tried, "all failed"
             attempt(lower)
             continue
         best = max(fine, key=score)
@@ -175,16 +181,17 @@ def main(argv=None):
             row.update({"partition": partition, "rule": label, "aggregator": aggregator, "params": json.dumps(params),
                         "lr_choice": choice, "lrs_tried": " ".join(str(t["lr"]) for t in
                                                                     sorted(tried, key=lambda t: t["lr"])),
-                        "seeds": plan["seeds"], "rounds": plan["rounds"], "target": plan["target"],
+                        "seeds": plan["seeds"], "rounds": plan["rounds"], "target": plan["target"][partition],
                         "seconds": round(seconds, 1)})
             if best is None:
                 rows.append(row)
                 continue
             loss, acc = best["loss"], best["acc"]
-            reach = rounds_to(acc, plan["target"])
+            target = plan["target"][partition]
+            reach = rounds_to(acc, target)
             if aggregator == "fedavg" and base is None:
                 base = (loss, acc, reach)
-            curves[(partition, label)] = acc.mean(0).tolist()
+            curves[(partition, label)] = acc.tolist()  # per seed
             row.update({"lr": best["lr"], "final_test_loss": round(float(loss[:, -1].mean()), 4),
                         "final_test_accuracy": round(float(acc[:, -1].mean()), 4),
                         "rounds_to_target": round(float(np.nanmean(reach)), 1) if np.isfinite(reach).any() else "",
@@ -214,8 +221,8 @@ def write_results(out, name, rows, curves, searches, per_seed, plan, seconds, st
     sidecar_path(out / f"{name}.csv").write_text(json.dumps(
         {"table": f"{name}.csv", "plan": plan, "rules": [{"rule": r[0], "aggregator": r[1], "params": r[2]}
                                                          for r in RULES],
-         "lr_search": searches, "per_seed": per_seed, "curves": [{"partition": p, "rule": r, "test_accuracy": c}
-                                                                  for (p, r), c in curves.items()],
+         "lr_search": searches, "per_seed": per_seed,
+         "curves": [{"partition": p, "rule": r, "test_accuracy_per_seed": c} for (p, r), c in curves.items()],
          "seconds": round(seconds, 1), "provenance": [collect(started, finished=True)]}, indent=1) + "\n")
 
     def interval(r, key):
@@ -242,8 +249,9 @@ def write_results(out, name, rows, curves, searches, per_seed, plan, seconds, st
         f"{plan['seeds']} seeds (the simulator's replicates: the same initial model and data order under every "
         f"rule). Each rule's learning rate is the best final mean test accuracy on the ladder {plan['ladder']}, "
         f"searched until it is interior (flagged where it is at an end). Δ: the rule minus FedAvg, paired by seed, "
-        f"mean and 95 % t interval over seeds; rounds to the target test accuracy {plan['target']} over the seeds "
-        f"where both reached it. {seconds:.0f} s so far.\n\n" + "\n".join(lines) + "\n")
+        f"mean and 95 % t interval over seeds; rounds to the target test accuracy (IID "
+        f"{plan['target'].get('iid', '-')}, non-IID {plan['target'].get('shards', '-')}) over the seeds where both "
+        f"reached it. {seconds:.0f} s so far.\n\n" + "\n".join(lines) + "\n")
     print("\n".join(lines))
     plot(rows, curves, out / f"{name}.png", plan)
 
@@ -254,7 +262,7 @@ def replot(out, name):
     with open(out / f"{name}.csv") as fh:
         rows = [{k: (float(v) if k.startswith("d_accuracy") and v != "" else v) for k, v in r.items()}
                 for r in csv.DictReader(fh)]
-    curves = {(c["partition"], c["rule"]): c["test_accuracy"] for c in sidecar["curves"]}
+    curves = {(c["partition"], c["rule"]): c["test_accuracy_per_seed"] for c in sidecar["curves"]}
     plot(rows, curves, out / f"{name}.png", sidecar["plan"])
 
 
@@ -276,9 +284,10 @@ def plot(rows, curves, path, plan):
         for label in labels:
             if (partition, label) in curves:
                 lr = next(r["lr"] for r in rows if r["partition"] == partition and r["rule"] == label)
-                ax.plot(curves[(partition, label)], color=colours[label], lw=2.2 if label == "FedAvg" else 1.6,
+                ax.plot(np.mean(curves[(partition, label)], axis=0), color=colours[label], lw=2.2 if label == "FedAvg" else 1.6,
                         ls="--" if label == "FedAvg" else "-", label=f"{label} (lr {lr})")
-        ax.axhline(plan["target"], color="tab:red", ls=":", lw=1.2, label=f"target {plan['target']}")
+        target = plan["target"][partition]
+        ax.axhline(target, color="tab:red", ls=":", lw=1.2, label=f"target {target}")
         ax.set_title("IID" if partition == "iid" else "non-IID (2 label shards per client)", fontsize=13)
         ax.set_xlabel("communication round", fontsize=12)
         ax.set_ylabel(f"test accuracy (mean of {plan['seeds']} seeds)", fontsize=12)
