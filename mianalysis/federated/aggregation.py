@@ -18,6 +18,17 @@ D. Yin et al., "Byzantine-robust distributed learning: towards optimal statistic
 rates", ICML 2018 (coordinate-wise median and trimmed mean).
 G. Parascandolo et al., "Learning explanations that are hard to vary", ICLR 2021
 (AND-mask, geometric-mean mask).
+M. Matena and C. Raffel, "Merging models with Fisher-weighted averaging", NeurIPS 2022
+(diagonal Fisher merging: :func:`fisher_weighted`).
+M. Al-Shedivat et al., "Federated learning via posterior averaging: a new perspective and
+practical algorithms", ICLR 2021 (FedPA: :func:`inverse_variance` is its diagonal form).
+X. Jin et al., "Dataless knowledge fusion by merging weights of language models", ICLR 2023
+(RegMean, the per-layer Gram-matrix generalisation; not implemented here).
+
+Curvature rules (:func:`fisher_weighted`, :func:`inverse_variance`) take one more array
+from every client, of the shape of `stacked`: its per-coordinate precision (or variance).
+:data:`SIDE_INFORMATION` names that argument for each such rule; the aggregate returned by
+:func:`get_aggregator` passes it on as a keyword.
 """
 
 from __future__ import annotations
@@ -35,7 +46,7 @@ if TYPE_CHECKING:  # names used only in type hints
 
 __all__ = [
     "EPS", "fedavg", "fedsgd", "median", "trimmed_mean", "and_mask", "geometric_mask", "AGGREGATORS",
-    "get_aggregator"
+    "get_aggregator", "fisher_weighted", "inverse_variance", "SIDE_INFORMATION"
 ]
 
 EPS = 1e-10
@@ -211,6 +222,121 @@ def geometric_mask(grads: ArrayLike | torch.Tensor, threshold: float = 0.2, resc
     return out(_rescale(mask * geo, mask, rescale))
 
 
+def _side_array(values, x, name):
+    """A client-side array (precisions, variances) of the shape of `x`, as x's dtype."""
+    import torch
+
+    if torch.is_tensor(values):
+        v = values.to(x.dtype)
+    else:
+        arr = np.asarray(values)
+        if arr.dtype.kind not in "biuf":
+            raise TypeError(f"`{name}` must be numeric; got dtype {arr.dtype}")
+        v = torch.as_tensor(arr, dtype=x.dtype)
+    if v.ndim == 1 and x.shape[-1] == 1:  # one parameter per client, as `stacked` allows
+        v = v[:, None]
+    if v.shape != x.shape:
+        raise ValueError(f"`{name}` must have the shape of `stacked`, {tuple(x.shape)} (one value per client and "
+                         f"coordinate); got {tuple(v.shape)}")
+    if torch.isnan(v).any() or (v < 0).any():
+        raise ValueError(f"`{name}` must be >= 0 (and not NaN) for every client and coordinate; got "
+                         f"{int((torch.isnan(v) | (v < 0)).sum())} values that are not")
+    return v
+
+
+def _precision_weighted(x, precision, w):
+    """sum_k w_k p_k x_k / sum_k w_k p_k per coordinate, with p scaled by its largest value
+    over the clients (equal precisions are weight 1 exactly, so the rule is the weighted
+    mean); where some precision is infinite, the weighted mean of those clients; where all
+    are 0, the weighted mean of all."""
+    import torch
+
+    top = precision.amax(-2, keepdim=True)
+    infinite = torch.isinf(top)
+    scaled = torch.where(top > 0, precision / torch.where(top > 0, top, torch.ones_like(top)),
+                         torch.ones_like(precision))
+    scaled = torch.where(infinite, torch.isinf(precision).to(x.dtype), scaled)
+    q = scaled if w is None else w[:, None] * scaled
+    return (q * x).sum(-2) / q.sum(-2)
+
+
+def fisher_weighted(stacked: ArrayLike | torch.Tensor, precisions: ArrayLike | torch.Tensor,
+                    weights: ArrayLike | torch.Tensor | None = None, eps: float = 1e-8
+                    ) -> np.ndarray | torch.Tensor:
+    """Diagonal Fisher merging: per coordinate ``sum_k w_k F_k x_k / sum_k w_k F_k``.
+
+    Each client's coordinate counts in proportion to its precision there (its diagonal
+    Fisher information, per example; with `weights` = numbers of examples, ``w_k F_k`` is
+    the client's total Fisher). This is the mode of the product of the clients' diagonal
+    Gaussian (Laplace) posteriors, the model that repairs clients whose optima differ along
+    directions of different curvature (Matena & Raffel 2022). Averaging is the special case
+    of equal precisions.
+
+    Parameters
+    ----------
+    stacked : array (..., n_clients, n_params)
+        The clients' models (or model updates: the weights sum to one per coordinate, so
+        combining updates gives the same step).
+    precisions : array of the shape of `stacked`
+        F_k >= 0 per client and coordinate; ``inf`` means certain (the clients with infinite
+        precision at a coordinate share it, weighted by `weights`).
+    weights : array (n_clients,), optional
+    eps : float >= 0, default 1e-8
+        Damping added to every precision, ``F_k + eps``: where all clients' F_k are much
+        below `eps` the rule is the plain weighted mean (where they are all exactly 0 it is
+        so for any `eps`).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mianalysis.federated.aggregation import fisher_weighted
+    >>> fisher_weighted(np.array([[0.0, 2.0], [4.0, 6.0]]), np.array([[1.0, 0.0], [3.0, 0.0]]), eps=0)
+    array([3., 4.])
+    """
+    eps = check_real(eps, "eps", low=0)
+    x, w, out = _prepare(stacked, weights)
+    precision = _side_array(precisions, x, "precisions") + eps
+    return out(_precision_weighted(x, precision, w))
+
+
+def inverse_variance(stacked: ArrayLike | torch.Tensor, variances: ArrayLike | torch.Tensor,
+                     weights: ArrayLike | torch.Tensor | None = None, eps: float = 1e-12
+                     ) -> np.ndarray | torch.Tensor:
+    """Inverse-variance weighting: :func:`fisher_weighted` with precisions ``1 / (var_k + eps)``.
+
+    The diagonal form of FedPA's posterior averaging (Al-Shedivat et al. 2021): each client
+    estimates its local posterior's variance per coordinate from its own SGD iterates, and
+    the server takes the mode of the product of the diagonal Gaussians.
+
+    Parameters
+    ----------
+    stacked : array (..., n_clients, n_params)
+    variances : array of the shape of `stacked`
+        var_k >= 0 per client and coordinate.
+    weights : array (n_clients,), optional
+    eps : float >= 0, default 1e-12
+        A floor added to every variance. With ``eps=0`` a client with variance 0 at a
+        coordinate has infinite precision there and takes it alone (shared with the
+        others of variance 0); a coordinate that did not move on a client (no gradient
+        there, e.g. an input pixel that is always 0 in its data) counts as certain, so
+        keep `eps` on the scale of the variances where that matters.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mianalysis.federated.aggregation import inverse_variance
+    >>> inverse_variance(np.array([[0.0, 2.0], [4.0, 6.0]]), np.array([[3.0, 1.0], [1.0, 1.0]]), eps=0)
+    array([3., 4.])
+    """
+    import torch
+
+    eps = check_real(eps, "eps", low=0)
+    x, w, out = _prepare(stacked, weights)
+    variance = _side_array(variances, x, "variances") + eps
+    precision = torch.where(variance > 0, 1 / variance, torch.full_like(variance, float("inf")))
+    return out(_precision_weighted(x, precision, w))
+
+
 AGGREGATORS = {
     "fedavg": fedavg,
     "fedsgd": fedsgd,
@@ -218,19 +344,27 @@ AGGREGATORS = {
     "trimmed_mean": trimmed_mean,
     "and_mask": and_mask,
     "geometric_mask": geometric_mask,
+    "fisher": fisher_weighted,
+    "inverse_variance": inverse_variance,
 }
+
+#: The rules that need one more array per client, and the keyword it goes under: the
+#: clients' diagonal Fisher information ("fisher") or the variance of their local iterates
+#: ("inverse_variance"), each of the shape of `stacked`.
+SIDE_INFORMATION = {"fisher": "precisions", "inverse_variance": "variances"}
 
 
 def get_aggregator(name: str, **params: float | bool) -> Callable[..., np.ndarray | torch.Tensor]:
     """The rule called `name`, with `params` (e.g. ``threshold``, ``beta``) bound.
 
-    Returns a function ``(stacked, weights=None) -> vector``.
+    Returns a function ``(stacked, weights=None) -> vector``; for the rules in
+    :data:`SIDE_INFORMATION` ``(stacked, weights=None, **{SIDE_INFORMATION[name]: array})``.
     """
     check_choice(name, "aggregator", sorted(AGGREGATORS))
     rule = AGGREGATORS[name]
 
-    def aggregate(stacked, weights=None):
-        return rule(stacked, weights=weights, **params)
+    def aggregate(stacked, weights=None, **side):
+        return rule(stacked, weights=weights, **params, **side)
 
     aggregate.__name__ = name
     return aggregate

@@ -6,7 +6,8 @@ clients, replicate_ids, round_index, weights)``, returning the new flattened glo
 (R, P), the clients' local models (a list of (R, P), or None where the clients never hold
 a model of their own) and the EB criterion of the round's messages per replicate. The
 simulation (:class:`mianalysis.federated.FederatedSimulation`) provides the per-client
-computations through its public methods: :meth:`client_message`, :meth:`gradients`,
+computations through its public methods: :meth:`client_message` (:meth:`train_client`
+with the side information of the curvature rules), :meth:`gradients`,
 :meth:`data_order_generators`, :meth:`aggregate`, :meth:`flatten` and :meth:`unflatten`.
 """
 
@@ -48,9 +49,15 @@ class UpdatePlacement:
         import torch
 
         cfg = simulation.config
-        sent, models = [], []
+        key = simulation.side_information  # the keyword of the rule's per-client side information, or None
+        sent, models, side = [], [], []
         for c in clients:
-            message, model = simulation.client_message(params, flat, int(c), replicate_ids, round_index)
+            if key is None:
+                message, model = simulation.client_message(params, flat, int(c), replicate_ids, round_index)
+            else:
+                message, model, info = simulation.train_client(params, flat, int(c), replicate_ids, round_index,
+                                                               side=key)
+                side.append(info)
             sent.append(message)
             models.append(model)
         stacked = torch.stack(sent, dim=1).double()  # (R, K, P)
@@ -59,7 +66,14 @@ class UpdatePlacement:
             raise ValueError(f"training diverged in round {round_index}: a client's {what} is not finite; lower "
                              f"`lr` (now {cfg.lr})")
         eb = [eb_criterion(stacked[i].numpy()) if len(clients) > 1 else np.nan for i in range(stacked.shape[0])]
-        combined = simulation.aggregate(stacked, weights).float()
+        if key is None:
+            combined = simulation.aggregate(stacked, weights).float()
+        else:
+            side_info = torch.stack(side, dim=1)  # (R, K, P)
+            if not torch.isfinite(side_info).all():
+                raise ValueError(f"training diverged in round {round_index}: a client's {key} are not finite; "
+                                 f"lower `lr` (now {cfg.lr})")
+            combined = simulation.aggregate(stacked, weights, **{key: side_info}).float()
         flat = flat - cfg.lr * combined if cfg.algorithm == "fedsgd" else flat + combined
         return flat, models, eb
 

@@ -31,7 +31,7 @@ from .._seeding import replica_seed
 from .._threads import torch_threads
 from .._io import progress_bar
 from .._validation import check_choice, check_flag, check_int
-from .aggregation import AGGREGATORS, get_aggregator
+from .aggregation import AGGREGATORS, SIDE_INFORMATION, get_aggregator
 from .diagnostics import eb_criterion
 from .models import MODELS, build_model
 from .data import FederatedData
@@ -99,7 +99,16 @@ class FederatedConfig:
         one full-batch gradient at the global model and the server takes one step.
     aggregator : str
         Rule combining what clients send (see mianalysis.federated.aggregation), e.g. "fedavg",
-        "median", "and_mask"; with ``aggregator_params`` (threshold, beta, ...).
+        "median", "and_mask"; with ``aggregator_params`` (threshold, beta, eps, ...). The
+        curvature rules "fisher" and "inverse_variance" (``algorithm="fedavg"``,
+        ``placement="update"``) also use what every client computes on its own data at the
+        end of its local training in the round: "fisher" its diagonal empirical Fisher (the
+        mean over its examples of the squared per-example gradients of the loss at its
+        final local model), "inverse_variance" the per-coordinate variance of its local
+        iterates over its last local epoch (the model at the start of that epoch and after
+        each of its steps, divided by their number). The rule combines the client models
+        coordinate by coordinate with those precisions (applied to the updates, the same
+        since its weights sum to one per coordinate).
     weighted : bool
         Weight clients by their numbers of examples.
     placement : {"update", "step"}
@@ -140,8 +149,15 @@ class FederatedConfig:
                              "FedSGD-style round; set `algorithm`='fedsgd'")
         check_flag(self.weighted, "weighted")
         rule = get_aggregator(self.aggregator, **self.aggregator_params)
-        try:  # the rule's settings (a `threshold` in [0, 1], a `rescale` flag) are checked now
-            rule(np.zeros((1, 1)))
+        side = {}
+        if self.aggregator in SIDE_INFORMATION:
+            if (self.algorithm, self.placement) != ("fedavg", "update"):
+                raise ValueError(f"`aggregator`={self.aggregator!r} combines the client models with what each client "
+                                 "computes at the end of its local training; it needs `algorithm`='fedavg' and "
+                                 f"`placement`='update' (got {self.algorithm!r}, {self.placement!r})")
+            side = {SIDE_INFORMATION[self.aggregator]: np.ones((1, 1))}
+        try:  # the rule's settings (a `threshold` in [0, 1], a `rescale` flag, an `eps`) are checked now
+            rule(np.zeros((1, 1)), **side)
         except TypeError as exc:
             raise type(exc)(f"`aggregator_params` {self.aggregator_params} do not fit the aggregator "
                             f"{self.aggregator!r}: {exc}") from None
@@ -173,6 +189,9 @@ class FederatedSimulation:
         self.replicates = check_int(replicates, "replicates", low=1)
         self.seed = check_int(seed, "seed", low=0)
         self.rule = get_aggregator(config.aggregator, **config.aggregator_params)
+        #: The keyword of the per-client side information the rule needs ("precisions",
+        #: "variances"), or None.
+        self.side_information = SIDE_INFORMATION.get(config.aggregator)
 
     # ------------------------------------------------------------------ setup
     def _setup(self, replicate_ids):
@@ -270,39 +289,84 @@ class FederatedSimulation:
                        replicate_ids: Sequence[int], round_index: int) -> tuple[torch.Tensor, torch.Tensor]:
         """What one client sends for every replicate: a model update (FedAvg) or a
         full-batch gradient (FedSGD), flattened (R, P); and its local model (R, P)."""
+        message, model, _ = self.train_client(params, flat_params, client, replicate_ids, round_index)
+        return message, model
+
+    def train_client(self, params: Mapping[str, torch.Tensor], flat_params: torch.Tensor, client: int,
+                     replicate_ids: Sequence[int], round_index: int, side: str | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """:meth:`client_message` and, with `side`, the client's side information (R, P)
+        float64 computed on its own data at the end of its local training: "precisions"
+        its diagonal empirical Fisher at its final local model (:meth:`diagonal_fisher`),
+        "variances" the variance of its iterates over its last local epoch (the model at
+        the start of that epoch and after each of its steps); None without `side`."""
         import torch
 
         cfg = self.config
+        if side is not None:
+            check_choice(side, "side", sorted(SIDE_INFORMATION.values()))
+            if cfg.algorithm != "fedavg":
+                raise ValueError("side information is computed from local training; it needs `algorithm`='fedavg'")
         idx = torch.from_numpy(self.data.clients[client])
         x, y = self.x_train[idx], self.y_train[idx]
         r = len(replicate_ids)
         if cfg.algorithm == "fedsgd":
             grads = self._grad(params, x.expand(r, *x.shape), y.expand(r, *y.shape))
             flat_g = self.flatten(grads)
-            return flat_g, flat_params - cfg.lr * flat_g
+            return flat_g, flat_params - cfg.lr * flat_g, None
         local = {n: t.clone() for n, t in params.items()}
         n = len(idx)
         b = n if cfg.batch_size is None else min(cfg.batch_size, n)
         gens = self.data_order_generators(client, replicate_ids, round_index)
-        for _ in range(cfg.local_epochs):
+        iterates = _RunningVariance() if side == "variances" else None
+        for epoch in range(cfg.local_epochs):
             order = shuffled_orders(n, gens)
+            last = iterates is not None and epoch == cfg.local_epochs - 1
+            if last:
+                iterates.add(self.flatten(local))
             for start in range(0, n, b):
                 sel = order[:, start:start + b]
                 grads = self._grad(local, x[sel], y[sel])
                 with torch.no_grad():
                     for name in self.names:
                         local[name] -= cfg.lr * grads[name]
+                if last:
+                    iterates.add(self.flatten(local))
         flat_local = self.flatten(local)
-        return flat_local - flat_params, flat_local
+        info = None
+        if side == "precisions":
+            info = self.diagonal_fisher(local, x, y)
+        elif side == "variances":
+            info = iterates.variance()
+        return flat_local - flat_params, flat_local, info
+
+    def diagonal_fisher(self, params: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
+                        chunk: int = 256) -> torch.Tensor:
+        """The diagonal empirical Fisher of every replicate at `params` (dict of (R, ...)):
+        the mean over the examples x (n, ...), y (n,) of the squared per-example gradients
+        of the loss, flattened (R, P) float64 (accumulated in float64, `chunk` examples at a
+        time)."""
+        import torch
+
+        total = None
+        for start in range(0, x.shape[0], chunk):
+            grads = self._example_grads(params, x[start:start + chunk], y[start:start + chunk])
+            part = torch.cat([grads[n].double().square().sum(1).reshape(grads[n].shape[0], -1) for n in self.names],
+                             dim=1)
+            total = part if total is None else total + part
+        return total / x.shape[0]
 
     def gradients(self, params: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor
                   ) -> dict[str, torch.Tensor]:
         """Mean-loss gradients of every replicate: params (R, ...), x (R, n, ...), y (R, n)."""
         return self._grad(params, x, y)
 
-    def aggregate(self, stacked: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
-        """The aggregation rule applied to every replicate's client messages (R, K, P)."""
-        return self.rule(stacked, weights=weights)
+    def aggregate(self, stacked: torch.Tensor, weights: torch.Tensor | None = None, **side: torch.Tensor
+                  ) -> torch.Tensor:
+        """The aggregation rule applied to every replicate's client messages (R, K, P);
+        `side`: the clients' side information (R, K, P) for the rules that need it
+        (:attr:`side_information` names the keyword)."""
+        return self.rule(stacked, weights=weights, **side)
 
     def per_client_eb(self, params: Mapping[str, torch.Tensor], client: int, max_examples: int = 256) -> np.ndarray:
         """EB criterion of each replicate's per-example gradients of `client` at `params`
@@ -427,8 +491,53 @@ class FederatedSimulation:
                                 final_params=self.flatten(params).numpy(), client_eb=client_eb)
 
     def describe(self) -> dict[str, Any]:
-        return {"model": self.model_name, "hidden": self.hidden, "config": asdict(self.config), "seed": self.seed,
-                "n_clients": self.data.n_clients, "client_sizes": self.data.sizes().tolist()}
+        """The run's settings; with a curvature rule also what its clients compute and the
+        rule's parameters with their defaults filled in."""
+        out = {"model": self.model_name, "hidden": self.hidden, "config": asdict(self.config), "seed": self.seed,
+               "n_clients": self.data.n_clients, "client_sizes": self.data.sizes().tolist()}
+        if self.side_information is not None:
+            out["side_information"] = {
+                "argument": self.side_information, "computed": _SIDE_DESCRIPTIONS[self.side_information],
+                "aggregator_params": {**_defaults(AGGREGATORS[self.config.aggregator]),
+                                      **self.config.aggregator_params}}
+        return out
+
+
+_SIDE_DESCRIPTIONS = {
+    "precisions": "each client's diagonal empirical Fisher at its final local model in the round: the mean over "
+                  "its examples of the squared per-example gradients of the loss",
+    "variances": "the per-coordinate variance of each client's local iterates over its last local epoch of the "
+                 "round (the model at the start of that epoch and after each of its steps, divided by their number)",
+}
+
+
+def _defaults(rule) -> dict[str, Any]:
+    """The settings of an aggregation rule that have defaults (not `weights`)."""
+    import inspect
+
+    return {name: p.default for name, p in inspect.signature(rule).parameters.items()
+            if p.default is not inspect.Parameter.empty and name != "weights"}
+
+
+class _RunningVariance:
+    """Per-coordinate mean and variance (divided by the count) of (R, P) tensors added one
+    at a time, in float64 (Welford's update)."""
+
+    def __init__(self) -> None:
+        self.count, self.mean, self.m2 = 0, None, None
+
+    def add(self, value: torch.Tensor) -> None:
+        value = value.double()
+        self.count += 1
+        if self.mean is None:
+            self.mean, self.m2 = value.clone(), value.new_zeros(value.shape)
+            return
+        delta = value - self.mean
+        self.mean += delta / self.count
+        self.m2 += delta * (value - self.mean)
+
+    def variance(self) -> torch.Tensor:
+        return self.m2 / self.count
 
 
 def rounds_to_accuracy(history: Iterable[Mapping[str, Any]], target: float, split: str = "test") -> int | None:

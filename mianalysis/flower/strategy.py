@@ -12,7 +12,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 
 from .._validation import check_choice, check_flag
-from ..federated.aggregation import AGGREGATORS, get_aggregator
+from ..federated.aggregation import AGGREGATORS, SIDE_INFORMATION, get_aggregator
 from .records import flatten, named_arrays, partition_id, the_array_record, unflatten
 
 LOG = logging.getLogger("flwr")
@@ -46,7 +46,11 @@ class FedRule(FedAvg):
     rounding); ``"median"`` and ``"trimmed_mean"`` are the coordinate-wise robust rules
     (weighted by examples, unlike Flower's FedMedian and FedTrimmedAvg);
     ``"and_mask"`` and ``"geometric_mask"`` keep only the coordinates where the clients'
-    updates agree in sign.
+    updates agree in sign. The curvature rules ``"fisher"`` and ``"inverse_variance"``
+    need one more array per client: each reply then carries, beside its model, a second
+    ArrayRecord under `side_key` (default ``"fisher"``: the client's diagonal Fisher;
+    ``"variances"``: the variance of its local iterates) with the model's array names and
+    shapes, and the rule weights each coordinate of the updates by it.
 
     Replies are put in a fixed order (partition id, see
     :func:`mianalysis.flower.with_partition_id`, then node id) before they are combined, so
@@ -57,13 +61,17 @@ class FedRule(FedAvg):
     ----------
     rule : str, default="fedavg"
         A name in :data:`mianalysis.federated.aggregation.AGGREGATORS`: "fedavg", "fedsgd", "median",
-        "trimmed_mean", "and_mask", "geometric_mask".
+        "trimmed_mean", "and_mask", "geometric_mask", "fisher", "inverse_variance".
     rule_params : dict, optional
         The rule's settings, e.g. ``{"threshold": 0.5}`` for "and_mask" or
         ``{"beta": 0.2}`` for "trimmed_mean"; checked when the strategy is made.
     weighted : bool, default=True
         Weight each client by the value of `weighted_by_key` in its reply's MetricRecord
         (its number of examples), as FedAvg does; False gives every client the same weight.
+    side_key : str, optional
+        For "fisher" and "inverse_variance": the name of the reply's ArrayRecord with the
+        client's precisions or variances (default "fisher" and "variances"); the model is
+        the reply's other ArrayRecord. Not allowed with the other rules.
     **fedavg_options
         Passed to :class:`flwr.serverapp.strategy.FedAvg`: ``fraction_train``,
         ``min_train_nodes``, ``weighted_by_key`` (default "num-examples"),
@@ -81,7 +89,7 @@ class FedRule(FedAvg):
     """
 
     def __init__(self, rule: str = "fedavg", *, rule_params: dict[str, Any] | None = None, weighted: bool = True,
-                 **fedavg_options: Any) -> None:
+                 side_key: str | None = None, **fedavg_options: Any) -> None:
         super().__init__(**fedavg_options)
         if not isinstance(rule, str):
             raise TypeError(f"`rule` must be the name of an aggregation rule; got {rule!r}")
@@ -93,8 +101,10 @@ class FedRule(FedAvg):
         self.rule_params = dict(rule_params or {})
         self.weighted = weighted
         self.rule = get_aggregator(rule, **self.rule_params)
+        self.side_key = _side_key(rule, side_key)
+        side = {} if self.side_key is None else {SIDE_INFORMATION[rule]: np.ones((1, 1))}
         try:  # the rule's settings are checked now, not in the middle of a run
-            self.rule(np.zeros((1, 1)))
+            self.rule(np.zeros((1, 1)), **side)
         except TypeError as exc:
             raise TypeError(f"`rule_params` {self.rule_params} do not fit the rule {rule!r}: {exc}") from None
         self.global_arrays: dict[str, np.ndarray] | None = None
@@ -127,6 +137,8 @@ class FedRule(FedAvg):
         if self.global_arrays is None or self.global_round != server_round:
             raise RuntimeError(f"aggregate_train for round {server_round} without configure_train for that round: "
                                "FedRule needs the global model the clients started from")
+        if self.side_key is not None:
+            return self._aggregate_with_side_information(valid), self._metrics(valid)
         base = flatten(self.global_arrays, self.global_arrays, what="the global model")
         updates = np.stack([flatten(named_arrays(the_array_record(m)), self.global_arrays, what=_reply_of(m)) - base
                             for m in valid])
@@ -134,6 +146,30 @@ class FedRule(FedAvg):
         step = self.rule(updates, weights=weights)
         arrays = unflatten(base + step, self.global_arrays)
         return arrays, self._metrics(valid)
+
+    def _aggregate_with_side_information(self, valid: list[Message]) -> ArrayRecord:
+        """One step of a curvature rule: each reply holds its model and the ArrayRecord
+        `side_key` (precisions or variances, named and shaped as the model)."""
+        base = flatten(self.global_arrays, self.global_arrays, what="the global model")
+        updates, side = [], []
+        for m in valid:
+            node, reply = m.metadata.src_node_id, _reply_of(m)
+            records = m.content.array_records
+            if self.side_key not in records:
+                raise ValueError(f"the reply of node {node} has no ArrayRecord {self.side_key!r} ({sorted(records)}); "
+                                 f"the rule {self.rule_name!r} needs each client's {SIDE_INFORMATION[self.rule_name]} "
+                                 f"there, with the model's array names and shapes")
+            models = [k for k in records if k != self.side_key]
+            if len(models) != 1:
+                raise ValueError(f"the reply of node {node} holds ArrayRecords {sorted(records)}; expected the model "
+                                 f"and {self.side_key!r}")
+            model = named_arrays(records[models[0]])
+            extra = named_arrays(records[self.side_key])
+            updates.append(flatten(model, self.global_arrays, what=reply) - base)
+            side.append(flatten(extra, self.global_arrays, what=f"the {self.side_key!r} record of node {node}"))
+        weights = np.array([self._weight(m) for m in valid]) if self.weighted else None
+        step = self.rule(np.stack(updates), weights=weights, **{SIDE_INFORMATION[self.rule_name]: np.stack(side)})
+        return unflatten(base + step, self.global_arrays)
 
     def _weight(self, message: Message) -> float:
         """The value of `weighted_by_key` in the reply's one MetricRecord."""
@@ -156,6 +192,20 @@ class FedRule(FedAvg):
                for c in contents):
             return self.train_metrics_aggr_fn(contents, self.weighted_by_key)
         return None
+
+
+def _side_key(rule: str, side_key: str | None) -> str | None:
+    """The ArrayRecord name of the rule's per-client side information, or None."""
+    if rule not in SIDE_INFORMATION:
+        if side_key is not None:
+            raise ValueError(f"`side_key` is only for the rules that need side information "
+                             f"({sorted(SIDE_INFORMATION)}); the rule {rule!r} takes none")
+        return None
+    if side_key is None:
+        return {"precisions": "fisher", "variances": "variances"}[SIDE_INFORMATION[rule]]
+    if not isinstance(side_key, str) or not side_key:
+        raise TypeError(f"`side_key` must be a non-empty string, the name of an ArrayRecord; got {side_key!r}")
+    return side_key
 
 
 __all__ = ["FedRule"]
