@@ -237,8 +237,9 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: Sequence[str
         checkpoint is one task, single-threaded, with its own distance matrices and its
         permutations; this process assembles the table (and the changes between
         checkpoints) in order, journals it and writes it. The table is the same as a local
-        analysis's, row for row and value for value. Workers read the dump from its path:
-        they need the same files at the same path (a shared file system), and with the
+        analysis's, row for row and value for value. Workers read the dump from its
+        absolute path: they need the same files at the same path (a shared file system; a
+        worker that finds another dump there, or none, is a DumpError naming it), and with the
         distance cache each worker holds n_clients x n_runs^2 float64 values per task (the
         cache is used or not as it fits in *this* process's memory, so that the table is
         the same: pass ``distance_cache=False`` for workers with less).
