@@ -248,7 +248,8 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: Sequence[str
     timeout : float, optional
         Seconds to reach the scheduler (default
         :data:`mianalysis.scaleout.CONNECT_TIMEOUT`; a SchedulerError, an OSError, after
-        that, and nothing is written).
+        that, and nothing is written), and to wait for a worker when none is left (then a
+        SchedulerError; the journal keeps the checkpoints analysed so far).
 
     Returns
     -------
@@ -426,7 +427,8 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: Sequence[str
             for t in todo:
                 assemble(t, job(t, progress=bar.update))
         else:  # each checkpoint on a worker, with its own distance matrices; assembled here in order
-            computed = run_unordered(dask, job, todo, name="analyze-checkpoint")
+            computed = run_unordered(dask, job, todo, name="analyze-checkpoint",
+                                     timeout=CONNECT_TIMEOUT if timeout is None else timeout)
             with contextlib.closing(computed):
                 for t, part in _in_order(computed, todo):
                     bar.update(per_checkpoint)

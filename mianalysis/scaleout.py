@@ -25,7 +25,12 @@ The module imports ``distributed`` only when a scheduler is used (the ``dask`` e
 from __future__ import annotations
 
 import itertools
+import json
+import logging
 import os
+import pickle
+import sys
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -41,8 +46,9 @@ if TYPE_CHECKING:  # names used only in type hints (the dask extra)
 
 __all__ = ["SchedulerError", "parse_scheduler", "connect", "run_unordered", "CONNECT_TIMEOUT"]
 
-CONNECT_TIMEOUT = 10.0  # seconds to reach a scheduler (and for it to have a worker)
+CONNECT_TIMEOUT = 10.0  # seconds to reach a scheduler (and for it to have a worker, or to have one again)
 LOCAL_PREFIX = "local:"
+POLL = 0.5  # seconds between looks at the workers while no task completes
 
 
 class SchedulerError(OSError):
@@ -126,24 +132,22 @@ def connect(scheduler: str | os.PathLike | None = None, *, client: distributed.C
     timeout = check_real(timeout, "timeout", low=0, low_open=True)
     distributed = _distributed()
     if kind == "local":
-        import logging
-
         cluster = distributed.LocalCluster(n_workers=value, threads_per_worker=1, processes=True,
                                            host="127.0.0.1", dashboard_address=None, silence_logs=logging.ERROR)
         try:
             with distributed.Client(cluster, timeout=timeout) as local:
+                from ._dask_worker import ImportPaths
+
+                # What this process imports from (its working folder too: a factory there), on every worker.
+                local.register_plugin(ImportPaths(_import_paths()), name="mianalysis-import-paths")
                 yield local
         finally:
             cluster.close()
         return
-    if kind == "file" and not Path(value).is_file():
-        hint = f" (an address needs its scheme: tcp://{value})" if ":" in value and "/" not in value else ""
-        raise SchedulerError(f"scheduler file {value} does not exist{hint}; give local:N, tcp://HOST:PORT or the "
-                             "file written by `dask scheduler --scheduler-file`")
-    where = value if kind == "address" else f"of scheduler file {value}"
+    address = value if kind == "address" else _scheduler_file_address(value)
+    where = value if kind == "address" else f"{address} of scheduler file {value}"
     try:
-        remote = (distributed.Client(value, timeout=timeout, security=security) if kind == "address" else
-                  distributed.Client(scheduler_file=value, timeout=timeout, security=security))
+        remote = distributed.Client(address, timeout=timeout, security=security)
     except (OSError, TimeoutError, ValueError) as exc:
         raise SchedulerError(f"cannot reach the Dask scheduler {where} within {timeout:g} s ({_first_line(exc)}); "
                              "is it running, and is the address (and its TLS settings) right?") from None
@@ -159,6 +163,38 @@ def connect(scheduler: str | os.PathLike | None = None, *, client: distributed.C
         remote.close()
 
 
+def _scheduler_file_address(path):
+    """The scheduler address that the scheduler file `path` holds; SchedulerError naming the
+    file if it does not exist, cannot be read, is empty, is not JSON or names no address."""
+    file = Path(path)
+    usage = "give local:N, tcp://HOST:PORT or the file written by `dask scheduler --scheduler-file`"
+    if not file.is_file():
+        hint = f" (an address needs its scheme: tcp://{path})" if ":" in str(path) and "/" not in str(path) else ""
+        raise SchedulerError(f"scheduler file {path} does not exist{hint}; {usage}")
+    try:
+        text = file.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SchedulerError(f"cannot read the scheduler file {path} ({_first_line(exc)}); {usage}") from None
+    if not text.strip():
+        raise SchedulerError(f"scheduler file {path} is empty; {usage}")
+    try:
+        record = json.loads(text)
+    except ValueError as exc:
+        raise SchedulerError(f"scheduler file {path} is not JSON ({_first_line(exc)}); {usage}") from None
+    address = record.get("address") if isinstance(record, dict) else None
+    if not isinstance(address, str) or "://" not in address:
+        raise SchedulerError(f"scheduler file {path} names no scheduler address (no \"address\": \"tcp://HOST:PORT\" "
+                             f"in it); {usage}")
+    return address
+
+
+def _import_paths():
+    """This process's module search path, absolute, and its working folder last (where
+    :func:`mianalysis.tasks.module.load_factory` finds a factory that is not installed)."""
+    paths = [os.path.abspath(p or os.curdir) for p in sys.path] + [os.getcwd()]
+    return list(dict.fromkeys(paths))
+
+
 def _call_single_threaded(function, item):
     """`function(item)` on a worker, every thread pool limited to one thread."""
     with single_threaded():
@@ -170,7 +206,8 @@ def _identity(value):
 
 
 def run_unordered(client: distributed.Client, function: Callable[[Any], Any], items: Iterable[Any], *,
-                  window: int | None = None, name: str = "mianalysis") -> Iterator[tuple[Any, Any]]:
+                  window: int | None = None, name: str = "mianalysis", timeout: float = CONNECT_TIMEOUT
+                  ) -> Iterator[tuple[Any, Any]]:
     """Run ``function(item)`` for every item on the cluster; yield ``(item, result)`` in
     the order results complete.
 
@@ -182,11 +219,23 @@ def run_unordered(client: distributed.Client, function: Callable[[Any], Any], it
     task that fails raises its exception here; a task whose worker dies is run again by
     Dask on another worker (``distributed.scheduler.allowed-failures`` times). Leaving the
     loop early cancels the tasks still pending.
+
+    Raises
+    ------
+    SchedulerError
+        One line: a worker cannot import what `function` needs (the module named, checked
+        on every worker before the first task, and for any ImportError of a task); the
+        scheduler has had no worker for `timeout` seconds; the connection to the scheduler
+        is lost; or a task's workers keep dying (Dask's ``KilledWorker``). Results
+        already yielded stay valid.
     """
     distributed = _distributed()
+    timeout = check_real(timeout, "timeout", low=0, low_open=True)
     items = list(items)
+    where = f"the Dask scheduler {client.scheduler.address}"
     if window is None:
         window = max(2, 2 * sum(client.nthreads().values()))
+    _check_importable(client, function, where)
     pending = iter(enumerate(items))
     prefix = f"{name}-{uuid.uuid4().hex[:12]}"
     shipped = client.submit(_identity, function, key=f"{prefix}-function", pure=False)
@@ -195,19 +244,108 @@ def run_unordered(client: distributed.Client, function: Callable[[Any], Any], it
     def submit(index, item):
         future = client.submit(_call_single_threaded, shipped, item, key=f"{prefix}-{index}", pure=False)
         futures[future] = item
-        return future
 
-    running = distributed.as_completed([submit(i, item) for i, item in itertools.islice(pending, window)])
+    for i, item in itertools.islice(pending, window):
+        submit(i, item)
+    alone_since = None  # when the scheduler was last seen without a worker (None: it has one)
     try:
-        for future in running:
-            item = futures.pop(future)
-            result = future.result()
-            future.release()
-            following = next(pending, None)
-            if following is not None:
-                running.add(submit(*following))
-            yield item, result
+        while futures:
+            done = _wait_first(distributed, client, list(futures), where)
+            if not done:
+                alone_since = _watch_workers(client, alone_since, timeout, where)
+                continue
+            alone_since = None
+            for future in done:
+                item = futures.pop(future)
+                result = _result(distributed, future, where)
+                future.release()
+                following = next(pending, None)
+                if following is not None:
+                    submit(*following)
+                yield item, result
     finally:
         for future in futures:
             future.cancel()
         shipped.release()
+
+
+def _lost(where, exc):
+    return SchedulerError(f"lost the connection to {where} ({_first_line(exc)}); is it still running?")
+
+
+def _wait_first(distributed, client, futures, where):
+    """The futures among `futures` that are done within POLL seconds (maybe none)."""
+    from distributed.utils import CancelledError
+
+    if client.status not in ("running", "newly-created"):
+        raise SchedulerError(f"lost the connection to {where} (the client is {client.status}); is it still running?")
+    try:
+        return distributed.wait(futures, timeout=POLL, return_when="FIRST_COMPLETED").done
+    except TimeoutError:
+        return set()
+    except (OSError, CancelledError) as exc:
+        raise _lost(where, exc) from None
+
+
+def _watch_workers(client, alone_since, timeout, where):
+    """When the scheduler was first seen without a worker (None: it has one); SchedulerError
+    once it has had none for `timeout` seconds."""
+    try:
+        workers = client.scheduler_info(n_workers=-1)["workers"]
+    except OSError as exc:
+        raise _lost(where, exc) from None
+    if workers:
+        return None
+    now = time.monotonic()
+    if alone_since is None:
+        return now
+    if now - alone_since >= timeout:
+        raise SchedulerError(f"{where} has had no worker for {timeout:g} s (the last one stopped or was killed); "
+                             "start workers with `dask worker ADDRESS --nthreads 1` and rerun the same command to "
+                             "resume")
+    return alone_since
+
+
+def _result(distributed, future, where):
+    """A done future's result, with what the cluster (not the task) did wrong as one line."""
+    from distributed.utils import CancelledError
+
+    try:
+        return future.result()
+    except ImportError as exc:  # in the task: a module the worker lacks
+        raise SchedulerError(_import_message(exc)) from None
+    except distributed.KilledWorker as exc:
+        raise SchedulerError(f"the workers of {where} died while running a task, again and again "
+                             f"({_first_line(exc)}); check their memory and logs") from None
+    except CancelledError as exc:
+        raise _lost(where, exc) from None
+    except OSError as exc:
+        if future.status == "error":  # the task's own OSError
+            raise
+        raise _lost(where, exc) from None
+
+
+def _import_message(exc):
+    module = f"the module {exc.name!r}" if getattr(exc, "name", None) else "a module"
+    return (f"a Dask worker cannot import {module} ({_first_line(exc)}): install it on the workers (the same "
+            "environment as this process) or put its folder on their PYTHONPATH")
+
+
+def _check_importable(client, function, where):
+    """SchedulerError naming the module if a worker cannot unpickle `function` (and this
+    module, which runs it): checked out of band on every worker, where a failure is an
+    error that comes back, not a task that Dask cannot deserialize and retries forever."""
+    from distributed.protocol.pickle import dumps
+
+    payload = dumps((function, _call_single_threaded))
+    try:
+        client.run(_loaded, payload)
+    except ImportError as exc:
+        raise SchedulerError(_import_message(exc)) from None
+    except OSError as exc:
+        raise _lost(where, exc) from None
+
+
+def _loaded(payload):
+    """Unpickle `payload` and return nothing (a worker then sends nothing back)."""
+    pickle.loads(payload)

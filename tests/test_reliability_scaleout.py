@@ -135,3 +135,75 @@ def test_a_dump_sent_elsewhere_is_checked_against_its_manifest(tmp_path, monkeyp
     assert str(tmp_path / "d") in str(info.value)
     os.rename("moved", "d")  # the same dump again, with more provenance: fine
     assert np.array_equal(pickle.loads(sent).samples("a", 1), _arrays(0)["a"][1])
+
+
+# ----------------------------------------------------------- 2. factories of the working folder
+
+FACTORY = '''import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mianalysis.tasks import ModuleSpec
+
+
+def mlp():
+    return nn.Sequential(nn.Linear(3, 2), nn.Tanh(), nn.Linear(2, 1))
+
+
+def spec():
+    g = torch.Generator().manual_seed(0)
+    xs = [torch.randn(8, 3, generator=g) for _ in range(2)]
+    return ModuleSpec(model=mlp, data=[(x, x.sum(1, keepdim=True)) for x in xs], loss=F.mse_loss)
+'''
+
+# `mianalysis ARGS` as the installed command runs it: the working folder is not on sys.path.
+COMMAND = ("import os, sys\n"
+           "sys.path[:] = [p for p in sys.path if p not in ('', os.getcwd())]\n"
+           "from mianalysis.cli import main\n"
+           "sys.exit(main(sys.argv[1:]))\n")
+
+
+def _command(args, cwd, timeout):
+    """Run `mianalysis ARGS` in a new process group in `cwd`; (status, stderr). The whole
+    group (the command and any worker it started) is killed if it runs past `timeout`."""
+    proc = subprocess.Popen([sys.executable, "-c", COMMAND, *map(str, args)], cwd=cwd, env=ENV, text=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, err = proc.communicate(timeout=10)
+        raise AssertionError(f"mianalysis {' '.join(map(str, args))} still ran after {timeout} s: {err[-2000:]}")
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # workers it may have left behind
+        except ProcessLookupError:
+            pass
+    return proc.returncode, err
+
+
+MODULE_SAMPLE = ["sample", "--task", "module", "--set", "factory=fac:spec", "--set", "batch_size=4", "--runs", "4",
+                 "--chunk-size", "2", "--out", "d", "--no-progress"]
+
+
+def test_a_factory_of_the_working_folder_trains_on_local_workers(tmp_path):
+    pytest.importorskip("torch")
+    (tmp_path / "fac.py").write_text(FACTORY)
+    code, err = _command(MODULE_SAMPLE + ["--scheduler", "local:1", "--scheduler-timeout", "60"], tmp_path,
+                         timeout=150)
+    assert code == 0, err
+    assert ParameterDump.open(tmp_path / "d").verify() == 4
+
+
+def test_a_factory_a_worker_cannot_import_is_one_line(tmp_path):
+    """A tcp worker in another folder cannot import `fac`: one line naming the module and
+    what to do, no dump left behind."""
+    pytest.importorskip("torch")
+    (tmp_path / "fac.py").write_text(FACTORY)
+    with tcp_cluster(tmp_path / "cluster") as (address, _, _):
+        code, err = _command(MODULE_SAMPLE + ["--scheduler", address, "--scheduler-timeout", "60"], tmp_path,
+                             timeout=120)
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith("mianalysis sample: error: a Dask worker cannot import the module 'fac'"), err
+    assert "PYTHONPATH" in err and "install" in err
+    assert not (tmp_path / "d").exists()
