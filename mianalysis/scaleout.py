@@ -132,8 +132,7 @@ def connect(scheduler: str | os.PathLike | None = None, *, client: distributed.C
     timeout = check_real(timeout, "timeout", low=0, low_open=True)
     distributed = _distributed()
     if kind == "local":
-        cluster = distributed.LocalCluster(n_workers=value, threads_per_worker=1, processes=True,
-                                           host="127.0.0.1", dashboard_address=None, silence_logs=logging.ERROR)
+        cluster = _local_cluster(distributed, value)
         try:
             with distributed.Client(cluster, timeout=timeout) as local:
                 from ._dask_worker import ImportPaths
@@ -142,7 +141,7 @@ def connect(scheduler: str | os.PathLike | None = None, *, client: distributed.C
                 local.register_plugin(ImportPaths(_import_paths()), name="mianalysis-import-paths")
                 yield local
         finally:
-            cluster.close()
+            _close_quietly(cluster)
         return
     address = value if kind == "address" else _scheduler_file_address(value)
     where = value if kind == "address" else f"{address} of scheduler file {value}"
@@ -160,7 +159,59 @@ def connect(scheduler: str | os.PathLike | None = None, *, client: distributed.C
                 from None
         yield remote
     finally:
-        remote.close()
+        with _quiet_distributed():  # a client that lost its scheduler logs its reconnection's traceback
+            remote.close(timeout=timeout)
+
+
+@contextmanager
+def _quiet_distributed():
+    """Hold back the log lines of ``distributed`` (every logger under it) while the block
+    runs: closing a client or cluster that lost its peers, or that an interruption stopped,
+    logs tracebacks that say nothing the one line of the error does not."""
+    names = ["distributed"] + [n for n in list(logging.root.manager.loggerDict) if n.startswith("distributed.")]
+    loggers = [logging.getLogger(n) for n in names]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
+def _local_cluster(distributed, n_workers):
+    """A LocalCluster of `n_workers` single-threaded processes on loopback. One whose start
+    fails or is interrupted (Ctrl-C) is closed here, quietly, and forgotten, so that Dask
+    does not try again at exit and print the tracebacks of its half-started workers."""
+    from distributed.deploy.spec import SpecCluster
+
+    before = set(SpecCluster._instances)
+    try:
+        return distributed.LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                        dashboard_address=None, silence_logs=logging.ERROR)
+    except BaseException:
+        for cluster in set(SpecCluster._instances) - before:
+            _close_quietly(cluster)
+        raise
+
+
+def _close_quietly(cluster):
+    """Close a LocalCluster (its workers, its scheduler, its event loop) with distributed's
+    log lines held back; one that cannot close cleanly (half started) is closed as far as
+    it goes, and its error is not shown: the command's own line says what happened."""
+    from distributed.deploy.spec import SpecCluster
+
+    with _quiet_distributed():
+        try:
+            cluster.close(timeout=CONNECT_TIMEOUT)
+        except Exception:  # e.g. workers interrupted while they started (Dask asserts on their status)
+            pass
+        finally:
+            SpecCluster._instances.discard(cluster)  # nothing left for Dask's atexit hook
+            runner = getattr(cluster, "_loop_runner", None)
+            if runner is not None:
+                runner.stop()
 
 
 def _scheduler_file_address(path):
@@ -270,7 +321,8 @@ def run_unordered(client: distributed.Client, function: Callable[[Any], Any], it
 
 
 def _lost(where, exc):
-    return SchedulerError(f"lost the connection to {where} ({_first_line(exc)}); is it still running?")
+    return SchedulerError(f"lost the connection to {where} ({_first_line(exc)}): the scheduler stopped or cannot "
+                          "be reached")
 
 
 def _wait_first(distributed, client, futures, where):
@@ -278,7 +330,8 @@ def _wait_first(distributed, client, futures, where):
     from distributed.utils import CancelledError
 
     if client.status not in ("running", "newly-created"):
-        raise SchedulerError(f"lost the connection to {where} (the client is {client.status}); is it still running?")
+        raise SchedulerError(f"lost the connection to {where} (the client is {client.status}): the scheduler "
+                             "stopped or cannot be reached")
     try:
         return distributed.wait(futures, timeout=POLL, return_when="FIRST_COMPLETED").done
     except TimeoutError:
@@ -301,8 +354,7 @@ def _watch_workers(client, alone_since, timeout, where):
         return now
     if now - alone_since >= timeout:
         raise SchedulerError(f"{where} has had no worker for {timeout:g} s (the last one stopped or was killed); "
-                             "start workers with `dask worker ADDRESS --nthreads 1` and rerun the same command to "
-                             "resume")
+                             "start workers with `dask worker ADDRESS --nthreads 1`")
     return alone_since
 
 

@@ -207,3 +207,82 @@ def test_a_factory_a_worker_cannot_import_is_one_line(tmp_path):
     assert err.startswith("mianalysis sample: error: a Dask worker cannot import the module 'fac'"), err
     assert "PYTHONPATH" in err and "install" in err
     assert not (tmp_path / "d").exists()
+
+
+# ----------------------------------------------------------- 3, 5. a worker or the scheduler killed mid-run
+
+SIGNAL_SAMPLE = ["sample", "--task", "signal-rnn", "--runs", "60", "--chunk-size", "2", "--out", "d", "--no-progress",
+                 "--set", "n_layers=2", "--set", "seq_len=8", "--set", "n_examples=20", "--set", "batch_size=8",
+                 "--set", "hidden=3"]
+
+
+def _written(dump):
+    try:
+        return len(json.loads((dump / "manifest.json").read_text())["chunks"])
+    except (OSError, ValueError):
+        return 0
+
+
+def _killed_mid_sample(tmp_path, victim):
+    """Sample on a tcp scheduler with one worker, kill `victim` ("worker" or "scheduler")
+    with SIGKILL once a chunk is written: (status, stderr, chunks written before the kill)."""
+    pytest.importorskip("torch")
+    with tcp_cluster(tmp_path / "cluster") as (address, scheduler, worker):
+        proc = subprocess.Popen([sys.executable, "-c", COMMAND, *SIGNAL_SAMPLE, "--scheduler", address,
+                                 "--scheduler-timeout", "5"], cwd=tmp_path, env=ENV, text=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        try:
+            _wait_for(lambda: _written(tmp_path / "d") >= 1 or proc.poll() is not None, "a first chunk", 120)
+            assert proc.poll() is None, proc.stderr.read()
+            before = _written(tmp_path / "d")
+            (worker if victim == "worker" else scheduler).kill()
+            try:
+                _, err = proc.communicate(timeout=90)
+            except subprocess.TimeoutExpired:
+                raise AssertionError(f"the driver still waits 90 s after the {victim} was killed") from None
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(timeout=10)
+    return proc.returncode, err, before
+
+
+def _check_kept(tmp_path, err, before):
+    dump = ParameterDump.open(tmp_path / "d")
+    assert _written(tmp_path / "d") >= before and dump.written_runs == 2 * _written(tmp_path / "d")
+    assert f"the dump d keeps the {dump.written_runs} runs written so far: rerun the same command to resume" in err
+    assert dump.verify() == dump.completed_runs  # what was written is whole
+
+
+def test_the_only_worker_killed_mid_sample_stops_with_one_line(tmp_path):
+    code, err, before = _killed_mid_sample(tmp_path, "worker")
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith("mianalysis sample: error: the Dask scheduler tcp://127.0.0.1:") and \
+        "has had no worker for 5 s" in err, err
+    _check_kept(tmp_path, err, before)
+
+
+def test_the_scheduler_killed_mid_sample_stops_with_one_line(tmp_path):
+    code, err, before = _killed_mid_sample(tmp_path, "scheduler")
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith("mianalysis sample: error: lost the connection to the Dask scheduler tcp://127.0.0.1:"), err
+    _check_kept(tmp_path, err, before)
+
+
+# ----------------------------------------------------------- 4. a bad scheduler file
+
+
+@pytest.mark.parametrize("text, problem", [("", "is empty"), ("{not json", "is not JSON"),
+                                           ('{"id": "Scheduler-1"}', "names no scheduler address"),
+                                           ('["tcp://127.0.0.1:1"]', "names no scheduler address")])
+def test_a_bad_scheduler_file_is_one_line_naming_it(tmp_path, text, problem, capsys):
+    file = tmp_path / "scheduler.json"
+    file.write_text(text)
+    started = time.monotonic()
+    assert main(["sample", "--task", "gaussian-sgd", "--runs", "4", "--out", str(tmp_path / "d"), "--no-progress",
+                 "--scheduler", str(file), "--scheduler-timeout", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"mianalysis sample: error: scheduler file {file} {problem}"), err
+    assert time.monotonic() - started < 10 and not (tmp_path / "d").exists()
