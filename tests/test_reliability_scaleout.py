@@ -286,3 +286,46 @@ def test_a_bad_scheduler_file_is_one_line_naming_it(tmp_path, text, problem, cap
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"mianalysis sample: error: scheduler file {file} {problem}"), err
     assert time.monotonic() - started < 10 and not (tmp_path / "d").exists()
+
+
+# ----------------------------------------------------------- 6. Ctrl-C while local workers start
+
+
+def test_ctrl_c_while_local_workers_start_is_one_line(tmp_path):
+    """SIGINT as soon as the first worker process exists: the command's one line, and none
+    of Dask's tracebacks after it (its exit hook closing the half-started cluster)."""
+    psutil = pytest.importorskip("psutil")
+    from interrupt import interrupt_when
+
+    cmd = [sys.executable, "-c", COMMAND, "sample", "--task", "gaussian-sgd", "--runs", "8", "--out",
+           str(tmp_path / "d"), "--no-progress", "--scheduler", "local:2"]
+    started = []
+
+    def workers_starting():
+        if not started:
+            return False
+        try:
+            return bool(psutil.Process(started[0]).children(recursive=True))
+        except psutil.Error:
+            return False
+
+    real_popen = subprocess.Popen
+
+    def popen(*args, **kwargs):  # the pid of the command, for workers_starting
+        proc = real_popen(*args, **kwargs)
+        started.append(proc.pid)
+        return proc
+
+    subprocess.Popen = popen
+    try:
+        code, err = interrupt_when(cmd, workers_starting, env=ENV, timeout=120)
+    finally:
+        subprocess.Popen = real_popen
+        for pid in started:
+            try:
+                for child in psutil.Process(pid).children(recursive=True):
+                    child.kill()
+            except psutil.Error:
+                pass
+    assert code == 130 and err == "mianalysis sample: interrupted; nothing was written\n", err
+    assert not (tmp_path / "d").exists()
