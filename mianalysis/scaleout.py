@@ -165,10 +165,12 @@ def connect(scheduler: str | os.PathLike | None = None, *, client: distributed.C
 
 @contextmanager
 def _quiet_distributed():
-    """Hold back the log lines of ``distributed`` (every logger under it) while the block
-    runs: closing a client or cluster that lost its peers, or that an interruption stopped,
-    logs tracebacks that say nothing the one line of the error does not."""
-    names = ["distributed"] + [n for n in list(logging.root.manager.loggerDict) if n.startswith("distributed.")]
+    """Hold back the log lines of ``distributed`` (every logger under it) and asyncio's
+    while the block runs: a client that loses a worker or its scheduler, or a cluster that
+    an interruption stopped, logs warnings and tracebacks (of its own pending tasks) that
+    say nothing the one line of the error does not."""
+    names = ["distributed", "asyncio"] + [n for n in list(logging.root.manager.loggerDict)
+                                          if n.startswith("distributed.")]
     loggers = [logging.getLogger(n) for n in names]
     levels = [logger.level for logger in loggers]
     for logger in loggers:
@@ -287,6 +289,7 @@ def run_unordered(client: distributed.Client, function: Callable[[Any], Any], it
     if window is None:
         window = max(2, 2 * sum(client.nthreads().values()))
     _check_importable(client, function, where)
+    _ignore_abandoned_fetches(client)
     pending = iter(enumerate(items))
     prefix = f"{name}-{uuid.uuid4().hex[:12]}"
     shipped = client.submit(_identity, function, key=f"{prefix}-function", pure=False)
@@ -300,24 +303,42 @@ def run_unordered(client: distributed.Client, function: Callable[[Any], Any], it
         submit(i, item)
     alone_since = None  # when the scheduler was last seen without a worker (None: it has one)
     try:
-        while futures:
-            done = _wait_first(distributed, client, list(futures), where)
-            if not done:
-                alone_since = _watch_workers(client, alone_since, timeout, where)
-                continue
-            alone_since = None
-            for future in done:
-                item = futures.pop(future)
-                result = _result(distributed, future, where)
-                future.release()
-                following = next(pending, None)
-                if following is not None:
-                    submit(*following)
-                yield item, result
+        with _quiet_distributed():  # what goes wrong here is raised as one line
+            while futures:
+                done = _wait_first(distributed, client, list(futures), where)
+                if not done:
+                    alone_since = _watch_workers(client, alone_since, timeout, where)
+                    continue
+                alone_since = None
+                for future in done:
+                    item = futures.pop(future)
+                    result = _result(distributed, client, future, where, timeout)
+                    future.release()
+                    following = next(pending, None)
+                    if following is not None:
+                        submit(*following)
+                    yield item, result
     finally:
         for future in futures:
             future.cancel()
         shipped.release()
+
+
+def _ignore_abandoned_fetches(client):
+    """Keep the client's event loop from reporting, when it is collected (at exit), the
+    fetches that :func:`_result` gave up after POLL seconds and that ended with the client
+    (``distributed.client.AllExit``): asyncio would print each as a traceback."""
+    from distributed.client import AllExit
+
+    loop = client.loop.asyncio_loop
+    if loop.get_exception_handler() is not None:
+        return
+
+    def handler(loop, context):
+        if not isinstance(context.get("exception"), AllExit):
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
 
 
 def _lost(where, exc):
@@ -358,12 +379,23 @@ def _watch_workers(client, alone_since, timeout, where):
     return alone_since
 
 
-def _result(distributed, future, where):
-    """A done future's result, with what the cluster (not the task) did wrong as one line."""
+def _result(distributed, client, future, where, timeout):
+    """A done future's result, with what the cluster (not the task) did wrong as one line.
+    Fetching it waits, watching the workers, while its worker is lost and it is computed
+    again (SchedulerError after `timeout` seconds without a worker)."""
     from distributed.utils import CancelledError
 
+    alone_since = None
     try:
-        return future.result()
+        while True:
+            try:
+                return future.result(timeout=POLL)
+            except TimeoutError:
+                if future.status == "error":  # the task's own TimeoutError
+                    raise
+                alone_since = _watch_workers(client, alone_since, timeout, where)
+    except SchedulerError:  # from _watch_workers
+        raise
     except ImportError as exc:  # in the task: a module the worker lacks
         raise SchedulerError(_import_message(exc)) from None
     except distributed.KilledWorker as exc:
