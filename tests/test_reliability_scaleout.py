@@ -297,7 +297,7 @@ def test_ctrl_c_while_local_workers_start_is_one_line(tmp_path):
     psutil = pytest.importorskip("psutil")
     from interrupt import interrupt_when
 
-    cmd = [sys.executable, "-c", COMMAND, "sample", "--task", "gaussian-sgd", "--runs", "8", "--out",
+    cmd = [sys.executable, "-m", "mianalysis.cli", "sample", "--task", "gaussian-sgd", "--runs", "8", "--out",
            str(tmp_path / "d"), "--no-progress", "--scheduler", "local:2"]
     started = []
 
