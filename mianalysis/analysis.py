@@ -254,8 +254,9 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: Sequence[str
         checkpoint is one task, single-threaded, with its own distance matrices and its
         permutations; this process assembles the table (and the changes between
         checkpoints) in order, journals it and writes it. The table is the same as a local
-        analysis's, row for row and value for value. Workers read the dump from its path:
-        they need the same files at the same path (a shared file system), and with the
+        analysis's, row for row and value for value. Workers read the dump from its
+        absolute path: they need the same files at the same path (a shared file system; a
+        worker that finds another dump there, or none, is a DumpError naming it), and with the
         distance cache each worker holds n_clients x n_runs^2 float64 values per task (the
         cache is used or not as it fits in *this* process's memory, so that the table is
         the same: pass ``distance_cache=False`` for workers with less).
@@ -264,7 +265,8 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: Sequence[str
     timeout : float, optional
         Seconds to reach the scheduler (default
         :data:`mianalysis.scaleout.CONNECT_TIMEOUT`; a SchedulerError, an OSError, after
-        that, and nothing is written).
+        that, and nothing is written), and to wait for a worker when none is left (then a
+        SchedulerError; the journal keeps the checkpoints analysed so far).
 
     Returns
     -------
@@ -442,7 +444,8 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: Sequence[str
             for t in todo:
                 assemble(t, job(t, progress=bar.update))
         else:  # each checkpoint on a worker, with its own distance matrices; assembled here in order
-            computed = run_unordered(dask, job, todo, name="analyze-checkpoint")
+            computed = run_unordered(dask, job, todo, name="analyze-checkpoint",
+                                     timeout=CONNECT_TIMEOUT if timeout is None else timeout)
             with contextlib.closing(computed):
                 for t, part in _in_order(computed, todo):
                     bar.update(per_checkpoint)

@@ -143,7 +143,8 @@ def _add_scheduler_options(parser, work):
                         help=f"compute {work} on Dask workers: local:N (N worker processes here, on loopback), "
                              "tcp://HOST:PORT, or a scheduler file (needs the dask extra)")
     parser.add_argument("--scheduler-timeout", type=float, default=None, metavar="SECONDS",
-                        help="seconds to reach the scheduler and find a worker (default 10)")
+                        help="seconds to reach the scheduler and find a worker, and to wait for one when none is "
+                             "left (default 10)")
 
 
 def _cmd_export(args):

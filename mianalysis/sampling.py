@@ -203,7 +203,9 @@ class ParameterSampler:
             Seconds to reach the scheduler (default
             :data:`mianalysis.scaleout.CONNECT_TIMEOUT`); a scheduler that cannot be
             reached is a :class:`mianalysis.scaleout.SchedulerError` (an OSError), and
-            nothing is written.
+            nothing is written. A scheduler that has had no worker for as long, a lost
+            connection to it, or a worker that cannot import the task's modules is a
+            SchedulerError too, naming the runs the dump keeps (a rerun resumes).
         """
         runs = check_int(runs, "runs", low=1)
         if scheduler is None and client is None:
@@ -212,16 +214,23 @@ class ParameterSampler:
                 dump = self._open_dump(runs, out)
                 self._write_chunks(dump, runs, self._chunks_here(dump))
             return dump
-        from .scaleout import CONNECT_TIMEOUT, connect, run_unordered
+        from .scaleout import CONNECT_TIMEOUT, SchedulerError, connect, run_unordered
 
-        with connect(scheduler, client=client, timeout=CONNECT_TIMEOUT if timeout is None else timeout) as dask:
+        timeout = CONNECT_TIMEOUT if timeout is None else timeout
+        with connect(scheduler, client=client, timeout=timeout) as dask:
             with WriterLock(out), unwritten_dump_discarded(out):
                 dump = self._open_dump(runs, out)
                 job = ChunkJob(self.task, seed=self.seed, init=self.init, every=self.every,
                                chunk_size=self.chunk_size, shared=self.shared)
-                computed = run_unordered(dask, job, dump.missing_chunks(self.chunk_size), name="sample-chunk")
-                with closing(computed):  # an error stops the chunks still running
-                    self._write_chunks(dump, runs, computed)  # in the order they complete
+                computed = run_unordered(dask, job, dump.missing_chunks(self.chunk_size), name="sample-chunk",
+                                         timeout=timeout)
+                try:
+                    with closing(computed):  # an error stops the chunks still running
+                        self._write_chunks(dump, runs, computed)  # in the order they complete
+                except SchedulerError as exc:  # the cluster failed, not the training: what is written stays
+                    kept = (f"the dump {dump.path} keeps the {dump.written_runs} runs written so far: rerun the same "
+                            "command to resume" if dump.written_runs else "no run was written")
+                    raise SchedulerError(f"{exc}; {kept}") from None
         return dump
 
     def _open_dump(self, runs, out):

@@ -25,7 +25,12 @@ The module imports ``distributed`` only when a scheduler is used (the ``dask`` e
 from __future__ import annotations
 
 import itertools
+import json
+import logging
 import os
+import pickle
+import sys
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -41,8 +46,9 @@ if TYPE_CHECKING:  # names used only in type hints (the dask extra)
 
 __all__ = ["SchedulerError", "parse_scheduler", "connect", "run_unordered", "CONNECT_TIMEOUT"]
 
-CONNECT_TIMEOUT = 10.0  # seconds to reach a scheduler (and for it to have a worker)
+CONNECT_TIMEOUT = 10.0  # seconds to reach a scheduler (and for it to have a worker, or to have one again)
 LOCAL_PREFIX = "local:"
+POLL = 0.5  # seconds between looks at the workers while no task completes
 
 
 class SchedulerError(OSError):
@@ -126,24 +132,21 @@ def connect(scheduler: str | os.PathLike | None = None, *, client: distributed.C
     timeout = check_real(timeout, "timeout", low=0, low_open=True)
     distributed = _distributed()
     if kind == "local":
-        import logging
-
-        cluster = distributed.LocalCluster(n_workers=value, threads_per_worker=1, processes=True,
-                                           host="127.0.0.1", dashboard_address=None, silence_logs=logging.ERROR)
+        cluster = _local_cluster(distributed, value)
         try:
             with distributed.Client(cluster, timeout=timeout) as local:
+                from ._dask_worker import ImportPaths
+
+                # What this process imports from (its working folder too: a factory there), on every worker.
+                local.register_plugin(ImportPaths(_import_paths()), name="mianalysis-import-paths")
                 yield local
         finally:
-            cluster.close()
+            _close_quietly(cluster)
         return
-    if kind == "file" and not Path(value).is_file():
-        hint = f" (an address needs its scheme: tcp://{value})" if ":" in value and "/" not in value else ""
-        raise SchedulerError(f"scheduler file {value} does not exist{hint}; give local:N, tcp://HOST:PORT or the "
-                             "file written by `dask scheduler --scheduler-file`")
-    where = value if kind == "address" else f"of scheduler file {value}"
+    address = value if kind == "address" else _scheduler_file_address(value)
+    where = value if kind == "address" else f"{address} of scheduler file {value}"
     try:
-        remote = (distributed.Client(value, timeout=timeout, security=security) if kind == "address" else
-                  distributed.Client(scheduler_file=value, timeout=timeout, security=security))
+        remote = distributed.Client(address, timeout=timeout, security=security)
     except (OSError, TimeoutError, ValueError) as exc:
         raise SchedulerError(f"cannot reach the Dask scheduler {where} within {timeout:g} s ({_first_line(exc)}); "
                              "is it running, and is the address (and its TLS settings) right?") from None
@@ -156,7 +159,93 @@ def connect(scheduler: str | os.PathLike | None = None, *, client: distributed.C
                 from None
         yield remote
     finally:
-        remote.close()
+        with _quiet_distributed():  # a client that lost its scheduler logs its reconnection's traceback
+            remote.close(timeout=timeout)
+
+
+@contextmanager
+def _quiet_distributed():
+    """Hold back the log lines of ``distributed`` (every logger under it) and asyncio's
+    while the block runs: a client that loses a worker or its scheduler, or a cluster that
+    an interruption stopped, logs warnings and tracebacks (of its own pending tasks) that
+    say nothing the one line of the error does not."""
+    names = ["distributed", "asyncio"] + [n for n in list(logging.root.manager.loggerDict)
+                                          if n.startswith("distributed.")]
+    loggers = [logging.getLogger(n) for n in names]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
+def _local_cluster(distributed, n_workers):
+    """A LocalCluster of `n_workers` single-threaded processes on loopback. One whose start
+    fails or is interrupted (Ctrl-C) is closed here, quietly, and forgotten, so that Dask
+    does not try again at exit and print the tracebacks of its half-started workers."""
+    from distributed.deploy.spec import SpecCluster
+
+    before = set(SpecCluster._instances)
+    try:
+        return distributed.LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                        dashboard_address=None, silence_logs=logging.ERROR)
+    except BaseException:
+        for cluster in set(SpecCluster._instances) - before:
+            _close_quietly(cluster)
+        raise
+
+
+def _close_quietly(cluster):
+    """Close a LocalCluster (its workers, its scheduler, its event loop) with distributed's
+    log lines held back; one that cannot close cleanly (half started) is closed as far as
+    it goes, and its error is not shown: the command's own line says what happened."""
+    from distributed.deploy.spec import SpecCluster
+
+    with _quiet_distributed():
+        try:
+            cluster.close(timeout=CONNECT_TIMEOUT)
+        except Exception:  # e.g. workers interrupted while they started (Dask asserts on their status)
+            pass
+        finally:
+            SpecCluster._instances.discard(cluster)  # nothing left for Dask's atexit hook
+            runner = getattr(cluster, "_loop_runner", None)
+            if runner is not None:
+                runner.stop()
+
+
+def _scheduler_file_address(path):
+    """The scheduler address that the scheduler file `path` holds; SchedulerError naming the
+    file if it does not exist, cannot be read, is empty, is not JSON or names no address."""
+    file = Path(path)
+    usage = "give local:N, tcp://HOST:PORT or the file written by `dask scheduler --scheduler-file`"
+    if not file.is_file():
+        hint = f" (an address needs its scheme: tcp://{path})" if ":" in str(path) and "/" not in str(path) else ""
+        raise SchedulerError(f"scheduler file {path} does not exist{hint}; {usage}")
+    try:
+        text = file.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SchedulerError(f"cannot read the scheduler file {path} ({_first_line(exc)}); {usage}") from None
+    if not text.strip():
+        raise SchedulerError(f"scheduler file {path} is empty; {usage}")
+    try:
+        record = json.loads(text)
+    except ValueError as exc:
+        raise SchedulerError(f"scheduler file {path} is not JSON ({_first_line(exc)}); {usage}") from None
+    address = record.get("address") if isinstance(record, dict) else None
+    if not isinstance(address, str) or "://" not in address:
+        raise SchedulerError(f"scheduler file {path} names no scheduler address (no \"address\": \"tcp://HOST:PORT\" "
+                             f"in it); {usage}")
+    return address
+
+
+def _import_paths():
+    """This process's module search path, absolute, and its working folder last (where
+    :func:`mianalysis.tasks.module.load_factory` finds a factory that is not installed)."""
+    paths = [os.path.abspath(p or os.curdir) for p in sys.path] + [os.getcwd()]
+    return list(dict.fromkeys(paths))
 
 
 def _call_single_threaded(function, item):
@@ -170,7 +259,8 @@ def _identity(value):
 
 
 def run_unordered(client: distributed.Client, function: Callable[[Any], Any], items: Iterable[Any], *,
-                  window: int | None = None, name: str = "mianalysis") -> Iterator[tuple[Any, Any]]:
+                  window: int | None = None, name: str = "mianalysis", timeout: float = CONNECT_TIMEOUT
+                  ) -> Iterator[tuple[Any, Any]]:
     """Run ``function(item)`` for every item on the cluster; yield ``(item, result)`` in
     the order results complete.
 
@@ -182,11 +272,24 @@ def run_unordered(client: distributed.Client, function: Callable[[Any], Any], it
     task that fails raises its exception here; a task whose worker dies is run again by
     Dask on another worker (``distributed.scheduler.allowed-failures`` times). Leaving the
     loop early cancels the tasks still pending.
+
+    Raises
+    ------
+    SchedulerError
+        One line: a worker cannot import what `function` needs (the module named, checked
+        on every worker before the first task, and for any ImportError of a task); the
+        scheduler has had no worker for `timeout` seconds; the connection to the scheduler
+        is lost; or a task's workers keep dying (Dask's ``KilledWorker``). Results
+        already yielded stay valid.
     """
     distributed = _distributed()
+    timeout = check_real(timeout, "timeout", low=0, low_open=True)
     items = list(items)
+    where = f"the Dask scheduler {client.scheduler.address}"
     if window is None:
         window = max(2, 2 * sum(client.nthreads().values()))
+    _check_importable(client, function, where)
+    _ignore_abandoned_fetches(client)
     pending = iter(enumerate(items))
     prefix = f"{name}-{uuid.uuid4().hex[:12]}"
     shipped = client.submit(_identity, function, key=f"{prefix}-function", pure=False)
@@ -195,19 +298,138 @@ def run_unordered(client: distributed.Client, function: Callable[[Any], Any], it
     def submit(index, item):
         future = client.submit(_call_single_threaded, shipped, item, key=f"{prefix}-{index}", pure=False)
         futures[future] = item
-        return future
 
-    running = distributed.as_completed([submit(i, item) for i, item in itertools.islice(pending, window)])
+    for i, item in itertools.islice(pending, window):
+        submit(i, item)
+    alone_since = None  # when the scheduler was last seen without a worker (None: it has one)
     try:
-        for future in running:
-            item = futures.pop(future)
-            result = future.result()
-            future.release()
-            following = next(pending, None)
-            if following is not None:
-                running.add(submit(*following))
-            yield item, result
+        with _quiet_distributed():  # what goes wrong here is raised as one line
+            while futures:
+                done = _wait_first(distributed, client, list(futures), where)
+                if not done:
+                    alone_since = _watch_workers(client, alone_since, timeout, where)
+                    continue
+                alone_since = None
+                for future in done:
+                    item = futures.pop(future)
+                    result = _result(distributed, client, future, where, timeout)
+                    future.release()
+                    following = next(pending, None)
+                    if following is not None:
+                        submit(*following)
+                    yield item, result
     finally:
         for future in futures:
             future.cancel()
         shipped.release()
+
+
+def _ignore_abandoned_fetches(client):
+    """Keep the client's event loop from reporting, when it is collected (at exit), the
+    fetches that :func:`_result` gave up after POLL seconds and that ended with the client
+    (``distributed.client.AllExit``): asyncio would print each as a traceback."""
+    from distributed.client import AllExit
+
+    loop = client.loop.asyncio_loop
+    if loop.get_exception_handler() is not None:
+        return
+
+    def handler(loop, context):
+        if not isinstance(context.get("exception"), AllExit):
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
+
+
+def _lost(where, exc):
+    return SchedulerError(f"lost the connection to {where} ({_first_line(exc)}): the scheduler stopped or cannot "
+                          "be reached")
+
+
+def _wait_first(distributed, client, futures, where):
+    """The futures among `futures` that are done within POLL seconds (maybe none)."""
+    from distributed.utils import CancelledError
+
+    if client.status not in ("running", "newly-created"):
+        raise SchedulerError(f"lost the connection to {where} (the client is {client.status}): the scheduler "
+                             "stopped or cannot be reached")
+    try:
+        return distributed.wait(futures, timeout=POLL, return_when="FIRST_COMPLETED").done
+    except TimeoutError:
+        return set()
+    except (OSError, CancelledError) as exc:
+        raise _lost(where, exc) from None
+
+
+def _watch_workers(client, alone_since, timeout, where):
+    """When the scheduler was first seen without a worker (None: it has one); SchedulerError
+    once it has had none for `timeout` seconds."""
+    try:
+        workers = client.scheduler_info(n_workers=-1)["workers"]
+    except OSError as exc:
+        raise _lost(where, exc) from None
+    if workers:
+        return None
+    now = time.monotonic()
+    if alone_since is None:
+        return now
+    if now - alone_since >= timeout:
+        raise SchedulerError(f"{where} has had no worker for {timeout:g} s (the last one stopped or was killed); "
+                             "start workers with `dask worker ADDRESS --nthreads 1`")
+    return alone_since
+
+
+def _result(distributed, client, future, where, timeout):
+    """A done future's result, with what the cluster (not the task) did wrong as one line.
+    Fetching it waits, watching the workers, while its worker is lost and it is computed
+    again (SchedulerError after `timeout` seconds without a worker)."""
+    from distributed.utils import CancelledError
+
+    alone_since = None
+    try:
+        while True:
+            try:
+                return future.result(timeout=POLL)
+            except TimeoutError:
+                if future.status == "error":  # the task's own TimeoutError
+                    raise
+                alone_since = _watch_workers(client, alone_since, timeout, where)
+    except SchedulerError:  # from _watch_workers
+        raise
+    except ImportError as exc:  # in the task: a module the worker lacks
+        raise SchedulerError(_import_message(exc)) from None
+    except distributed.KilledWorker as exc:
+        raise SchedulerError(f"the workers of {where} died while running a task, again and again "
+                             f"({_first_line(exc)}); check their memory and logs") from None
+    except CancelledError as exc:
+        raise _lost(where, exc) from None
+    except OSError as exc:
+        if future.status == "error":  # the task's own OSError
+            raise
+        raise _lost(where, exc) from None
+
+
+def _import_message(exc):
+    module = f"the module {exc.name!r}" if getattr(exc, "name", None) else "a module"
+    return (f"a Dask worker cannot import {module} ({_first_line(exc)}): install it on the workers (the same "
+            "environment as this process) or put its folder on their PYTHONPATH")
+
+
+def _check_importable(client, function, where):
+    """SchedulerError naming the module if a worker cannot unpickle `function` (and this
+    module, which runs it): checked out of band on every worker, where a failure is an
+    error that comes back, not a task that Dask cannot deserialize and retries forever."""
+    from distributed.protocol.pickle import dumps
+
+    payload = dumps((function, _call_single_threaded))
+    try:
+        client.run(_loaded, payload)
+    except ImportError as exc:
+        raise SchedulerError(_import_message(exc)) from None
+    except OSError as exc:
+        raise _lost(where, exc) from None
+
+
+def _loaded(payload):
+    """Unpickle `payload` and return nothing (a worker then sends nothing back)."""
+    pickle.loads(payload)

@@ -5,7 +5,8 @@ read until a value is computed, and each block of a computation is a view of one
 file at one checkpoint (the blocks are whole checkpoints of whole parameter vectors, a run
 range at a time). The objects in the task graph are the dump's description and a path,
 never samples, so a Dask cluster whose workers see the dump's folder at the same path
-reads it where it computes.
+reads it where it computes. The path travels made absolute, with the manifest's identity:
+a worker that finds another dump at that path, or none, raises a DumpError naming it.
 
 :func:`export_zarr` copies a dump into a new zarr v3 store (zarr is imported only there:
 the ``zarr`` extra, Python >= 3.11), with every dump chunk's SHA-256 and a SHA-256 of

@@ -231,6 +231,13 @@ def _member_error(file, what):
                      "and nothing is read or written through anything else); restore the file or recreate the dump")
 
 
+def _manifest_identity(manifest):
+    """SHA-256 of a manifest without its chunks and provenance: what never changes while a
+    dump is written (its clients, checkpoints, runs, layout, metrics, meta)."""
+    fixed = {k: v for k, v in manifest.items() if k not in ("chunks", "provenance")}
+    return hashlib.sha256(json.dumps(fixed, sort_keys=True).encode()).hexdigest()
+
+
 def _open_member(file, flags):
     """A descriptor of the dump's file `file` opened with `flags` (O_RDONLY or O_RDWR), never
     through a symbolic link and only if it is a regular file; DumpError naming it otherwise."""
@@ -625,6 +632,39 @@ class ParameterDump:
         self.meta = manifest["meta"]
         self._session = None  # this writer's provenance record, collected when it starts writing
         self._session_index = None  # its position in the manifest's provenance list, once written
+        self._sent_identity = None  # set on a copy that travelled (see __getstate__); checked on first read
+
+    def __getstate__(self):
+        """What a copy sent to another process (a Dask worker) carries: the absolute path (a
+        relative one would name a folder of the receiver's working folder) and the identity
+        of the manifest this object was opened with, which the copy checks against the
+        manifest at that path before it reads a file (:meth:`_check_sent`)."""
+        state = self.__dict__.copy()
+        state["path"] = Path(os.path.abspath(self.path))
+        state["_sent_identity"] = (_manifest_identity(self._manifest), self._manifest["chunks"])
+        return state
+
+    def _check_sent(self):
+        """DumpError (one line) unless the dump at this copy's path is the one it was sent as:
+        the same manifest identity (everything but chunks and provenance) and every chunk
+        the sender knew, with the same checksums (a sampler may have added chunks since)."""
+        identity, chunks = self._sent_identity
+        import socket
+
+        where = f"on {socket.gethostname()} (working folder {os.getcwd()})"
+        hint = ("a Dask worker reads the dump at the same path as this process: give the workers the same files at "
+                "the same path (a shared file system)")
+        try:
+            found = type(self).open(self.path)
+        except DumpError as exc:
+            raise DumpError(f"cannot read the dump {self.path} {where}: {exc}; {hint}") from None
+        known = {json.dumps(c, sort_keys=True) for c in found._manifest["chunks"]}
+        missing = [c for c in chunks if json.dumps(c, sort_keys=True) not in known]
+        if _manifest_identity(found._manifest) != identity or missing:
+            cause = (f"its chunk of runs {missing[0]['start']}-{missing[0]['stop']} differs or is missing" if missing
+                     and _manifest_identity(found._manifest) == identity else "its manifest differs")
+            raise DumpError(f"the folder {self.path} {where} is not the dump this process opened ({cause}); {hint}")
+        self._sent_identity = None
 
     # ------------------------------------------------------------------ creation
     @classmethod
@@ -1098,6 +1138,8 @@ class ParameterDump:
         return int(checkpoint)
 
     def _memmap(self, name, shape, mode="r"):
+        if self._sent_identity is not None:  # a copy that travelled: first check it reads the same dump
+            self._check_sent()
         if int(np.prod(shape)) == 0:  # a dump without metrics: nothing to map
             return np.zeros(shape, dtype=DTYPE)
         flags = os.O_RDONLY if mode == "r" else os.O_RDWR
