@@ -33,8 +33,8 @@ from .intervals import check_level, mean_interval, normal_interval
 if TYPE_CHECKING:  # names used only in type hints
     from .dumps import ParameterDump
 
-__all__ = ["RULES", "FITTED_RULES", "MAX_BLUE_DIMENSION", "rule_weights", "oracle_weights", "best_linear_weights",
-           "combine_errors", "combination_mse", "ratio_interval", "headroom_rows", "headroom"]
+__all__ = ["RULES", "FITTED_RULES", "MAX_BLUE_DIMENSION", "fitting_inflation", "rule_weights", "oracle_weights",
+           "best_linear_weights", "combine_errors", "combination_mse", "ratio_interval", "headroom_rows", "headroom"]
 
 # Combination rules: fixed weights ("mean": 1/K; "weighted_mean": client sizes) and weights
 # fitted from the errors of the fitting runs (per coordinate: "inverse_variance", each
@@ -297,6 +297,60 @@ def ratio_interval(x: ArrayLike, y: ArrayLike, level: float = 0.95) -> tuple[flo
     return ratio, low, high
 
 
+def fitting_inflation(rule: str, n_clients: int, n_params: int, n_fit: int, *,
+                      regressors: float | None = None) -> float:
+    """How much a rule's cross-fitted MSE exceeds the MSE of its oracle weights, in expectation.
+
+    With weights summing to the identity, the combination error is
+    ``e_1 - sum_{k>1} W_k (e_1 - e_k)``: fitting the best weights on `n_fit` runs is a
+    least-squares regression of ``e_1`` on ``q`` differences, and for jointly Gaussian errors
+    about zero its error on new runs is ``1 + q / (n_fit - q - 1)`` times the oracle's
+    (random-design regression; Stein 1960, Breiman and Freedman 1983). ``q = (K - 1) d`` for
+    "blue" (every coordinate on every coordinate), ``K - 1`` for "blue_coordinate" (one
+    coordinate at a time). Other rules: NaN (inverse variance fits no regression; no simple
+    formula), and NaN for "blue" where its second moment is shrunk or ``n_fit <= q + 1``.
+    `regressors` replaces ``q`` by the rank of the differences where they are degenerate
+    (clients that start from one point have identical errors there: nothing is fitted, and
+    the inflation is 1); :func:`headroom_rows` passes it.
+
+    Examples
+    --------
+    >>> round(fitting_inflation("blue", 3, 20, 2000), 4)   # q = 40 regressors
+    1.0204
+    >>> round(fitting_inflation("blue_coordinate", 3, 20, 2000), 4)
+    1.001
+    """
+    rule = check_choice(rule, "rule", RULES)
+    if rule == "blue":
+        if _shrunk(n_fit, n_clients * n_params):
+            return float("nan")
+        q = (n_clients - 1) * n_params
+    elif rule == "blue_coordinate":
+        q = n_clients - 1
+    elif rule in FITTED_RULES:
+        return float("nan")
+    else:
+        return 1.0
+    q = q if regressors is None else regressors
+    return 1.0 + q / (n_fit - q - 1) if n_fit > q + 1 else float("nan")
+
+
+def _difference_rank(rule, e):
+    """The number of regressors a fit of `rule` really has: the rank of the clients' error
+    differences ``e_1 - e_k`` (all coordinates together for "blue", the mean over coordinates
+    of the per-coordinate rank for "blue_coordinate")."""
+    diff = e[:1] - e[1:]  # (K - 1, n, d)
+    if rule == "blue":
+        flat = diff.transpose(1, 0, 2).reshape(diff.shape[1], -1)
+        gram = (flat.T @ flat)[None]
+    else:
+        gram = np.einsum("kri,jri->ikj", diff, diff)  # (d, K - 1, K - 1)
+    ev = np.linalg.eigvalsh(gram)
+    top = ev.max(axis=1, keepdims=True)
+    ranks = np.where(top > 0, (ev > 1e-10 * top).sum(axis=1, keepdims=True), 0)
+    return float(ranks.mean())
+
+
 # ---------------------------------------------------------------------- one checkpoint
 def _cross_fitted(rule, e, folds, client_sizes):
     """Per-run squared errors with the weights fitted on the other folds (run r in fold r % folds)."""
@@ -340,8 +394,12 @@ def headroom_rows(errors: ArrayLike, *, rules: Sequence[str] = RULES, folds: int
     list of dict
         One row per rule: ``rule``, ``weights`` ("fixed", or "cross-fitted, F folds" for
         the rules that fit them), ``mse``, ``mse_low``, ``mse_high``, ``ratio`` (to the
-        mean's MSE), ``ratio_low``, ``ratio_high``, ``mse_exact``, ``ratio_exact``,
-        ``exact_note``, ``n_runs``, ``note``.
+        mean's MSE), ``ratio_low``, ``ratio_high``, ``fit_inflation`` (see
+        :func:`fitting_inflation`; 1 for fixed weights), ``mse_corrected``,
+        ``mse_corrected_low``, ``mse_corrected_high``, ``ratio_corrected``,
+        ``ratio_corrected_low``, ``ratio_corrected_high`` (the estimates and their intervals
+        divided by it: estimates of the MSE of the rule's oracle weights), ``mse_exact``,
+        ``ratio_exact``, ``exact_note``, ``n_runs``, ``note``.
     """
     e = _as_errors(errors)
     folds = check_int(folds, "folds", low=2)
@@ -368,15 +426,20 @@ def headroom_rows(errors: ArrayLike, *, rules: Sequence[str] = RULES, folds: int
             per_run = combine_errors(rule_weights(rule, e, client_sizes=client_sizes), e)
         mse, low, high = mean_interval(per_run, level)
         ratio, r_low, r_high = ratio_interval(per_run, base, level)
+        n_fit = n - -(-n // folds)  # the fewest runs any fold's weights are fitted on
         note = ""
         if rule == "blue":
-            n_fit = n - -(-n // folds)  # the fewest runs any fold's weights are fitted on
             note = (f"ledoit-wolf shrinkage: {n_fit} fitting runs <= 2 x {k * d}" if _shrunk(n_fit, k * d)
                     else f"sample second moment ({k * d} x {k * d}) of >= {n_fit} fitting runs")
+        inflation = 1.0 if not fitted or rule in fixed_weights else fitting_inflation(
+            rule, k, d, n_fit, regressors=_difference_rank(rule, e) if rule in ("blue", "blue_coordinate") else None)
         row = {"rule": rule, "weights": f"cross-fitted, {folds} folds" if fitted else "fixed",
                "mse": mse, "mse_low": low, "mse_high": high, "ratio": ratio, "ratio_low": r_low,
-               "ratio_high": r_high, "mse_exact": np.nan, "ratio_exact": np.nan, "exact_note": "", "n_runs": n,
-               "note": note}
+               "ratio_high": r_high, "fit_inflation": inflation, "mse_corrected": mse / inflation,
+               "mse_corrected_low": low / inflation, "mse_corrected_high": high / inflation,
+               "ratio_corrected": ratio / inflation, "ratio_corrected_low": r_low / inflation,
+               "ratio_corrected_high": r_high / inflation, "mse_exact": np.nan, "ratio_exact": np.nan,
+               "exact_note": "", "n_runs": n, "note": note}
         if moments is not None:
             weights = (fixed_weights[rule] if rule in fixed_weights
                        else oracle_weights(rule, *moments, client_sizes=client_sizes))

@@ -194,6 +194,49 @@ def test_central_parameters_are_those_of_the_targets_training_used(tmp_path, sha
     np.testing.assert_allclose(recomputed, central, atol=2e-4)
 
 
+@pytest.mark.parametrize("rule", ["blue", "blue_coordinate"])
+def test_fitting_inflation_is_what_cross_fitting_costs_on_gaussian_errors(rule):
+    # Gaussian errors of known moments (K = 3 clients, d = 4, a bias and unequal, correlated
+    # clients); 150 fitting runs per fold: blue fits q = 8 regressors (inflation 1.06),
+    # blue_coordinate q = 2 (1.014). Averaged over repeats, the cross-fitted MSE is the
+    # oracle's times the inflation, and the corrected MSE is the oracle's.
+    from mianalysis.headroom import fitting_inflation
+
+    rng = np.random.default_rng(3)
+    k, d, n = 3, 4, 300
+    a = rng.standard_normal((k * d, k * d)) * 0.4 + np.diag(np.repeat([0.5, 1.0, 2.0], d))
+    cov = a @ a.T
+    mean = np.zeros(k * d)
+    exact = oracle = None
+    raw, corrected = [], []
+    for _ in range(300):
+        e = rng.multivariate_normal(mean, cov, size=n).reshape(n, k, d).transpose(1, 0, 2)
+        row = headroom_rows(e, rules=[rule], exact=(mean.reshape(k, d), cov))[0]
+        raw.append(row["mse"])
+        corrected.append(row["mse_corrected"])
+        exact, oracle = row["fit_inflation"], row["mse_exact"]
+    assert exact == pytest.approx(fitting_inflation(rule, k, d, n // 2))
+    assert np.mean(raw) / oracle == pytest.approx(exact, rel=0.01)
+    assert np.mean(corrected) / oracle == pytest.approx(1.0, rel=0.01)
+
+
+def test_fitting_inflation_is_one_for_fixed_weights_and_nan_without_a_formula():
+    from mianalysis.headroom import fitting_inflation
+
+    assert fitting_inflation("mean", 3, 20, 100) == 1.0
+    assert np.isnan(fitting_inflation("inverse_variance", 3, 20, 2000))
+    assert np.isnan(fitting_inflation("blue", 3, 20, 100))      # shrunk: 100 runs <= 2 x 60
+    assert np.isnan(fitting_inflation("blue_coordinate", 3, 20, 2))
+    assert fitting_inflation("blue", 3, 20, 2000, regressors=0) == 1.0
+
+
+def test_identical_clients_fit_nothing_and_are_not_corrected():
+    # A shared start: at iteration 0 every client's error is the same; nothing is fitted.
+    e = np.repeat(np.random.default_rng(0).standard_normal((1, 400, 3)), 3, axis=0)
+    for row in headroom_rows(e, rules=["mean", "blue_coordinate", "blue"]):
+        assert row["fit_inflation"] == 1.0 and row["ratio_corrected"] == pytest.approx(1.0), row
+
+
 def test_headroom_of_a_dump_is_within_its_interval_of_the_exact_mse(tmp_path):
     from mianalysis import headroom
 
@@ -203,6 +246,7 @@ def test_headroom_of_a_dump_is_within_its_interval_of_the_exact_mse(tmp_path):
     for r in rows:  # 95 % intervals: each may miss 1 time in 20 (a seed is fixed)
         if r["rule"] in ("blue", "blue_coordinate"):
             assert r["mse_low"] <= r["mse_exact"] <= r["mse_high"], r
+            assert r["mse_corrected_low"] <= r["mse_exact"] <= r["mse_corrected_high"], r
     blue = [r for r in rows if r["rule"] == "blue"]
     assert all(r["exact_note"].startswith("oracle weights") and r["ratio_exact"] < 0.9 for r in blue)
 
