@@ -34,7 +34,7 @@ import torch
 from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from mianalysis import ParameterDump
+from mianalysis import DumpWriter, ParameterDump
 from mianalysis.flower import FedRule, LocalGrid, RecordingGrid, RunRecorder, record_runs
 
 OUT = Path(__file__).parent / "results" / "flower.json"
@@ -64,7 +64,7 @@ def round_seconds(n_params, rule, record):
             local = stack.enter_context(LocalGrid(app, 3))
             t = time.perf_counter()
             if record:  # the run is written when its last record comes: inside the timing
-                writer = stack.enter_context(ParameterDump.writer(
+                writer = stack.enter_context(DumpWriter(
                     Path(tmp) / "dump", clients=range(3), checkpoints=range(ROUNDS + 1), runs=1, chunk_size=1))
                 grid = RecordingGrid(local, RunRecorder(writer, 0))
             else:

@@ -8,7 +8,7 @@ process per chunk size and records its wall time and peak resident memory (ru_ma
 The importer reads one chunk of runs at a time, so the peak should be a baseline (Python,
 PyTorch, one file) plus about one chunk's samples (chunk x 3 x 5 x 100,000 x 4 bytes),
 whatever the number of runs; chunk size 0 stands for ``chunk_size=None`` (every run in one
-chunk, as `ParameterDump.from_torch_checkpoints` does by default), whose peak grows with the
+chunk, as `mianalysis.dumps.import_checkpoints` does by default), whose peak grows with the
 dump. The issue's size, 2,000 runs (30,000 files, 12 GB), is scaled down to --runs (time is
 proportional to the number of files; the peak of a chunk size does not depend on it).
 Writes benchmarks/results/import.json.

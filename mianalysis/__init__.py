@@ -24,7 +24,7 @@ from .additive import (AdditivePrediction, AdditiveTest, additive_model_mi, addi
                        additive_model_verdict, isotropic_additive_mi)
 from .analysis import analyze
 from .distances import mean_paired_distance, paired_distances
-from .dumps import DumpError, ParameterDump
+from .dumps import DumpError, DumpWriter, ParameterDump
 from .estimators import (GaussianMINull, MarginalDistances, PermutationTestResult, gaussian_cmi, gaussian_copula_mi,
                          gaussian_mi, gaussian_mi_null, ksg_mi, mi_permutation_test)
 from .headroom import headroom
@@ -52,6 +52,7 @@ __all__ = [
     "paired_distances",
     "mean_paired_distance",
     "ParameterDump",
+    "DumpWriter",
     "DumpError",
     "LockedError",
     "ParameterSampler",

@@ -315,6 +315,7 @@ def fitting_inflation(rule: str, n_clients: int, n_params: int, n_fit: int, *,
 
     Examples
     --------
+    >>> from mianalysis.headroom import fitting_inflation
     >>> round(fitting_inflation("blue", 3, 20, 2000), 4)   # q = 40 regressors
     1.0204
     >>> round(fitting_inflation("blue_coordinate", 3, 20, 2000), 4)

@@ -18,6 +18,7 @@ pytest.importorskip("torch")
 from conftest import TINY_SIGNAL  # noqa: E402
 
 from mianalysis import ParameterDump, ParameterSampler, analyze  # noqa: E402
+from mianalysis.dumps import to_dask, to_xarray  # noqa: E402
 from mianalysis.cli import main  # noqa: E402
 from mianalysis.scaleout import SchedulerError, connect, parse_scheduler, run_unordered  # noqa: E402
 from mianalysis.tasks import SignalRNNTask  # noqa: E402
@@ -168,13 +169,13 @@ def test_run_unordered_yields_every_item_once_and_raises_a_task_error(client):
 
 
 def test_to_dask_and_to_xarray_are_the_samples(reference):
-    x = reference.to_dask()
+    x = to_dask(reference)
     assert x.shape == (3, len(reference.checkpoints), RUNS, reference.n_params) and x.dtype == np.float32
     values = x.compute()
     for c in range(3):
         for t in range(len(reference.checkpoints)):
             assert np.array_equal(values[c, t], reference.samples(c, t))
-    ds = reference.to_xarray()
+    ds = to_xarray(reference)
     assert ds.samples.dims == ("client", "checkpoint", "run", "parameter")
     assert list(ds.client.values) == reference.clients and list(ds.checkpoint.values) == reference.checkpoints
     last = reference.checkpoints[-1]
@@ -193,14 +194,14 @@ def test_zarr_export_round_trip_with_checksums(tmp_path, reference, capsys):
     assert "exported 20 runs" in capsys.readouterr().out
     root = zarr.open_group(str(out), mode="r")
     samples = root["samples"][...]
-    assert np.array_equal(samples, reference.to_dask().compute())
+    assert np.array_equal(samples, to_dask(reference).compute())
     assert root["samples"].attrs["sha256"] == hashlib.sha256(samples.astype("<f4").tobytes()).hexdigest()
     assert root.attrs["dump_chunks"] == reference.chunk_records()
     assert root.attrs["layout"] == [e.to_json() for e in reference.layout]
     ds = xr.open_zarr(out, consolidated=False)
     assert np.array_equal(ds.samples.values, samples) and np.array_equal(ds.loss.values,
-                                                                         reference.to_xarray().loss.values)
-    assert list(ds.layer.values) == list(reference.to_xarray().layer.values)
+                                                                         to_xarray(reference).loss.values)
+    assert list(ds.layer.values) == list(to_xarray(reference).layer.values)
     assert sorted(os.listdir(tmp_path)) == ["samples.zarr"]  # no staging folder left
     # Nothing is ever replaced: a second export to the same path is refused.
     before = sorted(p.name for p in out.rglob("*"))

@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pytest
 
-from mianalysis.dumps import FORMAT_VERSION, DumpError, ParameterDump, layout_from_shapes
+from mianalysis.dumps import FORMAT_VERSION, DumpError, ParameterDump, import_checkpoints, layout_from_shapes
 
 
 @pytest.fixture
@@ -150,7 +150,7 @@ def test_from_arrays_bad_input(tmp_path, rng):
     assert not (tmp_path / "d").exists() and not (tmp_path / "e").exists()
 
 
-def test_from_torch_checkpoints(tmp_path):
+def test_import_checkpoints(tmp_path):
     torch = pytest.importorskip("torch")
     root = tmp_path / "ckpts"
     expected = {}
@@ -162,13 +162,13 @@ def test_from_torch_checkpoints(tmp_path):
                          "fc.bias": torch.tensor([float(r), -1.0]), "steps": torch.tensor(7)}
                 torch.save(state, root / c / str(t) / f"run{r}.pt")
                 expected[c, t, r] = np.concatenate([state["fc.weight"].reshape(-1).numpy(), state["fc.bias"].numpy()])
-    dump = ParameterDump.from_torch_checkpoints(tmp_path / "dump", root)
+    dump = import_checkpoints(root, tmp_path / "dump")
     assert dump.clients == ["alice", "bob"] and dump.checkpoints == [0, 10] and dump.n_params == 6
     assert [e.name for e in dump.layout] == ["fc.weight", "fc.bias"]
     np.testing.assert_array_equal(dump.samples("bob", 1)[2], expected["bob", 10, 2])
     (root / "bob" / "10" / "run1.pt").unlink()
     with pytest.raises(DumpError, match="run1.pt is missing"):
-        ParameterDump.from_torch_checkpoints(tmp_path / "dump2", root)
+        import_checkpoints(root, tmp_path / "dump2")
 
 
 def test_creation_is_atomic_and_an_empty_folder_is_used(tmp_path):

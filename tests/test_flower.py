@@ -23,7 +23,7 @@ from flwr.clientapp import ClientApp  # noqa: E402
 from flwr.serverapp import Grid, ServerApp  # noqa: E402
 from flwr.serverapp.strategy import FedAvg  # noqa: E402
 
-from mianalysis import ParameterDump, analyze  # noqa: E402
+from mianalysis import DumpWriter, ParameterDump, analyze  # noqa: E402
 from mianalysis.federated.aggregation import and_mask, fedavg, geometric_mask, median, trimmed_mean  # noqa: E402
 from mianalysis.dumps.writer import IncompleteChunkWarning  # noqa: E402
 from mianalysis.flower import FedRule, LocalGrid, RecordingGrid, RunRecorder, record_runs, with_partition_id  # noqa: E402
@@ -360,11 +360,11 @@ def test_recording_grid_needs_to_know_the_client(tmp_path):
 
     untagged, tagged = hand_made_app(tag=False), hand_made_app(tag=True)
     settings = dict(clients=range(3), checkpoints=[0, 1], runs=1, chunk_size=1)
-    with ParameterDump.writer(tmp_path / "untagged", **settings) as writer, LocalGrid(untagged, 3) as local:
+    with DumpWriter(tmp_path / "untagged", **settings) as writer, LocalGrid(untagged, 3) as local:
         grid = RecordingGrid(Other(local), RunRecorder(writer, 0))
         with pytest.raises(ValueError, match="does not say which partition it comes from"):
             FedRule("median", fraction_evaluate=0.0).start(grid, record_of(START), num_rounds=1)
-    with ParameterDump.writer(tmp_path / "tagged", **settings) as writer, LocalGrid(tagged, 3) as local:
+    with DumpWriter(tmp_path / "tagged", **settings) as writer, LocalGrid(tagged, 3) as local:
         recorder = RunRecorder(writer, 0)
         FedRule("median", fraction_evaluate=0.0).start(RecordingGrid(Other(local), recorder), record_of(START),
                                                         num_rounds=1)
@@ -374,7 +374,7 @@ def test_recording_grid_needs_to_know_the_client(tmp_path):
 
 def test_recorder_checks_what_it_is_given(tmp_path):
     with pytest.warns(IncompleteChunkWarning), \
-            ParameterDump.writer(tmp_path / "d", clients=[0, 1], checkpoints=[0, 1, 2], runs=1) as writer:
+            DumpWriter(tmp_path / "d", clients=[0, 1], checkpoints=[0, 1, 2], runs=1) as writer:
         recorder = RunRecorder(writer, 0)
         recorder.record(0, 1, {"w": np.zeros(3, np.float32)})
         with pytest.raises(ValueError, match="client 0 at round 1 was already recorded"):
@@ -389,7 +389,7 @@ def test_recorder_checks_what_it_is_given(tmp_path):
         with pytest.raises(ValueError, match=r"5 of 6 \(client, round\) records are missing \(client 0 round 0, "):
             recorder.check_complete()
     with pytest.raises(ValueError, match=r"checkpoints must be the rounds 0, 1, ..., R; got \[0, 10\]"), \
-            ParameterDump.writer(tmp_path / "e", clients=[0], checkpoints=[0, 10], runs=1) as writer:
+            DumpWriter(tmp_path / "e", clients=[0], checkpoints=[0, 10], runs=1) as writer:
         RunRecorder(writer, 0)
 
 

@@ -59,7 +59,7 @@ def root(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def reference(root, tmp_path_factory):
-    return ParameterDump.from_torch_checkpoints(tmp_path_factory.mktemp("ref") / "d", root)
+    return import_checkpoints(root, tmp_path_factory.mktemp("ref") / "d")
 
 
 def test_the_import_holds_the_files_values(reference):

@@ -169,19 +169,12 @@ def test_every_module_has_a_layer_of_its_own():
     assert [name for name in MODULES if layer(name) is None or (layer(name) == len(LAYERS) - 1 and name not in top)] == []
 
 
-# The one cycle left, to be removed (then this list is empty): ParameterDump's convenience
-# methods writer(), from_torch_checkpoints(), to_dask() and to_xarray() import the modules that
-# import ParameterDump. A new cycle, or a change of this one, fails the test.
-KNOWN_CYCLES = [["mianalysis.dumps.arrays", "mianalysis.dumps.format", "mianalysis.dumps.importers",
-                 "mianalysis.dumps.writer"]]
-
-
-def test_the_package_has_no_import_cycle_but_the_known_one():
+def test_the_package_has_no_import_cycle():
     graph = arrows()
     found = cycles(graph)
     detail = ["  " + " <-> ".join(c) + ": " + "; ".join(f"{a} -> {b} (line {graph[a][b]})"
                                                       for a in c for b in graph[a] if b in c) for c in found]
-    assert sorted(found) == KNOWN_CYCLES, "import cycles:\n" + "\n".join(detail)
+    assert found == [], "import cycles:\n" + "\n".join(detail)
 
 
 def test_no_import_points_up_the_layers():

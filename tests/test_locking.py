@@ -19,7 +19,7 @@ import pytest
 
 from mianalysis import LockedError, ParameterDump, _locking
 from mianalysis._locking import WriterLock, command_line, lock_path
-from mianalysis.dumps import layout_from_shapes
+from mianalysis.dumps import import_checkpoints, layout_from_shapes
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
 SAMPLE = ["sample", "--task", "signal-rnn", "--runs", "8", "--chunk-size", "4", "--set", "n_layers=2",
@@ -216,9 +216,9 @@ def test_importing_is_refused_before_reading_the_checkpoints(tmp_path):
     torch.save({"w": torch.ones(2)}, tmp_path / "ckpts" / "a" / "0" / "r.pt")
     holder = Paused(HOLDER, [tmp_path / "d"])
     with pytest.raises(LockedError, match=f"process {holder.pid}"):
-        ParameterDump.from_torch_checkpoints(tmp_path / "d", tmp_path / "ckpts")
+        import_checkpoints(tmp_path / "ckpts", tmp_path / "d")
     holder.finish()
-    assert ParameterDump.from_torch_checkpoints(tmp_path / "d", tmp_path / "ckpts").n_params == 2
+    assert import_checkpoints(tmp_path / "ckpts", tmp_path / "d").n_params == 2
 
 
 def test_writing_chunks_is_refused_while_another_process_holds_the_lock(tmp_path):

@@ -11,9 +11,9 @@ import sys
 import numpy as np
 import pytest
 
-from mianalysis import LockedError, ParameterDump
+from mianalysis import DumpWriter, LockedError, ParameterDump
 from mianalysis._locking import WriterLock, lock_path
-from mianalysis.dumps import DumpError, layout_from_shapes
+from mianalysis.dumps import DumpError, layout_from_shapes, to_xarray
 
 torch = pytest.importorskip("torch")
 from mianalysis.dumps.importers import import_checkpoints  # noqa: E402
@@ -30,7 +30,7 @@ def _record_runs(w, runs, checkpoints=(0, 1), n=3):
 
 def _writer(path, **kw):
     args = {"clients": CLIENTS, "checkpoints": [0, 1], "runs": 8, "chunk_size": 4, **kw}
-    return ParameterDump.writer(path, **args)
+    return DumpWriter(path, **args)
 
 
 def _chunks(path):
@@ -101,7 +101,7 @@ def test_a_dump_replaced_under_a_writer_is_refused(tmp_path):
 @pytest.mark.parametrize("checkpoint", [2**63, -(2**63) - 1])
 def test_checkpoints_outside_int64_are_refused_naming_the_value(tmp_path, checkpoint):
     with pytest.raises(ValueError, match=rf"`checkpoints`.*int64.*got {checkpoint}"):
-        ParameterDump.writer(tmp_path / "d", clients=["a"], checkpoints=[0, checkpoint], runs=1)
+        DumpWriter(tmp_path / "d", clients=["a"], checkpoints=[0, checkpoint], runs=1)
     with pytest.raises(ValueError, match=rf"`checkpoints`.*int64.*got {checkpoint}"):
         ParameterDump.create(tmp_path / "d", clients=["a"], checkpoints=[checkpoint], n_runs=1,
                              layout=layout_from_shapes([("p", (1,))]))
@@ -111,7 +111,7 @@ def test_checkpoints_outside_int64_are_refused_naming_the_value(tmp_path, checkp
 
 
 def test_the_int64_bounds_themselves_are_kept(tmp_path):
-    with ParameterDump.writer(tmp_path / "d", clients=["a"], checkpoints=[-(2**63), 2**63 - 1], runs=1) as w:
+    with DumpWriter(tmp_path / "d", clients=["a"], checkpoints=[-(2**63), 2**63 - 1], runs=1) as w:
         for t in (-(2**63), 2**63 - 1):
             w.record(run=0, client="a", checkpoint=t, params=[1.0])
     assert ParameterDump.open(tmp_path / "d").checkpoints == [-(2**63), 2**63 - 1]
@@ -164,9 +164,9 @@ BAD_METRICS = ["a/b", "samples", "layer", "run", "client", "checkpoint", "parame
 @pytest.mark.parametrize("name", BAD_METRICS)
 def test_reserved_or_path_like_metric_names_are_refused_by_the_writer(tmp_path, name):
     with pytest.raises(ValueError, match=rf"metric name {re.escape(repr(name))} .*(reserved|letters)"):
-        ParameterDump.writer(tmp_path / "d", clients=["a"], checkpoints=[0], runs=1, metrics=[name])
+        DumpWriter(tmp_path / "d", clients=["a"], checkpoints=[0], runs=1, metrics=[name])
     with pytest.raises(ValueError, match=rf"metric name {re.escape(repr(name))}"):
-        with ParameterDump.writer(tmp_path / "d", clients=["a"], checkpoints=[0], runs=1) as w:
+        with DumpWriter(tmp_path / "d", clients=["a"], checkpoints=[0], runs=1) as w:
             w.record(run=0, client="a", checkpoint=0, params=[1.0], metrics={name: 1.0})
     assert not (tmp_path / "d").exists()
 
@@ -195,7 +195,7 @@ def test_an_old_dump_with_a_reserved_metric_name_keeps_its_samples_in_xarray(tmp
     manifest = json.loads((tmp_path / "d" / "manifest.json").read_text())
     manifest["metrics"] = ["samples"]  # written before the rule
     (tmp_path / "d" / "manifest.json").write_text(json.dumps(manifest))
-    ds = ParameterDump.open(dump.path).to_xarray()
+    ds = to_xarray(ParameterDump.open(dump.path))
     assert ds.samples.dims == ("client", "checkpoint", "run", "parameter")
     assert ds.metric_samples.attrs["metric"] == "samples"
 
@@ -262,7 +262,7 @@ def test_an_export_holds_the_stores_lock_while_it_writes(tmp_path, monkeypatch):
 # ---------------------------------------------------------------------- 7. bfloat16
 def test_a_bfloat16_flat_vector_is_recorded_as_float32_exactly(tmp_path):
     values = torch.tensor([1.5, -2.25, 3.0e38, 1e-3], dtype=torch.bfloat16)
-    with ParameterDump.writer(tmp_path / "d", clients=["a"], checkpoints=[0], runs=1) as w:
+    with DumpWriter(tmp_path / "d", clients=["a"], checkpoints=[0], runs=1) as w:
         w.record(run=0, client="a", checkpoint=0, params=values)
     got = ParameterDump.open(tmp_path / "d").samples("a", 0)[0]
     assert got.tolist() == values.float().tolist()
@@ -270,7 +270,7 @@ def test_a_bfloat16_flat_vector_is_recorded_as_float32_exactly(tmp_path):
 
 def test_bfloat16_state_dicts_and_imports_are_float32_exactly(tmp_path):
     values = torch.tensor([1.5, -2.25, 1e-3], dtype=torch.bfloat16)
-    with ParameterDump.writer(tmp_path / "d", clients=["a"], checkpoints=[0], runs=1) as w:
+    with DumpWriter(tmp_path / "d", clients=["a"], checkpoints=[0], runs=1) as w:
         w.record(run=0, client="a", checkpoint=0, params={"w": values})
     assert ParameterDump.open(tmp_path / "d").samples("a", 0)[0].tolist() == values.float().tolist()
     (tmp_path / "r" / "a" / "0").mkdir(parents=True)
@@ -290,3 +290,16 @@ def test_import_into_its_own_root_is_refused_before_any_work(tmp_path, cli, out,
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert "lies inside the folder being imported" in result.stderr
     assert sorted(p.name for p in root.iterdir()) == ["a"] and not lock_path(root / out).exists()
+
+
+def test_a_manifest_the_dump_cannot_be_built_from_is_a_dump_error_naming_it(tmp_path, monkeypatch):
+    # ParameterDump.open wraps what building the dump from a checked manifest raises; the
+    # message named an undefined variable (a NameError instead of the DumpError).
+    dump = ParameterDump.from_arrays(tmp_path / "d", {"a": np.zeros((1, 2, 3))})
+
+    def broken(self, path, manifest):
+        raise KeyError("clients")
+
+    monkeypatch.setattr(ParameterDump, "__init__", broken)
+    with pytest.raises(DumpError, match=r"manifest\.json is damaged: KeyError\('clients'\)"):
+        ParameterDump.open(dump.path)

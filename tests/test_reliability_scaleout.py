@@ -22,7 +22,7 @@ pytest.importorskip("distributed")
 
 from mianalysis import ParameterDump, analyze  # noqa: E402
 from mianalysis.cli import main  # noqa: E402
-from mianalysis.dumps import DumpError  # noqa: E402
+from mianalysis.dumps import DumpError, to_dask  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -104,7 +104,7 @@ def test_relative_dump_path_is_read_from_the_drivers_folder_on_a_worker(tmp_path
         assert Path("dask.csv").read_bytes() == Path("local.csv").read_bytes()
         with distributed.Client(address, timeout=30) as client:
             opened = ParameterDump.open("d")
-            values = opened.to_dask().compute(scheduler=client)
+            values = to_dask(opened).compute(scheduler=client)
             assert np.array_equal(values, np.stack(list(_arrays(0).values())))
             # The path now holds another dump: the worker refuses it, in one line naming the path.
             os.rename("d", "moved")

@@ -1,4 +1,4 @@
-"""ParameterDump.from_torch_checkpoints: common checkpoint dicts are read, and every file
+"""mianalysis.dumps.import_checkpoints: common checkpoint dicts are read, and every file
 that is unreadable, extra, ambiguous or inconsistent with the others is named.
 
 Layout: ROOT/CLIENT/CHECKPOINT/RUN.pt with tiny tensors. Nothing is written at the dump's
@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 
-from mianalysis.dumps import DumpError, ParameterDump
+from mianalysis.dumps import DumpError, ParameterDump, import_checkpoints
 
 torch = pytest.importorskip("torch")
 
@@ -37,7 +37,7 @@ def make_root(tmp_path, wrap=lambda sd: sd, clients=("a", "b"), checkpoints=(0, 
 
 def expect_error(tmp_path, root, pattern, **kwargs):
     with pytest.raises(DumpError) as info:
-        ParameterDump.from_torch_checkpoints(tmp_path / "dump", root, **kwargs)
+        import_checkpoints(root, tmp_path / "dump", **kwargs)
     message = str(info.value)
     assert re.search(pattern, message), message
     assert "\n" not in message
@@ -63,7 +63,7 @@ def assert_imported(dump):
      "model_state_dict"),
 ], ids=["state_dict", "model", "state_dict-key", "model_state_dict"])
 def test_common_checkpoint_dicts_are_read(tmp_path, wrap, key):
-    dump = ParameterDump.from_torch_checkpoints(tmp_path / "dump", make_root(tmp_path, wrap))
+    dump = import_checkpoints(make_root(tmp_path, wrap), tmp_path / "dump")
     assert_imported(dump)
     assert dump.meta["state_dict_key"] == key
 
@@ -72,8 +72,8 @@ def test_several_state_dicts_need_key(tmp_path):
     root = make_root(tmp_path, lambda sd: {"model": sd, "ema": {k: v * 2 for k, v in sd.items()}, "epoch": 1})
     expect_error(tmp_path, root, r"0\.pt holds several state dicts, under keys \['model', 'ema'\]; "
                                  r"choose one with key= \(keys in the file: \['model', 'ema', 'epoch'\]\)")
-    assert_imported(ParameterDump.from_torch_checkpoints(tmp_path / "dump", root, key="model"))
-    ema = ParameterDump.from_torch_checkpoints(tmp_path / "ema", root, key="ema")
+    assert_imported(import_checkpoints(root, tmp_path / "dump", key="model"))
+    ema = import_checkpoints(root, tmp_path / "ema", key="ema")
     np.testing.assert_array_equal(ema.samples("b", 1)[2], 2 * flat("b", 10, 2))
 
 
@@ -138,7 +138,7 @@ def test_two_folders_for_one_checkpoint(tmp_path):
 
 def test_runs_are_ordered_by_number(tmp_path):
     root = make_root(tmp_path, runs=("10", "2", "1"))
-    dump = ParameterDump.from_torch_checkpoints(tmp_path / "dump", root)
+    dump = import_checkpoints(root, tmp_path / "dump")
     assert dump.meta["runs"] == ["1.pt", "2.pt", "10.pt"]
     np.testing.assert_array_equal(dump.samples("a", 1)[2], flat("a", 10, 10))
 

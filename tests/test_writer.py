@@ -1,4 +1,4 @@
-"""ParameterDump.writer: a user's own loop records (run, client, checkpoint) in any order;
+"""DumpWriter: a user's own loop records (run, client, checkpoint) in any order;
 chunks are written once complete, the dump equals from_arrays of the same values, it
 resumes, and every bad record is named without touching what is written."""
 
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from interrupt import kill_at_random_moments
 
-from mianalysis import ParameterDump
+from mianalysis import DumpWriter, ParameterDump
 from mianalysis.dumps.writer import IncompleteChunkWarning, layout_difference, named_arrays
 from mianalysis.dumps import DumpError
 
@@ -45,7 +45,7 @@ def records(seed=0, order_seed=None):
 
 def write(path, recs, **kwargs):
     settings = dict(clients=CLIENTS, checkpoints=CHECKPOINTS, runs=RUNS, chunk_size=4) | kwargs
-    with ParameterDump.writer(path, **settings) as w:
+    with DumpWriter(path, **settings) as w:
         for r, c, t, params, metrics in recs:
             w.record(run=r, client=c, checkpoint=t, params=params, metrics=metrics)
     return w
@@ -76,7 +76,7 @@ def test_records_in_any_order_give_the_dump_of_from_arrays(tmp_path, order_seed)
 
 def test_a_chunk_is_written_as_soon_as_its_records_are_in(tmp_path):
     recs = records()
-    with ParameterDump.writer(tmp_path / "d", clients=CLIENTS, checkpoints=CHECKPOINTS, runs=RUNS, chunk_size=4) as w:
+    with DumpWriter(tmp_path / "d", clients=CLIENTS, checkpoints=CHECKPOINTS, runs=RUNS, chunk_size=4) as w:
         for i, (r, c, t, params, metrics) in enumerate(recs):
             w.record(run=r, client=c, checkpoint=t, params=params, metrics=metrics)
             if i == 4 * 9 - 2:  # one record of chunk 0-4 still missing: nothing written yet
@@ -100,14 +100,14 @@ def test_modules_tensors_and_flat_vectors_are_recorded(tmp_path):
     torch = pytest.importorskip("torch")
     nets = [torch.nn.Linear(3, 2) for _ in range(4)]
     flat = [np.concatenate([n.weight.detach().numpy().ravel(), n.bias.detach().numpy()]) for n in nets]
-    with ParameterDump.writer(tmp_path / "m", clients=[0, 1], checkpoints=[0], runs=2) as w:
+    with DumpWriter(tmp_path / "m", clients=[0, 1], checkpoints=[0], runs=2) as w:
         for i, net in enumerate(nets):
             w.record(run=i // 2, client=i % 2, checkpoint=0, params=net)  # client 0 is stored as "0"
-    with ParameterDump.writer(tmp_path / "f", clients=["0", "1"], checkpoints=[0], runs=2,
+    with DumpWriter(tmp_path / "f", clients=["0", "1"], checkpoints=[0], runs=2,
                               layout=[("weight", (2, 3)), ("bias", (2,))]) as w:
         for i, vector in enumerate(flat):
             w.record(run=i // 2, client=str(i % 2), checkpoint=0, params=torch.from_numpy(vector) if i % 2 else vector)
-    with ParameterDump.writer(tmp_path / "s", clients=["0", "1"], checkpoints=[0], runs=2) as w:
+    with DumpWriter(tmp_path / "s", clients=["0", "1"], checkpoints=[0], runs=2) as w:
         for i, net in enumerate(nets):  # a state_dict in another key order: the layout's order is kept
             sd = net.state_dict()
             w.record(run=i // 2, client=str(i % 2), checkpoint=0, params={"bias": sd["bias"], "weight": sd["weight"]}
@@ -115,7 +115,7 @@ def test_modules_tensors_and_flat_vectors_are_recorded(tmp_path):
     assert files(tmp_path / "m") == files(tmp_path / "f") == files(tmp_path / "s")
     np.testing.assert_array_equal(ParameterDump.open(tmp_path / "m").samples("1", 0)[1], flat[3])
     flat_default = tmp_path / "v"
-    with ParameterDump.writer(flat_default, clients=["0"], checkpoints=[0], runs=1) as w:
+    with DumpWriter(flat_default, clients=["0"], checkpoints=[0], runs=1) as w:
         w.record(run=0, client="0", checkpoint=0, params=[1.0, 2.0])
     assert [(e.name, e.shape) for e in w.dump.layout] == [("params", (2,))] and w.dump.metric_names == []
 
@@ -125,8 +125,8 @@ def test_modules_tensors_and_flat_vectors_are_recorded(tmp_path):
 def open_writer(tmp_path):
     with pytest.warns(IncompleteChunkWarning, match=r"runs \[4\] were not written: records missing: \(run 4, client "
                                                     r"'a', checkpoint 5\), .* and 3 more"):
-        with ParameterDump.writer(tmp_path / "d", clients=CLIENTS, checkpoints=CHECKPOINTS, runs=RUNS,
-                                  chunk_size=4) as w:
+        with DumpWriter(tmp_path / "d", clients=CLIENTS, checkpoints=CHECKPOINTS, runs=RUNS,
+                        chunk_size=4) as w:
             for r, c, t, params, metrics in records()[:9 * 4]:  # chunk 0-4 written
                 w.record(run=r, client=c, checkpoint=t, params=params, metrics=metrics)
             w.record(run=4, client="a", checkpoint=0, params=state(values()[0], "a", 0, 4))
@@ -174,7 +174,7 @@ def test_a_bad_record_is_named_and_changes_nothing(open_writer, kwargs, kind, pa
 
 
 def test_record_outside_the_with_block(tmp_path):
-    w = ParameterDump.writer(tmp_path / "d", clients=["a"], checkpoints=[0], runs=2)
+    w = DumpWriter(tmp_path / "d", clients=["a"], checkpoints=[0], runs=2)
     with pytest.raises(RuntimeError, match="record inside the `with` block"):
         w.record(run=0, client="a", checkpoint=0, params=np.zeros(2))
     assert not (tmp_path / "d").exists()
@@ -192,7 +192,7 @@ def test_record_outside_the_with_block(tmp_path):
 def test_bad_settings_are_named(tmp_path, kwargs, pattern):
     settings = dict(clients=["a"], checkpoints=[0], runs=2) | kwargs
     with pytest.raises((TypeError, ValueError), match=pattern):
-        ParameterDump.writer(tmp_path / "d", **settings)
+        DumpWriter(tmp_path / "d", **settings)
 
 
 # ------------------------------------------------------------------ leaving, failing, resuming
@@ -215,7 +215,7 @@ def test_leaving_with_incomplete_chunks_writes_complete_runs_and_names_the_rest(
 def test_resuming_skips_written_runs(tmp_path):
     recs = records()
     write(tmp_path / "d", [rec for rec in recs if rec[0] < 4])
-    with ParameterDump.writer(tmp_path / "d", clients=CLIENTS, checkpoints=CHECKPOINTS, runs=RUNS, chunk_size=4) as w:
+    with DumpWriter(tmp_path / "d", clients=CLIENTS, checkpoints=CHECKPOINTS, runs=RUNS, chunk_size=4) as w:
         assert [w.is_written(r) for r in (0, 3, 4)] == [True, True, False] and w.missing_runs() == list(range(4, 10))
         for r, c, t, params, metrics in recs:
             if not w.is_written(r):
@@ -237,19 +237,19 @@ def test_resuming_with_other_settings_is_refused(tmp_path, change, pattern):
     before = files(tmp_path / "d"), (tmp_path / "d" / "manifest.json").read_bytes()
     settings = dict(clients=CLIENTS, checkpoints=CHECKPOINTS, runs=RUNS, chunk_size=4) | change
     with pytest.raises(DumpError, match=pattern):
-        with ParameterDump.writer(tmp_path / "d", **settings):
+        with DumpWriter(tmp_path / "d", **settings):
             pass
     assert (files(tmp_path / "d"), (tmp_path / "d" / "manifest.json").read_bytes()) == before
 
 
 def test_a_failing_loop_before_any_chunk_leaves_no_dump(tmp_path):
     with pytest.raises(ZeroDivisionError), pytest.warns(IncompleteChunkWarning, match=r"runs \[0\] were not written"):
-        with ParameterDump.writer(tmp_path / "d", clients=CLIENTS, checkpoints=CHECKPOINTS, runs=RUNS) as w:
+        with DumpWriter(tmp_path / "d", clients=CLIENTS, checkpoints=CHECKPOINTS, runs=RUNS) as w:
             r, c, t, params, metrics = records()[0]
             w.record(run=r, client=c, checkpoint=t, params=params, metrics=metrics)
             1 / 0
     assert not (tmp_path / "d").exists() and not list(tmp_path.iterdir())
-    with ParameterDump.writer(tmp_path / "e", clients=CLIENTS, checkpoints=CHECKPOINTS, runs=RUNS):
+    with DumpWriter(tmp_path / "e", clients=CLIENTS, checkpoints=CHECKPOINTS, runs=RUNS):
         pass  # nothing recorded: nothing left either
     assert not (tmp_path / "e").exists()
 
@@ -257,8 +257,8 @@ def test_a_failing_loop_before_any_chunk_leaves_no_dump(tmp_path):
 def test_a_failing_loop_keeps_the_written_chunks_and_writes_nothing_more(tmp_path):
     with pytest.raises(KeyboardInterrupt), warnings.catch_warnings():
         warnings.simplefilter("ignore", IncompleteChunkWarning)
-        with ParameterDump.writer(tmp_path / "d", clients=CLIENTS, checkpoints=CHECKPOINTS, runs=RUNS,
-                                  chunk_size=4) as w:
+        with DumpWriter(tmp_path / "d", clients=CLIENTS, checkpoints=CHECKPOINTS, runs=RUNS,
+                        chunk_size=4) as w:
             for r, c, t, params, metrics in records()[:9 * 5 + 2]:
                 w.record(run=r, client=c, checkpoint=t, params=params, metrics=metrics)
             raise KeyboardInterrupt
@@ -267,7 +267,7 @@ def test_a_failing_loop_keeps_the_written_chunks_and_writes_nothing_more(tmp_pat
 
 def test_records_from_several_threads(tmp_path):
     recs = records(order_seed=3)
-    with ParameterDump.writer(tmp_path / "d", clients=CLIENTS, checkpoints=CHECKPOINTS, runs=RUNS, chunk_size=3) as w:
+    with DumpWriter(tmp_path / "d", clients=CLIENTS, checkpoints=CHECKPOINTS, runs=RUNS, chunk_size=3) as w:
         def work(part):
             for r, c, t, params, metrics in part:
                 w.record(run=r, client=c, checkpoint=t, params=params, metrics=metrics)
@@ -290,8 +290,8 @@ LOOP = """
 import sys, time
 sys.path.insert(0, {tests!r})
 from test_writer import records
-from mianalysis import ParameterDump
-with ParameterDump.writer(sys.argv[1], clients=["a", "b", "c"], checkpoints=[0, 5, 10], runs=10, chunk_size=2) as w:
+from mianalysis import DumpWriter, ParameterDump
+with DumpWriter(sys.argv[1], clients=["a", "b", "c"], checkpoints=[0, 5, 10], runs=10, chunk_size=2) as w:
     for r, c, t, params, metrics in records(order_seed=None):
         if not w.is_written(r):
             time.sleep(0.004)  # training

@@ -3,7 +3,7 @@
 - :mod:`~mianalysis.dumps.format`: :class:`ParameterDump` (the folder format, its manifest,
   chunk checksums, reading, and the chunk writes every writer goes through), layouts of the
   flattened vector, non-finite checks.
-- :mod:`~mianalysis.dumps.writer`: :class:`DumpWriter` (``ParameterDump.writer``), for a
+- :mod:`~mianalysis.dumps.writer`: :class:`DumpWriter`, for a
   training loop the user already has: records in any order, chunks written when complete.
 - :mod:`~mianalysis.dumps.importers`: ``ROOT/CLIENT/CHECKPOINT/RUN.{pt,safetensors}``
   streamed into a dump (``mianalysis import``).
@@ -14,12 +14,14 @@
 from .format import (CREATING, DTYPE, FORMAT_VERSION, MANIFEST, DumpError, LayoutEntry, NonFinite, ParameterDump,
                      check_manifest, discard_unwritten_dump, find_nonfinite, layout_columns, layout_from_shapes,
                      select_layout, unwritten_dump_discarded)
+from .arrays import export_zarr, to_dask, to_xarray
 from .importers import import_checkpoints
 from .writer import DumpWriter, IncompleteChunkWarning
 
 __all__ = [
     "ParameterDump", "DumpWriter", "IncompleteChunkWarning", "DumpError", "LayoutEntry", "NonFinite",
-    "import_checkpoints", "layout_from_shapes", "select_layout", "layout_columns", "find_nonfinite",
+    "import_checkpoints", "to_dask", "to_xarray", "export_zarr", "layout_from_shapes", "select_layout",
+    "layout_columns", "find_nonfinite",
     "check_manifest", "unwritten_dump_discarded", "discard_unwritten_dump", "FORMAT_VERSION", "MANIFEST", "DTYPE",
     "CREATING",
 ]

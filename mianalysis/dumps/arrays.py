@@ -96,9 +96,10 @@ def to_dask(dump: ParameterDump | str | os.PathLike) -> dask.array.Array:
     --------
     >>> import numpy as np
     >>> from mianalysis import ParameterDump
+    >>> from mianalysis.dumps import to_dask
     >>> a = np.arange(24, dtype=np.float32).reshape(2, 4, 3)
     >>> dump = ParameterDump.from_arrays("lazy", {"a": a, "b": -a}, checkpoints=[0, 5])
-    >>> x = dump.to_dask()
+    >>> x = to_dask(dump)
     >>> x.shape
     (2, 2, 4, 3)
     >>> bool((x[1, 1].compute() == dump.samples("b", 1)).all())
@@ -143,10 +144,11 @@ def to_xarray(dump: ParameterDump | str | os.PathLike) -> xarray.Dataset:
     --------
     >>> import numpy as np
     >>> from mianalysis import ParameterDump
+    >>> from mianalysis.dumps import to_xarray
     >>> a = np.arange(24, dtype=np.float32).reshape(2, 4, 3)
     >>> dump = ParameterDump.from_arrays("labelled", {"a": a, "b": -a}, checkpoints=[0, 5],
     ...                                  layout=[("w", (2,)), ("b", (1,))])
-    >>> ds = dump.to_xarray()
+    >>> ds = to_xarray(dump)
     >>> ds.samples.sel(client="b", checkpoint=5, run=1).values.tolist()
     [-15.0, -16.0, -17.0]
     >>> ds.layer.values.tolist()

@@ -51,19 +51,13 @@ import stat
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from .._locking import WriterLock
 from .._provenance import collect
-
-if TYPE_CHECKING:  # names used only in type hints
-    import dask.array
-    import xarray
-
-    from .writer import DumpWriter
 
 __all__ = [
     "FORMAT_VERSION", "MANIFEST", "DTYPE", "CREATING", "DumpError", "LayoutEntry", "layout_from_shapes",
@@ -569,8 +563,10 @@ class ParameterDump:
     """Samples of several clients' flattened parameter vectors at training checkpoints.
 
     Use :meth:`open` for an existing dump, :meth:`create` to start one (the sampler does),
-    :meth:`from_arrays` for your own arrays and :meth:`from_torch_checkpoints` for a folder
-    of PyTorch state_dict files.
+    :meth:`from_arrays` for your own arrays; :class:`~mianalysis.dumps.writer.DumpWriter`
+    records your own training loop, :func:`~mianalysis.dumps.importers.import_checkpoints`
+    imports a folder of PyTorch state_dict files, and :mod:`mianalysis.dumps.arrays` reads a
+    dump as a Dask array or an xarray dataset.
 
     Attributes
     ----------
@@ -928,63 +924,6 @@ class ParameterDump:
         return dump
 
     @classmethod
-    def from_torch_checkpoints(cls, path: str | os.PathLike, root: str | os.PathLike, *, key: str | None = None,
-                               meta: dict | None = None, layer: str | Sequence[str] | None = None,
-                               chunk_size: int | None = None, progress: bool = False) -> ParameterDump:
-        """Import a folder of PyTorch state_dict files laid out as ``root/CLIENT/CHECKPOINT/RUN.pt``
-        (or ``RUN.safetensors``): :func:`mianalysis.dumps.importers.import_checkpoints`.
-
-        CLIENT is any folder name; CHECKPOINT a folder named by the training iteration (an
-        integer); RUN any file name ending in ``.pt``, the same set under every client and
-        checkpoint (ordered by number when every name is a number, else by name). Each
-        file holds a state_dict (``torch.save(model.state_dict(), ...)``) or a checkpoint
-        dict holding one (``{"model": ..., "optimizer": ..., "epoch": ...}``, also under
-        "state_dict", "model_state_dict" or any other key): the one value that is a dict of
-        tensors is used, or the one under `key` (needed when several are). Its
-        floating-point tensors, in the dict's order, make up the parameter vector (integer
-        buffers such as BatchNorm's ``num_batches_tracked`` are skipped). Every file must
-        hold the same tensors with the same shapes. The writer lock of `path` is held from
-        before the files are read (LockedError at once if another process is writing `path`).
-
-        With the default ``chunk_size=None`` every run is one chunk: nothing is written at
-        `path` unless every file is read (memory: the whole dump). Give a chunk size to
-        stream large imports (memory: one chunk) and resume them; `layer` keeps only some
-        tensors.
-
-        Raises
-        ------
-        DumpError
-            Naming the file or folder: a file torch.load cannot read (truncated, damaged);
-            no state dict in a file, or several and no `key`; a file that is not a .pt file,
-            or an extra or missing run in one folder; two files of one run ("10.pt" and
-            "010.pt") or two folders of one checkpoint; tensors or shapes unlike the first
-            file's; non-finite values. Every folder is checked before any file is loaded.
-        """
-        from .importers import import_checkpoints
-
-        return import_checkpoints(root, path, key=key, layer=layer, chunk_size=chunk_size, progress=progress,
-                                  meta=meta)
-
-    @classmethod
-    def writer(cls, path: str | os.PathLike, *, clients: Sequence[str], checkpoints: Sequence[int], runs: int,
-               layout: Sequence | None = None, chunk_size: int = 64, meta: dict | None = None,
-               metrics: Sequence[str] | None = None) -> DumpWriter:
-        """A :class:`~mianalysis.dumps.writer.DumpWriter` recording your own training loop
-        into the dump at `path`, chunk by chunk; use it in a ``with`` block::
-
-            with ParameterDump.writer(path, clients=["a", "b"], checkpoints=[0, 10], runs=500) as w:
-                ...
-                w.record(run=r, client="a", checkpoint=10, params=model, metrics={"loss": loss})
-
-        See :class:`~mianalysis.dumps.writer.DumpWriter` for the parameters, resuming and memory.
-        """
-        from .writer import DumpWriter
-
-        return DumpWriter(path, clients=clients, checkpoints=checkpoints, runs=runs, layout=layout,
-                          chunk_size=chunk_size, meta=meta, metrics=metrics)
-
-    # ------------------------------------------------------------------ opening
-    @classmethod
     def open(cls, path: str | os.PathLike) -> ParameterDump:
         """Open an existing dump, checking its manifest field by field (see :func:`check_manifest`)
         and its file sizes, before any file is mapped (not checksums: see verify).
@@ -999,7 +938,7 @@ class ParameterDump:
         try:
             dump = cls(path, manifest)
         except (KeyError, TypeError, ValueError) as exc:
-            raise DumpError(f"{mpath} is damaged: {exc!r}") from exc
+            raise DumpError(f"{path / MANIFEST} is damaged: {exc!r}") from exc
         dump._check_files()
         return dump
 
@@ -1180,21 +1119,6 @@ class ParameterDump:
         the SHA-256 of the chunk's samples (checkpoint by checkpoint) then its metrics."""
         return json.loads(json.dumps(self._manifest["chunks"]))
 
-    def to_dask(self) -> dask.array.Array:
-        """The completed samples as a lazy Dask array (client, checkpoint, run, parameter);
-        see :func:`mianalysis.dumps.arrays.to_dask` (the ``dask`` extra)."""
-        from .arrays import to_dask
-
-        return to_dask(self)
-
-    def to_xarray(self) -> xarray.Dataset:
-        """The completed samples and metrics as a lazy, labelled ``xarray.Dataset``; see
-        :func:`mianalysis.dumps.arrays.to_xarray` (the ``dask`` extra)."""
-        from .arrays import to_xarray
-
-        return to_xarray(self)
-
-    # ------------------------------------------------------------------ writing
     def write_chunk(self, start: int, stop: int, samples: Mapping[str, ArrayLike],
                     metrics: Mapping[str, ArrayLike] | None = None) -> None:
         """Write runs [start, stop) of every client, flush, and record the chunk atomically.

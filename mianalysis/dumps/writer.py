@@ -4,7 +4,7 @@ A training loop that already exists (yours, a Flower app's) calls :meth:`DumpWri
 once per (run, client, checkpoint); the writer keeps the records of each chunk of runs in
 memory and writes the chunk (:meth:`mianalysis.ParameterDump.write_chunk`, atomic and
 checksummed) as soon as all its records are there. Memory is that of the chunks being
-filled, whatever the number of runs. Get one with :meth:`mianalysis.ParameterDump.writer`.
+filled, whatever the number of runs. Get one with :class:`mianalysis.DumpWriter`.
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ class _Chunk:
 class DumpWriter:
     """Writes the records of a training loop into a dump, one chunk of runs at a time.
 
-    Make one with :meth:`mianalysis.ParameterDump.writer` and use it in a ``with`` block:
+    Make one with :class:`mianalysis.DumpWriter` and use it in a ``with`` block:
     the dump's writer lock is held from entry to exit. Each chunk of `chunk_size` runs
     (runs [k * chunk_size, (k + 1) * chunk_size)) is kept in memory until every (client,
     checkpoint, run) record of it has come, in any order, and is then written atomically.
@@ -192,8 +192,8 @@ class DumpWriter:
     Examples
     --------
     >>> import torch
-    >>> from mianalysis import ParameterDump
-    >>> with ParameterDump.writer("own_loop", clients=["a", "b"], checkpoints=[0, 1],
+    >>> from mianalysis import DumpWriter
+    >>> with DumpWriter("own_loop", clients=["a", "b"], checkpoints=[0, 1],
     ...                           runs=6, chunk_size=4) as w:
     ...     for run in w.missing_runs():       # every run; after an interruption, those left
     ...         for client in ("a", "b"):
@@ -350,7 +350,7 @@ class DumpWriter:
             changes.
         """
         if self._stack is None:
-            raise RuntimeError("record inside the `with` block of the writer (`with ParameterDump.writer(...) as w:`)")
+            raise RuntimeError("record inside the `with` block of the writer (`with DumpWriter(...) as w:`)")
         run = check_int(run, "run", low=0, high=self.n_runs - 1)
         what = f"the record of run {run}, client {client!r}, checkpoint {checkpoint!r}"
         c = self._client_index.get(str(client))

@@ -8,7 +8,7 @@ This package is the optional extra ``mianalysis[flower]`` (Flower >= 1.42, Pytho
 - :class:`LocalGrid` -- a Flower ``Grid`` that runs a ClientApp's handlers in this process,
   one node per partition: no SuperLink, no simulation engine, no network.
 - :class:`RecordingGrid` and :class:`RunRecorder` -- record every client's trained arrays at
-  every round through a dump writer (:meth:`mianalysis.ParameterDump.writer`; client =
+  every round through a dump writer (:class:`mianalysis.DumpWriter`; client =
   partition id, checkpoint = round), one run at a time.
 - :func:`record_runs` -- run one Flower app for several seeds into a dump of as many runs,
   ready for ``mianalysis analyze``.

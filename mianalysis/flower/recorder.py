@@ -32,7 +32,7 @@ class RunRecorder:
     Parameters
     ----------
     writer : mianalysis.dumps.writer.DumpWriter
-        An open writer (``with ParameterDump.writer(...) as writer``) whose clients are the
+        An open writer (``with DumpWriter(...) as writer``) whose clients are the
         partition ids and whose checkpoints are the rounds ``0, 1, ..., R``.
     run : int
         The run these records belong to.
@@ -40,7 +40,7 @@ class RunRecorder:
 
     def __init__(self, writer: DumpWriter, run: int) -> None:
         if not isinstance(writer, DumpWriter):
-            raise TypeError(f"`writer` must be a DumpWriter (ParameterDump.writer(...)); got {type(writer).__name__}")
+            raise TypeError(f"`writer` must be a DumpWriter (mianalysis.DumpWriter(...)); got {type(writer).__name__}")
         if list(writer.checkpoints) != list(range(len(writer.checkpoints))):
             raise ValueError(f"the writer's checkpoints must be the rounds 0, 1, ..., R; got {writer.checkpoints}")
         self.writer = writer
@@ -207,7 +207,7 @@ def record_runs(server_app: ServerApp, client_app: ClientApp, out: str | os.Path
     seed_key: seeds[r]}`` and runs on a :class:`LocalGrid` of `num_partitions` nodes,
     wrapped in a :class:`RecordingGrid`: every client's arrays after each training round
     are recorded (client = partition id, checkpoint = round, 0 the initial model), and the
-    run is written as run r of the dump at `out` (through :meth:`ParameterDump.writer`, one
+    run is written as run r of the dump at `out` (through :class:`~mianalysis.DumpWriter`, one
     chunk per run) as soon as it finishes; calling again with the same arguments runs only
     the runs not written yet. The
     result is an ordinary dump: ``mianalysis analyze OUT`` measures MI and distances between
@@ -254,8 +254,8 @@ def record_runs(server_app: ServerApp, client_app: ClientApp, out: str | os.Path
     meta = {**dict(meta or {}), "flower": {"num_partitions": num_partitions, "rounds": rounds, "seeds": seeds,
                                             "seed_key": seed_key, "run_config": run_config}}
     # One chunk per run: each run is written as soon as its last record comes.
-    with ParameterDump.writer(out, clients=range(num_partitions), checkpoints=range(rounds + 1), runs=len(seeds),
-                              chunk_size=1, meta=meta) as writer:
+    with DumpWriter(out, clients=range(num_partitions), checkpoints=range(rounds + 1), runs=len(seeds),
+                    chunk_size=1, meta=meta) as writer:
         for run in writer.missing_runs():
             recorder = RunRecorder(writer, run)
             config = {**run_config, seed_key: seeds[run]}
