@@ -1,4 +1,4 @@
-# The README's two commands: `make demo` (main job on embedded data) and `make test`.
+# The README's two commands: `make demo` (main job on embedded data) and `make test` (mypy, then pytest).
 # Each creates .venv if missing and installs into it once; running again installs nothing
 # unless pyproject.toml or constraints.txt changed.
 PYTHON ?= python3
@@ -21,7 +21,9 @@ $(STAMP): pyproject.toml constraints.txt
 demo: $(STAMP)
 	$(VENV)/bin/mianalysis demo
 
+# The type check ([tool.mypy] in pyproject.toml), then the tests.
 test: $(STAMP)
+	$(PY) -m mypy
 	$(PY) -m pytest -q
 
 bench: $(STAMP)

@@ -34,7 +34,7 @@ from pathlib import Path
 try:
     import fcntl
 except ImportError:  # Windows: not a target, but say so clearly
-    fcntl = None
+    fcntl = None  # type: ignore[assignment]  # the usual optional-module idiom
 
 HOLDER_WAIT_S = 1.0  # how long a refused writer waits for the holder to record who it is
 
@@ -43,7 +43,7 @@ class LockedError(OSError):
     """Another process holds the writer lock of a dump or table: it is being written."""
 
 
-_held = {}  # lock file path -> [file descriptor, depth, whether a session holds it]
+_held: dict[Path, list] = {}  # lock file path -> [file descriptor, depth, whether a session holds it]
 _guard = threading.Lock()
 
 

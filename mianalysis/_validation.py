@@ -21,7 +21,7 @@ class InvalidParameterError(ValueError, TypeError):
     True or False, say): callers may catch it as ValueError or as TypeError."""
 
 
-def check_samples(a, name, *, dtype=np.float64):
+def check_samples(a, name, *, dtype=np.float64) -> np.ndarray:
     """Return `a` as a C-contiguous 2-D floating array of shape (n_samples, n_features).
 
     A 1-D array is one feature. Raises `TypeError` for non-numeric or complex data and
@@ -57,7 +57,7 @@ def check_samples(a, name, *, dtype=np.float64):
     return arr
 
 
-def check_paired(x, y, *, min_samples=2, dtype=np.float64):
+def check_paired(x, y, *, min_samples=2, dtype=np.float64) -> tuple[np.ndarray, np.ndarray]:
     """Check `x` and `y` as paired samples: same number of rows, at least `min_samples`."""
     x = check_samples(x, "x", dtype=dtype)
     y = check_samples(y, "y", dtype=dtype)
@@ -73,7 +73,7 @@ def check_paired(x, y, *, min_samples=2, dtype=np.float64):
     return x, y
 
 
-def check_k(k, n_samples, *, samples="n_samples"):
+def check_k(k, n_samples, *, samples="n_samples") -> int:
     """Return the KSG neighbour count `k` as int, checked against the data: ``1 <= k < n_samples``.
 
     Every sample needs k nearest neighbours other than itself, and only ``n_samples - 1``
@@ -97,7 +97,7 @@ class ConstantFeatureWarning(UserWarning):
     """A feature (column) of `x` or `y` is constant over the samples and was dropped."""
 
 
-def drop_constant_features(x, y):
+def drop_constant_features(x, y) -> tuple[np.ndarray, np.ndarray]:
     """(x, y) without their constant columns, warning with `ConstantFeatureWarning` if any.
 
     A constant feature carries no information: ``I((X, c); Y) = I(X; Y)`` exactly, and
@@ -124,14 +124,14 @@ def drop_constant_features(x, y):
     return np.ascontiguousarray(x[:, keep_x]), np.ascontiguousarray(y[:, keep_y])
 
 
-def check_units(units):
+def check_units(units) -> float:
     """Return the factor that converts nats to `units` ("bits" or "nats")."""
     if not isinstance(units, str) or units not in UNITS:
         raise ValueError(f"`units` must be one of {sorted(UNITS)}; got {units!r}")
     return UNITS[units]
 
 
-def check_flag(value, name):
+def check_flag(value, name) -> bool:
     """`value` as a bool; ValueError naming `name` unless it is True or False."""
     if not isinstance(value, (bool, np.bool_)):
         raise InvalidParameterError(f"`{name}` must be True or False; got {value!r}")
@@ -146,7 +146,7 @@ def check_choice(value, name, choices):
     return value
 
 
-def check_int(value, name, *, low, high=None):
+def check_int(value, name, *, low, high=None) -> int:
     """Return `value` as int; `TypeError` if not an integer, `ValueError` outside [low, high]."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"`{name}` must be an integer; got {value!r}")
@@ -157,7 +157,7 @@ def check_int(value, name, *, low, high=None):
     return value
 
 
-def check_real(value, name, *, low=None, high=None, low_open=False, high_open=False):
+def check_real(value, name, *, low=None, high=None, low_open=False, high_open=False) -> float:
     """Return `value` as a finite float in the interval from `low` to `high` (either None: no
     bound; `low_open` / `high_open`: that end excluded). `TypeError` if not a real number,
     `ValueError` if not finite or outside the interval; both name `name`."""
@@ -179,18 +179,20 @@ def check_real(value, name, *, low=None, high=None, low_open=False, high_open=Fa
     return value
 
 
-def check_nonnegative_float(value, name):
+def check_nonnegative_float(value, name) -> float:
     """Return `value` as a finite float >= 0."""
     return check_real(value, name, low=0)
 
 
-def check_random_state(random_state):
+def check_random_state(random_state) -> np.random.Generator:
     """Return a `numpy.random.Generator` from None, an int seed or a Generator."""
     if random_state is None or isinstance(random_state, (numbers.Integral, np.random.SeedSequence)):
         if isinstance(random_state, bool):
             raise TypeError(f"`random_state` must be None, an int or a Generator; got {random_state!r}")
         if isinstance(random_state, numbers.Integral) and random_state < 0:
             raise ValueError(f"`random_state` must be >= 0; got {random_state}")
+        if isinstance(random_state, numbers.Integral):
+            return np.random.default_rng(int(random_state))
         return np.random.default_rng(random_state)
     if isinstance(random_state, np.random.Generator):
         return random_state

@@ -500,10 +500,10 @@ def additive_model_test(x_start: ArrayLike, y_start: ArrayLike, x_next: ArrayLik
                            "(the shared start estimated at the first checkpoint did not fit inside the "
                            "covariances, or a covariance was singular)",
                            estimated_change=float(estimate), n_failed=n_failed)
-    predicted, estimated = np.array(predicted), np.array(estimated)
-    bias = float(predicted.mean()) - pred.predicted_change
+    predicted_a, estimated_a = np.array(predicted), np.array(estimated)
+    bias = float(predicted_a.mean()) - pred.predicted_change
     difference = estimate - (pred.predicted_change - bias)
-    se = float(np.std(estimated - predicted, ddof=1)) * math.sqrt(1.0 + 1.0 / n_ok)
+    se = float(np.std(estimated_a - predicted_a, ddof=1)) * math.sqrt(1.0 + 1.0 / n_ok)
     lo, hi = normal_interval(difference, se, level, df=n_ok - 1)
     verdict = VERDICTS[1] if lo <= 0.0 <= hi else VERDICTS[0]
     return AdditiveTest(prediction=pred, estimated_change=float(estimate), prediction_bias=bias,

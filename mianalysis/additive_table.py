@@ -92,7 +92,7 @@ def additive_prediction_rows(rows: Sequence[Mapping[str, Any]], dump: ParameterD
     """
     deltas = {(r["client_a"], r["client_b"], r.get("layer", ""), r["checkpoint"]): r for r in rows
               if r["quantity"] == f"delta_{quantity}"}
-    by_key = {}
+    by_key: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
     for row in rows:
         if row["quantity"] == quantity and row["client_b"] != "":
             key = (row["client_a"], row["client_b"], row.get("layer", ""))

@@ -13,7 +13,7 @@ from numpy.typing import ArrayLike
 
 __all__ = ["read_idx", "write_idx", "load_mnist", "load_digit_images"]
 
-_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+_DTYPES: dict[int, str] = {0x08: "u1", 0x09: "i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 
 
 def read_idx(path: str | os.PathLike) -> np.ndarray:
@@ -59,7 +59,8 @@ def load_mnist(folder: str | os.PathLike) -> tuple[np.ndarray, np.ndarray, np.nd
         if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
             raise ValueError(f"{folder}: {prefix} images {images.shape} and labels {labels.shape} do not match")
         parts += [images.astype(np.float32) / 255.0, labels.astype(np.int64)]
-    return tuple(parts)
+    train_images, train_labels, test_images, test_labels = parts
+    return train_images, train_labels, test_images, test_labels
 
 
 def load_digit_images(mnist_path: str | os.PathLike | None = None, seed: int = 0

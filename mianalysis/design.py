@@ -58,7 +58,8 @@ def design_note(meta: Mapping[str, Any], streams: Sequence[str] | None = None) -
     if streams is None:
         from .tasks import TASKS
 
-        task = TASKS.get(meta.get("task"))
+        name = meta.get("task")
+        task = TASKS.get(name) if isinstance(name, str) else None
         streams = task.streams if task is not None else None
     others = [s for s in streams if s not in shared] if streams is not None else []
     what = f"shared {'+'.join(shared)}" + (f" (not {'+'.join(others)})" if others else "")

@@ -13,7 +13,7 @@ __all__ = ["METRICS", "paired_distances", "mean_paired_distance"]
 METRICS = ("euclidean", "manhattan", "chebyshev")
 
 
-def _check_pair(x, y):
+def _check_pair(x, y) -> tuple[np.ndarray, np.ndarray]:
     x = check_samples(x, "x")
     y = check_samples(y, "y")
     if x.shape != y.shape:

@@ -94,7 +94,7 @@ def pair_summary(rows: Sequence[dict], quantity: str, *, relative_to_null: bool 
         (pairs with a finite value) and ``infinite`` (iterations where some pair's value is
         infinite, not summarised).
     """
-    out = {k: [] for k in ("iteration", "mean", "low", "high", "ci_low", "ci_high", "null_sd", "spread",
+    out: dict[str, list] = {k: [] for k in ("iteration", "mean", "low", "high", "ci_low", "ci_high", "null_sd", "spread",
                            "outside", "n")}
     infinite = []
     for it, hits in _pair_rows(rows, quantity).items():
@@ -213,11 +213,12 @@ def plot_mi_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], estimator: str
     elif any(np.isfinite(_num(r, "null_mean")) for r in rows if r["quantity"] == quantity):
         null = pair_summary([{**r, "value": _num(r, "null_mean")} for r in rows if r["quantity"] == quantity],
                             quantity)
-        sd = pair_summary([{**r, "value": _num(r, "null_std")} for r in rows if r["quantity"] == quantity], quantity)
-        if len(null["iteration"]) == len(sd["iteration"]):
-            ax.fill_between(null["iteration"], null["mean"] - 2 * sd["high"], null["mean"] + 2 * sd["high"],
+        null_sd = pair_summary([{**r, "value": _num(r, "null_std")} for r in rows if r["quantity"] == quantity],
+                               quantity)
+        if len(null["iteration"]) == len(null_sd["iteration"]):
+            ax.fill_between(null["iteration"], null["mean"] - 2 * null_sd["high"], null["mean"] + 2 * null_sd["high"],
                             color="0.5", alpha=0.35, lw=0, label="null mean +- 2 sd (where estimated)")
-    exact_label = "exact"
+    exact_label: str | None = "exact"
     for a, b in _pairs(rows):
         exact = select(rows, "mi_exact", a, b)
         if exact:
@@ -256,11 +257,11 @@ def plot_metric_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], metric: st
     metric : str
         A per-client quantity, such as "loss" or "accuracy".
     """
-    by_it = {}
+    by_it: dict[float, list[tuple[float, float]]] = {}
     for c in _clients(rows):
         for r in select(rows, metric, c):
             by_it.setdefault(r["iteration"], []).append((_num(r, "value"), _num(r, "spread")))
-    it = np.array(sorted(by_it), float)
+    it = np.array(sorted(by_it), dtype=np.float64)
     vals = [np.array([v for v, _ in by_it[i]]) for i in sorted(by_it)]
     sds = [np.array([s for _, s in by_it[i]]) for i in sorted(by_it)]
     mean = np.array([np.nanmean(v) for v in vals])

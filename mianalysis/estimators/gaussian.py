@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -261,7 +262,7 @@ def gaussian_cmi(x: ArrayLike, y: ArrayLike, z: ArrayLike, *, units: str = "bits
     return float(cmi * factor)
 
 
-def _check_conditioning(z, n_samples):
+def _check_conditioning(z, n_samples) -> np.ndarray:
     """`z` as a 2-D float array with `n_samples` rows; ``(n_samples, 0)`` is allowed."""
     arr = np.asarray(z) if not isinstance(z, np.ndarray) else z
     if arr.ndim == 2 and arr.shape[1] == 0 and arr.shape[0] == n_samples and arr.dtype.kind in "biuf":
@@ -273,7 +274,7 @@ def _check_conditioning(z, n_samples):
     return z
 
 
-def _drop_constant_conditioning(z):
+def _drop_constant_conditioning(z) -> np.ndarray:
     """`z` without its constant columns (conditioning on a constant is conditioning on
     nothing), warning with `ConstantFeatureWarning` if any."""
     keep = z.max(axis=0) > z.min(axis=0)
@@ -339,7 +340,7 @@ def _joint_correlation(x, y, shrinkage):
 GRAM_BLOCK = 256
 
 
-_BLAS_CONTROLLER = []
+_BLAS_CONTROLLER: list[Any] = []  # one threadpoolctl.ThreadpoolController (threadpoolctl has no type hints)
 
 
 def _single_threaded_blas():

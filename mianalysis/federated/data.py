@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -23,7 +24,7 @@ class FederatedData:
 
     @classmethod
     def digits(cls, n_clients: int, scheme: str = "iid", *, seed: int = 0, mnist_path: str | os.PathLike | None = None,
-               **partition_args: float) -> FederatedData:
+               **partition_args: Any) -> FederatedData:
         """Digits (scikit-learn 8x8, or MNIST IDX files) split between `n_clients` clients."""
         from ..datasets import load_digit_images
         from .partition import partition
@@ -32,7 +33,7 @@ class FederatedData:
         return cls(xtr, ytr, xte, yte, partition(ytr, n_clients, scheme, seed=seed, **partition_args))
 
     @classmethod
-    def environments(cls, **settings: float | bool) -> FederatedData:
+    def environments(cls, **settings: Any) -> FederatedData:
         """The synthetic multi-environment task (mianalysis.federated.environments): training
         environments as clients, validation data from the same environments, test data from
         held-out environments. `settings` go to ``make_environments``."""

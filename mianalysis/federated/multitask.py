@@ -92,7 +92,7 @@ def make_multitask(sizes: str | Sequence[int] = "balanced",
             y = (scale * (z @ readout) + 0.1 * scale * rng.standard_normal(n + n_test))[:, None].astype(np.float32)
             n_outputs = 1
         else:
-            n_classes, noise = int(spec[1]), float(spec[2])
+            n_classes, noise = int(spec[1]), float(spec[-1])  # ('classification', n_classes, noise)
             y = np.argmax(z @ readout.T + noise * rng.standard_normal((n + n_test, n_classes)), axis=1).astype(np.int64)
             n_outputs = n_classes
         x = x.astype(np.float32)

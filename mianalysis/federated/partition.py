@@ -52,7 +52,7 @@ def partition(labels: ArrayLike, n_clients: int, scheme: str = "iid", *, seed: i
     if scheme == "dirichlet":
         if not alpha > 0:
             raise ValueError(f"`alpha` must be > 0; got {alpha}")
-        parts = [[] for _ in range(n_clients)]
+        parts: list[list[np.ndarray]] = [[] for _ in range(n_clients)]
         for label in np.unique(labels):
             idx = rng.permutation(np.flatnonzero(labels == label))
             cuts = (np.cumsum(rng.dirichlet(np.full(n_clients, alpha))) * len(idx)).astype(int)[:-1]

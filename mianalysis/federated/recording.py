@@ -54,6 +54,7 @@ def record_replicates(simulation: FederatedSimulation, out: str | os.PathLike, *
     chunk_size = check_int(chunk_size, "chunk_size", low=1)
     record_global = check_flag(record_global, "record_global")
     layout = layout_from_shapes(simulation.layout())
+    cols: slice | np.ndarray
     if layer is None:
         cols, rec_layout = slice(None), layout
     else:
@@ -78,7 +79,9 @@ def record_replicates(simulation: FederatedSimulation, out: str | os.PathLike, *
         )
         for start, stop in dump.missing_chunks(chunk_size):
             result = simulation.run(replicate_ids=range(start, stop), record=True, progress=progress)
-            hist, models = result.history, result.local_models
+            hist, models, global_models = result.history, result.local_models, result.global_models
+            if models is None or global_models is None:  # run(record=True) always records both
+                raise RuntimeError("the simulation recorded no local or global models")
             values = np.full((len(names), simulation.config.rounds + 1, stop - start), np.nan, dtype=np.float32)
             for row in hist:
                 for m, name in enumerate(names):
@@ -95,7 +98,7 @@ def record_replicates(simulation: FederatedSimulation, out: str | os.PathLike, *
                     f"completed replicates); lower `lr` (now {simulation.config.lr})")
             samples = {str(c): models[c][:, :, cols] for c in range(simulation.data.n_clients)}
             if record_global:
-                samples["global"] = result.global_models[:, :, cols]
+                samples["global"] = global_models[:, :, cols]
             dump.write_chunk(start, stop, samples, {name: values for name in names_out})
     # The history of every replicate, read back from the dump (float32), whether this call
     # ran all chunks or resumed after an interruption.

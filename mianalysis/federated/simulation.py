@@ -321,22 +321,22 @@ class FederatedSimulation:
         iterates = _RunningVariance() if side == "variances" else None
         for epoch in range(cfg.local_epochs):
             order = shuffled_orders(n, gens)
-            last = iterates is not None and epoch == cfg.local_epochs - 1
-            if last:
-                iterates.add(self.flatten(local))
+            last = iterates if epoch == cfg.local_epochs - 1 else None  # the last epoch's iterates
+            if last is not None:
+                last.add(self.flatten(local))
             for start in range(0, n, b):
                 sel = order[:, start:start + b]
                 grads = self._grad(local, x[sel], y[sel])
                 with torch.no_grad():
                     for name in self.names:
                         local[name] -= cfg.lr * grads[name]
-                if last:
-                    iterates.add(self.flatten(local))
+                if last is not None:
+                    last.add(self.flatten(local))
         flat_local = self.flatten(local)
         info = None
         if side == "precisions":
             info = self.diagonal_fisher(local, x, y)
-        elif side == "variances":
+        elif iterates is not None:  # side == "variances"
             info = iterates.variance()
         return flat_local - flat_params, flat_local, info
 
@@ -542,7 +542,7 @@ class _RunningVariance:
 
 def rounds_to_accuracy(history: Iterable[Mapping[str, Any]], target: float, split: str = "test") -> int | None:
     """First round at which the replicate-mean accuracy reaches `target`, or None."""
-    by_round = {}
+    by_round: dict[int, list[float]] = {}
     for row in history:
         by_round.setdefault(row["round"], []).append(row[f"{split}_accuracy"])
     for t in sorted(by_round):

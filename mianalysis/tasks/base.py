@@ -60,25 +60,25 @@ class ClientBatchData:
     """Training data of R replicas: inputs (R, n_examples, ...), targets (R, n_examples, ...),
     and optional extra tensors used only for evaluation (e.g. a held-out test set)."""
 
-    inputs: object
-    targets: object
-    extra: dict
+    inputs: Any  # a tensor for the tasks here; a task may use any structure its forward takes
+    targets: Any
+    extra: dict[str, Any]
 
 
 class Task(ABC):
     """A model and per-client data, as batched pure functions (see the module docstring)."""
 
     name = "task"
-    presets = {}
+    presets: dict[str, dict[str, Any]] = {}
     # Every setting's type and allowed range, declared once per task: setting name -> a rule
     # from mianalysis._validation (IntSetting, RealSetting, RangeSetting, FolderSetting).
-    setting_rules = {}
+    setting_rules: dict[str, Any] = {}
     # Random streams the sampler can share between the clients of a run; `data_stream` is
     # the one client_data draws from, `mask_stream` the one draw_masks draws from ("order",
     # the minibatch order, the sampler draws itself).
-    streams = ()
-    data_stream = None
-    mask_stream = None
+    streams: tuple[str, ...] = ()
+    data_stream: str | None = None
+    mask_stream: str | None = None
     # "adam" (torch.optim.Adam) or "sgd" (plain gradient steps of size lr); see sampling.task_optimizer.
     optimizer = "adam"
 
@@ -199,7 +199,7 @@ class Task(ABC):
         None where the task does not know it (the default)."""
         return None
 
-    metric_names = ("loss",)
+    metric_names: tuple[str, ...] = ("loss",)
 
     def evaluate(self, params: Sequence[torch.Tensor], data: ClientBatchData) -> dict[str, torch.Tensor]:
         """Metrics at a checkpoint: dict name -> (R,) tensor; at least "loss", on the first

@@ -149,9 +149,9 @@ class DigitsLeNetTask(Task):
 
     def __init__(self, **settings: Any) -> None:
         super().__init__(**settings)
-        self._data = None
-        self._body = None
-        self._test_features = None
+        self._data: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._pretrained: tuple[torch.nn.Sequential, torch.nn.Linear] | None = None  # (body, head)
+        self._test_features: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @property
     def n_examples(self) -> int:
@@ -186,7 +186,7 @@ class DigitsLeNetTask(Task):
         """The pretrained (body, head), trained on first use and cached on disk."""
         import torch
 
-        if self._body is None:
+        if self._pretrained is None:
             xtr, ytr, _, _ = self.dataset()
             body, head = build_lenet(xtr.shape[-1])
             path = default_cache_dir() / f"lenet-{xtr.shape[-1]}-{self._pretrain_key()}.pt"
@@ -203,8 +203,8 @@ class DigitsLeNetTask(Task):
             body.eval()
             for p in body.parameters():
                 p.requires_grad_(False)
-            self._body, self._head = body, head
-        return self._body, self._head
+            self._pretrained = (body, head)
+        return self._pretrained
 
     def _pretrain(self, body, head, images, labels):
         import torch

@@ -127,7 +127,8 @@ class GaussianSGDTask(Task):
         super().__init__(**settings)
         if self.settings["heterogeneity"] == 1:  # the task as it was before the setting: recorded so
             del self.settings["heterogeneity"]
-        self._curvatures = {}
+        # client -> (A_k, m_k) after heterogeneity; ("drawn", client) -> as drawn
+        self._curvatures: dict[int | tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
         self._root_tensor = None
 
     # ---------------------------------------------------------------- sizes

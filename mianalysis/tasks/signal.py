@@ -141,8 +141,9 @@ class SignalRNNTask(Task):
         src = (amps[None, :, None] * np.sin(2 * np.pi * freqs[None, :, None] * t + phases)).sum(axis=1)
         src += s["noise"] * rng.standard_normal((n, length))
         src = (src - src.mean(axis=1, keepdims=True)) / src.std(axis=1, keepdims=True)
-        shift = rng.uniform(*s["shift_range"], size=n)
-        scale = rng.uniform(*s["scale_range"], size=n)
+        (shift_low, shift_high), (scale_low, scale_high) = s["shift_range"], s["scale_range"]
+        shift = rng.uniform(shift_low, shift_high, size=n)
+        scale = rng.uniform(scale_low, scale_high, size=n)
         inputs = scale[:, None] * src + shift[:, None]
         return inputs.astype(np.float32), np.stack([shift, scale], axis=1).astype(np.float32)
 
