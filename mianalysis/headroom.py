@@ -332,8 +332,8 @@ def fitting_inflation(rule: str, n_clients: int, n_params: int, n_fit: int, *,
         return float("nan")
     else:
         return 1.0
-    q = q if regressors is None else regressors
-    return 1.0 + q / (n_fit - q - 1) if n_fit > q + 1 else float("nan")
+    used = float(q if regressors is None else regressors)
+    return 1.0 + used / (n_fit - used - 1) if n_fit > used + 1 else float("nan")
 
 
 def _difference_rank(rule, e):
