@@ -94,10 +94,20 @@ def foreign_private_attributes(path, tree):
 MODULES = sorted(PACKAGE.rglob("*.py"))
 
 
+# Private names of another package that a module relies on, because that package has no
+# public way to do it; each with the test that fails if the package changes them.
+# - distributed's registry of clusters, which its exit hook closes: a LocalCluster whose start
+#   was interrupted must leave it, or the hook prints the half-started workers' tracebacks
+#   (tests/test_reliability_scaleout.py::test_ctrl_c_while_local_workers_start_is_one_line).
+THIRD_PARTY_PRIVATES = {"mianalysis/scaleout.py": {"SpecCluster._instances"}}
+
+
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE.parent)))
 def test_no_module_uses_another_modules_private_names(path):
     tree = ast.parse(path.read_text(), filename=str(path))
-    assert private_imports(path, tree) + foreign_private_attributes(path, tree) == []
+    allowed = THIRD_PARTY_PRIVATES.get(str(path.relative_to(PACKAGE.parent)), set())
+    found = [f for f in foreign_private_attributes(path, tree) if f.rpartition(" uses ")[2] not in allowed]
+    assert private_imports(path, tree) + found == []
 
 
 def test_the_check_finds_what_it_forbids(tmp_path):

@@ -62,7 +62,7 @@ from .._provenance import collect
 __all__ = [
     "FORMAT_VERSION", "MANIFEST", "DTYPE", "CREATING", "DumpError", "LayoutEntry", "layout_from_shapes",
     "select_layout", "layout_columns", "NonFinite", "find_nonfinite", "unwritten_dump_discarded",
-    "discard_unwritten_dump", "check_manifest", "ParameterDump"
+    "discard_unwritten_dump", "check_manifest", "check_checkpoint", "check_metric_names", "ParameterDump"
 ]
 
 FORMAT_VERSION = 1
@@ -386,8 +386,9 @@ METRIC_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 RESERVED_METRIC_NAMES = ("samples", "client", "checkpoint", "run", "parameter", "layer")
 
 
-def _check_metric_names(names: Iterable[str]) -> list[str]:
-    """`names` as a list of str; ValueError naming the first that is reserved or not a plain name."""
+def check_metric_names(names: Iterable[str]) -> list[str]:
+    """`names` as a list of str; ValueError naming the first that is reserved or not a plain
+    name (the rule every writer of a dump applies)."""
     names = [str(m) for m in names]
     for name in names:
         if name in RESERVED_METRIC_NAMES:
@@ -403,8 +404,9 @@ def _check_metric_names(names: Iterable[str]) -> list[str]:
 INT64 = (-(2**63), 2**63 - 1)  # the range of checkpoints: stored and exported as 64-bit integers
 
 
-def _check_checkpoint(value: object, name: str = "checkpoints") -> int:
-    """`value` as an int if it is an integer within int64; TypeError or ValueError naming `name` and the value."""
+def check_checkpoint(value: object, name: str = "checkpoints") -> int:
+    """`value` as an int if it is an integer within int64 (how a dump stores checkpoints);
+    TypeError or ValueError naming `name` and the value."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"`{name}` must be integers; got {value!r}")
     value = int(value)
@@ -684,7 +686,7 @@ class ParameterDump:
             raise ValueError("`clients` must name at least one client")
         if len(set(clients)) != len(clients):
             raise ValueError(f"`clients` must be unique; got {clients}")
-        checkpoints = [_check_checkpoint(int(c)) for c in checkpoints]
+        checkpoints = [check_checkpoint(int(c)) for c in checkpoints]
         if not checkpoints:
             raise ValueError("`checkpoints` must not be empty")
         if int(n_runs) < 1:
@@ -701,7 +703,7 @@ class ParameterDump:
             "n_runs": int(n_runs),
             "n_params": int(n_params),
             "layout": [e.to_json() for e in layout],
-            "metrics": _check_metric_names(metric_names),
+            "metrics": check_metric_names(metric_names),
             "dtype": DTYPE.str,
             "chunks": [],
             "provenance": [{**collect(), "runs_written": None}],
@@ -875,7 +877,7 @@ class ParameterDump:
         if len(shapes) != 1:
             raise ValueError(f"every client's samples must have the same shape; got {sorted(shapes)}")
         n_ckpt, n_runs, n_params = shapes.pop()
-        checkpoints = list(range(n_ckpt)) if checkpoints is None else [_check_checkpoint(int(c)) for c in checkpoints]
+        checkpoints = list(range(n_ckpt)) if checkpoints is None else [check_checkpoint(int(c)) for c in checkpoints]
         if len(checkpoints) != n_ckpt:
             raise ValueError(f"`checkpoints` has {len(checkpoints)} entries for {n_ckpt} checkpoints")
         layout = layout_from_shapes(layout if layout is not None else [("params", (n_params,))])
@@ -897,7 +899,7 @@ class ParameterDump:
             if not isinstance(per, dict):
                 raise TypeError(f"`metrics[{client!r}]` must be a dict of metric name -> array (n_checkpoints, "
                                 f"n_runs); got {type(per).__name__}")
-        metric_names = _check_metric_names(sorted({str(m) for per in metrics.values() for m in per}))
+        metric_names = check_metric_names(sorted({str(m) for per in metrics.values() for m in per}))
         metric_arrays = {}
         for name in arrays:
             per = {str(k): v for k, v in metrics.get(name, {}).items()}

@@ -24,7 +24,7 @@ from .._io import progress_bar
 from .._locking import WriterLock
 from .._validation import check_int
 from .writer import DumpWriter, IncompleteChunkWarning, layout_difference, named_arrays
-from .format import DumpError, ParameterDump, _check_checkpoint, find_nonfinite, layout_from_shapes, select_layout
+from .format import DumpError, ParameterDump, check_checkpoint, find_nonfinite, layout_from_shapes, select_layout
 
 if TYPE_CHECKING:  # names used only in type hints
     import torch
@@ -66,7 +66,7 @@ def _int_name(name, folder):
         raise DumpError(f"{folder}: checkpoint folder {name!r} is not an integer iteration (a name of ASCII digits "
                         "0-9, optionally after a '-'); rename or move it")
     try:
-        return _check_checkpoint(int(name))
+        return check_checkpoint(int(name))
     except ValueError as exc:
         raise DumpError(f"{folder}: checkpoint folder {name!r}: {exc}") from None
 

@@ -29,8 +29,8 @@ from .format import (
     MANIFEST,
     DumpError,
     ParameterDump,
-    _check_checkpoint,
-    _check_metric_names,
+    check_checkpoint,
+    check_metric_names,
     discard_unwritten_dump,
     find_nonfinite,
     layout_from_shapes,
@@ -217,7 +217,7 @@ class DumpWriter:
             raise ValueError("`clients` must name at least one client")
         if len(set(self.clients)) != len(self.clients):
             raise ValueError(f"`clients` must be unique; got {self.clients}")
-        self.checkpoints = [_check_checkpoint(c) for c in checkpoints]
+        self.checkpoints = [check_checkpoint(c) for c in checkpoints]
         if not self.checkpoints:
             raise ValueError("`checkpoints` must not be empty")
         if len(set(self.checkpoints)) != len(self.checkpoints):
@@ -233,7 +233,7 @@ class DumpWriter:
             raise TypeError(f"`meta` must be JSON-serialisable (it is stored in {MANIFEST}): {exc}") from exc
         if isinstance(metrics, str):
             metrics = [metrics]
-        self.metric_names = None if metrics is None else _check_metric_names(metrics)
+        self.metric_names = None if metrics is None else check_metric_names(metrics)
         if self.metric_names is not None and len(set(self.metric_names)) != len(self.metric_names):
             raise ValueError(f"`metrics` must be unique names; got {self.metric_names}")
         self.dump = None
@@ -296,7 +296,7 @@ class DumpWriter:
     def _create(self, named, metrics):
         """Create the dump at the first record: its layout and metric names from that record."""
         if self.metric_names is None:
-            self.metric_names = _check_metric_names(sorted(str(m) for m in (metrics or {})))
+            self.metric_names = check_metric_names(sorted(str(m) for m in (metrics or {})))
         if self.layout is None:
             self.layout = layout_from_shapes([(n, a.shape) for n, a in named] if named is not None
                                              else [("params", (self._flat_size,))])
