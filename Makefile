@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test bench docs
+.PHONY: setup demo test test-quick bench docs
 
 setup: $(STAMP)
 
@@ -25,6 +25,10 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m mypy
 	$(PY) -m pytest -q
+
+# The quick subset: every test but those marked slow (tests/slow_tests.txt); well under 90 s.
+test-quick: $(STAMP)
+	$(PY) -m pytest -q -m "not slow"
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_estimators.py

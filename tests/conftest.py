@@ -76,3 +76,16 @@ def single_threaded_torch():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+# The `slow` marker: the test functions tests/slow_tests.txt lists (0.4 s or more on 2 cores).
+# `pytest -m "not slow"` (make test-quick) is the quick subset; tests/test_slow_marker.py
+# checks that every listed function exists.
+SLOW_TESTS = frozenset(line.strip() for line in (Path(__file__).parent / "slow_tests.txt").read_text().splitlines()
+                       if line.strip() and not line.startswith("#"))
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.nodeid.partition("[")[0] in SLOW_TESTS:
+            item.add_marker(pytest.mark.slow)
