@@ -179,9 +179,11 @@ def rule_weights(rule: str, errors: ArrayLike, *, client_sizes: ArrayLike | None
 
 
 def _shrunk(n_runs, dimension):
-    """Whether "blue" shrinks its second moment: with no more runs than twice its dimension,
-    as the Gaussian MI estimator does (:func:`mianalysis.analysis.gaussian_settings`)."""
-    return n_runs <= 2 * dimension
+    """Whether "blue" shrinks its second moment: where the Gaussian MI estimator would
+    (:func:`mianalysis.analysis.gaussian_settings`: no more runs than twice the dimension)."""
+    from .analysis import gaussian_settings
+
+    return bool(gaussian_settings(n_runs, dimension)[0])
 
 
 def oracle_weights(rule: str, mean: ArrayLike, cov: ArrayLike, *, client_sizes: ArrayLike | None = None

@@ -306,11 +306,16 @@ class ParameterSampler:
         """
         runs = [int(r) for r in runs]
         client = check_int(client, "client", low=0, high=self.task.n_clients - 1)
-        own = [_generator(self.seed, r, 1 + client) for r in runs]
-        name = self.task.data_stream
+        return self._stream(self.task.data_stream, [(client, r) for r in runs],
+                            [_generator(self.seed, r, 1 + client) for r in runs])
+
+    def _stream(self, name, pairs, own):
+        """The generators of stream `name` (see ReplicaGenerators) for the replicas `pairs`
+        ((client, run) each) whose own generators are `own`: the run's where the stream is
+        shared, else the replica's own."""
         if name is None or name not in self.task.streams:
             return ReplicaGenerators(own, own)
-        run = [_generator(self.seed, r, 0, _stream_word(name)) for r in runs]
+        run = [_generator(self.seed, r, 0, _stream_word(name)) for _, r in pairs]
         return ReplicaGenerators(run if name in self.shared else own, run)
 
     def train_chunk(self, runs: Iterable[int], *, vectorised: bool = True) -> ChunkResult:
@@ -335,7 +340,7 @@ class ParameterSampler:
     def _train(self, runs, clients, vectorised):
         import torch
 
-        from .tasks.base import ClientBatchData, ReplicaGenerators
+        from .tasks.base import ClientBatchData
 
         if vectorised and len(runs) * len(clients) == 1:
             twice = self._train(runs * 2, clients, vectorised)  # see the class docstring
@@ -346,12 +351,8 @@ class ParameterSampler:
         generators = [_generator(self.seed, r, 1 + c) for c, r in pairs]  # each replica's own
 
         def stream(name, replicas=slice(None)):
-            """The generators of stream `name` for `replicas` (see ReplicaGenerators)."""
-            own = generators[replicas]
-            if name is None or name not in task.streams:
-                return ReplicaGenerators(own, own)
-            run = [_generator(self.seed, r, 0, _stream_word(name)) for _, r in pairs[replicas]]
-            return ReplicaGenerators(run if name in self.shared else own, run)
+            return self._stream(name, pairs[replicas], generators[replicas])
+
         inits = {r: self.initial_params(r) for r in runs}
         params = [torch.stack([inits[r][j] for _, r in pairs]).clone().requires_grad_(True)
                   for j in range(len(inits[runs[0]]))]

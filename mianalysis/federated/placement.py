@@ -52,14 +52,10 @@ class UpdatePlacement:
         key = simulation.side_information  # the keyword of the rule's per-client side information, or None
         sent, models, side = [], [], []
         for c in clients:
-            if key is None:
-                message, model = simulation.client_message(params, flat, int(c), replicate_ids, round_index)
-            else:
-                message, model, info = simulation.train_client(params, flat, int(c), replicate_ids, round_index,
-                                                               side=key)
-                side.append(info)
+            message, model, info = simulation.train_client(params, flat, int(c), replicate_ids, round_index, side=key)
             sent.append(message)
             models.append(model)
+            side.append(info)
         stacked = torch.stack(sent, dim=1).double()  # (R, K, P)
         if not torch.isfinite(stacked).all():
             what = "gradient" if cfg.algorithm == "fedsgd" else "model update"
