@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from mianalysis import ParameterSampler, analyze
-from mianalysis._provenance import collect, utc_now
+from mianalysis.provenance import collect, utc_now
 from mianalysis.tasks import get_task
 
 OUT = Path(__file__).parent / "results" / "digits_paper.json"

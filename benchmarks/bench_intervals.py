@@ -22,7 +22,7 @@ from pathlib import Path
 from bench_memory import write_dump
 
 from mianalysis import analyze
-from mianalysis._provenance import collect, utc_now
+from mianalysis.provenance import collect, utc_now
 
 OUT = Path(__file__).parent / "results" / "intervals.json"
 

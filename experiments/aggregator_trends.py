@@ -43,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mianalysis._provenance import collect, utc_now
+from mianalysis.provenance import collect, utc_now
 from mianalysis.analysis import analyze, select, write_table
 from mianalysis.experiment import TRENDS, overall_trend, step_verdicts
 from mianalysis.federated import FederatedConfig, FederatedData, FederatedSimulation, record_replicates, write_rows

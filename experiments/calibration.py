@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from mianalysis import gaussian_mi, ksg_mi
-from mianalysis._provenance import collect, utc_now
+from mianalysis.provenance import collect, utc_now
 from mianalysis.analysis import gaussian_settings, sidecar_path
 from scipy.special import ndtr
 

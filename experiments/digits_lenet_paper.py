@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from mianalysis import ParameterSampler, analyze
-from mianalysis._provenance import collect, utc_now
+from mianalysis.provenance import collect, utc_now
 from mianalysis.analysis import read_table, select, sidecar_path
 from mianalysis.experiment import overall_trend, step_verdicts
 from mianalysis.plots import plot_distance_panel, plot_metric_panel, plot_mi_panel

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mianalysis._provenance import collect, utc_now
+from mianalysis.provenance import collect, utc_now
 from mianalysis.analysis import sidecar_path
 from mianalysis.federated import FederatedConfig, FederatedData, FederatedSimulation, rounds_to_accuracy
 

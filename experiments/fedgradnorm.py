@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mianalysis._provenance import collect, utc_now
+from mianalysis.provenance import collect, utc_now
 from mianalysis.federated import write_rows
 from mianalysis.federated.personalized import PersonalizedConfig, PersonalizedSimulation
 from mianalysis.federated.multitask import DEFAULT_TASKS, make_multitask

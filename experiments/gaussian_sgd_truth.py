@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from mianalysis import ParameterSampler, analyze
-from mianalysis._provenance import collect, utc_now
+from mianalysis.provenance import collect, utc_now
 from mianalysis.analysis import sidecar_path
 from mianalysis.tasks import get_task
 

@@ -32,9 +32,9 @@ import time
 from pathlib import Path
 
 from mianalysis import ParameterSampler, headroom
-from mianalysis._io import write_rows
-from mianalysis._provenance import collect, utc_now
+from mianalysis.provenance import collect, utc_now
 from mianalysis.analysis import sidecar_path
+from mianalysis.federated import write_rows
 from mianalysis.headroom import RULES
 from mianalysis.plots import figure_headroom
 from mianalysis.tasks import get_task

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mianalysis._provenance import collect, utc_now
+from mianalysis.provenance import collect, utc_now
 from mianalysis.federated import FederatedConfig, FederatedData, FederatedSimulation, build_model, write_rows
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -24,7 +24,7 @@ import re
 import time
 from pathlib import Path
 
-from mianalysis._provenance import collect, utc_now
+from mianalysis.provenance import collect, utc_now
 from mianalysis.federated import FederatedConfig, FederatedData, FederatedSimulation, write_rows
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from mianalysis import ksg_mi
-from mianalysis._provenance import collect, utc_now
+from mianalysis.provenance import collect, utc_now
 from mianalysis.analysis import sidecar_path
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from mianalysis import ParameterDump, ParameterSampler, analyze
-from mianalysis._provenance import collect, utc_now
+from mianalysis.provenance import collect, utc_now
 from mianalysis.additive_table import additive_prediction_rows
 from mianalysis.analysis import read_table, select, sidecar_path
 from mianalysis.experiment import overall_trend, step_verdicts

@@ -33,10 +33,11 @@ from .sampling import ParameterSampler
 # Modules use one another through public names (tests/test_layout.py checks it). A
 # folder's private modules (estimators/_kernels.py, estimators/_neighbours.py) serve that
 # folder only; these private modules are the package's shared internals, which any module
-# may import: argument checks and their messages, provenance records, writer locks, thread
-# settings, overflow-safe scaling, and the memory left to the process.
-SHARED_INTERNALS = ("mianalysis._validation", "mianalysis._provenance", "mianalysis._locking", "mianalysis._threads",
-                    "mianalysis._scaling", "mianalysis._seeding", "mianalysis._io", "mianalysis._memory")
+# may import: argument checks and their messages, writer locks, thread settings,
+# overflow-safe scaling, and the memory left to the process. (Provenance records are the
+# public module mianalysis.provenance: scripts outside the package record them too.)
+SHARED_INTERNALS = ("mianalysis._validation", "mianalysis._locking", "mianalysis._threads", "mianalysis._scaling",
+                    "mianalysis._seeding", "mianalysis._io", "mianalysis._memory")
 
 __all__ = [
     "gaussian_mi",

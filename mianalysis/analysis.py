@@ -16,7 +16,7 @@ import numpy as np
 
 from ._io import progress_bar
 from ._locking import WriterLock
-from ._provenance import collect
+from .provenance import collect
 from ._validation import check_choice, check_flag, check_int, check_k
 from .design import design_note
 from .distances import METRICS, paired_distances

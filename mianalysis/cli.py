@@ -263,7 +263,7 @@ def _cmd_federate(args):
     import os
     from pathlib import Path
 
-    from ._provenance import collect, utc_now
+    from .provenance import collect, utc_now
     from ._locking import WriterLock, lock_path
     from .federated import (FederatedConfig, FederatedData, FederatedSimulation, history_table,
                             record_replicates, write_rows)

@@ -42,7 +42,7 @@ def run_experiment(task: Task, *, runs: int, out_dir: str | os.PathLike, name: s
     rows : list of dict
         The analysis table.
     """
-    from ._provenance import collect, utc_now
+    from .provenance import collect, utc_now
     from .sampling import ParameterSampler
 
     started = utc_now()

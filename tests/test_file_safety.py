@@ -372,12 +372,12 @@ def test_create_in_an_empty_folder_keeps_the_folder(tmp_path):
 
 KILL_WHILE_CREATING = (
     "import os, sys\n"
-    "from mianalysis.dumps import format as dumps\n"
+    "from mianalysis.dumps import format as dumps, layout_from_shapes\n"
     "def killed(*args, **kwargs):\n"
     "    os._exit(9)\n"
     "dumps.{name} = killed\n"
     "dumps.ParameterDump.create(sys.argv[1], clients=['a', 'b'], checkpoints=[0, 1], n_runs=12,\n"
-    "                           layout=dumps.layout_from_shapes([('w', (3,))]), metric_names=['loss'])\n"
+    "                           layout=layout_from_shapes([('w', (3,))]), metric_names=['loss'])\n"
 )
 
 

@@ -25,9 +25,9 @@ PACKAGE = Path(mianalysis.__file__).parent
 
 # Lowest first. A module's layer is that of the longest prefix listed here.
 LAYERS = (
-    # shared internals: argument checks, seeding, locks, threads, provenance
+    # shared internals and provenance records: argument checks, seeding, locks, threads
     ("mianalysis._validation", "mianalysis._seeding", "mianalysis._io", "mianalysis._threads",
-     "mianalysis._scaling", "mianalysis._locking", "mianalysis._provenance", "mianalysis._version",
+     "mianalysis._scaling", "mianalysis._locking", "mianalysis.provenance", "mianalysis._version",
      "mianalysis._memory"),
     # numerical cores and storage: estimators, distances, embedded data, the dump format
     ("mianalysis.estimators", "mianalysis.distances", "mianalysis.datasets", "mianalysis.dumps"),

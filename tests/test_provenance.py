@@ -12,7 +12,7 @@ import pytest
 
 from conftest import TINY_SIGNAL
 from mianalysis import DumpError, ParameterDump
-from mianalysis import _provenance
+from mianalysis import provenance
 from mianalysis.analysis import analyze, sidecar_path
 from mianalysis.cli import main
 from mianalysis.dumps import layout_from_shapes
@@ -37,7 +37,7 @@ def check_session(session, argv=None, ended=True):
 
 
 def test_collect_reads_versions_without_importing_torch():
-    code = ("import json, sys; from mianalysis._provenance import collect; r = collect(); "
+    code = ("import json, sys; from mianalysis.provenance import collect; r = collect(); "
             "print(json.dumps([r, 'torch' in sys.modules]))")
     env = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "MKL_CBWR": "AVX2"}
     out = subprocess.run([sys.executable, "-c", code, "x"], cwd=ROOT, env=env, capture_output=True, text=True,
@@ -55,8 +55,8 @@ def test_collect_reads_versions_without_importing_torch():
 def test_git_commit_only_for_the_checkout_holding_the_package(tmp_path, monkeypatch):
     def state_for(package_dir):
         package_dir.mkdir(parents=True)
-        monkeypatch.setattr(_provenance, "__file__", str(package_dir / "_provenance.py"))
-        return _provenance._git_state.__wrapped__()
+        monkeypatch.setattr(provenance, "__file__", str(package_dir / "provenance.py"))
+        return provenance._git_state.__wrapped__()
 
     assert state_for(tmp_path / "plain" / "mianalysis") == (None, None)  # not a checkout
     repo = tmp_path / "repo"
@@ -70,12 +70,12 @@ def test_git_commit_only_for_the_checkout_holding_the_package(tmp_path, monkeypa
     subprocess.run(run + ["add", "."], check=True)
     subprocess.run(run + ["commit", "-qm", "c"], check=True)
     head = subprocess.run(run + ["rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
-    monkeypatch.setattr(_provenance, "__file__", str(files / "_provenance.py"))
-    assert _provenance._git_state.__wrapped__() == (head, False)
+    monkeypatch.setattr(provenance, "__file__", str(files / "provenance.py"))
+    assert provenance._git_state.__wrapped__() == (head, False)
     (repo / "output.csv").write_text("untracked outside the package\n")
-    assert _provenance._git_state.__wrapped__() == (head, False)
+    assert provenance._git_state.__wrapped__() == (head, False)
     (files / "new.py").write_text("untracked code\n")
-    assert _provenance._git_state.__wrapped__() == (head, True)
+    assert provenance._git_state.__wrapped__() == (head, True)
 
 
 def test_dump_resume_appends_a_session_and_refuses_other_settings(tmp_path, monkeypatch):

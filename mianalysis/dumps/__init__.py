@@ -1,8 +1,11 @@
 """Dumps: samples of every client's parameter vector at every checkpoint, on disk.
 
-- :mod:`~mianalysis.dumps.format`: :class:`ParameterDump` (the folder format, its manifest,
-  chunk checksums, reading, and the chunk writes every writer goes through), layouts of the
-  flattened vector, non-finite checks.
+- :mod:`~mianalysis.dumps.format`: :class:`ParameterDump` (the folder format, chunk
+  checksums, reading, and the chunk writes every writer goes through).
+- :mod:`~mianalysis.dumps.manifest`: what ``manifest.json`` holds and the checks on it
+  (format version, metric names, checkpoints, meta).
+- :mod:`~mianalysis.dumps.layout`: layouts of the flattened parameter vector (tensors and
+  their columns), non-finite checks.
 - :mod:`~mianalysis.dumps.writer`: :class:`DumpWriter`, for a
   training loop the user already has: records in any order, chunks written when complete.
 - :mod:`~mianalysis.dumps.importers`: ``ROOT/CLIENT/CHECKPOINT/RUN.{pt,safetensors}``
@@ -11,9 +14,10 @@
   export to zarr (the ``dask`` and ``zarr`` extras).
 """
 
-from .format import (CREATING, DTYPE, FORMAT_VERSION, MANIFEST, DumpError, LayoutEntry, NonFinite, ParameterDump,
-                     check_manifest, discard_unwritten_dump, find_nonfinite, layout_columns, layout_from_shapes,
-                     select_layout, unwritten_dump_discarded)
+from .manifest import (DTYPE, FORMAT_VERSION, MANIFEST, DumpError, check_checkpoint, check_manifest, check_meta,
+                       check_metric_names, parse_manifest)
+from .layout import LayoutEntry, NonFinite, find_nonfinite, layout_columns, layout_from_shapes, select_layout
+from .format import CREATING, ParameterDump, discard_unwritten_dump, unwritten_dump_discarded
 from .arrays import export_zarr, to_dask, to_xarray
 from .importers import import_checkpoints
 from .writer import DumpWriter, IncompleteChunkWarning
@@ -23,5 +27,5 @@ __all__ = [
     "import_checkpoints", "to_dask", "to_xarray", "export_zarr", "layout_from_shapes", "select_layout",
     "layout_columns", "find_nonfinite",
     "check_manifest", "unwritten_dump_discarded", "discard_unwritten_dump", "FORMAT_VERSION", "MANIFEST", "DTYPE",
-    "CREATING",
+    "CREATING", "parse_manifest", "check_meta", "check_metric_names", "check_checkpoint",
 ]

@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .._locking import WriterLock
-from .format import DTYPE, METRIC_NAME, RESERVED_METRIC_NAMES, DumpError, ParameterDump
+from .format import ParameterDump
+from .manifest import DTYPE, METRIC_NAME, RESERVED_METRIC_NAMES, DumpError
 
 if TYPE_CHECKING:  # names used only in type hints (the dask extra)
     import dask.array

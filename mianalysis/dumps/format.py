@@ -4,7 +4,8 @@ A dump is a folder::
 
     manifest.json          format version, meta (task, settings, seed), clients,
                            checkpoints, parameter layout, metric names, completed chunks,
-                           provenance (one record per writing session)
+                           provenance (one record per writing session): its fields and
+                           checks are :mod:`mianalysis.dumps.manifest`
     client_<i>.f32         float32, shape (n_checkpoints, n_runs, n_params), C order
     metrics_<i>.f32        float32, shape (n_metrics, n_checkpoints, n_runs), C order
 
@@ -21,7 +22,7 @@ analysis reads), :attr:`ParameterDump.written_runs` counts every written run, an
 :meth:`ParameterDump.missing_ranges` lists the gaps.
 
 ``provenance`` lists the sessions that wrote the dump, oldest first (see
-mianalysis._provenance.collect): code and package versions, machine, threads, command line,
+:func:`mianalysis.provenance.collect`): code and package versions, machine, threads, command line,
 start time, and the end time, threads and runs written as of the session's last completed
 chunk.
 It is not part of `meta`, so it never decides whether a rerun resumes.
@@ -35,6 +36,9 @@ A dump's files are regular files inside its folder. A symbolic link, a folder or
 the place of one is damage (DumpError naming it, from open, verify and any read or write):
 files are opened with ``O_NOFOLLOW`` and checked with ``fstat``, so nothing is ever read
 from or written into a file outside the dump through a link placed in it.
+
+The layout of the flattened parameter vector (which columns hold which tensor) is
+:mod:`mianalysis.dumps.layout`.
 """
 
 from __future__ import annotations
@@ -44,12 +48,11 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-import re
 import shutil
 import stat
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -57,133 +60,14 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .._locking import WriterLock
-from .._provenance import collect
+from ..provenance import collect
+from .layout import LayoutEntry, find_nonfinite, layout_columns, layout_from_shapes, select_layout
+from .manifest import (DTYPE, FORMAT_VERSION, MANIFEST, DumpError, check_checkpoint, check_meta, check_metric_names,
+                       parse_manifest)
 
-__all__ = [
-    "FORMAT_VERSION", "MANIFEST", "DTYPE", "CREATING", "DumpError", "LayoutEntry", "layout_from_shapes",
-    "select_layout", "layout_columns", "NonFinite", "find_nonfinite", "unwritten_dump_discarded",
-    "discard_unwritten_dump", "check_manifest", "check_checkpoint", "check_metric_names", "ParameterDump"
-]
+__all__ = ["ParameterDump", "CREATING", "unwritten_dump_discarded", "discard_unwritten_dump"]
 
-FORMAT_VERSION = 1
-MANIFEST = "manifest.json"
-DTYPE = np.dtype("<f4")
 CREATING = ".mianalysis-creating"  # in a folder a dump is being created in: the files it will hold
-
-
-class DumpError(ValueError):
-    """A dump folder is missing, damaged, or does not match what was asked of it."""
-
-
-@dataclass(frozen=True)
-class LayoutEntry:
-    """One tensor of the flattened parameter vector: columns [offset, offset + size)."""
-
-    name: str
-    shape: tuple
-    offset: int
-
-    @property
-    def size(self) -> int:
-        return math.prod(int(s) for s in self.shape)  # a Python int: never overflows
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "shape": list(self.shape), "offset": self.offset, "size": self.size}
-
-
-def layout_from_shapes(named_shapes: Iterable[tuple[str, Sequence[int]]]) -> list[LayoutEntry]:
-    """Layout entries for tensors of the given (name, shape) pairs, flattened in order."""
-    entries, offset = [], 0
-    for name, shape in named_shapes:
-        entry = LayoutEntry(str(name), tuple(int(s) for s in shape), offset)
-        entries.append(entry)
-        offset += entry.size
-    return entries
-
-
-def select_layout(layout: Sequence[LayoutEntry], layer: str | Iterable[str]) -> list[LayoutEntry]:
-    """Entries of `layout` named by `layer`: a tensor name, a prefix of names ("rnn.0"
-    matches "rnn.0.weight"), or a list of those; ValueError for a name that matches none.
-
-    A selection is a set of tensors: each selected tensor comes once, in layout order,
-    whatever the order of the names and however they overlap (``["rnn.1", "rnn.1.bias"]``,
-    ``["head", "rnn.1"]`` and ``["rnn.1", "rnn.1"]`` select what their union does)."""
-    names = [layer] if isinstance(layer, str) else list(layer)
-    chosen = set()
-    for name in names:
-        found = {i for i, e in enumerate(layout) if e.name == name or e.name.startswith(name + ".")}
-        if not found:
-            raise ValueError(f"`layer` {name!r} is not in the layout; tensors: {[e.name for e in layout]}")
-        chosen |= found
-    return [layout[i] for i in sorted(chosen)]
-
-
-def layout_columns(entries: Iterable[LayoutEntry]) -> np.ndarray:
-    """Indices of the flattened parameter vector covered by layout `entries`."""
-    return np.concatenate([np.arange(e.offset, e.offset + e.size) for e in entries])
-
-
-@dataclass(frozen=True)
-class NonFinite:
-    """Where a block of samples first holds a NaN or an infinity (see :func:`find_nonfinite`)."""
-
-    checkpoint: int  # index of the first checkpoint with a non-finite value
-    iteration: int  # its training iteration
-    runs: tuple  # the runs with a non-finite value at that checkpoint
-    n_nan: int  # NaN and infinities at that checkpoint
-    n_inf: int
-    column: int  # column of the parameter vector of the first one (in the first of `runs`)
-    tensor: str  # the tensor holding that column ("" where the layout is not known)
-    later: int  # further checkpoints with non-finite values
-
-    def runs_text(self, word: str = "run") -> str:
-        """"run 3" or "runs 0, 1, 2, 3, 4 and 7 more"."""
-        shown = ", ".join(str(r) for r in self.runs[:5]) + (
-            "" if len(self.runs) <= 5 else f" and {len(self.runs) - 5} more")
-        return f"{word}{'s' if len(self.runs) > 1 else ''} {shown}"
-
-    def place(self) -> str:
-        """"tensor 'w', column 3" (or "column 3" without a layout)."""
-        return f"tensor {self.tensor!r}, column {self.column}" if self.tensor else f"column {self.column}"
-
-    def values_text(self) -> str:
-        """"4 NaN and 0 inf (the first in tensor 'w', column 3)"."""
-        return f"{self.n_nan} NaN and {self.n_inf} inf (the first in {self.place()})"
-
-    def describe(self) -> str:
-        later = f"; {self.later} later checkpoint(s) too" if self.later else ""
-        return (f"checkpoint {self.checkpoint} (iteration {self.iteration}), {self.runs_text()}: "
-                f"{self.values_text()}{later}")
-
-
-def find_nonfinite(block: np.ndarray, iterations: Sequence[int], *, checkpoints: Sequence[int] | None = None,
-                   first_run: int = 0, layout: Sequence[LayoutEntry] | None = None,
-                   columns: np.ndarray | slice | None = None) -> NonFinite | None:
-    """None if every value of `block` (n_checkpoints, n_runs, n_params) is finite; else a
-    :class:`NonFinite` naming its first checkpoint with a NaN or infinity.
-
-    `iterations` are the checkpoints' training iterations and `checkpoints` their indices
-    (default 0, 1, ...); `first_run` is the run of the block's first row; `columns` (an
-    index array or slice) maps the block's columns to the parameter vector's, whose tensors
-    `layout` names."""
-    bad = ~np.isfinite(block)
-    if not bad.any():
-        return None
-    per_checkpoint = bad.any(axis=(1, 2))
-    t = int(np.argmax(per_checkpoint))
-    run_rows = np.flatnonzero(bad[t].any(axis=1))
-    column = int(np.argmax(bad[t, run_rows[0]]))
-    if columns is not None:
-        column = int(np.arange(max(block.shape[2], _layout_size(layout)))[columns][column])
-    tensor = next((e.name for e in layout or () if e.offset <= column < e.offset + e.size), "")
-    return NonFinite(
-        checkpoint=int(t if checkpoints is None else checkpoints[t]), iteration=int(iterations[t]),
-        runs=tuple(int(first_run + r) for r in run_rows), n_nan=int(np.isnan(block[t]).sum()),
-        n_inf=int(np.isinf(block[t]).sum()), column=column, tensor=tensor, later=int(per_checkpoint[t + 1:].sum()))
-
-
-def _layout_size(layout):
-    return layout[-1].offset + layout[-1].size if layout else 0
 
 
 def _iterations_or_indices(checkpoints, n):
@@ -201,6 +85,12 @@ def _layout_or_none(named_shapes):
         return layout_from_shapes(named_shapes)
     except (TypeError, ValueError):
         return None
+
+
+def _shown(value, limit=60):
+    """repr of a value for a one-line message, shortened."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _client_file(index):
@@ -311,16 +201,6 @@ def _clear_killed_creation(folder):
         (folder / name).unlink()  # a link is removed, never followed; a folder fails (OSError)
 
 
-def _checked_meta(meta):
-    """`meta` (a dict or None) as it reads back from the manifest; TypeError naming `meta`
-    if it is not a dict or not JSON-serialisable."""
-    if meta is not None and not isinstance(meta, dict):
-        raise TypeError(f"`meta` must be a dict or None; got {type(meta).__name__}")
-    try:
-        return json.loads(json.dumps(meta or {}))
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"`meta` must be JSON-serialisable (it is stored in {MANIFEST}): {exc}") from exc
-
 
 @contextmanager
 def unwritten_dump_discarded(path: str | os.PathLike) -> Iterator[None]:
@@ -370,195 +250,16 @@ def discard_unwritten_dump(path: str | os.PathLike, *, keep_folder: bool = False
             pass
     return True
 
-
-def _shown(value, limit=60):
-    """repr of a manifest value for a one-line message, shortened."""
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
-def _is_int(value):
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-# Metric names: each names an array of a zarr export and a variable of to_xarray beside the samples and coordinates.
-METRIC_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
-RESERVED_METRIC_NAMES = ("samples", "client", "checkpoint", "run", "parameter", "layer")
-
-
-def check_metric_names(names: Iterable[str]) -> list[str]:
-    """`names` as a list of str; ValueError naming the first that is reserved or not a plain
-    name (the rule every writer of a dump applies)."""
-    names = [str(m) for m in names]
-    for name in names:
-        if name in RESERVED_METRIC_NAMES:
-            raise ValueError(f"metric name {name!r} is reserved: {', '.join(RESERVED_METRIC_NAMES)} name a dump's "
-                             "samples and coordinates (in to_xarray and an export); choose another name")
-        if not METRIC_NAME.fullmatch(name) or name.startswith("__"):
-            raise ValueError(f"metric name {name!r} must be ASCII letters, digits, '_', '-' and '.', starting with a "
-                             "letter, a digit or '_' (not '__'): it names an array of an export (a name with '/' "
-                             "would be a folder); choose another name")
-    return names
-
-
-INT64 = (-(2**63), 2**63 - 1)  # the range of checkpoints: stored and exported as 64-bit integers
-
-
-def check_checkpoint(value: object, name: str = "checkpoints") -> int:
-    """`value` as an int if it is an integer within int64 (how a dump stores checkpoints);
-    TypeError or ValueError naming `name` and the value."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"`{name}` must be integers; got {value!r}")
-    value = int(value)
-    if not INT64[0] <= value <= INT64[1]:
-        raise ValueError(f"`{name}` must be integers within int64 ([-2**63, 2**63 - 1]: a dump and its exports store "
-                         f"checkpoints as 64-bit integers); got {value}")
-    return value
-
-
-def check_manifest(manifest: object, mpath: str | os.PathLike) -> None:
-    """Check a parsed manifest.json field by field; raise DumpError naming `mpath` and the
-    first field that is missing, of the wrong type or inconsistent with the others.
-
-    Checked: the format version; meta (an object); clients (unique strings, at least one);
-    checkpoints (integers, at least one); n_runs and n_params (integers >= 1); the layout
-    (objects with a string name, unique, a shape of integers >= 0, an integer offset, each
-    tensor starting where the one before ends and the last ending at n_params); metrics
-    (unique strings); dtype; chunks (objects with integer start and stop, 0 <= start <
-    stop <= n_runs, in any order but no two overlapping, and a SHA-256 hex digest for every
-    client and no other);
-    provenance (a list of objects, when present). Every count is a Python int, so no size
-    derived from the manifest overflows. File sizes are checked after this, before any
-    file is mapped (see ParameterDump._check_files)."""
-
-    def bad(field, want, got):
-        raise DumpError(f"{mpath} is damaged: `{field}` must be {want}; got {_shown(got)}")
-
-    if not isinstance(manifest, dict):
-        bad("manifest", "a JSON object", type(manifest).__name__)
-    if "format_version" in manifest:
-        version = manifest["format_version"]
-        if not _is_int(version) or version < 1:
-            bad("format_version", "an integer >= 1", version)
-        if version > FORMAT_VERSION:
-            raise DumpError(f"{mpath} has format version {version!r}; this mianalysis reads up to "
-                            f"{FORMAT_VERSION}: upgrade mianalysis")
-    required = ("format_version", "meta", "clients", "checkpoints", "n_runs", "n_params", "layout", "metrics", "chunks")
-    missing = [k for k in required if k not in manifest]
-    if missing:
-        raise DumpError(f"{mpath} is damaged: missing {missing}")
-    if not isinstance(manifest["meta"], dict):
-        bad("meta", "an object", manifest["meta"])
-
-    clients = manifest["clients"]
-    if not isinstance(clients, list) or not clients:
-        bad("clients", "a non-empty list of client names", clients)
-    for i, c in enumerate(clients):
-        if not isinstance(c, str):
-            bad(f"clients[{i}]", "a string", c)
-    if len(set(clients)) != len(clients):
-        dupes = sorted({c for c in clients if clients.count(c) > 1})
-        bad("clients", "unique names", f"{dupes} more than once")
-    checkpoints = manifest["checkpoints"]
-    if not isinstance(checkpoints, list) or not checkpoints:
-        bad("checkpoints", "a non-empty list of integer iterations", checkpoints)
-    for i, c in enumerate(checkpoints):
-        if not _is_int(c) or not INT64[0] <= c <= INT64[1]:
-            bad(f"checkpoints[{i}]", "an integer iteration within int64", c)
-    for field in ("n_runs", "n_params"):
-        if not _is_int(manifest[field]) or manifest[field] < 1:
-            bad(field, "an integer >= 1", manifest[field])
-    n_runs, n_params = manifest["n_runs"], manifest["n_params"]
-
-    layout = manifest["layout"]
-    if not isinstance(layout, list) or not layout:
-        bad("layout", "a non-empty list of tensors {name, shape, offset}", layout)
-    end, names = 0, set()
-    for i, entry in enumerate(layout):
-        if not isinstance(entry, dict) or any(k not in entry for k in ("name", "shape", "offset")):
-            bad(f"layout[{i}]", "an object with name, shape and offset", entry)
-        name, shape, offset = entry["name"], entry["shape"], entry["offset"]
-        if not isinstance(name, str):
-            bad(f"layout[{i}].name", "a string", name)
-        if name in names:
-            bad(f"layout[{i}].name", "unique", f"{name!r} twice")
-        names.add(name)
-        if not isinstance(shape, list) or not all(_is_int(s) and s >= 0 for s in shape):
-            bad(f"layout[{i}].shape", "a list of integers >= 0", shape)
-        size = math.prod(shape)
-        if "size" in entry and entry["size"] != size:
-            bad(f"layout[{i}].size", f"the product of the shape {shape}, {size}", entry["size"])
-        if not _is_int(offset) or offset < 0:
-            bad(f"layout[{i}].offset", "an integer >= 0", offset)
-        if offset != end:
-            how = "overlapping the tensor before it" if offset < end else "leaving a gap after the tensor before it"
-            bad(f"layout[{i}].offset", f"{end}, where the tensors before it end ({how})", offset)
-        end = offset + size
-    if end != n_params:
-        raise DumpError(f"{mpath}: layout describes {end} parameters, n_params is {n_params} "
-                        "(`layout` must cover the columns 0 to `n_params` - 1)")
-
-    metrics = manifest["metrics"]
-    if not isinstance(metrics, list) or not all(isinstance(m, str) for m in metrics):
-        bad("metrics", "a list of metric names (strings)", metrics)
-    if len(set(metrics)) != len(metrics):
-        bad("metrics", "unique names", metrics)
-    if "dtype" in manifest and manifest["dtype"] != DTYPE.str:
-        bad("dtype", repr(DTYPE.str), manifest["dtype"])
-    if "provenance" in manifest and (not isinstance(manifest["provenance"], list)
-                                     or not all(isinstance(p, dict) for p in manifest["provenance"])):
-        bad("provenance", "a list of objects", manifest["provenance"])
-
-    chunks = manifest["chunks"]
-    if not isinstance(chunks, list):
-        bad("chunks", "a list of written chunks {start, stop, sha256}", chunks)
-    for i, chunk in enumerate(chunks):
-        if not isinstance(chunk, dict) or any(k not in chunk for k in ("start", "stop", "sha256")):
-            bad(f"chunks[{i}]", "an object with start, stop and sha256", chunk)
-        for key in ("start", "stop"):
-            if not _is_int(chunk[key]):
-                bad(f"chunks[{i}].{key}", "an integer run", chunk[key])
-        if chunk["start"] < 0:
-            bad(f"chunks[{i}].start", "an integer run >= 0", chunk["start"])
-        if not chunk["start"] < chunk["stop"] <= n_runs:
-            bad(f"chunks[{i}].stop", f"in [{chunk['start'] + 1}, n_runs={n_runs}]", chunk["stop"])
-        sha = chunk["sha256"]
-        if not isinstance(sha, dict) or set(sha) != set(clients):
-            bad(f"chunks[{i}].sha256", f"an object with a checksum for each client of {clients}", sha)
-        for client, digest in sha.items():
-            if not isinstance(digest, str) or not re.fullmatch("[0-9a-f]{64}", digest):
-                bad(f"chunks[{i}].sha256[{client!r}]", "a SHA-256 digest (64 hex digits)", digest)
-    overlap = _first_overlap(chunks)
-    if overlap is not None:
-        (i, a), (j, b) = overlap
-        bad(f"chunks[{j}]", f"runs that no other chunk holds (chunks[{i}] holds runs {a['start']}-{a['stop']})",
-            f"runs {b['start']}-{b['stop']}")
-
-
-def _first_overlap(chunks):
-    """((i, chunk), (j, chunk)) of the first two chunks (by start) that share a run, or None."""
-    order = sorted(range(len(chunks)), key=lambda k: (chunks[k]["start"], chunks[k]["stop"]))
-    for i, j in zip(order, order[1:]):
-        if chunks[j]["start"] < chunks[i]["stop"]:
-            return (i, chunks[i]), (j, chunks[j])
-    return None
-
-
 def _read_manifest(path):
-    """The checked manifest of the dump folder `path` (see :func:`check_manifest`); DumpError otherwise."""
+    """The checked manifest of the dump folder `path` (see
+    :func:`~mianalysis.dumps.manifest.parse_manifest`); DumpError otherwise."""
     if not path.exists():
         raise DumpError(f"dump {path} does not exist")
     mpath = path / MANIFEST
     if not path.is_dir() or not os.path.lexists(mpath):
         raise DumpError(f"{path} is not a dump: no {MANIFEST} in it")
     with os.fdopen(_open_member(mpath, os.O_RDONLY), "rb") as fh:
-        raw = fh.read()
-    try:
-        manifest = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DumpError(f"{mpath} is damaged (not valid JSON: {exc})") from exc
-    check_manifest(manifest, mpath)  # before anything else reads it
-    return manifest
+        return parse_manifest(fh.read(), mpath)  # checked before anything else reads it
 
 
 class ParameterDump:
@@ -628,7 +329,7 @@ class ParameterDump:
         self.n_params = int(manifest["n_params"])
         self.metric_names = list(manifest["metrics"])
         self.meta = manifest["meta"]
-        self._session = None  # this writer's provenance record, collected when it starts writing
+        self._session: dict[str, Any] | None = None  # this writer's provenance record, collected when it starts writing
         self._session_index = None  # its position in the manifest's provenance list, once written
         self._sent_identity = None  # set on a copy that travelled (see __getstate__); checked on first read
 
@@ -693,7 +394,7 @@ class ParameterDump:
             raise ValueError(f"`n_runs` must be >= 1; got {n_runs}")
         if not layout:
             raise ValueError("`layout` must describe at least one tensor")
-        meta = _checked_meta(meta)  # stored in the manifest: checked before anything is created
+        meta = check_meta(meta)  # stored in the manifest: checked before anything is created
         n_params = layout[-1].offset + layout[-1].size
         manifest = {
             "format_version": FORMAT_VERSION,
@@ -802,7 +503,7 @@ class ParameterDump:
         LockedError
             If another process is writing `path`.
         """
-        meta = _checked_meta(meta)
+        meta = check_meta(meta)
         path = Path(path)
         with WriterLock(path):
             if os.path.lexists(path / MANIFEST):
@@ -851,7 +552,7 @@ class ParameterDump:
             samples = {str(i): a for i, a in enumerate(samples)}
         if not samples:
             raise ValueError("`samples` must hold at least one client")
-        arrays = {}
+        arrays: dict[str, np.ndarray] = {}
         for name, a in samples.items():
             a = np.asarray(a)
             if a.ndim == 2:
@@ -915,7 +616,7 @@ class ParameterDump:
                                          f"got {value.shape}")
                     m[j] = value.astype(np.float32).reshape(n_ckpt, n_runs)
             metric_arrays[name] = m
-        meta = _checked_meta(meta)
+        meta = check_meta(meta)
         # One writer from creation to the written samples; all or nothing: a failed write leaves no empty dump.
         with WriterLock(path), unwritten_dump_discarded(path):
             dump = cls.create(
@@ -927,8 +628,9 @@ class ParameterDump:
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> ParameterDump:
-        """Open an existing dump, checking its manifest field by field (see :func:`check_manifest`)
-        and its file sizes, before any file is mapped (not checksums: see verify).
+        """Open an existing dump, checking its manifest field by field (see
+        :func:`~mianalysis.dumps.manifest.check_manifest`) and its file sizes, before any file
+        is mapped (not checksums: see verify).
 
         Raises
         ------

@@ -24,7 +24,9 @@ from .._io import progress_bar
 from .._locking import WriterLock
 from .._validation import check_int
 from .writer import DumpWriter, IncompleteChunkWarning, layout_difference, named_arrays
-from .format import DumpError, ParameterDump, check_checkpoint, find_nonfinite, layout_from_shapes, select_layout
+from .format import ParameterDump
+from .layout import find_nonfinite, layout_from_shapes, select_layout
+from .manifest import DumpError, check_checkpoint
 
 if TYPE_CHECKING:  # names used only in type hints
     import torch

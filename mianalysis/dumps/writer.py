@@ -10,7 +10,6 @@ filled, whatever the number of runs. Get one with :class:`mianalysis.DumpWriter`
 from __future__ import annotations
 
 import bisect
-import json
 import os
 import sys
 import threading
@@ -25,17 +24,9 @@ from numpy.typing import ArrayLike
 
 from .._locking import WriterLock
 from .._validation import check_int
-from .format import (
-    MANIFEST,
-    DumpError,
-    ParameterDump,
-    check_checkpoint,
-    check_metric_names,
-    discard_unwritten_dump,
-    find_nonfinite,
-    layout_from_shapes,
-    unwritten_dump_discarded,
-)
+from .format import ParameterDump, discard_unwritten_dump, unwritten_dump_discarded
+from .layout import find_nonfinite, layout_from_shapes
+from .manifest import MANIFEST, DumpError, check_checkpoint, check_meta, check_metric_names
 
 if TYPE_CHECKING:  # names used only in type hints (this module never imports PyTorch)
     import torch
@@ -225,12 +216,7 @@ class DumpWriter:
         self.n_runs = check_int(runs, "runs", low=1)
         self.chunk_size = check_int(chunk_size, "chunk_size", low=1)
         self.layout = None if layout is None else layout_from_shapes(_as_pairs(layout))
-        if meta is not None and not isinstance(meta, dict):
-            raise TypeError(f"`meta` must be a dict or None; got {type(meta).__name__}")
-        try:
-            self.meta = json.loads(json.dumps(meta or {}))
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"`meta` must be JSON-serialisable (it is stored in {MANIFEST}): {exc}") from exc
+        self.meta = check_meta(meta)
         if isinstance(metrics, str):
             metrics = [metrics]
         self.metric_names = None if metrics is None else check_metric_names(metrics)

@@ -2,10 +2,23 @@
 line, and when.
 
 :func:`collect` is the one entry point; dumps, analysis sidecars, ``federate``'s
-settings.json and the experiments' JSON records store what it returns (:func:`utc_now`
-only stamps a start time to hand back to it at the end). Collecting imports nothing heavy:
-package versions come from their installed metadata, and torch's and numba's thread counts
-are read only if those modules are already imported.
+settings.json and the experiments' and benchmarks' JSON records store what it returns
+(:func:`utc_now` only stamps a start time to hand back to it at the end). Collecting
+imports nothing heavy: package versions come from their installed metadata, and torch's
+and numba's thread counts are read only if those modules are already imported.
+
+Examples
+--------
+A script that writes its own record stamps the start, does its work, and collects at the
+end:
+
+>>> from mianalysis.provenance import collect, utc_now
+>>> started = utc_now()
+>>> record = collect(started, finished=True)
+>>> record["started"] == started, record["ended"] is not None
+(True, True)
+>>> sorted(record)
+['argv', 'cpu', 'ended', 'mianalysis', 'packages', 'platform', 'python', 'started', 'threads']
 """
 
 from __future__ import annotations
@@ -18,20 +31,30 @@ import sys
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from ._version import __version__
+
+__all__ = ["collect", "utc_now"]
 
 PACKAGES = ("numpy", "scipy", "torch", "numba")
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS", "ATEN_CPU_CAPABILITY", "MKL_CBWR")
 GIT_TIMEOUT = 2.0  # seconds per git call; a slow or hung git gives None, never an error
 
 
-def utc_now():
-    """The current time in UTC, ISO 8601 to the second (``2025-01-31T12:00:00+00:00``)."""
+def utc_now() -> str:
+    """The current time in UTC, ISO 8601 to the second.
+
+    Returns
+    -------
+    str
+        For example ``2025-01-31T12:00:00+00:00``; hand it to :func:`collect` as `started`
+        when the session ends.
+    """
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def collect(started=None, *, finished=False):
+def collect(started: str | None = None, *, finished: bool = False) -> dict[str, Any]:
     """Provenance of the running session, as a JSON-serialisable dict.
 
     Parameters

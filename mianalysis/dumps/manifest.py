@@ -1,0 +1,243 @@
+"""The manifest of a dump: what ``manifest.json`` holds and the checks every reader and
+writer applies to it. Nothing here touches a file (:class:`~mianalysis.dumps.format.ParameterDump`
+reads and writes the folder).
+
+A manifest is one JSON object::
+
+    format_version   FORMAT_VERSION (a reader refuses a newer one)
+    meta             free-form description: task, its settings, seed (decides a resume)
+    clients          unique client names, at least one
+    checkpoints      training iteration of each checkpoint (integers within int64)
+    n_runs           runs the dump holds when complete
+    n_params         length of the flattened parameter vector
+    layout           tensors {name, shape, offset, size}, in order, covering 0 to n_params - 1
+    metrics          names of the per-checkpoint metrics (see check_metric_names)
+    dtype            DTYPE.str ("<f4"): the array files' dtype
+    chunks           written chunks {start, stop, sha256: {client: hex digest}}
+    provenance       one record per writing session (mianalysis.provenance.collect), oldest first
+
+:func:`check_manifest` checks a parsed manifest field by field and :func:`parse_manifest`
+parses one from the file's bytes; :func:`check_meta`, :func:`check_metric_names` and
+:func:`check_checkpoint` are the rules a writer applies to what it stores.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Iterable
+from typing import Any, NoReturn
+
+import numpy as np
+
+__all__ = [
+    "FORMAT_VERSION", "MANIFEST", "DTYPE", "DumpError", "METRIC_NAME", "RESERVED_METRIC_NAMES",
+    "check_meta", "check_metric_names", "check_checkpoint", "check_manifest", "parse_manifest"
+]
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+DTYPE = np.dtype("<f4")
+
+
+class DumpError(ValueError):
+    """A dump folder is missing, damaged, or does not match what was asked of it."""
+
+
+def check_meta(meta: object) -> dict[str, Any]:
+    """`meta` (a dict or None) as it reads back from the manifest; TypeError naming `meta`
+    if it is not a dict or not JSON-serialisable."""
+    if meta is not None and not isinstance(meta, dict):
+        raise TypeError(f"`meta` must be a dict or None; got {type(meta).__name__}")
+    try:
+        return json.loads(json.dumps(meta or {}))
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"`meta` must be JSON-serialisable (it is stored in {MANIFEST}): {exc}") from exc
+
+
+def _shown(value, limit=60):
+    """repr of a manifest value for a one-line message, shortened."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+# Metric names: each names an array of a zarr export and a variable of to_xarray beside the samples and coordinates.
+METRIC_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+RESERVED_METRIC_NAMES = ("samples", "client", "checkpoint", "run", "parameter", "layer")
+
+
+def check_metric_names(names: Iterable[str]) -> list[str]:
+    """`names` as a list of str; ValueError naming the first that is reserved or not a plain
+    name (the rule every writer of a dump applies)."""
+    names = [str(m) for m in names]
+    for name in names:
+        if name in RESERVED_METRIC_NAMES:
+            raise ValueError(f"metric name {name!r} is reserved: {', '.join(RESERVED_METRIC_NAMES)} name a dump's "
+                             "samples and coordinates (in to_xarray and an export); choose another name")
+        if not METRIC_NAME.fullmatch(name) or name.startswith("__"):
+            raise ValueError(f"metric name {name!r} must be ASCII letters, digits, '_', '-' and '.', starting with a "
+                             "letter, a digit or '_' (not '__'): it names an array of an export (a name with '/' "
+                             "would be a folder); choose another name")
+    return names
+
+
+INT64 = (-(2**63), 2**63 - 1)  # the range of checkpoints: stored and exported as 64-bit integers
+
+
+def check_checkpoint(value: object, name: str = "checkpoints") -> int:
+    """`value` as an int if it is an integer within int64 (how a dump stores checkpoints);
+    TypeError or ValueError naming `name` and the value."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"`{name}` must be integers; got {value!r}")
+    value = int(value)
+    if not INT64[0] <= value <= INT64[1]:
+        raise ValueError(f"`{name}` must be integers within int64 ([-2**63, 2**63 - 1]: a dump and its exports store "
+                         f"checkpoints as 64-bit integers); got {value}")
+    return value
+
+
+def check_manifest(manifest: object, mpath: str | os.PathLike) -> None:
+    """Check a parsed manifest.json field by field; raise DumpError naming `mpath` and the
+    first field that is missing, of the wrong type or inconsistent with the others.
+
+    Checked: the format version; meta (an object); clients (unique strings, at least one);
+    checkpoints (integers, at least one); n_runs and n_params (integers >= 1); the layout
+    (objects with a string name, unique, a shape of integers >= 0, an integer offset, each
+    tensor starting where the one before ends and the last ending at n_params); metrics
+    (unique strings); dtype; chunks (objects with integer start and stop, 0 <= start <
+    stop <= n_runs, in any order but no two overlapping, and a SHA-256 hex digest for every
+    client and no other);
+    provenance (a list of objects, when present). Every count is a Python int, so no size
+    derived from the manifest overflows. File sizes are checked after this, before any
+    file is mapped (see ParameterDump._check_files)."""
+
+    def bad(field: str, want: str, got: object) -> NoReturn:
+        raise DumpError(f"{mpath} is damaged: `{field}` must be {want}; got {_shown(got)}")
+
+    if not isinstance(manifest, dict):
+        bad("manifest", "a JSON object", type(manifest).__name__)
+    if "format_version" in manifest:
+        version = manifest["format_version"]
+        if not _is_int(version) or version < 1:
+            bad("format_version", "an integer >= 1", version)
+        if version > FORMAT_VERSION:
+            raise DumpError(f"{mpath} has format version {version!r}; this mianalysis reads up to "
+                            f"{FORMAT_VERSION}: upgrade mianalysis")
+    required = ("format_version", "meta", "clients", "checkpoints", "n_runs", "n_params", "layout", "metrics", "chunks")
+    missing = [k for k in required if k not in manifest]
+    if missing:
+        raise DumpError(f"{mpath} is damaged: missing {missing}")
+    if not isinstance(manifest["meta"], dict):
+        bad("meta", "an object", manifest["meta"])
+
+    clients = manifest["clients"]
+    if not isinstance(clients, list) or not clients:
+        bad("clients", "a non-empty list of client names", clients)
+    for i, c in enumerate(clients):
+        if not isinstance(c, str):
+            bad(f"clients[{i}]", "a string", c)
+    if len(set(clients)) != len(clients):
+        dupes = sorted({c for c in clients if clients.count(c) > 1})
+        bad("clients", "unique names", f"{dupes} more than once")
+    checkpoints = manifest["checkpoints"]
+    if not isinstance(checkpoints, list) or not checkpoints:
+        bad("checkpoints", "a non-empty list of integer iterations", checkpoints)
+    for i, c in enumerate(checkpoints):
+        if not _is_int(c) or not INT64[0] <= c <= INT64[1]:
+            bad(f"checkpoints[{i}]", "an integer iteration within int64", c)
+    for field in ("n_runs", "n_params"):
+        if not _is_int(manifest[field]) or manifest[field] < 1:
+            bad(field, "an integer >= 1", manifest[field])
+    n_runs, n_params = manifest["n_runs"], manifest["n_params"]
+
+    layout = manifest["layout"]
+    if not isinstance(layout, list) or not layout:
+        bad("layout", "a non-empty list of tensors {name, shape, offset}", layout)
+    end, names = 0, set()
+    for i, entry in enumerate(layout):
+        if not isinstance(entry, dict) or any(k not in entry for k in ("name", "shape", "offset")):
+            bad(f"layout[{i}]", "an object with name, shape and offset", entry)
+        name, shape, offset = entry["name"], entry["shape"], entry["offset"]
+        if not isinstance(name, str):
+            bad(f"layout[{i}].name", "a string", name)
+        if name in names:
+            bad(f"layout[{i}].name", "unique", f"{name!r} twice")
+        names.add(name)
+        if not isinstance(shape, list) or not all(_is_int(s) and s >= 0 for s in shape):
+            bad(f"layout[{i}].shape", "a list of integers >= 0", shape)
+        size = math.prod(shape)
+        if "size" in entry and entry["size"] != size:
+            bad(f"layout[{i}].size", f"the product of the shape {shape}, {size}", entry["size"])
+        if not _is_int(offset) or offset < 0:
+            bad(f"layout[{i}].offset", "an integer >= 0", offset)
+        if offset != end:
+            how = "overlapping the tensor before it" if offset < end else "leaving a gap after the tensor before it"
+            bad(f"layout[{i}].offset", f"{end}, where the tensors before it end ({how})", offset)
+        end = offset + size
+    if end != n_params:
+        raise DumpError(f"{mpath}: layout describes {end} parameters, n_params is {n_params} "
+                        "(`layout` must cover the columns 0 to `n_params` - 1)")
+
+    metrics = manifest["metrics"]
+    if not isinstance(metrics, list) or not all(isinstance(m, str) for m in metrics):
+        bad("metrics", "a list of metric names (strings)", metrics)
+    if len(set(metrics)) != len(metrics):
+        bad("metrics", "unique names", metrics)
+    if "dtype" in manifest and manifest["dtype"] != DTYPE.str:
+        bad("dtype", repr(DTYPE.str), manifest["dtype"])
+    if "provenance" in manifest and (not isinstance(manifest["provenance"], list)
+                                     or not all(isinstance(p, dict) for p in manifest["provenance"])):
+        bad("provenance", "a list of objects", manifest["provenance"])
+
+    chunks = manifest["chunks"]
+    if not isinstance(chunks, list):
+        bad("chunks", "a list of written chunks {start, stop, sha256}", chunks)
+    for i, chunk in enumerate(chunks):
+        if not isinstance(chunk, dict) or any(k not in chunk for k in ("start", "stop", "sha256")):
+            bad(f"chunks[{i}]", "an object with start, stop and sha256", chunk)
+        for key in ("start", "stop"):
+            if not _is_int(chunk[key]):
+                bad(f"chunks[{i}].{key}", "an integer run", chunk[key])
+        if chunk["start"] < 0:
+            bad(f"chunks[{i}].start", "an integer run >= 0", chunk["start"])
+        if not chunk["start"] < chunk["stop"] <= n_runs:
+            bad(f"chunks[{i}].stop", f"in [{chunk['start'] + 1}, n_runs={n_runs}]", chunk["stop"])
+        sha = chunk["sha256"]
+        if not isinstance(sha, dict) or set(sha) != set(clients):
+            bad(f"chunks[{i}].sha256", f"an object with a checksum for each client of {clients}", sha)
+        for client, digest in sha.items():
+            if not isinstance(digest, str) or not re.fullmatch("[0-9a-f]{64}", digest):
+                bad(f"chunks[{i}].sha256[{client!r}]", "a SHA-256 digest (64 hex digits)", digest)
+    overlap = _first_overlap(chunks)
+    if overlap is not None:
+        (i, a), (j, b) = overlap
+        bad(f"chunks[{j}]", f"runs that no other chunk holds (chunks[{i}] holds runs {a['start']}-{a['stop']})",
+            f"runs {b['start']}-{b['stop']}")
+
+
+def _first_overlap(chunks):
+    """((i, chunk), (j, chunk)) of the first two chunks (by start) that share a run, or None."""
+    order = sorted(range(len(chunks)), key=lambda k: (chunks[k]["start"], chunks[k]["stop"]))
+    for i, j in zip(order, order[1:]):
+        if chunks[j]["start"] < chunks[i]["stop"]:
+            return (i, chunks[i]), (j, chunks[j])
+    return None
+
+
+
+def parse_manifest(raw: bytes, mpath: str | os.PathLike) -> dict[str, Any]:
+    """The manifest in the bytes `raw` of the file `mpath`, parsed and checked (see
+    :func:`check_manifest`); DumpError naming `mpath` if it is not valid JSON or not a
+    valid manifest."""
+    try:
+        manifest = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DumpError(f"{mpath} is damaged (not valid JSON: {exc})") from exc
+    check_manifest(manifest, mpath)  # before anything else reads it
+    return manifest
