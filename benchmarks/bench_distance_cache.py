@@ -5,7 +5,7 @@ distance cache over a grid of sizes and feature counts.
 
 The cache halves the O(n^2 d) distance work and adds O(n^2) memory traffic, so it wins
 only from some number of features on; `ksg_mi(distance_cache="auto")` uses it from
-SYMMETRIC_MIN_FEATURES (x and y together). Each time is the best of three calls after
+DISTANCE_CACHE_MIN_FEATURES (x and y together). Each time is the best of three calls after
 warming memory (see bench_estimators.py). Writes benchmarks/results/distance_cache.json.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 from bench_estimators import data, warm_memory
 
 from mianalysis import ksg_mi
-from mianalysis.estimators._neighbours import SYMMETRIC_MIN_FEATURES
+from mianalysis.estimators.ksg import DISTANCE_CACHE_MIN_FEATURES
 
 SIZES = [(5000, 5), (5000, 25), (5000, 50), (10000, 25), (10000, 50), (10000, 100), (22000, 50)]
 OUT = Path(__file__).parent / "results" / "distance_cache.json"
@@ -39,7 +39,7 @@ def main():
     ksg_mi(*data(300, 60), distance_cache=True)  # compile or load both kernels
     ksg_mi(*data(300, 60), distance_cache=False)
     warm_memory()
-    results = {"symmetric_min_features": SYMMETRIC_MIN_FEATURES, "runs": []}
+    results = {"symmetric_min_features": DISTANCE_CACHE_MIN_FEATURES, "runs": []}
     for n, d in SIZES:
         x, y = data(n, d)
         for dtype in ("float64", "float32"):

@@ -27,8 +27,7 @@ import numba
 import numpy as np
 
 from mianalysis import gaussian_mi, ksg_mi
-from mianalysis.estimators._kernels import BLOCK
-from mianalysis.estimators._neighbours import SYMMETRIC_MIN_FEATURES
+from mianalysis.estimators.ksg import DISTANCE_CACHE_BLOCK, DISTANCE_CACHE_MIN_FEATURES
 
 KSG_SIZES = [(2000, 1), (5000, 50), (10000, 100), (22000, 394), (22000, 850)]
 GAUSSIAN_SIZES = KSG_SIZES[:-1] + [(26400, 850)]
@@ -83,9 +82,9 @@ def warm_memory():
 def computed_pairs(n, d, cache):
     """Pairs whose distance the kernel computes: all n^2 without the cache; with it, the
     tiles on and above the diagonal, (n^2 + sum of squared block sizes) / 2."""
-    if cache is False or 2 * d < SYMMETRIC_MIN_FEATURES:
+    if cache is False or 2 * d < DISTANCE_CACHE_MIN_FEATURES:
         return n * n
-    sizes = [min(BLOCK, n - start) for start in range(0, n, BLOCK)]
+    sizes = [min(DISTANCE_CACHE_BLOCK, n - start) for start in range(0, n, DISTANCE_CACHE_BLOCK)]
     return (n * n + sum(s * s for s in sizes)) // 2
 
 

@@ -199,6 +199,17 @@ def test_pool_size_is_the_most_tiles_held_at_once(n):
     assert symmetric_pool_tiles(n) == max(1, most)
 
 
+def test_public_distance_cache_constants_are_the_kernels():
+    # ksg.DISTANCE_CACHE_BLOCK restates the kernels' compile-time BLOCK (it stays in _kernels.py, whose
+    # edit invalidates numba's cache); benchmarks read the public names.
+    from mianalysis.estimators import ksg
+    from mianalysis.estimators._kernels import BLOCK
+    from mianalysis.estimators._neighbours import SYMMETRIC_MIN_FEATURES
+
+    assert ksg.DISTANCE_CACHE_BLOCK == BLOCK
+    assert ksg.DISTANCE_CACHE_MIN_FEATURES == SYMMETRIC_MIN_FEATURES
+
+
 def test_auto_distance_cache_needs_enough_features_and_memory(monkeypatch, rng):
     from mianalysis import _memory
     from mianalysis.estimators import _neighbours

@@ -153,3 +153,65 @@ def test_every_public_module_declares_its_public_names(path):
             bound.update((a.asname or a.name).split(".")[0] for a in node.names)
     assert sorted(set(names) - bound) == []
     assert len(names) == len(set(names))
+
+
+# ---------------------------------------------------------------------------- scripts
+
+# Scripts outside the package use it as a user would: through public names only.
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT_FOLDERS = ("experiments", "benchmarks", "examples")
+SCRIPTS = sorted(p for folder in SCRIPT_FOLDERS for p in (ROOT / folder).rglob("*.py"))
+
+
+def script_private_names(path, tree):
+    """Private mianalysis modules and names (a part ``_x`` of the dotted name) that the
+    script at `path` imports, or reaches as an attribute of a name it imported from
+    mianalysis (``mianalysis.estimators._kernels``, ``format._write_json_atomically``)."""
+    where = path.relative_to(ROOT)
+    found, bound = [], {}  # bound: local name -> the mianalysis name it stands for
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "mianalysis":
+                    bound[alias.asname or "mianalysis"] = alias.name if alias.asname else "mianalysis"
+                    if any(is_private(part) for part in alias.name.split(".")):
+                        found.append(f"{where}:{node.lineno}: imports {alias.name}")
+        elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "mianalysis":
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                bound[alias.asname or alias.name] = full
+                if any(is_private(part) for part in full.split(".")):
+                    found.append(f"{where}:{node.lineno}: imports {full}")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and is_private(node.attr):
+            root = node.value
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in bound:
+                found.append(f"{where}:{node.lineno}: uses {ast.unparse(node)}")
+    return found
+
+
+@pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_scripts_use_public_names_only(path):
+    assert script_private_names(path, ast.parse(path.read_text(), filename=str(path))) == []
+
+
+def test_the_script_check_finds_what_it_forbids():
+    assert all(any(p.parent.relative_to(ROOT).parts[0] == folder for p in SCRIPTS) for folder in SCRIPT_FOLDERS)
+    path = ROOT / "benchmarks" / "bench_x.py"
+    tree = ast.parse("import mianalysis\nimport mianalysis._io\nfrom mianalysis._provenance import collect\n"
+                     "from mianalysis.estimators._kernels import BLOCK\nfrom mianalysis.dumps import _dump_around\n"
+                     "from mianalysis.dumps import format as f\nf._write_json_atomically(p, {})\n"
+                     "n = mianalysis.estimators._neighbours.SYMMETRIC_MIN_FEATURES\n")
+    assert script_private_names(path, tree) == [
+        "benchmarks/bench_x.py:2: imports mianalysis._io",
+        "benchmarks/bench_x.py:3: imports mianalysis._provenance.collect",
+        "benchmarks/bench_x.py:4: imports mianalysis.estimators._kernels.BLOCK",
+        "benchmarks/bench_x.py:5: imports mianalysis.dumps._dump_around",
+        "benchmarks/bench_x.py:7: uses f._write_json_atomically",
+        "benchmarks/bench_x.py:8: uses mianalysis.estimators._neighbours"]
+    # Allowed: public names, dunders, a script's own helpers and private attributes of other objects.
+    tree = ast.parse("from mianalysis import __version__, ParameterDump\nfrom _runner import run\n"
+                     "from mianalysis.estimators.ksg import DISTANCE_CACHE_BLOCK\nx = obj._cache\n")
+    assert script_private_names(path, tree) == []

@@ -36,7 +36,7 @@ from numba import prange
 GROUP_ROWS = 16  # query rows per group; a multiple of 4 (the register block)
 TILE = 256  # samples per tile of the distance loop
 INSERTION_MAX_K = 32  # above this, select the k-th distance with np.partition
-BLOCK = 256  # samples per block of the symmetric kernels; a multiple of GROUP_ROWS
+BLOCK = 256  # samples per block of the symmetric kernels; a multiple of GROUP_ROWS; ksg.DISTANCE_CACHE_BLOCK
 
 
 @numba.njit(fastmath=True, cache=True)

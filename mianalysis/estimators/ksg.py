@@ -21,18 +21,24 @@ from .._validation import (
     check_units,
     drop_constant_features,
 )
+from ._neighbours import SYMMETRIC_MIN_FEATURES as DISTANCE_CACHE_MIN_FEATURES
 from ._neighbours import (check_torch_device, ksg_counts, ksg_counts_torch, marginal_distances, permuted_counts,
                           use_distance_cache)
 
 __all__ = [
     "ksg_mi", "MarginalDistances", "KSG_NOISE", "standardize_columns", "add_tie_breaking_noise",
-    "ksg_estimates_from_distances", "ksg_permutation_estimates", "BACKENDS"
+    "ksg_estimates_from_distances", "ksg_permutation_estimates", "BACKENDS", "DISTANCE_CACHE_BLOCK",
+    "DISTANCE_CACHE_MIN_FEATURES"
 ]
 
 # Tie-breaking noise, in units of each feature's standard deviation: the default of every
 # KSG computation (ksg_mi, mi_permutation_test, MarginalDistances.of, analyze).
 KSG_NOISE = 1e-10
 BACKENDS = ("numba", "torch")
+# The distance cache (`distance_cache` of ksg_mi): rows in blocks of DISTANCE_CACHE_BLOCK samples, and "auto" uses
+# it from DISTANCE_CACHE_MIN_FEATURES features of x and y together. The block is the kernels' compile-time BLOCK
+# (defined in _kernels.py, so that numba's cache sees a change; tests/test_ksg.py checks the two agree).
+DISTANCE_CACHE_BLOCK = 256
 DTYPES = ("float64", "float32")
 
 
@@ -108,11 +114,12 @@ def ksg_mi(
         Torch device for ``backend="torch"``; default "cuda" when available, else "cpu".
     distance_cache : {"auto", True, False}, default="auto"
         Numba backend only. Distances are symmetric: with the cache, each is computed once
-        (rows in blocks of 256; a block's tiles right of the diagonal are kept, transposed,
-        until the later blocks need them), about 2x faster at the paper's sizes. It holds
-        about n^2 / 2 values of `dtype` (1.9 GB at n = 22,000 in float64, half in
-        float32). "auto" uses it when x and y have 100 features or more together (below,
-        the extra memory traffic costs more than it saves) and it takes at most half the
+        (rows in blocks of 256, ``DISTANCE_CACHE_BLOCK``; a block's tiles right of the
+        diagonal are kept, transposed, until the later blocks need them), about 2x faster
+        at the paper's sizes. It holds about n^2 / 2 values of `dtype` (1.9 GB at
+        n = 22,000 in float64, half in float32). "auto" uses it when x and y have 100
+        features or more together (``DISTANCE_CACHE_MIN_FEATURES``; below, the extra
+        memory traffic costs more than it saves) and it takes at most half the
         memory the process can still allocate (the least of physical memory, the room
         under its cgroup's memory limit and under ``ulimit -v``); False computes every distance twice in O(n) memory. The result
         is the same to the bit.
