@@ -7,20 +7,23 @@ import json
 import time
 from pathlib import Path
 
+from _results import FIGURES, WORK
+
 from mianalysis.experiment import TRENDS, finding, run_experiment, summary_table, trend_summary
 from mianalysis.tasks import get_task
 
-ROOT = Path(__file__).resolve().parents[1]
 
-
-def main(task_name, configs, description):
+def main(task_name, configs, description, argv=None):
+    """Run the configurations of `configs` (all but "quick", or "quick" alone with --quick)
+    of the task `task_name` and print each one's summary; figures, tables and sidecars go to
+    --out (default figures/), dumps to --work (default runs/), wherever the script is run from."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true", help="one small configuration, under 2 minutes")
-    parser.add_argument("--out", default=str(ROOT / "figures"), help="figures and tables")
-    parser.add_argument("--work", default=str(ROOT / "runs"), help="dumps (resumed when rerun)")
+    parser.add_argument("--out", default=str(FIGURES), help="figures and tables")
+    parser.add_argument("--work", default=str(WORK), help="dumps (resumed when rerun)")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--only", choices=sorted(configs), help="run just this configuration")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     chosen = {k: v for k, v in configs.items() if (k == "quick") == args.quick}
     if args.only:
         chosen = {args.only: configs[args.only]}

@@ -32,9 +32,10 @@ the target accuracy (over the seeds where both reached it).
     python experiments/aggregation_headroom.py --quick    # IID only, tiny, under a minute
     python experiments/aggregation_headroom.py            # both partitions, 3 seeds
 
-Writes figures/aggregation_headroom{_quick}.csv (the table), .md, .png (test accuracy per
+Writes figures/aggregation_headroom{_quick}.csv (the table), .png (test accuracy per
 round at each rule's chosen rate; the paired differences with their intervals) and
-.csv.json (the plan, every rate tried, per-seed results, provenance).
+.csv.json (the plan, every rate tried, per-seed results, provenance), and the page
+docs/results/tables/aggregation_headroom{_quick}.md (with --out DIR: all of them into DIR).
 """
 
 from __future__ import annotations
@@ -46,13 +47,13 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _results import FIGURES, write_csv, write_page, write_sidecar
 
 from mianalysis.provenance import collect, utc_now
 from mianalysis.analysis import sidecar_path
 from mianalysis.federated import FederatedConfig, FederatedData, FederatedSimulation
 from mianalysis.intervals import normal_interval
 
-ROOT = Path(__file__).resolve().parents[1]
 RULES = [  # (label, aggregator, parameters)
     ("FedAvg", "fedavg", {}),
     ("AND-mask (rescale)", "and_mask", {"threshold": 0.2, "rescale": True}),
@@ -154,7 +155,7 @@ def paired(diff):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="IID only, a tiny model and 3 rounds (under a minute)")
-    parser.add_argument("--out", default=str(ROOT / "figures"), help="folder of the table, figure and sidecar")
+    parser.add_argument("--out", default=str(FIGURES), help="folder of the table, figure and sidecar")
     parser.add_argument("--replot", action="store_true", help="redraw the figure from the table and sidecar")
     args = parser.parse_args(argv)
     started = utc_now()
@@ -215,16 +216,12 @@ def main(argv=None):
 
 
 def write_results(out, name, rows, curves, searches, per_seed, plan, seconds, started):
-    with open(out / f"{name}.csv", "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-    sidecar_path(out / f"{name}.csv").write_text(json.dumps(
-        {"table": f"{name}.csv", "plan": plan, "rules": [{"rule": r[0], "aggregator": r[1], "params": r[2]}
-                                                         for r in RULES],
-         "lr_search": searches, "per_seed": per_seed,
-         "curves": [{"partition": p, "rule": r, "test_accuracy_per_seed": c} for (p, r), c in curves.items()],
-         "seconds": round(seconds, 1), "provenance": [collect(started, finished=True)]}, indent=1) + "\n")
+    table = write_csv(rows, out / f"{name}.csv", fieldnames=COLUMNS)
+    write_sidecar(table, {
+        "table": table.name, "plan": plan, "rules": [{"rule": r[0], "aggregator": r[1], "params": r[2]} for r in RULES],
+        "lr_search": searches, "per_seed": per_seed,
+        "curves": [{"partition": p, "rule": r, "test_accuracy_per_seed": c} for (p, r), c in curves.items()],
+        "seconds": round(seconds, 1), "provenance": [collect(started, finished=True)]})
 
     def interval(r, key):
         if r[key] == "" or r["aggregator"] == "fedavg" or not np.isfinite(r[key]):
@@ -244,7 +241,8 @@ def write_results(out, name, rows, curves, searches, per_seed, plan, seconds, st
                      f"{r['final_test_loss'] if r['lr'] != '' else '-'} | {interval(r, 'd_loss')} | "
                      f"{r['final_test_accuracy'] if r['lr'] != '' else '-'} | {interval(r, 'd_accuracy')} | "
                      f"{rounds} | {interval(r, 'd_rounds')} ({r['pairs_rounds'] or 0}) |")
-    (out / f"{name}.md").write_text(
+    write_page(
+        out, name,
         f"8x8 digits, {plan['n_clients']} clients (all every round), MLP with {plan['hidden']} hidden units, "
         f"{plan['rounds']} rounds of E = {plan['local_epochs']} local epoch(s), B = {plan['batch_size']}; "
         f"{plan['seeds']} seeds (the simulator's replicates: the same initial model and data order under every "

@@ -42,6 +42,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _results import FIGURES, WORK
 
 from mianalysis.provenance import collect, utc_now
 from mianalysis.analysis import analyze, select, write_table
@@ -50,7 +51,6 @@ from mianalysis.federated import FederatedConfig, FederatedData, FederatedSimula
 from mianalysis.federated.global_dependence import QUANTITIES as GLOBAL_QUANTITIES
 from mianalysis.federated.global_dependence import dependence_given_global
 
-ROOT = Path(__file__).resolve().parents[1]
 RULES = {"fedavg": {}, "median": {}, "and_mask": {"threshold": 0.2}, "geometric_mask": {"threshold": 0.2}}
 QUANTITIES = ["mi_gaussian", "mi_ksg", "euclidean", "manhattan", "chebyshev"]
 
@@ -58,7 +58,7 @@ QUANTITIES = ["mi_gaussian", "mi_ksg", "euclidean", "manhattan", "chebyshev"]
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--work", default=str(ROOT / "runs"))
+    parser.add_argument("--work", default=str(WORK))
     args = parser.parse_args()
     started = utc_now()
     replicates, rounds, perms = (150, 6, 10) if args.quick else (500, 10, 20)
@@ -73,7 +73,7 @@ def main():
         dump, history = record_replicates(sim, Path(args.work) / f"aggregator_trends{suffix}_{rule}",
                                           chunk_size=250, layer="5", progress=False, record_global=True)
         rows = analyze(dump, n_permutations=perms, random_state=0)
-        write_table(rows, ROOT / "figures" / f"aggregator_trends{suffix}_{rule}.csv")
+        write_table(rows, FIGURES / f"aggregator_trends{suffix}_{rule}.csv")
         tables[rule] = rows
         given_global[rule] = [{"rule": rule, **r} for r in dependence_given_global(
             *_centred_bias(dump, data.n_clients), units="bits")]
@@ -82,11 +82,11 @@ def main():
         timing[rule] = round(time.perf_counter() - start, 1)
         print(f"{rule}: {timing[rule]} s, final test accuracy {accuracy[rule][-1]:.3f}", flush=True)
     plot(tables, {rule: accuracy_from_table(rows) for rule, rows in tables.items()},
-         ROOT / "figures" / f"aggregator_trends{suffix}.png",
+         FIGURES / f"aggregator_trends{suffix}.png",
          f"{replicates} replicate runs, 3 clients, last layer (330 parameters)")
     global_rows = [r for rule in RULES for r in given_global[rule]]
-    write_rows(global_rows, ROOT / "figures" / f"aggregator_trends{suffix}_global.csv")
-    plot_global(given_global, ROOT / "figures" / f"aggregator_trends{suffix}_global.png",
+    write_rows(global_rows, FIGURES / f"aggregator_trends{suffix}_global.csv")
+    plot_global(given_global, FIGURES / f"aggregator_trends{suffix}_global.png",
                 f"{replicates} replicate runs, 3 clients, output bias centred (9 dimensions), Gaussian estimator")
     summary = {"replicates": replicates, "rounds": rounds, "permutations": perms, "seconds": timing,
                "final_test_accuracy": {r: a[-1] for r, a in accuracy.items()},
@@ -104,7 +104,7 @@ def main():
         for q in GLOBAL_QUANTITIES:
             series = _global_pair_mean(rows, q)
             summary.setdefault("output_bias_first_last", {}).setdefault(rule, {})[q] = [series[0][1], series[-1][1]]
-    (ROOT / "figures" / f"aggregator_trends{suffix}.json").write_text(json.dumps(summary, indent=1) + "\n")
+    (FIGURES / f"aggregator_trends{suffix}.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps(summary["first_last"], indent=1))
     print(json.dumps(summary["output_bias_first_last"], indent=1))
     print("trends,", summary["trends_from"] + ":", json.dumps(summary["trends"], indent=1))

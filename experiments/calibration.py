@@ -22,19 +22,16 @@ sidecar; :mod:`mianalysis.regime` takes its thresholds from the full table.
 """
 
 import argparse
-import csv
-import json
 import time
-from pathlib import Path
 
 import numpy as np
+from _results import FIGURES, write_csv, write_sidecar
 
 from mianalysis import gaussian_mi, ksg_mi
 from mianalysis.provenance import collect, utc_now
 from mianalysis.analysis import gaussian_settings, sidecar_path
 from scipy.special import ndtr
 
-ROOT = Path(__file__).resolve().parents[1]
 # (n samples, d per side): the paper's signal-rnn scale with its reported 394 parameters,
 # our signal-rnn (358) at the paper scale and at the long and quick runs, and digits-lenet
 # (850) at our paper-preset and long runs.
@@ -134,14 +131,8 @@ def run_regimes(cases, verbose=True):
 
 def write_rows(rows, out, started):
     """CSV `out` and its provenance sidecar."""
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    record = {"table": out.name, "provenance": [collect(started, finished=True)]}
-    sidecar_path(out).write_text(json.dumps(record, indent=1) + "\n")
+    out = write_csv(rows, out)
+    write_sidecar(out, {"table": out.name, "provenance": [collect(started, finished=True)]})
     print(f"wrote {out}")
     return out
 
@@ -156,7 +147,7 @@ def main(argv=None):
     if args.regimes:
         rows = run_regimes(QUICK_REGIME_CASES if args.quick else REGIME_CASES)
         name = "calibration_regimes_quick.csv" if args.quick else "calibration_regimes.csv"
-        return write_rows(rows, args.out or ROOT / "figures" / name, started)
+        return write_rows(rows, args.out or FIGURES / name, started)
     rows = []
     header = (f"{'n':>6} {'d+d':>9} {'rho':>4} {'true':>8} {'plug-in':>8} {'gauss':>8} "
               f"{'gauss how':>12} {'ksg':>8} {'ksg s':>6}")
@@ -180,7 +171,7 @@ def main(argv=None):
             rows.append(row)
             print(f"{n:>6} {f'{d}+{d}':>9} {rho:>4.1f} {true:>8.2f} {plug:>8.2f} {gauss:>8.2f} {how:>12} "
                   f"{ksg:>8.2f} {seconds:>6.1f}", flush=True)
-    return write_rows(rows, args.out or ROOT / "figures" / ("calibration_quick.csv" if args.quick
+    return write_rows(rows, args.out or FIGURES / ("calibration_quick.csv" if args.quick
                                                            else "calibration.csv"), started)
 
 

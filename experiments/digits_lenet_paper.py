@@ -29,21 +29,20 @@ the regime where the estimators were calibrated are flagged (`mianalysis.regime`
 (--quick: the first three cells at 300 runs with 10 permutations; --runs N: every cell at N.)
 
 Resumable per cell: dumps and tables go to runs/digits_lenet_paper/ (a finished cell is
-read back, an interrupted one resumed). Writes figures/digits_lenet_paper.{csv,md,png}
-(`_quick` with --quick) with provenance in the .csv.json sidecar.
+read back, an interrupted one resumed). Writes figures/digits_lenet_paper.{csv,png}
+(`_quick` with --quick) with provenance in the .csv.json sidecar, and the page
+docs/results/tables/digits_lenet_paper.md (with --out DIR: all of them into DIR).
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
-import os
 import time
 from pathlib import Path
 
 import numpy as np
+from _results import FIGURES, WORK, write_atomic, write_csv, write_page, write_sidecar
 
 from mianalysis import ParameterSampler, analyze
 from mianalysis.provenance import collect, utc_now
@@ -53,7 +52,6 @@ from mianalysis.plots import plot_distance_panel, plot_metric_panel, plot_mi_pan
 from mianalysis.regime import is_outside
 from mianalysis.tasks import get_task
 
-ROOT = Path(__file__).resolve().parents[1]
 # The paper sampled 26,400 runs; benchmarks/results/digits_paper.json says why 4,000 here.
 RUNS = 4000
 CELL_RUNS = {"fixed-augmentation-10000": 10000}
@@ -241,14 +239,6 @@ def figure(tables, path, cells, cell_runs, permutations):
     plt.close(fig)
 
 
-def write_atomic(path, text):
-    """Write `text` to `path` through a temporary file and a rename: a reader sees the old
-    file or the new one, never half of it."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_RUNS} runs per cell and "
@@ -257,8 +247,8 @@ def main():
                                                  f"{', '.join(f'{c} {n}' for c, n in CELL_RUNS.items())}; "
                                                  f"--quick {QUICK_RUNS})")
     parser.add_argument("--only", help="comma-separated cells: " + ", ".join(CELLS))
-    parser.add_argument("--work", default=str(ROOT / "runs" / "digits_lenet_paper"))
-    parser.add_argument("--out", default=str(ROOT / "figures"))
+    parser.add_argument("--work", default=str(WORK / "digits_lenet_paper"))
+    parser.add_argument("--out", default=str(FIGURES))
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args()
     started = utc_now()
@@ -282,20 +272,15 @@ def main():
     suffix = "_quick" if args.quick else ""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    table = out / f"digits_lenet_paper{suffix}.csv"
-    text = io.StringIO(newline="")
-    writer = csv.DictWriter(text, fieldnames=list(summary[0]))
-    writer.writeheader()
-    writer.writerows({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()} for r in summary)
-    write_atomic(table, text.getvalue())
+    table = write_csv(summary, out / f"digits_lenet_paper{suffix}.csv", float_format=".6g", atomic=True)
     md = markdown(summary, cells, cell_runs, permutations, seconds)
-    write_atomic(out / f"digits_lenet_paper{suffix}.md", md + "\n")
+    write_page(out, f"digits_lenet_paper{suffix}", md, atomic=True)
     figure(tables, out / f"digits_lenet_paper{suffix}.png", cells, cell_runs, permutations)
-    write_atomic(sidecar_path(table), json.dumps({
+    write_sidecar(table, {
         "table": table.name, "cells": {c: {"init": CELLS[c][0], "shared": list(CELLS[c][1]),
                                            "task_settings": tables[c][0].settings} for c in cells},
         "runs": cell_runs, "seed": SEED, "permutations": permutations, "gaussian_null": "analytic", "k": 3,
-        "seconds": seconds, "provenance": collect(started, finished=True)}, indent=1) + "\n")
+        "seconds": seconds, "provenance": collect(started, finished=True)}, atomic=True)
     print(md)
 
 

@@ -14,12 +14,11 @@ bits) and figures/exact_dependence_curves.png.
 from __future__ import annotations
 
 import argparse
-import csv
 from pathlib import Path
 
-from mianalysis.tasks import get_task
+from _results import FIGURES, write_csv
 
-ROOT = Path(__file__).resolve().parents[1]
+from mianalysis.tasks import get_task
 
 # name: (init, shared streams, rho)
 CASES = {
@@ -44,15 +43,12 @@ def curves():
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(ROOT / "figures"))
+    parser.add_argument("--out", default=str(FIGURES))
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = curves()
-    with open(out / "exact_dependence_curves.csv", "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows({**r, "mi_exact": f"{r['mi_exact']:.6g}"} for r in rows)
+    write_csv(({**r, "mi_exact": f"{r['mi_exact']:.6g}"} for r in rows), out / "exact_dependence_curves.csv")
 
     import matplotlib
 

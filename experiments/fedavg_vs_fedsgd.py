@@ -10,23 +10,22 @@ the target.
     python experiments/fedavg_vs_fedsgd.py --quick   # MLP, IID, a few configurations
     python experiments/fedavg_vs_fedsgd.py           # both models, both partitions
 
-Writes figures/fedavg_vs_fedsgd{_quick}.md / .csv (the table), .csv.json (provenance:
-versions, machine, command line, times) and _accuracy.png.
+Writes figures/fedavg_vs_fedsgd{_quick}.csv (the table), .csv.json (provenance:
+versions, machine, command line, times), _lr_search.csv, _curves.json and _accuracy.png,
+and the page docs/results/tables/fedavg_vs_fedsgd{_quick}.md.
 """
 
 import argparse
-import csv
 import json
 import time
-from pathlib import Path
 
 import numpy as np
+from _results import FIGURES, write_csv, write_page, write_sidecar
 
 from mianalysis.provenance import collect, utc_now
 from mianalysis.analysis import sidecar_path
 from mianalysis.federated import FederatedConfig, FederatedData, FederatedSimulation, rounds_to_accuracy
 
-ROOT = Path(__file__).resolve().parents[1]
 TARGET = {"cnn": 0.95, "mlp": 0.93}  # test accuracies both models reach on 8x8 digits
 # Learning rates are searched on one log-spaced ladder: each configuration starts from two
 # neighbouring rungs and steps outwards while the best rate sits at the edge of the rates tried,
@@ -184,19 +183,10 @@ def main():
 
 
 def write_results(rows, curves, searches, plan, suffix, seconds, started):
-    out = ROOT / "figures"
-    out.mkdir(exist_ok=True)
-    with open(out / f"fedavg_vs_fedsgd{suffix}_lr_search.csv", "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(searches[0]))
-        writer.writeheader()
-        writer.writerows(searches)
-    with open(out / f"fedavg_vs_fedsgd{suffix}.csv", "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    sidecar_path(out / f"fedavg_vs_fedsgd{suffix}.csv").write_text(json.dumps(
-        {"table": f"fedavg_vs_fedsgd{suffix}.csv", "plan": plan,
-         "provenance": [collect(started, finished=True)]}, indent=1) + "\n")
+    out = FIGURES
+    write_csv(searches, out / f"fedavg_vs_fedsgd{suffix}_lr_search.csv")
+    table = write_csv(rows, out / f"fedavg_vs_fedsgd{suffix}.csv")
+    write_sidecar(table, {"table": table.name, "plan": plan, "provenance": [collect(started, finished=True)]})
     lines = ["| partition | model | algorithm | E | B | u | lr (rates tried) | rounds to target | speedup vs FedSGD |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -204,7 +194,8 @@ def write_results(rows, curves, searches, plan, suffix, seconds, started):
         lines.append(f"| {r['partition']} | {r['model']} | {r['algorithm']} | {r['E']} | {r['B']} | {r['u']} | "
                      f"{r['lr']} ({r['lrs_tried']}) | {rounds} | {r['speedup_vs_fedsgd'] or '-'} |")
     table = "\n".join(lines)
-    (out / f"fedavg_vs_fedsgd{suffix}.md").write_text(
+    write_page(
+        out, f"fedavg_vs_fedsgd{suffix}",
         f"Targets: CNN {TARGET['cnn']}, MLP {TARGET['mlp']} test accuracy; C = 0.1, 100 clients; "
         f"{plan['replicates']} replicate(s) per configuration; at most {plan['rounds']} rounds for every "
         f"algorithm; the learning rate searched per configuration on the ladder {LADDER} until the "

@@ -12,25 +12,24 @@ examples per client; imbalanced: 3000 / 500 / 500 / 3000.
     python experiments/fedgradnorm.py           # 1000 rounds, 3 seeds
 
 Writes figures/fedgradnorm{_quick}.png (per-task test loss per round for both methods
-and the weights p_i per round, balanced and imbalanced), .md (final per-task test
-metric: accuracy, or MSE for the regression; mean ± sd over seeds), .csv (every 10th round,
-client, method, allocation and seed) and .json (settings, times). Torch runs on one
+and the weights p_i per round, balanced and imbalanced), .csv (every 10th round,
+client, method, allocation and seed) and .csv.json (settings, times), and the page
+docs/results/tables/fedgradnorm{_quick}.md (final per-task test metric: accuracy, or MSE
+for the regression; mean ± sd over seeds). Torch runs on one
 thread: the models are tiny and a second thread only adds overhead.
 """
 
 import argparse
-import json
 import time
-from pathlib import Path
 
 import numpy as np
+from _results import FIGURES, write_page, write_sidecar
 
 from mianalysis.provenance import collect, utc_now
 from mianalysis.federated import write_rows
 from mianalysis.federated.personalized import PersonalizedConfig, PersonalizedSimulation
 from mianalysis.federated.multitask import DEFAULT_TASKS, make_multitask
 
-ROOT = Path(__file__).resolve().parents[1]
 METHODS = ("fedrep", "fedgradnorm")
 ALLOCATIONS = ("balanced", "imbalanced")
 
@@ -50,7 +49,7 @@ def main():
     started = utc_now()
     rounds, seeds = (60, 2) if args.quick else (1000, 3)
     suffix = "_quick" if args.quick else ""
-    out = ROOT / "figures"
+    out = FIGURES
     rows, timing = [], {}
     for alloc in ALLOCATIONS:
         clients = make_multitask(alloc, seed=0)
@@ -64,14 +63,14 @@ def main():
     # every 10th round, to keep the file small
     write_rows([r for r in rows if r["round"] % 10 == 0 or r["round"] == rounds], out / f"fedgradnorm{suffix}.csv")
     table, final = markdown_table(rows, rounds)
-    (out / f"fedgradnorm{suffix}.md").write_text(
+    write_page(
+        out, f"fedgradnorm{suffix}",
         f"{seeds} seeds per cell (mean ± sd) after {rounds} rounds; accuracy for the classifiers, test MSE for the "
         f"regression (lower is better); p = final loss weight.\n\n{table}\n")
     plot(rows, out / f"fedgradnorm{suffix}.png", {"rounds": rounds, "seeds": seeds})
-    (out / f"fedgradnorm{suffix}.json").write_text(json.dumps(
-        {"rounds": rounds, "seeds": seeds, "tasks": task_names(), "seconds": timing, "final": final,
-         "config": PersonalizedConfig().__dict__ | {"rounds": rounds},
-         "provenance": [collect(started, finished=True)]}, indent=1) + "\n")
+    write_sidecar(out / f"fedgradnorm{suffix}.csv", {
+        "rounds": rounds, "seeds": seeds, "tasks": task_names(), "seconds": timing, "final": final,
+        "config": PersonalizedConfig().__dict__ | {"rounds": rounds}, "provenance": [collect(started, finished=True)]})
     print(table)
 
 

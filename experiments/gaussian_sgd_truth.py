@@ -15,29 +15,28 @@ left out (a per-run start gives identical clients there: infinite MI).
     python experiments/gaussian_sgd_truth.py [--runs 2000] [--quick]
 
 Writes figures/gaussian_sgd_truth.csv (one row per preset, design, transform, iteration
-and client pair: exact and estimated MI in bits, and each estimate's note) and
-figures/gaussian_sgd_truth.md (the mean absolute and relative error of each estimator per
-preset and transform), with provenance in figures/gaussian_sgd_truth.csv.json.
+and client pair: exact and estimated MI in bits, and each estimate's note) with provenance
+in figures/gaussian_sgd_truth.csv.json, and the page docs/results/tables/gaussian_sgd_truth.md
+(the mean absolute and relative error of each estimator per preset and transform; with
+--out DIR: all of them into DIR).
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from _results import FIGURES, write_csv, write_page, write_sidecar
 
 from mianalysis import ParameterSampler, analyze
 from mianalysis.provenance import collect, utc_now
 from mianalysis.analysis import sidecar_path
 from mianalysis.tasks import get_task
 
-ROOT = Path(__file__).resolve().parents[1]
 PRESETS = ("paper", "high")
 DESIGNS = {"fixed start, shared data": ("fixed", ("data",)), "per-run start, nothing shared": ("per-run", ())}
 TRANSFORMS = ("none", "sinh", "cubic")
@@ -91,7 +90,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=2000)
     parser.add_argument("--quick", action="store_true", help="paper preset only, 500 runs, into figures/*_quick.*")
-    parser.add_argument("--out", default=str(ROOT / "figures"))
+    parser.add_argument("--out", default=str(FIGURES))
     args = parser.parse_args()
     started = utc_now()
     presets = ("paper",) if args.quick else PRESETS
@@ -112,11 +111,7 @@ def main():
                           flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    table = out / f"{name}.csv"
-    with open(table, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()} for r in rows)
+    table = write_csv(rows, out / f"{name}.csv", float_format=".6g")
     lines = summary(rows)
     names = {"gaussian": "Gaussian", "ksg": "KSG", "copula": "Gaussian copula"}
     md = ["| preset | d per client | output | estimates | exact MI (bits) | "
@@ -127,13 +122,13 @@ def main():
                   f"{s['exact_min']:.3g} - {s['exact_max']:.4g} | "
                   + " | ".join(f"{s[f'{e}_mean_abs_error']:.4g} | {s[f'{e}_mean_rel_error']:.1%}" for e in ESTIMATORS)
                   + " |")
-    (out / f"{name}.md").write_text(
+    write_page(
+        out, name,
         f"Estimators against gaussian-sgd's exact MI ({runs} runs per dump; designs: {', '.join(DESIGNS)}; "
         f"iterations {EVERY}-40; relative errors over exact MI > 1 bit). Made by "
         f"`python experiments/gaussian_sgd_truth.py{' --quick' if args.quick else ''}`.\n\n" + "\n".join(md) + "\n")
-    sidecar_path(table).write_text(json.dumps({"table": table.name, "runs": runs, "seconds": seconds,
-                                               "summary": lines, "provenance": collect(started, finished=True)},
-                                              indent=1, default=float))
+    write_sidecar(table, {"table": table.name, "runs": runs, "seconds": seconds, "summary": lines,
+                          "provenance": collect(started, finished=True)})
     print("\n".join(md))
 
 

@@ -16,20 +16,21 @@ weights (from the exact error moments). Designs:
 
     python experiments/headroom_gaussian_sgd.py [--runs 4000] [--quick]
 
-Writes figures/headroom_gaussian_sgd.csv (one row per design, iteration and rule),
-figures/headroom_gaussian_sgd.md (estimated vs exact at iterations 10 and 40) and
+Writes figures/headroom_gaussian_sgd.csv (one row per design, iteration and rule) and
 figures/headroom_gaussian_sgd.png (the ratios with their intervals), with provenance in
-figures/headroom_gaussian_sgd.csv.json.
+figures/headroom_gaussian_sgd.csv.json, and the page docs/results/tables/headroom_gaussian_sgd.md
+(estimated vs exact at iterations 10 and 40; with --out DIR: all of them into DIR).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import tempfile
 import time
 from pathlib import Path
+
+from _results import FIGURES, write_csv, write_page, write_sidecar
 
 from mianalysis import ParameterSampler, headroom
 from mianalysis.provenance import collect, utc_now
@@ -39,7 +40,6 @@ from mianalysis.headroom import RULES
 from mianalysis.plots import figure_headroom
 from mianalysis.tasks import get_task
 
-ROOT = Path(__file__).resolve().parents[1]
 # design -> (init, shared streams, task settings)
 DESIGNS = {
     "per-run start, nothing shared": ("per-run", (), {}),
@@ -95,7 +95,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=4000)
     parser.add_argument("--quick", action="store_true", help="400 runs, into figures/headroom_gaussian_sgd_quick.*")
-    parser.add_argument("--out", default=str(ROOT / "figures"))
+    parser.add_argument("--out", default=str(FIGURES))
     args = parser.parse_args()
     started = utc_now()
     runs = 400 if args.quick else args.runs
@@ -114,15 +114,13 @@ def main():
             print(f"{design:40s} {seconds[design]:7.1f} s", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    table = out / f"{name}.csv"
-    write_rows([{k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()} for r in rows], table)
-    (out / f"{name}.md").write_text(markdown(rows, runs, command))
+    table = write_csv(rows, out / f"{name}.csv", float_format=".6g")
+    write_page(out, name, markdown(rows, runs, command))
     fig = figure_headroom(rows, f"gaussian-sgd: MSE of each rule / MSE of the average ({runs} runs; open circles: "
                                 "exact, oracle weights for fitted rules)")
     fig.savefig(out / f"{name}.png", dpi=120)
-    sidecar_path(table).write_text(json.dumps({"table": table.name, "runs": runs, "seconds": seconds,
-                                               "command": command, "provenance": collect(started, finished=True)},
-                                              indent=1, default=float))
+    write_sidecar(table, {"table": table.name, "runs": runs, "seconds": seconds, "command": command,
+                          "provenance": collect(started, finished=True)})
     print(markdown(rows, runs, command))
 
 

@@ -32,9 +32,9 @@ interrupted run resumes, and `--sizes equal` / `--sizes unequal` can run in two 
 at once; a final run with the default `--sizes both` writes the table and figure. Torch
 runs on one thread per process (the per-step work is small).
 
-Writes figures/invariance{_quick}.md (the table), .csv (per-round metrics of every
-configuration), .png (held-out and validation accuracy per round, with the spread over replicates) and .json (settings,
-times).
+Writes figures/invariance{_quick}.csv (per-round metrics of every configuration), .png
+(held-out and validation accuracy per round, with the spread over replicates) and .csv.json
+(settings, times), and the page docs/results/tables/invariance{_quick}.md (the table).
 """
 
 import argparse
@@ -43,11 +43,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _results import FIGURES, WORK, write_page, write_sidecar
 
 from mianalysis.provenance import collect, utc_now
 from mianalysis.federated import FederatedConfig, FederatedData, FederatedSimulation, build_model, write_rows
 
-ROOT = Path(__file__).resolve().parents[1]
 ALGORITHMS = [  # (label, aggregator, placement)
     ("FedAvg", "fedavg", "update"),
     ("Geometric mask", "geometric_mask", "update"),
@@ -71,7 +71,7 @@ def main():
     parser.add_argument("--replicates", type=int, help="replicate seeds per configuration (default 5; --quick 2)")
     parser.add_argument("--tag", default="", help="suffix of the output and work names, e.g. _fitted")
     parser.add_argument("--sizes", choices=["both", "equal", "unequal"], default="both")
-    parser.add_argument("--work", default=str(ROOT / "runs"), help="per-configuration results (resumed)")
+    parser.add_argument("--work", default=str(WORK), help="per-configuration results (resumed)")
     parser.add_argument("--reverse", action="store_true",
                         help="run the configurations in reverse order (a second process on the same sizes)")
     args = parser.parse_args()
@@ -79,7 +79,7 @@ def main():
     rounds, epochs, replicates = (5, 5, 2) if args.quick else (10, 50, 5)
     rounds, epochs, replicates = args.rounds or rounds, args.epochs or epochs, args.replicates or replicates
     suffix = ("_quick" if args.quick else "") + args.tag
-    out = ROOT / "figures"
+    out = FIGURES
     work = Path(args.work) / f"invariance{suffix}"
     work.mkdir(parents=True, exist_ok=True)
     settings = {"rounds": rounds, "epochs": epochs, "replicates": replicates, "lr": args.lr}
@@ -142,7 +142,8 @@ def main():
     controls = centralised_controls(epochs=30 if not args.quick else 5, lr=args.lr, seeds=3)
     write_rows(curves, out / f"invariance{suffix}.csv")
     table = markdown_table(results)
-    (out / f"invariance{suffix}.md").write_text(
+    write_page(
+        out, f"invariance{suffix}",
         f"{replicates} replicates per row (mean ± sd), {rounds} rounds, {epochs} local epochs, 15 of 53 clients per "
         f"round, batch 64, lr {args.lr} (halved where training diverged: the row's LR), threshold 0.2; "
         f"test = 10 held-out environments.\n\n{table}\n\n"
@@ -156,10 +157,10 @@ def main():
     lr_text = f"{args.lr}" + (f" ({', '.join(rerun)}: diverged at higher rates)" if rerun else "")
     plot(curves, out / f"invariance{suffix}.png", rounds, results=results,
          meta={"replicates": replicates, "local_epochs": epochs, "lr": lr_text})
-    (out / f"invariance{suffix}.json").write_text(json.dumps(
-        {"rounds": rounds, "local_epochs": epochs, "replicates": replicates, "lr": args.lr, "seconds": timing,
-         "results": results, "controls": controls,
-         "provenance": list(earlier.values()) + [collect(started, finished=True)]}, indent=1) + "\n")
+    write_sidecar(out / f"invariance{suffix}.csv", {
+        "rounds": rounds, "local_epochs": epochs, "replicates": replicates, "lr": args.lr, "seconds": timing,
+        "results": results, "controls": controls,
+        "provenance": list(earlier.values()) + [collect(started, finished=True)]})
     print(table)
 
 

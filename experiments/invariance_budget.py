@@ -14,20 +14,21 @@ A configuration whose training diverges is recorded with the round it diverged i
 
     python experiments/invariance_budget.py
 
-Writes figures/invariance_budget.csv (one row per configuration and round) and
-figures/invariance_budget.md (train accuracy at selected rounds), with provenance in
-figures/invariance_budget.json. About 15 minutes on one thread.
+Writes figures/invariance_budget.csv (one row per configuration and round) with
+provenance in figures/invariance_budget.csv.json, and the page
+docs/results/tables/invariance_budget.md (train accuracy at selected rounds). About 15
+minutes on one thread.
 """
 
 import json
 import re
 import time
-from pathlib import Path
+
+from _results import FIGURES, write_page, write_sidecar
 
 from mianalysis.provenance import collect, utc_now
 from mianalysis.federated import FederatedConfig, FederatedData, FederatedSimulation, write_rows
 
-ROOT = Path(__file__).resolve().parents[1]
 PROBES = [  # (label, rule, placement, local epochs, rounds, lr)
     ("FedAvg", "fedavg", "update", 50, 40, 0.05),
     ("FedAvg", "fedavg", "update", 50, 40, 0.2),
@@ -67,7 +68,7 @@ def main():
         summary.append({**probe, "seconds": seconds, "diverged": diverged,
                         "train_accuracy_at": {t: by_round[t] for t in SHOWN if t in by_round}})
         print(json.dumps(summary[-1]), flush=True)
-    out = ROOT / "figures"
+    out = FIGURES
     write_rows(rows, out / "invariance_budget.csv")
     lines = ["| Algorithm | Placement | Local epochs | Rounds | LR | " + " | ".join(f"train acc. r{t}" for t in SHOWN)
              + " | Diverged |", "|" + "---|" * (len(SHOWN) + 6)]
@@ -76,11 +77,11 @@ def main():
         where = re.search(r"round \d+", s["diverged"])
         lines.append(f"| {s['algorithm']} | {s['placement']} | {s['local_epochs']} | {s['rounds']} | {s['lr']} | "
                      + " | ".join(cells) + f" | {where.group(0) if where else ''} |")
-    (out / "invariance_budget.md").write_text(
+    write_page(
+        out, "invariance_budget",
         "Equal client sizes, 15 of 53 clients per round, batch 64, one replicate (seed 0); train accuracy of the "
         "global model on the training environments.\n\n" + "\n".join(lines) + "\n")
-    (out / "invariance_budget.json").write_text(json.dumps(
-        {"probes": summary, "provenance": [collect(started, finished=True)]}, indent=1) + "\n")
+    write_sidecar(out / "invariance_budget.csv", {"probes": summary, "provenance": [collect(started, finished=True)]})
     print("\n".join(lines))
 
 

@@ -15,17 +15,14 @@ provenance in the ``.csv.json`` sidecar.
 """
 
 import argparse
-import csv
-import json
-from pathlib import Path
 
 import numpy as np
+from _results import FIGURES, write_csv, write_sidecar
 
 from mianalysis import ksg_mi
 from mianalysis.provenance import collect, utc_now
 from mianalysis.analysis import sidecar_path
 
-ROOT = Path(__file__).resolve().parents[1]
 MAPS = {"none": lambda z: z, "sinh": np.sinh, "cubic": lambda z: z + z**3}
 SCALES = ("equal", "1e-3..1e3")
 CASES = [(2000, 2, 0.5), (2000, 2, 0.9), (2000, 5, 0.5), (2000, 5, 0.9)]  # (n, d per side, rho)
@@ -79,12 +76,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     started = utc_now()
     rows = run(QUICK_CASES if args.quick else CASES)
-    out = ROOT / "figures" / ("ksg_standardize_quick.csv" if args.quick else "ksg_standardize.csv")
-    out.parent.mkdir(exist_ok=True)
-    with open(out, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    out = write_csv(rows, FIGURES / ("ksg_standardize_quick.csv" if args.quick else "ksg_standardize.csv"))
     table = summary(rows)
     print(f"mean |KSG - true| in nats over {len(rows) // (len(SCALES) * len(MAPS))} cases x seeds")
     print(f"{'scales':>10} {'map':>6} {'raw':>8} {'standardized':>13}")
@@ -93,7 +85,7 @@ def main(argv=None):
     record = {"table": out.name, "summary_mean_abs_error_nats": {f"{k}/{m}": {"raw": r, "standardized": s}
                                                                  for (k, m), (r, s) in table.items()},
               "provenance": [collect(started, finished=True)]}
-    sidecar_path(out).write_text(json.dumps(record, indent=1) + "\n")
+    write_sidecar(out, record)
     print(f"wrote {out}")
 
 

@@ -5,12 +5,12 @@
 Draws, from each table and its record:
 
 - ``signal_rnn_*`` and ``digits_lenet_*``: the MI and distance figures (mianalysis.plots),
-  titled from the experiment's record ``NAME.json`` (task, init, shared streams, k,
+  titled from the experiment's record, the table's sidecar ``NAME.csv.json`` (task, init, shared streams, k,
   permutations) and the table (runs, estimator variant);
 - ``aggregator_trends.png`` from the four rules' tables (the accuracy is their
   ``test_accuracy`` rows), and ``aggregator_trends_global.png`` where its table exists;
-- ``fedgradnorm.png`` from ``fedgradnorm.csv`` and ``.json``;
-- ``invariance.png`` from ``invariance.csv`` and ``.json`` (final-round spread);
+- ``fedgradnorm.png`` from ``fedgradnorm.csv`` and its sidecar;
+- ``invariance.png`` from ``invariance.csv`` and its sidecar (final-round spread);
 - ``fedavg_vs_fedsgd_accuracy.png`` only where ``fedavg_vs_fedsgd_curves.json`` exists (the
   accuracy curves are not in the table; runs before it was written must be redone).
 
@@ -24,10 +24,11 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling scripts, from any folder
 
-from mianalysis.analysis import read_table  # noqa: E402
+from _results import FIGURES  # noqa: E402
+
+from mianalysis.analysis import read_table, sidecar_path  # noqa: E402
 from mianalysis.plots import save_figure  # noqa: E402
 
 SKIP = ("_quick", "sources_of_dependence", "exact_dependence_curves", "gaussian_sgd_truth", "digits_lenet_paper")
@@ -46,7 +47,7 @@ def replot_core(figures):
         name = table.stem
         if not name.startswith(CORE) or any(s in name for s in SKIP):
             continue
-        record_path = figures / f"{name}.json"
+        record_path = sidecar_path(table)
         record = json.loads(record_path.read_text()) if record_path.exists() else None
         rows = read_table(table)
         checkpoints = len({r["checkpoint"] for r in rows}) - 1
@@ -87,7 +88,7 @@ def replot_fedgradnorm(figures):
 
     if not (figures / "fedgradnorm.csv").exists():
         return []
-    meta = json.loads((figures / "fedgradnorm.json").read_text())
+    meta = json.loads(sidecar_path(figures / "fedgradnorm.csv").read_text())
     path = figures / "fedgradnorm.png"
     fedgradnorm.plot(_csv_rows(figures / "fedgradnorm.csv"), path, meta)
     return [path]
@@ -98,7 +99,7 @@ def replot_invariance(figures):
 
     if not (figures / "invariance.csv").exists():
         return []
-    meta = json.loads((figures / "invariance.json").read_text())
+    meta = json.loads(sidecar_path(figures / "invariance.csv").read_text())
     path = figures / "invariance.png"
     invariance.plot(_csv_rows(figures / "invariance.csv"), path, int(meta["rounds"]), results=meta.get("results"),
                     meta=meta)
@@ -112,14 +113,14 @@ def replot_fedavg_vs_fedsgd(figures):
     if not curves_path.exists():
         return []
     curves = {(c["partition"], c["model"], c["label"]): c["accuracy"] for c in json.loads(curves_path.read_text())}
-    sidecar = figures / "fedavg_vs_fedsgd.csv.json"
+    sidecar = sidecar_path(figures / "fedavg_vs_fedsgd.csv")
     plan = json.loads(sidecar.read_text()).get("plan") if sidecar.exists() else None
     path = figures / "fedavg_vs_fedsgd_accuracy.png"
     fvf.plot(curves, path, plan)
     return [path]
 
 
-def main(figures=ROOT / "figures"):
+def main(figures=FIGURES):
     figures = Path(figures)
     done = []
     for step in (replot_core, replot_aggregator_trends, replot_fedgradnorm, replot_invariance,

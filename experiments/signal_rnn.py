@@ -5,7 +5,8 @@
                                                # 16-iteration epoch (2,000 runs) and one
                                                # fixed initial point for all runs
 
-Writes figures/signal_rnn_<config>{_mi,_distances}.png, .csv and .json (settings, timings).
+Writes figures/signal_rnn_<config>{_mi,_distances}.png, .csv and its sidecar .csv.json
+(settings, timings).
 """
 
 from _runner import main

@@ -28,9 +28,11 @@ model's predicted MI change (see mianalysis.additive, where present).
         [--carry-over figures/sources_of_dependence.csv]
 
 Resumable per cell: dumps and tables go to runs/sources_of_dependence/ (a finished cell is
-read back, an interrupted one resumed). Writes figures/sources_of_dependence.{csv,md,png}
+read back, an interrupted one resumed). Writes figures/sources_of_dependence.{csv,png}
 (`_quick` with --quick) with provenance and each cell's compute time in the .csv.json
-sidecar (seconds of the session that finished the cell; null where it was not recorded).
+sidecar (seconds of the session that finished the cell; null where it was not recorded),
+and the page docs/results/tables/sources_of_dependence.md (with --out DIR: all of them
+into DIR).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _results import FIGURES, WORK, write_csv, write_page, write_sidecar
 
 from mianalysis import ParameterDump, ParameterSampler, analyze
 from mianalysis.provenance import collect, utc_now
@@ -50,7 +53,6 @@ from mianalysis.analysis import read_table, select, sidecar_path
 from mianalysis.experiment import overall_trend, step_verdicts
 from mianalysis.tasks import get_task
 
-ROOT = Path(__file__).resolve().parents[1]
 QUANTITIES = ("mi_gaussian", "mi_ksg", "mi_exact", "euclidean", "manhattan", "chebyshev")
 INITS = ("per-run", "fixed")
 # part -> (task, preset, settings, every, runs, seeds, sharing levels)
@@ -320,12 +322,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny cells (a minute), into *_quick files")
     parser.add_argument("--only", help="comma-separated parts: " + ", ".join(PARTS))
-    parser.add_argument("--work", default=str(ROOT / "runs" / "sources_of_dependence"))
+    parser.add_argument("--work", default=str(WORK / "sources_of_dependence"))
     parser.add_argument("--carry-over", metavar="CSV",
                         help="an earlier summary table of this script (e.g. figures/sources_of_dependence.csv): its "
                              "cells that --work has not finished are read from it instead of rerun; the sidecar and "
                              "the markdown name them and the sidecar keeps that table's provenance")
-    parser.add_argument("--out", default=str(ROOT / "figures"))
+    parser.add_argument("--out", default=str(FIGURES))
     args = parser.parse_args()
     started = utc_now()
     specs = QUICK if args.quick else PARTS
@@ -367,22 +369,18 @@ def main():
     suffix = "_quick" if args.quick else ""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    table = out / f"sources_of_dependence{suffix}.csv"
-    with open(table, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(summary[0]))
-        writer.writeheader()
-        writer.writerows({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()} for r in summary)
+    table = write_csv(summary, out / f"sources_of_dependence{suffix}.csv", float_format=".6g")
     md = markdown(summary, parts, specs)
     if carried_names:
         md += ("\n\nCells read from an earlier run of this script (`--carry-over`, its provenance in the sidecar), "
                "not rerun: " + ", ".join(carried_names) + ".")
-    (out / f"sources_of_dependence{suffix}.md").write_text(md + "\n")
+    write_page(out, f"sources_of_dependence{suffix}", md)
     figure(summary, out / f"sources_of_dependence{suffix}.png", parts, specs)
     extra = {"carried_over": {"from": Path(args.carry_over).name, "cells": carried_names,
                               "provenance": earlier.get("provenance"),  # and what that table itself carried over
                               "carried_over": earlier.get("carried_over")}} if carried_names else {}
-    sidecar_path(table).write_text(json.dumps({"table": table.name, "parts": parts, "seconds": seconds, **extra,
-                                               "provenance": collect(started, finished=True)}, indent=1))
+    write_sidecar(table, {"table": table.name, "parts": parts, "seconds": seconds, **extra,
+                          "provenance": collect(started, finished=True)})
     print(md)
 
 

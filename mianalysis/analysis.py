@@ -689,7 +689,8 @@ def _check_finite(dump, t, samples, cols):
 def sidecar_path(table: str | os.PathLike) -> Path:
     """The JSON sidecar of a CSV table: its full name plus ``.json`` (``t.csv`` -> ``t.csv.json``),
     so that any table name maps to one sidecar and it never clashes with another output
-    (the experiments write ``NAME.csv`` and their own record ``NAME.json`` side by side)."""
+    (``NAME.json`` stays free for a file of its own); the experiments write their records
+    under this name too."""
     return Path(str(table) + ".json")
 
 

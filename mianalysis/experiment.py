@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .analysis import analyze, select, write_table
+from .analysis import analyze, select, sidecar_path, write_table
 from .estimators.registry import estimator_names
 from .intervals import SHRINKAGE
 from .plots import save_figure
@@ -33,8 +33,9 @@ def run_experiment(task: Task, *, runs: int, out_dir: str | os.PathLike, name: s
 
     Writes ``out_dir/NAME.csv`` (the analysis table), ``out_dir/NAME_mi.png`` (Figure 1/2
     analogue), ``out_dir/NAME_distances.png`` (Figure 3/4 analogue) and
-    ``out_dir/NAME.json`` (settings, timings, and the provenance of this session and of
-    the dump: versions, machine, command line, times). The dump goes to `dump_dir`
+    the table's sidecar ``out_dir/NAME.csv.json`` (the experiment's record: settings,
+    timings, and the provenance of this session and of the dump: versions, machine,
+    command line, times). The dump goes to `dump_dir`
     (default ``out_dir/dumps/NAME``) and is resumed if it exists with the same settings.
 
     Returns
@@ -64,7 +65,7 @@ def run_experiment(task: Task, *, runs: int, out_dir: str | os.PathLike, name: s
     title = f"{name}: {len(dump.checkpoints) - 1} checkpoints after init, {dump.n_params} parameters"
     save_figure(rows, "mi", out_dir / f"{name}_mi.png", title=title, record=record)
     save_figure(rows, "distances", out_dir / f"{name}_distances.png", title=title, record=record)
-    (out_dir / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n")
+    sidecar_path(out_dir / f"{name}.csv").write_text(json.dumps(record, indent=1) + "\n")
     return rows
 
 

@@ -320,9 +320,9 @@ def figure_title(rows: Sequence[dict], record: Mapping[str, Any] | None = None) 
     rows : list of dict
         An analysis table.
     record : dict, optional
-        What is known about how the table was made: an experiment's record
-        (``NAME.json``: ``task``, ``init``, ``shared``, ``permutations``, ``k``) or a table's
-        sidecar with the dump's ``meta`` added under ``dump_meta``. Keys looked up: ``task``,
+        What is known about how the table was made: an experiment's record (its table's
+        sidecar ``NAME.csv.json``: ``task``, ``init``, ``shared``, ``permutations``, ``k``) or
+        an analysis sidecar with the dump's ``meta`` added under ``dump_meta``. Keys looked up: ``task``,
         ``init``, ``shared``, ``k``, ``permutations``, then the same under ``dump_meta`` and
         ``settings``. Without it, the init and shared streams are "not recorded".
 

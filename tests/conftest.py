@@ -13,6 +13,10 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
+# The experiment scripts import their helpers (experiments/_results.py, _runner.py) by name,
+# as Python lets a script do from its own folder; tests that load a script by its path need
+# that folder importable too.
+sys.path.append(str(Path(__file__).resolve().parents[1] / "experiments"))
 
 
 @pytest.fixture

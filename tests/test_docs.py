@@ -27,6 +27,10 @@ DOCS = ROOT / "docs"
 MKDOCS_YML = ROOT / "mkdocs.yml"
 # Pages not in the nav, and why.
 NOT_IN_NAV = {}
+# The Markdown tables the experiments write (experiments/_results.py): not pages of their own
+# (mkdocs.yml's exclude_docs) but included into the results pages by pymdownx.snippets.
+TABLES = "results/tables/"
+INCLUDE = re.compile(r'^[ \t]*--8<--[ \t]+"([^"]+)"[ \t]*$', flags=re.M)
 
 
 def nav_pages():
@@ -38,7 +42,34 @@ def nav_pages():
 
 
 def markdown_pages():
-    return sorted(p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md"))
+    pages = (p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md"))
+    return sorted(p for p in pages if not p.startswith(TABLES))
+
+
+def committed_tables():
+    """The experiments' tables under docs/results/tables/, less the ``--quick`` ones (not
+    committed: .gitignore)."""
+    return sorted(p.relative_to(DOCS).as_posix() for p in (DOCS / TABLES).glob("*.md") if "_quick" not in p.name)
+
+
+def test_every_result_table_is_included_by_one_page_and_every_include_exists():
+    includes = [(page, target) for page in markdown_pages() for target in INCLUDE.findall((DOCS / page).read_text())]
+    missing = [(page, t) for page, t in includes if not (DOCS / t).is_file()]
+    assert not missing, f"pages include missing files: {missing}"
+    assert all(t.startswith(TABLES) for _, t in includes), includes
+    included = sorted(t for _, t in includes)
+    assert len(committed_tables()) >= 10
+    assert included == committed_tables(), "each table in docs/results/tables/ is included by exactly one page"
+
+
+def test_mkdocs_includes_the_tables_and_does_not_build_them_as_pages():
+    text = MKDOCS_YML.read_text()
+    exclude = text.split("\nexclude_docs: |\n", 1)[1].split("\n\n", 1)[0].split()
+    assert TABLES in exclude
+    snippets = text.split("- pymdownx.snippets:\n", 1)[1].split("\n\n", 1)[0]
+    assert "base_path: !relative $docs_dir" in snippets and "check_paths: true" in snippets
+    pages = [p.name for p in (ROOT / "figures").glob("*.md") if p.name != "README.md"]
+    assert not pages, f"result pages live in docs/results/, not figures/: {pages}"
 
 
 def test_nav_pages_exist_and_every_page_is_in_the_nav():

@@ -236,7 +236,8 @@ def test_experiment_record_has_provenance(tmp_path):
     from mianalysis.tasks import SignalRNNTask
 
     run_experiment(SignalRNNTask(**TINY_SIGNAL), runs=6, out_dir=tmp_path, name="e", chunk_size=3, progress=False)
-    record = json.loads((tmp_path / "e.json").read_text())
+    assert not (tmp_path / "e.json").exists()  # the record is the table's sidecar
+    record = json.loads((tmp_path / "e.csv.json").read_text())
     [session] = record["provenance"]
     check_session(session, argv=sys.argv)
     assert record["dump_provenance"] == ParameterDump.open(tmp_path / "dumps" / "e").provenance

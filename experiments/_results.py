@@ -1,0 +1,88 @@
+"""Where the experiment scripts write, and how: one place for the paths and the file formats.
+
+Every path here comes from this file's own location, so a script finds the repository's
+folders from whatever directory it is started in (``python experiments/x.py`` from the
+root, ``python x.py`` from experiments/, or a test that loads the script by its path).
+
+- ``FIGURES`` (figures/): the figures and the data they are drawn from: ``NAME.png``, the
+  table ``NAME.csv`` and its JSON sidecar ``NAME.csv.json`` (settings, times, provenance;
+  the name :func:`mianalysis.analysis.sidecar_path` gives).
+- ``PAGES`` (docs/results/tables/): the Markdown tables the scripts write, ``NAME.md``,
+  which the documentation's results pages include (pymdownx.snippets in mkdocs.yml).
+  A run whose ``--out`` is another folder writes its page there instead
+  (:func:`pages_for`), so that a trial run never replaces a committed page.
+- ``WORK`` (runs/, ignored by git): dumps and per-configuration work, resumed when rerun.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from pathlib import Path
+
+from mianalysis.analysis import sidecar_path
+
+__all__ = ["ROOT", "FIGURES", "PAGES", "WORK", "pages_for", "write_atomic", "write_csv", "write_sidecar",
+           "write_page"]
+
+ROOT = Path(__file__).resolve().parents[1]
+FIGURES = ROOT / "figures"
+PAGES = ROOT / "docs" / "results" / "tables"
+WORK = ROOT / "runs"
+
+
+def pages_for(out):
+    """The folder of a script's Markdown page when its tables go to `out`: ``PAGES`` for
+    figures/, else `out` itself."""
+    return PAGES if Path(out).resolve() == FIGURES.resolve() else Path(out)
+
+
+def write_atomic(path, text):
+    """Write `text` to `path` through a temporary file and a rename: a reader sees the old
+    file or the new one, never half of it."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _write(path, text, atomic):
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if atomic:
+        write_atomic(path, text)
+    else:
+        path.write_text(text)
+    return path
+
+
+def write_csv(rows, path, *, fieldnames=None, float_format=None, atomic=False):
+    """Write a list of dicts as CSV (the csv module's dialect: ``\\r\\n`` line ends).
+
+    `fieldnames` defaults to the first row's keys; with `float_format` (e.g. ``".6g"``)
+    every float is written with it. Returns the path.
+    """
+    rows = list(rows)
+    if not rows:
+        raise ValueError(f"nothing to write to {path}")
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=list(fieldnames or rows[0]))
+    writer.writeheader()
+    if float_format:
+        rows = [{k: (format(v, float_format) if isinstance(v, float) else v) for k, v in r.items()} for r in rows]
+    writer.writerows(rows)
+    return _write(path, text.getvalue(), atomic)
+
+
+def write_sidecar(table, record, *, atomic=False):
+    """Write `record` as the JSON sidecar of the CSV `table` (``NAME.csv.json``, indented,
+    ending in a newline; numbers NumPy returns are written as floats). Returns the path."""
+    return _write(sidecar_path(table), json.dumps(record, indent=1, default=float) + "\n", atomic)
+
+
+def write_page(out, name, text, *, atomic=False):
+    """Write the Markdown page ``NAME.md`` of a script whose tables go to `out` (into
+    :func:`pages_for` `out`), ending in one newline. Returns the path."""
+    return _write(pages_for(out) / f"{name}.md", text.rstrip("\n") + "\n", atomic)

@@ -1,0 +1,179 @@
+"""Where the experiment scripts write, and in what form (experiments/_results.py).
+
+The paths come from the helper's own file, so a script finds figures/, docs/results/tables/
+and runs/ from whatever folder it is started in; tables, sidecars and pages are written by
+one set of functions; and the committed outputs follow the layout figures/README.md
+describes (one sidecar name, no result pages in figures/, nothing tracked that git ignores).
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import io
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPERIMENTS = ROOT / "experiments"
+FIGURES = ROOT / "figures"
+
+
+def _load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def results(tmp_path, monkeypatch):
+    """experiments/_results.py loaded by its path while the working directory is elsewhere."""
+    monkeypatch.chdir(tmp_path)
+    return _load("experiment_results", EXPERIMENTS / "_results.py")
+
+
+# ------------------------------------------------------------------ paths
+def test_paths_come_from_the_helpers_file_not_the_working_directory(results, tmp_path):
+    assert Path.cwd() == tmp_path
+    assert results.ROOT == ROOT
+    assert results.FIGURES == ROOT / "figures"
+    assert results.PAGES == ROOT / "docs" / "results" / "tables"
+    assert results.WORK == ROOT / "runs"
+    assert results.pages_for(results.FIGURES) == results.PAGES
+    assert results.pages_for(str(ROOT / "experiments" / ".." / "figures")) == results.PAGES  # the same folder
+    assert results.pages_for(tmp_path / "out") == tmp_path / "out"
+
+
+def test_runner_defaults_are_the_repository_folders_from_any_directory(tmp_path, monkeypatch):
+    """_runner.main, run from another folder: figures and tables into figures/, dumps into runs/."""
+    import _runner
+
+    monkeypatch.chdir(tmp_path)
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_run_experiment(task, **kwargs):
+        seen.update(kwargs)
+        raise Stop
+
+    monkeypatch.setattr(_runner, "get_task", lambda name, preset, **settings: (name, preset, settings))
+    monkeypatch.setattr(_runner, "run_experiment", fake_run_experiment)
+    with pytest.raises(Stop):
+        _runner.main("signal-rnn", {"quick": {"runs": 4}}, "test", argv=["--quick"])
+    assert seen["out_dir"] == str(ROOT / "figures") and seen["name"] == "signal_rnn_quick"
+    assert seen["dump_dir"] == ROOT / "runs" / "signal_rnn_quick"
+    assert not list(tmp_path.iterdir())  # nothing written where it was started
+
+
+@pytest.mark.parametrize("cwd, script", [(ROOT, "experiments/signal_rnn.py"), (EXPERIMENTS, "signal_rnn.py")])
+def test_scripts_start_from_the_root_and_from_their_folder(cwd, script):
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, script, "--help"], cwd=cwd, capture_output=True, text=True, timeout=120,
+                         env=env)
+    assert out.returncode == 0, out.stderr
+    assert "usage:" in out.stdout
+
+
+def test_scripts_take_their_paths_from_the_helper():
+    """No script computes the repository's folders itself, nor writes a page or a sidecar
+    by hand: experiments/_results.py is the one place."""
+    for path in sorted(EXPERIMENTS.glob("*.py")):
+        if path.name == "_results.py":
+            continue
+        text = path.read_text()
+        assert "parents[1]" not in text, f"{path.name}: use _results.ROOT / FIGURES / PAGES / WORK"
+        assert '.md").write_text' not in text, f"{path.name}: write pages with _results.write_page"
+        assert '.json").write_text' not in text or path.name in ("aggregator_trends.py", "fedavg_vs_fedsgd.py"), \
+            f"{path.name}: write a table's record with _results.write_sidecar"
+
+
+# ------------------------------------------------------------------ writers
+def test_write_csv_is_the_csv_modules_dialect(results, tmp_path):
+    rows = [{"a": 1, "b": 0.1 + 0.2, "c": "x"}, {"a": 2, "b": float("nan"), "c": ""}]
+    expected = io.StringIO(newline="")
+    writer = csv.DictWriter(expected, fieldnames=["a", "b", "c"])
+    writer.writeheader()
+    writer.writerows(rows)
+    path = results.write_csv(rows, tmp_path / "sub" / "t.csv")
+    assert path == tmp_path / "sub" / "t.csv"
+    assert path.read_bytes() == expected.getvalue().encode()
+    assert path.read_bytes().startswith(b"a,b,c\r\n1,0.30000000000000004,x\r\n")
+    short = results.write_csv(rows, tmp_path / "g.csv", float_format=".6g", fieldnames=["c", "b", "a"], atomic=True)
+    assert short.read_text().splitlines() == ["c,b,a", "x,0.3,1", ",nan,2"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.csv", "sub"]  # no temporary file left
+    with pytest.raises(ValueError, match="nothing to write"):
+        results.write_csv([], tmp_path / "empty.csv")
+
+
+def test_write_sidecar_names_it_after_the_table(results, tmp_path):
+    import numpy as np
+
+    path = results.write_sidecar(tmp_path / "t.csv", {"table": "t.csv", "n": np.float32(0.5), "k": 3})
+    assert path == tmp_path / "t.csv.json"
+    assert path.read_text() == '{\n "table": "t.csv",\n "n": 0.5,\n "k": 3\n}\n'
+    assert results.write_sidecar(str(tmp_path / "u.csv"), {}, atomic=True) == tmp_path / "u.csv.json"
+
+
+def test_write_page_goes_to_the_docs_for_figures_and_beside_another_out(results, tmp_path, monkeypatch):
+    figures, pages, other = tmp_path / "figures", tmp_path / "pages", tmp_path / "trial"
+    monkeypatch.setattr(results, "FIGURES", figures)
+    monkeypatch.setattr(results, "PAGES", pages)
+    assert results.write_page(figures, "t", "a table\n\n| x |\n") == pages / "t.md"
+    assert (pages / "t.md").read_text() == "a table\n\n| x |\n"
+    assert results.write_page(other, "t", "no newline", atomic=True) == other / "t.md"
+    assert (other / "t.md").read_text() == "no newline\n"
+    assert not figures.exists()
+
+
+def test_a_script_writes_its_page_beside_its_out(tmp_path, monkeypatch):
+    """A real script's writer with --out elsewhere: table, sidecar and page all there, and
+    the committed page untouched (gaussian_sgd_truth's writing, on two made-up rows)."""
+    truth = _load("experiment_gaussian_sgd_truth", EXPERIMENTS / "gaussian_sgd_truth.py")
+    committed = (ROOT / "docs" / "results" / "tables" / "gaussian_sgd_truth.md").read_bytes()
+    row = {"preset": "paper", "d": 20, "design": "d", "transform": "none", "runs": 5, "iteration": 10, "pair": "0-1",
+           "mi_exact": 2.0, **{f"mi_{e}": 2.5 for e in truth.ESTIMATORS}}
+    monkeypatch.setattr(truth, "PRESETS", ("paper",))
+    monkeypatch.setattr(truth, "DESIGNS", ("d",))
+    monkeypatch.setattr(truth, "TRANSFORMS", ("none",))
+    monkeypatch.setattr(truth, "truth_rows", lambda *args: [row, {**row, "pair": "0-2"}])
+    monkeypatch.setattr(sys, "argv", ["gaussian_sgd_truth.py", "--out", str(tmp_path)])
+    truth.main()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gaussian_sgd_truth.csv", "gaussian_sgd_truth.csv.json",
+                                                          "gaussian_sgd_truth.md"]
+    assert json.loads((tmp_path / "gaussian_sgd_truth.csv.json").read_text())["table"] == "gaussian_sgd_truth.csv"
+    assert (tmp_path / "gaussian_sgd_truth.csv").read_text().splitlines()[1].startswith("paper,20,d,none,5,10,0-1,2,2.5")
+    assert "| paper | 20 | none | 2 | 2 - 2 | 0.5 | 25.0% |" in (tmp_path / "gaussian_sgd_truth.md").read_text()
+    assert (ROOT / "docs" / "results" / "tables" / "gaussian_sgd_truth.md").read_bytes() == committed
+
+
+# ------------------------------------------------------------------ the committed outputs
+def test_every_sidecar_is_named_after_its_table():
+    names = {p.name for p in FIGURES.iterdir()}
+    for name in sorted(names):
+        if name.endswith(".csv.json"):
+            assert name[:-len(".json")] in names, f"figures/{name} has no table"
+        elif name.endswith(".json"):  # a file of its own: no table may share its name
+            assert name[:-len(".json")] + ".csv" not in names, \
+                f"figures/{name}: a table's sidecar is named {name[:-len('.json')]}.csv.json"
+    assert "signal_rnn_paper.csv.json" in names and "aggregator_trends.json" in names
+
+
+def test_no_tracked_file_is_ignored():
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    out = subprocess.run(["git", "ls-files", "--cached", "--ignored", "--exclude-standard"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        pytest.skip(f"git ls-files failed: {out.stderr.strip()}")
+    assert out.stdout.split() == [], ".gitignore ignores tracked files"
+    check = subprocess.run(["git", "check-ignore", "figures/x_quick.csv", "docs/results/tables/x_quick.md"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert check.stdout.split() == ["figures/x_quick.csv", "docs/results/tables/x_quick.md"]
