@@ -29,7 +29,7 @@ from _results import FIGURES, write_csv, write_sidecar
 
 from mianalysis import gaussian_mi, ksg_mi
 from mianalysis.provenance import collect, utc_now
-from mianalysis.analysis import gaussian_settings, sidecar_path
+from mianalysis.analysis import gaussian_settings
 from scipy.special import ndtr
 
 # (n samples, d per side): the paper's signal-rnn scale with its reported 394 parameters,

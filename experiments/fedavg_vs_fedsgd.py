@@ -23,7 +23,6 @@ import numpy as np
 from _results import FIGURES, write_csv, write_page, write_sidecar
 
 from mianalysis.provenance import collect, utc_now
-from mianalysis.analysis import sidecar_path
 from mianalysis.federated import FederatedConfig, FederatedData, FederatedSimulation, rounds_to_accuracy
 
 TARGET = {"cnn": 0.95, "mlp": 0.93}  # test accuracies both models reach on 8x8 digits

@@ -34,7 +34,6 @@ from _results import FIGURES, write_csv, write_page, write_sidecar
 
 from mianalysis import ParameterSampler, analyze
 from mianalysis.provenance import collect, utc_now
-from mianalysis.analysis import sidecar_path
 from mianalysis.tasks import get_task
 
 PRESETS = ("paper", "high")

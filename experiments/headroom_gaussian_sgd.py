@@ -34,8 +34,6 @@ from _results import FIGURES, write_csv, write_page, write_sidecar
 
 from mianalysis import ParameterSampler, headroom
 from mianalysis.provenance import collect, utc_now
-from mianalysis.analysis import sidecar_path
-from mianalysis.federated import write_rows
 from mianalysis.headroom import RULES
 from mianalysis.plots import figure_headroom
 from mianalysis.tasks import get_task

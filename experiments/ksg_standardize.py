@@ -21,7 +21,6 @@ from _results import FIGURES, write_csv, write_sidecar
 
 from mianalysis import ksg_mi
 from mianalysis.provenance import collect, utc_now
-from mianalysis.analysis import sidecar_path
 
 MAPS = {"none": lambda z: z, "sinh": np.sinh, "cubic": lambda z: z + z**3}
 SCALES = ("equal", "1e-3..1e3")
