@@ -50,6 +50,7 @@ from mianalysis.experiment import TRENDS, overall_trend, step_verdicts
 from mianalysis.federated import FederatedConfig, FederatedData, FederatedSimulation, record_replicates, write_rows
 from mianalysis.federated.global_dependence import QUANTITIES as GLOBAL_QUANTITIES
 from mianalysis.federated.global_dependence import dependence_given_global
+from mianalysis.federated.registry import get_rule
 
 RULES = {"fedavg": {}, "median": {}, "and_mask": {"threshold": 0.2}, "geometric_mask": {"threshold": 0.2}}
 QUANTITIES = ["mi_gaussian", "mi_ksg", "euclidean", "manhattan", "chebyshev"]
@@ -148,7 +149,7 @@ def plot_global(given_global, path, subtitle):
               "mi_update": "I(update a; update b)"}
     for ax, q in zip(axes, GLOBAL_QUANTITIES):
         for rule, rows in given_global.items():
-            ax.plot(*zip(*_global_pair_mean(rows, q)), marker="o", ms=3, label=rule)
+            ax.plot(*zip(*_global_pair_mean(rows, q)), marker="o", ms=3, label=get_rule(rule).display_name)
         ax.axhline(0.0, color="grey", lw=0.8)
         ax.set_title(titles[q], fontsize=10)
         ax.set_xlabel("round")
@@ -202,7 +203,7 @@ def plot(tables, accuracy, path, subtitle):
     for ax, q in zip(axes.flat, QUANTITIES):
         for rule, rows in tables.items():
             pts = [(t, v) for t, v in _pair_mean(rows, q) if t > 0 and np.isfinite(v)]
-            line, = ax.plot(*zip(*pts), marker="o", ms=3, label=rule)
+            line, = ax.plot(*zip(*pts), marker="o", ms=3, label=get_rule(rule).display_name)
             if q.startswith("mi_"):
                 null = dict((t, v) for t, v in _pair_mean(rows, q, "null_mean") if t > 0 and np.isfinite(v))
                 sd = dict((t, v) for t, v in _pair_mean(rows, q, "null_std") if t > 0 and np.isfinite(v))
@@ -225,7 +226,7 @@ def plot(tables, accuracy, path, subtitle):
     for rule, acc in accuracy.items():
         pts = [a if isinstance(a, tuple) else (i, a, np.nan) for i, a in enumerate(acc)]
         t, m, sd = (np.array(x, float) for x in zip(*pts))
-        line, = ax.plot(t, m, marker="o", ms=3, label=rule)
+        line, = ax.plot(t, m, marker="o", ms=3, label=get_rule(rule).display_name)
         if np.isfinite(sd).all():
             ax.fill_between(t, m - sd, m + sd, color=line.get_color(), alpha=0.15, lw=0, label=sd_label)
             sd_label = None

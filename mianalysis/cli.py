@@ -381,6 +381,18 @@ class _OneLineParser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+def _rule_help(rule):
+    """"trimmed_mean (beta=0.1)": a rule's name and its settings' defaults, for help texts."""
+    settings = ", ".join(f"{p.name}={p.default!r}" for p in rule.parameters)
+    return f"{rule.name} ({settings})" if settings else rule.name
+
+
+def _placement_help(placement):
+    """"step (--algorithm fedsgd): applies the rule to ...", for help texts."""
+    needs = "" if placement.algorithms is None else f" (--algorithm {' or '.join(placement.algorithms)})"
+    return f"{placement.name}{needs} {placement.description}"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _OneLineParser(
         prog="mianalysis",
@@ -475,6 +487,8 @@ def build_parser() -> argparse.ArgumentParser:
     plo.add_argument("--title")
     plo.set_defaults(func=_cmd_plot)
 
+    from .federated.registry import algorithm_names, get_placement, get_rule, placement_names, rule_names
+
     fed = sub.add_parser("federate", help="simulate federated training (FedAvg, FedSGD, any aggregator)")
     fed.add_argument("--task", default="digits",
                      help="data set: digits (8x8, or MNIST with --mnist-path) or environments (synthetic "
@@ -484,13 +498,14 @@ def build_parser() -> argparse.ArgumentParser:
     fed.add_argument("--clients", type=int, default=100)
     fed.add_argument("--partition", choices=["iid", "shards", "dirichlet", "unequal"], default="iid")
     fed.add_argument("--alpha", type=float, default=0.5, help="Dirichlet concentration")
-    fed.add_argument("--algorithm", choices=["fedavg", "fedsgd"], default="fedavg")
-    fed.add_argument("--placement", choices=["update", "step"], default="update",
-                     help="apply the aggregator to the round's client messages, or (with --algorithm fedsgd) to "
-                          "the clients' minibatch gradients at every step")
+    fed.add_argument("--algorithm", choices=algorithm_names(), default="fedavg")
+    fed.add_argument("--placement", choices=placement_names(), default="update",
+                     help="where the aggregator acts: " + "; ".join(_placement_help(get_placement(name))
+                                                                    for name in placement_names()))
     fed.add_argument("--client-eb", action="store_true",
                      help="log each client's EB criterion per round into OUT/client_eb.csv")
-    fed.add_argument("--aggregator", default="fedavg", help="fedavg, fedsgd, median, trimmed_mean, and_mask, geometric_mask")
+    fed.add_argument("--aggregator", choices=rule_names(), default="fedavg", metavar="AGGREGATOR",
+                     help="aggregation rule: " + ", ".join(_rule_help(get_rule(name)) for name in rule_names()))
     fed.add_argument("--param", action="append", metavar="KEY=VALUE",
                      help="aggregator parameter (JSON value; True / False are flags too), e.g. threshold=0.2 or "
                           "rescale=false")

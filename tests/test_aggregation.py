@@ -5,13 +5,14 @@ from scipy.stats import trim_mean
 torch = pytest.importorskip("torch")
 
 from mianalysis.federated.aggregation import (  # noqa: E402
-    AGGREGATORS, SIDE_INFORMATION, and_mask, fedavg, fedsgd, geometric_mask, get_aggregator, median, trimmed_mean,
+    and_mask, fedavg, fedsgd, geometric_mask, median, trimmed_mean,
 )
+from mianalysis.federated.registry import get_rule, rule_names  # noqa: E402
 
 SEED_GRADS = np.array([[1.0, 3.0, 5.0], [0.0, 3.0, -5.0]])
 # The curvature rules need each client's precisions too: tests/test_curvature_rules.py.
-RULES = {name: get_aggregator(name) for name in AGGREGATORS if name not in SIDE_INFORMATION}
-RULES["trimmed_mean"] = get_aggregator("trimmed_mean", beta=0.2)
+RULES = {name: get_rule(name).bind() for name in rule_names() if get_rule(name).side_information is None}
+RULES["trimmed_mean"] = get_rule("trimmed_mean").bind({"beta": 0.2})
 
 
 def test_seed_worked_examples():
@@ -87,7 +88,7 @@ def test_torch_in_torch_out():
 @pytest.mark.parametrize(
     "call, error, match",
     [
-        (lambda: get_aggregator("krum"), ValueError, "`aggregator` must be one of 'and_mask', 'fedavg', 'fedsgd'"),
+        (lambda: get_rule("krum"), ValueError, "`aggregator` must be one of 'and_mask', 'fedavg', 'fedsgd'"),
         (lambda: fedavg(np.zeros((0, 3))), ValueError, r"`stacked` must have shape \(n_clients, n_params\)"),
         (lambda: fedavg(np.array([[np.nan, 1.0]])), ValueError, "`stacked` contains 1 non-finite values"),
         (lambda: fedavg(np.array([["a"]])), TypeError, "`stacked` must be numeric"),

@@ -160,7 +160,7 @@ def test_a_flag_error_is_both_value_and_type_error(value):
 
 def test_entry_points_use_the_shared_checks():
     from mianalysis import gaussian_mi
-    from mianalysis.federated.aggregation import get_aggregator
+    from mianalysis.federated.registry import get_rule
     from mianalysis.intervals import check_level
     from mianalysis.scaleout import connect
 
@@ -171,7 +171,7 @@ def test_entry_points_use_the_shared_checks():
     with pytest.raises(ValueError, match="`ci_level` must be a real number"):
         check_level("0.9")
     with pytest.raises(ValueError, match="`aggregator` must be one of 'and_mask'"):
-        get_aggregator("krum")
+        get_rule("krum")
     with pytest.raises(ValueError, match="`timeout` must be a finite number > 0; got 0.0"):
         with connect("local:1", timeout=0):
             pass

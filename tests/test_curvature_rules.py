@@ -6,9 +6,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from mianalysis.federated.aggregation import (  # noqa: E402
-    SIDE_INFORMATION, fedavg, fisher_weighted, get_aggregator, inverse_variance,
-)
+from mianalysis.federated.aggregation import fedavg, fisher_weighted, inverse_variance  # noqa: E402
+from mianalysis.federated.registry import get_rule  # noqa: E402
 
 X = np.array([[0.0, 2.0, 1.0], [4.0, 6.0, -3.0]])
 
@@ -72,16 +71,17 @@ def test_properties_of_a_rule(rng):
     x = rng.standard_normal((4, 9))
     f = rng.exponential(size=(4, 9))
     w = np.array([1, 3, 2, 1])
-    for name in SIDE_INFORMATION:
-        rule = get_aggregator(name)
-        side = {SIDE_INFORMATION[name]: f}
+    for name in ("fisher", "inverse_variance"):
+        key = get_rule(name).side_information
+        rule = get_rule(name).bind()
+        side = {key: f}
         np.testing.assert_allclose(rule(np.tile(x[0], (4, 1)), **side), x[0], rtol=1e-12)
         perm = rng.permutation(4)
-        np.testing.assert_allclose(rule(x[perm], weights=w[perm], **{SIDE_INFORMATION[name]: f[perm]}),
+        np.testing.assert_allclose(rule(x[perm], weights=w[perm], **{key: f[perm]}),
                                    rule(x, weights=w, **side), rtol=1e-12)
         np.testing.assert_allclose(rule(x, weights=np.full(4, 3.0), **side), rule(x, **side), rtol=1e-12)
         np.testing.assert_allclose(rule(x, weights=w, **side),
-                                   rule(np.repeat(x, w, axis=0), **{SIDE_INFORMATION[name]: np.repeat(f, w, axis=0)}),
+                                   rule(np.repeat(x, w, axis=0), **{key: np.repeat(f, w, axis=0)}),
                                    rtol=1e-12)
 
 
@@ -91,7 +91,7 @@ def test_torch_in_torch_out():
     out = fisher_weighted(x, f, eps=0)
     assert torch.is_tensor(out) and out.dtype == torch.float32
     torch.testing.assert_close(out, torch.tensor([3.0, 4.0, -1.0]))
-    out = get_aggregator("inverse_variance", eps=0)(x.double(), variances=f.double() + 1)
+    out = get_rule("inverse_variance").bind({"eps": 0})(x.double(), variances=f.double() + 1)
     assert out.dtype == torch.float64
 
 
@@ -109,7 +109,7 @@ def test_torch_in_torch_out():
         (lambda: fisher_weighted(X, np.ones((2, 3)), eps=-1.0), ValueError, "`eps` must be a finite number >= 0"),
         (lambda: fisher_weighted(X, np.ones((2, 3)), weights=[1.0]), ValueError, r"`weights` must have shape \(2,\)"),
         (lambda: fisher_weighted(np.ones((2, 0)), np.ones((2, 0))), ValueError, "`stacked` must have shape"),
-        (lambda: get_aggregator("fisher")(X), TypeError, "precisions"),
+        (lambda: get_rule("fisher").bind()(X), TypeError, "precisions"),
     ],
 )
 def test_bad_input(call, error, match):

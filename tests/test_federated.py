@@ -165,12 +165,13 @@ def test_divergence_is_a_clear_error(small_data):
         FederatedSimulation("mlp", small_data, cfg, seed=0).run()
 
 
-def test_placements_are_objects_named_by_the_settings(small_data):
-    from mianalysis.federated.placement import PLACEMENT_RULES, StepPlacement, UpdatePlacement
-    from mianalysis.federated.simulation import PLACEMENTS
+def test_placements_are_registry_entries_named_by_the_settings(small_data):
+    from mianalysis.federated.placement import step_round, update_round
+    from mianalysis.federated.registry import get_placement
 
-    assert sorted(PLACEMENT_RULES) == sorted(PLACEMENTS)
-    assert isinstance(PLACEMENT_RULES["update"], UpdatePlacement) and isinstance(PLACEMENT_RULES["step"], StepPlacement)
+    sim = FederatedSimulation("mlp", small_data, FederatedConfig(rounds=1, algorithm="fedsgd", placement="step"))
+    assert sim.placement is get_placement("step") and sim.placement.function is step_round
+    assert get_placement("update").function is update_round
     # The step placement keeps no local models: a recording refuses it before anything runs.
     cfg = FederatedConfig(rounds=1, client_fraction=1.0, algorithm="fedsgd", placement="step", lr=0.1)
     with pytest.raises(ValueError, match="needs `placement`='update'"):

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # digits_app, from any
 
 from digits_app.task import DEFAULT_CONFIG  # noqa: E402
 
-from mianalysis.federated.aggregation import AGGREGATORS  # noqa: E402
+from mianalysis.federated import rule_names  # noqa: E402
 from mianalysis.federated.partition import PARTITIONS  # noqa: E402
 
 
@@ -48,7 +48,7 @@ def _number(kind, *, low, high=None, low_open=False, high_open=False):
 # How each run-config entry is read from the command line (the defaults are DEFAULT_CONFIG's).
 CONFIG_ARGUMENTS = {
     "num-server-rounds": {"type": _number(int, low=1)},
-    "rule": {"choices": sorted(AGGREGATORS)},
+    "rule": {"choices": sorted(rule_names())},
     "threshold": {"type": _number(float, low=0, high=1)},
     "beta": {"type": _number(float, low=0, high=0.5, high_open=True)},
     "local-epochs": {"type": _number(int, low=1)},

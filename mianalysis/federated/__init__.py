@@ -5,7 +5,11 @@ rules it compares, and recording of every client's model per round into a Parame
   :class:`FederatedConfig` (rounds, client fraction, local epochs, aggregation rule,
   placement), replicates trained as one batched computation.
 - :mod:`~mianalysis.federated.aggregation`: the rules (mean, median, trimmed mean, AND-mask,
-  geometric mask, ...) by name.
+  geometric mask, ...) as pure functions.
+- :mod:`~mianalysis.federated.registry`: the rules, algorithms and placements by name, one
+  entry each (:func:`get_rule`, :func:`register_rule`).
+- :mod:`~mianalysis.federated.placement`: where the rule acts in a round, given what it
+  needs of the run (:class:`~mianalysis.federated.placement.RoundContext`).
 - :mod:`~mianalysis.federated.recording`: :func:`record_replicates` (a dump per round, for
   :func:`mianalysis.analyze`) and :func:`history_table`.
 - :mod:`~mianalysis.federated.data`, :mod:`~mianalysis.federated.partition`,
@@ -19,12 +23,13 @@ rules it compares, and recording of every client's model per round into a Parame
 Importing this package loads NumPy only; PyTorch is loaded by the parts that train.
 """
 
-from .aggregation import AGGREGATORS, get_aggregator
 from .data import FederatedData
 from .models import MODELS, build_model
 from .._io import write_rows
 from .recording import history_table, record_replicates
-from .simulation import PLACEMENTS, FederatedConfig, FederatedSimulation, SimulationResult, rounds_to_accuracy
+from .registry import get_rule, placement_names, register_rule, rule_names, unregister_rule
+from .simulation import FederatedConfig, FederatedSimulation, SimulationResult, rounds_to_accuracy
 
 __all__ = ["FederatedConfig", "FederatedData", "FederatedSimulation", "SimulationResult", "build_model", "record_replicates",
-           "rounds_to_accuracy", "history_table", "write_rows", "get_aggregator", "AGGREGATORS", "PLACEMENTS", "MODELS"]
+           "rounds_to_accuracy", "history_table", "write_rows", "get_rule", "register_rule", "unregister_rule",
+           "rule_names", "placement_names", "MODELS"]

@@ -27,27 +27,26 @@ X. Jin et al., "Dataless knowledge fusion by merging weights of language models"
 
 Curvature rules (:func:`fisher_weighted`, :func:`inverse_variance`) take one more array
 from every client, of the shape of `stacked`: its per-coordinate precision (or variance).
-:data:`SIDE_INFORMATION` names that argument for each such rule; the aggregate returned by
-:func:`get_aggregator` passes it on as a keyword.
+
+The rules by name, with their parameters, display names and side information, are the
+entries of :mod:`mianalysis.federated.registry` (``get_rule(name).bind(params)`` gives a rule
+with its settings bound).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .._validation import check_choice, check_flag, check_real
+from .._validation import check_flag, check_real
 
 if TYPE_CHECKING:  # names used only in type hints
     import torch
 
-__all__ = [
-    "EPS", "fedavg", "fedsgd", "median", "trimmed_mean", "and_mask", "geometric_mask", "AGGREGATORS",
-    "get_aggregator", "fisher_weighted", "inverse_variance", "SIDE_INFORMATION"
-]
+__all__ = ["EPS", "fedavg", "fedsgd", "median", "trimmed_mean", "and_mask", "geometric_mask", "fisher_weighted",
+           "inverse_variance"]
 
 EPS = 1e-10
 
@@ -335,36 +334,3 @@ def inverse_variance(stacked: ArrayLike | torch.Tensor, variances: ArrayLike | t
     variance = _side_array(variances, x, "variances") + eps
     precision = torch.where(variance > 0, 1 / variance, torch.full_like(variance, float("inf")))
     return out(_precision_weighted(x, precision, w))
-
-
-AGGREGATORS = {
-    "fedavg": fedavg,
-    "fedsgd": fedsgd,
-    "median": median,
-    "trimmed_mean": trimmed_mean,
-    "and_mask": and_mask,
-    "geometric_mask": geometric_mask,
-    "fisher": fisher_weighted,
-    "inverse_variance": inverse_variance,
-}
-
-#: The rules that need one more array per client, and the keyword it goes under: the
-#: clients' diagonal Fisher information ("fisher") or the variance of their local iterates
-#: ("inverse_variance"), each of the shape of `stacked`.
-SIDE_INFORMATION = {"fisher": "precisions", "inverse_variance": "variances"}
-
-
-def get_aggregator(name: str, **params: float | bool) -> Callable[..., np.ndarray | torch.Tensor]:
-    """The rule called `name`, with `params` (e.g. ``threshold``, ``beta``) bound.
-
-    Returns a function ``(stacked, weights=None) -> vector``; for the rules in
-    :data:`SIDE_INFORMATION` ``(stacked, weights=None, **{SIDE_INFORMATION[name]: array})``.
-    """
-    check_choice(name, "aggregator", sorted(AGGREGATORS))
-    rule = AGGREGATORS[name]
-
-    def aggregate(stacked, weights=None, **side):
-        return rule(stacked, weights=weights, **params, **side)
-
-    aggregate.__name__ = name
-    return aggregate

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -31,17 +31,14 @@ from .._seeding import replica_seed
 from .._threads import torch_threads
 from .._io import progress_bar
 from .._validation import check_choice, check_flag, check_int
-from .aggregation import AGGREGATORS, SIDE_INFORMATION, get_aggregator
 from .diagnostics import eb_criterion
 from .models import MODELS, build_model
 from .data import FederatedData
-from .placement import PLACEMENT_RULES, shuffled_orders
+from .placement import RoundContext, shuffled_orders
+from .registry import SIDE_INFORMATION, algorithm_names, get_algorithm, get_placement, get_rule, placement_names
 
 if TYPE_CHECKING:  # names used only in type hints
     import torch
-
-ALGORITHMS = ("fedavg", "fedsgd")
-PLACEMENTS = ("update", "step")
 
 logger = logging.getLogger(__name__)
 
@@ -96,10 +93,12 @@ class FederatedConfig:
         Client learning rate (plain SGD); for FedSGD also the server's step size.
     algorithm : {"fedavg", "fedsgd"}
         FedAvg: clients train E epochs and send their model update; FedSGD: clients send
-        one full-batch gradient at the global model and the server takes one step.
+        one full-batch gradient at the global model and the server takes one step
+        (:func:`mianalysis.federated.registry.get_algorithm`).
     aggregator : str
-        Rule combining what clients send (see mianalysis.federated.aggregation), e.g. "fedavg",
-        "median", "and_mask"; with ``aggregator_params`` (threshold, beta, eps, ...). The
+        Rule combining what clients send, a name of
+        :func:`mianalysis.federated.registry.rule_names`, e.g. "fedavg", "median",
+        "and_mask"; with ``aggregator_params`` (threshold, beta, eps, ...). The
         curvature rules "fisher" and "inverse_variance" (``algorithm="fedavg"``,
         ``placement="update"``) also use what every client computes on its own data at the
         end of its local training in the round: "fisher" its diagonal empirical Fisher (the
@@ -134,6 +133,13 @@ class FederatedConfig:
     placement: str = "update"
 
     def check(self) -> FederatedConfig:
+        """Raise a ValueError or TypeError naming the setting that is wrong; return the config."""
+        self.bound_rule()
+        return self
+
+    def bound_rule(self) -> Callable[..., np.ndarray | torch.Tensor]:
+        """Check every setting (as :meth:`check`) and return the aggregation rule with
+        ``aggregator_params`` bound (:meth:`mianalysis.federated.registry.Rule.bind`)."""
         check_int(self.rounds, "rounds", low=1)
         check_int(self.local_epochs, "local_epochs", low=1)
         if self.batch_size is not None:
@@ -142,30 +148,23 @@ class FederatedConfig:
             raise ValueError(f"`client_fraction` must be in (0, 1]; got {self.client_fraction}")
         if not self.lr > 0:
             raise ValueError(f"`lr` must be > 0; got {self.lr}")
-        check_choice(self.algorithm, "algorithm", ALGORITHMS)
-        check_choice(self.placement, "placement", PLACEMENTS)
-        if self.placement == "step" and self.algorithm != "fedsgd":
-            raise ValueError("`placement`='step' applies the rule to per-client gradients at every step of a "
-                             "FedSGD-style round; set `algorithm`='fedsgd'")
+        algorithm, placement = get_algorithm(self.algorithm), get_placement(self.placement)
+        if placement.algorithms is not None and algorithm.name not in placement.algorithms:
+            raise ValueError(f"`placement`={placement.name!r} {placement.description}; set `algorithm`="
+                             + " or ".join(repr(a) for a in placement.algorithms))
         check_flag(self.weighted, "weighted")
-        rule = get_aggregator(self.aggregator, **self.aggregator_params)
-        side = {}
-        if self.aggregator in SIDE_INFORMATION:
-            if (self.algorithm, self.placement) != ("fedavg", "update"):
-                raise ValueError(f"`aggregator`={self.aggregator!r} combines the client models with what each client "
-                                 "computes at the end of its local training; it needs `algorithm`='fedavg' and "
-                                 f"`placement`='update' (got {self.algorithm!r}, {self.placement!r})")
-            side = {SIDE_INFORMATION[self.aggregator]: np.ones((1, 1))}
-        try:  # the rule's settings (a `threshold` in [0, 1], a `rescale` flag, an `eps`) are checked now
-            rule(np.zeros((1, 1)), **side)
-        except TypeError as exc:
-            raise type(exc)(f"`aggregator_params` {self.aggregator_params} do not fit the aggregator "
-                            f"{self.aggregator!r}: {exc}") from None
-        return self
+        rule = get_rule(self.aggregator)
+        if rule.side_information is not None and not (algorithm.sends == "update" and placement.side_information):
+            local = " or ".join(repr(a) for a in algorithm_names() if get_algorithm(a).sends == "update")
+            where = " or ".join(repr(p) for p in placement_names() if get_placement(p).side_information)
+            raise ValueError(f"`aggregator`={self.aggregator!r} combines the client models with what each client "
+                             f"computes at the end of its local training; it needs `algorithm`={local} and "
+                             f"`placement`={where} (got {self.algorithm!r}, {self.placement!r})")
+        return rule.bind(self.aggregator_params)
 
     def updates_per_round(self, n_examples: int) -> float:
         """u = E n / B: local updates per round of a client with `n_examples` (McMahan et al.)."""
-        if self.algorithm == "fedsgd" and self.placement == "update":
+        if get_algorithm(self.algorithm).sends == "gradient" and self.placement == "update":
             return 1.0
         steps = 1 if self.batch_size is None else math.ceil(n_examples / self.batch_size)
         return self.local_epochs * steps
@@ -185,13 +184,15 @@ class FederatedSimulation:
         self.model_name = check_choice(model, "model", MODELS)
         self.hidden = check_int(hidden, "hidden", low=1)
         self.data = data
-        self.config = config.check()
+        self.rule = config.bound_rule()  # every setting of the config checked
+        self.config = config
         self.replicates = check_int(replicates, "replicates", low=1)
         self.seed = check_int(seed, "seed", low=0)
-        self.rule = get_aggregator(config.aggregator, **config.aggregator_params)
+        #: The entries of the config's algorithm and placement (mianalysis.federated.registry).
+        self.algorithm, self.placement = get_algorithm(config.algorithm), get_placement(config.placement)
         #: The keyword of the per-client side information the rule needs ("precisions",
         #: "variances"), or None.
-        self.side_information = SIDE_INFORMATION.get(config.aggregator)
+        self.side_information = get_rule(config.aggregator).side_information
 
     # ------------------------------------------------------------------ setup
     def _setup(self, replicate_ids):
@@ -304,18 +305,17 @@ class FederatedSimulation:
 
         cfg = self.config
         if side is not None:
-            check_choice(side, "side", sorted(SIDE_INFORMATION.values()))
-            if cfg.algorithm != "fedavg":
+            check_choice(side, "side", sorted(SIDE_INFORMATION))
+            if self.algorithm.sends != "update":
                 raise ValueError("side information is computed from local training; it needs `algorithm`='fedavg'")
-        idx = torch.from_numpy(self.data.clients[client])
-        x, y = self.x_train[idx], self.y_train[idx]
+        x, y = self.client_examples(client)
         r = len(replicate_ids)
-        if cfg.algorithm == "fedsgd":
+        if self.algorithm.sends == "gradient":
             grads = self._grad(params, x.expand(r, *x.shape), y.expand(r, *y.shape))
             flat_g = self.flatten(grads)
             return flat_g, flat_params - cfg.lr * flat_g, None
         local = {n: t.clone() for n, t in params.items()}
-        n = len(idx)
+        n = x.shape[0]
         b = n if cfg.batch_size is None else min(cfg.batch_size, n)
         gens = self.data_order_generators(client, replicate_ids, round_index)
         iterates = _RunningVariance() if side == "variances" else None
@@ -360,6 +360,25 @@ class FederatedSimulation:
                   ) -> dict[str, torch.Tensor]:
         """Mean-loss gradients of every replicate: params (R, ...), x (R, n, ...), y (R, n)."""
         return self._grad(params, x, y)
+
+    def client_examples(self, client: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """`client`'s training examples: x (n, ...) and y (n,)."""
+        import torch
+
+        idx = torch.from_numpy(self.data.clients[client])
+        return self.x_train[idx], self.y_train[idx]
+
+    def round_context(self) -> RoundContext:
+        """What a placement receives for a round of this run: its settings and the bound
+        per-client computations (:class:`~mianalysis.federated.placement.RoundContext`);
+        after the run's setup (:meth:`run` makes it)."""
+        cfg = self.config
+        return RoundContext(
+            lr=cfg.lr, local_epochs=cfg.local_epochs, batch_size=cfg.batch_size, sends=self.algorithm.sends,
+            side_information=self.side_information, train_client=self.train_client,
+            client_examples=self.client_examples, data_order_generators=self.data_order_generators,
+            gradients=lambda flat, x, y: self.flatten(self.gradients(self.unflatten(flat), x, y)),
+            aggregate=self.aggregate)
 
     def aggregate(self, stacked: torch.Tensor, weights: torch.Tensor | None = None, **side: torch.Tensor
                   ) -> torch.Tensor:
@@ -432,7 +451,7 @@ class FederatedSimulation:
         ``placement="update"``. Recorders call this before they create anything."""
         if self.config.client_fraction < 1:
             raise ValueError("recording every client's model needs `client_fraction` = 1 (all clients every round)")
-        if not PLACEMENT_RULES[self.config.placement].records_local_models:
+        if not self.placement.records_local_models:
             raise ValueError("recording local models needs `placement`='update': with 'step' the clients share one "
                              "model throughout the round")
         return self
@@ -441,11 +460,11 @@ class FederatedSimulation:
         import torch
 
         cfg = self.config
-        placement = PLACEMENT_RULES[cfg.placement]
         replicate_ids = list(range(self.replicates)) if replicate_ids is None else list(replicate_ids)
         if record:
             self.check_recordable()
         params = self._setup(replicate_ids)
+        context = self.round_context()
         weights = torch.from_numpy(self.data.sizes().astype(np.float64)) if cfg.weighted else None
         history = []
         client_eb = []
@@ -473,7 +492,7 @@ class FederatedSimulation:
                 for c in clients:
                     for rep, value in zip(replicate_ids, self.per_client_eb(params, int(c))):
                         client_eb.append({"round": t, "replicate": rep, "client": int(c), "eb": float(value)})
-            flat, models, eb = placement.round(self, params, flat, clients, replicate_ids, t, w)
+            flat, models, eb = self.placement.function(context, params, flat, clients, replicate_ids, t, w)
             params = self.unflatten(flat)
             if record:
                 for c, model in zip(clients, models):
@@ -497,26 +516,9 @@ class FederatedSimulation:
                "n_clients": self.data.n_clients, "client_sizes": self.data.sizes().tolist()}
         if self.side_information is not None:
             out["side_information"] = {
-                "argument": self.side_information, "computed": _SIDE_DESCRIPTIONS[self.side_information],
-                "aggregator_params": {**_defaults(AGGREGATORS[self.config.aggregator]),
-                                      **self.config.aggregator_params}}
+                "argument": self.side_information, "computed": SIDE_INFORMATION[self.side_information].computed,
+                "aggregator_params": {**get_rule(self.config.aggregator).defaults, **self.config.aggregator_params}}
         return out
-
-
-_SIDE_DESCRIPTIONS = {
-    "precisions": "each client's diagonal empirical Fisher at its final local model in the round: the mean over "
-                  "its examples of the squared per-example gradients of the loss",
-    "variances": "the per-coordinate variance of each client's local iterates over its last local epoch of the "
-                 "round (the model at the start of that epoch and after each of its steps, divided by their number)",
-}
-
-
-def _defaults(rule) -> dict[str, Any]:
-    """The settings of an aggregation rule that have defaults (not `weights`)."""
-    import inspect
-
-    return {name: p.default for name, p in inspect.signature(rule).parameters.items()
-            if p.default is not inspect.Parameter.empty and name != "weights"}
 
 
 class _RunningVariance:
@@ -551,4 +553,4 @@ def rounds_to_accuracy(history: Iterable[Mapping[str, Any]], target: float, spli
     return None
 
 
-__all__ = ["FederatedConfig", "FederatedSimulation", "SimulationResult", "rounds_to_accuracy", "PLACEMENTS"]
+__all__ = ["FederatedConfig", "FederatedSimulation", "SimulationResult", "rounds_to_accuracy"]

@@ -11,8 +11,8 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 
-from .._validation import check_choice, check_flag
-from ..federated.aggregation import AGGREGATORS, SIDE_INFORMATION, get_aggregator
+from .._validation import check_flag
+from ..federated.registry import SIDE_INFORMATION, get_rule, rule_names
 from .records import flatten, named_arrays, partition_id, the_array_record, unflatten
 
 LOG = logging.getLogger("flwr")
@@ -60,8 +60,10 @@ class FedRule(FedAvg):
     Parameters
     ----------
     rule : str, default="fedavg"
-        A name in :data:`mianalysis.federated.aggregation.AGGREGATORS`: "fedavg", "fedsgd", "median",
-        "trimmed_mean", "and_mask", "geometric_mask", "fisher", "inverse_variance".
+        A rule of :mod:`mianalysis.federated.registry` (:func:`~mianalysis.federated.registry.rule_names`):
+        "fedavg", "fedsgd", "median", "trimmed_mean", "and_mask", "geometric_mask", "fisher",
+        "inverse_variance", or one registered with
+        :func:`~mianalysis.federated.registry.register_rule`.
     rule_params : dict, optional
         The rule's settings, e.g. ``{"threshold": 0.5}`` for "and_mask" or
         ``{"beta": 0.2}`` for "trimmed_mean"; checked when the strategy is made.
@@ -69,9 +71,11 @@ class FedRule(FedAvg):
         Weight each client by the value of `weighted_by_key` in its reply's MetricRecord
         (its number of examples), as FedAvg does; False gives every client the same weight.
     side_key : str, optional
-        For "fisher" and "inverse_variance": the name of the reply's ArrayRecord with the
-        client's precisions or variances (default "fisher" and "variances"); the model is
-        the reply's other ArrayRecord. Not allowed with the other rules.
+        For the rules with side information ("fisher", "inverse_variance"): the name of the
+        reply's ArrayRecord with the client's precisions or variances (default: the
+        :data:`~mianalysis.federated.registry.SIDE_INFORMATION` entry's `record`, "fisher"
+        and "variances"); the model is the reply's other ArrayRecord. Not allowed with the
+        other rules.
     **fedavg_options
         Passed to :class:`flwr.serverapp.strategy.FedAvg`: ``fraction_train``,
         ``min_train_nodes``, ``weighted_by_key`` (default "num-examples"),
@@ -85,7 +89,7 @@ class FedRule(FedAvg):
 
     See Also
     --------
-    mianalysis.federated.aggregation.get_aggregator : the rules by name.
+    mianalysis.federated.registry.get_rule : the rules by name.
     """
 
     def __init__(self, rule: str = "fedavg", *, rule_params: dict[str, Any] | None = None, weighted: bool = True,
@@ -95,18 +99,16 @@ class FedRule(FedAvg):
             raise TypeError(f"`rule` must be the name of an aggregation rule; got {rule!r}")
         if rule_params is not None and not isinstance(rule_params, dict):
             raise TypeError(f"`rule_params` must be a dict of the rule's settings; got {rule_params!r}")
-        check_choice(rule, "rule", sorted(AGGREGATORS))
+        entry = get_rule(rule, "rule")
         check_flag(weighted, "weighted")
         self.rule_name = rule
         self.rule_params = dict(rule_params or {})
         self.weighted = weighted
-        self.rule = get_aggregator(rule, **self.rule_params)
-        self.side_key = _side_key(rule, side_key)
-        side = {} if self.side_key is None else {SIDE_INFORMATION[rule]: np.ones((1, 1))}
-        try:  # the rule's settings are checked now, not in the middle of a run
-            self.rule(np.zeros((1, 1)), **side)
-        except TypeError as exc:
-            raise TypeError(f"`rule_params` {self.rule_params} do not fit the rule {rule!r}: {exc}") from None
+        #: The keyword of the rule's side information ("precisions", "variances"), or None.
+        self.side_information = entry.side_information
+        # The rule's settings are checked now, not in the middle of a run.
+        self.rule = entry.bind(self.rule_params, setting="rule_params", noun="rule")
+        self.side_key = _side_key(entry.name, self.side_information, side_key)
         self.global_arrays: dict[str, np.ndarray] | None = None
         self.global_round: int | None = None
 
@@ -157,7 +159,7 @@ class FedRule(FedAvg):
             records = m.content.array_records
             if self.side_key not in records:
                 raise ValueError(f"the reply of node {node} has no ArrayRecord {self.side_key!r} ({sorted(records)}); "
-                                 f"the rule {self.rule_name!r} needs each client's {SIDE_INFORMATION[self.rule_name]} "
+                                 f"the rule {self.rule_name!r} needs each client's {self.side_information} "
                                  f"there, with the model's array names and shapes")
             models = [k for k in records if k != self.side_key]
             if len(models) != 1:
@@ -168,7 +170,7 @@ class FedRule(FedAvg):
             updates.append(flatten(model, self.global_arrays, what=reply) - base)
             side.append(flatten(extra, self.global_arrays, what=f"the {self.side_key!r} record of node {node}"))
         weights = np.array([self._weight(m) for m in valid]) if self.weighted else None
-        step = self.rule(np.stack(updates), weights=weights, **{SIDE_INFORMATION[self.rule_name]: np.stack(side)})
+        step = self.rule(np.stack(updates), weights=weights, **{self.side_information: np.stack(side)})
         return unflatten(base + step, self.global_arrays)
 
     def _weight(self, message: Message) -> float:
@@ -194,15 +196,16 @@ class FedRule(FedAvg):
         return None
 
 
-def _side_key(rule: str, side_key: str | None) -> str | None:
+def _side_key(rule: str, side_information: str | None, side_key: str | None) -> str | None:
     """The ArrayRecord name of the rule's per-client side information, or None."""
-    if rule not in SIDE_INFORMATION:
+    if side_information is None:
         if side_key is not None:
+            needing = sorted(n for n in rule_names() if get_rule(n).side_information is not None)
             raise ValueError(f"`side_key` is only for the rules that need side information "
-                             f"({sorted(SIDE_INFORMATION)}); the rule {rule!r} takes none")
+                             f"({needing}); the rule {rule!r} takes none")
         return None
     if side_key is None:
-        return {"precisions": "fisher", "variances": "variances"}[SIDE_INFORMATION[rule]]
+        return SIDE_INFORMATION[side_information].record
     if not isinstance(side_key, str) or not side_key:
         raise TypeError(f"`side_key` must be a non-empty string, the name of an ArrayRecord; got {side_key!r}")
     return side_key
