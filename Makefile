@@ -21,10 +21,11 @@ $(STAMP): pyproject.toml constraints.txt
 demo: $(STAMP)
 	$(VENV)/bin/mianalysis demo
 
-# The type check ([tool.mypy] in pyproject.toml), then the tests.
+# The type check ([tool.mypy] in pyproject.toml), then the tests on two worker processes
+# (pytest-xdist): most tests are one process on one core, so two workers use both cores.
 test: $(STAMP)
 	$(PY) -m mypy
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2
 
 # The quick subset: every test but those marked slow (tests/slow_tests.txt); well under 90 s.
 test-quick: $(STAMP)
