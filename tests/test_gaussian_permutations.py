@@ -165,3 +165,19 @@ def test_copula_values_of_each_shuffle_are_those_of_ranking_it_again():
     rng = np.random.default_rng(2)
     again = [gaussian_copula_mi(x, y[rng.permutation(90)], shrinkage="ledoit-wolf") for _ in range(15)]
     assert_same_values(res.null_distribution, again)
+
+
+def test_a_generator_of_permutations_gives_the_same_values():
+    x, y, perms = dependent(100, 3, 4, seed=13)
+    perms = perms * 5  # more than a chunk on any thread count used here
+    drawn = []
+
+    def lazily():
+        for perm in perms:
+            drawn.append(1)
+            yield perm
+
+    values = gaussian_permutation_estimates(x, y, lazily())
+    assert np.array_equal(values, gaussian_permutation_estimates(x, y, perms)) and len(drawn) == 30
+    with pytest.raises(ValueError, match=r"permutations\[30\] is not"):
+        gaussian_permutation_estimates(x, y, perms + [np.arange(99)])

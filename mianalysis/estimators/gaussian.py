@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Iterable
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -507,7 +508,8 @@ def gaussian_permutation_estimates(x: ArrayLike, y: ArrayLike, permutations: Ite
         Samples of Y, whose rows are shuffled.
     permutations : iterable of array-like of shape (n_samples,)
         Permutations of ``range(n_samples)``: each gives the estimate of ``x`` paired with
-        ``y[perm]``.
+        ``y[perm]``. Read a few per thread at a time, so a generator of them needs no
+        memory for all at once.
     units, bias_correction, shrinkage
         As in :func:`gaussian_mi`.
 
@@ -553,27 +555,32 @@ def gaussian_permutation_estimates(x: ArrayLike, y: ArrayLike, permutations: Ite
     factor = check_gaussian_settings(units, bias_correction, shrinkage)
     x, y = check_paired(x, y)
     n = x.shape[0]
-    perms = [_check_permutation(perm, n, b) for b, perm in enumerate(permutations)]
+    perms = (_check_permutation(perm, n, b) for b, perm in enumerate(permutations))
     x, y = drop_constant_features(x, y)
-    values = np.zeros(len(perms))
-    if x.shape[1] == 0 or y.shape[1] == 0 or not perms:
-        return values  # I(c; Y) = 0 for every shuffle
+    if x.shape[1] == 0 or y.shape[1] == 0:
+        return np.zeros(sum(1 for _ in perms))  # I(c; Y) = 0 for every shuffle
     dx, dy = x.shape[1], y.shape[1]
-    from concurrent.futures import ThreadPoolExecutor
-
-    workers = os.cpu_count() or 1
-    with _single_threaded_blas(), ThreadPoolExecutor(max_workers=workers) as pool:
-        plan = _plain_plan(x, y, pool) if shrinkage is None else _shrunk_plan(x, y, pool)
-        nats = list(pool.map(plan, perms)) if plan is not None else [None] * len(perms)
     shift = 0.0
     if bias_correction and shrinkage is None:
         shift = 0.5 * (wishart_logdet_bias(dx, n) + wishart_logdet_bias(dy, n) - wishart_logdet_bias(dx + dy, n))
-    for b, (perm, value) in enumerate(zip(perms, nats)):
-        if value is None:  # near the edge: as gaussian_mi computes it, or its error
-            values[b] = gaussian_mi(x, y[perm], units=units, bias_correction=bias_correction, shrinkage=shrinkage)
-        else:
-            values[b] = (value - shift) * factor
-    return values
+    from concurrent.futures import ThreadPoolExecutor
+
+    workers = os.cpu_count() or 1
+    values: list[float] = []
+    with _single_threaded_blas(), ThreadPoolExecutor(max_workers=workers) as pool:
+        planned, plan = False, None
+        # A few shuffles per thread at a time: an iterable is read as it is used.
+        while chunk := list(islice(perms, 4 * workers)):
+            if not planned:  # once, when there is a shuffle to compute
+                planned, plan = True, _plain_plan(x, y, pool) if shrinkage is None else _shrunk_plan(x, y, pool)
+            nats = list(pool.map(plan, chunk)) if plan is not None else [None] * len(chunk)
+            for perm, value in zip(chunk, nats):
+                if value is None:  # near the edge: as gaussian_mi computes it, or its error
+                    values.append(gaussian_mi(x, y[perm], units=units, bias_correction=bias_correction,
+                                              shrinkage=shrinkage))
+                else:
+                    values.append((value - shift) * factor)
+    return np.array(values, dtype=np.float64)
 
 
 def _check_permutation(perm, n, index) -> np.ndarray:

@@ -232,8 +232,8 @@ def mi_permutation_test(
         observed, null = float(values[0]), values[1:]
     elif estimate_mi is gaussian_mi:  # the shuffles from the marginal blocks' factors, computed once
         observed = gaussian_mi(x, y, **kwargs)
-        perms = [rng.permutation(n) for _ in range(n_permutations)]
-        null = gaussian_permutation_estimates(x, y, perms, **kwargs)
+        shuffles = (rng.permutation(n) for _ in range(n_permutations))  # drawn as they are used
+        null = gaussian_permutation_estimates(x, y, shuffles, **kwargs)
     else:
         observed = estimate_mi(x, y, **kwargs)
         null = np.empty(n_permutations)
