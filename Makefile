@@ -36,6 +36,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_sampler.py --paper-scale
 	$(PY) benchmarks/bench_memory.py
 	$(PY) benchmarks/bench_permutations.py
+	$(PY) benchmarks/bench_gaussian_permutations.py
 
 # The documentation site: mkdocs.yml and docs/, built into site/ with every warning an error.
 # Its own venv (.venv-docs): mkdocstrings reads the package's source statically (griffe) and

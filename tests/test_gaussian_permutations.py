@@ -1,0 +1,183 @@
+"""The Gaussian (and copula) permutation null from the marginal blocks' factors against
+recomputing :func:`gaussian_mi` on every shuffle (the reference: what each shuffle cost
+before), in the plain and the Ledoit-Wolf regimes."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+import mianalysis.estimators.gaussian as gaussian_module
+from mianalysis import ConstantFeatureWarning, gaussian_copula_mi, gaussian_mi, mi_permutation_test
+from mianalysis.estimators.copula import normal_scores
+from mianalysis.estimators.gaussian import gaussian_permutation_estimates
+
+RTOL = 1e-9
+
+
+def recomputed(x, y, perms, **kwargs):
+    """The reference: gaussian_mi of every shuffle, from scratch."""
+    return np.array([gaussian_mi(x, y[p], **kwargs) for p in perms])
+
+
+def dependent(n, dx, dy, seed, strength=0.5):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, dx))
+    y = rng.standard_normal((n, dy))
+    m = min(dx, dy)
+    y[:, :m] += strength * x[:, :m]
+    return x, y, [rng.permutation(n) for _ in range(6)]
+
+
+def assert_same_values(fast, slow):
+    # relative to each value, and to 1e-13 bits absolute where a value is ~0 (an estimate
+    # of exactly 0 where the shrinkage intensity is 1)
+    np.testing.assert_allclose(fast, slow, rtol=RTOL, atol=1e-13)
+
+
+@pytest.mark.parametrize("n, dx, dy", [(300, 3, 5), (300, 6, 2), (200, 1, 1), (120, 20, 25)])
+@pytest.mark.parametrize("units", ["bits", "nats"])
+@pytest.mark.parametrize("bias_correction", [True, False])
+def test_plain_regime_equals_recomputing_each_shuffle(n, dx, dy, units, bias_correction):
+    x, y, perms = dependent(n, dx, dy, seed=dx + 10 * dy)
+    kwargs = dict(units=units, bias_correction=bias_correction)
+    assert_same_values(gaussian_permutation_estimates(x, y, perms, **kwargs), recomputed(x, y, perms, **kwargs))
+
+
+# n > d, n between d/2 and d, and n below each side's dimension (ranks n - 1 < d_x, d_y)
+@pytest.mark.parametrize("n, dx, dy", [(300, 5, 3), (300, 3, 5), (60, 30, 50), (50, 60, 20), (25, 40, 30)])
+@pytest.mark.parametrize("units", ["bits", "nats"])
+def test_shrinkage_regime_equals_recomputing_each_shuffle(n, dx, dy, units):
+    x, y, perms = dependent(n, dx, dy, seed=n + dx)
+    kwargs = dict(units=units, shrinkage="ledoit-wolf")
+    assert_same_values(gaussian_permutation_estimates(x, y, perms, **kwargs), recomputed(x, y, perms, **kwargs))
+
+
+def test_duplicated_features_and_runs_with_shrinkage():
+    x, y, perms = dependent(40, 20, 25, seed=3)
+    x[:, 5] = x[:, 4]  # a duplicated feature: the x block is singular, shrinkage is not
+    y[:, 7] = 2.0 * y[:, 0] - y[:, 1]
+    x[10], y[10] = x[3], y[3]  # a duplicated run
+    kwargs = dict(shrinkage="ledoit-wolf")
+    assert_same_values(gaussian_permutation_estimates(x, y, perms, **kwargs), recomputed(x, y, perms, **kwargs))
+
+
+@pytest.mark.parametrize("shrinkage", [None, "ledoit-wolf"])
+def test_constant_features_are_dropped_as_gaussian_mi_drops_them(shrinkage):
+    x, y, perms = dependent(200, 4, 3, seed=4)
+    x[:, 1] = 7.0
+    with pytest.warns(ConstantFeatureWarning):
+        fast = gaussian_permutation_estimates(x, y, perms, shrinkage=shrinkage)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConstantFeatureWarning)
+        assert_same_values(fast, recomputed(x, y, perms, shrinkage=shrinkage))
+        y[:, :] = 1.0  # no feature of y varies: MI 0 for every shuffle
+        assert np.array_equal(gaussian_permutation_estimates(x, y, perms), np.zeros(6))
+
+
+def test_extreme_magnitudes_as_gaussian_mi():
+    x, y, perms = dependent(200, 3, 4, seed=5)
+    x, y = 1e200 * x, 1e-200 * y
+    for shrinkage in (None, "ledoit-wolf"):
+        fast = gaussian_permutation_estimates(x, y, perms, shrinkage=shrinkage)
+        assert_same_values(fast, recomputed(x, y, perms, shrinkage=shrinkage))
+
+
+@pytest.mark.parametrize("estimator", ["gaussian", "copula"])
+@pytest.mark.parametrize("shrinkage", [None, "ledoit-wolf"])
+def test_permutation_test_keeps_its_shuffles_and_p_values(estimator, shrinkage):
+    """The same random stream as the loop of gaussian_mi it replaces: the same null to
+    rounding, the same p-value and the estimate to the bit."""
+    n, dx, dy, strength = (150, 4, 3, 0.15) if shrinkage is None else (40, 15, 13, 0.1)  # 40 <= 2 x 28
+    x, y, _ = dependent(n, dx, dy, seed=6, strength=strength)
+    kwargs = {} if shrinkage is None else {"shrinkage": shrinkage}
+    res = mi_permutation_test(x, y, estimator=estimator, n_permutations=60, random_state=9, **kwargs)
+    sx, sy = (normal_scores(x), normal_scores(y)) if estimator == "copula" else (x, y)
+    rng = np.random.default_rng(9)
+    null = np.array([gaussian_mi(sx, sy[rng.permutation(n)], **kwargs) for _ in range(60)])
+    observed = (gaussian_copula_mi if estimator == "copula" else gaussian_mi)(x, y, **kwargs)
+    assert res.estimate == observed
+    assert_same_values(res.null_distribution, null)
+    assert res.p_value == (1 + np.count_nonzero(null >= observed)) / 61
+    assert 0.03 < res.p_value < 0.98  # shuffles on either side of the estimate: the p-value is tested
+
+
+def test_permutation_test_computes_the_joint_matrix_once(monkeypatch):
+    """Only the observed estimate recomputes the joint correlation matrix."""
+    calls = []
+    original = gaussian_module._joint_correlation
+    monkeypatch.setattr(gaussian_module, "_joint_correlation", lambda *a: calls.append(1) or original(*a))
+    x, y, _ = dependent(100, 30, 30, seed=7)  # shrinkage
+    mi_permutation_test(x, y, estimator="gaussian", n_permutations=20, random_state=0, shrinkage="ledoit-wolf")
+    x, y, _ = dependent(300, 4, 3, seed=7)
+    mi_permutation_test(x, y, estimator="gaussian", n_permutations=20, random_state=0)
+    assert len(calls) == 2
+
+
+@pytest.mark.parametrize("shrinkage", [None, "ledoit-wolf"])
+def test_recomputed_shuffles_are_gaussian_mi_to_the_bit(monkeypatch, shrinkage):
+    """A shuffle outside the margins is recomputed by gaussian_mi itself."""
+    monkeypatch.setattr(gaussian_module, "_PD_MARGIN", np.inf)
+    monkeypatch.setattr(gaussian_module, "_MIN_INTENSITY", 2.0)
+    x, y, perms = dependent(100, 3, 4, seed=8)
+    fast = gaussian_permutation_estimates(x, y, perms, shrinkage=shrinkage)
+    assert np.array_equal(fast, recomputed(x, y, perms, shrinkage=shrinkage))
+
+
+def test_a_singular_shuffle_raises_gaussian_mis_error():
+    x, _, _ = dependent(50, 3, 3, seed=9)
+    y = x @ np.array([[1.0, 2.0], [0.0, 1.0], [1.0, 0.0]])  # in the span of x: the joint is singular
+    perms = [np.random.default_rng(0).permutation(50), np.arange(50)]
+    with pytest.raises(ValueError, match=r"the joint covariance matrix \(5x5\) is not positive definite: features are "
+                                         r"linearly dependent"):
+        gaussian_permutation_estimates(x, y, perms)
+    values = gaussian_permutation_estimates(x, y, perms, shrinkage="ledoit-wolf")  # shrinkage has no such edge
+    assert_same_values(values, recomputed(x, y, perms, shrinkage="ledoit-wolf"))
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_values_do_not_depend_on_the_number_of_threads(monkeypatch, workers):
+    x, y, perms = dependent(400, 40, 30, seed=10)
+    kwargs = [{}, {"shrinkage": "ledoit-wolf"}]
+    before = [gaussian_permutation_estimates(x, y, perms, **kw) for kw in kwargs]
+    monkeypatch.setattr(gaussian_module.os, "cpu_count", lambda: workers)
+    for kw, values in zip(kwargs, before):
+        assert np.array_equal(gaussian_permutation_estimates(x, y, perms, **kw), values)
+
+
+def test_permutations_are_checked():
+    x, y, perms = dependent(20, 2, 2, seed=11)
+    assert gaussian_permutation_estimates(x, y, []).shape == (0,)
+    for bad, what in (([np.arange(19)], r"shape \(19,\)"), ([np.zeros(20, dtype=int)], "shape"),
+                      ([perms[0], np.arange(20) + 1], r"permutations\[1\]"),
+                      ([np.arange(20) - 1], "dtype int"), ([np.arange(20.0)], "dtype float64")):
+        with pytest.raises(ValueError, match=r"each of `permutations` must be a permutation of range\(20\).*" + what):
+            gaussian_permutation_estimates(x, y, bad)
+    with pytest.raises(ValueError, match="`shrinkage` must be one of"):
+        gaussian_permutation_estimates(x, y, perms, shrinkage="oas")
+
+
+def test_copula_values_of_each_shuffle_are_those_of_ranking_it_again():
+    rng = np.random.default_rng(12)
+    z = rng.standard_normal((90, 5))
+    x, y = np.exp(z[:, :2]), (z[:, 2:] + 0.4 * z[:, :3]) ** 3
+    res = mi_permutation_test(x, y, estimator="copula", n_permutations=15, random_state=2, shrinkage="ledoit-wolf")
+    rng = np.random.default_rng(2)
+    again = [gaussian_copula_mi(x, y[rng.permutation(90)], shrinkage="ledoit-wolf") for _ in range(15)]
+    assert_same_values(res.null_distribution, again)
+
+
+def test_a_generator_of_permutations_gives_the_same_values():
+    x, y, perms = dependent(100, 3, 4, seed=13)
+    perms = perms * 5  # more than a chunk on any thread count used here
+    drawn = []
+
+    def lazily():
+        for perm in perms:
+            drawn.append(1)
+            yield perm
+
+    values = gaussian_permutation_estimates(x, y, lazily())
+    assert np.array_equal(values, gaussian_permutation_estimates(x, y, perms)) and len(drawn) == 30
+    with pytest.raises(ValueError, match=r"permutations\[30\] is not"):
+        gaussian_permutation_estimates(x, y, perms + [np.arange(99)])
