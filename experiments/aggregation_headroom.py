@@ -50,7 +50,7 @@ import numpy as np
 from mianalysis._provenance import collect, utc_now
 from mianalysis.analysis import sidecar_path
 from mianalysis.federated import FederatedConfig, FederatedData, FederatedSimulation
-from mianalysis.intervals import normal_interval
+from mianalysis.analysis.intervals import normal_interval
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = [  # (label, aggregator, parameters)

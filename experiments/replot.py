@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from mianalysis.analysis import read_table  # noqa: E402
+from mianalysis.analysis import AnalysisTable  # noqa: E402
 from mianalysis.plots import save_figure  # noqa: E402
 
 SKIP = ("_quick", "sources_of_dependence", "exact_dependence_curves", "gaussian_sgd_truth", "digits_lenet_paper")
@@ -48,7 +48,7 @@ def replot_core(figures):
             continue
         record_path = figures / f"{name}.json"
         record = json.loads(record_path.read_text()) if record_path.exists() else None
-        rows = read_table(table)
+        rows = AnalysisTable.read(table)
         checkpoints = len({r["checkpoint"] for r in rows}) - 1
         n_params = record.get("n_params") if record else None
         title = f"{name}: {checkpoints} checkpoints after init" + (f", {n_params} parameters" if n_params else "")
@@ -60,7 +60,7 @@ def replot_core(figures):
 def replot_aggregator_trends(figures):
     import aggregator_trends as at
 
-    tables = {rule: read_table(figures / f"aggregator_trends_{rule}.csv") for rule in at.RULES
+    tables = {rule: AnalysisTable.read(figures / f"aggregator_trends_{rule}.csv") for rule in at.RULES
               if (figures / f"aggregator_trends_{rule}.csv").exists()}
     if len(tables) != len(at.RULES):
         return []
