@@ -52,7 +52,7 @@ from _results import FIGURES, write_csv, write_page, write_sidecar
 from mianalysis.provenance import collect, utc_now
 from mianalysis.analysis import sidecar_path
 from mianalysis.federated import FederatedConfig, FederatedData, FederatedSimulation
-from mianalysis.intervals import normal_interval
+from mianalysis.analysis.intervals import normal_interval
 
 RULES = [  # (label, aggregator, parameters)
     ("FedAvg", "fedavg", {}),

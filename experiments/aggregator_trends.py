@@ -45,7 +45,7 @@ import numpy as np
 from _results import FIGURES, WORK
 
 from mianalysis.provenance import collect, utc_now
-from mianalysis.analysis import analyze, select, write_table
+from mianalysis.analysis import AnalysisTable, analyze
 from mianalysis.experiment import TRENDS, overall_trend, step_verdicts
 from mianalysis.federated import FederatedConfig, FederatedData, FederatedSimulation, record_replicates, write_rows
 from mianalysis.federated.global_dependence import QUANTITIES as GLOBAL_QUANTITIES
@@ -74,7 +74,7 @@ def main():
         dump, history = record_replicates(sim, Path(args.work) / f"aggregator_trends{suffix}_{rule}",
                                           chunk_size=250, layer="5", progress=False, record_global=True)
         rows = analyze(dump, n_permutations=perms, random_state=0)
-        write_table(rows, FIGURES / f"aggregator_trends{suffix}_{rule}.csv")
+        rows.write(FIGURES / f"aggregator_trends{suffix}_{rule}.csv")
         tables[rule] = rows
         given_global[rule] = [{"rule": rule, **r} for r in dependence_given_global(
             *_centred_bias(dump, data.n_clients), units="bits")]
@@ -125,7 +125,7 @@ def _centred_bias(dump, n_clients):
 def _pair_mean(rows, quantity, key="value"):
     """[(round, mean over client pairs)] for a quantity."""
     pairs = sorted({(r["client_a"], r["client_b"]) for r in rows if r["client_b"] not in ("", "global")})
-    series = [select(rows, quantity, a, b) for a, b in pairs]
+    series = [rows.select(quantity, a, b) for a, b in pairs]
     return [(s0["iteration"], float(np.mean([s[i][key] for s in series]))) for i, s0 in enumerate(series[0])]
 
 
@@ -166,7 +166,7 @@ def plot_global(given_global, path, subtitle):
 def accuracy_from_table(rows):
     """[(round, mean, sd over replicates)] of the global test accuracy a rule's table records
     (client "0"'s ``test_accuracy`` rows: the global model's accuracy, the same for every client)."""
-    return [(r["iteration"], r["value"], r["spread"]) for r in select(rows, "test_accuracy", "0")]
+    return [(r["iteration"], r["value"], r["spread"]) for r in rows.select("test_accuracy", "0")]
 
 
 def plot(tables, accuracy, path, subtitle):

@@ -18,7 +18,7 @@ computed by quadrature). Both estimators run as :func:`mianalysis.analyze` runs 
 coordinates). Each row says whether each estimate is within 5 % of the truth
 (``|estimate - true| <= 0.05 max(true, 1 nat)``). Writes figures/calibration_regimes.csv
 (``_quick`` with --quick, at most a minute or two on 2 cores) and its ``.csv.json``
-sidecar; :mod:`mianalysis.regime` takes its thresholds from the full table.
+sidecar; :mod:`mianalysis.analysis.regime` takes its thresholds from the full table.
 """
 
 import argparse

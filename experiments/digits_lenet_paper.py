@@ -22,7 +22,7 @@ per joint dimension, with its analytic null), KSG MI (k = 3, standardised, 100
 permutations), the three distances, a confidence interval on every estimate and on every
 change between consecutive checkpoints, a verdict per step (rising / falling / no
 detectable change, from the intervals), and the clients' test accuracy. Estimates outside
-the regime where the estimators were calibrated are flagged (`mianalysis.regime`).
+the regime where the estimators were calibrated are flagged (`mianalysis.analysis.regime`).
 
     python experiments/digits_lenet_paper.py [--quick] [--runs N] [--only fixed-nothing,...]
 
@@ -46,10 +46,10 @@ from _results import FIGURES, WORK, write_atomic, write_csv, write_page, write_s
 
 from mianalysis import ParameterSampler, analyze
 from mianalysis.provenance import collect, utc_now
-from mianalysis.analysis import read_table, select, sidecar_path
+from mianalysis.analysis import AnalysisTable, sidecar_path
 from mianalysis.experiment import overall_trend, step_verdicts
 from mianalysis.plots import plot_distance_panel, plot_metric_panel, plot_mi_panel
-from mianalysis.regime import is_outside
+from mianalysis.analysis.regime import is_outside
 from mianalysis.tasks import get_task
 
 # The paper sampled 26,400 runs; benchmarks/results/digits_paper.json says why 4,000 here.
@@ -96,11 +96,11 @@ def run_cell(cell, runs, permutations, work, progress):
                 progress=progress)
         seconds["analysis"] = round(time.perf_counter() - start, 1)
         write_atomic(timings, json.dumps(seconds) + "\n")
-    return task, read_table(table), json.loads(timings.read_text()) if timings.exists() else {}
+    return task, AnalysisTable.read(table), json.loads(timings.read_text()) if timings.exists() else {}
 
 
 def outside(note):
-    """Whether an estimate is outside the calibrated regime: `mianalysis.regime`'s flag, or
+    """Whether an estimate is outside the calibrated regime: `mianalysis.analysis.regime`'s flag, or
     a Ledoit-Wolf shrinkage estimate (none was within 5 % in the calibration) made because
     the covariance was singular at more than 2 runs per joint dimension, which that flag
     does not cover."""
@@ -120,8 +120,8 @@ def cell_rows(cell, task, rows, runs):
     pairs = sorted({(r["client_a"], r["client_b"]) for r in rows if r["client_b"] != "" and not r.get("layer")})
     for q in QUANTITIES:
         for a, b in pairs:
-            deltas = {r["iteration"]: r for r in select(rows, f"delta_{q}", a, b)}
-            for r in select(rows, q, a, b):
+            deltas = {r["iteration"]: r for r in rows.select(f"delta_{q}", a, b)}
+            for r in rows.select(q, a, b):
                 d = deltas.get(r["iteration"], {})
                 out.append({**base, "quantity": q, "pair": f"{a}-{b}", "iteration": r["iteration"],
                             "value": r["value"], "ci_low": r.get("ci_low", np.nan), "ci_high": r.get("ci_high", np.nan),
@@ -135,7 +135,7 @@ def cell_rows(cell, task, rows, runs):
                         "step_change": np.nan, "step_verdict": "; ".join(f"{it}: {v}" for it, v in steps),
                         "outside_calibration": "", "trend": overall_trend(v for _, v in steps), "note": "trend row"})
     for c in sorted({r["client_a"] for r in rows if r["quantity"] == "accuracy"}):
-        for r in select(rows, "accuracy", c):
+        for r in rows.select("accuracy", c):
             out.append({**base, "quantity": "test_accuracy", "pair": c, "iteration": r["iteration"],
                         "value": r["value"], "ci_low": np.nan, "ci_high": np.nan, "null_mean": np.nan,
                         "p_value": np.nan, "step_change": np.nan, "step_verdict": "", "outside_calibration": "",
@@ -187,7 +187,7 @@ def markdown(summary, cells, cell_runs, permutations, seconds):
              f"1e-5 on 200 augmented digits per client, batch 50: {its[-1]} iterations), 3 clients, "
              f"{_runs_text(cell_runs)}, seed {SEED}. Gaussian MI with its analytic null; KSG k = 3, standardised, "
              f"{permutations['ksg']} permutations. Values in bits, mean over the 3 client pairs (range when they "
-             f"differ); `null` = the null's mean; † = outside the calibrated regime (`mianalysis.regime`, or a Ledoit-Wolf "
+             f"differ); `null` = the null's mean; † = outside the calibrated regime (`mianalysis.analysis.regime`, or a Ledoit-Wolf "
              f"shrinkage estimate). Trends: "
              f"over the steps after the first trained checkpoint (iteration {first}), from the paired confidence "
              f"intervals of each step's change (identical for the 3 pairs, else per pair). Made by "

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling scripts,
 
 from _results import FIGURES  # noqa: E402
 
-from mianalysis.analysis import read_table, sidecar_path  # noqa: E402
+from mianalysis.analysis import AnalysisTable, sidecar_path  # noqa: E402
 from mianalysis.plots import save_figure  # noqa: E402
 
 SKIP = ("_quick", "sources_of_dependence", "exact_dependence_curves", "gaussian_sgd_truth", "digits_lenet_paper")
@@ -49,7 +49,7 @@ def replot_core(figures):
             continue
         record_path = sidecar_path(table)
         record = json.loads(record_path.read_text()) if record_path.exists() else None
-        rows = read_table(table)
+        rows = AnalysisTable.read(table)
         checkpoints = len({r["checkpoint"] for r in rows}) - 1
         n_params = record.get("n_params") if record else None
         title = f"{name}: {checkpoints} checkpoints after init" + (f", {n_params} parameters" if n_params else "")
@@ -61,7 +61,7 @@ def replot_core(figures):
 def replot_aggregator_trends(figures):
     import aggregator_trends as at
 
-    tables = {rule: read_table(figures / f"aggregator_trends_{rule}.csv") for rule in at.RULES
+    tables = {rule: AnalysisTable.read(figures / f"aggregator_trends_{rule}.csv") for rule in at.RULES
               if (figures / f"aggregator_trends_{rule}.csv").exists()}
     if len(tables) != len(at.RULES):
         return []

@@ -22,7 +22,7 @@ change between consecutive checkpoints, and a verdict per step (rising / falling
 detectable change, from the intervals; none from a shrinkage estimate). Per cell the table
 holds, for every quantity, the overall trend over the steps after the first trained
 checkpoint and the verdict of each step for each client pair, and the additive-noise
-model's predicted MI change (see mianalysis.additive, where present).
+model's predicted MI change (see mianalysis.analysis.additive, where present).
 
     python experiments/sources_of_dependence.py [--quick] [--only signal-paper,gaussian,signal-long]
         [--carry-over figures/sources_of_dependence.csv]
@@ -48,8 +48,8 @@ from _results import FIGURES, WORK, write_csv, write_page, write_sidecar
 
 from mianalysis import ParameterDump, ParameterSampler, analyze
 from mianalysis.provenance import collect, utc_now
-from mianalysis.additive_table import additive_prediction_rows
-from mianalysis.analysis import read_table, select, sidecar_path
+from mianalysis.analysis.additive_table import additive_prediction_rows
+from mianalysis.analysis import AnalysisTable, sidecar_path
 from mianalysis.experiment import overall_trend, step_verdicts
 from mianalysis.tasks import get_task
 
@@ -104,7 +104,7 @@ def run_cell(part, spec, init, shared, seed, work):
     timing = work / f"{name}.seconds.json"  # the cell's own compute time, kept for a later read-back
     if cell_finished(work, name):
         seconds = json.loads(timing.read_text())["seconds"] if timing.exists() else None
-        return read_table(table), ParameterDump.open(work / "dumps" / name), seconds
+        return AnalysisTable.read(table), ParameterDump.open(work / "dumps" / name), seconds
     start = time.perf_counter()
     sampler = ParameterSampler(task, seed=seed, init=init, shared=shared, every=every, progress=False)
     dump = sampler.sample(runs, work / "dumps" / name)
@@ -157,7 +157,7 @@ def cell_rows(part, spec, init, shared, seed, rows, dump):
     pairs = sorted({(r["client_a"], r["client_b"]) for r in rows if r["client_b"] != "" and not r.get("layer")})
     for q in QUANTITIES:
         for a, b in pairs:
-            series = [r for r in select(rows, q, a, b) if r["iteration"] > 0 and not r.get("layer")]
+            series = [r for r in rows.select(q, a, b) if r["iteration"] > 0 and not r.get("layer")]
             if not series:
                 continue
             steps = step_verdicts(rows, q, a, b) if q != "mi_exact" else _exact_steps(series)

@@ -20,9 +20,9 @@ _logging.getLogger(__name__).addHandler(_logging.NullHandler())
 
 from ._locking import LockedError
 from ._validation import ConstantFeatureWarning
-from .additive import (AdditivePrediction, AdditiveTest, additive_model_mi, additive_model_test,
+from .analysis.additive import (AdditivePrediction, AdditiveTest, additive_model_mi, additive_model_test,
                        additive_model_verdict, isotropic_additive_mi)
-from .analysis import analyze
+from .analysis import AnalysisTable, analyze
 from .distances import mean_paired_distance, paired_distances
 from .dumps import DumpError, DumpWriter, ParameterDump
 from .estimators import (GaussianMINull, MarginalDistances, PermutationTestResult, gaussian_cmi, gaussian_copula_mi,
@@ -58,6 +58,7 @@ __all__ = [
     "LockedError",
     "ParameterSampler",
     "analyze",
+    "AnalysisTable",
     "headroom",
     "additive_model_mi",
     "isotropic_additive_mi",

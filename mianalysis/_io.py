@@ -1,6 +1,9 @@
-"""Small file and terminal helpers shared by the package: CSV rows and progress bars."""
+"""Small file and terminal helpers shared by the package: CSV rows, new files and progress bars."""
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 
 def write_rows(rows, path):
@@ -13,6 +16,16 @@ def write_rows(rows, path):
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
+
+
+def new_file(path, mode="w"):
+    """`path` opened as a new regular file for writing text: a leftover file there (or a
+    symbolic link planted in its place) is removed first, never written through."""
+    path = Path(path)
+    if os.path.lexists(path) and not os.path.isdir(path):
+        path.unlink()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    return os.fdopen(fd, mode, newline="")
 
 
 def progress_bar(total, *, initial=0, unit="it", desc=None, enabled=True):

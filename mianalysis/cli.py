@@ -160,20 +160,20 @@ def _cmd_analyze(args):
     from .dumps import ParameterDump
 
     dump = ParameterDump.open(args.dump)  # one view of the dump: a sampler may still be adding runs
-    rows = analyze(dump, estimators=args.estimators, metrics=args.metrics, k=args.k,
-                   n_permutations=args.permutations, layer=args.layer, by=args.by,
-                   standardize=not args.no_standardize, random_state=args.seed,
-                   out=args.out, progress=_progress(args),
-                   distance_cache=False if args.no_distance_cache else "auto",
-                   verify=not args.no_verify, force=args.force, gaussian_null=args.gaussian_null,
-                   ci_resamples=args.ci_resamples, ci_level=args.ci_level, **_dask_options(args))
+    table = analyze(dump, estimators=args.estimators, metrics=args.metrics, k=args.k,
+                    n_permutations=args.permutations, layer=args.layer, by=args.by,
+                    standardize=not args.no_standardize, random_state=args.seed,
+                    out=args.out, progress=_progress(args),
+                    distance_cache=False if args.no_distance_cache else "auto",
+                    verify=not args.no_verify, force=args.force, gaussian_null=args.gaussian_null,
+                    ci_resamples=args.ci_resamples, ci_level=args.ci_level, **_dask_options(args))
     verified = ("dump checksums NOT verified (--no-verify)" if args.no_verify
-                else f"dump checksums of {rows[0]['n_runs'] if rows else 0} runs verified")
-    _say(args, f"wrote {len(rows)} rows to {args.out} ({verified}; settings and provenance: {sidecar_path(args.out)})")
+                else f"dump checksums of {table.settings['n_runs']} runs verified")
+    _say(args, f"wrote {len(table)} rows to {args.out} ({verified}; settings and provenance: {sidecar_path(args.out)})")
     if not dump.complete:
         print(f"mianalysis analyze: dump incomplete: analysed {dump.completed_runs} of {dump.n_runs} runs (every "
               "row's note says so); run the same command again when the dump is complete to replace the table", file=sys.stderr)
-    _print_trends(rows, args.ci_level)
+    _print_trends(table, args.ci_level)
 
 
 def _print_trends(rows, level):
@@ -186,37 +186,34 @@ def _print_trends(rows, level):
 
 
 def _cmd_plot(args):
-    from .analysis import read_table
+    from .analysis import AnalysisTable
     from .plots import check_drawable, save_figure
 
-    rows = read_table(args.table)
+    table = AnalysisTable.read(args.table)
     try:
-        check_drawable(rows, args.kind)
+        check_drawable(table, args.kind)
     except ValueError as exc:
         raise ValueError(f"{args.table}: {exc}") from None
-    path = save_figure(rows, args.kind, args.out, title=args.title, record=_table_record(args.table))
+    path = save_figure(table, args.kind, args.out, title=args.title, record=_table_record(table))
     _say(args, f"wrote {path}")
-    if any(r["verdict"] for r in rows):
-        _print_trends(rows, _table_level(args.table))
+    if any(r["verdict"] for r in table):
+        _print_trends(table, _table_level(table))
 
 
 def _table_record(table):
-    """What a table's sidecar and its dump's manifest say about how the table was made (the
-    dump's ``meta``: task, init, shared streams, under ``dump_meta``), for a figure's title;
-    None when the table has no readable sidecar. A dump that is gone leaves ``dump_meta`` out."""
+    """What an AnalysisTable's sidecar and its dump's manifest say about how the table was
+    made (the dump's ``meta``: task, init, shared streams, under ``dump_meta``), for a
+    figure's title; None when the table has no readable sidecar. A dump that is gone leaves
+    ``dump_meta`` out."""
     import json
     from pathlib import Path
 
-    from .analysis import sidecar_path
     from .dumps import MANIFEST
 
-    try:
-        record = json.loads(sidecar_path(table).read_text())
-    except (OSError, ValueError):
+    if not (table.settings or table.record or table.provenance):
         return None
-    if not isinstance(record, dict):
-        return None
-    settings = record.get("settings") if isinstance(record.get("settings"), dict) else {}
+    record = table.sidecar
+    settings = table.settings
     try:
         manifest = json.loads((Path(str(settings.get("dump", ""))) / MANIFEST).read_text())
         meta = manifest["meta"]
@@ -228,14 +225,10 @@ def _table_record(table):
 
 
 def _table_level(table):
-    """The interval level a table's sidecar records (0.95 if it records none)."""
-    import json
-
-    from .analysis import sidecar_path
-
+    """The interval level an AnalysisTable's settings record (0.95 if they record none)."""
     try:
-        return float(json.loads(sidecar_path(table).read_text())["settings"]["ci_level"])
-    except (OSError, ValueError, KeyError, TypeError):
+        return float(table.settings["ci_level"])
+    except (ValueError, KeyError, TypeError):
         return 0.95
 
 

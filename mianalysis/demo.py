@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .analysis import AnalysisTable
 from .estimators import gaussian_mi, ksg_mi, mi_permutation_test
 
 if TYPE_CHECKING:  # names used only in type hints
@@ -88,11 +89,11 @@ def format_table(rows: Iterable[Mapping[str, Any]]) -> str:
 
 
 def run_demo(out_dir: str | os.PathLike = "runs/demo", runs: int = 400, seed: int = 0, progress: bool = True
-             ) -> list[dict]:
+             ) -> AnalysisTable:
     """The main job on embedded data: signal-rnn (512 examples per client, 8 iterations),
     `runs` runs, sampled, analysed with permutation nulls and plotted into `out_dir`.
 
-    Returns the analysis rows; :func:`demo_report` turns them into the text the
+    Returns the analysis table; :func:`demo_report` turns them into the text the
     ``mianalysis demo`` command prints.
     """
     from .experiment import run_experiment

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .analysis import analyze, select, sidecar_path, write_table
+from .analysis import AnalysisTable, analyze, sidecar_path
 from .estimators.registry import estimator_names
-from .intervals import SHRINKAGE
+from .analysis.intervals import SHRINKAGE
 from .plots import save_figure
 
 if TYPE_CHECKING:  # names used only in type hints
@@ -28,19 +28,19 @@ __all__ = [
 
 def run_experiment(task: Task, *, runs: int, out_dir: str | os.PathLike, name: str, seed: int = 0, every: int = 1,
                    init: str = "per-run", chunk_size: int = 64, n_permutations: int | Mapping[str, int] = 0, k: int = 3,
-                   progress: bool = True, dump_dir: str | os.PathLike | None = None) -> list[dict]:
+                   progress: bool = True, dump_dir: str | os.PathLike | None = None) -> AnalysisTable:
     """Sample `runs` runs of `task`, analyse them and draw the MI and distance figures.
 
     Writes ``out_dir/NAME.csv`` (the analysis table), ``out_dir/NAME_mi.png`` (Figure 1/2
-    analogue), ``out_dir/NAME_distances.png`` (Figure 3/4 analogue) and
-    the table's sidecar ``out_dir/NAME.csv.json`` (the experiment's record: settings,
-    timings, and the provenance of this session and of the dump: versions, machine,
-    command line, times). The dump goes to `dump_dir`
+    analogue), ``out_dir/NAME_distances.png`` (Figure 3/4 analogue) and the table's sidecar
+    ``out_dir/NAME.csv.json``: the experiment's record (task settings, timings, and the
+    provenance of this session and of the dump: versions, machine, command line, times)
+    with the table's own sidecar (analysis settings, format version) under ``"analysis"``. The dump goes to `dump_dir`
     (default ``out_dir/dumps/NAME``) and is resumed if it exists with the same settings.
 
     Returns
     -------
-    rows : list of dict
+    table : AnalysisTable
         The analysis table.
     """
     from .provenance import collect, utc_now
@@ -56,7 +56,7 @@ def run_experiment(task: Task, *, runs: int, out_dir: str | os.PathLike, name: s
     sampled = time.perf_counter()
     rows = analyze(dump, k=k, n_permutations=n_permutations, random_state=seed, progress=progress)
     analysed = time.perf_counter()
-    write_table(rows, out_dir / f"{name}.csv")
+    rows.write(out_dir / f"{name}.csv")
     record = {"task": task.name, "settings": task.settings, "runs": runs, "seed": seed, "every": every,
               "init": init, "shared": list(sampler.shared), "permutations": n_permutations, "k": k,
               "n_params": dump.n_params, "checkpoints": dump.checkpoints,
@@ -65,7 +65,12 @@ def run_experiment(task: Task, *, runs: int, out_dir: str | os.PathLike, name: s
     title = f"{name}: {len(dump.checkpoints) - 1} checkpoints after init, {dump.n_params} parameters"
     save_figure(rows, "mi", out_dir / f"{name}_mi.png", title=title, record=record)
     save_figure(rows, "distances", out_dir / f"{name}_distances.png", title=title, record=record)
-    sidecar_path(out_dir / f"{name}.csv").write_text(json.dumps(record, indent=1) + "\n")
+    # The record is the table's sidecar: the table's own (settings, format version, provenance)
+    # goes in it under "analysis", where AnalysisTable.read finds it.
+    table = out_dir / f"{name}.csv"
+    record["analysis"] = {"format_version": rows.sidecar["format_version"], "table": table.name,
+                          **{k: v for k, v in rows.sidecar.items() if k != "format_version"}}
+    sidecar_path(table).write_text(json.dumps(record, indent=1) + "\n")
     return rows
 
 
@@ -80,6 +85,7 @@ def _fmt(v, width=7, digits=3):
 def summary_table(rows: Sequence[dict]) -> str:
     """Text table per checkpoint and client pair: MI by each estimator with its null mean
     and p-value, and the three mean distances."""
+    table = AnalysisTable.of(rows)
     quantities = {r["quantity"] for r in rows}
     ests = [e for e in estimator_names() if f"mi_{e}" in quantities]
     metrics = [m for m in ("euclidean", "manhattan", "chebyshev") if m in quantities]
@@ -95,10 +101,10 @@ def summary_table(rows: Sequence[dict]) -> str:
         for a, b in pairs:
             line = f"{it:>5} {a + '-' + b:>6}"
             for e in ests:
-                r = [x for x in select(rows, f"mi_{e}", a, b) if x["checkpoint"] == t][0]
+                r = [x for x in table.select(f"mi_{e}", a, b) if x["checkpoint"] == t][0]
                 line += f" {_fmt(r['value'], 9)} {_fmt(r['null_mean'])} {_fmt(r['p_value'], 6)}"
             for m in metrics:
-                r = [x for x in select(rows, m, a, b) if x["checkpoint"] == t][0]
+                r = [x for x in table.select(m, a, b) if x["checkpoint"] == t][0]
                 line += f" {_fmt(r['value'], 9, 4)}"
             lines.append(line)
     return "\n".join(lines)
@@ -111,9 +117,10 @@ def step_verdicts(rows: Sequence[dict], quantity: str, client_a: str, client_b: 
     """[(iteration, verdict)] of the table's ``delta_QUANTITY`` rows of one pair, for the
     steps between checkpoints after the first one past iteration 0 (the initial point is
     where every design starts, so steps from it say nothing about training)."""
-    trained = [r["iteration"] for r in select(rows, quantity, client_a, client_b) if r["iteration"] > 0]
+    table = AnalysisTable.of(rows)
+    trained = [r["iteration"] for r in table.select(quantity, client_a, client_b) if r["iteration"] > 0]
     first = min(trained) if trained else None
-    return [(r["iteration"], r["verdict"]) for r in select(rows, f"delta_{quantity}", client_a, client_b)
+    return [(r["iteration"], r["verdict"]) for r in table.select(f"delta_{quantity}", client_a, client_b)
             if first is not None and r["iteration"] > first]
 
 
@@ -174,19 +181,20 @@ def finding(rows: Sequence[dict], n_permutations: int | Mapping[str, int] | None
     or False per test, or a "not made: ..." string where no verdict can be made (a
     Ledoit-Wolf shrinkage estimate, a row without a null or estimate, too few
     permutations, or a table without intervals)."""
+    table = AnalysisTable.of(rows)
     pairs = sorted({(r["client_a"], r["client_b"]) for r in rows if r["client_b"] != ""})
     out = {}
     for e in estimator_names():
-        series = [[r for r in select(rows, f"mi_{e}", a, b) if r["iteration"] > 0] for a, b in pairs]
+        series = [[r for r in table.select(f"mi_{e}", a, b) if r["iteration"] > 0] for a, b in pairs]
         if not series or not series[0]:
             continue
         permutations = n_permutations.get(e, 0) if isinstance(n_permutations, Mapping) else n_permutations
         out[f"mi_{e}_above_null"] = _all_above_null([r for s in series for r in s], permutations)
-        out[f"mi_{e}_rising"] = _all_rising([overall_trend(v for _, v in step_verdicts(rows, f"mi_{e}", a, b))
+        out[f"mi_{e}_rising"] = _all_rising([overall_trend(v for _, v in step_verdicts(table, f"mi_{e}", a, b))
                                              for a, b in pairs])
-    out["distances_growing"] = _all_rising([overall_trend(v for _, v in step_verdicts(rows, m, a, b))
+    out["distances_growing"] = _all_rising([overall_trend(v for _, v in step_verdicts(table, m, a, b))
                                             for m in ("euclidean", "manhattan", "chebyshev") for a, b in pairs
-                                            if select(rows, m, a, b)])
+                                            if table.select(m, a, b)])
     return out
 
 
@@ -201,11 +209,11 @@ def _all_above_null(rows, n_permutations=None, alpha=0.05):
     tested = [r for r in rows if not np.isinf(r["value"])]  # an infinite MI (identical samples) needs no test
     if any(np.isnan(r["value"]) for r in tested):
         return "not made: no estimate"
-    if any("ledoit-wolf" in r["note"] for r in tested):
+    if any(r["estimate_kind"] == "shrinkage" for r in tested):
         return SHRINKAGE
     if any(np.isnan(r["p_value"]) for r in tested):
         return "not made: no null"
-    permuted = [r for r in tested if "analytic null" not in r["note"]]
+    permuted = [r for r in tested if r["null_method"] != "analytic"]
     if permuted and n_permutations is not None and 1 / (n_permutations + 1) > alpha:
         return f"not made: {n_permutations} permutations cannot give p <= {alpha:g}"
     return all(r["p_value"] <= alpha for r in tested)

@@ -28,7 +28,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ._validation import check_choice, check_int
-from .intervals import check_level, mean_interval, normal_interval
+from .analysis.intervals import check_level, mean_interval, normal_interval
 
 if TYPE_CHECKING:  # names used only in type hints
     from .dumps import ParameterDump

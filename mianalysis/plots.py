@@ -10,9 +10,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._validation import check_choice
-from .analysis import select
+from .analysis import AnalysisTable
 from .estimators.registry import estimator_names, get_estimator
-from .regime import is_outside
 
 if TYPE_CHECKING:  # names used only in type hints (Matplotlib is loaded where a figure is drawn)
     import matplotlib.axes
@@ -58,8 +57,9 @@ def _integer_ticks(ax):
 def _pair_rows(rows, quantity):
     """{iteration: [row of each client pair]} of one quantity, pairs in a fixed order."""
     by_it = {}
-    for a, b in _pairs(rows):
-        for r in select(rows, quantity, a, b):
+    table = AnalysisTable.of(rows)
+    for a, b in _pairs(table):
+        for r in table.select(quantity, a, b):
             by_it.setdefault(r["iteration"], []).append(r)
     return dict(sorted(by_it.items()))
 
@@ -90,7 +90,7 @@ def pair_summary(rows: Sequence[dict], quantity: str, *, relative_to_null: bool 
         ``iteration``, ``mean``, ``low``, ``high`` (mean, min and max over the pairs with a
         finite value), ``ci_low``, ``ci_high`` (lowest and highest interval end over the
         pairs; NaN without intervals), ``null_sd`` (largest ``null_std``), ``spread`` (mean
-        ``spread``), ``outside`` (some pair's note flags it outside calibration), ``n``
+        ``spread``), ``outside`` (some pair's ``outside_calibration`` is True), ``n``
         (pairs with a finite value) and ``infinite`` (iterations where some pair's value is
         infinite, not summarised).
     """
@@ -119,7 +119,7 @@ def pair_summary(rows: Sequence[dict], quantity: str, *, relative_to_null: bool 
         out["ci_high"].append(hi[has_ci].max() if has_ci.any() else np.nan)
         out["null_sd"].append(np.nanmax(sd) if np.isfinite(sd).any() else np.nan)
         out["spread"].append(np.nanmean(spread) if np.isfinite(spread).any() else np.nan)
-        out["outside"].append(any(is_outside(str(r.get("note", ""))) for r, good in zip(hits, ok) if good))
+        out["outside"].append(any(bool(r["outside_calibration"]) for r, good in zip(hits, ok) if good))
         out["n"].append(int(ok.sum()))
     res = {k: np.asarray(v, dtype=bool if k == "outside" else float) for k, v in out.items()}
     res["infinite"] = np.asarray(infinite, float)
@@ -149,7 +149,7 @@ def _draw_pair_summary(ax, s, color, label):
 
 
 def estimator_variant(rows: Sequence[dict], estimator: str) -> str:
-    """How `estimator`'s MI of this table was computed, in words, from its rows' notes.
+    """How `estimator`'s MI of this table was computed, in words, from its rows' ``estimate_kind``.
 
     Parameters
     ----------
@@ -166,12 +166,12 @@ def estimator_variant(rows: Sequence[dict], estimator: str) -> str:
         another its registry label ("KSG"); "" when the table has no finite estimate of
         `estimator`.
     """
-    hits = [r for r in rows if r["quantity"] == f"mi_{estimator}" and np.isfinite(_num(r, "value"))]
+    hits = [r for r in AnalysisTable.of(rows) if r["quantity"] == f"mi_{estimator}" and np.isfinite(_num(r, "value"))]
     if not hits:
         return ""
     if not get_estimator(estimator).covariance:
         return get_estimator(estimator).label
-    shrunk = sorted({r["iteration"] for r in hits if "ledoit-wolf shrinkage" in str(r.get("note", "")).lower()})
+    shrunk = sorted({r["iteration"] for r in hits if r["estimate_kind"] == "shrinkage"})
     if not shrunk:
         return "bias-corrected"
     if len(shrunk) == len({r["iteration"] for r in hits}):
@@ -188,8 +188,8 @@ def plot_mi_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], estimator: str
     itself. The line is the mean over the client pairs, the shaded band their range (min to
     max), the vertical bars the union of the pairs' confidence intervals. The exact MI (rows
     "mi_exact", where the task knows it) is drawn as black lines, one per pair. Iterations
-    where an estimate is outside the calibrated regime (:func:`mianalysis.regime.is_outside`
-    on some pair's note) are drawn hollow, with one legend entry for them all; infinite
+    where an estimate is outside the calibrated regime (``outside_calibration``
+    of some pair) are drawn hollow, with one legend entry for them all; infinite
     estimates (identical samples) are not drawn and the legend says where they are.
 
     Parameters
@@ -219,8 +219,9 @@ def plot_mi_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], estimator: str
             ax.fill_between(null["iteration"], null["mean"] - 2 * null_sd["high"], null["mean"] + 2 * null_sd["high"],
                             color="0.5", alpha=0.35, lw=0, label="null mean +- 2 sd (where estimated)")
     exact_label: str | None = "exact"
-    for a, b in _pairs(rows):
-        exact = select(rows, "mi_exact", a, b)
+    table = AnalysisTable.of(rows)
+    for a, b in _pairs(table):
+        exact = table.select("mi_exact", a, b)
         if exact:
             it, val = _finite([r["iteration"] for r in exact], [r["value"] for r in exact])
             ax.plot(it, val, color="black", lw=1, label=exact_label)
@@ -258,8 +259,9 @@ def plot_metric_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], metric: st
         A per-client quantity, such as "loss" or "accuracy".
     """
     by_it: dict[float, list[tuple[float, float]]] = {}
-    for c in _clients(rows):
-        for r in select(rows, metric, c):
+    table = AnalysisTable.of(rows)
+    for c in _clients(table):
+        for r in table.select(metric, c):
             by_it.setdefault(r["iteration"], []).append((_num(r, "value"), _num(r, "spread")))
     it = np.array(sorted(by_it), dtype=np.float64)
     vals = [np.array([v for v, _ in by_it[i]]) for i in sorted(by_it)]

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from mianalysis import gaussian_mi, mean_paired_distance
-from mianalysis.analysis import analyze, read_table, select, write_table
+from mianalysis.analysis import AnalysisTable, analyze
 from mianalysis.dumps import ParameterDump
 
 
@@ -21,25 +21,25 @@ def test_values_match_estimators_and_trend(tmp_path, rng):
     dump = ParameterDump.from_arrays(tmp_path / "d", samples, checkpoints=[0, 5, 10],
                                      metrics={c: {"loss": np.ones((3, 3000))} for c in samples})
     rows = analyze(dump, estimators=("gaussian",), out=tmp_path / "r.csv")
-    mi = select(rows, "mi_gaussian", "0", "1")
+    mi = rows.select("mi_gaussian", "0", "1")
     assert [r["iteration"] for r in mi] == [0, 5, 10]
     x, y = dump.samples("0", 2).astype(float), dump.samples("1", 2).astype(float)
     assert mi[2]["value"] == pytest.approx(gaussian_mi(x, y))
     exact = [-1.5 * np.log2(1 - rho**2) for rho in (0.0, 0.5, 0.8)]
     np.testing.assert_allclose([r["value"] for r in mi], exact, atol=0.05)
-    euc = select(rows, "euclidean", "0", "2")[1]
+    euc = rows.select("euclidean", "0", "2")[1]
     assert euc["value"] == pytest.approx(mean_paired_distance(dump.samples("0", 1), dump.samples("2", 1)), rel=1e-6)
-    loss = select(rows, "loss", "1")
+    loss = rows.select("loss", "1")
     assert len(loss) == 3 and loss[0]["client_b"] == "" and loss[0]["value"] == 1.0
-    assert read_table(tmp_path / "r.csv")[5]["quantity"] == rows[5]["quantity"]
+    assert AnalysisTable.read(tmp_path / "r.csv")[5]["quantity"] == rows[5]["quantity"]
 
 
 def test_permutations_give_null_and_pvalue(tmp_path, rng):
     dump = ParameterDump.from_arrays(tmp_path / "d", correlated_clients(rng, n_runs=300, rhos=(0.0, 0.9)))
     rows = analyze(dump, n_permutations=9, random_state=1)
-    strong = select(rows, "mi_ksg", "0", "1")[1]
+    strong = rows.select("mi_ksg", "0", "1")[1]
     assert strong["p_value"] == pytest.approx(0.1) and strong["value"] > strong["null_mean"] + 3 * strong["null_std"]
-    assert np.isfinite(select(rows, "mi_gaussian", "0", "2")[0]["null_mean"])
+    assert np.isfinite(rows.select("mi_gaussian", "0", "2")[0]["null_mean"])
 
 
 def test_identical_clients_and_shrinkage_are_noted(tmp_path, rng):
@@ -48,11 +48,11 @@ def test_identical_clients_and_shrinkage_are_noted(tmp_path, rng):
     other[1] += 0.1 * rng.standard_normal((40, 30))
     dump = ParameterDump.from_arrays(tmp_path / "d", {"a": same, "b": other})
     rows = analyze(dump, metrics=("chebyshev",))
-    first = select(rows, "mi_gaussian", "a", "b")[0]
+    first = rows.select("mi_gaussian", "a", "b")[0]
     assert first["value"] == np.inf and "identical samples" in first["note"]
-    second = select(rows, "mi_gaussian", "a", "b")[1]
+    second = rows.select("mi_gaussian", "a", "b")[1]
     assert np.isfinite(second["value"]) and "ledoit-wolf shrinkage: 40 runs <= 2 x 60" in second["note"]
-    assert select(rows, "chebyshev", "a", "b")[0]["value"] == 0.0
+    assert rows.select("chebyshev", "a", "b")[0]["value"] == 0.0
 
 
 def test_constant_parameters_are_dropped_and_noted(tmp_path, rng):
@@ -60,7 +60,7 @@ def test_constant_parameters_are_dropped_and_noted(tmp_path, rng):
     x[:, 1] = 2.0
     y = x + rng.standard_normal((500, 4))
     rows = analyze(ParameterDump.from_arrays(tmp_path / "d", [x, y]), estimators=("gaussian",))
-    row = select(rows, "mi_gaussian")[0]
+    row = rows.select("mi_gaussian")[0]
     assert "dropped 1 constant parameters" in row["note"] and np.isfinite(row["value"])
 
 
@@ -69,7 +69,7 @@ def test_layer_selection(tmp_path, rng):
     dump = ParameterDump.from_arrays(tmp_path / "d", samples, layout=[("w", (3,)), ("b", (1,))])
     rows = analyze(dump, estimators=("gaussian",), metrics=("manhattan",), layer="b")
     x, y = dump.samples("0", 0, layer="b"), dump.samples("1", 0, layer="b")
-    assert select(rows, "manhattan", "0", "1")[0]["value"] == pytest.approx(mean_paired_distance(x, y, "manhattan"), rel=1e-6)
+    assert rows.select("manhattan", "0", "1")[0]["value"] == pytest.approx(mean_paired_distance(x, y, "manhattan"), rel=1e-6)
 
 
 def test_bad_arguments(tmp_path, rng):
@@ -84,7 +84,7 @@ def test_bad_arguments(tmp_path, rng):
         analyze(tmp_path / "nope")
     with pytest.raises(ValueError, match="is not an analysis table"):
         (tmp_path / "x.csv").write_text("a,b\n1,2\n")
-        read_table(tmp_path / "x.csv")
+        AnalysisTable.read(tmp_path / "x.csv")
 
 
 def test_plots_from_table(tmp_path, rng):
@@ -93,9 +93,9 @@ def test_plots_from_table(tmp_path, rng):
     samples = correlated_clients(rng, n_runs=300)
     dump = ParameterDump.from_arrays(tmp_path / "d", samples, metrics={c: {"accuracy": np.full((3, 300), 0.5)} for c in samples})
     rows = analyze(dump, n_permutations=3)
-    write_table(rows, tmp_path / "r.csv")
+    rows.write(tmp_path / "r.csv")
     for kind in ("mi", "distances"):
-        path = save_figure(read_table(tmp_path / "r.csv"), kind, tmp_path / f"{kind}.png", title="t")
+        path = save_figure(AnalysisTable.read(tmp_path / "r.csv"), kind, tmp_path / f"{kind}.png", title="t")
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ValueError, match="`kind` must be one of"):
         save_figure(rows, "bars", tmp_path / "x.png")
@@ -103,7 +103,7 @@ def test_plots_from_table(tmp_path, rng):
 
 def test_ksg_from_each_clients_cached_distances(tmp_path, rng):
     from mianalysis import ksg_mi
-    from mianalysis.analysis import KSG_NOISE
+    from mianalysis.estimators import KSG_NOISE
     from mianalysis.estimators.ksg import add_tie_breaking_noise, standardize_columns
 
     samples = correlated_clients(rng, n_runs=400)
@@ -116,7 +116,7 @@ def test_ksg_from_each_clients_cached_distances(tmp_path, rng):
     t, a, b = 2, 0, 2
     noised = [add_tie_breaking_noise(standardize_columns(dump.samples(str(c), t).astype(float)), KSG_NOISE,
                                      np.random.default_rng([3, t, c, 2])) for c in range(3)]
-    row = select(cached, "mi_ksg", "0", "2")[t]
+    row = cached.select("mi_ksg", "0", "2")[t]
     assert row["value"] == pytest.approx(ksg_mi(noised[a], noised[b], noise=0), abs=1e-12)
     perm_rng = np.random.default_rng([3, t, a, b, 1])
     null = [ksg_mi(noised[a], noised[b][perm_rng.permutation(400)], noise=0) for _ in range(4)]
@@ -131,12 +131,12 @@ def test_ksg_from_each_clients_cached_distances(tmp_path, rng):
 def test_without_distance_cache_no_ksg_call_keeps_distances(tmp_path, rng, monkeypatch):
     import dataclasses
 
-    import mianalysis.analysis as analysis
+    import mianalysis.analysis.compute as compute
     from mianalysis.estimators.registry import get_estimator, register_estimator
 
     seen = []
     entry = get_estimator("ksg")
-    real_test, real_ksg = analysis.mi_permutation_test, entry.function
+    real_test, real_ksg = compute.mi_permutation_test, entry.function
 
     def spy_test(*args, **kwargs):
         seen.append(kwargs.get("distance_cache", "missing"))
@@ -146,7 +146,7 @@ def test_without_distance_cache_no_ksg_call_keeps_distances(tmp_path, rng, monke
         seen.append(kwargs.get("distance_cache", "missing"))
         return real_ksg(*args, **kwargs)
 
-    monkeypatch.setattr(analysis, "mi_permutation_test", spy_test)
+    monkeypatch.setattr(compute, "mi_permutation_test", spy_test)
     register_estimator(dataclasses.replace(entry, function=spy_ksg), replace=True)  # analyze's KSG estimates
     try:
         dump = ParameterDump.from_arrays(tmp_path / "d", correlated_clients(rng, n_runs=200))

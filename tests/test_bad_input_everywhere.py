@@ -112,7 +112,7 @@ API_CASES = [
      "`estimators` must be one of"),
     ("analyze-metric", lambda f: analyze(f / "dump", metrics=["cosine"], out=f / "t.csv"), ValueError,
      "`metrics` must be one of"),
-    ("analyze-k", lambda f: analyze(f / "dump", k=0, out=f / "t.csv"), ValueError, "`k` must be >= 1"),
+    ("analyze-k", lambda f: analyze(f / "dump", k=0, out=f / "t.csv"), ValueError, r"`k` must be in \[1, "),
     ("analyze-perms", lambda f: analyze(f / "dump", n_permutations=-1, out=f / "t.csv"), ValueError,
      "`n_permutations` must be >= 0"),
     ("analyze-perm-names", lambda f: analyze(f / "dump", n_permutations={"mine": 2}, out=f / "t.csv"), ValueError,

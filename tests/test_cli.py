@@ -3,7 +3,7 @@ import re
 import numpy as np
 import pytest
 
-from mianalysis.analysis import read_table
+from mianalysis.analysis import AnalysisTable
 from mianalysis.cli import main
 from mianalysis.dumps import ParameterDump
 
@@ -81,11 +81,12 @@ def test_sample_analyze_plot_verify(tmp_path, capsys):
     assert main(["analyze", str(dump), "--out", str(tmp_path / "r.csv"), "--permutations", "2", "--no-progress"]) == 0
     assert main(["plot", str(tmp_path / "r.csv"), "--out", str(tmp_path / "f.png"), "--kind", "distances"]) == 0
     assert (tmp_path / "f.png").stat().st_size > 1000
-    from mianalysis.analysis import read_table
+    from mianalysis.analysis import AnalysisTable
     from mianalysis.cli import _table_record
     from mianalysis.plots import figure_title
 
-    title = figure_title(read_table(tmp_path / "r.csv"), _table_record(tmp_path / "r.csv"))
+    table = AnalysisTable.read(tmp_path / "r.csv")
+    title = figure_title(table, _table_record(table))
     assert title.startswith("signal-rnn; init per-run; shared streams: none; 6 runs; Gaussian MI")
 
 
@@ -144,6 +145,6 @@ def test_analyze_without_distance_cache_gives_the_same_table(tmp_path):
     assert main(["analyze", str(tmp_path / "d"), "--out", str(tmp_path / "a.csv"), "--no-progress"]) == 0
     assert main(["analyze", str(tmp_path / "d"), "--out", str(tmp_path / "b.csv"), "--no-progress",
                  "--no-distance-cache"]) == 0
-    a, b = read_table(tmp_path / "a.csv"), read_table(tmp_path / "b.csv")
+    a, b = AnalysisTable.read(tmp_path / "a.csv"), AnalysisTable.read(tmp_path / "b.csv")
     assert [r["quantity"] for r in a] == [r["quantity"] for r in b]
     np.testing.assert_allclose([r["value"] for r in a], [r["value"] for r in b], atol=1e-9)

@@ -13,12 +13,12 @@ from scipy.special import digamma, gammaln  # noqa: E402
 import mianalysis  # noqa: E402
 from mianalysis import (ConstantFeatureWarning, ParameterDump, analyze, gaussian_copula_mi, gaussian_mi,  # noqa: E402
                         gaussian_mi_null, mi_permutation_test)
-from mianalysis.analysis import read_table, select  # noqa: E402
+from mianalysis.analysis import AnalysisTable  # noqa: E402
 from mianalysis.cli import main  # noqa: E402
 from mianalysis.estimators.copula import normal_scores  # noqa: E402
-from mianalysis.intervals import mi_interval, mi_replicates, resample_indices  # noqa: E402
+from mianalysis.analysis.intervals import mi_interval, mi_replicates, resample_indices  # noqa: E402
 from mianalysis.plots import figure_mi, figure_title  # noqa: E402
-from mianalysis.regime import estimate_regime_note  # noqa: E402
+from mianalysis.analysis.regime import estimate_regime_note  # noqa: E402
 
 LN2 = np.log(2.0)
 
@@ -178,14 +178,14 @@ def monotone_clients(n_runs=400, seed=10):
 def test_analyze_gives_copula_rows_with_their_interval_analytic_null_and_regime(tmp_path):
     dump = ParameterDump.from_arrays(tmp_path / "d", monotone_clients(), checkpoints=[0, 1])
     rows = analyze(dump, estimators=["gaussian", "ksg", "copula"], metrics=[], gaussian_null="analytic")
-    copula = select(rows, "mi_copula", "a", "b")
+    copula = rows.select("mi_copula", "a", "b")
     for t, row in enumerate(copula):
         x, y = (np.asarray(dump.samples(c, t), float) for c in ("a", "b"))
         assert row["value"] == pytest.approx(gaussian_copula_mi(x, y), abs=1e-12)
         assert row["value"] == pytest.approx(-np.log2(1 - 0.49), rel=0.1)  # 2 x 0.5 log2(1/(1 - 0.7^2))
         assert "analytic null (exact)" in row["note"] and 0 <= row["p_value"] <= 1e-3
         assert row["ci_low"] < row["value"] < row["ci_high"]
-    assert len(select(rows, "delta_mi_copula", "a", "b")) == 1
+    assert len(rows.select("delta_mi_copula", "a", "b")) == 1
     # Adding the copula estimator leaves the other rows as they were, to the bit.
     assert [r for r in rows if "copula" not in r["quantity"]] == analyze(dump, metrics=[], gaussian_null="analytic")
     assert estimate_regime_note("copula", 400, 200, 3.4) == \
@@ -216,7 +216,7 @@ def test_command_line_analyzes_and_estimates_with_copula(tmp_path, capsys):
     out = tmp_path / "t.csv"
     assert main(["-q", "analyze", str(dump.path), "--out", str(out), "--estimators", "copula", "--metrics",
                  "euclidean", "--no-progress"]) == 0
-    assert {r["quantity"] for r in read_table(out)} >= {"mi_copula", "delta_mi_copula"}
+    assert {r["quantity"] for r in AnalysisTable.read(out)} >= {"mi_copula", "delta_mi_copula"}
     x, y = tmp_path / "x.csv", tmp_path / "y.csv"
     data = monotone_clients(200)
     np.savetxt(x, data["a"][0], delimiter=",")

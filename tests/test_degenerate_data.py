@@ -18,7 +18,6 @@ import pytest
 
 from mianalysis import (ConstantFeatureWarning, ParameterDump, analyze, gaussian_mi, ksg_mi, mean_paired_distance,
                         mi_permutation_test, paired_distances)
-from mianalysis.analysis import select
 
 RNG = np.random.default_rng(11)
 X = RNG.standard_normal((300, 2))
@@ -102,7 +101,7 @@ def test_analyze_constant_client_is_zero_like_the_estimators(tmp_path, permutati
     rows = analyze(dump, metrics=(), n_permutations=permutations, distance_cache=distance_cache)
     for quantity in ("mi_gaussian", "mi_ksg"):
         for a, b in (("a", "b"), ("b", "c")):  # a constant with a moving client, and with an identical constant
-            for row in select(rows, quantity, a, b):
+            for row in rows.select(quantity, a, b):
                 assert row["value"] == 0.0, row
                 assert "constant across runs: MI is 0" in row["note"]
                 if permutations:
@@ -118,7 +117,7 @@ def test_analyze_identical_varying_parameters_are_still_infinite(tmp_path):
     other[..., 1] = 2.0  # differs only in a constant parameter
     same[..., 1] = 1.0
     dump = ParameterDump.from_arrays(tmp_path / "d", {"a": same, "b": other})
-    row = select(analyze(dump, metrics=()), "mi_gaussian")[0]
+    row = analyze(dump, metrics=()).select("mi_gaussian")[0]
     assert row["value"] == np.inf and "identical samples" in row["note"] and "dropped 2 constant" in row["note"]
 
 

@@ -1,12 +1,12 @@
 """What the sampling design forces on the MI between clients, written into the analysis
-table's MI rows (mianalysis.design)."""
+table's MI rows (mianalysis.analysis.design)."""
 
 import numpy as np
 import pytest
 
 from mianalysis import ParameterDump, ParameterSampler, analyze
-from mianalysis.design import design_note
-from mianalysis.regime import is_outside
+from mianalysis.analysis.design import design_note
+from mianalysis.analysis.regime import is_outside
 from mianalysis.tasks import GaussianSGDTask
 
 

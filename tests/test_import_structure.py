@@ -36,8 +36,7 @@ LAYERS = (
     # the sampler, which runs tasks into dumps
     ("mianalysis.sampling",),
     # dump -> tables
-    ("mianalysis.intervals", "mianalysis.regime", "mianalysis.design", "mianalysis.additive",
-     "mianalysis.additive_table", "mianalysis.analysis", "mianalysis.headroom"),
+    ("mianalysis.analysis", "mianalysis.headroom"),
     # tables -> figures and findings; integrations
     ("mianalysis.plots", "mianalysis.experiment", "mianalysis.demo", "mianalysis.report", "mianalysis.flower"),
     # entry points

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from mianalysis import ParameterDump, analyze, paired_distances
-from mianalysis.analysis import COLUMNS, OPTIONAL_COLUMNS, read_table, select, write_table
+from mianalysis.analysis import COLUMNS, OPTIONAL_COLUMNS, AnalysisTable
 from mianalysis.experiment import finding, overall_trend, trend_summary
-from mianalysis.intervals import mean_interval, mi_interval, trend_verdict
+from mianalysis.analysis.intervals import mean_interval, mi_interval, trend_verdict
 
 RHO = 0.5
 
@@ -69,7 +69,7 @@ def _two_checkpoints(path, rho0, rho1, n, d=2, seed=0, carry=0.0):
 
 
 def _delta(rows, quantity):
-    (row,) = select(rows, f"delta_{quantity}")
+    (row,) = rows.select(f"delta_{quantity}")
     return row
 
 
@@ -82,7 +82,7 @@ def test_a_real_rise_in_mi_is_detected(tmp_path):
         assert _delta(rows, "mi_ksg")["verdict"] == "rising"
         assert _delta(rows, "euclidean")["verdict"] == "falling"  # more correlated: closer
         row = _delta(rows, "mi_gaussian")
-        later, earlier = select(rows, "mi_gaussian")[1]["value"], select(rows, "mi_gaussian")[0]["value"]
+        later, earlier = rows.select("mi_gaussian")[1]["value"], rows.select("mi_gaussian")[0]["value"]
         assert row["value"] == pytest.approx(later - earlier) and row["ci_low"] < row["value"] < row["ci_high"]
 
 
@@ -103,7 +103,7 @@ def test_changes_are_paired(tmp_path):
     dump = _two_checkpoints(tmp_path / "d", RHO, RHO, 300, seed=5, carry=0.99)
     rows = analyze(dump, estimators=["gaussian"], metrics=["euclidean"], ci_resamples=50, verify=False)
     for q in ("mi_gaussian", "euclidean"):
-        est = select(rows, q)[1]
+        est = rows.select(q)[1]
         assert np.isfinite(est["ci_low"])
         width = _delta(rows, q)["ci_high"] - _delta(rows, q)["ci_low"]
         assert width < 0.5 * (est["ci_high"] - est["ci_low"])
@@ -116,7 +116,8 @@ def test_no_verdict_from_a_shrinkage_estimate(tmp_path):
     row = _delta(rows, "mi_gaussian")
     assert row["verdict"] == "not made: shrinkage estimate" and "ledoit-wolf" in row["note"]
     assert finding(rows)["mi_gaussian_rising"] == "not made: shrinkage estimate"
-    assert trend_verdict(0.1, 0.2, row["note"]) == "not made: shrinkage estimate"
+    assert row["estimate_kind"] == "shrinkage"
+    assert trend_verdict(0.1, 0.2, shrinkage=row["estimate_kind"] == "shrinkage") == "not made: shrinkage estimate"
 
 
 def test_same_random_state_same_intervals(tmp_path):
@@ -125,7 +126,7 @@ def test_same_random_state_same_intervals(tmp_path):
     first, again, other = (analyze(dump, random_state=r, **kwargs) for r in (0, 0, 1))
     ci = [(r["quantity"], r["ci_low"], r["ci_high"]) for r in first]
     assert ci == [(r["quantity"], r["ci_low"], r["ci_high"]) for r in again]
-    assert select(first, "mi_gaussian")[0]["ci_low"] != select(other, "mi_gaussian")[0]["ci_low"]
+    assert first.select("mi_gaussian")[0]["ci_low"] != other.select("mi_gaussian")[0]["ci_low"]
 
 
 def test_level_and_method_are_recorded(tmp_path):
@@ -134,23 +135,23 @@ def test_level_and_method_are_recorded(tmp_path):
                      out=tmp_path / "t.csv")
     wide = analyze(dump, estimators=["gaussian"], metrics=["euclidean"], ci_resamples=20, ci_level=0.99)
     for q in ("mi_gaussian", "euclidean"):
-        n, w = select(narrow, q)[0], select(wide, q)[0]
+        n, w = narrow.select(q)[0], wide.select(q)[0]
         assert w["ci_low"] < n["ci_low"] < n["value"] < n["ci_high"] < w["ci_high"]
     import json
 
     settings = json.loads((tmp_path / "t.csv.json").read_text())["settings"]
     assert settings["ci_level"] == 0.5 and settings["ci_resamples"] == {"gaussian": 20}
     assert settings["ci_method"]["mi_gaussian"] == "bootstrap" and settings["ci_method"]["distances"] == "normal"
-    assert [r["ci_low"] for r in read_table(tmp_path / "t.csv")] == pytest.approx(
+    assert [r["ci_low"] for r in AnalysisTable.read(tmp_path / "t.csv")] == pytest.approx(
         [r["ci_low"] for r in narrow], nan_ok=True)
 
 
 def test_zero_resamples_give_no_mi_interval(tmp_path):
     dump = _two_checkpoints(tmp_path / "d", 0.3, 0.5, 100)
     rows = analyze(dump, estimators=["gaussian"], metrics=["euclidean"], ci_resamples=0)
-    assert np.isnan(select(rows, "mi_gaussian")[0]["ci_low"])
+    assert np.isnan(rows.select("mi_gaussian")[0]["ci_low"])
     assert _delta(rows, "mi_gaussian")["verdict"] == "not made: no interval"
-    assert np.isfinite(select(rows, "euclidean")[0]["ci_low"])  # distances need no resamples
+    assert np.isfinite(rows.select("euclidean")[0]["ci_low"])  # distances need no resamples
 
 
 @pytest.mark.parametrize("kwargs, match", [({"ci_level": 1.5}, "`ci_level`"), ({"ci_level": 0}, "`ci_level`"),
@@ -173,13 +174,13 @@ def test_old_tables_without_intervals_still_load_and_plot(tmp_path):
         writer = csv.DictWriter(fh, fieldnames=[c for c in COLUMNS if c not in OPTIONAL_COLUMNS])
         writer.writeheader()
         writer.writerows(old)
-    table = read_table(tmp_path / "old.csv")
+    table = AnalysisTable.read(tmp_path / "old.csv")
     assert all(np.isnan(r["ci_low"]) and r["verdict"] == "" for r in table)
     assert save_figure(table, "mi", tmp_path / "mi.png").exists()
     assert save_figure(table, "distances", tmp_path / "d.png").exists()
     assert finding(table)["distances_growing"].startswith("not made")
-    write_table(rows, tmp_path / "new.csv")
-    assert save_figure(read_table(tmp_path / "new.csv"), "mi", tmp_path / "mi_new.png").exists()
+    rows.write(tmp_path / "new.csv")
+    assert save_figure(AnalysisTable.read(tmp_path / "new.csv"), "mi", tmp_path / "mi_new.png").exists()
 
 
 def test_trend_summary_reads_the_step_verdicts(tmp_path):
@@ -218,7 +219,7 @@ def test_finding_does_not_read_a_rise_from_point_estimates(tmp_path):
     for s in range(20):
         dump = _two_checkpoints(tmp_path / str(s), RHO, RHO, 200, seed=200 + s)
         rows = analyze(dump, estimators=["gaussian"], metrics=["euclidean"], ci_resamples=30, verify=False)
-        first, last = (r["value"] for r in select(rows, "mi_gaussian"))
+        first, last = (r["value"] for r in rows.select("mi_gaussian"))
         if last > first and _delta(rows, "mi_gaussian")["verdict"] == "no detectable change":
             break
     else:
@@ -233,7 +234,7 @@ def test_above_null_comes_from_the_p_value_never_from_a_shrinkage_estimate(tmp_p
     dump = _two_checkpoints(tmp_path / "d", 0.8, 0.8, 200)
     kwargs = {"estimators": ["gaussian", "ksg"], "metrics": [], "ci_resamples": 0, "verify": False}
     few = analyze(dump, n_permutations={"ksg": 4}, gaussian_null="analytic", **kwargs)
-    row = select(few, "mi_ksg")[1]
+    row = few.select("mi_ksg")[1]
     assert row["value"] > row["null_mean"] + 3 * row["null_std"] and row["p_value"] == pytest.approx(0.2)
     assert finding(few)["mi_ksg_above_null"] is False
     assert finding(few, {"ksg": 4})["mi_ksg_above_null"] == "not made: 4 permutations cannot give p <= 0.05"
@@ -245,5 +246,5 @@ def test_above_null_comes_from_the_p_value_never_from_a_shrinkage_estimate(tmp_p
     assert finding(nan)["mi_ksg_above_null"] == "not made: no estimate"
     shrunk = analyze(_two_checkpoints(tmp_path / "s", 0.9, 0.9, 40, d=20), estimators=["gaussian"], metrics=[],
                      n_permutations=19, ci_resamples=0, verify=False)
-    assert "ledoit-wolf" in select(shrunk, "mi_gaussian")[1]["note"] and select(shrunk, "mi_gaussian")[1]["p_value"] <= 0.05
+    assert "ledoit-wolf" in shrunk.select("mi_gaussian")[1]["note"] and shrunk.select("mi_gaussian")[1]["p_value"] <= 0.05
     assert finding(shrunk)["mi_gaussian_above_null"] == "not made: shrinkage estimate"

@@ -32,7 +32,8 @@ FEDERATE = ["federate", "--clients", "3", "--fraction", "1", "--rounds", "1", "-
 # on stdin (or stdin is closed).
 PAUSING_CLI = r"""
 import runpy, sys
-from mianalysis import analysis, dumps
+from mianalysis import dumps
+from mianalysis.analysis import journal
 
 def pausing(write):
     def paused(*args, **kwargs):
@@ -43,7 +44,7 @@ def pausing(write):
     return paused
 
 dumps.ParameterDump.write_chunk = pausing(dumps.ParameterDump.write_chunk)
-analysis._Journal.append = pausing(analysis._Journal.append)
+journal.Journal.append = pausing(journal.Journal.append)
 sys.argv = ["mianalysis", *sys.argv[1:]]
 runpy.run_module("mianalysis.cli", run_name="__main__", alter_sys=True)
 """

@@ -46,23 +46,23 @@ def test_quiet_prints_no_wrote_lines_and_no_bars(tmp_path, capsys):
 
 
 def test_resumed_analysis_is_reported(tmp_path, capsys, monkeypatch):
-    from mianalysis import analysis
+    from mianalysis.analysis import journal
 
     dump = tmp_path / "dump"
     assert main(["-q", "sample", "--task", "gaussian-sgd", "--runs", "40", "--out", str(dump)]) == 0
     table = tmp_path / "r.csv"
     analyze = ["analyze", str(dump), "--out", str(table), "--permutations", "2", "--no-progress",
                "--estimators", "gaussian"]
-    append = analysis._Journal.append
+    append = journal.Journal.append
 
     def append_then_stop(self, t, rows):  # Ctrl-C once the second checkpoint is saved
         append(self, t, rows)
         if t == 1:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(analysis._Journal, "append", append_then_stop)
+    monkeypatch.setattr(journal.Journal, "append", append_then_stop)
     assert main(analyze) == 130
-    monkeypatch.setattr(analysis._Journal, "append", append)
+    monkeypatch.setattr(journal.Journal, "append", append)
     capsys.readouterr()
     assert main(analyze) == 0
     err = capsys.readouterr().err

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from mianalysis import ParameterDump, ksg_mi
-from mianalysis.analysis import read_table
+from mianalysis.analysis import AnalysisTable
 from mianalysis import _memory
 from mianalysis.estimators._neighbours import symmetric_cache_bytes, use_distance_cache
 
@@ -241,4 +241,4 @@ def test_cli_analyze_under_ulimit_v_falls_back_to_the_o_n_path(tmp_path):
                          preexec_fn=_limited(peak + HEADROOM))
     assert out.returncode == 0, out.stderr[-2000:]
     assert (tmp_path / "limited.csv").read_bytes() == (tmp_path / "free.csv").read_bytes()
-    assert len(read_table(tmp_path / "limited.csv")) == 2 * 3 * 2 + 3 * 2  # estimates, then 1 step of changes
+    assert len(AnalysisTable.read(tmp_path / "limited.csv")) == 2 * 3 * 2 + 3 * 2  # estimates, then 1 step of changes

@@ -160,7 +160,8 @@ def test_analysis_sidecar_and_resumed_analysis(tmp_path, monkeypatch):
     assert main(["analyze", str(tmp_path / "d"), "--out", str(tmp_path / "t.csv"), "--no-progress"]) == 0
     sidecar = json.loads(sidecar_path(tmp_path / "t.csv").read_text())
     assert sidecar_path(tmp_path / "t.csv") == tmp_path / "t.csv.json"
-    assert set(sidecar) == {"table", "settings", "dump_verified", "dump_runs", "dump_provenance", "provenance"}
+    assert set(sidecar) == {"format_version", "table", "settings", "dump_verified", "dump_runs", "dump_provenance",
+                            "provenance"}
     assert sidecar["table"] == "t.csv" and sidecar["settings"]["k"] == 3 and sidecar["dump_verified"] is True
     assert sidecar["dump_provenance"] == ParameterDump.open(tmp_path / "d").provenance
     [session] = sidecar["provenance"]
@@ -169,19 +170,19 @@ def test_analysis_sidecar_and_resumed_analysis(tmp_path, monkeypatch):
 
     # Interrupted after the first checkpoint, resumed by another session: both recorded,
     # the table the same bytes.
-    import mianalysis.analysis as analysis
+    from mianalysis.analysis.journal import Journal
 
-    original = analysis._Journal.append
+    original = Journal.append
 
     def interrupted(self, checkpoint, rows):
         original(self, checkpoint, rows)
         if checkpoint == 0:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(analysis._Journal, "append", interrupted)
+    monkeypatch.setattr(Journal, "append", interrupted)
     with pytest.raises(KeyboardInterrupt):
         analyze(tmp_path / "d", out=tmp_path / "r.csv")
-    monkeypatch.setattr(analysis._Journal, "append", original)
+    monkeypatch.setattr(Journal, "append", original)
     monkeypatch.setattr(sys, "argv", ["second"])
     analyze(tmp_path / "d", out=tmp_path / "r.csv")
     assert (tmp_path / "r.csv").read_bytes() == (tmp_path / "t.csv").read_bytes()
@@ -190,10 +191,10 @@ def test_analysis_sidecar_and_resumed_analysis(tmp_path, monkeypatch):
     check_session(second, argv=["second"])
 
     # A partial analysis with provenance still refuses a real change of settings.
-    monkeypatch.setattr(analysis._Journal, "append", interrupted)
+    monkeypatch.setattr(Journal, "append", interrupted)
     with pytest.raises(KeyboardInterrupt):
         analyze(tmp_path / "d", out=tmp_path / "s.csv")
-    monkeypatch.setattr(analysis._Journal, "append", original)
+    monkeypatch.setattr(Journal, "append", original)
     journal = (tmp_path / "s.csv.partial").read_bytes()
     with pytest.raises(ValueError, match=r"s.csv.partial holds a partial analysis with other settings .*'k': \(3, 4\)"):
         analyze(tmp_path / "d", out=tmp_path / "s.csv", k=4)

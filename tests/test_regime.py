@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from mianalysis import ParameterDump, analyze, ksg_mi, mi_permutation_test
-from mianalysis.analysis import read_table
-from mianalysis.regime import (GAUSSIAN_MAX_BITS, GAUSSIAN_MIN_RUNS_PER_DIM, KSG_MAX_BITS, KSG_MAX_JOINT_DIMS,
+from mianalysis.analysis import AnalysisTable
+from mianalysis.analysis.regime import (GAUSSIAN_MAX_BITS, GAUSSIAN_MIN_RUNS_PER_DIM, KSG_MAX_BITS, KSG_MAX_JOINT_DIMS,
                                KSG_MIN_RUNS, estimate_regime_note, is_outside)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,7 +77,7 @@ def test_by_layer_respects_layer_selection_and_keeps_metrics_once(tmp_path):
 def test_by_layer_table_round_trip_and_old_tables(tmp_path, layered_dump):
     rows = analyze(layered_dump, by="layer", estimators=["gaussian"], metrics=[], verify=False,
                    out=tmp_path / "t.csv")
-    assert [r["layer"] for r in read_table(tmp_path / "t.csv")] == [r["layer"] for r in rows]
+    assert [r["layer"] for r in AnalysisTable.read(tmp_path / "t.csv")] == [r["layer"] for r in rows]
     import json
     settings = json.loads((tmp_path / "t.csv.json").read_text())["settings"]
     assert settings["by"] == "layer" and settings["ksg_standardize"] is True
@@ -92,7 +92,7 @@ def test_by_layer_table_round_trip_and_old_tables(tmp_path, layered_dump):
         writer.writeheader()
         writer.writerows(rows)
     assert "layer" not in old.read_text().splitlines()[0]
-    assert {r["layer"] for r in read_table(old)} == {""}
+    assert {r["layer"] for r in AnalysisTable.read(old)} == {""}
 
 
 def test_by_rejects_unknown(layered_dump):
@@ -107,7 +107,7 @@ def test_cli_by_layer(tmp_path, layered_dump):
 
     main(["analyze", str(layered_dump.path), "--out", str(tmp_path / "t.csv"), "--by", "layer",
           "--estimators", "gaussian", "--metrics", "euclidean", "--no-progress", "--no-standardize"])
-    rows = read_table(tmp_path / "t.csv")
+    rows = AnalysisTable.read(tmp_path / "t.csv")
     assert {r["layer"] for r in rows} == {"w", "bias"}
 
 

@@ -9,13 +9,13 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from mianalysis import ParameterDump, analyze, mi_permutation_test  # noqa: E402
-from mianalysis.analysis import read_table, select  # noqa: E402
+from mianalysis.analysis import AnalysisTable  # noqa: E402
 from mianalysis.cli import build_parser, main  # noqa: E402
 from mianalysis.estimators.registry import (Estimator, estimator_names, get_estimator,  # noqa: E402
                                             register_estimator, unregister_estimator)
-from mianalysis.intervals import mi_interval, resample_indices  # noqa: E402
+from mianalysis.analysis.intervals import mi_interval, resample_indices  # noqa: E402
 from mianalysis.plots import estimator_variant, figure_mi, figure_title  # noqa: E402
-from mianalysis.regime import estimate_regime_note  # noqa: E402
+from mianalysis.analysis.regime import estimate_regime_note  # noqa: E402
 
 
 def first_coordinates_mi(x, y):
@@ -70,7 +70,7 @@ def test_toy_estimator_reaches_analyze_tests_intervals_and_regime(toy, tmp_path)
     samples = two_clients()
     dump = ParameterDump.from_arrays(tmp_path / "d", samples, checkpoints=[0, 1])
     rows = analyze(dump, estimators=["gaussian", "first"], metrics=[], n_permutations={"first": 19})
-    first = select(rows, "mi_first", "a", "b")
+    first = rows.select("mi_first", "a", "b")
     assert [r["checkpoint"] for r in first] == [0, 1]
     stored = [(np.asarray(dump.samples("a", t), float), np.asarray(dump.samples("b", t), float)) for t in (0, 1)]
     for t, row in enumerate(first):
@@ -78,7 +78,7 @@ def test_toy_estimator_reaches_analyze_tests_intervals_and_regime(toy, tmp_path)
         assert row["p_value"] == pytest.approx(0.05) and np.isfinite(row["null_mean"])
         assert row["ci_low"] < row["value"] < row["ci_high"]  # 8 bootstrap resamples (the entry's default)
         assert "outside calibration" not in row["note"]  # no regime recorded: no note
-    assert len(select(rows, "delta_mi_first", "a", "b")) == 1
+    assert len(rows.select("delta_mi_first", "a", "b")) == 1
     # Another registered estimator leaves the Gaussian rows as they were, to the bit.
     alone = analyze(dump, estimators=["gaussian"], metrics=[])
     assert [r for r in rows if "gaussian" in r["quantity"]] == alone
@@ -115,7 +115,7 @@ def test_toy_estimator_is_a_choice_of_the_command_line(toy, tmp_path, capsys):
     out = tmp_path / "t.csv"
     assert main(["-q", "analyze", str(dump.path), "--out", str(out), "--estimators", "first", "--metrics",
                  "euclidean", "--no-progress"]) == 0
-    assert {r["quantity"] for r in read_table(out)} == {"euclidean", "mi_first", "delta_euclidean", "delta_mi_first"}
+    assert {r["quantity"] for r in AnalysisTable.read(out)} == {"euclidean", "mi_first", "delta_euclidean", "delta_mi_first"}
     capsys.readouterr()
 
 

@@ -89,20 +89,20 @@ def _settings_of(tmp_path):
     """The settings line analyze writes for the default arguments on tmp_path/d."""
     from mianalysis.analysis import analyze
 
-    captured = {}
-    import mianalysis.analysis as analysis
+    from mianalysis.analysis.journal import Journal
 
-    original = analysis._Journal.__init__
+    captured = {}
+    original = Journal.__init__
 
     def spy(self, path, settings):
         captured.update(settings)
         original(self, path, settings)
 
-    analysis._Journal.__init__ = spy
+    Journal.__init__ = spy
     try:
         analyze(tmp_path / "d", out=tmp_path / "spy.csv")
     finally:
-        analysis._Journal.__init__ = original
+        Journal.__init__ = original
     return json.loads(json.dumps(captured))
 
 

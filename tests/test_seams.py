@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from mianalysis import ParameterDump, analyze
-from mianalysis.analysis import write_table
+from mianalysis.analysis import TYPED_COLUMNS
+from mianalysis.analysis.table import columns_from_note
 
 GOLDEN = Path(__file__).parent / "data" / "seams_golden.csv"
 
@@ -47,7 +48,7 @@ def golden_tables(path):
     dump = golden_dump(path / "dump")
     text = ""
     for i, case in enumerate(CASES):
-        write_table(analyze(dump, **case), path / f"{i}.csv")
+        analyze(dump, **case).write(path / f"{i}.csv")
         text += (path / f"{i}.csv").read_text()
     return text
 
@@ -67,9 +68,18 @@ def _fields(text):
 
 
 def test_analysis_tables_are_unchanged(tmp_path):
+    # The golden tables are of format version 1: the typed columns that follow its columns
+    # are those its notes imply (mianalysis.analysis.table.columns_from_note).
     got, want = _fields(golden_tables(tmp_path)), _fields(GOLDEN.read_text())
-    assert [len(r) for r in got] == [len(r) for r in want]
+    assert [len(r) for r in got] == [len(r) + len(TYPED_COLUMNS) for r in want]
+    header = want[0]
     for i, (row, golden) in enumerate(zip(got, want)):
+        if golden == header:
+            assert row == golden + list(TYPED_COLUMNS)
+        else:
+            p_value = golden[header.index("p_value")]
+            typed = columns_from_note(golden[header.index("note")], p_value if isinstance(p_value, float) else np.nan)
+            assert row[len(golden):] == [str(typed[c]) for c in TYPED_COLUMNS], (i, row, golden)
         for a, b in zip(row, golden):
             if isinstance(b, float):
                 assert isinstance(a, float) and (a == b or np.isclose(a, b, rtol=1e-12, atol=0)
@@ -184,13 +194,14 @@ def test_chunks_digest_fingerprints_the_completed_chunks(tmp_path):
 def test_one_ksg_noise_default():
     import inspect
 
-    from mianalysis import MarginalDistances, analysis, ksg_mi
+    from mianalysis import MarginalDistances, ksg_mi
+    from mianalysis.analysis import compute
     from mianalysis.estimators import KSG_NOISE
     from mianalysis.estimators import ksg, significance
 
     assert KSG_NOISE == 1e-10
     assert inspect.signature(ksg_mi).parameters["noise"].default is KSG_NOISE
     assert inspect.signature(MarginalDistances.of).parameters["noise"].default is KSG_NOISE
-    assert analysis.KSG_NOISE is significance.KSG_NOISE is ksg.KSG_NOISE
-    for module in (analysis, significance):
+    assert compute.KSG_NOISE is significance.KSG_NOISE is ksg.KSG_NOISE
+    for module in (compute, significance):
         assert "1e-10" not in inspect.getsource(module)

@@ -4,8 +4,8 @@ Adding an estimator is one :func:`register_estimator` call (plus its tests): the
 says which function computes it, which keyword arguments it takes, how its confidence
 intervals resample the runs, which nulls apply, how a figure labels and colours it and
 where its calibrated regime is described. :func:`mianalysis.analyze`,
-:func:`mianalysis.mi_permutation_test`, :mod:`mianalysis.intervals`,
-:mod:`mianalysis.regime`, :mod:`mianalysis.plots` and the command line (``--estimator``,
+:func:`mianalysis.mi_permutation_test`, :mod:`mianalysis.analysis.intervals`,
+:mod:`mianalysis.analysis.regime`, :mod:`mianalysis.plots` and the command line (``--estimator``,
 ``--estimators``) read the entries and know no estimator by name otherwise.
 
 Examples
@@ -61,7 +61,7 @@ class Estimator:
     label : str
         Short name for figure titles ("KSG").
     interval : {"bootstrap", "half-subsampling"}, default="bootstrap"
-        How :mod:`mianalysis.intervals` resamples the runs for its confidence interval:
+        How :mod:`mianalysis.analysis.intervals` resamples the runs for its confidence interval:
         bootstrap resamples (with replacement) or random halves (without: for estimators
         that duplicated runs bias, such as k-NN ones).
     ci_resamples : int, default=20
@@ -86,7 +86,7 @@ class Estimator:
         Whether `function` takes ``random_state`` (analyses pass the stream's generator).
     regime : str, callable or None, default=None
         Where the estimator was calibrated against known MI: a name of
-        :data:`mianalysis.regime.REGIMES` ("gaussian", "ksg") or a function
+        :data:`mianalysis.analysis.regime.REGIMES` ("gaussian", "ksg") or a function
         ``(n_runs, n_features, value_bits, shrinkage) -> list of reasons`` (empty inside the
         regime). None: no calibration is recorded, and rows get no regime note.
     color : str, optional

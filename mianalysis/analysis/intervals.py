@@ -43,8 +43,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.special import ndtri, stdtrit
 
-from ._validation import check_int, check_random_state, check_real
-from .estimators.registry import get_estimator
+from .._validation import check_int, check_random_state, check_real
+from ..estimators.registry import get_estimator
 
 __all__ = ["DISTANCE_METHOD", "interval_method", "mean_interval", "mi_interval", "mi_replicates", "normal_interval",
            "resample_indices", "trend_verdict"]
@@ -60,7 +60,7 @@ def interval_method(estimator: str) -> str:
 
     Examples
     --------
-    >>> from mianalysis.intervals import interval_method
+    >>> from mianalysis.analysis.intervals import interval_method
     >>> interval_method("gaussian"), interval_method("ksg")
     ('bootstrap', 'half-subsampling')
     """
@@ -83,7 +83,7 @@ def normal_interval(estimate: float, se: float, level: float = 0.95, df: int | N
 
     Examples
     --------
-    >>> from mianalysis.intervals import normal_interval
+    >>> from mianalysis.analysis.intervals import normal_interval
     >>> [round(v, 3) for v in normal_interval(1.0, 0.5, 0.95)]
     [0.02, 1.98]
     """
@@ -98,7 +98,7 @@ def mean_interval(values: ArrayLike, level: float = 0.95) -> tuple[float, float,
 
     Examples
     --------
-    >>> from mianalysis.intervals import mean_interval
+    >>> from mianalysis.analysis.intervals import mean_interval
     >>> [round(v, 3) for v in mean_interval([1.0, 2.0, 3.0, 4.0], 0.95)]
     [2.5, 1.235, 3.765]
     """
@@ -119,7 +119,7 @@ def resample_indices(n: int, n_resamples: int, estimator: str,
 
     Examples
     --------
-    >>> from mianalysis.intervals import resample_indices
+    >>> from mianalysis.analysis.intervals import resample_indices
     >>> resample_indices(10, 3, "ksg").shape
     (3, 5)
     """
@@ -144,12 +144,12 @@ def mi_replicates(x: np.ndarray, y: np.ndarray, estimator: str, indices: np.ndar
     Examples
     --------
     >>> import numpy as np
-    >>> from mianalysis.intervals import mi_replicates
+    >>> from mianalysis.analysis.intervals import mi_replicates
     >>> x = np.arange(8.0)[:, None]
     >>> mi_replicates(x, -x, "gaussian", np.array([[0, 0, 0, 0, 0, 0, 0, 0]]))
     array([0.])
     """
-    from .estimators import gaussian_mi
+    from ..estimators import gaussian_mi
 
     entry = get_estimator(estimator)
     out = np.empty(len(indices))
@@ -183,7 +183,7 @@ def _gaussian_bits(x, y):
     """:func:`mianalysis.gaussian_mi` (bias-corrected, bits) without its input checks and
     thread-pool setup, which cost more than the estimate itself at the small sizes a
     resample loop meets; None when a covariance is not positive definite."""
-    from .estimators.gaussian import gram_matrix, wishart_logdet_bias
+    from ..estimators.gaussian import gram_matrix, wishart_logdet_bias
 
     n, dx = x.shape
     d = dx + y.shape[1]
@@ -233,14 +233,14 @@ def mi_interval(x: ArrayLike, y: ArrayLike, estimator: str = "gaussian", *, n_re
     Correlation 0.6 in each of 2 dimensions, exact MI -log2(1 - 0.36) = 0.644 bits:
 
     >>> import numpy as np
-    >>> from mianalysis.intervals import mi_interval
+    >>> from mianalysis.analysis.intervals import mi_interval
     >>> rng = np.random.default_rng(0)
     >>> x = rng.standard_normal((1000, 2))
     >>> y = 0.6 * x + 0.8 * rng.standard_normal((1000, 2))
     >>> [round(v, 3) for v in mi_interval(x, y, n_resamples=200)]
     [0.625, 0.557, 0.693]
     """
-    from ._validation import check_paired
+    from .._validation import check_paired
     entry = get_estimator(estimator)
     x, y = check_paired(x, y)
     level = check_level(level, "level")
@@ -259,20 +259,21 @@ def mi_interval(x: ArrayLike, y: ArrayLike, estimator: str = "gaussian", *, n_re
     return float(estimate), low, high
 
 
-def trend_verdict(low: float, high: float, note: str | None = "") -> str:
+def trend_verdict(low: float, high: float, *, shrinkage: bool = False) -> str:
     """"rising" if the change's interval lies above 0, "falling" if below, else "no
-    detectable change"; "not made: shrinkage estimate" when `note` says a Ledoit-Wolf
-    shrinkage estimate was involved, "not made: no interval" when there is none.
+    detectable change"; "not made: shrinkage estimate" when a Ledoit-Wolf shrinkage
+    estimate was involved (`shrinkage`: a row's ``estimate_kind`` is "shrinkage"), "not
+    made: no interval" when there is none.
 
     Examples
     --------
-    >>> from mianalysis.intervals import trend_verdict
+    >>> from mianalysis.analysis.intervals import trend_verdict
     >>> trend_verdict(0.1, 0.3), trend_verdict(-0.1, 0.3), trend_verdict(-0.3, -0.1)
     ('rising', 'no detectable change', 'falling')
-    >>> trend_verdict(0.1, 0.3, "ledoit-wolf shrinkage: 40 runs <= 2 x 60 joint dimensions")
+    >>> trend_verdict(0.1, 0.3, shrinkage=True)
     'not made: shrinkage estimate'
     """
-    if "ledoit-wolf" in (note or ""):
+    if shrinkage:
         return SHRINKAGE
     if not (np.isfinite(low) and np.isfinite(high)):
         return "not made: no interval"

@@ -13,8 +13,8 @@ import numbers
 
 import numpy as np
 
-from ._validation import check_int
-from .estimators.registry import get_estimator
+from .._validation import check_int
+from ..estimators.registry import get_estimator
 
 __all__ = [
     "GAUSSIAN_MIN_RUNS_PER_DIM", "GAUSSIAN_MAX_BITS", "KSG_MAX_JOINT_DIMS", "KSG_MIN_RUNS", "KSG_MAX_BITS",
@@ -69,7 +69,7 @@ def estimate_regime_note(estimator: str, n_runs: int, n_features: int, value: fl
 
     Examples
     --------
-    >>> from mianalysis.regime import estimate_regime_note
+    >>> from mianalysis.analysis.regime import estimate_regime_note
     >>> estimate_regime_note("gaussian", 2000, 200, 150.0)
     ''
     >>> estimate_regime_note("gaussian", 400, 200, 3.4)
@@ -129,7 +129,7 @@ def is_outside(note: object) -> bool:
 
     Examples
     --------
-    >>> from mianalysis.regime import is_outside
+    >>> from mianalysis.analysis.regime import is_outside
     >>> is_outside("dropped 2 constant parameters; outside calibration: > 4 joint dims")
     True
     """

@@ -43,7 +43,7 @@ def design_note(meta: Mapping[str, Any], streams: Sequence[str] | None = None) -
 
     Examples
     --------
-    >>> from mianalysis.design import design_note
+    >>> from mianalysis.analysis.design import design_note
     >>> design_note({"init": "fixed"})
     'design: fixed start, no stream shared: the clients are independent (MI 0 in truth)'
     >>> design_note({"init": "per-run", "shared": ["order", "dropout"], "task": "signal-rnn"})
@@ -56,7 +56,7 @@ def design_note(meta: Mapping[str, Any], streams: Sequence[str] | None = None) -
         return ""
     shared = [str(s) for s in meta.get("shared") or []]
     if streams is None:
-        from .tasks import TASKS
+        from ..tasks import TASKS
 
         name = meta.get("task")
         task = TASKS.get(name) if isinstance(name, str) else None

@@ -1,0 +1,23 @@
+"""Dump -> analysis table, and what the table's numbers rest on.
+
+- :func:`analyze` (:mod:`.assemble`): MI and distances between every pair of clients at
+  every checkpoint of a dump, as an :class:`AnalysisTable` (:mod:`.table`: rows, settings,
+  provenance; CSV + JSON sidecar). Its steps: the checks (:mod:`.validate`), one
+  checkpoint's rows (:mod:`.compute`), the journal that makes it resumable
+  (:mod:`.journal`) and the assembly in checkpoint order (:mod:`.assemble`).
+- What the rows rest on: confidence intervals (:mod:`.intervals`), the calibrated regime of
+  each estimator (:mod:`.regime`), what the sampling design forces on the MI
+  (:mod:`.design`), and the additive-noise model's prediction of MI changes
+  (:mod:`.additive`, :mod:`.additive_table`).
+"""
+
+from .assemble import analyze
+from .compute import gaussian_settings
+from .table import (BASE_COLUMNS, COLUMNS, ESTIMATE_KINDS, FORMAT_VERSION, NULL_METHODS, OPTIONAL_COLUMNS,
+                    TYPED_COLUMNS, AnalysisTable, sidecar_path)
+from .validate import BY, ESTIMATORS, GAUSSIAN_NULLS
+
+__all__ = [
+    "analyze", "AnalysisTable", "sidecar_path", "gaussian_settings", "ESTIMATORS", "GAUSSIAN_NULLS", "BY", "COLUMNS",
+    "BASE_COLUMNS", "TYPED_COLUMNS", "OPTIONAL_COLUMNS", "ESTIMATE_KINDS", "NULL_METHODS", "FORMAT_VERSION"
+]

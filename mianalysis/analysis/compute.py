@@ -1,0 +1,351 @@
+"""One checkpoint of an analysis, computed alone: every client pair's distances and MI
+estimates (with their nulls and intervals), the recorded metrics, and the paired changes
+since the checkpoint before. It runs in the analysing process or on a Dask worker."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+
+from ..distances import paired_distances
+from ..estimators import KSG_NOISE, MarginalDistances, gaussian_mi, gaussian_mi_null, mi_permutation_test
+from ..estimators.ksg import standardize_columns
+from ..estimators.registry import DISTANCE_STREAM, get_estimator
+from .design import design_note
+from .intervals import mean_interval, mi_replicates, normal_interval, resample_indices, trend_verdict
+from .regime import estimate_regime_note
+from .validate import AnalysisRequest
+
+if TYPE_CHECKING:  # names used only in type hints
+    from ..dumps import ParameterDump
+
+__all__ = ["gaussian_settings", "CheckpointAnalysis", "Part"]
+
+def gaussian_settings(n_runs: int, n_features: int) -> tuple[dict[str, str], str]:
+    """How the Gaussian estimator is run for `n_runs` samples of `n_features` joint
+    dimensions: the plain bias-corrected estimate while the sample covariance is
+    well-determined (n_runs > 2 * n_features), Ledoit-Wolf shrinkage otherwise."""
+    if n_runs > 2 * n_features:
+        return {}, ""
+    return ({"shrinkage": "ledoit-wolf"},
+            f"ledoit-wolf shrinkage: {n_runs} runs <= 2 x {n_features} joint dimensions")
+
+
+def _drop_constant(x, y):
+    keep_x = np.ptp(x, axis=0) > 0
+    keep_y = np.ptp(y, axis=0) > 0
+    dropped = int((~keep_x).sum() + (~keep_y).sum())
+    return x[:, keep_x], y[:, keep_y], dropped
+
+
+@dataclass(frozen=True)
+class _Estimate:
+    """One estimator's answer on one client pair: the estimate and its null, and how both were made."""
+
+    value: float
+    null_mean: float = np.nan
+    null_std: float = np.nan
+    p_value: float = np.nan
+    shrinkage: bool = False  # a Gaussian log-determinant estimate of a Ledoit-Wolf shrunk covariance
+    null_method: str = "none"
+
+
+def _mi_row(x, y, estimator, k, permutations, rng, distances=None, distance_cache="auto", standardize=True,
+            gaussian_null="permutation"):
+    """The fields of one estimator's row on one client pair: value, null_mean, null_std,
+    p_value, note and the typed columns (estimate_kind, outside_calibration, null_method);
+    an estimate outside the calibrated regime says so (mianalysis.analysis.regime).
+
+    `distances`: the two clients' marginal distance matrices of their noised samples (KSG
+    only); the estimate and its permutation null then cost O(n^2) each. Otherwise
+    `distance_cache` is passed on to the KSG estimator and its permutation test. With
+    `gaussian_null` "analytic", a plain (unshrunk) Gaussian estimate gets the null of
+    :func:`gaussian_mi_null` and no permutations."""
+    x, y, dropped = _drop_constant(x, y)
+    notes = [f"dropped {dropped} constant parameters"] if dropped else []
+    if x.shape[1] == 0 or y.shape[1] == 0:  # I(c; Y) = 0, as the estimators return (with null 0, p = 1)
+        side = "client_a's" if x.shape[1] == 0 else "client_b's"
+        notes.append(f"{side} parameters are constant across runs: MI is 0")
+        est = _Estimate(0.0, 0.0, 0.0, 1.0, null_method="permutation") if permutations else _Estimate(0.0)
+        regime = ""
+    elif np.array_equal(x, y):
+        notes.append("identical samples (same initial point): MI is infinite")
+        est, regime = _Estimate(np.inf), ""
+    else:
+        est = _estimate(x, y, estimator, k, permutations, rng, distances, distance_cache, standardize, gaussian_null,
+                        notes)
+        regime = estimate_regime_note(estimator, x.shape[0], x.shape[1] + y.shape[1], float(est.value),
+                                      shrinkage=est.shrinkage)
+        notes.append(regime)
+    return {"value": est.value, "null_mean": est.null_mean, "null_std": est.null_std, "p_value": est.p_value,
+            "note": "; ".join(n for n in notes if n), "estimate_kind": "shrinkage" if est.shrinkage else "plain",
+            "outside_calibration": bool(regime), "null_method": est.null_method}
+
+
+def _estimate(x, y, estimator, k, permutations, rng, distances, distance_cache, standardize, gaussian_null, notes):
+    """One estimator's :class:`_Estimate` on varying, distinct samples; appends the
+    estimator's choices to `notes`."""
+    if distances is not None:  # constant parameters add 0 to every max-norm distance
+        if not permutations:
+            return _Estimate(get_estimator(estimator).function(*distances, k=k))
+        res = mi_permutation_test(*distances, estimator=estimator, n_permutations=permutations, random_state=rng, k=k)
+        return _Estimate(res.estimate, res.null_mean, res.null_std, res.p_value, null_method="permutation")
+    entry = get_estimator(estimator)
+    if entry.transform is not None:  # once: the estimate and every shuffle see the same transformed samples
+        x, y = entry.transform(x), entry.transform(y)
+    value = None
+    if entry.covariance:  # a Gaussian log-determinant estimate (of the transformed samples)
+        kwargs, note = gaussian_settings(x.shape[0], x.shape[1] + y.shape[1])
+        if note:
+            notes.append(note)
+        try:
+            value = gaussian_mi(x, y, **kwargs)
+        except ValueError as exc:  # singular covariance: shrink, and say why
+            kwargs = {"shrinkage": "ledoit-wolf"}
+            notes.append(f"ledoit-wolf shrinkage: {exc}")
+        if gaussian_null == "analytic" and "analytic" in entry.nulls:
+            if value is not None and not kwargs:
+                null = gaussian_mi_null(x.shape[0], x.shape[1], y.shape[1])
+                notes.append(f"analytic null ({'exact' if null.exact_available else 'Bartlett chi-square'})")
+                return _Estimate(value, null.mean, null.std, null.p_value(value), null_method="analytic")
+            notes.append("no analytic null with shrinkage" + (f": {permutations} permutations" if permutations else ""))
+        test_as = "gaussian"  # the transformed samples' test is the Gaussian estimate's
+        function = gaussian_mi
+    else:
+        kwargs = {name: v for name, v in (("k", k), ("standardize", standardize)) if name in entry.arguments}
+        if entry.distance_cache:
+            kwargs = {"k": k, "distance_cache": distance_cache, "standardize": standardize}
+        test_as, function = estimator, entry.function
+    shrinkage = bool(kwargs.get("shrinkage"))
+    if permutations:
+        res = mi_permutation_test(x, y, estimator=test_as, n_permutations=permutations, random_state=rng, **kwargs)
+        return _Estimate(res.estimate, res.null_mean, res.null_std, res.p_value, shrinkage, "permutation")
+    if value is None:
+        value = function(x, y, **kwargs, **({"random_state": rng} if entry.random_state else {}))
+    return _Estimate(value, shrinkage=shrinkage)
+
+
+Part = tuple[list[dict[str, Any]], list[tuple[str, list[dict[str, Any]], dict[tuple[int, int, str], np.ndarray]]]]
+
+
+class CheckpointAnalysis:
+    """The rows of one checkpoint, computed alone: what :func:`mianalysis.analyze` does per
+    checkpoint, in this process or on a Dask worker (it holds the dump and the checked
+    arguments, never samples; the resample indices are drawn again where it runs, from
+    ``random_state``).
+
+    Calling it with a checkpoint index gives a part, ``(metric_rows, [(layer, rows,
+    resampled)])``: the recorded metrics' rows, then per tensor group the rows of every pair
+    (distances, MI, exact MI) with their intervals, and what the changes' intervals need
+    (``resampled``: (a, b, quantity) -> per-run distances or MI replicates). The rows
+    ``delta_*`` of checkpoint t are made from the parts of t - 1 and t by :meth:`changes`.
+
+    Parameters
+    ----------
+    dump : ParameterDump
+    request : AnalysisRequest
+        The checked arguments (:func:`mianalysis.analysis.validate.check_request`).
+    """
+
+    def __init__(self, dump: ParameterDump, request: AnalysisRequest) -> None:
+        self.dump, self.request = dump, request
+        self.n_runs, self.estimators, self.metrics, self.k = request.n_runs, request.estimators, request.metrics, \
+            request.k
+        self.groups, self.random_state, self.ci_level = request.groups, request.random_state, request.ci_level
+        self.pairs = list(itertools.combinations(range(len(dump.clients)), 2))
+        # A dump still being sampled (or stopped) is analysed as far as it goes; every row says so.
+        self.incomplete = "" if dump.complete else f"dump incomplete: {self.n_runs} of {dump.n_runs} runs"
+        self.design = design_note(dump.meta)  # what the sampling design forces on the MI rows
+        self.with_interval = set(self.metrics) | {f"mi_{e}" for e in self.estimators}
+        self._indices: dict[str, np.ndarray] | None = None
+
+    def __getstate__(self):
+        return {**self.__dict__, "_indices": None}  # drawn again where it runs: settings travel, not arrays
+
+    @property
+    def indices(self) -> dict[str, np.ndarray]:
+        """Resample indices shared by every checkpoint and pair: changes are paired."""
+        if self._indices is None:
+            self._indices = {e: resample_indices(self.n_runs, self.request.ci_resamples[e], e,
+                                                 np.random.default_rng([self.random_state, 1, _stream(e)]))
+                             for e in self.estimators}
+        return self._indices
+
+    def row(self, t: int, a: int, b: int | None, quantity: str, value: float, spread: float = np.nan,
+            null_mean: float = np.nan, null_std: float = np.nan, p_value: float = np.nan, note: str = "",
+            group: str = "", ci: Sequence[float] = (np.nan, np.nan), verdict: str = "", estimate_kind: str = "plain",
+            outside_calibration: bool = False, null_method: str = "none") -> dict[str, Any]:
+        """A table row of checkpoint t and clients a, b (b None: client a's recorded metric)."""
+        dump = self.dump
+        return {"checkpoint": t, "iteration": dump.checkpoints[t], "client_a": dump.clients[a],
+                "client_b": "" if b is None else dump.clients[b], "quantity": quantity,
+                "value": float(value), "spread": float(spread), "null_mean": float(null_mean),
+                "null_std": float(null_std), "p_value": float(p_value), "n_runs": self.n_runs,
+                "note": "; ".join(n for n in (note, self.incomplete) if n), "layer": group,
+                "ci_low": float(ci[0]), "ci_high": float(ci[1]), "verdict": verdict, "estimate_kind": estimate_kind,
+                "outside_calibration": bool(outside_calibration), "null_method": null_method}
+
+    def __call__(self, t: int, progress: Callable[[int], object] | None = None) -> Part:
+        """Checkpoint t's part (see the class); `progress` is called with 1 per client pair."""
+        dump, n_clients = self.dump, len(self.dump.clients)
+        metric_rows = []
+        for c in range(n_clients):
+            for name in dump.metric_names:
+                values = dump.metric(c, name)[t]
+                with np.errstate(invalid="ignore"):  # a metric with an infinity has no sd; the note says why
+                    metric_rows.append(self.row(t, c, None, name, np.mean(values), np.std(values, ddof=1),
+                                                note=_metric_note(name, values)))
+        exact = _exact_mi(dump, self.groups[0][1]) if self.groups[0][0] == "" else None
+        per_group = []
+        for group, cols in self.groups:
+            samples = [np.asarray(dump.samples(c, t)[:, cols], dtype=np.float64) for c in range(n_clients)]
+            _check_finite(dump, t, samples, cols)
+            distances = None
+            cache_users = [e for e in self.estimators if get_estimator(e).distance_cache]
+            if cache_users and self.request.reuse_distances:
+                # Each client's marginal distances serve every pair it is in, the estimate and
+                # all its permutations; tie-breaking noise is drawn per (checkpoint, client).
+                distances = [MarginalDistances.of(s, noise=KSG_NOISE, standardize=self.request.standardize,
+                                                  random_state=np.random.default_rng([self.random_state, t, c,
+                                                                                      DISTANCE_STREAM]))
+                             for c, s in enumerate(samples)]
+            rows = []
+            for a, b in self.pairs:
+                x, y = samples[a], samples[b]
+                for metric in self.metrics:
+                    d = paired_distances(x, y, metric)
+                    rows.append(self.row(t, a, b, metric, d.mean(), d.std(ddof=1), group=group))
+                for estimator in self.estimators:
+                    entry = get_estimator(estimator)
+                    rng = np.random.default_rng([self.random_state, t, a, b, _stream(estimator)])
+                    cached = (distances[a], distances[b]) if entry.distance_cache and distances is not None else None
+                    request = self.request
+                    fields = _mi_row(x, y, estimator, self.k, request.permutations[estimator], rng, cached,
+                                     request.distance_cache, request.standardize, request.gaussian_null)
+                    fields["note"] = "; ".join(n for n in (fields["note"], self.design) if n)
+                    rows.append(self.row(t, a, b, f"mi_{estimator}", group=group, **fields))
+                if exact is not None and group == "":  # the exact MI is that of the whole vector
+                    rows.append(self.row(t, a, b, "mi_exact", exact(dump.checkpoints[t], a, b)))
+                if progress is not None:
+                    progress(1)
+            per_group.append((group, rows, self.with_intervals(t, samples, self.of_checkpoint(rows, t, group))))
+        return metric_rows, per_group
+
+    def of_checkpoint(self, rows: Sequence[dict[str, Any]], t: int,
+                      group: str = "") -> dict[tuple[int, int, str], dict[str, Any]]:
+        """(a, b, quantity) -> the row of `rows` of checkpoint t (and tensor `group`) that has an interval."""
+        clients = self.dump.clients
+        return {(clients.index(r["client_a"]), clients.index(r["client_b"]), r["quantity"]): r
+                for r in rows if r["checkpoint"] == t and r["client_b"] != "" and r["quantity"] in self.with_interval
+                and r.get("layer", "") == group}
+
+    def with_intervals(self, t: int, samples: Sequence[np.ndarray],
+                       of_t: Mapping[tuple[int, int, str], dict[str, Any]]) -> dict[tuple[int, int, str], np.ndarray]:
+        """Fill the interval of every MI and distance row of checkpoint t (`of_t`: (a, b,
+        quantity) -> row); return what their changes' intervals need."""
+        out = {}
+        n_runs, k, incomplete, ci_level = self.n_runs, self.k, self.incomplete, self.ci_level
+        for (a, b, q), row in of_t.items():
+            if q in self.metrics:
+                out[a, b, q] = paired_distances(samples[a], samples[b], q)
+                row["ci_low"], row["ci_high"] = mean_interval(out[a, b, q], ci_level)[1:]
+            elif np.isfinite(row["value"]) and len(self.indices[q[3:]]) >= 2:  # an MI estimate
+                e = q[3:]
+                entry = get_estimator(e)
+                if entry.interval == "half-subsampling" and "k" in entry.arguments and n_runs // 2 <= k:
+                    base = row["note"][:len(row["note"]) - len(incomplete)].rstrip("; ")  # incomplete: last
+                    row["note"] = "; ".join(filter(None, [base, f"no interval: halves of {n_runs} runs are too "
+                                                                f"few for k={k}", incomplete]))
+                    continue
+                shrunk = {"shrinkage": "ledoit-wolf"} if row["estimate_kind"] == "shrinkage" else None
+                x, y = samples[a], samples[b]
+                if entry.distance_cache and self.request.standardize:  # as the estimate itself (MI does not change with scale)
+                    x, y = standardize_columns(x), standardize_columns(y)
+                out[a, b, q] = mi_replicates(x, y, e, self.indices[e], k=k, gaussian_kwargs=shrunk,
+                                             seed=(self.random_state, t, a, b, _stream(e), 1))
+                row["ci_low"], row["ci_high"] = normal_interval(row["value"], out[a, b, q].std(ddof=1), ci_level,
+                                                                df=len(out[a, b, q]) - 1)
+        return out
+
+    def changes(self, t: int, group: str, of_t: Mapping[tuple[int, int, str], dict[str, Any]],
+                of_prev: Mapping[tuple[int, int, str], dict[str, Any]], prev: Mapping[tuple[int, int, str], np.ndarray],
+                now: Mapping[tuple[int, int, str], np.ndarray]) -> list[dict[str, Any]]:
+        """The rows delta_QUANTITY of checkpoint t: the paired change since t - 1 of every row
+        of `of_t` (rows of t - 1: `of_prev`; what their intervals need: `prev` and `now`)."""
+        added = []
+        for (a, b, q), row in of_t.items():
+            old = of_prev.get((a, b, q))
+            if old is None:
+                continue
+            delta = row["value"] - old["value"]
+            ci: Sequence[float] = (np.nan, np.nan)
+            if (a, b, q) in now and (a, b, q) in prev:
+                change = now[a, b, q] - prev[a, b, q]
+                if q in self.metrics:
+                    delta, *ci = mean_interval(change, self.ci_level)
+                else:
+                    ci = normal_interval(delta, change.std(ddof=1), self.ci_level, df=len(change) - 1)
+            shrinkage = [f"ledoit-wolf shrinkage at checkpoint {c}" for c, r in ((t - 1, old), (t, row))
+                         if r["estimate_kind"] == "shrinkage"]
+            note = "; ".join(shrinkage)  # the change is always since checkpoint t - 1
+            added.append(self.row(t, a, b, f"delta_{q}", delta, note=note, group=group, ci=ci,
+                                  verdict=trend_verdict(*ci, shrinkage=bool(shrinkage)),
+                                  estimate_kind="shrinkage" if shrinkage else "plain"))
+        return added
+
+
+def _stream(estimator):
+    """The random stream of `estimator`'s rows: its registry entry's (set for every entry)."""
+    return cast(int, get_estimator(estimator).stream)
+
+
+def _exact_mi(dump, cols):
+    """A function (iteration, a, b) -> the exact MI in bits of clients a and b, when the dump
+    was sampled from a task that knows it (see Task.exact_mi) and every parameter is
+    analysed; else None. The task is rebuilt from the dump's settings."""
+    meta = dump.meta
+    if not isinstance(meta, dict) or not isinstance(meta.get("task_settings"), dict):
+        return None
+    if not np.array_equal(np.arange(dump.n_params)[cols], np.arange(dump.n_params)):
+        return None
+    from ..tasks import TASKS
+    from ..tasks.base import Task
+
+    kind = TASKS.get(meta.get("task"))
+    if kind is None or kind.exact_mi is Task.exact_mi:
+        return None
+    try:
+        task = kind(**meta["task_settings"])
+        init, shared = meta.get("init", "per-run"), tuple(meta.get("shared", ()))
+        task.exact_mi(0, 0, min(1, task.n_clients - 1), init=init, shared=shared)
+    except (TypeError, ValueError):  # settings this version does not know: no exact answer
+        return None
+    return lambda iteration, a, b: task.exact_mi(iteration, a, b, init=init, shared=shared)
+
+
+def _metric_note(name, values):
+    """The note of a recorded metric's row: how many runs hold NaN (not recorded, or a
+    failed evaluation) or an infinity (e.g. an overflowing loss at finite parameters)."""
+    bad = ~np.isfinite(values)
+    if not bad.any():
+        return ""
+    return (f"{name} is not finite in {int(bad.sum())} of {values.size} runs ({int(np.isnan(values).sum())} NaN, "
+            f"{int(np.isinf(values).sum())} inf)")
+
+
+def _check_finite(dump, t, samples, cols):
+    """DumpError naming the client, checkpoint, runs and tensor of a non-finite sample (a
+    dump written by software that did not check them; see ParameterDump.verify)."""
+    from ..dumps import DumpError, find_nonfinite
+
+    for c, s in enumerate(samples):
+        where = find_nonfinite(s[None], [dump.checkpoints[t]], checkpoints=[t], layout=dump.layout, columns=cols)
+        if where is not None:
+            raise DumpError(f"dump {dump.path}: client {dump.clients[c]!r} has non-finite parameters at "
+                            f"{where.describe()}; the estimators and distances need finite samples (`mianalysis "
+                            "verify` checks a whole dump)")
+

@@ -1,0 +1,326 @@
+"""The analysis table: rows, the settings that made them and their provenance, on disk as a
+CSV file and a JSON sidecar.
+
+:func:`mianalysis.analyze` returns an :class:`AnalysisTable`; :meth:`AnalysisTable.read`
+reads one back, from tables of every format version. A table is a sequence of row dicts
+(``len``, indexing, iteration), so code written for a list of rows reads it unchanged.
+
+Format versions (the sidecar's ``format_version``):
+
+- 1 (no ``format_version``): the columns of :data:`BASE_COLUMNS`; what an estimate is,
+  whether it lies outside the calibrated regime and which null it has were said only in
+  the free-text ``note``.
+- 2: the typed columns of :data:`TYPED_COLUMNS` as well. Reading a table without them
+  derives them from its notes (:func:`columns_from_note`), which gives the values the
+  analysis computes (``tests/test_table.py`` checks both on a committed old table).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, overload
+
+import numpy as np
+
+from .._io import new_file
+from .regime import is_outside
+
+__all__ = [
+    "AnalysisTable", "BASE_COLUMNS", "TYPED_COLUMNS", "COLUMNS", "OPTIONAL_COLUMNS", "ESTIMATE_KINDS", "NULL_METHODS",
+    "FORMAT_VERSION", "sidecar_path", "columns_from_note", "complete_row"
+]
+
+BASE_COLUMNS = ("checkpoint", "iteration", "client_a", "client_b", "quantity", "value", "spread",
+                "null_mean", "null_std", "p_value", "n_runs", "note", "layer", "ci_low", "ci_high", "verdict")
+# estimate_kind: "plain" (the estimator as calibrated), "shrinkage" (a Gaussian log-determinant
+# estimate of a Ledoit-Wolf shrunk covariance: fewer runs than twice the joint dimension, or a
+# singular covariance; also a change from or to one) or "bound" (an estimator's bound on the
+# MI rather than an estimate of it; no registered estimator gives one yet).
+# outside_calibration: the estimate lies outside the regime where its estimator was calibrated
+# (mianalysis.analysis.regime). null_method: "none", "permutation" or "analytic".
+TYPED_COLUMNS = ("estimate_kind", "outside_calibration", "null_method")
+COLUMNS = BASE_COLUMNS + TYPED_COLUMNS
+# Tables written before `by`, intervals or the typed columns lack these.
+OPTIONAL_COLUMNS = ("layer", "ci_low", "ci_high", "verdict") + TYPED_COLUMNS
+ESTIMATE_KINDS = ("plain", "shrinkage", "bound")
+NULL_METHODS = ("none", "permutation", "analytic")
+FORMAT_VERSION = 2
+
+_FLOATS = ("value", "spread", "null_mean", "null_std", "p_value", "ci_low", "ci_high")
+_INTS = ("checkpoint", "iteration", "n_runs")
+_DEFAULTS = {"layer": "", "ci_low": np.nan, "ci_high": np.nan, "verdict": ""}
+_BOOLEANS = {"true": True, "false": False}
+
+
+def sidecar_path(table: str | os.PathLike) -> Path:
+    """The JSON sidecar of a CSV table: its full name plus ``.json`` (``t.csv`` -> ``t.csv.json``),
+    so that any table name maps to one sidecar and it never clashes with another output
+    (``NAME.json`` stays free for a file of its own). An experiment's record
+    (:func:`mianalysis.experiment.run_experiment`) is the sidecar of its table and holds the
+    table's own sidecar under ``"analysis"``, which :meth:`AnalysisTable.read` reads."""
+    return Path(str(table) + ".json")
+
+
+def columns_from_note(note: object, p_value: object = np.nan) -> dict[str, Any]:
+    """The typed columns that a row's `note` (and `p_value`) imply: how a table written
+    before they existed (format version 1) is read.
+
+    Parameters
+    ----------
+    note : str
+        The row's note.
+    p_value : float, optional
+        The row's p-value: a finite one without an analytic null's note is a permutation
+        test's.
+
+    Returns
+    -------
+    dict
+        ``estimate_kind`` ("shrinkage" when the note names a Ledoit-Wolf shrinkage
+        estimate, else "plain"), ``outside_calibration`` and ``null_method``.
+
+    Examples
+    --------
+    >>> from mianalysis.analysis.table import columns_from_note
+    >>> columns_from_note("ledoit-wolf shrinkage: 40 runs <= 2 x 60 joint dimensions; "
+    ...                   "outside calibration: shrinkage estimate (40 runs <= 2 x 60 joint dims)", 0.02)
+    {'estimate_kind': 'shrinkage', 'outside_calibration': True, 'null_method': 'permutation'}
+    >>> columns_from_note("analytic null (exact)", 0.5)["null_method"]
+    'analytic'
+    """
+    text = str(note or "")
+    if "analytic null (" in text:  # "analytic null (exact)" or "(Bartlett chi-square)"; not "no analytic null"
+        null_method = "analytic"
+    else:
+        null_method = "permutation" if np.isfinite(_float(p_value)) else "none"
+    return {"estimate_kind": "shrinkage" if "ledoit-wolf shrinkage" in text.lower() else "plain",
+            "outside_calibration": is_outside(text), "null_method": null_method}
+
+
+def complete_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """`row` with every optional column: the columns of later formats that it lacks, as a
+    table without them is read (empty layer and verdict, no interval, the typed columns
+    derived from its note). A row that has them all is returned as it is (the same dict)."""
+    if all(c in row for c in OPTIONAL_COLUMNS) and isinstance(row, dict):
+        return row
+    out = dict(row)
+    for key, value in _DEFAULTS.items():
+        out.setdefault(key, value)
+    if not all(c in row for c in TYPED_COLUMNS):
+        for key, value in columns_from_note(row.get("note", ""), row.get("p_value", np.nan)).items():
+            out.setdefault(key, value)
+    return out
+
+
+def _float(value):
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return np.nan
+
+
+class AnalysisTable(Sequence[dict[str, Any]]):
+    """An analysis table: its rows, the settings that made them and their provenance.
+
+    A sequence of row dicts, one per (checkpoint, client pair or client, quantity, layer),
+    with the columns of :data:`COLUMNS` (see :func:`mianalysis.analyze`, Returns):
+    ``len(table)``, ``table[i]`` and ``for row in table`` work as on a list of rows. Two
+    tables are equal when their rows are (settings and provenance aside).
+
+    Parameters
+    ----------
+    rows : iterable of dict
+        The rows. A row without some optional column (a hand-made row, or one of an older
+        table) gets it as :func:`complete_row` says.
+    settings : dict, optional
+        The analysis settings (the arguments of :func:`mianalysis.analyze`, the dump and its
+        completed chunks); empty when unknown.
+    provenance : list of dict, optional
+        The provenance of every session that computed the rows, oldest first
+        (:mod:`mianalysis.provenance`); empty when unknown.
+    record : dict, optional
+        The sidecar's other entries: ``dump_verified``, ``dump_runs`` and
+        ``dump_provenance`` for a table of :func:`mianalysis.analyze`, or what another
+        tool recorded there.
+
+    Attributes
+    ----------
+    settings : dict
+    provenance : list of dict
+    record : dict
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mianalysis import ParameterDump, analyze
+    >>> rng = np.random.default_rng(0)
+    >>> a = rng.standard_normal((2, 500, 2))
+    >>> dump = ParameterDump.from_arrays("ab", {"a": a, "b": a + rng.standard_normal((2, 500, 2))})
+    >>> table = analyze(dump, estimators=["gaussian"], metrics=[], gaussian_null="analytic")
+    >>> len(table), table.settings["estimators"]
+    (3, ['gaussian'])
+    >>> [(r["iteration"], r["estimate_kind"], r["null_method"]) for r in table.select("mi_gaussian", "a", "b")]
+    [(0, 'plain', 'analytic'), (1, 'plain', 'analytic')]
+    """
+
+    def __init__(self, rows: Iterable[Mapping[str, Any]] = (), *, settings: Mapping[str, Any] | None = None,
+                 provenance: Sequence[Mapping[str, Any]] | None = None,
+                 record: Mapping[str, Any] | None = None) -> None:
+        self._rows = [complete_row(r) for r in rows]
+        self.settings: dict[str, Any] = dict(settings or {})
+        self.provenance: list[dict[str, Any]] = [dict(p) for p in provenance or ()]
+        self.record: dict[str, Any] = dict(record or {})
+
+    @classmethod
+    def of(cls, rows: Iterable[Mapping[str, Any]]) -> AnalysisTable:
+        """`rows` itself if it is a table, else a table of them (no settings, no provenance)."""
+        return rows if isinstance(rows, AnalysisTable) else cls(rows)
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, index):
+        return self._rows[index]
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self._rows)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, AnalysisTable):
+            return self._rows == other._rows
+        if isinstance(other, list):
+            return self._rows == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by its rows
+
+    def __repr__(self) -> str:
+        quantities = sorted({r["quantity"] for r in self._rows})
+        return f"AnalysisTable({len(self._rows)} rows; quantities {quantities})"
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """The rows, as a list (the table's own: change it only to change the table)."""
+        return self._rows
+
+    def select(self, quantity: str, client_a: str | None = None, client_b: str | None = None, *,
+               layer: str | None = None) -> list[dict[str, Any]]:
+        """Rows of one quantity, sorted by checkpoint.
+
+        Parameters
+        ----------
+        quantity : str
+            "mi_gaussian", "euclidean", "delta_mi_ksg", "loss", ...
+        client_a, client_b : str, optional
+            Only the rows of this client (and pair); None: any.
+        layer : str, optional
+            Only the rows of this tensor ("" for the whole parameter vector); None: any.
+
+        Returns
+        -------
+        list of dict
+        """
+        hits = [r for r in self._rows if r["quantity"] == quantity
+                and (client_a is None or r["client_a"] == client_a) and (client_b is None or r["client_b"] == client_b)
+                and (layer is None or r["layer"] == layer)]
+        return sorted(hits, key=lambda r: r["checkpoint"])
+
+    @property
+    def sidecar(self) -> dict[str, Any]:
+        """What :meth:`write` puts in the JSON sidecar: ``format_version``, ``settings``, the
+        entries of `record` and ``provenance`` (and ``table``, the CSV's name, on write)."""
+        return {"format_version": FORMAT_VERSION, "settings": self.settings, **self.record,
+                "provenance": self.provenance}
+
+    def write(self, path: str | os.PathLike) -> None:
+        """Write the rows as CSV (NaN as an empty field) to `path` and the settings,
+        record and provenance to its sidecar (:func:`sidecar_path`), each through a new
+        temporary file renamed into place (never written through a link found there)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(str(path) + ".tmp")
+        with new_file(tmp) as fh:
+            writer = csv.DictWriter(fh, fieldnames=COLUMNS)
+            writer.writeheader()
+            for row in self._rows:
+                writer.writerow({k: ("" if isinstance(v, float) and np.isnan(v) else v) for k, v in row.items()})
+        os.replace(tmp, path)
+        sidecar = sidecar_path(path)
+        tmp = sidecar.with_name(sidecar.name + ".tmp")
+        record = self.sidecar
+        with new_file(tmp) as fh:
+            fh.write(json.dumps({"format_version": record.pop("format_version"), "table": path.name, **record},
+                                indent=1) + "\n")
+        os.replace(tmp, sidecar)
+
+    @classmethod
+    def read(cls, path: str | os.PathLike) -> AnalysisTable:
+        """Read a table that :meth:`write` (or :func:`mianalysis.analyze` with `out`) wrote,
+        of any format version: numbers as floats and ints, the typed columns as str and
+        bool (derived from the notes when the table predates them), settings, record and
+        provenance from its sidecar (empty without one, or with one that is not JSON).
+
+        Raises
+        ------
+        ValueError
+            If `path` does not exist, is not an analysis table (a column is missing), holds
+            a value a typed column cannot take, or its sidecar records a newer format.
+        """
+        path = Path(path)
+        if not path.exists():
+            raise ValueError(f"results table {path} does not exist")
+        settings, provenance, record = _read_sidecar(path)
+        rows = []
+        with open(path, newline="") as fh:
+            reader = csv.DictReader(fh)
+            missing = set(COLUMNS) - set(OPTIONAL_COLUMNS) - set(reader.fieldnames or ())
+            if missing:
+                raise ValueError(f"{path} is not an analysis table: missing columns {sorted(missing)}")
+            for line, row in enumerate(reader, start=2):
+                for key in _FLOATS:
+                    row[key] = float(row[key]) if row.get(key, "") not in ("", None) else np.nan
+                for key in _INTS:
+                    row[key] = int(row[key])
+                if "outside_calibration" in row:
+                    flag = _BOOLEANS.get(str(row["outside_calibration"]).lower())
+                    if flag is None:
+                        raise ValueError(f"{path}, line {line}: `outside_calibration` must be True or False; "
+                                         f"got {row['outside_calibration']!r}")
+                    row["outside_calibration"] = flag
+                for key, allowed in (("estimate_kind", ESTIMATE_KINDS), ("null_method", NULL_METHODS)):
+                    if key in row and row[key] not in allowed:
+                        raise ValueError(f"{path}, line {line}: `{key}` must be one of {list(allowed)}; got {row[key]!r}")
+                rows.append(complete_row(row))
+        return cls(rows, settings=settings, provenance=provenance, record=record)
+
+
+def _read_sidecar(path):
+    """(settings, provenance, record) from the sidecar of table `path`; empty where it has none
+    or one that is not a JSON object. ValueError for a format newer than this version reads."""
+    try:
+        content = json.loads(sidecar_path(path).read_text())
+    except (OSError, ValueError):
+        return {}, [], {}
+    if not isinstance(content, dict):
+        return {}, [], {}
+    if "format_version" not in content and isinstance(content.get("analysis"), dict):
+        content = content["analysis"]  # an experiment's record around the table's sidecar
+    version = content.get("format_version", 1)
+    if isinstance(version, int) and version > FORMAT_VERSION:
+        raise ValueError(f"{path} is a table of format version {version} (its sidecar {sidecar_path(path)}); this "
+                         f"version of mianalysis reads versions up to {FORMAT_VERSION}: upgrade mianalysis")
+    settings = content.get("settings")
+    provenance = content.get("provenance")
+    record = {k: v for k, v in content.items() if k not in ("format_version", "table", "settings", "provenance")}
+    return (settings if isinstance(settings, dict) else {},
+            [p for p in provenance if isinstance(p, dict)] if isinstance(provenance, list) else [], record)

@@ -1,0 +1,243 @@
+"""What :func:`mianalysis.analyze` checks before any work or file: its arguments, the dump,
+and whether it may write `out`."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .._validation import check_choice, check_flag, check_int, check_k
+from ..distances import METRICS
+from ..estimators import MarginalDistances
+from ..estimators.registry import estimator_names, estimators_taking, get_estimator
+from .intervals import DISTANCE_METHOD, check_level, interval_method
+
+if TYPE_CHECKING:  # names used only in type hints
+    from ..dumps import ParameterDump
+
+__all__ = ["ESTIMATORS", "GAUSSIAN_NULLS", "BY", "AnalysisRequest", "check_request", "table_settings", "check_dump",
+           "check_out", "dump_around"]
+
+ESTIMATORS = ("gaussian", "ksg")  # analysed by default; any registered estimator may be asked for
+GAUSSIAN_NULLS = ("permutation", "analytic")
+BY = ("layer",)
+# Tables written before the registry record these two estimators' interval methods whatever was analysed.
+_RECORDED_METHODS = ("gaussian", "ksg")
+
+
+@dataclass(frozen=True)
+class AnalysisRequest:
+    """The checked arguments of one analysis (see :func:`mianalysis.analyze` for each).
+
+    Attributes
+    ----------
+    estimators, metrics : tuple of str
+    k : int
+        Checked once, against the number of runs when an estimator takes it.
+    permutations, ci_resamples : dict of estimator -> int
+    layer : str, list of str or None
+    by : str or None
+    groups : list of (str, columns)
+        The tensor groups analysed: ``[("", columns)]``, or one per tensor with ``by="layer"``.
+    n_runs : int
+        The dump's completed runs, all analysed.
+    standardize, verify, force : bool
+    random_state : int
+    distance_cache : bool or str
+        As given; `reuse_distances` says whether the per-client distance matrices are used.
+    reuse_distances : bool
+    gaussian_null : str
+    ci_level : float
+    """
+
+    estimators: tuple[str, ...]
+    metrics: tuple[str, ...]
+    k: int
+    permutations: dict[str, int]
+    layer: str | Sequence[str] | None
+    by: str | None
+    groups: list[tuple[str, Any]]
+    n_runs: int
+    standardize: bool
+    verify: bool
+    force: bool
+    random_state: int
+    distance_cache: bool | str
+    reuse_distances: bool
+    gaussian_null: str
+    ci_resamples: dict[str, int]
+    ci_level: float
+
+
+def check_request(dump: ParameterDump, *, estimators: Sequence[str], metrics: Sequence[str], k: int,
+                  n_permutations: int | Mapping[str, int], layer: str | Sequence[str] | None, by: str | None,
+                  standardize: bool, random_state: int, distance_cache: bool | str, verify: bool, force: bool,
+                  gaussian_null: str, ci_resamples: int | Mapping[str, int] | None,
+                  ci_level: float) -> AnalysisRequest:
+    """Every argument of :func:`mianalysis.analyze` checked against `dump`, before any work
+    or file (a ValueError or TypeError naming the argument)."""
+    from ..dumps import layout_columns, select_layout
+
+    estimators = tuple(estimators)
+    metrics = tuple(metrics)
+    for e in estimators:
+        get_estimator(e, "estimators")
+    for m in metrics:
+        check_choice(m, "metrics", METRICS)
+    if by is not None:
+        check_choice(by, "by", BY)
+    standardize = check_flag(standardize, "standardize")
+    check_flag(verify, "verify")
+    check_flag(force, "force")
+    permutations = _per_estimator(n_permutations, estimators, "n_permutations", default=0)
+    random_state = check_int(random_state, "random_state", low=0)
+    check_choice(gaussian_null, "gaussian_null", GAUSSIAN_NULLS)
+    if ci_resamples is None:
+        ci_resamples = {e: get_estimator(e).ci_resamples for e in estimators}
+    resamples = _per_estimator(ci_resamples, estimators, "ci_resamples", default=0)
+    ci_level = check_level(ci_level)
+    cols = dump.layer_columns(layer)
+    groups = [("", cols)] if by is None else [
+        (e.name, layout_columns([e])) for e in (dump.layout if layer is None else select_layout(dump.layout, layer))]
+    n_runs = dump.completed_runs
+    if n_runs < 2:
+        raise ValueError(f"dump {dump.path} has {n_runs} completed runs; analysis needs at least 2")
+    # Once on the path, before any work or file: against the runs (each run is one sample) for KSG.
+    k = check_k(k, n_runs, samples="the number of runs") if estimators_taking("k", estimators) else \
+        check_int(k, "k", low=1)
+    reuse = MarginalDistances.cache_fits(n_runs, count=len(dump.clients), distance_cache=distance_cache)
+    return AnalysisRequest(
+        estimators=estimators, metrics=metrics, k=k, permutations=permutations, layer=layer, by=by, groups=groups,
+        n_runs=n_runs, standardize=standardize, verify=bool(verify), force=bool(force), random_state=random_state,
+        distance_cache=distance_cache, reuse_distances=reuse, gaussian_null=gaussian_null, ci_resamples=resamples,
+        ci_level=ci_level)
+
+
+def _per_estimator(value, estimators, name, default):
+    """`value` (an int, or a dict estimator -> int) as a dict over `estimators` of ints >= 0."""
+    if not isinstance(value, Mapping):
+        value = {e: value for e in estimators}
+    unknown = set(value) - set(estimator_names())
+    if unknown:
+        raise ValueError(f"`{name}` names unknown estimators {sorted(unknown)}; known: {list(estimator_names())}")
+    return {e: check_int(value.get(e, default), name, low=0) for e in estimators}
+
+
+def table_settings(dump: ParameterDump, request: AnalysisRequest) -> dict[str, Any]:
+    """The settings a table records (its sidecar's ``settings``): the dump and its completed
+    chunks, and the arguments; an analysis resumes or replaces a table only with the same."""
+    settings = {"dump": str(Path(dump.path).resolve()), "n_runs": request.n_runs, "chunks": dump.chunks_digest(),
+                "estimators": list(request.estimators), "metrics": list(request.metrics), "k": request.k,
+                "permutations": request.permutations, "layer": request.layer, "by": request.by,
+                "ksg_standardize": request.standardize, "random_state": request.random_state,
+                "distance_cache": request.reuse_distances, "ci_level": request.ci_level,
+                "ci_resamples": request.ci_resamples,
+                "ci_method": {**{f"mi_{e}": interval_method(e)
+                                 for e in dict.fromkeys(_RECORDED_METHODS + request.estimators)},
+                              "distances": DISTANCE_METHOD}}
+    if request.gaussian_null != "permutation":  # tables of the default analysis keep their settings
+        settings["gaussian_null"] = request.gaussian_null
+    return json.loads(json.dumps(settings))
+
+
+def check_dump(dump: ParameterDump) -> None:
+    """The dump's file sizes and the SHA-256 of every completed chunk
+    (:meth:`ParameterDump.verify`): a DumpError naming what is damaged, and that nothing was
+    analysed. Non-finite values are named later, for the analysed columns only."""
+    from ..dumps import DumpError
+
+    try:
+        dump.verify(finite=False)
+    except DumpError as exc:
+        raise DumpError(f"{exc}; nothing was analysed: restore or recreate the dump, or pass verify=False "
+                        "(mianalysis analyze --no-verify) to analyse it as it is") from None
+
+
+def dump_around(path: str | os.PathLike) -> Path | None:
+    """The dump folder that `path` is or lies inside (looking at the path as given and with
+    links resolved), or None. A folder is a dump if it holds a manifest.json that reads as
+    a dump's (or does not read at all: a damaged dump), a client_0.f32, or the marker of a
+    dump being created in it."""
+    from ..dumps import CREATING, MANIFEST
+
+    path = Path(os.path.abspath(path))
+    seen = set()
+    for candidate in [path, *path.parents, Path(os.path.realpath(path)), *Path(os.path.realpath(path)).parents]:
+        if candidate in seen:
+            continue
+        seen.add(candidate)
+        if not os.path.isdir(candidate):
+            continue
+        if os.path.lexists(candidate / "client_0.f32") or os.path.lexists(candidate / CREATING):
+            return candidate
+        manifest = candidate / MANIFEST
+        if os.path.lexists(manifest):
+            try:
+                content = json.loads(manifest.read_bytes()) if os.path.isfile(manifest) else None
+            except (OSError, ValueError):
+                return candidate
+            if content is None or (isinstance(content, dict) and "format_version" in content and "chunks" in content):
+                return candidate
+    return None
+
+
+def _previous_settings(sidecar):
+    """The settings a sidecar records, or None if it is not the record of an analysis."""
+    try:
+        if not os.path.isfile(sidecar) or os.path.islink(sidecar):
+            return None
+        record = json.loads(Path(sidecar).read_text())
+    except (OSError, ValueError):
+        return None
+    settings = record.get("settings") if isinstance(record, dict) else None
+    return settings if isinstance(settings, dict) else None
+
+
+def check_out(out: str | os.PathLike, settings: Mapping[str, Any], force: bool) -> None:
+    """ValueError unless an analysis with `settings` may write the table `out` (see
+    :func:`mianalysis.analyze`'s `out`): never into a dump or onto a folder; over an
+    existing table only when it records the same settings (or the same analysis of the same
+    dump made when that held fewer runs), or with `force`."""
+    from .table import sidecar_path
+
+    out = Path(out)
+    dump = dump_around(out)
+    if dump is not None:
+        where = "is the dump" if os.path.realpath(out) == os.path.realpath(dump) else "is inside the dump"
+        raise ValueError(f"`out` {out} {where} {dump}: an analysis never writes into a dump (it would damage it); "
+                         "choose an `out` outside it")
+    if os.path.isdir(out):
+        raise ValueError(f"`out` {out} is a folder; give a file name for the table, e.g. {out / 'table.csv'}")
+    if force:
+        return
+    sidecar = sidecar_path(out)
+    requested = json.loads(json.dumps(settings))
+    saved = _previous_settings(sidecar)
+    problem = None
+    if os.path.lexists(out):
+        if not os.path.lexists(sidecar):
+            problem = f"{out} exists and is not a table of an earlier analysis (no sidecar {sidecar} records its settings)"
+        elif saved is None:
+            problem = f"{out} exists and its sidecar {sidecar} is not the record of an analysis"
+    elif os.path.lexists(sidecar) and saved is None:
+        problem = f"{sidecar} exists and is not the record of an analysis"
+    if problem is None and saved is not None and saved != requested and not _superseded(saved, requested):
+        diff = {k: (saved.get(k), v) for k, v in requested.items() if saved.get(k) != v}
+        problem = f"{out} exists and holds an analysis with other settings (saved, requested): {diff}"
+    if problem is not None:
+        raise ValueError(f"{problem}; it was left as it is: choose another `out`, or pass force=True "
+                         "(mianalysis analyze --force) to replace it")
+
+
+def _superseded(saved, requested):
+    """Whether the saved analysis is the same analysis of the same dump made when it held
+    fewer runs (an incomplete dump, analysed while its sampler was still writing): the same
+    command run again once more runs are in replaces that table."""
+    same = {k: v for k, v in saved.items() if k not in ("n_runs", "chunks")}
+    return (same == {k: v for k, v in requested.items() if k not in ("n_runs", "chunks")}
+            and isinstance(saved.get("n_runs"), int) and saved["n_runs"] < requested["n_runs"])
+
