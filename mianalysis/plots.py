@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # names used only in type hints (Matplotlib is loaded where a
 
 __all__ = [
     "save_figure", "check_drawable", "figure_mi", "figure_distances", "figure_title", "FIGURES", "plot_mi_panel",
-    "plot_metric_panel", "plot_distance_panel", "pair_summary", "estimator_variant", "figure_headroom"
+    "plot_metric_panel", "plot_distance_panel", "pair_summary", "estimator_variant", "estimate_kinds", "figure_headroom"
 ]
 
 
@@ -38,6 +38,10 @@ def _finite(xs, ys):
 
 
 OUTSIDE_LABEL = "outside calibration (hollow)"
+# How each kind of estimate (the table's ``estimate_kind``) is drawn and named.
+KIND_STYLES = {"plain": "-", "bound": "--", "shrinkage": ":"}
+KIND_LABELS = {"plain": "estimate", "bound": "lower bound (dashed)",
+               "shrinkage": "Ledoit-Wolf shrinkage number, not an MI estimate"}
 
 
 PAIR_LINE = "mean over {n} client pairs"
@@ -137,15 +141,64 @@ def _pair_count_label(s):
     return PAIR_LINE.format(n=n) if n != 1 else "one client pair"
 
 
-def _draw_pair_summary(ax, s, color, label):
-    """The pairs' mean as a line, their min-max as a band, their intervals as bars."""
-    line, = ax.plot(s["iteration"], s["mean"], marker="o", ms=4, color=color, label=label, zorder=3)
+def _draw_pair_summary(ax, s, color, label, *, linestyle="-", band=True, bars=True):
+    """The pairs' mean as a line, their min-max as a band, their intervals as bars (`band`,
+    `bars`: whether those have a legend entry)."""
+    line, = ax.plot(s["iteration"], s["mean"], marker="o", ms=4, color=color, label=label, zorder=3, ls=linestyle)
     if (s["n"] > 1).any():
-        ax.fill_between(s["iteration"], s["low"], s["high"], color=color, alpha=0.3, lw=0, label=PAIR_BAND)
+        ax.fill_between(s["iteration"], s["low"], s["high"], color=color, alpha=0.3, lw=0,
+                        label=PAIR_BAND if band else None)
     ci = np.isfinite(s["ci_low"]) & np.isfinite(s["ci_high"])
     if ci.any():
-        ax.vlines(s["iteration"][ci], s["ci_low"][ci], s["ci_high"][ci], color=color, lw=1.5, label=CI_LABEL)
+        ax.vlines(s["iteration"][ci], s["ci_low"][ci], s["ci_high"][ci], color=color, lw=1.5,
+                  label=CI_LABEL if bars else None)
     return line
+
+
+def estimate_kinds(rows: Sequence[dict], quantity: str) -> dict[int, str]:
+    """The kind of estimate (``estimate_kind``: "plain", "shrinkage", "bound") of `quantity`
+    at each iteration of a table: the kind of its client pairs' rows, or the least readable
+    one where pairs differ ("shrinkage" before "bound" before "plain").
+
+    Parameters
+    ----------
+    rows : list of dict
+        An analysis table.
+    quantity : str
+        An MI quantity, such as "mi_gaussian".
+
+    Returns
+    -------
+    dict of int -> str
+        Iteration -> kind, for the iterations with a row of `quantity` between two clients.
+    """
+    order = ("shrinkage", "bound", "plain")
+    kinds: dict[int, str] = {}
+    for r in AnalysisTable.of(rows):
+        if r["quantity"] == quantity and r["client_b"] != "":
+            kind = str(r.get("estimate_kind") or "plain")
+            it = int(r["iteration"])
+            kinds[it] = min(kinds.get(it, kind), kind, key=lambda k: order.index(k) if k in order else 0)
+    return kinds
+
+
+def _kind_segments(iterations, kinds):
+    """(kind, boolean mask over `iterations`) for each maximal run of consecutive drawn
+    iterations of one kind, where a run also ends at an iteration that is not drawn."""
+    every = sorted(kinds)
+    segments = []
+    last_kind, last_pos = None, None
+    for i, it in enumerate(iterations):
+        kind = kinds.get(int(it), "plain")
+        pos = every.index(int(it)) if int(it) in every else None
+        if segments and kind == last_kind and pos is not None and last_pos is not None and pos == last_pos + 1:
+            segments[-1][1][i] = True
+        else:
+            mask = np.zeros(len(iterations), bool)
+            mask[i] = True
+            segments.append((kind, mask))
+        last_kind, last_pos = kind, pos
+    return segments
 
 
 def estimator_variant(rows: Sequence[dict], estimator: str) -> str:
@@ -191,6 +244,10 @@ def plot_mi_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], estimator: str
     where an estimate is outside the calibrated regime (``outside_calibration``
     of some pair) are drawn hollow, with one legend entry for them all; infinite
     estimates (identical samples) are not drawn and the legend says where they are.
+    Points are joined only within one kind of estimate (``estimate_kind``, see
+    :func:`estimate_kinds`): plain estimates by a solid line, lower bounds by a dashed one, so
+    a change of kind is a break in the line; Ledoit-Wolf shrinkage numbers, which estimate no
+    MI, are not drawn, and the legend names their iterations.
 
     Parameters
     ----------
@@ -201,10 +258,32 @@ def plot_mi_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], estimator: str
         A registered estimator; the registry gives the panel's name and colour.
     """
     quantity = f"mi_{estimator}"
+    every_row = list(AnalysisTable.of(rows))  # typed columns (estimate_kind) even for rows read from old notes
+    kinds = estimate_kinds(every_row, quantity)
+    shrunk = [it for it, kind in kinds.items() if kind == "shrinkage"]
+    # A shrinkage number estimates no MI: it is left out (the legend says where), and the
+    # line is broken wherever the kind of estimate changes (plain, bound).
+    rows = [r for r in every_row if not (r["quantity"] == quantity and r["iteration"] in shrunk)]
     relative = _has_null(rows, quantity)
     s = pair_summary(rows, quantity, relative_to_null=relative)
     color = get_estimator(estimator).color
-    line = _draw_pair_summary(ax, s, color, _pair_count_label(s))
+    line = None
+    labelled: set[str] = set()
+    for kind, keep in _kind_segments(s["iteration"], kinds):
+        part = {k: (v[keep] if k != "infinite" else v) for k, v in s.items()}
+        label = _pair_count_label(s) if not labelled else None
+        if kind == "bound" and kind not in labelled:
+            label = (label + ", " if label else "") + KIND_LABELS["bound"]
+        drawn = _draw_pair_summary(ax, part, color, label, linestyle=KIND_STYLES[kind], band=not labelled,
+                                   bars=not labelled)
+        labelled.add(kind)
+        line = line or drawn
+    if line is None:  # nothing finite to draw
+        line, = ax.plot([], [], color=color)
+    if shrunk:
+        its = ", ".join(str(int(i)) for i in sorted(shrunk))
+        ax.plot([], [], ls="none", marker="x", color="0.3",
+                label=f"iteration {its}: {KIND_LABELS['shrinkage']} (not drawn)")
     if relative:
         sd = s["null_sd"]
         ok = np.isfinite(sd)
@@ -233,7 +312,7 @@ def plot_mi_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], estimator: str
     if len(s["infinite"]):
         its = ", ".join(str(int(i)) for i in s["infinite"])
         ax.plot([], [], ls="none", marker="$\\infty$", color="0.2", label=f"infinite at iteration {its} (not drawn)")
-    variant = estimator_variant(rows, estimator)
+    variant = estimator_variant(every_row, estimator)
     entry = get_estimator(estimator)
     ax.set_title(f"MI, {entry.display_name}" + (f": {variant}" if variant and variant != entry.label else ""),
                  fontsize=10)

@@ -97,6 +97,29 @@ def test_gaussian_panel_title_names_the_variant(ax):
     assert estimator_variant([{**r, "note": ""} for r in rows], "gaussian") == "bias-corrected"
 
 
+def test_mi_panel_breaks_the_line_between_kinds_and_leaves_shrinkage_out(ax):
+    # Iteration 1 a shrinkage number, 2-3 plain estimates, 4-5 lower bounds: three kinds, never one line.
+    kinds = {1: "shrinkage", 2: "plain", 3: "plain", 4: "bound", 5: "bound"}
+    rows = [pair_row(it, pair, "mi_gaussian", 10.0 * it + p, estimate_kind=kind)
+            for it, kind in kinds.items() for p, pair in enumerate(PAIRS)]
+    plot_mi_panel(ax, rows, "gaussian")
+    drawn = [ln for ln in ax.get_lines() if len(ln.get_xdata())]
+    assert [list(ln.get_xdata()) for ln in drawn] == [[2, 3], [4, 5]]
+    assert [ln.get_linestyle() for ln in drawn] == ["-", "--"]
+    texts = legend_texts(ax)
+    assert any("lower bound" in t for t in texts)
+    assert any(t.startswith("iteration 1: Ledoit-Wolf shrinkage") and "not drawn" in t for t in texts)
+    assert texts.count(PAIR_BAND) == 1
+
+
+def test_mi_panel_breaks_the_line_where_a_shrinkage_iteration_is_left_out(ax):
+    kinds = {1: "plain", 2: "shrinkage", 3: "plain"}
+    rows = [pair_row(it, pair, "mi_gaussian", float(it), estimate_kind=kind)
+            for it, kind in kinds.items() for pair in PAIRS]
+    plot_mi_panel(ax, rows, "gaussian")
+    assert [list(ln.get_xdata()) for ln in ax.get_lines() if len(ln.get_xdata())] == [[1], [3]]
+
+
 def test_distance_panel_shows_run_sd_and_pair_range(ax):
     rows = [pair_row(it, pair, "euclidean", 1.0 + it + p, spread=0.1 * (p + 1), ci_low=0.9 + it + p,
                      ci_high=1.1 + it + p) for it in (0, 1, 2) for p, pair in enumerate(PAIRS)]
