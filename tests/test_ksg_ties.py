@@ -75,8 +75,10 @@ def test_duplicate_share_counts_every_repeated_entry_of_varying_columns():
 
 def test_ksg_mi_warns_on_a_lattice_and_not_on_continuous_samples():
     x, y = adam_like_grid(200, 4)
-    with pytest.warns(TiedSamplesWarning, match="tied or lie on a lattice"):
+    with pytest.warns(TiedSamplesWarning, match="100% of the samples' values and 100% of their paired differences"):
         ksg_mi(x, y, random_state=0)
+    with pytest.warns(TiedSamplesWarning, match=r"100% of the samples' values repeat .* tied or lie on a lattice"):
+        ksg_mi(x, y[:, :3], random_state=0)
     rng = np.random.default_rng(4)
     a = rng.standard_normal((200, 4))
     with warnings.catch_warnings():

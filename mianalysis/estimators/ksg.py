@@ -639,10 +639,10 @@ def _warn_if_tied(x, y, threshold=TIE_THRESHOLD):
     """A TiedSamplesWarning when the values (or the paired differences) of `x` and `y` are tied."""
     shares = (duplicate_share(np.hstack([x, y])), _difference_share(x, y))
     if any(v > threshold for v in shares if not np.isnan(v)):
-        warnings.warn(f"{shares[0]:.0%} of the samples' values and {shares[1]:.0%} of their paired differences "
-                      "repeat within their coordinate: the samples are tied or lie on a lattice, which breaks the "
-                      "KSG estimator's continuity assumption (see mianalysis.ksg_ties)", TiedSamplesWarning,
-                      stacklevel=3)
+        differences = "" if np.isnan(shares[1]) else f" and {shares[1]:.0%} of their paired differences y - x"
+        warnings.warn(f"{shares[0]:.0%} of the samples' values{differences} repeat within their coordinate: the "
+                      "samples are tied or lie on a lattice, which breaks the KSG estimator's continuity assumption "
+                      "(see mianalysis.ksg_ties)", TiedSamplesWarning, stacklevel=3)
 
 
 def ksg_ties(x: ArrayLike, y: ArrayLike, k: int = 3, *, threshold: float = TIE_THRESHOLD,
