@@ -25,8 +25,9 @@ from .analysis.additive import (AdditivePrediction, AdditiveTest, additive_model
 from .analysis import AnalysisTable, analyze
 from .distances import mean_paired_distance, paired_distances
 from .dumps import DumpError, DumpWriter, ParameterDump
-from .estimators import (GaussianMINull, MarginalDistances, PermutationTestResult, gaussian_cmi, gaussian_copula_mi,
-                         gaussian_mi, gaussian_mi_null, ksg_mi, mi_permutation_test)
+from .estimators import (GaussianMINull, MarginalDistances, PermutationTestResult, TiedSamplesWarning, gaussian_cmi,
+                         gaussian_copula_mi, gaussian_mi, gaussian_mi_null, ksg_mi, ksg_ties, mi_permutation_test,
+                         projection_mi_bound)
 from .headroom import headroom
 from .sampling import ParameterSampler
 
@@ -46,6 +47,9 @@ __all__ = [
     "GaussianMINull",
     "ksg_mi",
     "gaussian_copula_mi",
+    "projection_mi_bound",
+    "ksg_ties",
+    "TiedSamplesWarning",
     "MarginalDistances",
     "mi_permutation_test",
     "PermutationTestResult",

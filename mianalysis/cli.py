@@ -84,17 +84,18 @@ def _cmd_estimate(args):
         kwargs.update(shrinkage=None if args.shrinkage == "none" else args.shrinkage)
     elif args.shrinkage != "none":
         raise ValueError(f"--shrinkage applies to --estimator {' or '.join(estimators_taking('shrinkage'))}")
+    relation = "MI >=" if entry.kind == "bound" else "MI ="  # a lower bound says so
     if args.permutations:
         res = mi_permutation_test(
             x, y, estimator=args.estimator, n_permutations=args.permutations, random_state=args.seed, **kwargs
         )
         print(
-            f"{args.estimator} MI = {res.estimate:.6g} {args.units}; null mean {res.null_mean:.6g} "
+            f"{args.estimator} {relation} {res.estimate:.6g} {args.units}; null mean {res.null_mean:.6g} "
             f"sd {res.null_std:.6g}; p = {res.p_value:.4g} ({res.n_permutations} permutations)"
         )
     else:
         value = entry.function(x, y, **kwargs, **({"random_state": args.seed} if entry.random_state else {}))
-        print(f"{args.estimator} MI = {value:.6g} {args.units}")
+        print(f"{args.estimator} {relation} {value:.6g} {args.units}")
 
 
 # --set / --param values spelled as Python writes a flag; JSON's true and false parse as well. Any

@@ -74,7 +74,7 @@ def test_layer_selection(tmp_path, rng):
 
 def test_bad_arguments(tmp_path, rng):
     dump = ParameterDump.from_arrays(tmp_path / "d", correlated_clients(rng, n_runs=50))
-    with pytest.raises(ValueError, match="`estimators` must be one of 'gaussian', 'ksg', 'copula'; got 'kde'"):
+    with pytest.raises(ValueError, match="`estimators` must be one of 'gaussian', 'ksg', 'copula', 'bound'; got 'kde'"):
         analyze(dump, estimators=("kde",))
     with pytest.raises(ValueError, match="`metrics` must be one of"):
         analyze(dump, metrics=("cosine",))

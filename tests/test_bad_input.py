@@ -104,7 +104,7 @@ def test_unknown_metric():
 
 
 def test_unknown_estimator():
-    with pytest.raises(ValueError, match=r"`estimator` must be one of 'gaussian', 'ksg', 'copula'; got 'kde'"):
+    with pytest.raises(ValueError, match=r"`estimator` must be one of 'gaussian', 'ksg', 'copula', 'bound'; got 'kde'"):
         mi_permutation_test(X, Y, estimator="kde")
 
 

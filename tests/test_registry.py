@@ -48,7 +48,7 @@ def test_builtin_entries_hold_what_the_analyses_used_to_switch_on():
     assert (ksg.interval, ksg.ci_resamples, ksg.nulls, ksg.stream, ksg.distance_cache) == (
         "half-subsampling", 10, ("permutation",), 1, True)
     assert gauss.display_name == "Gaussian (log-det)" and ksg.display_name == "KSG (k-NN)"
-    with pytest.raises(ValueError, match="`estimator` must be one of 'gaussian', 'ksg', 'copula'"):
+    with pytest.raises(ValueError, match="`estimator` must be one of 'gaussian', 'ksg', 'copula', 'bound'"):
         get_estimator("kde")
 
 
@@ -111,7 +111,7 @@ def test_toy_estimator_is_a_choice_of_the_command_line(toy, tmp_path, capsys):
     dump = ParameterDump.from_arrays(tmp_path / "d", two_clients(), checkpoints=[0, 1])
     with pytest.raises(SystemExit):
         build_parser().parse_args(["analyze", "--help"])
-    assert "MI estimators: gaussian, ksg, copula, first" in " ".join(capsys.readouterr().out.split())
+    assert "MI estimators: gaussian, ksg, copula, bound, first" in " ".join(capsys.readouterr().out.split())
     out = tmp_path / "t.csv"
     assert main(["-q", "analyze", str(dump.path), "--out", str(out), "--estimators", "first", "--metrics",
                  "euclidean", "--no-progress"]) == 0

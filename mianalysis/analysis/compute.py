@@ -13,7 +13,7 @@ import numpy as np
 
 from ..distances import paired_distances
 from ..estimators import KSG_NOISE, MarginalDistances, gaussian_mi, gaussian_mi_null, mi_permutation_test
-from ..estimators.ksg import standardize_columns
+from ..estimators.ksg import ksg_ties, standardize_columns
 from ..estimators.registry import DISTANCE_STREAM, get_estimator
 from .design import design_note
 from .intervals import mean_interval, mi_replicates, normal_interval, resample_indices, trend_verdict
@@ -40,6 +40,11 @@ def _drop_constant(x, y):
     keep_y = np.ptp(y, axis=0) > 0
     dropped = int((~keep_x).sum() + (~keep_y).sum())
     return x[:, keep_x], y[:, keep_y], dropped
+
+
+# Runs whose k-th and (k+1)-th neighbour distances the analysis compares (ksg_ties' max_rows):
+# a few, so the check costs a small part of a KSG estimate at paper scale (O(rows x runs x dims)).
+TIE_NEIGHBOUR_ROWS = 16
 
 
 @dataclass(frozen=True)
@@ -80,9 +85,14 @@ def _mi_row(x, y, estimator, k, permutations, rng, distances=None, distance_cach
                         notes)
         regime = estimate_regime_note(estimator, x.shape[0], x.shape[1] + y.shape[1], float(est.value),
                                       shrinkage=est.shrinkage)
+        if get_estimator(estimator).distance_cache:  # KSG assumes no ties: tied or lattice samples break it
+            ties = ksg_ties(x, y, k, max_rows=TIE_NEIGHBOUR_ROWS)
+            if ties.flagged:
+                regime = "; ".join(n for n in (regime, ties.note) if n)
         notes.append(regime)
+    kind = "shrinkage" if est.shrinkage else get_estimator(estimator).kind
     return {"value": est.value, "null_mean": est.null_mean, "null_std": est.null_std, "p_value": est.p_value,
-            "note": "; ".join(n for n in notes if n), "estimate_kind": "shrinkage" if est.shrinkage else "plain",
+            "note": "; ".join(n for n in notes if n), "estimate_kind": kind,
             "outside_calibration": bool(regime), "null_method": est.null_method}
 
 

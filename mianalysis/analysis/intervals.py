@@ -173,6 +173,8 @@ def mi_replicates(x: np.ndarray, y: np.ndarray, estimator: str, indices: np.ndar
             out[j] = value
         else:
             kwargs = {"k": k} if "k" in entry.arguments else {}
+            if entry.resample_settings is not None:  # what the estimate of all runs fixed, kept on each resample
+                kwargs.update(entry.resample_settings(x.shape[0], xs.shape[1], ys.shape[1]))
             if entry.random_state:
                 kwargs["random_state"] = np.random.default_rng([*seed, j])
             out[j] = entry.function(xs, ys, **kwargs)

@@ -18,7 +18,7 @@ from .._validation import ConstantFeatureWarning, check_choice, check_flag, chec
 
 __all__ = [
     "gaussian_mi", "gaussian_cmi", "SHRINKAGE", "check_gaussian_settings", "wishart_logdet_bias",
-    "gram_matrix", "ledoit_wolf_covariance", "gaussian_permutation_estimates"
+    "gram_matrix", "ledoit_wolf_covariance", "ledoit_wolf_intensity", "gaussian_permutation_estimates"
 ]
 
 SHRINKAGE = (None, "ledoit-wolf")
@@ -400,20 +400,30 @@ def ledoit_wolf_covariance(z: np.ndarray, gram: np.ndarray | None = None) -> np.
     ``sum_k ||z_k||^4`` is computed in O(n p) rather than through ``(z**2).T @ z**2``, so
     the cost is one Gram matrix.
     """
-    n, p = z.shape
+    p = z.shape[1]
     gram = gram_matrix(z) if gram is None else gram
-    cov = gram / n
+    cov = gram / z.shape[0]
     trace = np.trace(cov)
+    intensity, mu = ledoit_wolf_intensity(z, trace, float(np.einsum("ij,ij->", cov, cov)))
+    shrunk = (1.0 - intensity) * cov
+    shrunk.flat[:: p + 1] += intensity * mu
+    return shrunk
+
+
+def ledoit_wolf_intensity(z: np.ndarray, trace: float, frob2: float) -> tuple[float, float]:
+    """(intensity, mu) of the Ledoit-Wolf estimate of centred samples `z` (n, p), given the
+    trace and the squared Frobenius norm of their ``1/n`` sample covariance S: the shrunk
+    covariance is ``(1 - intensity) S + intensity mu I`` (:func:`ledoit_wolf_covariance`).
+    Both norms are sums over S's eigenvalues, so a caller holding the singular values of `z`
+    needs no p x p matrix."""
+    n, p = z.shape
     mu = trace / p
-    frob2 = float(np.einsum("ij,ij->", cov, cov))
     fourth = float(np.sum(np.einsum("ij,ij->i", z, z) ** 2))
     beta = (fourth / n - frob2) / (p * n)
     delta = (frob2 - 2.0 * mu * trace + p * mu**2) / p
     beta = min(beta, delta)
     intensity = 0.0 if beta == 0 else beta / delta
-    shrunk = (1.0 - intensity) * cov
-    shrunk.flat[:: p + 1] += intensity * mu
-    return shrunk
+    return intensity, mu
 
 
 def _logdet_pd(corr, block, n_samples, shrinkage):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -17,6 +19,7 @@ from .._validation import (
     check_nonnegative_float,
     check_paired,
     check_random_state,
+    check_real,
     check_samples,
     check_units,
     drop_constant_features,
@@ -28,7 +31,8 @@ from ._neighbours import (check_torch_device, ksg_counts, ksg_counts_torch, marg
 __all__ = [
     "ksg_mi", "MarginalDistances", "KSG_NOISE", "standardize_columns", "add_tie_breaking_noise",
     "ksg_estimates_from_distances", "ksg_permutation_estimates", "BACKENDS", "DISTANCE_CACHE_BLOCK",
-    "DISTANCE_CACHE_MIN_FEATURES"
+    "DISTANCE_CACHE_MIN_FEATURES", "KSGTies", "TiedSamplesWarning", "ksg_ties", "duplicate_share", "TIE_THRESHOLD",
+    "TIE_CHECK_ROWS"
 ]
 
 # Tie-breaking noise, in units of each feature's standard deviation: the default of every
@@ -40,6 +44,15 @@ BACKENDS = ("numba", "torch")
 # (defined in _kernels.py, so that numba's cache sees a change; tests/test_ksg.py checks the two agree).
 DISTANCE_CACHE_BLOCK = 256
 DTYPES = ("float64", "float32")
+# Ties and lattices (ksg_ties): samples are flagged when more than this share of their values
+# (or of the neighbour distances checked) is tied; continuous data have none.
+TIE_THRESHOLD = 0.1
+# ksg_ties finds the k-th and (k+1)-th joint neighbour distances of this many runs (evenly spaced).
+TIE_CHECK_ROWS = 100
+# The shares of repeated values and differences (ksg_ties, and ksg_mi's TiedSamplesWarning) are
+# counted among at most this many evenly spaced runs: a lattice repeats its values in any
+# subset, and the count stays a small part of an estimate's cost at any run count.
+TIE_VALUE_ROWS = 2000
 
 
 def ksg_mi(
@@ -150,6 +163,14 @@ def ksg_mi(
     Among neighbours at exactly the same joint distance, algorithm 2 takes all of those at
     the k-th distance as neighbours; with `noise` > 0 such ties have probability zero.
 
+    The estimator assumes continuous samples. Samples of which more than ``TIE_THRESHOLD``
+    (10 %) of the values repeat within their coordinate (values on a grid, such as the
+    early checkpoints of Adam with a small learning rate from a fixed start), or, for x and
+    y of equal size, of the paired differences ``y - x`` (a lattice of one relative to the
+    other), get a :class:`TiedSamplesWarning`: the tie-breaking noise then decides the
+    neighbours, and the estimate says little about the MI. :func:`ksg_ties` measures this
+    and the ties of the neighbour distances themselves.
+
     Constant features are dropped with a :class:`mianalysis.ConstantFeatureWarning` naming
     them: a constant carries no information, ``I((X, c); Y) = I(X; Y)`` exactly (it adds 0
     to every max-norm distance, so the estimate is the same as without it). If no feature
@@ -199,6 +220,7 @@ def ksg_mi(
     x, y = drop_constant_features(x, y)
     if x.shape[1] == 0 or y.shape[1] == 0:
         return 0.0  # I(c; Y) = 0 (see Notes)
+    _warn_if_tied(x, y)
     if standardize:
         x, y = standardize_columns(x), standardize_columns(y)
     if noise > 0:
@@ -532,3 +554,184 @@ def ksg_from_counts(nx, ny, k, algorithm):
     if algorithm == 1:
         return digamma(k) + digamma(n) - np.mean(digamma(nx + 1.0) + digamma(ny + 1.0))
     return digamma(k) - 1.0 / k + digamma(n) - np.mean(digamma(nx) + digamma(ny))
+
+
+class TiedSamplesWarning(UserWarning):
+    """Samples given to the KSG estimator are tied or lie on a lattice (see :func:`ksg_ties`).
+
+    KSG (Kraskov et al. 2004) assumes continuous densities: no two samples at the same
+    distance. Tied values make the k-th neighbour distance ambiguous and the marginal
+    counts (samples strictly closer than it) jump; the tie-breaking noise then decides
+    them, so the estimate reflects the noise's scale rather than the MI.
+    """
+
+
+@dataclass(frozen=True)
+class KSGTies:
+    """How far paired samples are from KSG's continuity assumption (:func:`ksg_ties`).
+
+    Attributes
+    ----------
+    duplicate_share : float
+        Share of the values of the varying coordinates of x and y that another sample
+        repeats in the same coordinate (0 for continuous data, near 1 on a grid).
+    difference_share : float
+        The same for the paired differences ``y - x`` (x and y of equal size; NaN
+        otherwise): near 1 when y sits on a lattice around x, such as a client one
+        optimiser step of fixed size away from another (Chebyshev distance exactly 2 lr).
+    tied_share : float
+        Share of the `n_checked` samples whose k-th and (k + 1)-th nearest neighbours in
+        the joint max-norm are at exactly the same distance.
+    n_checked : int
+        Samples whose neighbour distances were found (evenly spaced rows).
+    threshold : float
+        The share above which the samples are flagged.
+    """
+
+    duplicate_share: float
+    difference_share: float
+    tied_share: float
+    n_checked: int
+    threshold: float
+
+    @property
+    def flagged(self) -> bool:
+        """Whether any share exceeds `threshold` (KSG should not be reported on these samples)."""
+        return any(v > self.threshold for v in (self.duplicate_share, self.difference_share, self.tied_share)
+                   if not np.isnan(v))
+
+    @property
+    def note(self) -> str:
+        """"" when not flagged; otherwise a table note naming the shares above the threshold."""
+        if not self.flagged:
+            return ""
+        parts = [f"{name} {value:.0%}" for name, value in (("repeated values", self.duplicate_share),
+                                                           ("repeated differences y - x", self.difference_share),
+                                                           ("tied k-th neighbour distances", self.tied_share))
+                 if not np.isnan(value) and value > self.threshold]
+        return "ties/lattice (KSG assumes continuous samples): " + ", ".join(parts)
+
+
+def duplicate_share(a: np.ndarray) -> float:
+    """Share of the entries of `a` (n, d) whose value another row repeats in the same
+    column, over the columns that vary (0.0 when none does).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mianalysis.estimators.ksg import duplicate_share
+    >>> duplicate_share(np.array([[0.0, 1.0], [0.0, 2.0], [1.0, 3.0], [2.0, 4.0]]))
+    0.25
+    """
+    a = np.asarray(a, dtype=np.float64)
+    a = a[:, np.ptp(a, axis=0) > 0] if a.shape[0] else a
+    if a.size == 0:
+        return 0.0
+    s = np.sort(a, axis=0)
+    same = s[1:] == s[:-1]
+    repeated = np.zeros(s.shape, dtype=bool)
+    repeated[1:] |= same
+    repeated[:-1] |= same
+    return float(repeated.mean())
+
+
+def _difference_share(x, y):
+    return duplicate_share(y - x) if x.shape[1] == y.shape[1] else np.nan
+
+
+def _value_rows(x, y):
+    """x and y at most TIE_VALUE_ROWS evenly spaced runs (all runs when there are fewer)."""
+    n = x.shape[0]
+    if n <= TIE_VALUE_ROWS:
+        return x, y
+    rows = np.unique(np.linspace(0, n - 1, TIE_VALUE_ROWS).round().astype(np.int64))
+    return x[rows], y[rows]
+
+
+def _value_shares(x, y):
+    """(share of repeated values, share of repeated differences y - x) among _value_rows."""
+    x, y = _value_rows(x, y)
+    return duplicate_share(np.hstack([x, y])), _difference_share(x, y)
+
+
+def _warn_if_tied(x, y, threshold=TIE_THRESHOLD):
+    """A TiedSamplesWarning when the values (or the paired differences) of `x` and `y` are tied."""
+    shares = _value_shares(x, y)
+    if any(v > threshold for v in shares if not np.isnan(v)):
+        differences = "" if np.isnan(shares[1]) else f" and {shares[1]:.0%} of their paired differences y - x"
+        warnings.warn(f"{shares[0]:.0%} of the samples' values{differences} repeat within their coordinate: the "
+                      "samples are tied or lie on a lattice, which breaks the KSG estimator's continuity assumption "
+                      "(see mianalysis.ksg_ties)", TiedSamplesWarning, stacklevel=3)
+
+
+def ksg_ties(x: ArrayLike, y: ArrayLike, k: int = 3, *, threshold: float = TIE_THRESHOLD,
+             max_rows: int = TIE_CHECK_ROWS) -> KSGTies:
+    """Whether paired samples are tied or on a lattice, which breaks KSG's continuity assumption.
+
+    Three shares: of the values of x's and y's varying coordinates that repeat within their
+    coordinate, of the paired differences ``y - x`` that do (x and y of equal size; both
+    counted among at most :data:`TIE_VALUE_ROWS` evenly spaced samples), and
+    of checked samples whose k-th and (k + 1)-th nearest neighbours in the joint max-norm
+    are equally far (so that the k-th neighbour distance of KSG is ambiguous). Continuous
+    data give 0 for all three. A share above `threshold` flags the samples
+    (:attr:`KSGTies.flagged`, :attr:`KSGTies.note`): a table should mark the KSG row of such
+    a pair rather than report it as an estimate of the MI.
+
+    Parameters
+    ----------
+    x : array-like of shape (n_samples, n_features_x) or (n_samples,)
+        Samples of X (as given to :func:`ksg_mi`, before any tie-breaking noise).
+    y : array-like of shape (n_samples, n_features_y) or (n_samples,)
+        Samples of Y.
+    k : int, default=3
+        KSG's neighbours, ``1 <= k < n_samples - 1``.
+    threshold : float, default=TIE_THRESHOLD (0.1)
+        The share in [0, 1) above which the samples are flagged.
+    max_rows : int, default=TIE_CHECK_ROWS (100)
+        Samples (evenly spaced rows) whose neighbour distances are found; each costs
+        O(n_samples (d_x + d_y)).
+
+    Returns
+    -------
+    KSGTies
+
+    Notes
+    -----
+    Kraskov et al. (2004) assume continuous densities and break the ties of real data by
+    tiny noise. That is harmless for values tied by rounding, but not for samples that lie
+    on a grid: with Adam at a learning rate of 1e-5 the first checkpoints of a head trained
+    from a fixed start take values start +- lr in every coordinate (and from a per-run
+    start two clients are exactly 2 lr apart in Chebyshev distance), so every distance is
+    a multiple of lr, and the noise, not the data, decides every neighbour.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mianalysis.estimators.ksg import ksg_ties
+    >>> rng = np.random.default_rng(0)
+    >>> x = rng.standard_normal((500, 4))
+    >>> ksg_ties(x, x + rng.standard_normal((500, 4))).flagged
+    False
+    >>> grid = 1e-5 * rng.integers(-1, 2, size=(500, 4))   # values start +- lr, start = 0
+    >>> ties = ksg_ties(grid, grid + 1e-5 * rng.integers(-1, 2, size=(500, 4)))
+    >>> ties.flagged, ties.duplicate_share
+    (True, 1.0)
+    """
+    x, y = check_paired(x, y)
+    n = x.shape[0]
+    k = check_int(k, "k", low=1, high=max(1, n - 2))
+    threshold = check_real(threshold, "threshold", low=0, high=1, high_open=True)
+    max_rows = check_int(max_rows, "max_rows", low=1)
+    if n < k + 2:
+        raise ValueError(f"`x` and `y` need at least k + 2 = {k + 2} samples to compare the k-th and (k + 1)-th "
+                         f"neighbour distances; got {n}")
+    values, differences = _value_shares(x, y)
+    rows = np.unique(np.linspace(0, n - 1, min(n, max_rows)).round().astype(np.int64))
+    joint = np.hstack([x, y])
+    dist = np.zeros((rows.size, n))
+    for j in range(joint.shape[1]):  # max-norm, one coordinate at a time: O(rows x n) memory
+        np.maximum(dist, np.abs(joint[rows, j, None] - joint[None, :, j]), out=dist)
+    dist[np.arange(rows.size), rows] = np.inf  # a sample is not its own neighbour
+    nearest = np.partition(dist, (k - 1, k), axis=1)
+    tied = float(np.mean(nearest[:, k - 1] == nearest[:, k]))
+    return KSGTies(values, differences, tied, int(rows.size), threshold)

@@ -12,9 +12,11 @@ Examples
 --------
 >>> from mianalysis.estimators.registry import estimator_names, get_estimator
 >>> estimator_names()
-('gaussian', 'ksg', 'copula')
+('gaussian', 'ksg', 'copula', 'bound')
 >>> get_estimator("copula").display_name, get_estimator("copula").interval
 ('Gaussian copula', 'bootstrap')
+>>> get_estimator("bound").kind, get_estimator("gaussian").kind
+('bound', 'plain')
 """
 
 from __future__ import annotations
@@ -22,19 +24,24 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from .._validation import check_choice, check_flag
+from .bound import bound_regime, bound_resample_settings, projection_mi_bound
 from .copula import gaussian_copula_mi, normal_scores
 from .gaussian import check_gaussian_settings, gaussian_mi
 from .ksg import ksg_mi
 
 __all__ = ["Estimator", "register_estimator", "unregister_estimator", "get_estimator", "estimator_names",
-           "estimators_taking", "INTERVALS", "NULLS", "DISTANCE_STREAM"]
+           "estimators_taking", "INTERVALS", "NULLS", "KINDS", "DISTANCE_STREAM"]
 
 INTERVALS = ("bootstrap", "half-subsampling")
 NULLS = ("permutation", "analytic")
+# What an estimate is: an estimate of the MI ("plain"), a Ledoit-Wolf shrinkage number (the
+# MI of a shrunk covariance: neither an estimate nor a bound), or a lower bound on the MI.
+KINDS = ("plain", "shrinkage", "bound")
 # Random streams: analyze seeds an estimator's permutations, noise and resamples with its
 # `stream`; stream 2 seeds the noise of the shared marginal distance matrices (KSG), as
 # tables written before the registry had it (their rows stay the same to the bit).
@@ -98,6 +105,18 @@ class Estimator:
         The random stream of its rows (seeds of permutations and resamples); None derives
         one from the name (CRC-32), so that a table does not depend on what else is
         registered.
+    kind : {"plain", "shrinkage", "bound"}, default="plain"
+        What its estimates are (:data:`KINDS`): "plain", an estimate of the MI (a
+        covariance estimator's rows that :func:`mianalysis.analyze` shrinks are
+        "shrinkage" rows all the same); "bound", a lower bound on the MI, which tables,
+        plots and the command line label as such and never join with estimates of
+        another kind.
+    resample_settings : callable, optional
+        ``resample_settings(n_runs, n_features_x, n_features_y) -> dict``: keyword
+        arguments that the estimate of all `n_runs` runs fixes and that every resample of
+        its interval keeps (:func:`mianalysis.analysis.intervals.mi_replicates`; the resample's
+        varying features are given), so that the resamples repeat the same statistic. The
+        bound keeps the full sample's number of canonical pairs on every half.
     """
 
     name: str
@@ -116,6 +135,8 @@ class Estimator:
     color: str | None = None
     check: Callable[..., object] | None = field(default=None, repr=False)
     stream: int | None = None
+    kind: str = "plain"
+    resample_settings: Callable[[int, int, int], dict[str, Any]] | None = field(default=None, repr=False)
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -125,6 +146,7 @@ class Estimator:
         object.__setattr__(self, "arguments", frozenset(self.arguments))
         object.__setattr__(self, "nulls", tuple(self.nulls))
         check_choice(self.interval, "interval", INTERVALS)
+        check_choice(self.kind, "kind", KINDS)
         for null in self.nulls:
             check_choice(null, "nulls", NULLS)
         if "analytic" in self.nulls and not self.covariance:
@@ -228,3 +250,9 @@ register_estimator(
     display_name="Gaussian copula", label="Gaussian copula", interval="bootstrap", ci_resamples=20,
     nulls=("permutation", "analytic"), covariance=True, transform=normal_scores, regime="gaussian",
     color="C4", check=check_gaussian_settings, stream=3)
+register_estimator(
+    name="bound", function=projection_mi_bound,
+    arguments={"units", "n_components", "folds", "repeats", "copula", "random_state"},
+    display_name="projection lower bound (cross-fitted CCA)", label="lower bound", interval="half-subsampling",
+    ci_resamples=20, regime=bound_regime, color="C5", stream=4, kind="bound",
+    resample_settings=bound_resample_settings)

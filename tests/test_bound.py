@@ -1,0 +1,199 @@
+"""The cross-fitted projection lower bound (mianalysis/estimators/bound.py): known answers,
+invariances, its registry entry, interval and permutation null, and its input errors."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+from mianalysis import ConstantFeatureWarning, ParameterDump, analyze, mi_permutation_test, projection_mi_bound
+from mianalysis.estimators.bound import RUNS_PER_DIMENSION, bound_regime, canonical_directions, projection_bound
+from mianalysis.estimators.gaussian import ledoit_wolf_covariance
+from mianalysis.estimators.registry import Estimator, get_estimator
+from mianalysis.analysis.intervals import mi_interval
+
+
+def correlated(n, d, rho, seed=0):
+    """x, y of shape (n, d) with corr(x_j, y_j) = rho: exact MI -d/2 log2(1 - rho^2) bits."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, d))
+    return x, rho * x + np.sqrt(1 - rho**2) * rng.standard_normal((n, d))
+
+
+def exact_bits(d, rho):
+    return -0.5 * d * np.log2(1 - rho**2)
+
+
+def reference_directions(x, y, r):
+    """The same directions from the p x p shrunk correlation matrices (eigh inverse roots)."""
+    def inverse_sqrt(c):
+        w, v = np.linalg.eigh(c)
+        return (v / np.sqrt(w)) @ v.T
+
+    sx, sy = x.std(axis=0), y.std(axis=0)
+    zx, zy = (x - x.mean(axis=0)) / sx, (y - y.mean(axis=0)) / sy
+    wx, wy = inverse_sqrt(ledoit_wolf_covariance(zx)), inverse_sqrt(ledoit_wolf_covariance(zy))
+    u, _, vt = np.linalg.svd(wx @ (zx.T @ zy / x.shape[0]) @ wy)
+    return (wx @ u[:, :r]) / sx[:, None], (wy @ vt[:r].T) / sy[:, None]
+
+
+@pytest.mark.parametrize("n, p, q", [(40, 60, 50), (300, 8, 12), (30, 5, 90)])
+def test_directions_match_the_dense_reference(n, p, q):
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal((n, p))
+    y = 0.7 * x[:, :1] @ np.ones((1, q)) + rng.standard_normal((n, q))
+    a, b = canonical_directions(x, y, 3)
+    a0, b0 = reference_directions(x, y, 3)
+    sign = np.sign(np.sum(a * a0, axis=0))  # singular vectors are defined up to sign
+    np.testing.assert_allclose(a * sign, a0, atol=1e-10 * np.abs(a0).max())
+    np.testing.assert_allclose(b * sign, b0, atol=1e-10 * np.abs(b0).max())
+
+
+@pytest.mark.parametrize("n, d, rho", [(4000, 2, 0.6), (4000, 3, 0.9), (3000, 1, 0.3)])
+def test_many_runs_few_dimensions_captures_the_whole_mi_and_not_more(n, d, rho):
+    truth = exact_bits(d, rho)
+    x, y = correlated(n, d, rho)
+    result = projection_bound(x, y)
+    assert result.n_components == d  # n_eval // 20 is far above d: every canonical pair is kept
+    estimate, low, _ = mi_interval(x, y, "bound", n_resamples=20)
+    assert estimate == result.value
+    assert low <= truth  # a lower bound, up to its interval
+    assert result.value == pytest.approx(truth, rel=0.05)
+
+
+def test_fewer_runs_than_dimensions_gives_a_positive_value_below_the_truth():
+    truth = exact_bits(80, 0.9)  # 95.8 bits over 80 + 80 dimensions, from 100 runs
+    values = [projection_mi_bound(*correlated(100, 80, 0.9, seed=s)) for s in range(5)]
+    assert all(0 < v < truth for v in values)
+    # Two pairs (50-run halves): about 2 of the 80 equal canonical correlations' MI
+    assert np.mean(values) < 3 * exact_bits(1, 0.9)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_independent_samples_give_about_zero_within_interval_and_null(seed):
+    rng = np.random.default_rng(seed)
+    x, y = rng.standard_normal((200, 150)), rng.standard_normal((200, 150))
+    estimate, low, high = mi_interval(x, y, "bound", n_resamples=20)
+    assert low <= 0 <= high
+    res = mi_permutation_test(x, y, estimator="bound", n_permutations=99, random_state=seed)
+    assert res.p_value > 0.01 and abs(res.null_mean) < 0.05
+    assert res.estimate == estimate
+
+
+def test_the_permutation_test_detects_dependence_in_fewer_runs_than_dimensions():
+    x, y = correlated(120, 100, 0.8)
+    res = mi_permutation_test(x, y, estimator="bound", n_permutations=49, random_state=0)
+    assert res.p_value == pytest.approx(1 / 50)
+    assert res.estimate > res.null_mean + 5 * res.null_std
+
+
+def test_invariances_scaling_shift_swap_and_units():
+    x, y = correlated(120, 30, 0.7)
+    value = projection_mi_bound(x, y)
+    scales = np.random.default_rng(1).uniform(0.01, 100, size=30)
+    assert projection_mi_bound(x * scales - 3.0, y * scales[::-1] + 1e3) == pytest.approx(value, rel=1e-8)
+    assert projection_mi_bound(y, x) == pytest.approx(value, rel=1e-10)  # CCA is symmetric; the same splits
+    assert projection_mi_bound(x, y, units="nats") == pytest.approx(value * np.log(2), rel=1e-12)
+
+
+def test_copula_bound_is_unchanged_by_monotone_maps_and_recovers_a_gaussian_copula():
+    x, y = correlated(120, 30, 0.7)
+    value = projection_mi_bound(x, y, copula=True)
+    assert projection_mi_bound(np.exp(x), y**3 + y, copula=True) == value  # only ranks enter
+    big_x, big_y = correlated(4000, 2, 0.6)
+    truth = exact_bits(2, 0.6)
+    assert projection_mi_bound(np.sinh(3 * big_x), big_y**3, copula=True) == pytest.approx(truth, rel=0.05)
+    assert projection_mi_bound(np.sinh(3 * big_x), big_y**3) < 0.8 * truth  # raw data: the map costs the bound
+
+
+def test_splits_folds_and_repeats():
+    x, y = correlated(160, 40, 0.8)
+    first = projection_bound(x, y)
+    assert first.fold_values.shape == (2,) and first.value == pytest.approx(first.fold_values.mean())
+    assert projection_bound(x, y).value == first.value  # random_state=0 by default: a fixed function of the data
+    assert projection_bound(x, y, random_state=1).value != first.value
+    more = projection_bound(x, y, folds=4, repeats=3)
+    assert more.fold_values.shape == (12,) and more.n_eval == 40
+    assert more.n_components == 40 // (2 * RUNS_PER_DIMENSION)
+    assert projection_bound(x, y, n_components=5).n_components == 5
+
+
+def test_constant_features_are_dropped_and_a_constant_side_gives_zero():
+    x, y = correlated(120, 10, 0.8)
+    with pytest.warns(ConstantFeatureWarning):
+        with_constant = projection_mi_bound(np.hstack([x, np.ones((120, 1))]), y)
+    assert with_constant == pytest.approx(projection_mi_bound(x, y), rel=1e-10)
+    with pytest.warns(ConstantFeatureWarning):
+        assert projection_mi_bound(np.ones((120, 3)), y) == 0.0
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"folds": 1}, ValueError, "`folds` must be"),
+    ({"folds": 40}, ValueError, "`folds` must be"),
+    ({"folds": 2.0}, TypeError, "`folds` must be an integer"),
+    ({"repeats": 0}, ValueError, "`repeats` must be"),
+    ({"n_components": 0}, ValueError, "`n_components` must be"),
+    ({"n_components": 30}, ValueError, r"`n_components`=30 needs evaluation folds of more than 61 runs"),
+    ({"n_components": 11}, ValueError, r"at most the varying features of the smaller side, min\(10, 10\)"),
+    ({"copula": "yes"}, ValueError, "`copula` must be True or False"),
+    ({"units": "dits"}, ValueError, "`units` must be one of"),
+])
+def test_bad_settings_are_refused_naming_the_parameter(kwargs, error, match):
+    x, y = correlated(60, 10, 0.5)
+    with pytest.raises(error, match=match):
+        projection_mi_bound(x, y, **kwargs)
+
+
+def test_too_few_or_unpaired_samples_are_refused():
+    x, y = correlated(7, 3, 0.5)
+    with pytest.raises(ValueError, match="need at least 8 samples for 2 folds"):
+        projection_mi_bound(x, y)
+    with pytest.raises(ValueError, match="same number of samples"):
+        projection_mi_bound(np.zeros((20, 2)), np.zeros((21, 2)))
+    with pytest.raises(ValueError, match="finite"):
+        projection_mi_bound(np.full((20, 2), np.nan), np.zeros((20, 2)))
+
+
+def test_registry_entry_is_a_bound_with_halves_and_a_permutation_null():
+    entry = get_estimator("bound")
+    assert (entry.kind, entry.interval, entry.nulls, entry.covariance) == (
+        "bound", "half-subsampling", ("permutation",), False)
+    assert entry.function is projection_mi_bound and entry.regime is bound_regime
+    assert get_estimator("gaussian").kind == get_estimator("ksg").kind == get_estimator("copula").kind == "plain"
+    with pytest.raises(ValueError, match="`kind` must be one of 'plain', 'shrinkage', 'bound'"):
+        Estimator(name="bad", function=projection_mi_bound, arguments=(), display_name="b", label="b", kind="lower")
+    assert bound_regime(38, 10, 1.0) == ["halves of 19 runs < 20 for one canonical pair"]
+    assert bound_regime(40, 10, 1.0) == []
+
+
+def test_analyze_gives_bound_rows_with_interval_and_null(tmp_path):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((2, 100, 60))
+    b = np.stack([0.8 * a[0] + 0.6 * rng.standard_normal((100, 60)),
+                  np.random.default_rng(1).standard_normal((100, 60))])  # checkpoint 1: independent
+    dump = ParameterDump.from_arrays(tmp_path / "d", {"a": a, "b": b}, checkpoints=[0, 1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rows = analyze(dump, estimators=["bound"], metrics=[], n_permutations={"bound": 19}).select("mi_bound",
+                                                                                                     "a", "b")
+    dependent, independent = rows
+    stored = [np.asarray(dump.samples(c, 0), dtype=np.float64) for c in ("a", "b")]  # float32 in the dump
+    assert dependent["value"] == pytest.approx(projection_mi_bound(*stored), rel=1e-12)
+    assert dependent["ci_low"] < dependent["value"] < dependent["ci_high"] and dependent["ci_low"] > 0
+    assert dependent["p_value"] == pytest.approx(0.05)
+    assert dependent["estimate_kind"] == independent["estimate_kind"] == "bound"
+    assert independent["ci_low"] <= 0 <= independent["ci_high"] and independent["p_value"] > 0.05
+    assert "outside calibration" not in dependent["note"]
+
+
+def test_the_command_line_labels_the_bound_as_a_lower_bound(tmp_path, capsys):
+    from mianalysis.cli import main
+
+    x, y = correlated(100, 20, 0.8)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    assert main(["estimate", str(tmp_path / "x.npy"), str(tmp_path / "y.npy"), "--estimator", "bound"]) == 0
+    assert capsys.readouterr().out.startswith(f"bound MI >= {projection_mi_bound(x, y):.6g} bits")
+    assert main(["estimate", str(tmp_path / "x.npy"), str(tmp_path / "y.npy"), "--estimator", "bound",
+                 "--permutations", "9"]) == 0
+    assert capsys.readouterr().out.startswith("bound MI >= ")
