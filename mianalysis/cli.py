@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
 from collections.abc import Sequence
 
 from . import __version__
@@ -67,8 +68,9 @@ def _cmd_demo(args):
         return
     from .demo import demo_report, run_demo
 
+    started = time.perf_counter()
     rows = run_demo(out_dir=args.out, runs=args.runs, seed=args.seed, progress=_progress(args))
-    print(demo_report(rows, args.out, runs=args.runs, seed=args.seed))
+    print(demo_report(rows, args.out, runs=args.runs, seed=args.seed, seconds=time.perf_counter() - started))
 
 
 def _cmd_estimate(args):

@@ -29,6 +29,11 @@ def test_demo_runs_the_main_job(tmp_path, capsys):
     assert main(["demo", "--runs", "5", "--out", str(tmp_path), "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert "iterations per epoch" in out and "distances growing" in out
+    # What a reader needs: the run time, the design's consequence, why iteration 0 is infinite, the p floor.
+    assert re.search(r"sampled, analysed and drawn in \d+ s", out)
+    assert "design: per-run start, no stream shared" in out and "can only be lost" in out
+    assert "iteration 0" in out and "infinite" in out
+    assert "never below 1/(shuffles + 1): 1/101 = 0.010 for gaussian, 1/101 = 0.010 for ksg" in out
     for name in ("signal_rnn_demo.csv", "signal_rnn_demo_mi.png", "signal_rnn_demo_distances.png"):
         assert (tmp_path / name).exists()
     # 5 checkpoints (0, 2, 4, 6, 8) x 3 pairs in the summary
