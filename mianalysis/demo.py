@@ -122,14 +122,14 @@ def demo_report(rows: Sequence[dict], out_dir: str | os.PathLike = "runs/demo", 
     core paper's finding in this run, the trend per quantity and pair, the files written."""
     from pathlib import Path
 
-    from .experiment import TRENDS, finding, summary_table, trend_summary
+    from .experiment import TRENDS, correction_text, finding, summary_table, trend_summary
 
     lines = [_task_line(demo_task(), runs, seed), "",
              f"MI in bits (null: mean over shuffled pairings, {DEMO_PERMUTATIONS['gaussian']} for Gaussian and "
              f"{DEMO_PERMUTATIONS['ksg']} for KSG; p: permutation p-value) and mean distances",
              summary_table(rows), "",
-             f"The core paper's finding in this run (rising/growing: from the {TRENDS}, a verdict only "
-             "where an interval excludes 0):"]
+             f"The core paper's finding in this run (rising/growing: from the {TRENDS}; "
+             f"{correction_text(rows)}):"]
     for key, value in finding(rows, DEMO_PERMUTATIONS).items():
         shown = value if isinstance(value, str) else "yes" if value else "no"
         lines.append(f"  {key.replace('_', ' ')}: {shown}")
