@@ -203,9 +203,10 @@ def trend_summary(rows: Sequence[dict], *, familywise: str = FAMILYWISE, family:
     for q in quantities:
         for a, b in pairs:
             steps = trend_steps(rows, q, a, b, familywise=familywise, family=family)
-            detail = ", ".join(f"{r['iteration']}: {v}" + (f" (p {p:.2g})" if np.isfinite(p) else "")
-                               for r, p, v in steps)
-            lines.append(f"{q} {a}-{b}: {overall_trend(v for _, _, v in steps)}" + (f" ({detail})" if detail else ""))
+            detail = ", ".join(f"{r['iteration']}: {v}" for r, _, v in steps)
+            adjusted = ", ".join(f"{p:.2g}" for _, p, _ in steps if np.isfinite(p))
+            lines.append(f"{q} {a}-{b}: {overall_trend(v for _, _, v in steps)}" + (f" ({detail})" if detail else "")
+                         + (f" [adjusted p: {adjusted}]" if adjusted else ""))
     if not lines:
         return ""
     return "\n".join([f"verdicts: {correction_text(rows, familywise=familywise, family=family)}", *lines])

@@ -52,13 +52,13 @@ METHOD_NAMES = {"holm": "Holm", "bh": "Benjamini-Hochberg", "none": "no correcti
 ABOVE, NOT_ABOVE = "above null", "not above null"
 
 
-def _p_array(p):
-    p = np.asarray(p, dtype=np.float64)
-    if p.ndim != 1:
-        raise ValueError(f"`p` must be one-dimensional; got shape {p.shape}")
-    if np.any((p < 0) | (p > 1)):
+def _p_array(p: ArrayLike) -> np.ndarray:
+    values = np.asarray(p, dtype=np.float64)
+    if values.ndim != 1:
+        raise ValueError(f"`p` must be one-dimensional; got shape {values.shape}")
+    if np.any((values < 0) | (values > 1)):
         raise ValueError("`p` must hold p-values in [0, 1] (or NaN for none)")
-    return p
+    return values
 
 
 def holm(p: ArrayLike) -> np.ndarray:
@@ -73,13 +73,13 @@ def holm(p: ArrayLike) -> np.ndarray:
     >>> holm([0.01, 0.04, 0.03, 0.005]).round(3).tolist()
     [0.03, 0.06, 0.06, 0.02]
     """
-    p = _p_array(p)
-    out = np.full(p.shape, np.nan)
-    tested = np.flatnonzero(~np.isnan(p))
+    values = _p_array(p)
+    out = np.full(values.shape, np.nan)
+    tested = np.flatnonzero(~np.isnan(values))
     m = tested.size
     if m:
-        order = tested[np.argsort(p[tested], kind="stable")]
-        scaled = p[order] * (m - np.arange(m))
+        order = tested[np.argsort(values[tested], kind="stable")]
+        scaled = values[order] * (m - np.arange(m))
         out[order] = np.minimum(np.maximum.accumulate(scaled), 1.0)
     return out
 
@@ -97,13 +97,13 @@ def benjamini_hochberg(p: ArrayLike) -> np.ndarray:
     >>> benjamini_hochberg([0.01, 0.04, 0.03, 0.005]).round(3).tolist()
     [0.02, 0.04, 0.04, 0.02]
     """
-    p = _p_array(p)
-    out = np.full(p.shape, np.nan)
-    tested = np.flatnonzero(~np.isnan(p))
+    values = _p_array(p)
+    out = np.full(values.shape, np.nan)
+    tested = np.flatnonzero(~np.isnan(values))
     m = tested.size
     if m:
-        order = tested[np.argsort(p[tested], kind="stable")[::-1]]  # largest first
-        scaled = p[order] * m / (m - np.arange(m))
+        order = tested[np.argsort(values[tested], kind="stable")[::-1]]  # largest first
+        scaled = values[order] * m / (m - np.arange(m))
         out[order] = np.minimum(np.minimum.accumulate(scaled), 1.0)
     return out
 
