@@ -47,7 +47,7 @@ from _results import FIGURES, WORK, write_atomic, write_csv, write_page, write_s
 from mianalysis import ParameterSampler, analyze
 from mianalysis.provenance import collect, utc_now
 from mianalysis.analysis import AnalysisTable, sidecar_path
-from mianalysis.experiment import overall_trend, step_verdicts
+from mianalysis.experiment import correction_text, overall_trend, step_verdicts
 from mianalysis.plots import plot_distance_panel, plot_metric_panel, plot_mi_panel
 from mianalysis.analysis.regime import is_outside
 from mianalysis.tasks import get_task
@@ -126,19 +126,22 @@ def cell_rows(cell, task, rows, runs):
                 out.append({**base, "quantity": q, "pair": f"{a}-{b}", "iteration": r["iteration"],
                             "value": r["value"], "ci_low": r.get("ci_low", np.nan), "ci_high": r.get("ci_high", np.nan),
                             "null_mean": r.get("null_mean", np.nan), "p_value": r.get("p_value", np.nan),
-                            "step_change": d.get("value", np.nan), "step_verdict": d.get("verdict", ""),
+                            "step_change": d.get("value", np.nan), "step_se": d.get("change_se", np.nan),
+                            "step_p": d.get("change_p", np.nan), "step_verdict": d.get("verdict", ""),
                             "outside_calibration": outside(r.get("note", "")), "trend": "",
                             "note": r.get("note", "")})
             steps = step_verdicts(rows, q, a, b)
             out.append({**base, "quantity": q, "pair": f"{a}-{b}", "iteration": "", "value": np.nan,
                         "ci_low": np.nan, "ci_high": np.nan, "null_mean": np.nan, "p_value": np.nan,
-                        "step_change": np.nan, "step_verdict": "; ".join(f"{it}: {v}" for it, v in steps),
+                        "step_change": np.nan, "step_se": np.nan, "step_p": np.nan,
+                        "step_verdict": "; ".join(f"{it}: {v}" for it, v in steps),
                         "outside_calibration": "", "trend": overall_trend(v for _, v in steps), "note": "trend row"})
     for c in sorted({r["client_a"] for r in rows if r["quantity"] == "accuracy"}):
         for r in rows.select("accuracy", c):
             out.append({**base, "quantity": "test_accuracy", "pair": c, "iteration": r["iteration"],
                         "value": r["value"], "ci_low": np.nan, "ci_high": np.nan, "null_mean": np.nan,
-                        "p_value": np.nan, "step_change": np.nan, "step_verdict": "", "outside_calibration": "",
+                        "p_value": np.nan, "step_change": np.nan, "step_se": np.nan, "step_p": np.nan,
+                        "step_verdict": "", "outside_calibration": "",
                         "trend": "", "note": f"sd over runs {float(r['spread']):.3g}"})
     return out
 
@@ -189,8 +192,10 @@ def markdown(summary, cells, cell_runs, permutations, seconds):
              f"{permutations['ksg']} permutations. Values in bits, mean over the 3 client pairs (range when they "
              f"differ); `null` = the null's mean; † = outside the calibrated regime (`mianalysis.analysis.regime`, or a Ledoit-Wolf "
              f"shrinkage estimate). Trends: "
-             f"over the steps after the first trained checkpoint (iteration {first}), from the paired confidence "
-             f"intervals of each step's change (identical for the 3 pairs, else per pair). Made by "
+             f"over the steps after the first trained checkpoint (iteration {first}), from the p-values of the paired "
+             f"changes (from their intervals), {correction_text()} (identical for the 3 pairs, else per pair; "
+             f"a checkpoint row's `step_verdict` is its step's own 95 % interval verdict, `step_p` its p-value). "
+             f"Made by "
              f"`python experiments/digits_lenet_paper.py`.", ""]
     lines += ["| cell | quantity | iteration 0 | iteration " + str(first) + " | iteration " + str(last) + " | trend |",
               "|---|---|---|---|---|---|"]

@@ -50,7 +50,7 @@ from mianalysis import ParameterDump, ParameterSampler, analyze
 from mianalysis.provenance import collect, utc_now
 from mianalysis.analysis.additive_table import additive_prediction_rows
 from mianalysis.analysis import AnalysisTable, sidecar_path
-from mianalysis.experiment import overall_trend, step_verdicts
+from mianalysis.experiment import FAMILY, FAMILYWISE, correction_text, overall_trend, trend_steps
 from mianalysis.tasks import get_task
 
 QUANTITIES = ("mi_gaussian", "mi_ksg", "mi_exact", "euclidean", "manhattan", "chebyshev")
@@ -72,14 +72,23 @@ QUICK = {
 
 INT_FIELDS = ("seed", "runs", "first_iteration", "last_iteration")
 FLOAT_FIELDS = ("first_value", "last_value", "last_ci_low", "last_ci_high")
+# Per-step detail of a summary row ("iteration: value; ..."), and the correction of its
+# `trend` and `steps`; a summary written before them has none: its verdicts are per step.
+STEP_FIELDS = ("correction", "steps_uncorrected", "step_change", "step_se", "step_p", "step_p_adjusted")
+CORRECTION = f"{FAMILYWISE}/{FAMILY}"
+UNCORRECTED = "none"
 
 
 def read_summary(path):
     """An earlier summary table of this script: (part, init, shared, seed) -> its rows, with
-    numbers as numbers (6 significant digits, as written)."""
+    numbers as numbers (6 significant digits, as written). Rows of a summary written
+    before the per-step columns get them empty, and ``correction`` "none" (their verdicts
+    are the per-step interval verdicts)."""
     cells = {}
     with open(path, newline="") as fh:
         for row in csv.DictReader(fh):
+            if "correction" not in row:
+                row.update({k: "" for k in STEP_FIELDS}, correction=UNCORRECTED, steps_uncorrected=row["steps"])
             row.update({k: int(row[k]) for k in INT_FIELDS}, **{k: float(row[k]) for k in FLOAT_FIELDS})
             cells.setdefault((row["part"], row["init"], row["shared"], row["seed"]), []).append(row)
     return cells
@@ -153,21 +162,34 @@ def cell_rows(part, spec, init, shared, seed, rows, dump):
                                        f"{p['estimated_change']:.3g} [{p['estimated_ci_low']:.3g}, "
                                        f"{p['estimated_ci_high']:.3g}] {p['verdict']}" for p in steps),
                     "note": "values: the additive model's predicted change of the Gaussian MI per step"
-                            + (f"; not decided: {reasons}" if unknown and not bad else "")})
+                            + (f"; not decided: {reasons}" if unknown and not bad else ""),
+                    **{k: "" for k in STEP_FIELDS}})
     pairs = sorted({(r["client_a"], r["client_b"]) for r in rows if r["client_b"] != "" and not r.get("layer")})
     for q in QUANTITIES:
         for a, b in pairs:
             series = [r for r in rows.select(q, a, b) if r["iteration"] > 0 and not r.get("layer")]
             if not series:
                 continue
-            steps = step_verdicts(rows, q, a, b) if q != "mi_exact" else _exact_steps(series)
             first, last = series[0], series[-1]
-            trend = overall_trend(v for _, v in steps) if q != "mi_exact" else _exact_trend(series)
+            detail = {k: "" for k in STEP_FIELDS}
+            if q == "mi_exact":
+                steps, trend = _exact_steps(series), _exact_trend(series)
+            else:  # corrected over the pair's steps (mianalysis.experiment.trend_steps)
+                corrected = trend_steps(rows, q, a, b)
+                steps = [(r["iteration"], v) for r, _, v in corrected]
+                trend = overall_trend(v for _, v in steps)
+                detail = {"correction": CORRECTION,
+                          "steps_uncorrected": "; ".join(f"{r['iteration']}: {r['verdict']}" for r, _, _ in corrected),
+                          **{name: "; ".join(f"{r['iteration']}: {value:.6g}" for r, value in pairs)
+                             for name, pairs in (("step_change", [(r, r["value"]) for r, _, _ in corrected]),
+                                                 ("step_se", [(r, r["change_se"]) for r, _, _ in corrected]),
+                                                 ("step_p", [(r, r["change_p"]) for r, _, _ in corrected]),
+                                                 ("step_p_adjusted", [(r, p) for r, p, _ in corrected]))}}
             out.append({**base, "quantity": q, "pair": f"{a}-{b}", "first_iteration": first["iteration"], "first_value": first["value"],
                         "last_iteration": last["iteration"], "last_value": last["value"],
                         "last_ci_low": last.get("ci_low", np.nan), "last_ci_high": last.get("ci_high", np.nan),
                         "trend": trend, "steps": "; ".join(f"{it}: {v}" for it, v in steps),
-                        "note": last["note"]})
+                        "note": last["note"], **detail})
     return out
 
 
@@ -199,8 +221,9 @@ def verdict_errors(summary):
     if made:
         wrong = sum(v != "no detectable change" for v in made)
         lines.append(f"- Cells with a fixed start and nothing shared (MI 0 at every checkpoint): {wrong} of "
-                     f"{len(made)} step verdicts of the MI estimates say rising or falling (each step's interval is "
-                     "a 95 % interval, with no correction for the several steps and pairs of a cell).")
+                     f"{len(made)} step verdicts of the MI estimates say rising or falling (the verdicts of the "
+                     "summary's `steps`: per-step 95 % intervals in rows whose `correction` is none, corrected in "
+                     "the others; uncorrected, Holm and BH side by side: docs/results/tables/familywise_errors.md).")
     exact = {(r["part"], r["init"], r["shared"], r["seed"], r["pair"]): _steps(r) for r in summary
              if r["quantity"] == "mi_exact"}
     for q, name in (("mi_gaussian", "Gaussian"), ("mi_ksg", "KSG")):
@@ -243,9 +266,13 @@ def cell_verdict(rows, quantity):
 
 
 def markdown(summary, parts, specs):
+    corrected = sorted({r.get("correction", UNCORRECTED) for r in summary if r.get("correction")})
     lines = ["Sources of dependence: per cell (task, start, what a run's clients share, seed), the trend of each "
-             "quantity over the steps after the first trained checkpoint, from the paired confidence intervals of "
-             "the changes (identical for all three client pairs, else listed). `not made` = no verdict (a "
+             "quantity over the steps after the first trained checkpoint, from the p-values of the paired changes "
+             f"(from their intervals), {correction_text()} (`correction` {CORRECTION} in the CSV; cells carried over "
+             "from a summary made before the correction have `correction` none: each step's 95 % interval alone"
+             + (", as here for some cells" if UNCORRECTED in corrected else "") + "; "
+             "identical for all three client pairs, else listed). `not made` = no verdict (a "
              "shrinkage Gaussian estimate). Additive-noise model: whether the interval of the Gaussian MI's change "
              "excludes the change that model predicts at some step (contradicted), at none (not contradicted), or "
              "the prediction failed (not decided: e.g. the start estimated from the cross-covariance does not fit the "

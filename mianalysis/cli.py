@@ -184,7 +184,7 @@ def _print_trends(rows, level):
 
     summary = trend_summary(rows)
     if summary:
-        print(f"trends, from the {TRENDS} ({level:.0%}; a verdict only where an interval excludes 0):")
+        print(f"trends, from the {TRENDS} (the {level:.0%} intervals' error rate; the correction on the next line):")
         print(summary)
 
 

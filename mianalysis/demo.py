@@ -124,7 +124,7 @@ def demo_report(rows: Sequence[dict], out_dir: str | os.PathLike = "runs/demo", 
     from pathlib import Path
 
     from .analysis.design import design_note
-    from .experiment import TRENDS, finding, summary_table, trend_summary
+    from .experiment import TRENDS, correction_text, finding, summary_table, trend_summary
 
     floors = ", ".join(f"1/{n + 1} = {1 / (n + 1):.3f} for {e}" for e, n in DEMO_PERMUTATIONS.items())
     lines = [_task_line(demo_task(), runs, seed) + (f"; sampled, analysed and drawn in {seconds:.0f} s" if seconds
@@ -136,8 +136,8 @@ def demo_report(rows: Sequence[dict], out_dir: str | os.PathLike = "runs/demo", 
              f"{DEMO_PERMUTATIONS['ksg']} for KSG; p: permutation p-value, never below 1/(shuffles + 1): {floors}) "
              "and mean distances",
              summary_table(rows), "",
-             f"The core paper's finding in this run (rising/growing: from the {TRENDS}, a verdict only "
-             "where an interval excludes 0):"]
+             f"The core paper's finding in this run (rising/growing: from the {TRENDS}; "
+             f"{correction_text(rows)}):"]
     for key, value in finding(rows, DEMO_PERMUTATIONS).items():
         shown = value if isinstance(value, str) else "yes" if value else "no"
         lines.append(f"  {key.replace('_', ' ')}: {shown}")

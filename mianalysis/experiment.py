@@ -13,16 +13,17 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .analysis import AnalysisTable, analyze, sidecar_path
-from .estimators.registry import estimator_names
+from .analysis.familywise import describe, familywise_verdicts
 from .analysis.intervals import SHRINKAGE
+from .estimators.registry import estimator_names
 from .plots import save_figure
 
 if TYPE_CHECKING:  # names used only in type hints
     from .tasks.base import Task
 
 __all__ = [
-    "run_experiment", "summary_table", "TRENDS", "step_verdicts", "overall_trend", "trend_summary",
-    "finding"
+    "run_experiment", "summary_table", "TRENDS", "FAMILYWISE", "FAMILY", "step_verdicts", "trend_steps",
+    "correction_text", "overall_trend", "trend_summary", "finding"
 ]
 
 
@@ -110,18 +111,62 @@ def summary_table(rows: Sequence[dict]) -> str:
     return "\n".join(lines)
 
 
-TRENDS = "paired confidence intervals of the change between consecutive checkpoints"
+TRENDS = ("p-values of the paired change between consecutive checkpoints (from its interval), corrected over "
+          "a family of steps")
+FAMILYWISE = "holm"  # the correction of the trend findings (mianalysis.analysis.familywise)
+FAMILY = "pair"
 
 
-def step_verdicts(rows: Sequence[dict], quantity: str, client_a: str, client_b: str) -> list[tuple[int, str]]:
-    """[(iteration, verdict)] of the table's ``delta_QUANTITY`` rows of one pair, for the
-    steps between checkpoints after the first one past iteration 0 (the initial point is
-    where every design starts, so steps from it say nothing about training)."""
-    table = AnalysisTable.of(rows)
+def _alpha(table):
+    """1 - the table's interval level (0.05 when it records none): the per-step verdicts' error."""
+    level = table.settings.get("ci_level")
+    return round(1 - level, 12) if isinstance(level, float) and 0 < level < 1 else 0.05
+
+
+def _trained_steps(table, quantity, client_a, client_b):
+    """The ``delta_QUANTITY`` rows of one pair after the first trained checkpoint."""
     trained = [r["iteration"] for r in table.select(quantity, client_a, client_b) if r["iteration"] > 0]
-    first = min(trained) if trained else None
-    return [(r["iteration"], r["verdict"]) for r in table.select(f"delta_{quantity}", client_a, client_b)
-            if first is not None and r["iteration"] > first]
+    if not trained:
+        return []
+    return [r for r in table.select(f"delta_{quantity}", client_a, client_b) if r["iteration"] > min(trained)]
+
+
+def trend_steps(rows: Sequence[dict], quantity: str, client_a: str, client_b: str, *, familywise: str = FAMILYWISE,
+                family: str = FAMILY, alpha: float | None = None) -> list[tuple[dict, float, str]]:
+    """[(delta row, adjusted p, verdict)] of one pair's steps after the first trained
+    checkpoint (the initial point is where every design starts, so steps from it say
+    nothing about training), corrected by `familywise` over `family`: "pair", this pair's
+    steps; "cell", every pair's steps of `quantity` in the table (also after the first
+    trained checkpoint). Only the steps a finding reads are in the family
+    (:func:`mianalysis.analysis.familywise.familywise_verdicts`); `alpha` defaults to 1 -
+    the table's ``ci_level``."""
+    table = AnalysisTable.of(rows)
+    if family == "pair":
+        members = _trained_steps(table, quantity, client_a, client_b)
+    else:
+        pairs = sorted({(r["client_a"], r["client_b"]) for r in table if r["quantity"] == f"delta_{quantity}"})
+        members = [r for a, b in pairs for r in _trained_steps(table, quantity, a, b)]
+    result = familywise_verdicts(members, method=familywise, family=family,
+                                 alpha=_alpha(table) if alpha is None else alpha)
+    return [(r, float(p), v) for r, p, v in zip(members, result.adjusted_p, result.verdicts)
+            if (r["client_a"], r["client_b"]) == (client_a, client_b)]
+
+
+def step_verdicts(rows: Sequence[dict], quantity: str, client_a: str, client_b: str, *,
+                  familywise: str = FAMILYWISE, family: str = FAMILY,
+                  alpha: float | None = None) -> list[tuple[int, str]]:
+    """[(iteration, verdict)] of one pair's steps after the first trained checkpoint, the
+    verdicts corrected over a family (Holm over the pair's steps by default; see
+    :func:`trend_steps`; ``familywise="none"`` gives the per-step interval verdicts)."""
+    return [(r["iteration"], v) for r, _, v in trend_steps(rows, quantity, client_a, client_b,
+                                                            familywise=familywise, family=family, alpha=alpha)]
+
+
+def correction_text(rows: Sequence[dict] = (), *, familywise: str = FAMILYWISE, family: str = FAMILY) -> str:
+    """How the trend verdicts of `rows` are corrected, in words (for a finding's text): e.g.
+    "Holm over each client pair's steps of one quantity (family-wise error rate 0.05),
+    steps after the first trained checkpoint"."""
+    return describe(familywise, family, _alpha(AnalysisTable.of(rows))) + ", steps after the first trained checkpoint"
 
 
 def overall_trend(verdicts: Iterable[str]) -> str:
@@ -147,19 +192,24 @@ def overall_trend(verdicts: Iterable[str]) -> str:
     return "mixed" if up and down else "rising" if up else "falling" if down else "no detectable change"
 
 
-def trend_summary(rows: Sequence[dict]) -> str:
+def trend_summary(rows: Sequence[dict], *, familywise: str = FAMILYWISE, family: str = FAMILY) -> str:
     """Text lines: per MI and distance quantity and client pair, the overall trend over the
-    checkpoints after the first trained one, and the verdict of every step."""
+    checkpoints after the first trained one, and the verdict and adjusted p-value of every
+    step, under a first line naming the correction (:func:`correction_text`)."""
     pairs = sorted({(r["client_a"], r["client_b"]) for r in rows if r["client_b"] != ""})
     quantities = [q for q in (*(f"mi_{e}" for e in estimator_names()), "euclidean", "manhattan", "chebyshev")
                   if any(r["quantity"] == q for r in rows)]
     lines = []
     for q in quantities:
         for a, b in pairs:
-            steps = step_verdicts(rows, q, a, b)
-            detail = ", ".join(f"{it}: {v}" for it, v in steps)
-            lines.append(f"{q} {a}-{b}: {overall_trend(v for _, v in steps)}" + (f" ({detail})" if detail else ""))
-    return "\n".join(lines)
+            steps = trend_steps(rows, q, a, b, familywise=familywise, family=family)
+            detail = ", ".join(f"{r['iteration']}: {v}" for r, _, v in steps)
+            adjusted = ", ".join(f"{p:.2g}" for _, p, _ in steps if np.isfinite(p))
+            lines.append(f"{q} {a}-{b}: {overall_trend(v for _, _, v in steps)}" + (f" ({detail})" if detail else "")
+                         + (f" [adjusted p: {adjusted}]" if adjusted else ""))
+    if not lines:
+        return ""
+    return "\n".join([f"verdicts: {correction_text(rows, familywise=familywise, family=family)}", *lines])
 
 
 def finding(rows: Sequence[dict], n_permutations: int | Mapping[str, int] | None = None
@@ -174,10 +224,12 @@ def finding(rows: Sequence[dict], n_permutations: int | Mapping[str, int] | None
     19; rows with an analytic null need none); without it such rows give False. No verdict
     is made from a Ledoit-Wolf shrinkage estimate, nor where a row has no null or no estimate.
 
-    Rising and growing are read from the table's interval-based step verdicts (see
-    :func:`mianalysis.analyze`), never from comparing point estimates: over the steps after
-    the first trained checkpoint, for every pair, some step's paired interval of the change
-    lies above 0 and none below (:func:`overall_trend` is "rising"). Returns a dict: True
+    Rising and growing are read from the steps' p-values corrected over each pair's steps
+    (:func:`step_verdicts`: Holm over the steps after the first trained checkpoint, at 1 -
+    the table's interval level), never from comparing point estimates: for every pair,
+    some step's change is a rise after the correction and none a fall (:func:`overall_trend`
+    is "rising"). "Every pair" needs no correction over pairs: each must pass on its own.
+    "Above null" needs none either: every checkpoint's test must reject. Returns a dict: True
     or False per test, or a "not made: ..." string where no verdict can be made (a
     Ledoit-Wolf shrinkage estimate, a row without a null or estimate, too few
     permutations, or a table without intervals)."""

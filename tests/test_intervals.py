@@ -207,7 +207,9 @@ def test_cli_prints_the_interval_verdicts(tmp_path, capsys):
     assert main(["analyze", str(tmp_path / "d"), "--out", table, "--no-progress", "--estimators", "gaussian",
                  "--ci-resamples", "30", "--ci-level", "0.9"]) == 0
     out = capsys.readouterr().out
-    assert "paired confidence intervals of the change between consecutive checkpoints (90%" in out
+    assert "paired change between consecutive checkpoints (from its interval), corrected over a family of steps " \
+           "(the 90% intervals' error rate" in out
+    assert "verdicts: Holm over each client pair's steps of one quantity (family-wise error rate 0.1)" in out
     assert "mi_gaussian a-b: rising (2: rising)" in out and "euclidean a-b: falling (2: falling)" in out
     assert main(["plot", table, "--out", str(tmp_path / "mi.png"), "--kind", "mi"]) == 0
     assert "mi_gaussian a-b: rising (2: rising)" in capsys.readouterr().out

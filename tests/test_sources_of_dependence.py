@@ -72,3 +72,43 @@ def test_a_quick_table_is_not_carried_into_the_full_run(tmp_path):
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 2 and "with 300 runs per cell" in out.stderr and "2000 runs" in out.stderr
     assert not (tmp_path / "full").exists() and not list((tmp_path / "empty").rglob("*.csv"))
+
+
+def test_familywise_errors_counts_each_procedure_from_the_cell_tables(tmp_path):
+    """experiments/familywise_errors.py on one hand-made gaussian-sgd cell: steps 20, 30 of
+    one pair with p 0.03 and 0.2 where the exact MI does not change: one false verdict
+    uncorrected, none after Holm (2 x 0.03 = 0.06); the summary's signal cell of one
+    step per pair gives exact counts for every procedure."""
+    import csv
+    import importlib.util
+
+    import numpy as np
+
+    from mianalysis.analysis import AnalysisTable
+
+    sys.path.insert(0, str(ROOT / "experiments"))
+    spec = importlib.util.spec_from_file_location("experiment_familywise", ROOT / "experiments" / "familywise_errors.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    level = [{"quantity": q, "client_a": "0", "client_b": "1", "iteration": it, "checkpoint": c, "value": 0.0, "n_runs": 9}
+             for q in ("mi_exact", "mi_ksg") for c, it in enumerate((0, 10, 20, 30))]
+    steps = [{"quantity": "delta_mi_ksg", "client_a": "0", "client_b": "1", "iteration": it, "checkpoint": c,
+              "value": 0.3, "ci_low": np.nan, "ci_high": np.nan, "change_p": p, "change_se": 0.1, "n_runs": 9}
+             for c, it, p in ((1, 10, 0.001), (2, 20, 0.03), (3, 30, 0.2))]
+    AnalysisTable(level + steps, settings={"ci_level": 0.95}).write(tmp_path / "gaussian_fixed_nothing_seed0.csv")
+    cells = module.table_cells(tmp_path)
+    rows = module.from_tables(cells, lambda k: True, lambda k, t, a, b: module.exact_steps(t, a, b), "test")
+    ksg = {(r["method"], r["family"]): r for r in rows if r["estimator"] == "KSG"}
+    assert (ksg["none", "pair"]["verdicts"], ksg["none", "pair"]["false"]) == (2, 1)  # iteration 10 is not read
+    assert ksg["holm", "pair"]["false"] == 0 and ksg["bh", "pair"]["false"] == 0
+    with open(tmp_path / "summary.csv", "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=["part", "task", "preset", "init", "shared", "seed", "quantity", "steps"])
+        writer.writeheader()
+        writer.writerows([{"part": "signal-paper", "task": "signal-rnn", "preset": "paper", "init": "fixed",
+                           "shared": "nothing", "seed": 0, "quantity": "mi_ksg", "steps": f"2: {v}"}
+                          for v in ("rising", "no detectable change")])
+    summary = {(r["method"], r["family"]): r for r in module.from_summary(tmp_path / "summary.csv", set())
+               if r["estimator"] == "KSG"}
+    assert summary["none", "pair"]["false"] == 1 and summary["holm", "pair"]["bound"] is False
+    assert summary["holm", "cell"]["bound"] is True
+    assert "≤ 1 false" in module.markdown(list(summary.values()), "test tables")

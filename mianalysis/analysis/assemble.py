@@ -18,6 +18,7 @@ from .._io import progress_bar
 from .._locking import WriterLock
 from ..distances import METRICS
 from .compute import CheckpointAnalysis, Part
+from .familywise import apply_familywise
 from .journal import Journal
 from .table import AnalysisTable, complete_row
 from .validate import ESTIMATORS, check_dump, check_out, check_request, table_settings
@@ -41,7 +42,7 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: Sequence[str
             distance_cache: bool | str = "auto", verify: bool = True, force: bool = False,
             gaussian_null: str = "permutation", ci_resamples: int | Mapping[str, int] | None = None,
             ci_level: float = 0.95, scheduler: str | None = None, client: distributed.Client | None = None,
-            timeout: float | None = None) -> AnalysisTable:
+            timeout: float | None = None, familywise: str = "holm", family: str = "pair") -> AnalysisTable:
     """MI and distances between every pair of clients at every checkpoint of a dump.
 
     Parameters
@@ -140,6 +141,20 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: Sequence[str
     ci_level : float, default=0.95
         Level of every interval. Level, resamples and method per quantity are recorded in
         the sidecar's settings (``ci_level``, ``ci_resamples``, ``ci_method``).
+    familywise : {"holm", "bh", "none"}, default="holm"
+        The correction behind the columns ``p_adjusted`` and ``family_verdict``
+        (:mod:`mianalysis.analysis.familywise`): Holm (family-wise error rate),
+        Benjamini-Hochberg (false discovery rate) or none (each test alone), at the error
+        rate 1 - `ci_level`. Holm by default: it holds under any dependence between the
+        tests, and consecutive changes of a pair are negatively correlated, which BH's
+        guarantee does not cover. Recorded in the sidecar's settings (``familywise``:
+        method, family, alpha); it does not change any other column, so a table that
+        differs only in it is replaced (and a journal resumed) as one of the same analysis.
+    family : {"pair", "cell"}, default="pair"
+        The family corrected over: one client pair's steps (and checkpoints, for the null
+        tests) of one quantity and layer, or all pairs' of one quantity and layer. Pair by
+        default: findings are stated per pair, and "every pair rises" needs no correction
+        over pairs; a statement counting pairs ("2 of 3 pairs rise") needs "cell".
     scheduler : str, optional
         Compute the checkpoints on Dask workers (the ``dask`` extra): ``"local:N"``,
         ``"tcp://HOST:PORT"`` or a scheduler file (see :mod:`mianalysis.scaleout`). Each
@@ -167,7 +182,8 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: Sequence[str
         session's ``provenance``; see :class:`~mianalysis.analysis.table.AnalysisTable`)
         with columns ``checkpoint, iteration, client_a, client_b, quantity, value, spread,
         null_mean, null_std, p_value, n_runs, note, layer, ci_low, ci_high, verdict,
-        estimate_kind, outside_calibration, null_method``. ``quantity`` is "mi_gaussian", "mi_ksg", "mi_exact" (bits; the exact MI,
+        estimate_kind, outside_calibration, null_method, change_se, change_p, p_adjusted,
+        family_verdict``. ``quantity`` is "mi_gaussian", "mi_ksg", "mi_exact" (bits; the exact MI,
         for a dump of a task that knows it, such as gaussian-sgd, when every parameter is
         analysed and not by layer), a metric name (``spread`` = sd over runs), or a
         recorded training metric such as "loss" (``client_b`` empty; mean and sd over runs).
@@ -183,7 +199,16 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: Sequence[str
         what the notes say in words: ``estimate_kind`` ("plain", or "shrinkage" for a
         Ledoit-Wolf estimate and a change from or to one), ``outside_calibration``
         (the estimate lies outside the calibrated regime) and ``null_method`` ("none",
-        "permutation" or "analytic").
+        "permutation" or "analytic"). Each change row also has its standard error
+        ``change_se`` and the two-sided p-value ``change_p`` of "no change", from the same
+        law as its interval (:func:`~mianalysis.analysis.intervals.change_test`), and
+        ``p_adjusted`` and ``family_verdict``: the p-value adjusted over its family
+        (`familywise`, `family`) and the verdict from it ("rising", "falling", "no
+        detectable change", or the per-step "not made: ..."). An MI row with a null has
+        its p-value adjusted over the same family of checkpoints and ``family_verdict``
+        "above null", "not above null" or, where the permutation p-value's floor 1 /
+        (n_permutations + 1) makes any corrected rejection impossible, "not made: ..."
+        saying how many permutations it had and what p the correction needs.
 
     Notes
     -----
@@ -236,7 +261,7 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: Sequence[str
     request = check_request(dump, estimators=estimators, metrics=metrics, k=k, n_permutations=n_permutations,
                             layer=layer, by=by, standardize=standardize, random_state=random_state,
                             distance_cache=distance_cache, verify=verify, force=force, gaussian_null=gaussian_null,
-                            ci_resamples=ci_resamples, ci_level=ci_level)
+                            ci_resamples=ci_resamples, ci_level=ci_level, familywise=familywise, family=family)
     settings = table_settings(dump, request)
     if out is not None:
         check_out(out, settings, force)  # before the lock: a refused `out` leaves nothing behind
@@ -271,6 +296,8 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: Sequence[str
                                 "dump_runs": {"analysed": request.n_runs, "total": dump.n_runs,
                                               "complete": dump.complete},
                                 "dump_provenance": dump.provenance})
+        table = apply_familywise(table, method=request.familywise, family=request.family,
+                                 alpha=settings["familywise"]["alpha"], n_permutations=request.permutations)
         if out is not None:
             table.write(out)
             journal.remove()

@@ -16,7 +16,7 @@ from ..estimators import KSG_NOISE, MarginalDistances, gaussian_mi, gaussian_mi_
 from ..estimators.ksg import ksg_ties, standardize_columns
 from ..estimators.registry import DISTANCE_STREAM, get_estimator
 from .design import design_note
-from .intervals import mean_interval, mi_replicates, normal_interval, resample_indices, trend_verdict
+from .intervals import change_test, mean_interval, mi_replicates, normal_interval, resample_indices, trend_verdict
 from .regime import estimate_regime_note
 from .validate import AnalysisRequest
 
@@ -188,8 +188,11 @@ class CheckpointAnalysis:
     def row(self, t: int, a: int, b: int | None, quantity: str, value: float, spread: float = np.nan,
             null_mean: float = np.nan, null_std: float = np.nan, p_value: float = np.nan, note: str = "",
             group: str = "", ci: Sequence[float] = (np.nan, np.nan), verdict: str = "", estimate_kind: str = "plain",
-            outside_calibration: bool = False, null_method: str = "none") -> dict[str, Any]:
-        """A table row of checkpoint t and clients a, b (b None: client a's recorded metric)."""
+            outside_calibration: bool = False, null_method: str = "none", change_se: float = np.nan,
+            change_p: float = np.nan) -> dict[str, Any]:
+        """A table row of checkpoint t and clients a, b (b None: client a's recorded metric).
+        Its family-wise columns are filled once the whole table is assembled
+        (:func:`mianalysis.analysis.familywise.apply_familywise`)."""
         dump = self.dump
         return {"checkpoint": t, "iteration": dump.checkpoints[t], "client_a": dump.clients[a],
                 "client_b": "" if b is None else dump.clients[b], "quantity": quantity,
@@ -197,7 +200,8 @@ class CheckpointAnalysis:
                 "null_std": float(null_std), "p_value": float(p_value), "n_runs": self.n_runs,
                 "note": "; ".join(n for n in (note, self.incomplete) if n), "layer": group,
                 "ci_low": float(ci[0]), "ci_high": float(ci[1]), "verdict": verdict, "estimate_kind": estimate_kind,
-                "outside_calibration": bool(outside_calibration), "null_method": null_method}
+                "outside_calibration": bool(outside_calibration), "null_method": null_method,
+                "change_se": float(change_se), "change_p": float(change_p), "p_adjusted": np.nan, "family_verdict": ""}
 
     def __call__(self, t: int, progress: Callable[[int], object] | None = None) -> Part:
         """Checkpoint t's part (see the class); `progress` is called with 1 per client pair."""
@@ -293,18 +297,24 @@ class CheckpointAnalysis:
                 continue
             delta = row["value"] - old["value"]
             ci: Sequence[float] = (np.nan, np.nan)
+            se, p = np.nan, np.nan
             if (a, b, q) in now and (a, b, q) in prev:
                 change = now[a, b, q] - prev[a, b, q]
-                if q in self.metrics:
+                if q in self.metrics:  # the mean of per-run differences: se = sd / sqrt(n), normal
                     delta, *ci = mean_interval(change, self.ci_level)
-                else:
-                    ci = normal_interval(delta, change.std(ddof=1), self.ci_level, df=len(change) - 1)
+                    if np.isfinite(ci[0]):
+                        se = float(change.std(ddof=1) / np.sqrt(change.size))
+                        p = change_test(delta, se)
+                else:  # the sd of paired resampled changes, t with resamples - 1 degrees of freedom
+                    se = float(change.std(ddof=1))
+                    ci = normal_interval(delta, se, self.ci_level, df=len(change) - 1)
+                    p = change_test(delta, se, df=len(change) - 1)
             shrinkage = [f"ledoit-wolf shrinkage at checkpoint {c}" for c, r in ((t - 1, old), (t, row))
                          if r["estimate_kind"] == "shrinkage"]
             note = "; ".join(shrinkage)  # the change is always since checkpoint t - 1
             added.append(self.row(t, a, b, f"delta_{q}", delta, note=note, group=group, ci=ci,
                                   verdict=trend_verdict(*ci, shrinkage=bool(shrinkage)),
-                                  estimate_kind="shrinkage" if shrinkage else "plain"))
+                                  estimate_kind="shrinkage" if shrinkage else "plain", change_se=se, change_p=p))
         return added
 
 

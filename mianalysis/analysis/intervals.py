@@ -32,6 +32,19 @@ indices or halves, or the per-run difference of distances), so that what the run
 cancels. :func:`trend_verdict` turns the change's interval into "rising", "falling" or
 "no detectable change", and makes no verdict from a Ledoit-Wolf shrinkage estimate (it
 estimates the MI of a shrunk covariance, not the MI).
+
+Every change also has a standard error and a two-sided p-value for "no change"
+(:func:`change_test`): the se behind its interval and ``2 P(T > |change| / se)`` with T
+the same reference law as the interval's quantile (Student's t with B - 1 degrees of
+freedom for MI, normal for distances), so that p <= 1 - level exactly when the interval
+excludes 0 and the per-step verdict and the p-value never disagree. A table that stored
+only the interval gives them back by the normal approximation ``se = (high - low) / (2
+z)`` (:func:`se_from_interval`; t when the number of resamples is known). The interval is
+a normal interval around the estimate, not a percentile interval, so this inverts it
+exactly; the p-value is as approximate as the interval's normality (a bootstrap or
+half-sample se of a log-determinant estimate near n ~ 2d is noisy, and the p-value then
+is too). :mod:`mianalysis.analysis.familywise` turns the p-values into verdicts that
+control the error over a family of steps.
 """
 
 from __future__ import annotations
@@ -41,13 +54,13 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.special import ndtri, stdtrit
+from scipy.special import ndtr, ndtri, stdtr, stdtrit
 
 from .._validation import check_int, check_random_state, check_real
 from ..estimators.registry import get_estimator
 
 __all__ = ["DISTANCE_METHOD", "interval_method", "mean_interval", "mi_interval", "mi_replicates", "normal_interval",
-           "resample_indices", "trend_verdict"]
+           "resample_indices", "trend_verdict", "change_test", "se_from_interval", "change_df"]
 
 DISTANCE_METHOD = "normal"
 NO_CHANGE = "no detectable change"
@@ -90,6 +103,67 @@ def normal_interval(estimate: float, se: float, level: float = 0.95, df: int | N
     q = 0.5 + check_level(level, "level") / 2
     z = ndtri(q) if df is None else stdtrit(df, q)
     return float(estimate - z * se), float(estimate + z * se)
+
+
+def change_test(change: float, se: float, df: int | None = None) -> float:
+    """Two-sided p-value of "no change" for an estimated `change` with standard error `se`:
+    ``2 P(T > |change| / se)``, T Student's t with `df` degrees of freedom (the se comes
+    from `df` + 1 resamples) or normal (`df` None), the law of the interval's quantile
+    (:func:`normal_interval`), so that ``p <= 1 - level`` exactly when the interval at
+    `level` excludes 0. A zero se gives 0 for a non-zero change and 1 for none; a missing
+    (NaN) change or se gives NaN.
+
+    Examples
+    --------
+    >>> from mianalysis.analysis.intervals import change_test
+    >>> round(change_test(1.96, 1.0), 4), round(change_test(2.262, 1.0, df=9), 4)
+    (0.05, 0.05)
+    """
+    change, se = float(change), float(se)
+    if not (np.isfinite(change) and np.isfinite(se)):
+        return np.nan
+    if se == 0:
+        return 0.0 if change != 0 else 1.0
+    z = -abs(change) / se
+    return float(2 * (ndtr(z) if df is None else stdtr(df, z)))
+
+
+def se_from_interval(low: float, high: float, level: float = 0.95, df: int | None = None) -> float:
+    """The standard error behind a normal interval ``(low, high)`` at `level`: ``(high -
+    low) / (2 q)``, q the normal quantile, or Student's t with `df` degrees of freedom (see
+    :func:`normal_interval`). How a table that stored only intervals gives back each
+    change's se (:func:`mianalysis.analysis.table.complete_row`); NaN without an interval.
+
+    Examples
+    --------
+    >>> from mianalysis.analysis.intervals import normal_interval, se_from_interval
+    >>> round(se_from_interval(*normal_interval(1.0, 0.5, 0.9), level=0.9), 12)
+    0.5
+    """
+    low, high = float(low), float(high)
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return np.nan
+    q = 0.5 + check_level(level, "level") / 2
+    return float((high - low) / (2 * (ndtri(q) if df is None else stdtrit(df, q))))
+
+
+def change_df(quantity: str, ci_resamples: Mapping[str, Any] | None) -> int | None:
+    """Degrees of freedom of the t quantile behind the interval of a row of `quantity`:
+    resamples - 1 for an MI quantity ("mi_E" or "delta_mi_E") whose estimator's resamples
+    `ci_resamples` records (a table's ``settings["ci_resamples"]``), None (normal) for
+    distances and where the resamples are unknown.
+
+    Examples
+    --------
+    >>> from mianalysis.analysis.intervals import change_df
+    >>> change_df("delta_mi_ksg", {"ksg": 10}), change_df("delta_euclidean", {"ksg": 10})
+    (9, None)
+    """
+    name = quantity.removeprefix("delta_")
+    if not name.startswith("mi_") or not isinstance(ci_resamples, Mapping):
+        return None
+    n = ci_resamples.get(name[3:])
+    return int(n) - 1 if isinstance(n, (int, float)) and not isinstance(n, bool) and n >= 2 else None
 
 
 def mean_interval(values: ArrayLike, level: float = 0.95) -> tuple[float, float, float]:

@@ -10,6 +10,7 @@ from typing import Any
 
 from .._io import new_file
 from ..provenance import collect
+from .validate import rows_settings
 
 __all__ = ["Journal"]
 
@@ -54,8 +55,9 @@ class Journal:
             saved = head["settings"]
         except (ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"{self.path} is not an analysis journal ({exc}); delete it to start again") from exc
-        if saved != self.settings:
-            diff = {k: (saved.get(k), v) for k, v in self.settings.items() if saved.get(k) != v}
+        if not isinstance(saved, dict) or rows_settings(saved) != rows_settings(self.settings):
+            saved = saved if isinstance(saved, dict) else {}
+            diff = {k: (saved.get(k), v) for k, v in rows_settings(self.settings).items() if saved.get(k) != v}
             raise ValueError(f"{self.path} holds a partial analysis with other settings (saved, requested): {diff}; "
                              "delete it or choose another `out`")
         entries = []

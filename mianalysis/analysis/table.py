@@ -13,6 +13,13 @@ Format versions (the sidecar's ``format_version``):
 - 2: the typed columns of :data:`TYPED_COLUMNS` as well. Reading a table without them
   derives them from its notes (:func:`columns_from_note`), which gives the values the
   analysis computes (``tests/test_table.py`` checks both on a committed old table).
+  Later in version 2, the inference columns of :data:`INFERENCE_COLUMNS`: each change's
+  standard error and p-value (``change_se``, ``change_p``), and the family-wise adjusted
+  p-value and verdict (``p_adjusted``, ``family_verdict``; see
+  :mod:`mianalysis.analysis.familywise`). A table without them gets ``change_se`` and
+  ``change_p`` from each change's interval and the level its sidecar records
+  (:func:`~mianalysis.analysis.intervals.se_from_interval`), and no family-wise columns
+  (:func:`~mianalysis.analysis.familywise.apply_familywise` gives them to any table).
 """
 
 from __future__ import annotations
@@ -27,11 +34,12 @@ from typing import Any, overload
 import numpy as np
 
 from .._io import new_file
+from .intervals import change_df, change_test, se_from_interval
 from .regime import is_outside
 
 __all__ = [
     "AnalysisTable", "BASE_COLUMNS", "TYPED_COLUMNS", "COLUMNS", "OPTIONAL_COLUMNS", "ESTIMATE_KINDS", "NULL_METHODS",
-    "FORMAT_VERSION", "sidecar_path", "columns_from_note", "complete_row"
+    "FORMAT_VERSION", "INFERENCE_COLUMNS", "sidecar_path", "columns_from_note", "complete_row"
 ]
 
 BASE_COLUMNS = ("checkpoint", "iteration", "client_a", "client_b", "quantity", "value", "spread",
@@ -43,16 +51,22 @@ BASE_COLUMNS = ("checkpoint", "iteration", "client_a", "client_b", "quantity", "
 # outside_calibration: the estimate lies outside the regime where its estimator was calibrated
 # (mianalysis.analysis.regime). null_method: "none", "permutation" or "analytic".
 TYPED_COLUMNS = ("estimate_kind", "outside_calibration", "null_method")
-COLUMNS = BASE_COLUMNS + TYPED_COLUMNS
-# Tables written before `by`, intervals or the typed columns lack these.
-OPTIONAL_COLUMNS = ("layer", "ci_low", "ci_high", "verdict") + TYPED_COLUMNS
+# change_se, change_p: a delta row's standard error and two-sided p-value of "no change"
+# (mianalysis.analysis.intervals.change_test). p_adjusted: a delta row's change_p, or an MI
+# row's null p-value, adjusted over its family (mianalysis.analysis.familywise);
+# family_verdict: a delta row's verdict from p_adjusted (empty on other rows).
+INFERENCE_COLUMNS = ("change_se", "change_p", "p_adjusted", "family_verdict")
+COLUMNS = BASE_COLUMNS + TYPED_COLUMNS + INFERENCE_COLUMNS
+# Tables written before `by`, intervals, the typed or the inference columns lack these.
+OPTIONAL_COLUMNS = ("layer", "ci_low", "ci_high", "verdict") + TYPED_COLUMNS + INFERENCE_COLUMNS
 ESTIMATE_KINDS = ("plain", "shrinkage", "bound")
 NULL_METHODS = ("none", "permutation", "analytic")
 FORMAT_VERSION = 2
 
-_FLOATS = ("value", "spread", "null_mean", "null_std", "p_value", "ci_low", "ci_high")
+_FLOATS = ("value", "spread", "null_mean", "null_std", "p_value", "ci_low", "ci_high", "change_se", "change_p",
+           "p_adjusted")
 _INTS = ("checkpoint", "iteration", "n_runs")
-_DEFAULTS = {"layer": "", "ci_low": np.nan, "ci_high": np.nan, "verdict": ""}
+_DEFAULTS = {"layer": "", "ci_low": np.nan, "ci_high": np.nan, "verdict": "", "p_adjusted": np.nan, "family_verdict": ""}
 _BOOLEANS = {"true": True, "false": False}
 
 
@@ -101,10 +115,19 @@ def columns_from_note(note: object, p_value: object = np.nan) -> dict[str, Any]:
             "outside_calibration": is_outside(text), "null_method": null_method}
 
 
-def complete_row(row: Mapping[str, Any]) -> dict[str, Any]:
+def complete_row(row: Mapping[str, Any], *, level: float = 0.95,
+                 ci_resamples: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """`row` with every optional column: the columns of later formats that it lacks, as a
     table without them is read (empty layer and verdict, no interval, the typed columns
-    derived from its note). A row that has them all is returned as it is (the same dict)."""
+    derived from its note, no family-wise columns). A row that has them all is returned as
+    it is (the same dict).
+
+    A change row (``delta_*``) without ``change_se`` and ``change_p`` gets them from its
+    interval: the se by :func:`~mianalysis.analysis.intervals.se_from_interval` at `level`
+    (the table's ``ci_level``), with Student's t for an MI change when `ci_resamples` (the
+    table's ``ci_resamples``) records its estimator's resamples, as the analysis made the
+    interval; the p-value by :func:`~mianalysis.analysis.intervals.change_test` around the
+    row's value (the midpoint of the interval). Other rows get NaN."""
     if all(c in row for c in OPTIONAL_COLUMNS) and isinstance(row, dict):
         return row
     out = dict(row)
@@ -113,6 +136,15 @@ def complete_row(row: Mapping[str, Any]) -> dict[str, Any]:
     if not all(c in row for c in TYPED_COLUMNS):
         for key, value in columns_from_note(row.get("note", ""), row.get("p_value", np.nan)).items():
             out.setdefault(key, value)
+    if "change_se" not in row or "change_p" not in row:
+        se, p = np.nan, np.nan
+        quantity = str(out.get("quantity", ""))
+        if quantity.startswith("delta_"):
+            df = change_df(quantity, ci_resamples)
+            se = se_from_interval(_float(out["ci_low"]), _float(out["ci_high"]), level, df)
+            p = change_test(_float(out.get("value")), se, df)
+        out.setdefault("change_se", se)
+        out.setdefault("change_p", p)
     return out
 
 
@@ -170,8 +202,11 @@ class AnalysisTable(Sequence[dict[str, Any]]):
     def __init__(self, rows: Iterable[Mapping[str, Any]] = (), *, settings: Mapping[str, Any] | None = None,
                  provenance: Sequence[Mapping[str, Any]] | None = None,
                  record: Mapping[str, Any] | None = None) -> None:
-        self._rows = [complete_row(r) for r in rows]
         self.settings: dict[str, Any] = dict(settings or {})
+        level, resamples = self.settings.get("ci_level"), self.settings.get("ci_resamples")
+        if not (isinstance(level, float) and 0 < level < 1):  # unknown (a table of no analysis): the default
+            level = 0.95
+        self._rows = [complete_row(r, level=level, ci_resamples=resamples) for r in rows]
         self.provenance: list[dict[str, Any]] = [dict(p) for p in provenance or ()]
         self.record: dict[str, Any] = dict(record or {})
 
@@ -287,8 +322,9 @@ class AnalysisTable(Sequence[dict[str, Any]]):
             if missing:
                 raise ValueError(f"{path} is not an analysis table: missing columns {sorted(missing)}")
             for line, row in enumerate(reader, start=2):
-                for key in _FLOATS:
-                    row[key] = float(row[key]) if row.get(key, "") not in ("", None) else np.nan
+                for key in _FLOATS:  # a column the table lacks stays absent: complete_row makes it
+                    if key in row or key not in OPTIONAL_COLUMNS:
+                        row[key] = float(row[key]) if row.get(key, "") not in ("", None) else np.nan
                 for key in _INTS:
                     row[key] = int(row[key])
                 if "outside_calibration" in row:
@@ -300,8 +336,8 @@ class AnalysisTable(Sequence[dict[str, Any]]):
                 for key, allowed in (("estimate_kind", ESTIMATE_KINDS), ("null_method", NULL_METHODS)):
                     if key in row and row[key] not in allowed:
                         raise ValueError(f"{path}, line {line}: `{key}` must be one of {list(allowed)}; got {row[key]!r}")
-                rows.append(complete_row(row))
-        return cls(rows, settings=settings, provenance=provenance, record=record)
+                rows.append(row)
+        return cls(rows, settings=settings, provenance=provenance, record=record)  # completes the rows
 
 
 def _read_sidecar(path):

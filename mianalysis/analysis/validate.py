@@ -14,13 +14,14 @@ from .._validation import check_choice, check_flag, check_int, check_k
 from ..distances import METRICS
 from ..estimators import MarginalDistances
 from ..estimators.registry import estimator_names, estimators_taking, get_estimator
+from .familywise import FAMILIES, METHODS, familywise_settings
 from .intervals import DISTANCE_METHOD, check_level, interval_method
 
 if TYPE_CHECKING:  # names used only in type hints
     from ..dumps import ParameterDump
 
 __all__ = ["ESTIMATORS", "GAUSSIAN_NULLS", "BY", "AnalysisRequest", "check_request", "table_settings", "check_dump",
-           "check_out", "dump_around"]
+           "check_out", "dump_around", "rows_settings"]
 
 ESTIMATORS = ("gaussian", "ksg")  # analysed by default; any registered estimator may be asked for
 GAUSSIAN_NULLS = ("permutation", "analytic")
@@ -52,6 +53,9 @@ class AnalysisRequest:
     reuse_distances : bool
     gaussian_null : str
     ci_level : float
+    familywise, family : str
+        The correction of the family-wise columns and its family
+        (:mod:`mianalysis.analysis.familywise`), at error rate 1 - `ci_level`.
     """
 
     estimators: tuple[str, ...]
@@ -71,13 +75,15 @@ class AnalysisRequest:
     gaussian_null: str
     ci_resamples: dict[str, int]
     ci_level: float
+    familywise: str = "holm"
+    family: str = "pair"
 
 
 def check_request(dump: ParameterDump, *, estimators: Sequence[str], metrics: Sequence[str], k: int,
                   n_permutations: int | Mapping[str, int], layer: str | Sequence[str] | None, by: str | None,
                   standardize: bool, random_state: int, distance_cache: bool | str, verify: bool, force: bool,
                   gaussian_null: str, ci_resamples: int | Mapping[str, int] | None,
-                  ci_level: float) -> AnalysisRequest:
+                  ci_level: float, familywise: str = "holm", family: str = "pair") -> AnalysisRequest:
     """Every argument of :func:`mianalysis.analyze` checked against `dump`, before any work
     or file (a ValueError or TypeError naming the argument)."""
     from ..dumps import layout_columns, select_layout
@@ -100,6 +106,8 @@ def check_request(dump: ParameterDump, *, estimators: Sequence[str], metrics: Se
         ci_resamples = {e: get_estimator(e).ci_resamples for e in estimators}
     resamples = _per_estimator(ci_resamples, estimators, "ci_resamples", default=0)
     ci_level = check_level(ci_level)
+    check_choice(familywise, "familywise", METHODS)
+    check_choice(family, "family", FAMILIES)
     cols = dump.layer_columns(layer)
     groups = [("", cols)] if by is None else [
         (e.name, layout_columns([e])) for e in (dump.layout if layer is None else select_layout(dump.layout, layer))]
@@ -114,7 +122,7 @@ def check_request(dump: ParameterDump, *, estimators: Sequence[str], metrics: Se
         estimators=estimators, metrics=metrics, k=k, permutations=permutations, layer=layer, by=by, groups=groups,
         n_runs=n_runs, standardize=standardize, verify=bool(verify), force=bool(force), random_state=random_state,
         distance_cache=distance_cache, reuse_distances=reuse, gaussian_null=gaussian_null, ci_resamples=resamples,
-        ci_level=ci_level)
+        ci_level=ci_level, familywise=familywise, family=family)
 
 
 def _per_estimator(value, estimators, name, default):
@@ -141,7 +149,19 @@ def table_settings(dump: ParameterDump, request: AnalysisRequest) -> dict[str, A
                               "distances": DISTANCE_METHOD}}
     if request.gaussian_null != "permutation":  # tables of the default analysis keep their settings
         settings["gaussian_null"] = request.gaussian_null
+    settings["familywise"] = familywise_settings(request.familywise, request.family, round(1 - request.ci_level, 12))
     return json.loads(json.dumps(settings))
+
+
+# Settings that only post-process the rows: a table or journal that differs in these alone
+# holds the same rows (the family-wise columns are made again from them at the end).
+_POSTPROCESSING = ("familywise",)
+
+
+def rows_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """`settings` without those that only post-process the rows (``familywise``): what
+    decides whether an earlier table or journal holds the rows of this analysis."""
+    return {k: v for k, v in settings.items() if k not in _POSTPROCESSING}
 
 
 def check_dump(dump: ParameterDump) -> None:
@@ -215,8 +235,9 @@ def check_out(out: str | os.PathLike, settings: Mapping[str, Any], force: bool) 
     if force:
         return
     sidecar = sidecar_path(out)
-    requested = json.loads(json.dumps(settings))
+    requested = rows_settings(json.loads(json.dumps(settings)))
     saved = _previous_settings(sidecar)
+    saved = None if saved is None else rows_settings(saved)
     problem = None
     if os.path.lexists(out):
         if not os.path.lexists(sidecar):
