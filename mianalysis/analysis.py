@@ -494,7 +494,9 @@ class _CheckpointAnalysis:
             random_state
         self.distance_cache, self.reuse_distances, self.gaussian_null = distance_cache, reuse_distances, gaussian_null
         self.ci_resamples, self.ci_level = ci_resamples, ci_level
-        self.pairs = list(itertools.combinations(range(len(dump.clients)), 2))
+        # --- reference client (issue 27, section 1): a dump's client "central" (ParameterSampler(
+        # reference="central")) is where the federation should be, not a client: in no pair. ---
+        self.pairs = list(itertools.combinations([c for c, name in enumerate(dump.clients) if name != "central"], 2))
         # A dump still being sampled (or stopped) is analysed as far as it goes; every row says so.
         self.incomplete = "" if dump.complete else f"dump incomplete: {n_runs} of {dump.n_runs} runs"
         self.design = design_note(dump.meta)  # what the sampling design forces on the MI rows
