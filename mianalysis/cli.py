@@ -129,7 +129,8 @@ def _cmd_sample(args):
 
     task = get_task(args.task, args.preset, **_parse_settings(args.set))
     sampler = ParameterSampler(task, seed=args.seed, init=args.init, every=args.every,
-                               chunk_size=args.chunk_size, progress=_progress(args), shared=args.shared or ())
+                               chunk_size=args.chunk_size, progress=_progress(args), shared=args.shared or (),
+                               reference=args.reference)
     dump = sampler.sample(args.runs, args.out, **_dask_options(args))
     _say(args, f"wrote {dump}")
 
@@ -443,6 +444,11 @@ def build_parser() -> argparse.ArgumentParser:
     smp.add_argument("--shared", action="append", metavar="STREAM",
                      help="a random stream the clients of a run share (repeatable; the task's streams: signal-rnn "
                           "order, dropout; digits-lenet order, augmentation; gaussian-sgd data, noise; module order)")
+    smp.add_argument("--reference", choices=["central"], default=None,
+                     help="also train a reference client 'central' per run: the run's start, the union of the clients' "
+                          "batches at every step (the same number of steps); `mianalysis headroom` uses it, "
+                          "`mianalysis analyze` leaves it out of the client pairs (not gaussian-sgd: it knows its "
+                          "exact reference)")
     smp.add_argument("--no-progress", action="store_true")
     _add_scheduler_options(smp, "chunks of runs")
     smp.set_defaults(func=_cmd_sample)

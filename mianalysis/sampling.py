@@ -25,7 +25,13 @@ if TYPE_CHECKING:  # names used only in type hints
 
     from .tasks.base import Task
 
-__all__ = ["ParameterSampler", "replica_seed", "task_optimizer", "ChunkResult", "ChunkMemoryError"]
+__all__ = ["ParameterSampler", "replica_seed", "task_optimizer", "ChunkResult", "ChunkMemoryError", "CENTRAL",
+           "REFERENCES"]
+
+# The name of the reference client in a dump (ParameterSampler(reference="central")), and the
+# references the sampler can train.
+CENTRAL = "central"
+REFERENCES = (CENTRAL,)
 
 
 class ChunkMemoryError(MemoryError, ValueError):
@@ -134,12 +140,43 @@ class ParameterSampler:
         noise). With ``()`` every stream is the client's own and the samples are those of
         the sampler before streams could be shared. A non-empty `shared` is recorded in
         the dump's settings, so a dump is resumed only with the same sharing.
+    reference : {None, "central"}, default=None
+        "central": also train, in every run, a reference client recorded in the dump as the
+        client named "central" (after the task's clients), where the federation should be:
+        see Notes. It is recorded in the dump's settings (``"reference": "central"``), so a
+        dump is resumed only with the same reference. gaussian-sgd refuses it: it knows its
+        exact reference (``mianalysis.headroom(dump, reference="task")``).
+
+    Notes
+    -----
+    **The central client.** It starts from the run's start (the same point as the run's
+    clients) and takes the same number of optimiser steps as every client, with the task's
+    optimiser and learning rate; its step t is on the *union* of the clients' batches of
+    step t (client 0's examples, then client 1's, ...): the same examples in the same order
+    as the clients together, each with the dropout mask it had in its client's batch. So it
+    is a function of the run's own draws (start, data, order, masks) and of nothing else,
+    and checkpoint i of every client and of the central client are both after i steps. For
+    a task whose loss is a mean over the batch, its gradient at a step is the average of the
+    clients' gradients there (the clients hold equal numbers of examples), taken at its own
+    parameters: the centralised training (equivalently FedSGD with every client at every
+    step) that averaging the clients' parameters tries to reach. K times as many steps of
+    the clients' batch size would need an interleaving of the clients' batches that no
+    stream of the run draws, and checkpoints on another grid. With one client the central
+    client *is* that client, byte for byte. Its metrics are the task's metrics on each
+    client's data, averaged over the clients. It trains beside the clients, in separate
+    replicas (one per run, a batch of ``n_clients * batch_size``); the clients' samples are
+    the same bytes with or without it, and its own the same whatever the chunk and thread
+    count, as the clients' are (a chunk of one run trains beside a copy of itself).
     """
 
     def __init__(self, task: Task, *, seed: int = 0, init: str = "per-run", every: int = 1, chunk_size: int = 64,
-                 progress: bool = True, shared: Sequence[str] = ()) -> None:
+                 progress: bool = True, shared: Sequence[str] = (), reference: str | None = None) -> None:
         self.task = task
         self.shared = check_shared(shared, task)
+        if reference is not None:
+            check_choice(reference, "reference", REFERENCES)
+            task.check_central()
+        self.reference = reference
         self.seed = check_int(seed, "seed", low=0)
         self.init = check_choice(init, "init", INIT_MODES)
         self.every = check_int(every, "every", low=1)
@@ -158,6 +195,8 @@ class ParameterSampler:
                     "init": self.init, "every": self.every, "chunk_size": self.chunk_size, "runs": runs}
         if self.shared:  # absent when nothing is shared: dumps made before sharing existed resume
             settings["shared"] = list(self.shared)
+        if self.reference is not None:  # absent without a reference: dumps made before it existed resume
+            settings["reference"] = self.reference
         return settings
 
     # ------------------------------------------------------------------ public
@@ -221,7 +260,7 @@ class ParameterSampler:
             with WriterLock(out), unwritten_dump_discarded(out):
                 dump = self._open_dump(runs, out)
                 job = ChunkJob(self.task, seed=self.seed, init=self.init, every=self.every,
-                               chunk_size=self.chunk_size, shared=self.shared)
+                               chunk_size=self.chunk_size, shared=self.shared, reference=self.reference)
                 computed = run_unordered(dask, job, dump.missing_chunks(self.chunk_size), name="sample-chunk",
                                          timeout=timeout)
                 try:
@@ -243,18 +282,24 @@ class ParameterSampler:
                 raise DumpError(f"{out} cannot be resumed: {exc}; nothing there was changed: sample into another "
                                 "folder") from None
         return ParameterDump.open_or_create(
-            out, meta=meta, clients=[str(c) for c in range(self.task.n_clients)],
+            out, meta=meta, clients=self.clients,
             checkpoints=self.checkpoints, n_runs=runs, layout=layout_from_shapes(self.task.parameter_shapes()),
             metric_names=self.task.metric_names,
         )
 
+    @property
+    def clients(self) -> list[str]:
+        """The dump's client names: the task's clients "0", "1", ..., then "central" with
+        ``reference="central"``."""
+        return [str(c) for c in range(self.task.n_clients)] + ([CENTRAL] if self.reference == CENTRAL else [])
+
     def chunk_bytes(self, chunk_runs: int) -> int:
         """A lower bound of the memory that training a chunk of `chunk_runs` runs takes: per
-        replica (run x client) and recorded parameter, 4 bytes for each of the parameters,
-        their gradients, the optimiser's two moments and each checkpoint's sample twice
-        (as recorded, then stacked)."""
+        replica (run x client, the central client included) and recorded parameter, 4 bytes
+        for each of the parameters, their gradients, the optimiser's two moments and each
+        checkpoint's sample twice (as recorded, then stacked)."""
         n_params = sum(int(np.prod(shape)) for _, shape in self.task.parameter_shapes())
-        return chunk_runs * self.task.n_clients * n_params * 4 * (4 + 2 * len(self.checkpoints))
+        return chunk_runs * len(self.clients) * n_params * 4 * (4 + 2 * len(self.checkpoints))
 
     def _check_chunk_fits(self, chunk_runs):
         """ChunkMemoryError, before anything is written, when :meth:`chunk_bytes` exceeds the
@@ -264,7 +309,7 @@ class ParameterSampler:
         if room and need > room:
             fits = max(1, chunk_runs * room // (2 * need))
             raise ChunkMemoryError(
-                f"a chunk of {chunk_runs} runs ({self.task.n_clients} clients, {len(self.checkpoints)} checkpoints) "
+                f"a chunk of {chunk_runs} runs ({len(self.clients)} clients, {len(self.checkpoints)} checkpoints) "
                 f"needs at least {need / 2**30:.3g} GiB, more than the {room / 2**30:.3g} GiB this process can "
                 f"allocate: lower `chunk_size` (--chunk-size), e.g. to {fits}, or record fewer checkpoints (--every)")
 
@@ -323,27 +368,37 @@ class ParameterSampler:
 
         With ``vectorised=False`` each (run, client) trains alone, with the per-tensor
         implementation of the task's optimiser (see `task_optimizer`): the plain loop the
-        batched computation is checked against.
+        batched computation is checked against (the central client of a run trains beside
+        its run's clients, whose batches it needs, and alone among central clients).
         """
         runs = list(runs)
+        everyone = list(range(self.task.n_clients))
+        central = self.reference == CENTRAL
         if not vectorised:
-            parts = [self._train(runs=[r], clients=[c], vectorised=False) for r in runs for c in range(self.task.n_clients)]
             n_c = self.task.n_clients
-            samples = np.stack([np.concatenate([parts[i * n_c + c].samples[0] for i in range(len(runs))], axis=1)
-                                for c in range(n_c)])
-            metrics = np.stack([np.concatenate([parts[i * n_c + c].metrics[0] for i in range(len(runs))], axis=2)
-                                for c in range(n_c)])
-            return ChunkResult(samples, metrics)
-        return self._train(runs=runs, clients=list(range(self.task.n_clients)), vectorised=True)
+            parts = [self._train(runs=[r], clients=[c], vectorised=False)
+                     for r in runs for c in everyone]
+            centrals = [self._train(runs=[r], clients=everyone, vectorised=False, central=True)
+                        for r in runs] if central else []
+            samples = [np.concatenate([parts[i * n_c + c].samples[0] for i in range(len(runs))], axis=1)
+                       for c in everyone]
+            metrics = [np.concatenate([parts[i * n_c + c].metrics[0] for i in range(len(runs))], axis=2)
+                       for c in everyone]
+            if central:
+                samples.append(np.concatenate([part.samples[-1] for part in centrals], axis=1))
+                metrics.append(np.concatenate([part.metrics[-1] for part in centrals], axis=2))
+            return ChunkResult(np.stack(samples), np.stack(metrics))
+        return self._train(runs=runs, clients=everyone, vectorised=True, central=central)
 
     # ------------------------------------------------------------------ internals
-    def _train(self, runs, clients, vectorised):
+    def _train(self, runs, clients, vectorised, central=False):
+        """Train `clients` in `runs` (and, with `central`, the runs' central clients, last)."""
         import torch
 
         from .tasks.base import ClientBatchData
 
-        if vectorised and len(runs) * len(clients) == 1:
-            twice = self._train(runs * 2, clients, vectorised)  # see the class docstring
+        if vectorised and (len(runs) * len(clients) == 1 or (central and len(runs) == 1)):
+            twice = self._train(runs * 2, clients, vectorised, central)  # see the class docstring
             return ChunkResult(twice.samples[:, :, :1].copy(), twice.metrics[..., :1].copy())
         task = self.task
         # Replica i = (client, run): client-major, so each client's runs are contiguous.
@@ -371,13 +426,31 @@ class ParameterSampler:
         opt = task_optimizer(task, params, foreach=vectorised)
         record_at = set(self.checkpoints)
         samples, metrics = [], []
+        k = len(clients)
+        if central:  # one replica per run, from the run's start (see the class Notes)
+            central_params = [torch.stack([inits[r][j] for r in runs]).clone().requires_grad_(True)
+                              for j in range(len(inits[runs[0]]))]
+            central_opt = task_optimizer(task, central_params, foreach=vectorised)
+            central_samples, central_metrics = [], []
+
+        def union(t):
+            """(k * R, b, ...), client-major -> (R, k * b, ...): every run's union batch, client by client."""
+            return t.reshape(k, len(runs), *t.shape[1:]).transpose(0, 1).reshape(len(runs), k * t.shape[1],
+                                                                                 *t.shape[2:])
+
+        def flat(tensors):
+            return torch.cat([p.reshape(p.shape[0], -1) for p in task.recorded([p.detach() for p in tensors])], 1)
 
         def record():
             with torch.no_grad():
-                kept = task.recorded([p.detach() for p in params])
-                samples.append(torch.cat([p.reshape(p.shape[0], -1) for p in kept], 1).numpy().copy())
+                samples.append(flat(params).numpy().copy())
                 values = task.evaluate(params, data)
                 metrics.append(np.stack([values[m].detach().numpy() for m in task.metric_names]))
+                if central:  # its metrics on each client's data, averaged over the clients
+                    central_samples.append(flat(central_params).numpy().copy())
+                    on = [task.evaluate(central_params, d) for d in per_client]
+                    central_metrics.append(np.stack([torch.stack([v[m].detach() for v in on]).mean(0).numpy()
+                                                     for m in task.metric_names]))
 
         record()
         rows = torch.arange(len(pairs))[:, None]
@@ -391,11 +464,19 @@ class ParameterSampler:
             for p, g in zip(params, task.gradients(params, xb, yb, masks)):
                 p.grad = g
             opt.step()
+            if central:
+                for p, g in zip(central_params, task.gradients(central_params, union(xb), union(yb),
+                                                               task.central_masks(masks, k))):
+                    p.grad = g
+                central_opt.step()
             if it + 1 in record_at:
                 record()
         # samples: list over checkpoints of (R, P) -> (clients, checkpoints, runs, P)
         s = np.stack(samples).reshape(len(record_at), len(clients), len(runs), -1).transpose(1, 0, 2, 3)
         m = np.stack(metrics).reshape(len(record_at), len(task.metric_names), len(clients), len(runs)).transpose(2, 1, 0, 3)
+        if central:  # the last client: (checkpoints, runs, P) and (checkpoints, metrics, runs)
+            s = np.concatenate([s, np.stack(central_samples)[None]])
+            m = np.concatenate([m, np.stack(central_metrics).transpose(1, 0, 2)[None]])
         return ChunkResult(np.ascontiguousarray(s, dtype=np.float32), np.ascontiguousarray(m, dtype=np.float32))
 
 
@@ -409,10 +490,10 @@ class ChunkJob:
     digits-lenet's pretrained network) are built once per worker.
     """
 
-    def __init__(self, task, *, seed, init, every, chunk_size, shared):
+    def __init__(self, task, *, seed, init, every, chunk_size, shared, reference=None):
         self.task = task
         self.settings = {"seed": seed, "init": init, "every": every, "chunk_size": chunk_size,
-                         "shared": tuple(shared)}
+                         "shared": tuple(shared), "reference": reference}
         self._sampler = None
 
     def __getstate__(self):

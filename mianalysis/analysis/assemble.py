@@ -45,6 +45,9 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: Sequence[str
             timeout: float | None = None, familywise: str = "holm", family: str = "pair") -> AnalysisTable:
     """MI and distances between every pair of clients at every checkpoint of a dump.
 
+    A client named "central" (the reference client of ``ParameterSampler(reference=
+    "central")``, where the federation should be) is in no pair; its metric rows are kept.
+
     Parameters
     ----------
     dump : ParameterDump or path

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from ..distances import paired_distances
+from ..sampling import CENTRAL
 from ..estimators import KSG_NOISE, MarginalDistances, gaussian_mi, gaussian_mi_null, mi_permutation_test
 from ..estimators.ksg import ksg_ties, standardize_columns
 from ..estimators.registry import DISTANCE_STREAM, get_estimator
@@ -166,7 +167,10 @@ class CheckpointAnalysis:
         self.n_runs, self.estimators, self.metrics, self.k = request.n_runs, request.estimators, request.metrics, \
             request.k
         self.groups, self.random_state, self.ci_level = request.groups, request.random_state, request.ci_level
-        self.pairs = list(itertools.combinations(range(len(dump.clients)), 2))
+        # A dump's client "central" (ParameterSampler(reference="central")) is where the federation
+        # should be, not a client: it is in no pair (its metric rows stay).
+        self.pairs = list(itertools.combinations([c for c, name in enumerate(dump.clients) if name != CENTRAL],
+                                                 2))
         # A dump still being sampled (or stopped) is analysed as far as it goes; every row says so.
         self.incomplete = "" if dump.complete else f"dump incomplete: {self.n_runs} of {dump.n_runs} runs"
         self.design = design_note(dump.meta)  # what the sampling design forces on the MI rows

@@ -12,6 +12,12 @@ between the clients of a run (``ParameterSampler(shared=...)``): a shared stream
 a generator seeded from (seed, run, stream), the same for every client of the run, instead
 of the replica's own. The data stream reaches :meth:`Task.client_data` and the mask stream
 :meth:`Task.draw_masks` as a :class:`ReplicaGenerators` list.
+
+The sampler may also train a *central* client per run (``ParameterSampler(reference="central")``):
+one replica per run, from the run's start, whose every step is the union of the clients'
+batches of that step. A task that draws masks says how the clients' masks make the central
+replicas' (:meth:`Task.central_masks`); a task that cannot have one says why
+(:meth:`Task.check_central`).
 """
 
 from __future__ import annotations
@@ -188,6 +194,24 @@ class Task(ABC):
         import torch
 
         return torch.autograd.grad(self.loss(self.forward(params, inputs, masks), targets).sum(), params)
+
+    def check_central(self) -> None:
+        """ValueError where the sampler cannot train a central reference client for this task
+        (``ParameterSampler(reference="central")``); the built-in tasks other than
+        gaussian-sgd can. The default refuses a task that draws masks (:attr:`mask_stream`)
+        but does not say how the central client gets them (:meth:`central_masks`)."""
+        if self.mask_stream is not None and type(self).central_masks is Task.central_masks:
+            raise ValueError(f"task {self.name!r} draws masks (stream {self.mask_stream!r}) but does not say how the "
+                             "central client gets them (Task.central_masks): it cannot have `reference`='central'")
+
+    def central_masks(self, masks: torch.Tensor | None, n_clients: int) -> torch.Tensor | None:
+        """The masks of the central replicas at one step, from the clients' `masks` at that
+        step (:meth:`draw_masks` for the replicas client-major: client 0's runs, then client
+        1's, ...): for every run, the clients' masks of their examples, client by client, in
+        the order the union batch holds the examples. None (a task without masks) stays None."""
+        if masks is None:
+            return None
+        raise NotImplementedError(f"task {self.name!r} does not say how the central client gets its masks")
 
     def recorded(self, params: Sequence[torch.Tensor]) -> Sequence[torch.Tensor]:
         """The tensors recorded at a checkpoint (the parameters themselves by default)."""

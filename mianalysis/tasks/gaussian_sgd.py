@@ -312,6 +312,15 @@ class GaussianSGDTask(Task):
                                  noise=(eta * sigma) ** 2 * (1.0 if same else rho))[iteration]
 
     # ---------------------------------------------------------------- the federation's reference
+    def check_central(self) -> None:
+        """Always a ValueError: gaussian-sgd knows its exact reference, the minimiser
+        :meth:`central_parameters` that ``mianalysis.headroom(dump, reference="task")`` (the
+        default for a dump without a client "central") recomputes from the dump's seed; a
+        trained central client would only approximate it."""
+        raise ValueError("task 'gaussian-sgd' knows its exact reference (the minimiser of the summed losses of each "
+                         "run's targets, which mianalysis.headroom uses with reference='task', the default): sample "
+                         "it without `reference`='central' (--reference central)")
+
     def curvature_weights(self) -> np.ndarray:
         """``W_k = (sum_j A_j)^-1 A_k`` for every client, shape (n_clients, d, d): the weights
         that combine the clients' targets into :meth:`central_parameters` (they sum to I)."""

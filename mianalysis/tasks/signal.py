@@ -173,6 +173,17 @@ class SignalRNNTask(Task):
         # Boolean keep-masks (n_layers, seq_len, R, batch, hidden); scaled in forward.
         return torch.stack([torch.rand(shape, generator=g) >= p for g in generators], dim=2)
 
+    def central_masks(self, masks: torch.Tensor | None, n_clients: int) -> torch.Tensor | None:
+        """The clients' keep-masks (n_layers, seq_len, n_clients * R, batch, hidden) as the
+        central replicas' (n_layers, seq_len, R, n_clients * batch, hidden): every example of
+        the union batch keeps the dropout mask it had in its client's batch."""
+        if masks is None:
+            return None
+        layers, length, replicas, batch, hidden = masks.shape
+        runs = replicas // n_clients
+        return (masks.reshape(layers, length, n_clients, runs, batch, hidden).transpose(2, 3)
+                .reshape(layers, length, runs, n_clients * batch, hidden))
+
     def forward(self, params: Sequence[torch.Tensor], inputs: torch.Tensor,
                 masks: torch.Tensor | None = None) -> torch.Tensor:
         import torch
