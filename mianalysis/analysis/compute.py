@@ -86,7 +86,9 @@ def _mi_row(x, y, estimator, k, permutations, rng, distances=None, distance_cach
                         notes)
         regime = estimate_regime_note(estimator, x.shape[0], x.shape[1] + y.shape[1], float(est.value),
                                       shrinkage=est.shrinkage)
-        if get_estimator(estimator).distance_cache:  # KSG assumes no ties: tied or lattice samples break it
+        # KSG assumes no ties: tied or lattice samples break it (the check compares the k-th and
+        # (k+1)-th neighbour distances, so it needs k + 2 runs).
+        if get_estimator(estimator).distance_cache and x.shape[0] >= k + 2:
             ties = ksg_ties(x, y, k, max_rows=TIE_NEIGHBOUR_ROWS)
             if ties.flagged:
                 regime = "; ".join(n for n in (regime, ties.note) if n)

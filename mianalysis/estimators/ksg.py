@@ -563,6 +563,19 @@ class TiedSamplesWarning(UserWarning):
     distance. Tied values make the k-th neighbour distance ambiguous and the marginal
     counts (samples strictly closer than it) jump; the tie-breaking noise then decides
     them, so the estimate reflects the noise's scale rather than the MI.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> import numpy as np
+    >>> from mianalysis import ksg_mi
+    >>> from mianalysis.estimators.ksg import TiedSamplesWarning
+    >>> grid = 1e-5 * np.random.default_rng(0).integers(-1, 2, size=(300, 2))  # start +- lr
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     _ = ksg_mi(grid[:, :1], grid[:, 1:])
+    >>> any(issubclass(w.category, TiedSamplesWarning) for w in caught)
+    True
     """
 
 
