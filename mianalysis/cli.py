@@ -170,7 +170,8 @@ def _cmd_analyze(args):
                     out=args.out, progress=_progress(args),
                     distance_cache=False if args.no_distance_cache else "auto",
                     verify=not args.no_verify, force=args.force, gaussian_null=args.gaussian_null,
-                    ci_resamples=args.ci_resamples, ci_level=args.ci_level, **_dask_options(args))
+                    ci_resamples=args.ci_resamples, ci_level=args.ci_level, familywise=args.familywise,
+                    family=args.family, **_dask_options(args))
     verified = ("dump checksums NOT verified (--no-verify)" if args.no_verify
                 else f"dump checksums of {table.settings['n_runs']} runs verified")
     _say(args, f"wrote {len(table)} rows to {args.out} ({verified}; settings and provenance: {sidecar_path(args.out)})")
@@ -414,6 +415,8 @@ def build_parser() -> argparse.ArgumentParser:
     est = sub.add_parser("estimate", help="MI between two sample arrays (.npy, .csv or whitespace-separated text; rows = samples)")
     est.add_argument("x")
     est.add_argument("y")
+    from .analysis.familywise import FAMILIES
+    from .analysis.familywise import METHODS as FAMILYWISE_METHODS
     from .estimators.registry import estimator_names
 
     est.add_argument("--estimator", choices=estimator_names(), default="ksg")
@@ -472,6 +475,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="resamples per MI confidence interval (bootstrap for gaussian, halves for ksg; "
                           "default 20 gaussian, 10 ksg; 0: none)")
     ana.add_argument("--ci-level", type=float, default=0.95, help="level of every confidence interval")
+    ana.add_argument("--familywise", choices=FAMILYWISE_METHODS, default="holm",
+                     help="correction of the trend verdicts over each family (columns p_adjusted, family_verdict): "
+                          "Holm (family-wise error), Benjamini-Hochberg (false discovery rate) or none")
+    ana.add_argument("--family", choices=FAMILIES, default="pair",
+                     help="family corrected over: one client pair's steps, or every pair's steps of a quantity")
     ana.add_argument("--no-distance-cache", action="store_true",
                      help="do not keep each client's runs x runs KSG distance matrix in memory")
     ana.add_argument("--no-verify", action="store_true",

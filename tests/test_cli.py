@@ -143,6 +143,21 @@ def test_federate_environments_step_placement_with_client_eb(tmp_path, capsys):
     assert eb[0] == "round,replicate,client,eb" and len(eb) == 1 + 2 * 2  # 2 rounds x 2 clients
 
 
+def test_analyze_familywise_options_reach_the_table(tmp_path):
+    from mianalysis.analysis import analyze
+
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((3, 60, 3))
+    ParameterDump.from_arrays(tmp_path / "d", {c: base + rng.standard_normal(base.shape) for c in "abc"})
+    assert main(["analyze", str(tmp_path / "d"), "--out", str(tmp_path / "t.csv"), "--no-progress",
+                 "--familywise", "bh", "--family", "cell"]) == 0
+    table = AnalysisTable.read(tmp_path / "t.csv")
+    assert table.settings["familywise"]["method"] == "bh" and table.settings["familywise"]["family"] == "cell"
+    direct = analyze(tmp_path / "d", familywise="bh", family="cell")
+    assert [r["p_adjusted"] for r in table] == pytest.approx([r["p_adjusted"] for r in direct], nan_ok=True)
+    assert [r["family_verdict"] for r in table] == [r["family_verdict"] for r in direct]
+
+
 def test_analyze_without_distance_cache_gives_the_same_table(tmp_path):
     rng = np.random.default_rng(0)
     base = rng.standard_normal((2, 60, 3))
