@@ -14,7 +14,7 @@ import pytest
 
 from mianalysis import ParameterDump, analyze
 from mianalysis.analysis import TYPED_COLUMNS
-from mianalysis.analysis.table import columns_from_note
+from mianalysis.analysis.table import INFERENCE_COLUMNS, columns_from_note, complete_row
 
 GOLDEN = Path(__file__).parent / "data" / "seams_golden.csv"
 
@@ -43,13 +43,18 @@ def golden_dump(path):
     return ParameterDump.from_arrays(path, samples, layout=[("w", (3,)), ("b", (2,))])
 
 
-def golden_tables(path):
-    """The CSV text of every case, one after the other."""
+def golden_tables(path, settings=None):
+    """The CSV text of every case, one after the other; `settings`, a list, gets each CSV
+    line's table settings."""
     dump = golden_dump(path / "dump")
     text = ""
     for i, case in enumerate(CASES):
-        analyze(dump, **case).write(path / f"{i}.csv")
-        text += (path / f"{i}.csv").read_text()
+        table = analyze(dump, **case)
+        table.write(path / f"{i}.csv")
+        part = (path / f"{i}.csv").read_text()
+        text += part
+        if settings is not None:
+            settings += [table.settings] * len(_fields(part))
     return text
 
 
@@ -70,16 +75,29 @@ def _fields(text):
 def test_analysis_tables_are_unchanged(tmp_path):
     # The golden tables are of format version 1: the typed columns that follow its columns
     # are those its notes imply (mianalysis.analysis.table.columns_from_note).
-    got, want = _fields(golden_tables(tmp_path)), _fields(GOLDEN.read_text())
-    assert [len(r) for r in got] == [len(r) + len(TYPED_COLUMNS) for r in want]
+    # The inference columns that follow are a change row's se and p-value, which a table of
+    # format version 1 gets from its interval (complete_row), then the family-wise columns
+    # (tests/test_familywise.py checks those).
+    settings = []
+    got, want = _fields(golden_tables(tmp_path, settings)), _fields(GOLDEN.read_text())
+    added = list(TYPED_COLUMNS) + list(INFERENCE_COLUMNS)
+    assert [len(r) for r in got] == [len(r) + len(added) for r in want]
     header = want[0]
     for i, (row, golden) in enumerate(zip(got, want)):
         if golden == header:
-            assert row == golden + list(TYPED_COLUMNS)
+            assert row == golden + added
         else:
             p_value = golden[header.index("p_value")]
             typed = columns_from_note(golden[header.index("note")], p_value if isinstance(p_value, float) else np.nan)
-            assert row[len(golden):] == [str(typed[c]) for c in TYPED_COLUMNS], (i, row, golden)
+            assert row[len(golden):len(golden) + len(TYPED_COLUMNS)] == [str(typed[c]) for c in TYPED_COLUMNS], \
+                (i, row, golden)
+            derived = complete_row({**dict(zip(header, golden)), **typed, "n_runs": int(golden[header.index("n_runs")])},
+                                   level=settings[i]["ci_level"], ci_resamples=settings[i]["ci_resamples"])
+            start = len(golden) + len(TYPED_COLUMNS)
+            for column, value in zip(("change_se", "change_p"), row[start:start + 2]):
+                want_value = derived[column]
+                assert (value == "" and np.isnan(want_value)) or np.isclose(value, want_value, rtol=1e-9), \
+                    (i, column, value, want_value)
         for a, b in zip(row, golden):
             if isinstance(b, float):
                 assert isinstance(a, float) and (a == b or np.isclose(a, b, rtol=1e-12, atol=0)
