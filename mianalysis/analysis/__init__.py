@@ -8,7 +8,8 @@
 - What the rows rest on: confidence intervals (:mod:`.intervals`), the calibrated regime of
   each estimator (:mod:`.regime`), what the sampling design forces on the MI
   (:mod:`.design`), and the additive-noise model's prediction of MI changes
-  (:mod:`.additive`, :mod:`.additive_table`).
+  (:mod:`.additive`, :mod:`.additive_table`), and how far the samples are from Gaussian
+  (:mod:`.gaussianity`: which MI row to read).
 """
 
 from .assemble import analyze

@@ -17,6 +17,7 @@ from ..estimators import KSG_NOISE, MarginalDistances, gaussian_mi, gaussian_mi_
 from ..estimators.ksg import ksg_ties, standardize_columns
 from ..estimators.registry import DISTANCE_STREAM, get_estimator
 from .design import design_note
+from .gaussianity import copula_disagreement, nongaussian_share
 from .intervals import change_test, mean_interval, mi_replicates, normal_interval, resample_indices, trend_verdict
 from .regime import estimate_regime_note
 from .validate import AnalysisRequest
@@ -252,8 +253,43 @@ class CheckpointAnalysis:
                     rows.append(self.row(t, a, b, "mi_exact", exact(dump.checkpoints[t], a, b)))
                 if progress is not None:
                     progress(1)
-            per_group.append((group, rows, self.with_intervals(t, samples, self.of_checkpoint(rows, t, group))))
+            resampled = self.with_intervals(t, samples, self.of_checkpoint(rows, t, group))
+            if self.request.gaussianity:
+                rows += self.gaussianity_rows(t, group, samples, rows)
+            per_group.append((group, rows, resampled))
         return metric_rows, per_group
+
+    def gaussianity_rows(self, t: int, group: str, samples: Sequence[np.ndarray],
+                         rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The Gaussianity diagnostic of checkpoint t and tensor `group`
+        (:mod:`mianalysis.analysis.gaussianity`): per client in a pair, ``nongaussian_share``
+        (the share of its varying parameters whose marginal rejects normality, Holm at 1 -
+        ``ci_level``); per pair whose ``mi_gaussian`` and ``mi_copula`` rows (among `rows`,
+        intervals filled) both have an interval, ``copula_disagrees`` (1 when the intervals
+        do not overlap, else 0). Each note says which MI row to read."""
+        alpha = round(1 - self.ci_level, 12)
+        out = []
+        for c in sorted({c for pair in self.pairs for c in pair}):
+            test = nongaussian_share(samples[c], alpha=alpha, method="holm")
+            out.append(self.row(t, c, None, "nongaussian_share", test.share, note=test.note, group=group))
+        of_t = self.of_checkpoint(rows, t, group)
+        for a, b in self.pairs:
+            gaussian, copula = of_t.get((a, b, "mi_gaussian")), of_t.get((a, b, "mi_copula"))
+            if gaussian is None or copula is None:
+                continue
+            disagree = copula_disagreement((gaussian["ci_low"], gaussian["ci_high"]),
+                                           (copula["ci_low"], copula["ci_high"]))
+            if disagree is None:
+                continue
+            intervals = (f"mi_gaussian [{gaussian['ci_low']:.4g}, {gaussian['ci_high']:.4g}], "
+                         f"mi_copula [{copula['ci_low']:.4g}, {copula['ci_high']:.4g}] bits")
+            if disagree:
+                note = (f"{intervals}: the intervals do not overlap; the parameters' marginals move the Gaussian "
+                        "estimate: read mi_copula")
+            else:
+                note = f"{intervals}: the intervals overlap; no sign that the marginals bias mi_gaussian: either applies"
+            out.append(self.row(t, a, b, "copula_disagrees", float(disagree), note=note, group=group))
+        return out
 
     def of_checkpoint(self, rows: Sequence[dict[str, Any]], t: int,
                       group: str = "") -> dict[tuple[int, int, str], dict[str, Any]]:

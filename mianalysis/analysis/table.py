@@ -20,6 +20,9 @@ Format versions (the sidecar's ``format_version``):
   ``change_p`` from each change's interval and the level its sidecar records
   (:func:`~mianalysis.analysis.intervals.se_from_interval`), and no family-wise columns
   (:func:`~mianalysis.analysis.familywise.apply_familywise` gives them to any table).
+  Later still, the rows of the Gaussianity diagnostic (``nongaussian_share``,
+  ``copula_disagrees``; :func:`mianalysis.analyze`'s `gaussianity`): new quantities in the
+  same columns, so tables without them read as before.
 """
 
 from __future__ import annotations

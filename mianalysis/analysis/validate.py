@@ -56,6 +56,9 @@ class AnalysisRequest:
     familywise, family : str
         The correction of the family-wise columns and its family
         (:mod:`mianalysis.analysis.familywise`), at error rate 1 - `ci_level`.
+    gaussianity : bool
+        Whether the checkpoint's rows include the Gaussianity diagnostic
+        (:mod:`mianalysis.analysis.gaussianity`).
     """
 
     estimators: tuple[str, ...]
@@ -77,13 +80,15 @@ class AnalysisRequest:
     ci_level: float
     familywise: str = "holm"
     family: str = "pair"
+    gaussianity: bool = False
 
 
 def check_request(dump: ParameterDump, *, estimators: Sequence[str], metrics: Sequence[str], k: int,
                   n_permutations: int | Mapping[str, int], layer: str | Sequence[str] | None, by: str | None,
                   standardize: bool, random_state: int, distance_cache: bool | str, verify: bool, force: bool,
                   gaussian_null: str, ci_resamples: int | Mapping[str, int] | None,
-                  ci_level: float, familywise: str = "holm", family: str = "pair") -> AnalysisRequest:
+                  ci_level: float, familywise: str = "holm", family: str = "pair",
+                  gaussianity: bool = False) -> AnalysisRequest:
     """Every argument of :func:`mianalysis.analyze` checked against `dump`, before any work
     or file (a ValueError or TypeError naming the argument)."""
     from ..dumps import layout_columns, select_layout
@@ -99,6 +104,7 @@ def check_request(dump: ParameterDump, *, estimators: Sequence[str], metrics: Se
     standardize = check_flag(standardize, "standardize")
     check_flag(verify, "verify")
     check_flag(force, "force")
+    check_flag(gaussianity, "gaussianity")
     permutations = _per_estimator(n_permutations, estimators, "n_permutations", default=0)
     random_state = check_int(random_state, "random_state", low=0)
     check_choice(gaussian_null, "gaussian_null", GAUSSIAN_NULLS)
@@ -122,7 +128,7 @@ def check_request(dump: ParameterDump, *, estimators: Sequence[str], metrics: Se
         estimators=estimators, metrics=metrics, k=k, permutations=permutations, layer=layer, by=by, groups=groups,
         n_runs=n_runs, standardize=standardize, verify=bool(verify), force=bool(force), random_state=random_state,
         distance_cache=distance_cache, reuse_distances=reuse, gaussian_null=gaussian_null, ci_resamples=resamples,
-        ci_level=ci_level, familywise=familywise, family=family)
+        ci_level=ci_level, familywise=familywise, family=family, gaussianity=bool(gaussianity))
 
 
 def _per_estimator(value, estimators, name, default):
@@ -149,6 +155,8 @@ def table_settings(dump: ParameterDump, request: AnalysisRequest) -> dict[str, A
                               "distances": DISTANCE_METHOD}}
     if request.gaussian_null != "permutation":  # tables of the default analysis keep their settings
         settings["gaussian_null"] = request.gaussian_null
+    if request.gaussianity:  # likewise: only a table with the diagnostic records it
+        settings["gaussianity"] = True
     settings["familywise"] = familywise_settings(request.familywise, request.family, round(1 - request.ci_level, 12))
     return json.loads(json.dumps(settings))
 
