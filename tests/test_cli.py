@@ -158,6 +158,18 @@ def test_analyze_familywise_options_reach_the_table(tmp_path):
     assert [r["family_verdict"] for r in table] == [r["family_verdict"] for r in direct]
 
 
+def test_analyze_gaussianity_option_adds_the_diagnostic_rows(tmp_path):
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((2, 60, 3))
+    ParameterDump.from_arrays(tmp_path / "d", {c: base + rng.standard_normal(base.shape) for c in "ab"})
+    assert main(["analyze", str(tmp_path / "d"), "--out", str(tmp_path / "t.csv"), "--no-progress"]) == 0
+    assert main(["analyze", str(tmp_path / "d"), "--out", str(tmp_path / "g.csv"), "--no-progress",
+                 "--gaussianity"]) == 0
+    plain, diagnosed = AnalysisTable.read(tmp_path / "t.csv"), AnalysisTable.read(tmp_path / "g.csv")
+    assert not plain.select("nongaussian_share")
+    assert {r["client_a"] for r in diagnosed.select("nongaussian_share")} == {"a", "b"}
+
+
 def test_analyze_without_distance_cache_gives_the_same_table(tmp_path):
     rng = np.random.default_rng(0)
     base = rng.standard_normal((2, 60, 3))
