@@ -203,7 +203,11 @@ def trend_summary(rows: Sequence[dict], *, familywise: str = FAMILYWISE, family:
     for q in quantities:
         for a, b in pairs:
             steps = trend_steps(rows, q, a, b, familywise=familywise, family=family)
-            detail = ", ".join(f"{r['iteration']}: {v}" for r, _, v in steps)
+            verdicts = {v for _, _, v in steps}
+            if len(steps) > 1 and len(verdicts) == 1 and next(iter(verdicts)).startswith("not made"):
+                detail = "every step"  # one reason for every step: said once
+            else:
+                detail = ", ".join(f"{r['iteration']}: {v}" for r, _, v in steps)
             adjusted = ", ".join(f"{p:.2g}" for _, p, _ in steps if np.isfinite(p))
             lines.append(f"{q} {a}-{b}: {overall_trend(v for _, _, v in steps)}" + (f" ({detail})" if detail else "")
                          + (f" [adjusted p: {adjusted}]" if adjusted else ""))

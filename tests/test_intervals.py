@@ -198,6 +198,17 @@ def test_trend_summary_reads_the_step_verdicts(tmp_path):
     assert overall_trend([]).startswith("not made")
 
 
+def test_trend_summary_says_a_reason_shared_by_every_step_once(tmp_path):
+    # 60 runs of 40 + 40 parameters: every Gaussian estimate a shrinkage number, no verdict made.
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((4, 60, 40))
+    dump = ParameterDump.from_arrays(tmp_path / "d", {"a": a, "b": a + rng.standard_normal(a.shape)},
+                                     checkpoints=[0, 1, 2, 3])
+    line = [ln for ln in trend_summary(analyze(dump, estimators=["gaussian"], metrics=[], verify=False)).splitlines()
+            if ln.startswith("mi_gaussian a-b")][0]
+    assert line == "mi_gaussian a-b: not made: shrinkage estimate (every step)"
+
+
 def test_cli_prints_the_interval_verdicts(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     from mianalysis.cli import main
