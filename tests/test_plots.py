@@ -112,6 +112,14 @@ def test_mi_panel_breaks_the_line_between_kinds_and_leaves_shrinkage_out(ax):
     assert texts.count(PAIR_BAND) == 1
 
 
+def test_mi_panel_of_shrinkage_numbers_only_says_why_it_is_empty(ax):
+    rows = [pair_row(it, pair, "mi_gaussian", 5.0, estimate_kind="shrinkage") for it in (2, 4) for pair in PAIRS]
+    plot_mi_panel(ax, rows, "gaussian")
+    assert not [ln for ln in ax.get_lines() if len(ln.get_xdata())]
+    assert any("Ledoit-Wolf shrinkage number" in t.get_text() for t in ax.texts)
+    assert ax.get_xlim() == (1.5, 4.5)  # the iterations of the rows
+
+
 def test_mi_panel_breaks_the_line_where_a_shrinkage_iteration_is_left_out(ax):
     kinds = {1: "plain", 2: "shrinkage", 3: "plain"}
     rows = [pair_row(it, pair, "mi_gaussian", float(it), estimate_kind=kind)
