@@ -199,7 +199,7 @@ def _cmd_plot(args):
         check_drawable(table, args.kind)
     except ValueError as exc:
         raise ValueError(f"{args.table}: {exc}") from None
-    path = save_figure(table, args.kind, args.out, title=args.title, record=_table_record(table))
+    path = save_figure(table, args.kind, args.out, title=args.title, record=_table_record(table), metric=args.metric)
     _say(args, f"wrote {path}")
     if any(r["verdict"] for r in table):
         _print_trends(table, _table_level(table))
@@ -497,6 +497,8 @@ def build_parser() -> argparse.ArgumentParser:
     plo.add_argument("--out", required=True)
     plo.add_argument("--kind", choices=["mi", "distances"], default="mi")
     plo.add_argument("--title")
+    plo.add_argument("--metric", help="the recorded metric the mi figure draws (default: loss, else the first "
+                     "metric whose name has 'loss', such as train_loss, else the first)")
     plo.set_defaults(func=_cmd_plot)
 
     from .federated.registry import algorithm_names, get_placement, get_rule, placement_names, rule_names

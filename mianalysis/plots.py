@@ -19,7 +19,8 @@ if TYPE_CHECKING:  # names used only in type hints (Matplotlib is loaded where a
 
 __all__ = [
     "save_figure", "check_drawable", "figure_mi", "figure_distances", "figure_title", "FIGURES", "plot_mi_panel",
-    "plot_metric_panel", "plot_distance_panel", "pair_summary", "estimator_variant", "estimate_kinds", "figure_headroom"
+    "plot_metric_panel", "plot_distance_panel", "pair_summary", "estimator_variant", "estimate_kinds", "figure_headroom",
+    "metric_names", "default_metric", "checkpoint_label"
 ]
 
 
@@ -50,6 +51,70 @@ CI_LABEL = "confidence intervals (union over pairs)"
 NULL_LABEL = "null: 0 +- 2 sd (largest sd over pairs)"
 RUN_SD_LABEL = "+-1 sd over runs (mean over pairs)"
 PANEL_ESTIMATORS = ("gaussian", "ksg")  # figure_mi's first panels, drawn or left blank; other estimators follow
+
+
+def metric_names(rows: Sequence[dict]) -> list[str]:
+    """The recorded training metrics of a table (its per-client quantities: rows without a
+    ``client_b``), in the order of their first rows.
+
+    Parameters
+    ----------
+    rows : list of dict
+        An analysis table.
+
+    Returns
+    -------
+    list of str
+    """
+    return list(dict.fromkeys(str(r["quantity"]) for r in rows if r["client_b"] == ""))
+
+
+def default_metric(rows: Sequence[dict]) -> str | None:
+    """The metric a figure draws by default: "loss" if the table has it, else the first metric
+    whose name contains "loss" (``train_loss``), else the first metric; None without metrics.
+
+    Parameters
+    ----------
+    rows : list of dict
+        An analysis table.
+
+    Returns
+    -------
+    str or None
+
+    Examples
+    --------
+    >>> from mianalysis.plots import default_metric
+    >>> rows = [{"quantity": q, "client_a": "0", "client_b": ""} for q in ("accuracy", "train_loss")]
+    >>> default_metric(rows)
+    'train_loss'
+    """
+    names = metric_names(rows)
+    if "loss" in names:
+        return "loss"
+    return next((n for n in names if "loss" in n), names[0] if names else None)
+
+
+def checkpoint_label(record: Mapping[str, Any] | None = None) -> str:
+    """What a table's checkpoints count: "round" for a federated dump, else "iteration".
+
+    A dump recorded by :func:`mianalysis.flower.record_runs` (its meta has ``flower``) or by
+    the federated simulator (``federated``) has one checkpoint per round.
+
+    Parameters
+    ----------
+    record : dict, optional
+        How the table was made, as for :func:`figure_title`: the keys are looked up in it and
+        in its ``dump_meta`` and ``settings``.
+
+    Returns
+    -------
+    str
+    """
+    rec = dict(record or {})
+    sources = [rec, rec.get("dump_meta") or {}, rec.get("settings") or {}]
+    federated = any(isinstance(src, Mapping) and ("flower" in src or "federated" in src) for src in sources)
+    return "round" if federated else "iteration"
 
 
 def _integer_ticks(ax):
@@ -328,43 +393,59 @@ def plot_mi_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], estimator: str
     ax.legend(fontsize=7)
 
 
-def plot_metric_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], metric: str) -> None:
+def plot_metric_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], metric: str | None = None, *,
+                      xlabel: str = "iteration") -> None:
     """A recorded training metric (loss, accuracy) vs iteration, summarised over the clients.
 
     The line is the mean over the clients of each client's mean over runs, the dark band
     the clients' range (min to max), the light band +-1 sd over runs (the rows' ``spread``,
-    averaged over the clients); the legend and the axis label say so.
+    averaged over the clients); the legend and the axis label say so. A checkpoint where no
+    client has a value of the metric (it was not recorded there: NaN) is not drawn.
 
     Parameters
     ----------
     ax : matplotlib.axes.Axes
     rows : list of dict
         An analysis table.
-    metric : str
-        A per-client quantity, such as "loss" or "accuracy".
+    metric : str, optional
+        A recorded metric (a per-client quantity), such as "loss" or "accuracy". Default:
+        :func:`default_metric`.
+    xlabel : str, default="iteration"
+        What the checkpoints count ("round" for a federated dump, see :func:`checkpoint_label`).
+
+    Raises
+    ------
+    ValueError
+        If the table has no rows of `metric`, naming the metrics it has.
     """
+    names = metric_names(rows)
+    metric = default_metric(rows) if metric is None else metric
+    if metric is None or metric not in names:
+        raise ValueError(f"`metric` must be one of the table's recorded metrics {names}; got {metric!r}")
     by_it: dict[float, list[tuple[float, float]]] = {}
     table = AnalysisTable.of(rows)
     for c in _clients(table):
         for r in table.select(metric, c):
             by_it.setdefault(r["iteration"], []).append((_num(r, "value"), _num(r, "spread")))
-    it = np.array(sorted(by_it), dtype=np.float64)
-    vals = [np.array([v for v, _ in by_it[i]]) for i in sorted(by_it)]
-    sds = [np.array([s for _, s in by_it[i]]) for i in sorted(by_it)]
-    mean = np.array([np.nanmean(v) for v in vals])
+    # Checkpoints without any finite value are not drawn (nan-statistics of them would warn).
+    kept = [i for i in sorted(by_it) if np.isfinite([v for v, _ in by_it[i]]).any()]
+    it = np.array(kept, dtype=np.float64)
+    vals = [np.array([v for v, _ in by_it[i] if np.isfinite(v)]) for i in kept]
+    sds = [np.array([s for _, s in by_it[i]]) for i in kept]
+    mean = np.array([v.mean() for v in vals])
     n = max((len(v) for v in vals), default=0)
     color = "C3"
-    sd = np.array([np.nanmean(s) if np.isfinite(s).any() else np.nan for s in sds])
+    sd = np.array([s[np.isfinite(s)].mean() if np.isfinite(s).any() else np.nan for s in sds])
     if np.isfinite(sd).any():
         ok = np.isfinite(sd)
         ax.fill_between(it[ok], (mean - sd)[ok], (mean + sd)[ok], color=color, alpha=0.12, lw=0,
                         label="+-1 sd over runs (mean over clients)")
     ax.plot(it, mean, marker="o", ms=4, color=color, label=f"mean over {n} clients" if n != 1 else "one client")
     if n > 1:
-        ax.fill_between(it, [np.nanmin(v) for v in vals], [np.nanmax(v) for v in vals], color=color, alpha=0.3,
+        ax.fill_between(it, [v.min() for v in vals], [v.max() for v in vals], color=color, alpha=0.3,
                         lw=0, label="range over clients (min-max)")
     ax.set_title(f"client {metric}", fontsize=10)
-    ax.set_xlabel("iteration")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(f"{metric} (mean over runs)")
     _integer_ticks(ax)
     ax.legend(fontsize=7)
@@ -480,12 +561,13 @@ def _figure(n_panels):
     return plt.subplots(1, n_panels, figsize=(5 * n_panels, 4.6))
 
 
-def figure_mi(rows: Sequence[dict], title: str | None = None, *, record: Mapping[str, Any] | None = None
-              ) -> matplotlib.figure.Figure:
-    """Figure 1/2 analogue: (a) Gaussian MI, (b) KSG MI, (c) loss or accuracy.
+def figure_mi(rows: Sequence[dict], title: str | None = None, *, record: Mapping[str, Any] | None = None,
+              metric: str | None = None) -> matplotlib.figure.Figure:
+    """Figure 1/2 analogue: (a) Gaussian MI, (b) KSG MI, (c) a recorded metric (the loss).
 
     A table with MI rows of other registered estimators (such as "copula") gets one more
-    panel for each, after the KSG panel.
+    panel for each, after the KSG panel. The x axes say "round" for a federated dump and
+    "iteration" otherwise (:func:`checkpoint_label` of `record`).
 
     Parameters
     ----------
@@ -496,13 +578,25 @@ def figure_mi(rows: Sequence[dict], title: str | None = None, *, record: Mapping
         `record`.
     record : dict, optional
         See :func:`figure_title`.
+    metric : str, optional
+        The recorded metric of the last panel. Default: :func:`default_metric` ("loss", else
+        the first metric whose name contains "loss", such as Flower's ``train_loss``, else
+        the first); the panel is left blank when the table has no metric.
 
     Returns
     -------
     matplotlib.figure.Figure
+
+    Raises
+    ------
+    ValueError
+        If `metric` is not one of the table's metrics (naming them).
     """
     quantities = {r["quantity"] for r in rows}
-    metric = "accuracy" if "accuracy" in quantities else "loss"
+    if metric is not None and metric not in metric_names(rows):
+        raise ValueError(f"`metric` must be one of the table's recorded metrics {metric_names(rows)}; got {metric!r}")
+    metric = default_metric(rows) if metric is None else metric
+    xlabel = checkpoint_label(record)
     ests = PANEL_ESTIMATORS + tuple(e for e in estimator_names() if e not in PANEL_ESTIMATORS
                                     and f"mi_{e}" in quantities)
     fig, axes = _figure(len(ests) + 1)
@@ -511,10 +605,11 @@ def figure_mi(rows: Sequence[dict], title: str | None = None, *, record: Mapping
             plot_mi_panel(ax, rows, est)
         else:
             ax.set_axis_off()
-    if metric in quantities:
-        plot_metric_panel(axes[-1], rows, metric)
+    if metric is not None:
+        plot_metric_panel(axes[-1], rows, metric, xlabel=xlabel)
     else:
         axes[-1].set_axis_off()
+    _label_checkpoints(axes, xlabel)
     _suptitle(fig, rows, title, record)
     fig.tight_layout()
     return fig
@@ -524,7 +619,7 @@ def figure_distances(rows: Sequence[dict], title: str | None = None, *, record: 
                      ) -> matplotlib.figure.Figure:
     """Figure 3/4 analogue: Euclidean, Manhattan and Chebyshev distances vs iteration.
 
-    Parameters are those of :func:`figure_mi`.
+    Parameters are those of :func:`figure_mi` (without `metric`).
     """
     fig, axes = _figure(3)
     for ax, metric in zip(axes, ("euclidean", "manhattan", "chebyshev")):
@@ -532,9 +627,17 @@ def figure_distances(rows: Sequence[dict], title: str | None = None, *, record: 
             plot_distance_panel(ax, rows, metric)
         else:
             ax.set_axis_off()
+    _label_checkpoints(axes, checkpoint_label(record))
     _suptitle(fig, rows, title, record)
     fig.tight_layout()
     return fig
+
+
+def _label_checkpoints(axes, xlabel):
+    """The x label of every drawn panel: what the checkpoints count."""
+    for ax in axes:
+        if ax.axison:
+            ax.set_xlabel(xlabel)
 
 
 FIGURES = {"mi": figure_mi, "distances": figure_distances}
@@ -561,7 +664,7 @@ def check_drawable(rows: Sequence[dict], kind: str) -> None:
 
 
 def save_figure(rows: Sequence[dict], kind: str, path: str | os.PathLike, title: str | None = None, *,
-                record: Mapping[str, Any] | None = None) -> Path:
+                record: Mapping[str, Any] | None = None, metric: str | None = None) -> Path:
     """Draw figure `kind` ("mi" or "distances") from `rows` and save it to `path`.
 
     ValueError, and no file, when `rows` hold none of the quantities the figure draws
@@ -577,7 +680,10 @@ def save_figure(rows: Sequence[dict], kind: str, path: str | os.PathLike, title:
     title : str, optional
         First title line.
     record : dict, optional
-        How the table was made, for the second title line (:func:`figure_title`).
+        How the table was made, for the second title line (:func:`figure_title`) and the x
+        axes ("round" for a federated dump, :func:`checkpoint_label`).
+    metric : str, optional
+        The recorded metric the "mi" figure draws (see :func:`figure_mi`); not for "distances".
 
     Returns
     -------
@@ -588,7 +694,12 @@ def save_figure(rows: Sequence[dict], kind: str, path: str | os.PathLike, title:
     import matplotlib.pyplot as plt
 
     check_drawable(rows, kind)
-    fig = FIGURES[kind](rows, title, record=record)
+    if kind == "mi":
+        fig = figure_mi(rows, title, record=record, metric=metric)
+    elif metric is not None:
+        raise ValueError(f"`metric` is drawn by the 'mi' figure only; got kind={kind!r} and metric={metric!r}")
+    else:
+        fig = FIGURES[kind](rows, title, record=record)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -180,3 +180,35 @@ def test_analyze_without_distance_cache_gives_the_same_table(tmp_path):
     a, b = AnalysisTable.read(tmp_path / "a.csv"), AnalysisTable.read(tmp_path / "b.csv")
     assert [r["quantity"] for r in a] == [r["quantity"] for r in b]
     np.testing.assert_allclose([r["value"] for r in a], [r["value"] for r in b], atol=1e-9)
+
+
+def test_plot_draws_a_chosen_metric_of_a_federated_dump_against_rounds(tmp_path, capsys, monkeypatch):
+    from mianalysis import DumpWriter, plots
+
+    rng = np.random.default_rng(0)
+    with DumpWriter(tmp_path / "d", clients=["0", "1"], checkpoints=[0, 1, 2], runs=12, chunk_size=12,
+                    meta={"flower": {"rounds": 2}}) as w:
+        for run in w.missing_runs():
+            for c in "01":
+                for t in (0, 1, 2):  # no metrics at round 0, as a Flower app records them
+                    w.record(run=run, client=c, checkpoint=t, params=rng.standard_normal(2),
+                             metrics=None if t == 0 else {"train_loss": 1.0 / t, "accuracy": 0.5})
+    table = str(tmp_path / "t.csv")
+    assert main(["analyze", str(tmp_path / "d"), "--out", table, "--no-progress"]) == 0
+    drawn = []
+    real = plots.figure_mi
+
+    def spy(*args, **kwargs):
+        fig = real(*args, **kwargs)
+        drawn.append((fig.axes[-1].get_title(), fig.axes[-1].get_xlabel()))
+        return fig
+
+    monkeypatch.setattr(plots, "figure_mi", spy)
+    assert main(["plot", table, "--out", str(tmp_path / "l.png")]) == 0
+    assert main(["plot", table, "--out", str(tmp_path / "a.png"), "--metric", "accuracy"]) == 0
+    assert drawn == [("client train_loss", "round"), ("client accuracy", "round")]
+    capsys.readouterr()
+    assert main(["plot", table, "--out", str(tmp_path / "x.png"), "--metric", "loss"]) != 0
+    assert "`metric` must be one of the table's recorded metrics ['accuracy', 'train_loss']; got 'loss'" in \
+        capsys.readouterr().err
+    assert not (tmp_path / "x.png").exists()

@@ -1,5 +1,7 @@
 """The figures drawn from analysis tables: what a reader sees (artists, labels, legends)."""
 
+import warnings
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -181,3 +183,98 @@ def test_pair_summary_counts_only_finite_pairs():
     rows[3]["value"] = np.nan
     s = pair_summary(rows, "mi_ksg")
     assert list(s["n"]) == [2, 3, 3] and list(s["infinite"]) == [0]
+
+
+# ------------------------------------------------------------------ recorded metrics and rounds
+def metric_rows(name, its=(0, 1, 2), clients="01", missing=()):
+    """Per-client rows of metric `name`: value 2 - 0.5 it + 0.1 client, NaN at (it, client) in `missing`."""
+    return [pair_row(it, (c, ""), name, np.nan if (it, c) in missing else 2.0 - 0.5 * it + 0.1 * int(c), spread=0.2)
+            for it in its for c in clients]
+
+
+@pytest.mark.parametrize("names, expected", [
+    (["accuracy", "loss", "train_loss"], "loss"),
+    (["accuracy", "train_loss", "val_loss"], "train_loss"),
+    (["accuracy", "val"], "accuracy"),
+    ([], None),
+])
+def test_the_default_metric_is_the_loss_like_one(names, expected):
+    from mianalysis.plots import default_metric, metric_names
+
+    rows = mi_rows() + [r for n in names for r in metric_rows(n)]
+    assert metric_names(rows) == names and default_metric(rows) == expected
+
+
+def test_a_flower_dumps_train_loss_gets_a_loss_panel_with_rounds():
+    rows = mi_rows() + metric_rows("accuracy") + metric_rows("train_loss")
+    flower = {"dump_meta": {"flower": {"rounds": 2}}}
+    fig = figure_mi(rows, record=flower)
+    try:
+        assert fig.axes[-1].get_title() == "client train_loss"
+        assert [ax.get_xlabel() for ax in fig.axes if ax.axison] == ["round", "round"]  # KSG and the metric panel
+    finally:
+        plt.close(fig)
+    fig = figure_mi(rows, metric="accuracy", record={"dump_meta": {"federated": {}}})
+    try:
+        assert fig.axes[-1].get_title() == "client accuracy" and fig.axes[-1].get_xlabel() == "round"
+    finally:
+        plt.close(fig)
+    fig = figure_mi(rows, record={"task": "signal-rnn"})
+    try:
+        assert {ax.get_xlabel() for ax in fig.axes if ax.axison} == {"iteration"}
+    finally:
+        plt.close(fig)
+    fig = figure_distances([pair_row(it, p, "euclidean", 1.0 + it) for it in (0, 1) for p in PAIRS], record=flower)
+    try:
+        assert fig.axes[0].get_xlabel() == "round"
+    finally:
+        plt.close(fig)
+
+
+def test_an_unknown_metric_is_refused_naming_the_recorded_ones(tmp_path):
+    from mianalysis.plots import save_figure
+
+    rows = mi_rows() + metric_rows("train_loss")
+    with pytest.raises(ValueError, match=r"`metric` must be one of the table's recorded metrics \['train_loss'\]; "
+                                         r"got 'loss'"):
+        figure_mi(rows, metric="loss")
+    with pytest.raises(ValueError, match=r"`metric` is drawn by the 'mi' figure only"):
+        save_figure([pair_row(0, PAIRS[0], "euclidean", 1.0)], "distances", tmp_path / "d.png", metric="loss")
+    assert save_figure(rows, "mi", tmp_path / "m.png", metric="train_loss").exists()
+
+
+def test_a_metric_missing_at_some_checkpoints_draws_the_others_without_warnings(ax):
+    # Not recorded at checkpoint 0 (no client) nor for client 1 at checkpoint 1.
+    rows = metric_rows("loss", clients="012", missing={(0, "0"), (0, "1"), (0, "2"), (1, "1")})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # NumPy's "Mean of empty slice" / "All-NaN slice" would fail here
+        plot_metric_panel(ax, rows)
+    line = ax.get_lines()[0]
+    assert list(line.get_xdata()) == [1.0, 2.0]
+    np.testing.assert_allclose(line.get_ydata(), [1.5 + 0.1, 1.0 + 0.1])  # clients 0, 2 at 1; all three at 2
+    band = next(c for c in ax.collections if c.get_label() == "range over clients (min-max)").get_paths()[0]
+    assert band.vertices[:, 1].min() == pytest.approx(1.0) and band.vertices[:, 1].max() == pytest.approx(1.7)
+
+
+def test_a_writer_loop_without_a_loss_at_checkpoint_0_gives_a_figure_without_warnings(tmp_path):
+    from mianalysis import DumpWriter, analyze
+
+    rng = np.random.default_rng(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with DumpWriter(tmp_path / "d", clients=["a", "b"], checkpoints=[0, 1, 2], runs=30, chunk_size=30,
+                        meta={"flower": {"rounds": 2}}) as w:
+            for run in w.missing_runs():
+                for c in "ab":
+                    for t in (0, 1, 2):
+                        w.record(run=run, client=c, checkpoint=t, params=rng.standard_normal(2),
+                                 metrics=None if t == 0 else {"train_loss": 1.0 / t})
+        table = analyze(w.dump, out=tmp_path / "t.csv")
+        fig = figure_mi(table, record={"dump_meta": w.dump.meta})
+    try:
+        panel = fig.axes[-1]
+        assert panel.get_title() == "client train_loss" and panel.get_xlabel() == "round"
+        assert list(panel.get_lines()[0].get_xdata()) == [1.0, 2.0]
+        np.testing.assert_allclose(panel.get_lines()[0].get_ydata(), [1.0, 0.5])
+    finally:
+        plt.close(fig)

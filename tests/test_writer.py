@@ -79,8 +79,8 @@ def test_a_chunk_is_written_as_soon_as_its_records_are_in(tmp_path):
     with DumpWriter(tmp_path / "d", clients=CLIENTS, checkpoints=CHECKPOINTS, runs=RUNS, chunk_size=4) as w:
         for i, (r, c, t, params, metrics) in enumerate(recs):
             w.record(run=r, client=c, checkpoint=t, params=params, metrics=metrics)
-            if i == 4 * 9 - 2:  # one record of chunk 0-4 still missing: nothing written yet
-                assert ParameterDump.open(tmp_path / "d").written_runs == 0 and not w.is_written(0)
+            if i == 4 * 9 - 2:  # one record of chunk 0-4 still missing: nothing written yet (the dump
+                assert not (tmp_path / "d").exists() and not w.is_written(0)  # is made with its first chunk)
                 assert w.pending() == [(3, "c", 10)]
             if i == 4 * 9 - 1:
                 assert ParameterDump.open(tmp_path / "d").written_runs == 4 and w.is_written(3)
@@ -319,3 +319,71 @@ def test_a_loop_killed_at_random_moments_resumes_to_the_same_bytes(tmp_path):
     subprocess.run([sys.executable, str(script), str(out)], env=env, check=True, capture_output=True)
     assert files(out) == files(reference(tmp_path).path)
     assert ParameterDump.open(out).written_chunks() == [(0, 2), (2, 4), (4, 6), (6, 8), (8, 10)]
+
+
+# ------------------------------------------------------------------ metric names from the first records
+def _flat_loop(w, runs, metrics_at):
+    """Records runs `runs` of clients a, b at checkpoints 0, 1 (flat vectors); `metrics_at(run, t)` gives the metrics."""
+    for run in runs:
+        for c in ("a", "b"):
+            for t in (0, 1):
+                w.record(run=run, client=c, checkpoint=t, params=np.full(2, run + t, np.float32),
+                         metrics=metrics_at(run, t))
+
+
+def test_checkpoint_0_without_metrics_then_a_loss_gives_a_loss_metric(tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no IncompleteChunkWarning, no other warning
+        with DumpWriter(tmp_path / "d", clients=["a", "b"], checkpoints=[0, 1], runs=4, chunk_size=2) as w:
+            _flat_loop(w, range(4), lambda run, t: None if t == 0 else {"loss": 0.5 * run})
+    dump = ParameterDump.open(tmp_path / "d")
+    assert dump.complete and dump.metric_names == ["loss"]
+    loss = dump.metric("b", "loss")  # (checkpoints, runs)
+    assert np.isnan(loss[0]).all() and loss[1].tolist() == [0.0, 0.5, 1.0, 1.5]
+
+
+def test_the_metric_names_are_the_sorted_union_of_the_first_chunks_records(tmp_path):
+    with DumpWriter(tmp_path / "d", clients=["a", "b"], checkpoints=[0, 1], runs=2, chunk_size=2) as w:
+        _flat_loop(w, range(2), lambda run, t: {"loss": 1.0} if run == 0 else {"accuracy": 0.25, "loss": 2.0})
+    dump = ParameterDump.open(tmp_path / "d")
+    assert dump.metric_names == ["accuracy", "loss"]
+    assert np.isnan(dump.metric("a", "accuracy")[:, 0]).all() and dump.metric("a", "accuracy")[:, 1].tolist() == [
+        0.25, 0.25]
+    assert dump.metric("a", "loss").tolist() == [[1.0, 2.0], [1.0, 2.0]]
+
+
+def test_a_metric_first_seen_after_the_first_chunk_is_one_clear_error_without_a_warning(tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the misleading IncompleteChunkWarning would be an error here
+        with pytest.raises(ValueError, match=r"run 2, client 'a', checkpoint 1: metric 'loss' is not one of \[\], "
+                                             r"the metric names of the dump .*fixed when its first chunk was written.*"
+                                             r"DumpWriter\(\.\.\., metrics=\['loss'\]\)"):
+            with DumpWriter(tmp_path / "d", clients=["a", "b"], checkpoints=[0, 1], runs=4, chunk_size=2) as w:
+                _flat_loop(w, range(4), lambda run, t: {"loss": 1.0} if run >= 2 and t == 1 else None)
+    dump = ParameterDump.open(tmp_path / "d")  # the chunk written before the error stays
+    assert dump.written_chunks() == [(0, 2)] and dump.metric_names == []
+    # Declared up front, the same loop records the loss.
+    with DumpWriter(tmp_path / "e", clients=["a", "b"], checkpoints=[0, 1], runs=4, chunk_size=2,
+                    metrics=["loss"]) as w:
+        _flat_loop(w, range(4), lambda run, t: {"loss": 1.0} if run >= 2 and t == 1 else None)
+    loss = ParameterDump.open(tmp_path / "e").metric("a", "loss")
+    assert np.isnan(loss[:, :2]).all() and np.isnan(loss[0]).all() and loss[1, 2:].tolist() == [1.0, 1.0]
+
+
+def test_a_metric_not_declared_is_refused_with_the_declared_names(tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=r"metric 'acc' is not one of \['loss'\] \(the writer's `metrics`\)"):
+            with DumpWriter(tmp_path / "d", clients=["a", "b"], checkpoints=[0], runs=1, metrics=["loss"]) as w:
+                w.record(run=0, client="a", checkpoint=0, params=[1.0], metrics={"loss": 1.0})
+                w.record(run=0, client="b", checkpoint=0, params=[1.0], metrics={"acc": 1.0})
+    assert not (tmp_path / "d").exists()
+
+
+def test_a_folder_a_dump_cannot_be_made_in_is_refused_on_entry(tmp_path):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "mine.txt").write_text("mine")
+    with pytest.raises(DumpError, match="already exists and is not an empty folder"):
+        with DumpWriter(tmp_path / "d", clients=["a"], checkpoints=[0], runs=1):
+            pytest.fail("entered")
+    assert [p.name for p in (tmp_path / "d").iterdir()] == ["mine.txt"]

@@ -65,7 +65,7 @@ from .layout import LayoutEntry, find_nonfinite, layout_columns, layout_from_sha
 from .manifest import (DTYPE, FORMAT_VERSION, MANIFEST, DumpError, check_checkpoint, check_meta, check_metric_names,
                        parse_manifest)
 
-__all__ = ["ParameterDump", "CREATING", "unwritten_dump_discarded", "discard_unwritten_dump"]
+__all__ = ["ParameterDump", "CREATING", "unwritten_dump_discarded", "discard_unwritten_dump", "check_creatable"]
 
 CREATING = ".mianalysis-creating"  # in a folder a dump is being created in: the files it will hold
 
@@ -200,6 +200,16 @@ def _clear_killed_creation(folder):
     for name in sorted(names - {CREATING}) + [CREATING]:
         (folder / name).unlink()  # a link is removed, never followed; a folder fails (OSError)
 
+
+
+def check_creatable(path: str | os.PathLike) -> None:
+    """DumpError unless a dump can be created at `path`: nothing there, or an empty folder
+    (after removing what a killed creation left in it). Call it holding the writer lock."""
+    path = Path(path)
+    if path.is_dir():
+        _clear_killed_creation(path)
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise DumpError(f"{path} already exists and is not an empty folder; nothing was written")
 
 
 @contextmanager
@@ -410,10 +420,7 @@ class ParameterDump:
             "provenance": [{**collect(), "runs_written": None}],
         }
         with WriterLock(path):  # held from the check until the dump is in place
-            if path.is_dir():
-                _clear_killed_creation(path)
-            if path.exists() and (not path.is_dir() or any(path.iterdir())):
-                raise DumpError(f"{path} already exists and is not an empty folder; nothing was written")
+            check_creatable(path)
             return cls._build(path, manifest)
 
     @classmethod

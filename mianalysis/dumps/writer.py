@@ -24,7 +24,7 @@ from numpy.typing import ArrayLike
 
 from .._locking import WriterLock
 from .._validation import check_int
-from .format import ParameterDump, discard_unwritten_dump, unwritten_dump_discarded
+from .format import ParameterDump, check_creatable, discard_unwritten_dump, unwritten_dump_discarded
 from .layout import find_nonfinite, layout_from_shapes
 from .manifest import MANIFEST, DumpError, check_checkpoint, check_meta, check_metric_names
 
@@ -121,17 +121,33 @@ def _as_pairs(layout):
 
 
 class _Chunk:
-    """The records of one chunk of runs [start, stop) while it fills."""
+    """The records of one chunk of runs [start, stop) while it fills: the metrics by name,
+    since the dump's metric names may be known only when its first chunk is written."""
 
-    def __init__(self, start, stop, n_clients, n_checkpoints, n_params, n_metrics):
+    def __init__(self, start, stop, n_clients, n_checkpoints, n_params):
         self.start, self.stop = start, stop
         n = stop - start
         self.samples = np.empty((n_clients, n_checkpoints, n, n_params), dtype=np.float32)
-        self.metrics = np.full((n_clients, n_metrics, n_checkpoints, n), np.nan, dtype=np.float32)
+        self.metrics = {}  # str -> name -> (n_clients, n_checkpoints, n), NaN where not recorded
         self.filled = np.zeros((n_clients, n_checkpoints, n), dtype=bool)
 
     def complete_runs(self):
         return self.filled.all(axis=(0, 1))
+
+    def store_metrics(self, c, t, i, values):
+        for name, value in values.items():
+            if name not in self.metrics:
+                self.metrics[name] = np.full(self.filled.shape, np.nan, dtype=np.float32)
+            self.metrics[name][c, t, i] = value
+
+    def metric_block(self, names, a, b):
+        """(n_clients, n_metrics, n_checkpoints, b - a) metrics of runs [start + a, start + b) in the order of `names`."""
+        n_clients, n_checkpoints, _ = self.filled.shape
+        block = np.full((n_clients, len(names), n_checkpoints, b - a), np.nan, dtype=np.float32)
+        for m, name in enumerate(names):
+            if name in self.metrics:
+                block[:, m] = self.metrics[name][:, :, a:b]
+        return block
 
 
 class DumpWriter:
@@ -149,11 +165,17 @@ class DumpWriter:
     tells the loop which runs to skip, and :meth:`missing_runs` lists those left. A folder
     holding another dump is refused, and nothing there changes.
 
+    The dump itself is created when its first chunk is written; its layout is that of the
+    first record and, unless `metrics` is given, its metric names are those of the records
+    held then (so checkpoint 0 may be recorded without the loss that later checkpoints
+    have). A metric name first seen after that is an error naming `metrics`.
+
     Leaving the block writes the runs of a partly filled chunk that are complete, warns
     (:class:`IncompleteChunkWarning`) naming the records missing from the others, and
     drops those. A block that fails (an exception, Ctrl-C) writes nothing more: the chunks
     written before it stay, the records of partly filled ones are dropped (with the
-    warning), and a dump without any written chunk is removed.
+    warning, except after the writer's own error for a metric the dump cannot hold, which
+    says what to do), and a folder without any written chunk is left as it was.
 
     Parameters
     ----------
@@ -175,10 +197,14 @@ class DumpWriter:
         Free-form description stored in the manifest (JSON); a dump is resumed only with
         the same `meta`.
     metrics : sequence of str, optional
-        Names of per-record metrics (e.g. ``["loss"]``). Default: the names in the first
-        record's `metrics` (none if it has none). A name is ASCII letters, digits, "_",
-        "-" and "." (no "/"), and not one of the reserved names samples, client,
-        checkpoint, run, parameter, layer (ValueError otherwise).
+        Names of per-record metrics (e.g. ``["loss", "accuracy"]``); a record may give any
+        of them (one not given is stored as NaN) and no other. Default: the sorted names
+        found in the `metrics` of the records held when the first chunk is written (all
+        the records of runs [0, chunk_size) when runs are recorded in order); a name first
+        seen after that is a ValueError: give every name here when some metric appears only
+        in later runs. A name is ASCII letters, digits, "_", "-" and "." (no "/"), and not
+        one of the reserved names samples, client, checkpoint, run, parameter, layer
+        (ValueError otherwise).
 
     Examples
     --------
@@ -220,17 +246,20 @@ class DumpWriter:
         if isinstance(metrics, str):
             metrics = [metrics]
         self.metric_names = None if metrics is None else check_metric_names(metrics)
+        self._declared = metrics is not None  # the metric names were given (not taken from the records)
+        self._seen: set[str] = set()  # metric names of the records held, before the dump exists
         if self.metric_names is not None and len(set(self.metric_names)) != len(self.metric_names):
             raise ValueError(f"`metrics` must be unique names; got {self.metric_names}")
         self.dump = None
         self._client_index = {c: i for i, c in enumerate(self.clients)}
         self._checkpoint_index = {c: i for i, c in enumerate(self.checkpoints)}
         self._open = {}  # chunk start -> _Chunk being filled
-        self._missing = None  # the dump's missing chunks (start, stop), sorted; None before the dump exists
+        self._missing: list[tuple[int, int]] = []  # the runs left to write, as chunks (start, stop), sorted
         self._stack = None
         self._fresh = self._was_folder = False
         self._flat_size = 0
         self._guard = threading.Lock()  # records may come from several threads (a Flower app's clients)
+        self._refused = None  # the error for a metric the written dump lacks: the block ends with it, unwarned
 
     # ------------------------------------------------------------------ the with block
     def __enter__(self):
@@ -240,7 +269,11 @@ class DumpWriter:
             self._fresh = not (self.path / MANIFEST).exists()
             self._was_folder = self.path.is_dir()
             stack.enter_context(unwritten_dump_discarded(self.path))
-            if not self._fresh:
+            if self._fresh:  # the dump is created with its first chunk; a folder it cannot be made in is refused now
+                check_creatable(self.path)
+                self._missing = [(s, min(s + self.chunk_size, self.n_runs)) for s in range(0, self.n_runs,
+                                                                                             self.chunk_size)]
+            else:
                 self._resume()
         except BaseException:
             stack.close()
@@ -251,7 +284,7 @@ class DumpWriter:
     def __exit__(self, exc_type, exc, tb):
         stack, self._stack = self._stack, None
         try:
-            self._close(failed=exc_type is not None)
+            self._close(failed=exc_type is not None, warn=exc is None or exc is not self._refused)
         except BaseException:
             stack.__exit__(*sys.exc_info())
             raise
@@ -279,13 +312,11 @@ class DumpWriter:
         self.dump = dump
         self._missing = dump.missing_chunks(self.chunk_size)
 
-    def _create(self, named, metrics):
-        """Create the dump at the first record: its layout and metric names from that record."""
+    def _create(self):
+        """Create the dump with its first chunk: the metric names, unless given, are those of
+        the records held."""
         if self.metric_names is None:
-            self.metric_names = check_metric_names(sorted(str(m) for m in (metrics or {})))
-        if self.layout is None:
-            self.layout = layout_from_shapes([(n, a.shape) for n, a in named] if named is not None
-                                             else [("params", (self._flat_size,))])
+            self.metric_names = sorted(self._seen)
         self._attach(ParameterDump.open_or_create(
             self.path, meta=self.meta, clients=self.clients, checkpoints=self.checkpoints, n_runs=self.n_runs,
             layout=self.layout, metric_names=self.metric_names))
@@ -294,15 +325,11 @@ class DumpWriter:
     def is_written(self, run: int) -> bool:
         """Whether run `run` is already in the dump (written by this writer or before a resume)."""
         run = check_int(run, "run", low=0, high=self.n_runs - 1)
-        if self._missing is None:
-            return False
         with self._guard:
             return self._chunk_of(run) is None
 
     def missing_runs(self) -> list[int]:
         """The runs not yet written, in order (a resumed loop can iterate over these)."""
-        if self._missing is None:
-            return list(range(self.n_runs))
         with self._guard:
             return [r for start, stop in self._missing for r in range(start, stop)]
 
@@ -324,8 +351,9 @@ class DumpWriter:
             state_dict's, or a flat vector of the layout's size. Copied: the model may
             train on after this call.
         metrics : dict of str -> float, optional
-            Per-record metrics (e.g. ``{"loss": 0.3}``), of the writer's metric names; one
-            not given is stored as NaN.
+            Per-record metrics (e.g. ``{"loss": 0.3}``): any names until the first chunk is
+            written, then those of the dump (the writer's `metrics`); one not given is
+            stored as NaN.
 
         Raises
         ------
@@ -358,8 +386,9 @@ class DumpWriter:
                                  f"got {type(params).__name__} of shape {flat.shape} and dtype {flat.dtype}")
             self._flat_size = flat.size
         with self._guard:
-            if self.dump is None:
-                self._create(named, metrics)
+            if self.layout is None:
+                self.layout = layout_from_shapes([(n, a.shape) for n, a in named] if named is not None
+                                                 else [("params", (self._flat_size,))])
             vector = self._vector(named, flat if named is None else None, what)
             values = self._metric_values(metrics, what)
             where = find_nonfinite(vector[None, None, :], [checkpoint], checkpoints=[t], first_run=run,
@@ -373,20 +402,21 @@ class DumpWriter:
                                  "(`if w.is_written(run): continue`)")
             chunk = self._open.get(span[0])
             if chunk is None:
-                chunk = self._open[span[0]] = _Chunk(*span, len(self.clients), len(self.checkpoints),
-                                                     self.dump.n_params, len(self.metric_names))
+                chunk = self._open[span[0]] = _Chunk(*span, len(self.clients), len(self.checkpoints), vector.size)
             i = run - chunk.start
             if chunk.filled[c, t, i]:
                 raise ValueError(f"{what} was given twice; each (run, client, checkpoint) is recorded once")
             chunk.samples[c, t, i] = vector
-            chunk.metrics[c, :, t, i] = values
+            chunk.store_metrics(c, t, i, values)
             chunk.filled[c, t, i] = True
+            if self.dump is None:
+                self._seen.update(values)
             if chunk.filled.all():
                 self._write(chunk, chunk.start, chunk.stop)
                 del self._open[chunk.start]
 
     def _vector(self, named, flat, what):
-        n_params = self.dump.n_params
+        n_params = self.layout[-1].offset + self.layout[-1].size
         if named is None:
             if flat.size != n_params:
                 raise ValueError(f"{what}: `params` has {flat.size} values; the layout has {n_params} "
@@ -401,16 +431,31 @@ class DumpWriter:
         return np.concatenate([arrays[e.name].reshape(-1) for e in self.layout]).astype(np.float32, copy=False)
 
     def _metric_values(self, metrics, what):
-        values = np.full(len(self.metric_names), np.nan, dtype=np.float32)
+        """A record's metrics as {name: value}, checked: names the dump can hold, numbers."""
+        values = {}
         for name, value in (metrics or {}).items():
-            if name not in self.metric_names:
-                raise ValueError(f"{what}: metric {name!r} is not one of {self.metric_names} (the writer's `metrics`, "
-                                 "or the first record's)")
+            if self.metric_names is not None and name not in self.metric_names:
+                raise self._unknown_metric(str(name), what)
             try:
-                values[self.metric_names.index(name)] = float(value)
+                values[str(name)] = float(value)
             except (TypeError, ValueError):
                 raise TypeError(f"{what}: metric {name!r} must be a number; got {value!r}") from None
+        check_metric_names(n for n in values if n not in self._seen)
         return values
+
+    def _unknown_metric(self, name, what):
+        """The error for metric `name`, which the dump cannot hold; the block ends with it
+        without an IncompleteChunkWarning (the error says what to do)."""
+        names = self.metric_names
+        if self._declared:
+            self._refused = ValueError(f"{what}: metric {name!r} is not one of {names} (the writer's `metrics`)")
+            return self._refused
+        every = sorted({*names, name})
+        self._refused = ValueError(
+            f"{what}: metric {name!r} is not one of {names}, the metric names of the dump {self.path}, fixed when its "
+            f"first chunk was written (from the records held then); to record a metric that first appears later, "
+            f"pass every name to the writer, DumpWriter(..., metrics={every}), and record into a new folder")
+        return self._refused
 
     def _chunk_of(self, run):
         """(start, stop) of the missing chunk holding `run`, or None if `run` is written."""
@@ -420,10 +465,14 @@ class DumpWriter:
         return None
 
     def _write(self, chunk, start, stop):
-        """Write runs [start, stop) of `chunk` (all their records present)."""
+        """Write runs [start, stop) of `chunk` (all their records present), creating the dump
+        with the first chunk."""
+        if self.dump is None:
+            self._create()
         a, b = start - chunk.start, stop - chunk.start
+        metrics = chunk.metric_block(self.metric_names, a, b)
         self.dump.write_chunk(start, stop, {c: chunk.samples[i, :, a:b] for i, c in enumerate(self.clients)},
-                              {c: chunk.metrics[i, :, :, a:b] for i, c in enumerate(self.clients)})
+                              {c: metrics[i] for i, c in enumerate(self.clients)})
         self._missing = self.dump.missing_chunks(self.chunk_size)
 
     def pending(self) -> list[tuple[int, str, int]]:
@@ -437,9 +486,9 @@ class DumpWriter:
                         missing.append((chunk.start + int(i), self.clients[c], self.checkpoints[t]))
             return missing
 
-    def _close(self, failed):
+    def _close(self, failed, warn=True):
         """Leaving the block: write the complete runs of partly filled chunks (not after a
-        failure: then nothing more is written); warn about the runs left out."""
+        failure: then nothing more is written); warn about the runs left out (if `warn`)."""
         if not self._open:
             return
         missing = self.pending()
@@ -450,7 +499,7 @@ class DumpWriter:
                 self._write(chunk, chunk.start + start, chunk.start + stop)
             lost += [chunk.start + int(i) for i in np.flatnonzero(chunk.filled.any(axis=(0, 1)) & ~complete)]
         self._open.clear()
-        if lost:
+        if lost and warn:
             shown = ", ".join(f"(run {r}, client {c!r}, checkpoint {t})" for r, c, t in missing[:5])
             more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
             why = (f"the block failed before their chunks were complete (records missing: {shown}{more})" if failed
