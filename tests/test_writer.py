@@ -387,3 +387,8 @@ def test_a_folder_a_dump_cannot_be_made_in_is_refused_on_entry(tmp_path):
         with DumpWriter(tmp_path / "d", clients=["a"], checkpoints=[0], runs=1):
             pytest.fail("entered")
     assert [p.name for p in (tmp_path / "d").iterdir()] == ["mine.txt"]
+
+
+def test_before_the_block_every_run_is_missing(tmp_path):
+    w = DumpWriter(tmp_path / "d", clients=["a"], checkpoints=[0], runs=5, chunk_size=2)
+    assert w.missing_runs() == [0, 1, 2, 3, 4] and not w.is_written(4)

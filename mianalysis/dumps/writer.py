@@ -128,7 +128,7 @@ class _Chunk:
         self.start, self.stop = start, stop
         n = stop - start
         self.samples = np.empty((n_clients, n_checkpoints, n, n_params), dtype=np.float32)
-        self.metrics = {}  # str -> name -> (n_clients, n_checkpoints, n), NaN where not recorded
+        self.metrics = {}  # metric name -> (n_clients, n_checkpoints, n), NaN where not recorded
         self.filled = np.zeros((n_clients, n_checkpoints, n), dtype=bool)
 
     def complete_runs(self):
@@ -254,7 +254,8 @@ class DumpWriter:
         self._client_index = {c: i for i, c in enumerate(self.clients)}
         self._checkpoint_index = {c: i for i, c in enumerate(self.checkpoints)}
         self._open = {}  # chunk start -> _Chunk being filled
-        self._missing: list[tuple[int, int]] = []  # the runs left to write, as chunks (start, stop), sorted
+        # The runs left to write, as chunks (start, stop), sorted: every run until a dump is resumed.
+        self._missing = [(s, min(s + self.chunk_size, self.n_runs)) for s in range(0, self.n_runs, self.chunk_size)]
         self._stack = None
         self._fresh = self._was_folder = False
         self._flat_size = 0
@@ -271,8 +272,6 @@ class DumpWriter:
             stack.enter_context(unwritten_dump_discarded(self.path))
             if self._fresh:  # the dump is created with its first chunk; a folder it cannot be made in is refused now
                 check_creatable(self.path)
-                self._missing = [(s, min(s + self.chunk_size, self.n_runs)) for s in range(0, self.n_runs,
-                                                                                             self.chunk_size)]
             else:
                 self._resume()
         except BaseException:
