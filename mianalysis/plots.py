@@ -53,9 +53,14 @@ RUN_SD_LABEL = "+-1 sd over runs (mean over pairs)"
 PANEL_ESTIMATORS = ("gaussian", "ksg")  # figure_mi's first panels, drawn or left blank; other estimators follow
 
 
+# Per-client rows that the analysis computes itself (analyze(gaussianity=True)): not recorded metrics.
+CLIENT_DIAGNOSTICS = ("nongaussian_share",)
+
+
 def metric_names(rows: Sequence[dict]) -> list[str]:
     """The recorded training metrics of a table (its per-client quantities: rows without a
-    ``client_b``), in the order of their first rows.
+    ``client_b``, other than the analysis' own diagnostics such as ``nongaussian_share``),
+    in the order of their first rows.
 
     Parameters
     ----------
@@ -66,7 +71,8 @@ def metric_names(rows: Sequence[dict]) -> list[str]:
     -------
     list of str
     """
-    return list(dict.fromkeys(str(r["quantity"]) for r in rows if r["client_b"] == ""))
+    return list(dict.fromkeys(str(r["quantity"]) for r in rows
+                              if r["client_b"] == "" and r["quantity"] not in CLIENT_DIAGNOSTICS))
 
 
 def default_metric(rows: Sequence[dict]) -> str | None:
