@@ -352,9 +352,9 @@ def plot_mi_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], estimator: str
     if line is None:  # nothing finite to draw
         line, = ax.plot([], [], color=color)
         if shrunk:  # say why on the panel itself, over the table's iterations
-            ax.text(0.5, 0.5, "no MI estimate to draw:\nevery finite value is a Ledoit-Wolf shrinkage number\n"
-                    "(runs <= 2 x the joint dimension)", transform=ax.transAxes, ha="center", va="center",
-                    fontsize=9, color="0.3")
+            ax.text(0.5, 0.5, "no MI estimate to draw:\nevery finite value is a\nLedoit-Wolf shrinkage number\n"
+                    "(runs <= 2 x the joint dimension,\nor a singular covariance)", transform=ax.transAxes,
+                    ha="center", va="center", fontsize=9, color="0.3")
             ax.set_xlim(min(kinds) - 0.5, max(kinds) + 0.5)
             ax.set_yticks([])
     if shrunk:
