@@ -247,6 +247,22 @@ def expected_models(seed, rounds):
     return out.astype(np.float32)
 
 
+def test_record_runs_quiets_flowers_info_messages_unless_verbose(tmp_path, caplog):
+    import logging
+
+    log = logging.getLogger("flwr")
+    before = log.level
+    args = dict(num_partitions=2, rounds=1, seeds=[0], run_config={"rounds": 1})
+    with caplog.at_level(logging.INFO, logger="flwr"):
+        record_runs(hand_made_server(), hand_made_app(), tmp_path / "quiet", **args)
+        quiet = [r for r in caplog.records if r.name.startswith("flwr") and r.levelno < logging.WARNING]
+        caplog.clear()
+        record_runs(hand_made_server(), hand_made_app(), tmp_path / "verbose", verbose=True, **args)
+        verbose = [r for r in caplog.records if r.name.startswith("flwr") and r.levelno < logging.WARNING]
+    assert not quiet and verbose  # the same recording, with and without Flower's INFO lines
+    assert log.level == before
+
+
 def test_record_runs_stores_every_clients_arrays(tmp_path):
     out = tmp_path / "dump"
     dump = record_runs(hand_made_server(), hand_made_app(scale_by_seed=True), out, num_partitions=3, rounds=2,

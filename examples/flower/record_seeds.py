@@ -13,7 +13,6 @@ Interrupted, the same command resumes after the last completed run.
 from __future__ import annotations
 
 import argparse
-import logging
 import math
 import sys
 from pathlib import Path
@@ -83,13 +82,11 @@ def main(argv=None):
     from mianalysis.flower import record_runs
 
     config = {key: getattr(args, key.replace("-", "_")) for key in DEFAULT_CONFIG if key != "seed"}
-    if not args.verbose:
-        logging.getLogger("flwr").setLevel(logging.WARNING)
     torch.set_num_threads(1)  # the same bytes for any machine load (one CPU code path)
     seeds = range(args.first_seed, args.first_seed + args.runs)
     dump = record_runs(server_app, client_app, args.out, num_partitions=args.clients,
                        rounds=config["num-server-rounds"], seeds=seeds, run_config=config,
-                       meta={"example": "examples/flower (digits)"})
+                       meta={"example": "examples/flower (digits)"}, verbose=args.verbose)
     print(dump)
     return dump
 

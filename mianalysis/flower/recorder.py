@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -200,7 +202,7 @@ class RecordingGrid(Grid):
 
 def record_runs(server_app: ServerApp, client_app: ClientApp, out: str | os.PathLike, *, num_partitions: int,
                 rounds: int, seeds: Sequence[int], run_config: Mapping[str, Any] | None = None,
-                seed_key: str = "seed", meta: Mapping[str, Any] | None = None) -> ParameterDump:
+                seed_key: str = "seed", meta: Mapping[str, Any] | None = None, verbose: bool = False) -> ParameterDump:
     """Run a Flower app once per seed, in this process, into a dump of ``len(seeds)`` runs.
 
     Run r gives the ServerApp and every ClientApp the run config ``{**run_config,
@@ -234,6 +236,10 @@ def record_runs(server_app: ServerApp, client_app: ClientApp, out: str | os.Path
         The run-config key of the seed.
     meta : mapping, optional
         More entries for the dump's meta (JSON values).
+    verbose : bool, default=False
+        Keep Flower's INFO messages (several lines per round and client: thousands for a
+        recording of many runs). By default the "flwr" logger shows warnings and errors only
+        while the recording runs, and its level is restored afterwards.
 
     Returns
     -------
@@ -254,7 +260,7 @@ def record_runs(server_app: ServerApp, client_app: ClientApp, out: str | os.Path
     meta = {**dict(meta or {}), "flower": {"num_partitions": num_partitions, "rounds": rounds, "seeds": seeds,
                                             "seed_key": seed_key, "run_config": run_config}}
     # One chunk per run: each run is written as soon as its last record comes.
-    with DumpWriter(out, clients=range(num_partitions), checkpoints=range(rounds + 1), runs=len(seeds),
+    with _flower_messages(verbose), DumpWriter(out, clients=range(num_partitions), checkpoints=range(rounds + 1), runs=len(seeds),
                     chunk_size=1, meta=meta) as writer:
         for run in writer.missing_runs():
             recorder = RunRecorder(writer, run)
@@ -265,6 +271,19 @@ def record_runs(server_app: ServerApp, client_app: ClientApp, out: str | os.Path
                 server_app(RecordingGrid(local, recorder), context)
             recorder.check_complete()
     return ParameterDump.open(out)
+
+
+@contextlib.contextmanager
+def _flower_messages(verbose):
+    """Flower's logger at WARNING (unless `verbose`) inside the block, restored after it."""
+    log = logging.getLogger("flwr")
+    level = log.level
+    if not verbose:
+        log.setLevel(max(logging.WARNING, level))
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 __all__ = ["RunRecorder", "RecordingGrid", "record_runs"]
