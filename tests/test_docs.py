@@ -168,4 +168,5 @@ def test_mkdocs_build_strict(tmp_path):
                             env={**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"}, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     assert (site / "index.html").exists() and (site / "api" / "estimators" / "index.html").exists()
+    assert "record_runs" in (site / "api" / "flower" / "index.html").read_text(encoding="utf-8")
     shutil.rmtree(site)
