@@ -49,7 +49,6 @@ from mianalysis.provenance import collect, utc_now
 from mianalysis.analysis import AnalysisTable, sidecar_path
 from mianalysis.experiment import correction_text, overall_trend, step_verdicts
 from mianalysis.plots import plot_distance_panel, plot_metric_panel, plot_mi_panel
-from mianalysis.analysis.regime import is_outside
 from mianalysis.tasks import get_task
 
 # The paper sampled 26,400 runs; benchmarks/results/digits_paper.json says why 4,000 here.
@@ -99,12 +98,12 @@ def run_cell(cell, runs, permutations, work, progress):
     return task, AnalysisTable.read(table), json.loads(timings.read_text()) if timings.exists() else {}
 
 
-def outside(note):
-    """Whether an estimate is outside the calibrated regime: `mianalysis.analysis.regime`'s flag, or
-    a Ledoit-Wolf shrinkage estimate (none was within 5 % in the calibration) made because
-    the covariance was singular at more than 2 runs per joint dimension, which that flag
-    does not cover."""
-    return is_outside(note) or "ledoit-wolf shrinkage" in str(note).lower()
+def outside(row):
+    """Whether an estimate is outside the calibrated regime: the table's `outside_calibration`,
+    or a Ledoit-Wolf shrinkage estimate (`estimate_kind`; none was within 5 % in the
+    calibration) made because the covariance was singular at more than 2 runs per joint
+    dimension, which that flag does not cover."""
+    return bool(row["outside_calibration"]) or row["estimate_kind"] == "shrinkage"
 
 
 def cell_rows(cell, task, rows, runs):
@@ -128,7 +127,7 @@ def cell_rows(cell, task, rows, runs):
                             "null_mean": r.get("null_mean", np.nan), "p_value": r.get("p_value", np.nan),
                             "step_change": d.get("value", np.nan), "step_se": d.get("change_se", np.nan),
                             "step_p": d.get("change_p", np.nan), "step_verdict": d.get("verdict", ""),
-                            "outside_calibration": outside(r.get("note", "")), "trend": "",
+                            "outside_calibration": outside(r), "trend": "",
                             "note": r.get("note", "")})
             steps = step_verdicts(rows, q, a, b)
             out.append({**base, "quantity": q, "pair": f"{a}-{b}", "iteration": "", "value": np.nan,

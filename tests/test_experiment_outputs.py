@@ -177,3 +177,18 @@ def test_no_tracked_file_is_ignored():
     check = subprocess.run(["git", "check-ignore", "figures/x_quick.csv", "docs/results/tables/x_quick.md"],
                            cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert check.stdout.split() == ["figures/x_quick.csv", "docs/results/tables/x_quick.md"]
+
+
+def test_digits_lenet_paper_reads_outside_calibration_from_the_typed_columns():
+    # The summary's flag comes from the table's columns (estimate_kind, outside_calibration), not
+    # from note text: for a table read from its notes both give the same answer.
+    from mianalysis.analysis import AnalysisTable
+
+    script = _load("digits_lenet_paper_script", EXPERIMENTS / "digits_lenet_paper.py")
+    row = {"checkpoint": 1, "iteration": 1, "client_a": "0", "client_b": "1", "quantity": "mi_gaussian",
+           "value": 3.0, "spread": float("nan"), "null_mean": float("nan"), "null_std": float("nan"),
+           "p_value": float("nan"), "n_runs": 8000}
+    notes = {"": False, "ledoit-wolf shrinkage: singular covariance": True,
+             "outside calibration: > 4 joint dims, < 2000 runs": True}
+    for note, want in notes.items():
+        assert script.outside(AnalysisTable([{**row, "note": note}])[0]) is want, note
