@@ -17,7 +17,7 @@ shuffles at 2,000 x (850 + 850), where recomputing costs about 101). Writes
 benchmarks/results/gaussian_permutations.json (or `--out`).
 
     python benchmarks/bench_gaussian_permutations.py [--sizes 2000x850,26400x850] [--permutations 100]
-    python benchmarks/bench_gaussian_permutations.py --sizes 500x200 --repeats 1 --out /tmp/check.json
+    python benchmarks/bench_gaussian_permutations.py --sizes 500x200 --repeats 1 --out check.json
 """
 
 from __future__ import annotations
