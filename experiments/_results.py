@@ -20,11 +20,14 @@ import csv
 import io
 import json
 import os
+import shutil
+import tempfile
+import time
 from pathlib import Path
 
 from mianalysis.analysis import sidecar_path
 
-__all__ = ["ROOT", "FIGURES", "PAGES", "WORK", "pages_for", "write_atomic", "write_csv", "write_sidecar",
+__all__ = ["ROOT", "FIGURES", "PAGES", "WORK", "pages_for", "rows_by_design", "write_atomic", "write_csv", "write_sidecar",
            "write_page"]
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,3 +89,20 @@ def write_page(out, name, text, *, atomic=False):
     """Write the Markdown page ``NAME.md`` of a script whose tables go to `out` (into
     :func:`pages_for` `out`), ending in one newline. Returns the path."""
     return _write(pages_for(out) / f"{name}.md", text.rstrip("\n") + "\n", atomic)
+
+
+def rows_by_design(designs, design_rows, runs, *, prefix, width=45):
+    """(rows, seconds): the rows of `design_rows(design, runs, work)` for each design in turn,
+    in a scratch folder `work` removed afterwards, with each design's time in seconds
+    (printed as it finishes)."""
+    work = tempfile.mkdtemp(prefix=prefix)
+    rows, seconds = [], {}
+    try:
+        for design in designs:
+            start = time.perf_counter()
+            rows += design_rows(design, runs, work)
+            seconds[design] = round(time.perf_counter() - start, 1)
+            print(f"{design:{width}s} {seconds[design]:7.1f} s", flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return rows, seconds

@@ -25,12 +25,9 @@ figures/headroom_gaussian_sgd.csv.json, and the page docs/results/tables/headroo
 from __future__ import annotations
 
 import argparse
-import shutil
-import tempfile
-import time
 from pathlib import Path
 
-from _results import FIGURES, write_csv, write_page, write_sidecar
+from _results import FIGURES, rows_by_design, write_csv, write_page, write_sidecar
 
 from mianalysis import ParameterSampler, headroom
 from mianalysis.provenance import collect, utc_now
@@ -102,16 +99,7 @@ def main():
                                                                 "" if runs == 4000 else f" --runs {runs}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    work = tempfile.mkdtemp(prefix="headroom-gaussian-sgd-")
-    rows, seconds = [], {}
-    try:
-        for design in DESIGNS:
-            start = time.perf_counter()
-            rows += design_rows(design, runs, work)
-            seconds[design] = round(time.perf_counter() - start, 1)
-            print(f"{design:40s} {seconds[design]:7.1f} s", flush=True)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    rows, seconds = rows_by_design(DESIGNS, design_rows, runs, prefix="headroom-gaussian-sgd-", width=40)
     table = write_csv(rows, out / f"{name}.csv", float_format=".6g")
     write_page(out, name, markdown(rows, runs, command))
     fig = figure_headroom(rows, f"gaussian-sgd: MSE of each rule / MSE of the average ({runs} runs; open circles: "

@@ -28,12 +28,9 @@ the sidecar figures/headroom_tasks.csv.json and the page docs/results/tables/hea
 from __future__ import annotations
 
 import argparse
-import shutil
-import tempfile
-import time
 from pathlib import Path
 
-from _results import FIGURES, write_csv, write_page, write_sidecar
+from _results import FIGURES, rows_by_design, write_csv, write_page, write_sidecar
 
 from mianalysis import ParameterSampler, headroom
 from mianalysis.plots import figure_headroom
@@ -95,16 +92,7 @@ def main():
                                                          "" if runs == 500 else f" --runs {runs}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    work = tempfile.mkdtemp(prefix="headroom-tasks-")
-    rows, seconds = [], {}
-    try:
-        for design in DESIGNS:
-            start = time.perf_counter()
-            rows += design_rows(design, runs, work)
-            seconds[design] = round(time.perf_counter() - start, 1)
-            print(f"{design:45s} {seconds[design]:7.1f} s", flush=True)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    rows, seconds = rows_by_design(DESIGNS, design_rows, runs, prefix="headroom-tasks-", width=45)
     table = write_csv(rows, out / f"{name}.csv", float_format=".6g")
     write_page(out, name, markdown(rows, runs, command))
     fig = figure_headroom(rows, f"MSE of each rule / MSE of the average, reference: the central client ({runs} runs)")

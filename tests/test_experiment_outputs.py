@@ -192,3 +192,18 @@ def test_digits_lenet_paper_reads_outside_calibration_from_the_typed_columns():
              "outside calibration: > 4 joint dims, < 2000 runs": True}
     for note, want in notes.items():
         assert script.outside(AnalysisTable([{**row, "note": note}])[0]) is want, note
+
+
+def test_rows_by_design_runs_each_design_in_a_scratch_folder_it_removes(results, capsys):
+    seen = []
+
+    def design_rows(design, runs, work):
+        seen.append(Path(work))
+        assert Path(work).is_dir()
+        return [{"design": design, "runs": runs}]
+
+    rows, seconds = results.rows_by_design(["a", "b"], design_rows, 7, prefix="test-designs-", width=3)
+    assert rows == [{"design": "a", "runs": 7}, {"design": "b", "runs": 7}]
+    assert list(seconds) == ["a", "b"] and all(s >= 0 for s in seconds.values())
+    assert seen[0] == seen[1] and not seen[0].exists()  # one folder for all, removed after
+    assert capsys.readouterr().out.splitlines()[0].startswith("a   ")
