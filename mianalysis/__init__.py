@@ -23,7 +23,7 @@ from ._validation import ConstantFeatureWarning
 from .analysis.additive import (AdditivePrediction, AdditiveTest, additive_model_mi, additive_model_test,
                        additive_model_verdict, isotropic_additive_mi)
 from .analysis import AnalysisTable, analyze
-from .distances import mean_paired_distance, paired_distances
+from .distances import mean_paired_distance, mean_update_cosine, paired_distances, update_cosines
 from .dumps import DumpError, DumpWriter, ParameterDump
 from .estimators import (GaussianMINull, MarginalDistances, PermutationTestResult, TiedSamplesWarning, gaussian_cmi,
                          gaussian_copula_mi, gaussian_mi, gaussian_mi_null, ksg_mi, ksg_ties, mi_permutation_test,
@@ -56,6 +56,8 @@ __all__ = [
     "ConstantFeatureWarning",
     "paired_distances",
     "mean_paired_distance",
+    "update_cosines",
+    "mean_update_cosine",
     "ParameterDump",
     "DumpWriter",
     "DumpError",

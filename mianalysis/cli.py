@@ -461,7 +461,10 @@ def build_parser() -> argparse.ArgumentParser:
     ana.add_argument("--out", required=True, help="CSV table to write")
     ana.add_argument("--estimators", nargs="+", choices=estimator_names(), default=["gaussian", "ksg"],
                      metavar="ESTIMATOR", help="MI estimators: " + ", ".join(estimator_names()))
-    ana.add_argument("--metrics", nargs="+", default=["euclidean", "manhattan", "chebyshev"])
+    ana.add_argument("--metrics", nargs="+", default=["euclidean", "manhattan", "chebyshev"], metavar="METRIC",
+                     help="pair quantities beside MI: euclidean, manhattan, chebyshev (mean paired distances; the "
+                          "default) and cosine_update (mean cosine similarity of the clients' updates since each "
+                          "run's start, the checkpoint at iteration 0; opt-in)")
     ana.add_argument("-k", type=int, default=3)
     ana.add_argument("--permutations", type=int, default=0)
     ana.add_argument("--gaussian-null", choices=["permutation", "analytic"], default="permutation",

@@ -1,4 +1,5 @@
-"""Distances between paired samples of two clients' parameter vectors."""
+"""Distances between paired samples of two clients' parameter vectors, and the cosine
+similarity of their updates (parameters minus each run's start)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ from numpy.typing import ArrayLike
 from ._scaling import SAFE_HIGH, SAFE_LOW, pow2_scale
 from ._validation import check_choice, check_samples
 
-__all__ = ["METRICS", "paired_distances", "mean_paired_distance"]
+__all__ = ["METRICS", "UPDATE_METRICS", "paired_distances", "mean_paired_distance", "update_cosines",
+           "mean_update_cosine"]
 
 METRICS = ("euclidean", "manhattan", "chebyshev")
+# Pair quantities of the clients' updates since the run's start (mianalysis.analyze(metrics=...)).
+UPDATE_METRICS = ("cosine_update",)
 
 
 def _check_pair(x, y) -> tuple[np.ndarray, np.ndarray]:
@@ -134,3 +138,112 @@ def mean_paired_distance(x: ArrayLike, y: ArrayLike, metric: str = "euclidean") 
         top = float(pow2_scale(d.max()))
         mean = float(np.mean(d / top)) * top
     return mean
+
+
+def _update(x, start):
+    """`x` - `start` row by row; a row whose difference overflows is formed in units of a
+    power of two near its largest absolute value (exact scaling: the cosine does not
+    depend on a row's unit). Zero exactly where the row equals its start."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        u = x - start
+    over = ~np.isfinite(u).all(axis=1)
+    if over.any():
+        scale = pow2_scale(np.maximum(np.abs(x[over]).max(axis=1), np.abs(start[over]).max(axis=1)))[:, None]
+        with np.errstate(under="ignore"):
+            u[over] = x[over] / scale - start[over] / scale
+    return u
+
+
+def update_cosines(x: ArrayLike, y: ArrayLike, x_start: ArrayLike, y_start: ArrayLike) -> np.ndarray:
+    """Cosine similarity of the paired updates ``x_i - x_start_i`` and ``y_i - y_start_i``,
+    for every ``i``.
+
+    The measure of how aligned two clients' updates are that federated-learning work uses
+    for client similarity and clustering (e.g. Sattler, Mueller and Samek 2021, Clustered
+    Federated Learning, IEEE TNNLS 32(8), 3710-3722, doi:10.1109/TNNLS.2020.3015958):
+    ``cos(u, v) = <u, v> / (|u| |v|)``, 1 for updates in the same direction, -1 for
+    opposite ones, about 0 for unrelated ones in many dimensions.
+
+    Parameters
+    ----------
+    x, y : array-like of shape (n_samples, n_features) or (n_samples,)
+        Paired samples of two clients' parameters, e.g. run ``i`` of client a and run ``i``
+        of client b at one checkpoint. A 1-D array is one feature.
+    x_start, y_start : array-like of the same shape
+        Where each sample started: row ``i`` is run ``i``'s start of that client (the
+        checkpoint at iteration 0; with a fixed start every row is the same point).
+
+    Returns
+    -------
+    cosines : ndarray of shape (n_samples,)
+        In [-1, 1]; NaN where either update is zero (the cosine of a zero vector is
+        undefined), e.g. at the start itself. No NumPy warning is issued for those rows.
+
+    Raises
+    ------
+    ValueError
+        If the four arrays do not have one shape, or hold non-finite values.
+
+    See Also
+    --------
+    mean_update_cosine : their mean over the samples where both updates are non-zero.
+
+    Notes
+    -----
+    An update is zero exactly where a sample equals its start. Each update is normalised
+    in units of a power of two near its largest entry (and formed in such units where the
+    plain difference would overflow), so parameters and updates of any finite magnitude
+    (1e300 or 1e-300) neither overflow nor underflow, and the cosine does not change when
+    an update is scaled by a positive number.
+
+    Examples
+    --------
+    >>> from mianalysis import update_cosines
+    >>> start = [[0.0, 0.0], [0.0, 0.0], [1.0, 1.0]]
+    >>> update_cosines([[1, 0], [1, 0], [1, 1]], [[2, 0], [0, 3], [2, 2]], start, start)
+    array([ 1.,  0., nan])
+    """
+    x, y = _check_pair(x, y)
+    x0, y0 = check_samples(x_start, "x_start"), check_samples(y_start, "y_start")
+    for name, start in (("x_start", x0), ("y_start", y0)):
+        if start.shape != x.shape:
+            raise ValueError(f"`{name}` must have the shape of `x` and `y` (n_samples, n_features), one start per "
+                             f"sample; got {start.shape} for {x.shape}")
+    u, v = _update(x, x0), _update(y, y0)
+    top_u, top_v = np.abs(u).max(axis=1), np.abs(v).max(axis=1)
+    defined = (top_u > 0) & (top_v > 0)
+    out = np.full(x.shape[0], np.nan)
+    if defined.any():
+        with np.errstate(under="ignore"):  # each row's largest entry in [1, 2): sums of squares stay normal
+            u = u[defined] / pow2_scale(top_u[defined])[:, None]
+            v = v[defined] / pow2_scale(top_v[defined])[:, None]
+        dot = np.einsum("ij,ij->i", u, v)
+        norms = np.sqrt(np.einsum("ij,ij->i", u, u) * np.einsum("ij,ij->i", v, v))
+        out[defined] = np.clip(dot / norms, -1.0, 1.0)  # rounding may leave |cos| a few ulps above 1
+    return out
+
+
+def mean_update_cosine(x: ArrayLike, y: ArrayLike, x_start: ArrayLike, y_start: ArrayLike) -> float:
+    """Mean over samples of :func:`update_cosines`, over the samples where both updates are
+    non-zero: the mean cosine similarity of two clients' updates.
+
+    Parameters
+    ----------
+    x, y, x_start, y_start : array-like of shape (n_samples, n_features) or (n_samples,)
+        As :func:`update_cosines`.
+
+    Returns
+    -------
+    cosine : float
+        In [-1, 1]; NaN (without a NumPy warning) when every sample has a zero update.
+
+    Examples
+    --------
+    >>> from mianalysis import mean_update_cosine
+    >>> start = [[0.0, 0.0], [0.0, 0.0]]
+    >>> mean_update_cosine([[1, 0], [1, 1]], [[1, 0], [-1, -1]], start, start)  # (1 + -1) / 2
+    0.0
+    """
+    c = update_cosines(x, y, x_start, y_start)
+    c = c[np.isfinite(c)]
+    return float(c.mean()) if c.size else float("nan")

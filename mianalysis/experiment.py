@@ -193,11 +193,12 @@ def overall_trend(verdicts: Iterable[str]) -> str:
 
 
 def trend_summary(rows: Sequence[dict], *, familywise: str = FAMILYWISE, family: str = FAMILY) -> str:
-    """Text lines: per MI and distance quantity and client pair, the overall trend over the
-    checkpoints after the first trained one, and the verdict and adjusted p-value of every
-    step, under a first line naming the correction (:func:`correction_text`)."""
+    """Text lines: per MI, distance and update-cosine quantity and client pair, the overall
+    trend over the checkpoints after the first trained one, and the verdict and adjusted
+    p-value of every step, under a first line naming the correction (:func:`correction_text`)."""
     pairs = sorted({(r["client_a"], r["client_b"]) for r in rows if r["client_b"] != ""})
-    quantities = [q for q in (*(f"mi_{e}" for e in estimator_names()), "euclidean", "manhattan", "chebyshev")
+    quantities = [q for q in (*(f"mi_{e}" for e in estimator_names()), "euclidean", "manhattan", "chebyshev",
+                              "cosine_update")
                   if any(r["quantity"] == q for r in rows)]
     lines = []
     for q in quantities:

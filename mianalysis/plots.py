@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # names used only in type hints (Matplotlib is loaded where a
 
 __all__ = [
     "save_figure", "check_drawable", "figure_mi", "figure_distances", "figure_title", "FIGURES", "plot_mi_panel",
-    "plot_metric_panel", "plot_distance_panel", "pair_summary", "estimator_variant", "estimate_kinds", "figure_headroom",
+    "plot_metric_panel", "plot_distance_panel", "plot_update_panel", "pair_summary", "estimator_variant", "estimate_kinds", "figure_headroom",
     "metric_names", "default_metric", "checkpoint_label"
 ]
 
@@ -485,6 +485,46 @@ def plot_distance_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], metric: 
     ax.legend(fontsize=7)
 
 
+UPDATE_TITLES = {"cosine_update": "Cosine similarity of updates"}
+
+
+def plot_update_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], quantity: str = "cosine_update") -> None:
+    """Mean cosine similarity of the clients' updates (parameters minus each run's start)
+    vs iteration, summarised over the client pairs, on a fixed y axis from -1 to 1.
+
+    Drawn as :func:`plot_distance_panel` draws a distance (the pairs' mean, their range,
+    +-1 sd over runs clipped to [-1, 1], the union of the pairs' intervals), with a line at
+    0, the cosine of unrelated updates. The start itself, where every update is zero and
+    the cosine undefined (NaN), has no point.
+
+    Parameters
+    ----------
+    ax : matplotlib.axes.Axes
+    rows : list of dict
+        An analysis table with ``cosine_update`` rows (``analyze(metrics=[..., "cosine_update"])``).
+    quantity : {"cosine_update"}, default="cosine_update"
+    """
+    check_choice(quantity, "quantity", sorted(UPDATE_TITLES))
+    s = pair_summary(rows, quantity)
+    color = "C4"
+    ax.axhline(0.0, color="0.6", lw=0.8, zorder=1)
+    if np.isfinite(s["spread"]).any():
+        ok = np.isfinite(s["spread"])
+        ax.fill_between(s["iteration"][ok], np.clip((s["mean"] - s["spread"])[ok], -1, 1),
+                        np.clip((s["mean"] + s["spread"])[ok], -1, 1), color=color, alpha=0.12, lw=0,
+                        label=RUN_SD_LABEL)
+    if len(s["iteration"]):
+        _draw_pair_summary(ax, s, color, _pair_count_label(s))
+    ax.set_ylim(-1.05, 1.05)  # the whole range of a cosine, with room for points at -1 and 1
+    ax.set_yticks([-1.0, -0.5, 0.0, 0.5, 1.0])
+    ax.set_title(UPDATE_TITLES[quantity], fontsize=10)
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("cos(update a, update b) (mean over runs)")
+    _integer_ticks(ax)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+
+
 def figure_title(rows: Sequence[dict], record: Mapping[str, Any] | None = None) -> str:
     """One line describing what a figure of `rows` shows: task, initial point, shared random
     streams, estimator variants and number of runs.
@@ -625,14 +665,20 @@ def figure_distances(rows: Sequence[dict], title: str | None = None, *, record: 
                      ) -> matplotlib.figure.Figure:
     """Figure 3/4 analogue: Euclidean, Manhattan and Chebyshev distances vs iteration.
 
+    A table with ``cosine_update`` rows gets a fourth panel beside them: the mean cosine
+    similarity of the clients' updates (:func:`plot_update_panel`, y axis from -1 to 1).
     Parameters are those of :func:`figure_mi` (without `metric`).
     """
-    fig, axes = _figure(3)
+    quantities = {r["quantity"] for r in rows}
+    updates = [q for q in UPDATE_TITLES if q in quantities]
+    fig, axes = _figure(3 + len(updates))
     for ax, metric in zip(axes, ("euclidean", "manhattan", "chebyshev")):
-        if any(r["quantity"] == metric for r in rows):
+        if metric in quantities:
             plot_distance_panel(ax, rows, metric)
         else:
             ax.set_axis_off()
+    for ax, quantity in zip(axes[3:], updates):
+        plot_update_panel(ax, rows, quantity)
     _label_checkpoints(axes, checkpoint_label(record))
     _suptitle(fig, rows, title, record)
     fig.tight_layout()
@@ -648,7 +694,8 @@ def _label_checkpoints(axes, xlabel):
 
 FIGURES = {"mi": figure_mi, "distances": figure_distances}
 # The quantities each figure draws its main panels from: a table with none of them has nothing to draw.
-FIGURE_QUANTITIES = {"mi": ("mi_gaussian", "mi_ksg"), "distances": ("euclidean", "manhattan", "chebyshev")}
+FIGURE_QUANTITIES = {"mi": ("mi_gaussian", "mi_ksg"),
+                     "distances": ("euclidean", "manhattan", "chebyshev", *UPDATE_TITLES)}
 
 
 def check_drawable(rows: Sequence[dict], kind: str) -> None:

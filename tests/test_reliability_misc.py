@@ -146,7 +146,8 @@ HEADER = "checkpoint,iteration,client_a,client_b,quantity,value,spread,null_mean
 @pytest.mark.parametrize("kind, body, missing, has", [
     ("mi", "0,0,a,b,euclidean,1.0,,,,,10,\n0,0,a,b,loss,2.0,,,,,10,\n", "mi_gaussian / mi_ksg",
      "it has only euclidean, loss"),
-    ("distances", "0,0,a,b,mi_gaussian,1.0,,,,,10,\n", "euclidean / manhattan / chebyshev", "it has only mi_gaussian"),
+    ("distances", "0,0,a,b,mi_gaussian,1.0,,,,,10,\n", "euclidean / manhattan / chebyshev / cosine_update",
+     "it has only mi_gaussian"),
     ("mi", "", "mi_gaussian / mi_ksg", "it has no rows"),
 ])
 def test_plot_with_nothing_to_draw_is_a_one_line_error(tmp_path, capsys, kind, body, missing, has):

@@ -61,8 +61,18 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: Sequence[str
         Gaussian estimator on each parameter's normal scores, with the same shrinkage rule
         and notes) or one added by
         :func:`~mianalysis.estimators.registry.register_estimator`; rows ``mi_NAME``.
-    metrics : sequence of {"euclidean", "manhattan", "chebyshev"}
-        Mean paired distance between the clients' samples (run i of a with run i of b).
+    metrics : sequence of str, default=("euclidean", "manhattan", "chebyshev")
+        "euclidean", "manhattan", "chebyshev": mean paired distance between the clients'
+        samples (run i of a with run i of b). "cosine_update", when asked for: the mean
+        over runs of the cosine similarity of the clients' updates since the run's start,
+        cos(theta_a - theta_a0, theta_b - theta_b0) with theta_0 each client's parameters
+        at the checkpoint at iteration 0 (:func:`mianalysis.update_cosines`; a dump without
+        that checkpoint is a ValueError before any work). Its interval and change rows are
+        made as the distances' (normal, over runs; paired per run), over the runs where
+        both updates are non-zero (the note counts any left out); at the start itself the
+        updates are zero and the row is NaN, with a note, as is the change from it. Not in
+        the default: it needs the start checkpoint, which not every dump records, and
+        default tables keep their rows.
     k : int, default=3
         Neighbours for KSG, ``1 <= k < n_runs`` (each run is one sample, and every sample
         needs k neighbours other than itself); checked before any work or file, with or

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from ..distances import paired_distances
+from ..distances import UPDATE_METRICS, paired_distances, update_cosines
 from ..sampling import CENTRAL
 from ..estimators import KSG_NOISE, MarginalDistances, gaussian_mi, gaussian_mi_null, mi_permutation_test
 from ..estimators.ksg import ksg_ties, standardize_columns
@@ -20,7 +20,7 @@ from .design import design_note
 from .gaussianity import copula_disagreement, nongaussian_share
 from .intervals import change_test, mean_interval, mi_replicates, normal_interval, resample_indices, trend_verdict
 from .regime import estimate_regime_note
-from .validate import AnalysisRequest
+from .validate import AnalysisRequest, start_checkpoint
 
 if TYPE_CHECKING:  # names used only in type hints
     from ..dumps import ParameterDump
@@ -178,10 +178,14 @@ class CheckpointAnalysis:
         self.incomplete = "" if dump.complete else f"dump incomplete: {self.n_runs} of {dump.n_runs} runs"
         self.design = design_note(dump.meta)  # what the sampling design forces on the MI rows
         self.with_interval = set(self.metrics) | {f"mi_{e}" for e in self.estimators}
+        # The updates of cosine_update are measured from each run's start, the checkpoint at iteration 0
+        # (check_request refuses a dump without one).
+        self.start = start_checkpoint(dump) if any(m in UPDATE_METRICS for m in self.metrics) else None
         self._indices: dict[str, np.ndarray] | None = None
+        self._starts: dict[str, list[np.ndarray]] = {}
 
-    def __getstate__(self):
-        return {**self.__dict__, "_indices": None}  # drawn again where it runs: settings travel, not arrays
+    def __getstate__(self):  # drawn or read again where it runs: settings travel, not arrays
+        return {**self.__dict__, "_indices": None, "_starts": {}}
 
     @property
     def indices(self) -> dict[str, np.ndarray]:
@@ -238,6 +242,9 @@ class CheckpointAnalysis:
             for a, b in self.pairs:
                 x, y = samples[a], samples[b]
                 for metric in self.metrics:
+                    if metric in UPDATE_METRICS:
+                        rows.append(self.update_row(t, a, b, metric, group, samples))
+                        continue
                     d = paired_distances(x, y, metric)
                     rows.append(self.row(t, a, b, metric, d.mean(), d.std(ddof=1), group=group))
                 for estimator in self.estimators:
@@ -258,6 +265,48 @@ class CheckpointAnalysis:
                 rows += self.gaussianity_rows(t, group, samples, rows)
             per_group.append((group, rows, resampled))
         return metric_rows, per_group
+
+    def start_samples(self, group: str) -> list[np.ndarray]:
+        """Every client's samples of tensor `group` at each run's start (the checkpoint at
+        iteration 0), read once per group in the process that uses them."""
+        if self.start is None:
+            raise ValueError("no update metric was asked for: the analysis reads no start checkpoint")
+        if group not in self._starts:
+            cols = dict(self.groups)[group]
+            self._starts[group] = [np.asarray(self.dump.samples(c, self.start)[:, cols], dtype=np.float64)
+                                   for c in range(len(self.dump.clients))]
+        return self._starts[group]
+
+    def per_run(self, a: int, b: int, quantity: str, group: str, samples: Sequence[np.ndarray]) -> np.ndarray:
+        """The per-run values whose mean is the row of a distance or update metric: the paired
+        distance, or the cosine of the updates (NaN where an update is zero)."""
+        if quantity in UPDATE_METRICS:
+            start = self.start_samples(group)
+            return update_cosines(samples[a], samples[b], start[a], start[b])
+        return paired_distances(samples[a], samples[b], quantity)
+
+    def update_row(self, t: int, a: int, b: int, quantity: str, group: str,
+                   samples: Sequence[np.ndarray]) -> dict[str, Any]:
+        """The row of an update metric (``cosine_update``) of checkpoint t and clients a, b:
+        the mean over the runs where both clients' updates are non-zero, its sd over them,
+        and a note naming the runs left out (all of them at the start itself: NaN)."""
+        values = self.per_run(a, b, quantity, group, samples)
+        defined = np.isfinite(values)
+        n = int(defined.sum())
+        value = float(values[defined].mean()) if n else np.nan
+        spread = float(values[defined].std(ddof=1)) if n >= 2 else np.nan
+        note = ""
+        if t == self.start:
+            note = ("the run's start (iteration 0): every update is zero there, so their cosine is undefined (NaN); "
+                    "updates are measured from this checkpoint")
+        elif n < values.size:
+            start, clients = self.start_samples(group), self.dump.clients
+            zero = ", ".join(f"client {clients[c]!r} in {k} run{'s' if k > 1 else ''}" for c in (a, b)
+                             if (k := int((samples[c] == start[c]).all(axis=1).sum())))
+            note = (f"undefined (NaN): an update is zero in every run ({zero}); a zero update has no direction"
+                    if not n else f"mean over {n} of {values.size} runs: {values.size - n} left out, where an update "
+                    f"is zero ({zero}); a zero update has no direction")
+        return self.row(t, a, b, quantity, value, spread, note=note, group=group)
 
     def gaussianity_rows(self, t: int, group: str, samples: Sequence[np.ndarray],
                          rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -306,9 +355,11 @@ class CheckpointAnalysis:
         out = {}
         n_runs, k, incomplete, ci_level = self.n_runs, self.k, self.incomplete, self.ci_level
         for (a, b, q), row in of_t.items():
-            if q in self.metrics:
-                out[a, b, q] = paired_distances(samples[a], samples[b], q)
-                row["ci_low"], row["ci_high"] = mean_interval(out[a, b, q], ci_level)[1:]
+            if q in self.metrics:  # a distance or update metric: per-run values, normal interval of their mean
+                out[a, b, q] = self.per_run(a, b, q, row.get("layer", ""), samples)
+                defined = out[a, b, q][np.isfinite(out[a, b, q])]  # cosine_update: runs with non-zero updates
+                if defined.size:
+                    row["ci_low"], row["ci_high"] = mean_interval(defined, ci_level)[1:]
             elif np.isfinite(row["value"]) and len(self.indices[q[3:]]) >= 2:  # an MI estimate
                 e = q[3:]
                 entry = get_estimator(e)
@@ -340,10 +391,13 @@ class CheckpointAnalysis:
             delta = row["value"] - old["value"]
             ci: Sequence[float] = (np.nan, np.nan)
             se, p = np.nan, np.nan
+            notes = []
             if (a, b, q) in now and (a, b, q) in prev:
                 change = now[a, b, q] - prev[a, b, q]
                 if q in self.metrics:  # the mean of per-run differences: se = sd / sqrt(n), normal
-                    delta, *ci = mean_interval(change, self.ci_level)
+                    if q in UPDATE_METRICS:  # runs whose cosine is defined at both checkpoints
+                        change, notes = self._defined_change(t, change)
+                    delta, *ci = mean_interval(change, self.ci_level) if change.size else (np.nan, np.nan, np.nan)
                     if np.isfinite(ci[0]):
                         se = float(change.std(ddof=1) / np.sqrt(change.size))
                         p = change_test(delta, se)
@@ -353,11 +407,23 @@ class CheckpointAnalysis:
                     p = change_test(delta, se, df=len(change) - 1)
             shrinkage = [f"ledoit-wolf shrinkage at checkpoint {c}" for c, r in ((t - 1, old), (t, row))
                          if r["estimate_kind"] == "shrinkage"]
-            note = "; ".join(shrinkage)  # the change is always since checkpoint t - 1
+            note = "; ".join(shrinkage + notes)  # the change is always since checkpoint t - 1
             added.append(self.row(t, a, b, f"delta_{q}", delta, note=note, group=group, ci=ci,
                                   verdict=trend_verdict(*ci, shrinkage=bool(shrinkage)),
                                   estimate_kind="shrinkage" if shrinkage else "plain", change_se=se, change_p=p))
         return added
+
+
+    def _defined_change(self, t: int, change: np.ndarray) -> tuple[np.ndarray, list[str]]:
+        """The per-run changes of an update metric where it is defined at t - 1 and t, and
+        the note saying which runs are left out."""
+        defined = change[np.isfinite(change)]
+        if t - 1 == self.start:
+            return defined, ["no change from the run's start: the cosine of its zero updates is undefined"]
+        if defined.size < change.size:
+            return defined, [f"paired over the {defined.size} of {change.size} runs whose updates are non-zero at both "
+                             "checkpoints"]
+        return defined, []
 
 
 def _stream(estimator):

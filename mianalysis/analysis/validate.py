@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._validation import check_choice, check_flag, check_int, check_k
-from ..distances import METRICS
+from ..distances import METRICS, UPDATE_METRICS
 from ..estimators import MarginalDistances
 from ..estimators.registry import estimator_names, estimators_taking, get_estimator
 from .familywise import FAMILIES, METHODS, familywise_settings
@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # names used only in type hints
     from ..dumps import ParameterDump
 
 __all__ = ["ESTIMATORS", "GAUSSIAN_NULLS", "BY", "AnalysisRequest", "check_request", "table_settings", "check_dump",
-           "check_out", "dump_around", "rows_settings"]
+           "check_out", "dump_around", "rows_settings", "start_checkpoint"]
 
 ESTIMATORS = ("gaussian", "ksg")  # analysed by default; any registered estimator may be asked for
 GAUSSIAN_NULLS = ("permutation", "analytic")
@@ -98,7 +98,8 @@ def check_request(dump: ParameterDump, *, estimators: Sequence[str], metrics: Se
     for e in estimators:
         get_estimator(e, "estimators")
     for m in metrics:
-        check_choice(m, "metrics", METRICS)
+        check_choice(m, "metrics", METRICS + UPDATE_METRICS)
+    _check_start(dump, metrics)
     if by is not None:
         check_choice(by, "by", BY)
     standardize = check_flag(standardize, "standardize")
@@ -131,6 +132,24 @@ def check_request(dump: ParameterDump, *, estimators: Sequence[str], metrics: Se
         ci_level=ci_level, familywise=familywise, family=family, gaussianity=bool(gaussianity))
 
 
+def start_checkpoint(dump: ParameterDump) -> int | None:
+    """The index of the checkpoint at iteration 0, each run's start, or None if the dump
+    records none (the updates of ``cosine_update`` are measured from it)."""
+    return dump.checkpoints.index(0) if 0 in dump.checkpoints else None
+
+
+def _check_start(dump, metrics):
+    """ValueError when an update metric is asked of a dump without a start checkpoint."""
+    wanted = [m for m in metrics if m in UPDATE_METRICS]
+    if wanted and start_checkpoint(dump) is None:
+        shown = dump.checkpoints if len(dump.checkpoints) <= 8 else [*dump.checkpoints[:8], "..."]
+        raise ValueError(
+            f"`metrics` {wanted[0]!r} compares the clients' updates since each run's start, the checkpoint at "
+            f"iteration 0; dump {dump.path} has no such checkpoint (iterations {shown}): record the initial "
+            "parameters as iteration 0 (DumpWriter's first checkpoint, or from_arrays' `checkpoints`), or leave "
+            f"{wanted[0]!r} out")
+
+
 def _per_estimator(value, estimators, name, default):
     """`value` (an int, or a dict estimator -> int) as a dict over `estimators` of ints >= 0."""
     if not isinstance(value, Mapping):
@@ -144,15 +163,17 @@ def _per_estimator(value, estimators, name, default):
 def table_settings(dump: ParameterDump, request: AnalysisRequest) -> dict[str, Any]:
     """The settings a table records (its sidecar's ``settings``): the dump and its completed
     chunks, and the arguments; an analysis resumes or replaces a table only with the same."""
+    ci_method = {**{f"mi_{e}": interval_method(e) for e in dict.fromkeys(_RECORDED_METHODS + request.estimators)},
+                 "distances": DISTANCE_METHOD}
+    # Only a table with an update metric (cosine_update) records its method: default tables keep their settings.
+    ci_method.update({m: DISTANCE_METHOD for m in request.metrics if m in UPDATE_METRICS})
     settings = {"dump": str(Path(dump.path).resolve()), "n_runs": request.n_runs, "chunks": dump.chunks_digest(),
                 "estimators": list(request.estimators), "metrics": list(request.metrics), "k": request.k,
                 "permutations": request.permutations, "layer": request.layer, "by": request.by,
                 "ksg_standardize": request.standardize, "random_state": request.random_state,
                 "distance_cache": request.reuse_distances, "ci_level": request.ci_level,
                 "ci_resamples": request.ci_resamples,
-                "ci_method": {**{f"mi_{e}": interval_method(e)
-                                 for e in dict.fromkeys(_RECORDED_METHODS + request.estimators)},
-                              "distances": DISTANCE_METHOD}}
+                "ci_method": ci_method}
     if request.gaussian_null != "permutation":  # tables of the default analysis keep their settings
         settings["gaussian_null"] = request.gaussian_null
     if request.gaussianity:  # likewise: only a table with the diagnostic records it
