@@ -486,6 +486,7 @@ def plot_distance_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], metric: 
 
 
 UPDATE_TITLES = {"cosine_update": "Cosine similarity of updates"}
+UNDEFINED_LABEL = "no cosine: zero updates (the start)"
 
 
 def plot_update_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], quantity: str = "cosine_update") -> None:
@@ -495,7 +496,8 @@ def plot_update_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], quantity: 
     Drawn as :func:`plot_distance_panel` draws a distance (the pairs' mean, their range,
     +-1 sd over runs clipped to [-1, 1], the union of the pairs' intervals), with a line at
     0, the cosine of unrelated updates. The start itself, where every update is zero and
-    the cosine undefined (NaN), has no point.
+    the cosine undefined (NaN), has no point: a dotted vertical line keeps its place on
+    the x axis.
 
     Parameters
     ----------
@@ -515,6 +517,14 @@ def plot_update_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], quantity: 
                         label=RUN_SD_LABEL)
     if len(s["iteration"]):
         _draw_pair_summary(ax, s, color, _pair_count_label(s))
+    # Checkpoints where no pair has a cosine (the start: zero updates) keep their place on the x axis.
+    every = np.asarray(sorted(_pair_rows(rows, quantity)), dtype=float)
+    undefined = np.setdiff1d(every, s["iteration"])
+    if undefined.size:
+        ax.vlines(undefined, -1, 1, colors="0.6", linestyles=":", lw=1, label=UNDEFINED_LABEL)
+    if every.size:
+        pad = 0.05 * (every.max() - every.min()) or 0.5
+        ax.set_xlim(every.min() - pad, every.max() + pad)
     ax.set_ylim(-1.05, 1.05)  # the whole range of a cosine, with room for points at -1 and 1
     ax.set_yticks([-1.0, -0.5, 0.0, 0.5, 1.0])
     ax.set_title(UPDATE_TITLES[quantity], fontsize=10)

@@ -161,6 +161,18 @@ def test_analysis_on_workers_is_the_local_table(tmp_path, client):
     assert (tmp_path / "dask.csv").read_bytes() == (tmp_path / "local.csv").read_bytes()
 
 
+def test_cosine_update_on_workers_is_the_local_table(tmp_path, client):
+    # Each worker reads the start checkpoint itself: the analysis sends settings, never samples.
+    dump = ParameterDump.from_arrays(tmp_path / "d", _arrays(), checkpoints=[0, 3, 6],
+                                     layout=[("w", (3,)), ("b", (2,))])
+    kwargs = {"estimators": [], "metrics": ["euclidean", "cosine_update"], "by": "layer"}
+    here = analyze(dump, **kwargs)
+    there = analyze(dump, client=client, **kwargs)
+    assert [r["quantity"] for r in here] == [r["quantity"] for r in there] and here.select("cosine_update")
+    np.testing.assert_array_equal([[r["value"], r["ci_low"], r["ci_high"]] for r in here],
+                                  [[r["value"], r["ci_low"], r["ci_high"]] for r in there])
+
+
 def test_run_unordered_yields_every_item_once_and_raises_a_task_error(client):
     seen = dict(run_unordered(client, abs, range(-5, 0), window=2))
     assert seen == {i: abs(i) for i in range(-5, 0)}

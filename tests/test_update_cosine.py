@@ -318,6 +318,8 @@ def test_figure_draws_the_cosine_beside_the_distances_on_minus_one_to_one(tmp_pa
     line = cos_ax.get_lines()[-1]  # the pairs' mean: no point at the start, where the cosine is undefined
     np.testing.assert_array_equal(line.get_xdata(), [1, 2])
     np.testing.assert_allclose(line.get_ydata(), [r["value"] for r in both.select("cosine_update")[1:]])
+    assert cos_ax.get_xlim() == pytest.approx(axes[0].get_xlim())  # the start keeps its place, as beside it
+    assert "no cosine: zero updates (the start)" in cos_ax.get_legend_handles_labels()[1]
     plt.close(fig)
     only = analyze(dump, estimators=[], metrics=["cosine_update"])
     check_drawable(only, "distances")  # a table of cosines alone has something to draw
@@ -328,3 +330,23 @@ def test_figure_draws_the_cosine_beside_the_distances_on_minus_one_to_one(tmp_pa
     fig = figure_distances(plain)
     assert len(fig.axes) == 3  # tables without it draw as before
     plt.close(fig)
+
+
+def test_the_start_samples_never_travel_with_the_job(tmp_path, rng):
+    import pickle
+
+    from mianalysis.analysis.compute import CheckpointAnalysis
+    from mianalysis.analysis.validate import check_request
+
+    start = rng.standard_normal((20, 3))
+    dump = _dump(tmp_path, np.stack([start, start + 1.0]), np.stack([start, start - 1.0]))
+    request = check_request(dump, estimators=[], metrics=["cosine_update"], k=3, n_permutations=0, layer=None,
+                            by=None, standardize=True, random_state=0, distance_cache="auto", verify=True, force=False,
+                            gaussian_null="permutation", ci_resamples=None, ci_level=0.95)
+    job = CheckpointAnalysis(dump, request)
+    part = job(1)
+    assert job._starts  # read once here ...
+    sent = pickle.loads(pickle.dumps(job))
+    assert sent._starts == {}  # ... and again where a copy runs
+    assert sent(1)[1][0][1] == part[1][0][1]
+    assert part[1][0][1][0]["value"] == pytest.approx(-1.0, abs=1e-6)

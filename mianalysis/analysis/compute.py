@@ -391,7 +391,7 @@ class CheckpointAnalysis:
             delta = row["value"] - old["value"]
             ci: Sequence[float] = (np.nan, np.nan)
             se, p = np.nan, np.nan
-            notes = []
+            notes: list[str] = []
             if (a, b, q) in now and (a, b, q) in prev:
                 change = now[a, b, q] - prev[a, b, q]
                 if q in self.metrics:  # the mean of per-run differences: se = sd / sqrt(n), normal
