@@ -21,7 +21,8 @@ or did not train (final mean test loss not below 0.9 times the initial model's; 
 the 3 rounds of --quick); where every rate
 tried failed, the search steps down the ladder until one trains. (The search of
 experiments/fedavg_vs_fedsgd.py cuts runs at the round the best so far reached its target,
-which would not give every rule the same number of rounds, hence this one.)
+which would not give every rule the same number of rounds, hence this one; it is
+experiments/_ladder.py's, shared with experiments/aggregation_headroom_quadratic.py.)
 
 Seeds are the simulator's replicates: replicate r has the same initial model and the same
 per-client data order generators under every rule, so differences to FedAvg are paired by

@@ -307,7 +307,7 @@ def plot(rows, curves, path, plan):
     colours = {label: ("k" if i == 0 else plt.cm.tab10(i)) for i, label in enumerate(labels)}
     ncol = min(4, len(designs))
     nrow = -(-len(designs) // ncol)
-    fig = plt.figure(figsize=(4.6 * ncol, 3.9 * nrow + 5.2))
+    fig = plt.figure(figsize=(4.6 * ncol, 3.9 * nrow + 5.8))
     grid = fig.add_gridspec(nrow + 1, ncol, height_ratios=[1] * nrow + [1.35])
     for i, design in enumerate(designs):
         ax = fig.add_subplot(grid[i // ncol, i % ncol])
@@ -336,11 +336,11 @@ def plot(rows, curves, path, plan):
             ax.errorbar([i + (j - (len(others) - 1) / 2) * width], [r["d_error"]], yerr=err, fmt="o", ms=4,
                         color=colours[label], capsize=2, label=label if i == 0 else None)
     ax.axhline(0, color="k", lw=1)
-    ax.set_yscale("symlog", linthresh=0.05)
+    ax.set_yscale("symlog", linthresh=0.01)
     ax.set_xticks(range(len(designs)))
     ax.set_xticklabels(designs, fontsize=9)
     ax.set_ylabel("final error minus FedAvg's\n(paired by seed, Bonferroni t interval)", fontsize=10)
-    ax.legend(fontsize=8, ncol=3, loc="upper left")
+    ax.legend(fontsize=8, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.12))
     fig.suptitle(f"gaussian-sgd federation ({plan['task']['n_clients']} clients, d = {plan['task']['d']}, "
                  f"{plan['seeds']} seeds): each rule at its best learning rate", fontsize=12)
     fig.tight_layout()
