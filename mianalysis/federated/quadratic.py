@@ -96,6 +96,7 @@ class QuadraticConfig:
         A rule of :func:`mianalysis.federated.registry.rule_names` applied to the clients'
         model updates, with `aggregator_params`.
     aggregator_params : dict
+        The rule's settings (``{"threshold": 0.2, "rescale": False}`` for "and_mask").
     precision : {"hutchinson", "empirical", "exact"}, default="hutchinson"
         How the clients of a rule with "precisions" estimate them (module docstring).
     n_probes : int, default=1
