@@ -18,7 +18,8 @@ The side information is computed by each client from its own gradients only:
   `n_probes` Rademacher probes v, ``v * (g(theta + v) - g(theta - v)) / 2`` with both
   gradients of the same example (the same noise draw, as a network evaluates one minibatch
   at two points), whose mean over probes estimates ``diag(A_k)`` (Hutchinson 1990; exact
-  for a diagonal A_k with one probe);
+  for a diagonal A_k with one probe; a negative estimate, possible where A_k is not
+  diagonal, counts as 0);
   "empirical": the diagonal empirical Fisher, the mean over `n_probes` fresh noisy gradients
   at the final local model of their squares (what Fisher merging computes on a network);
   with this task's isotropic noise it is ``(A_k (theta - mu_k))^2 + sigma^2`` on average,
