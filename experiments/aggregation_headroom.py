@@ -21,7 +21,8 @@ or did not train (final mean test loss not below 0.9 times the initial model's; 
 the 3 rounds of --quick); where every rate
 tried failed, the search steps down the ladder until one trains. (The search of
 experiments/fedavg_vs_fedsgd.py cuts runs at the round the best so far reached its target,
-which would not give every rule the same number of rounds, hence this one.)
+which would not give every rule the same number of rounds, hence this one; it is
+experiments/_ladder.py's, shared with experiments/aggregation_headroom_quadratic.py.)
 
 Seeds are the simulator's replicates: replicate r has the same initial model and the same
 per-client data order generators under every rule, so differences to FedAvg are paired by
@@ -47,12 +48,12 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _ladder import first_round, paired, search
 from _results import FIGURES, write_csv, write_page, write_sidecar
 
 from mianalysis.provenance import collect, utc_now
 from mianalysis.analysis import sidecar_path
 from mianalysis.federated import FederatedConfig, FederatedData, FederatedSimulation
-from mianalysis.analysis.intervals import normal_interval
 
 RULES = [  # (label, aggregator, parameters)
     ("FedAvg", "fedavg", {}),
@@ -73,7 +74,7 @@ COLUMNS = ["partition", "rule", "aggregator", "params", "lr", "lr_choice", "lrs_
 
 
 def run_rule(data, aggregator, params, lr, plan):
-    """Per-seed test loss and accuracy per round: two arrays (seeds, rounds + 1)."""
+    """Per-seed test loss and accuracy per round: {"loss", "acc"}, arrays (seeds, rounds + 1)."""
     cfg = FederatedConfig(rounds=plan["rounds"], client_fraction=1.0, local_epochs=plan["local_epochs"],
                           batch_size=plan["batch_size"], lr=lr, aggregator=aggregator, aggregator_params=params)
     sim = FederatedSimulation("mlp", data, cfg, replicates=plan["seeds"], seed=0, hidden=plan["hidden"])
@@ -88,68 +89,25 @@ def run_rule(data, aggregator, params, lr, plan):
     if loss[:, -1].mean() >= plan["trained_below"] * loss[:, 0].mean():
         raise ValueError(f"did not train at lr {lr}: the final mean test loss {loss[:, -1].mean():.3f} is not below "
                          f"{plan['trained_below']} times the initial model's {loss[:, 0].mean():.3f}")
-    return loss, acc
+    return {"loss": loss, "acc": acc}
 
 
-def search(run, ladder, start):
-    """The rate of `ladder` with the best final mean accuracy (ties: lower loss), tried
-    outwards from `start` until the best has a tried or diverged neighbour on both sides.
+def score(result):
+    """The search's ranking of a rate: the final mean test accuracy over seeds, then the lower test loss."""
+    return result["acc"][:, -1].mean(), -result["loss"][:, -1].mean()
 
-    Returns (best or None, tried, choice): best is {"lr", "loss", "acc"}; tried one entry per
-    rate; choice "interior", "lowest rung of the ladder", "highest rung of the ladder" or
-    "all failed".
-    """
-    results, tried = {}, []
 
-    def score(i):
-        r = results[i]
-        return (-np.inf, np.inf) if r is None else (r["acc"][:, -1].mean(), -r["loss"][:, -1].mean())
-
-    def attempt(i):
-        try:
-            loss, acc = run(ladder[i])
-            results[i] = {"lr": ladder[i], "loss": loss, "acc": acc}
-            tried.append({"lr": ladder[i], "final_test_accuracy": float(acc[:, -1].mean()),
-                          "final_test_loss": float(loss[:, -1].mean()), "diverged": ""})
-        except ValueError as exc:
-            results[i] = None
-            tried.append({"lr": ladder[i], "final_test_accuracy": float("nan"), "final_test_loss": float("nan"),
-                          "diverged": str(exc)})
-
-    for lr in start:
-        attempt(ladder.index(lr))
-    while True:
-        fine = [i for i in results if results[i] is not None]
-        if not fine:  # everything tried diverged: step down
-            lower = min(results) - 1
-            if lower < 0:
-                return None, tried, "all failed"
-            attempt(lower)
-            continue
-        best = max(fine, key=score)
-        missing = [j for j in (best - 1, best + 1) if 0 <= j < len(ladder) and j not in results]
-        if not missing:
-            break
-        attempt(missing[0])
-    choice = ("lowest rung of the ladder" if best == 0 else
-              "highest rung of the ladder" if best == len(ladder) - 1 else "interior")
-    return results[best], tried, choice
+def summary(result):
+    """What the sidecar records of every rate tried (NaN for a rate that failed)."""
+    if result is None:
+        return {"final_test_accuracy": float("nan"), "final_test_loss": float("nan")}
+    return {"final_test_accuracy": float(result["acc"][:, -1].mean()),
+            "final_test_loss": float(result["loss"][:, -1].mean())}
 
 
 def rounds_to(acc, target):
     """Per seed: the first round whose test accuracy reaches `target` (nan if none)."""
-    hit = acc >= target
-    return np.where(hit.any(1), hit.argmax(1), np.nan).astype(float)
-
-
-def paired(diff):
-    """Mean of paired differences and its t interval over seeds (95 %): (mean, low, high, n)."""
-    diff = np.asarray(diff, dtype=float)
-    diff = diff[np.isfinite(diff)]
-    if diff.size < 2:
-        return (float(diff.mean()) if diff.size else float("nan")), float("nan"), float("nan"), int(diff.size)
-    low, high = normal_interval(diff.mean(), diff.std(ddof=1) / np.sqrt(diff.size), 0.95, df=diff.size - 1)
-    return float(diff.mean()), low, high, int(diff.size)
+    return first_round(acc >= target)
 
 
 def main(argv=None):
@@ -173,7 +131,7 @@ def main(argv=None):
         for label, aggregator, params in RULES:
             start = time.perf_counter()
             best, tried, choice = search(lambda lr: run_rule(data, aggregator, params, lr, plan),
-                                         plan["ladder"], plan["start"])
+                                         plan["ladder"], plan["start"], score=score, summary=summary)
             seconds = time.perf_counter() - start
             for t in tried:
                 searches.append({"partition": partition, "rule": label, **t})

@@ -15,6 +15,9 @@ rules it compares, and recording of every client's model per round into a Parame
 - :mod:`~mianalysis.federated.data`, :mod:`~mianalysis.federated.partition`,
   :mod:`~mianalysis.federated.environments`, :mod:`~mianalysis.federated.multitask`: the
   data sets the simulator splits between clients.
+- :mod:`~mianalysis.federated.quadratic`: the gaussian-sgd task's clients as a federation
+  (:class:`~mianalysis.federated.quadratic.QuadraticFederation`), where every rule's error
+  to the exact optimum theta* is known.
 - :mod:`~mianalysis.federated.models`, :mod:`~mianalysis.federated.personalized`,
   :mod:`~mianalysis.federated.diagnostics`, :mod:`~mianalysis.federated.global_dependence`:
   the models, personalised FL (FedRep, FedGradNorm), the EB criterion, and dependence given

@@ -1,0 +1,353 @@
+"""Is averaging the right way to combine clients whose optimum is known? FedAvg against
+rules a federation can run, on the gaussian-sgd clients (quadratic losses, noisy gradients).
+
+The sibling of experiments/aggregation_headroom.py (8x8 digits) on the task whose global
+optimum theta* = (sum_k A_k)^-1 sum_k A_k mu_k is exact in every run
+(:mod:`mianalysis.federated.quadratic`): each round, every client takes E local SGD steps
+of its own noisy gradients from the global model and sends its model update (with the side
+information its rule needs); the server combines them with
+
+- FedAvg (the mean of the updates);
+- the AND-mask on the updates (threshold 0.2), with and without its rescaling;
+- "fisher", diagonal Fisher merging (Matena & Raffel 2022), with each client's precisions
+  estimated from its own gradients at its final local model: its diagonal curvature from
+  one Hutchinson probe (two gradients of one example at theta +- v), or its diagonal
+  empirical Fisher (the mean square of 1 fresh noisy gradient); and, as a reference that
+  separates estimation from the rule, the exact diagonal of A_k (the task's curvature: an
+  oracle of curvature, not of theta*);
+- "inverse_variance", the diagonal form of FedPA (Al-Shedivat et al. 2021): each client
+  sends the variance of its iterates in the round (all of them, as the digits simulator's
+  clients do over their last epoch; or, as FedPA does after a burn-in, those of the
+  round's second half of local steps).
+
+The designs vary what decides the physics: diagonal or rotated curvature (the diagonal
+rules can be exact only for the first), heterogeneity 1 or 0 (identical clients: the
+control, where every rule should tie), few rounds of many local steps or many rounds of few,
+per-run or fixed start, independent or shared gradient noise, and a low-noise design.
+
+Every rule's learning rate is tuned per design on one ladder (experiments/_ladder.py, the
+search of aggregation_headroom.py): the lowest final mean excess loss over seeds (the
+clients' mean loss minus its minimum, the same ranking as the clients' mean loss, which a
+federation can measure), stepping outwards until the best rate is interior; a rate fails
+where training diverged or the final mean excess loss is not below 0.9 times the start's.
+Seeds are paired across rules (the same start, targets and noise streams), so the table
+gives each rule's paired t interval over seeds of its difference to FedAvg in final squared
+error to theta*, in final excess loss and in rounds to the target error, with the
+per-comparison 95 % interval and the Bonferroni one over every rule-design comparison of the
+table. Columns `drift_error` (FedAvg, exact-curvature Fisher) give where that rule converges
+with exact gradients at its chosen rate (:func:`mianalysis.federated.quadratic.fixed_point`):
+the error that no number of rounds removes.
+
+    python experiments/aggregation_headroom_quadratic.py --quick   # 2 designs, seconds
+    python experiments/aggregation_headroom_quadratic.py           # 8 designs, 50 seeds
+
+Writes figures/aggregation_headroom_quadratic{_quick}.csv (the table), .png (error per
+round at each rule's chosen rate; the paired differences) and .csv.json (the plan, every
+rate tried, per-seed results, provenance), and the page
+docs/results/tables/aggregation_headroom_quadratic{_quick}.md (with --out DIR: all into DIR).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+from _ladder import first_round, paired, search
+from _results import FIGURES, write_csv, write_page, write_sidecar
+
+from mianalysis.analysis import sidecar_path
+from mianalysis.federated.quadratic import QuadraticConfig, QuadraticFederation, fixed_point
+from mianalysis.provenance import collect, utc_now
+from mianalysis.tasks import get_task
+
+RULES = [  # (label, aggregator, parameters, what the clients compute: QuadraticConfig settings)
+    ("FedAvg", "fedavg", {}, {}),
+    ("AND-mask (rescale)", "and_mask", {"threshold": 0.2, "rescale": True}, {}),
+    ("AND-mask (no rescale)", "and_mask", {"threshold": 0.2, "rescale": False}, {}),
+    ("Fisher (Hutchinson curvature)", "fisher", {}, {"precision": "hutchinson"}),
+    ("Fisher (empirical Fisher)", "fisher", {}, {"precision": "empirical"}),
+    ("Fisher (exact diagonal curvature)", "fisher", {}, {"precision": "exact"}),
+    ("Inverse variance", "inverse_variance", {}, {}),
+    ("Inverse variance (after burn-in)", "inverse_variance", {}, {"burn_in": "half"}),
+]
+ORACLE = {"Fisher (exact diagonal curvature)"}  # uses the task's curvature: not reference-free
+TASK = {"n_clients": 4, "d": 20, "sigma": 1.0, "tau": 1.0, "s0": 1.0, "eigenvalues": [0.5, 2.0]}
+DESIGNS = [  # (name, description, task settings, config settings)
+    ("diagonal", "diagonal curvature, 5 rounds of E = 50", {"curvature": "diagonal"},
+     {"rounds": 5, "local_steps": 50}),
+    ("diagonal-h0", "as diagonal, heterogeneity 0 (control)", {"curvature": "diagonal", "heterogeneity": 0.0},
+     {"rounds": 5, "local_steps": 50}),
+    ("diagonal-many-rounds", "diagonal curvature, 30 rounds of E = 10", {"curvature": "diagonal"},
+     {"rounds": 30, "local_steps": 10}),
+    ("diagonal-fixed-start", "as diagonal, fixed start", {"curvature": "diagonal"},
+     {"rounds": 5, "local_steps": 50, "init": "fixed"}),
+    ("diagonal-shared-noise", "as diagonal, noise shared", {"curvature": "diagonal"},
+     {"rounds": 5, "local_steps": 50, "shared": ["noise"]}),
+    ("diagonal-low-noise", "as diagonal, sigma 0.1", {"curvature": "diagonal", "sigma": 0.1},
+     {"rounds": 5, "local_steps": 50}),
+    ("rotated", "rotated curvature, 5 rounds of E = 50", {"curvature": "rotated"}, {"rounds": 5, "local_steps": 50}),
+    ("rotated-h0", "as rotated, heterogeneity 0 (control)", {"curvature": "rotated", "heterogeneity": 0.0},
+     {"rounds": 5, "local_steps": 50}),
+]
+FULL = {"designs": [d[0] for d in DESIGNS], "seeds": 50, "target_error": 0.5, "trained_below": 0.9,
+        "ladder": [0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 0.9], "start": [0.02, 0.05], "task": TASK}
+QUICK = {"designs": ["diagonal", "diagonal-h0"], "seeds": 4, "target_error": 2.0, "trained_below": 0.9,
+         "ladder": [0.01, 0.02, 0.05, 0.1, 0.2, 0.5], "start": [0.02, 0.05], "task": {**TASK, "d": 5},
+         "config": {"rounds": 3, "local_steps": 10}}
+COLUMNS = ["design", "description", "rule", "aggregator", "params", "client", "reference_free", "lr", "lr_choice",
+           "lrs_tried", "seeds", "rounds", "local_steps", "final_error", "final_excess_loss", "error_ratio",
+           "drift_error", "mean_of_optima_error", "target_error", "rounds_to_target", "seeds_reached",
+           "d_error", "d_error_low", "d_error_high", "d_error_bonf_low", "d_error_bonf_high",
+           "d_loss", "d_loss_low", "d_loss_high", "d_rounds", "d_rounds_low", "d_rounds_high", "pairs_rounds",
+           "seconds"]
+
+
+def design_setup(name, plan):
+    """(description, task, config settings) of design `name` under `plan`."""
+    _, description, task_settings, config = next(d for d in DESIGNS if d[0] == name)
+    config = {**config, **plan.get("config", {})}
+    return description, get_task("gaussian-sgd", **{**plan["task"], **task_settings}), config
+
+
+def client_settings(client, config):
+    """The rule's client settings for a design's `config` ("burn_in": "half" is half its local steps)."""
+    return {k: (config["local_steps"] // 2 if v == "half" else v) for k, v in client.items()}
+
+
+def run_rule(task, config, aggregator, params, client, lr, plan):
+    """Per-seed squared error to theta* and excess loss per round, {"error", "excess",
+    "result"} (arrays of shape (seeds, rounds + 1)); a ValueError where the rate diverged
+    or did not train."""
+    cfg = QuadraticConfig(lr=lr, aggregator=aggregator, aggregator_params=params, **client_settings(client, config),
+                          **config)
+    result = QuadraticFederation(task, cfg, replicates=plan["seeds"], seed=0).run()
+    excess = result.excess_loss
+    if excess[:, -1].mean() >= plan["trained_below"] * excess[:, 0].mean():
+        raise ValueError(f"did not train at lr {lr}: the final mean excess loss {excess[:, -1].mean():.3f} is not "
+                         f"below {plan['trained_below']} times the start's {excess[:, 0].mean():.3f}")
+    return {"error": result.error, "excess": excess, "result": result}
+
+
+def score(result):
+    """The search's ranking: the lower final mean excess loss over seeds."""
+    return (-result["excess"][:, -1].mean(),)
+
+
+def summary(result):
+    """What the sidecar records of every rate tried (NaN for a rate that failed)."""
+    if result is None:
+        return {"final_error": float("nan"), "final_excess_loss": float("nan")}
+    return {"final_error": float(result["error"][:, -1].mean()),
+            "final_excess_loss": float(result["excess"][:, -1].mean())}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="2 designs, d = 5, 3 rounds, 4 seeds (seconds)")
+    parser.add_argument("--out", default=str(FIGURES), help="folder of the table, figure and sidecar")
+    parser.add_argument("--replot", action="store_true", help="redraw the figure from the table and sidecar")
+    args = parser.parse_args(argv)
+    started = utc_now()
+    plan = QUICK if args.quick else FULL
+    name = "aggregation_headroom_quadratic" + ("_quick" if args.quick else "")
+    out = Path(args.out)
+    if args.replot:
+        return replot(out, name)
+    out.mkdir(parents=True, exist_ok=True)
+    rows, curves, searches, per_seed = [], {}, [], []
+    start_all = time.perf_counter()
+    for design in plan["designs"]:
+        description, task, config = design_setup(design, plan)
+        base = None
+        for label, aggregator, params, client in RULES:
+            start = time.perf_counter()
+            precision = client.get("precision", "")
+            best, tried, choice = search(
+                lambda lr: run_rule(task, config, aggregator, params, client, lr, plan), plan["ladder"],
+                plan["start"], score=score, summary=summary)
+            seconds = time.perf_counter() - start
+            for t in tried:
+                searches.append({"design": design, "rule": label, **t})
+                print(f"{design} {label} lr={t['lr']}: error {t['final_error']:.4f} excess loss "
+                      f"{t['final_excess_loss']:.4f} {t['diverged']}", flush=True)
+            row = {c: "" for c in COLUMNS}
+            row.update({"design": design, "description": description, "rule": label, "aggregator": aggregator,
+                        "params": json.dumps(params), "client": json.dumps(client_settings(client, config)),
+                        "reference_free": label not in ORACLE, "lr_choice": choice,
+                        "lrs_tried": " ".join(str(t["lr"]) for t in sorted(tried, key=lambda t: t["lr"])),
+                        "seeds": plan["seeds"], "rounds": config["rounds"], "local_steps": config["local_steps"],
+                        "target_error": plan["target_error"], "seconds": round(seconds, 1)})
+            if best is None:
+                rows.append(row)
+                continue
+            error, excess, result = best["error"], best["excess"], best["result"]
+            reach = first_round(error <= plan["target_error"])
+            mean_of_optima = ((result.targets.mean(1) - result.theta_star) ** 2).sum(-1)
+            row.update({"lr": best["lr"], "final_error": round(float(error[:, -1].mean()), 5),
+                        "final_excess_loss": round(float(excess[:, -1].mean()), 5),
+                        "mean_of_optima_error": round(float(mean_of_optima.mean()), 5),
+                        "rounds_to_target": round(float(np.nanmean(reach)), 2) if np.isfinite(reach).any() else "",
+                        "seeds_reached": int(np.isfinite(reach).sum())})
+            if aggregator == "fedavg" or precision == "exact":  # where exact gradients would converge
+                precisions = None if aggregator == "fedavg" else np.stack(
+                    [np.diag(task.client_problem(c)[0]) for c in range(task.n_clients)])
+                point = fixed_point(task, result.targets, lr=best["lr"], local_steps=config["local_steps"],
+                                    precisions=precisions)
+                row["drift_error"] = round(float(((point - result.theta_star) ** 2).sum(-1).mean()), 5)
+            if aggregator == "fedavg" and base is None:
+                base = (error, excess, reach)
+            curves[(design, label)] = error.mean(0).tolist()
+            if base is not None:
+                row["error_ratio"] = round(float(error[:, -1].mean() / base[0][:, -1].mean()), 4)
+                for key, mine, theirs in (("d_error", error[:, -1], base[0][:, -1]),
+                                          ("d_loss", excess[:, -1], base[1][:, -1]), ("d_rounds", reach, base[2])):
+                    mean, low, high, n = paired(mine - theirs)
+                    row.update({key: round(mean, 5), f"{key}_low": round(low, 5), f"{key}_high": round(high, 5)})
+                    if key == "d_rounds":
+                        row["pairs_rounds"] = n
+                row["_d_error_per_seed"] = (error[:, -1] - base[0][:, -1]).tolist()
+            for s in range(plan["seeds"]):
+                per_seed.append({"design": design, "rule": label, "lr": best["lr"], "seed": s,
+                                 "final_error": float(error[s, -1]), "final_excess_loss": float(excess[s, -1]),
+                                 "rounds_to_target": None if np.isnan(reach[s]) else int(reach[s])})
+            rows.append(row)
+            print(json.dumps({k: v for k, v in row.items() if not k.startswith("_")}), flush=True)
+    bonferroni(rows)
+    write_results(out, name, rows, curves, searches, per_seed, plan, time.perf_counter() - start_all, started)
+
+
+def bonferroni(rows):
+    """Fill d_error_bonf_low/high: the paired t interval of d_error at 1 - 0.05 / m, m the
+    number of rule-design comparisons with FedAvg in the table."""
+    compared = [r for r in rows if "_d_error_per_seed" in r and r["aggregator"] != "fedavg"]
+    for r in rows:
+        per_seed = r.pop("_d_error_per_seed", None)
+        if per_seed is not None and r["aggregator"] != "fedavg":
+            _, low, high, _ = paired(per_seed, level=1 - 0.05 / len(compared))
+            r.update({"d_error_bonf_low": round(low, 5), "d_error_bonf_high": round(high, 5)})
+    return len(compared)
+
+
+def write_results(out, name, rows, curves, searches, per_seed, plan, seconds, started):
+    table = write_csv(rows, out / f"{name}.csv", fieldnames=COLUMNS)
+    family = sum(1 for r in rows if r["aggregator"] != "fedavg" and r["d_error"] != "")
+    write_sidecar(table, {
+        "table": table.name, "plan": plan, "bonferroni_family": family,
+        "designs": [{"design": d[0], "description": d[1], "task": {**plan["task"], **d[2]},
+                     "config": {**d[3], **plan.get("config", {})}} for d in DESIGNS if d[0] in plan["designs"]],
+        "rules": [{"rule": r[0], "aggregator": r[1], "params": r[2], "client": r[3]} for r in RULES],
+        "lr_search": searches, "per_seed": per_seed,
+        "curves": [{"design": d, "rule": r, "mean_error_per_round": c} for (d, r), c in curves.items()],
+        "seconds": round(seconds, 1), "provenance": [collect(started, finished=True)]})
+
+    def interval(r, key, low="low", high="high"):
+        if r[key] == "" or r["aggregator"] == "fedavg" or not np.isfinite(r[key]):
+            return "-"
+        if r[f"{key}_{low}"] == "" or not np.isfinite(r[f"{key}_{low}"]):
+            return f"{r[key]:+.4f}"
+        return f"{r[key]:+.4f} [{r[f'{key}_{low}']:+.4f}, {r[f'{key}_{high}']:+.4f}]"
+
+    lines = ["| design | rule | lr (tried) | final error | ratio to FedAvg | Δ error vs FedAvg (95 %) | "
+             f"Δ error (Bonferroni, {family}) | drift error | Δ excess loss | rounds to target (seeds) | Δ rounds |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        flag = "" if r["lr_choice"] == "interior" else f" **{r['lr_choice']}**"
+        rule = r["rule"] + ("" if r["reference_free"] else " (oracle curvature)")
+        trained = r["lr"] != ""
+        rounds = (f"{r['rounds_to_target'] if r['rounds_to_target'] != '' else '-'} "
+                  f"({r['seeds_reached']}/{r['seeds']})" if trained else "-")
+        lines.append(f"| {r['design']} | {rule} | {r['lr']}{flag} ({r['lrs_tried']}) | "
+                     f"{r['final_error'] if trained else '-'} | {r['error_ratio'] if r['error_ratio'] != '' else '-'} | "
+                     f"{interval(r, 'd_error')} | {interval(r, 'd_error', 'bonf_low', 'bonf_high')} | "
+                     f"{r['drift_error'] if r['drift_error'] != '' else '-'} | {interval(r, 'd_loss')} | {rounds} | "
+                     f"{interval(r, 'd_rounds')} ({r['pairs_rounds'] or 0}) |")
+    designs = "; ".join(f"{d[0]}: {d[1]}" for d in DESIGNS if d[0] in plan["designs"])
+    write_page(
+        out, name,
+        f"gaussian-sgd clients as a federation (mianalysis.federated.quadratic): {plan['task']['n_clients']} clients, "
+        f"d = {plan['task']['d']}, curvature eigenvalues in {plan['task']['eigenvalues']}, sigma "
+        f"{plan['task']['sigma']} unless the design says otherwise, tau {plan['task']['tau']}; all clients every "
+        f"round. Designs: {designs}. {plan['seeds']} seeds (paired: the same start, targets and noise under every "
+        f"rule). Error: |theta - theta*|^2 of the global model after the last round, mean over seeds. Each rule's "
+        f"learning rate is the lowest final mean excess loss on the ladder {plan['ladder']}, searched until it is "
+        f"interior (flagged where it is at an end). Δ: the rule minus FedAvg, paired by seed, mean and t interval "
+        f"over seeds (95 %, and Bonferroni over the table's {family} comparisons); drift error: where the rule "
+        f"converges with exact gradients at its rate (FedAvg, exact-curvature Fisher); rounds to the target "
+        f"error {plan['target_error']} over the seeds where both reached it. {seconds:.0f} s.\n\n"
+        + "\n".join(lines) + "\n")
+    print("\n".join(lines))
+    plot(rows, curves, out / f"{name}.png", plan)
+
+
+def replot(out, name):
+    """The figure again from the written table and sidecar (no training)."""
+    sidecar = json.loads(sidecar_path(out / f"{name}.csv").read_text())
+    with open(out / f"{name}.csv") as fh:
+        rows = [{k: (float(v) if k.startswith("d_error") and v != "" else v) for k, v in r.items()}
+                for r in csv.DictReader(fh)]
+    curves = {(c["design"], c["rule"]): c["mean_error_per_round"] for c in sidecar["curves"]}
+    plot(rows, curves, out / f"{name}.png", sidecar["plan"])
+
+
+def plot(rows, curves, path, plan):
+    """One panel per design: the mean error to theta* per round of every rule at its chosen
+    rate (log scale); below, the paired difference to FedAvg in final error with its
+    Bonferroni interval, per design and rule."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    designs = list(dict.fromkeys(d for d, _ in curves))
+    labels = [r[0] for r in RULES]
+    colours = {label: ("k" if i == 0 else plt.cm.tab10(i)) for i, label in enumerate(labels)}
+    ncol = min(4, len(designs))
+    nrow = -(-len(designs) // ncol)
+    fig = plt.figure(figsize=(4.6 * ncol, 3.9 * nrow + 5.8))
+    grid = fig.add_gridspec(nrow + 1, ncol, height_ratios=[1] * nrow + [1.35])
+    for i, design in enumerate(designs):
+        ax = fig.add_subplot(grid[i // ncol, i % ncol])
+        for label in labels:
+            if (design, label) in curves:
+                ax.semilogy(curves[(design, label)], color=colours[label], lw=2.2 if label == "FedAvg" else 1.4,
+                            ls="--" if label == "FedAvg" else "-", label=label)
+        ax.axhline(plan["target_error"], color="tab:red", ls=":", lw=1)
+        description = next(r["description"] for r in rows if r["design"] == design)
+        ax.set_title(f"{design}\n({description})", fontsize=10)
+        ax.set_xlabel("round", fontsize=10)
+        ax.set_ylabel("mean |theta - theta*|^2", fontsize=10)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        if i == 0:
+            ax.legend(fontsize=7, loc="best")
+    ax = fig.add_subplot(grid[nrow, :])
+    others = labels[1:]
+    width = 0.8 / len(others)
+    for j, label in enumerate(others):
+        for i, design in enumerate(designs):
+            r = next((r for r in rows if r["design"] == design and r["rule"] == label and r["d_error"] != ""), None)
+            if r is None:
+                continue
+            low, high = r["d_error_bonf_low"], r["d_error_bonf_high"]
+            err = None if low == "" or not np.isfinite(low) else [[r["d_error"] - low], [high - r["d_error"]]]
+            ax.errorbar([i + (j - (len(others) - 1) / 2) * width], [r["d_error"]], yerr=err, fmt="o", ms=4,
+                        color=colours[label], capsize=2, label=label if i == 0 else None)
+    ax.axhline(0, color="k", lw=1)
+    ax.set_yscale("symlog", linthresh=0.01)
+    ax.set_xticks(range(len(designs)))
+    ax.set_xticklabels(designs, fontsize=9)
+    ax.set_ylabel("final error minus FedAvg's\n(paired by seed, Bonferroni t interval)", fontsize=10)
+    ax.legend(fontsize=8, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.12))
+    fig.suptitle(f"gaussian-sgd federation ({plan['task']['n_clients']} clients, d = {plan['task']['d']}, "
+                 f"{plan['seeds']} seeds): each rule at its best learning rate", fontsize=12)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

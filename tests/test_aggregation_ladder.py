@@ -1,0 +1,121 @@
+"""experiments/_ladder.py (the learning-rate search of the aggregation experiments) and the
+quick mode of experiments/aggregation_headroom_quadratic.py."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LADDER = [0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0]
+
+
+@pytest.fixture(scope="module")
+def ladder():
+    sys.path.insert(0, str(ROOT / "experiments"))
+    try:
+        spec = importlib.util.spec_from_file_location("experiment_ladder", ROOT / "experiments" / "_ladder.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(ROOT / "experiments"))
+    return module
+
+
+def peaked(best_lr, fail_above=None):
+    """A run whose score peaks at `best_lr`; rates above `fail_above` fail."""
+    calls = []
+
+    def run(lr):
+        calls.append(lr)
+        if fail_above is not None and lr > fail_above:
+            raise ValueError(f"diverged at {lr}")
+        return {"value": np.array([[-abs(np.log(lr / best_lr))]])}
+
+    return run, calls
+
+
+def score(result):
+    return (result["value"][:, -1].mean(),)
+
+
+def summary(result):
+    return {"value": float("nan") if result is None else float(result["value"][:, -1].mean())}
+
+
+@pytest.mark.parametrize("best_lr, choice", [(0.1, "interior"), (0.01, "lowest rung of the ladder"),
+                                             (1.0, "highest rung of the ladder")])
+def test_search_steps_outwards_until_the_best_is_interior(ladder, best_lr, choice):
+    run, calls = peaked(best_lr)
+    best, tried, got = ladder.search(run, LADDER, [0.2, 0.5], score=score, summary=summary)
+    assert best["lr"] == best_lr and got == choice
+    assert [t["lr"] for t in tried] == calls and len(set(calls)) == len(calls)
+    i = LADDER.index(best_lr)
+    assert all(LADDER[j] in calls for j in (i - 1, i + 1) if 0 <= j < len(LADDER))
+    if choice == "interior":  # nothing further out than the neighbours of the best
+        assert set(calls) <= set(LADDER[i - 1:]) and max(calls) == 0.5
+
+
+def test_failed_rates_close_a_side_and_all_failed_steps_down(ladder):
+    run, calls = peaked(1.0, fail_above=0.1)
+    best, tried, choice = ladder.search(run, LADDER, [0.2, 0.5], score=score, summary=summary)
+    assert best["lr"] == 0.1 and choice == "interior"
+    failed = [t for t in tried if t["diverged"]]
+    assert {t["lr"] for t in failed} == {0.2, 0.5} and all(np.isnan(t["value"]) for t in failed)
+    run, calls = peaked(1.0, fail_above=0.0)
+    best, tried, choice = ladder.search(run, LADDER, [0.2, 0.5], score=score, summary=summary)
+    assert best is None and choice == "all failed" and sorted(calls) == LADDER[:6]
+
+
+def test_paired_and_first_round(ladder):
+    mean, low, high, n = ladder.paired([1.0, 2.0, 3.0, np.nan])
+    assert (mean, n) == (2.0, 3)
+    from scipy import stats
+    half = stats.t.ppf(0.975, 2) * 1.0 / np.sqrt(3)
+    assert low == pytest.approx(2 - half) and high == pytest.approx(2 + half)
+    wider = ladder.paired([1.0, 2.0, 3.0], level=0.99)
+    assert wider[1] < low and wider[2] > high
+    assert np.isnan(ladder.paired([1.0])[1])
+    hit = np.array([[False, True, True], [False, False, False], [True, False, True]])
+    np.testing.assert_array_equal(ladder.first_round(hit), [1, np.nan, 0])
+
+
+def test_quadratic_experiment_quick_mode(tmp_path):
+    script = ROOT / "experiments" / "aggregation_headroom_quadratic.py"
+    subprocess.run([sys.executable, str(script), "--quick", "--out", str(tmp_path)], check=True, cwd=tmp_path,
+                   capture_output=True, timeout=600)
+    with open(tmp_path / "aggregation_headroom_quadratic_quick.csv") as fh:
+        reader = csv.DictReader(fh)
+        rows = list(reader)
+    for column in ("final_error", "d_error", "d_error_low", "d_error_high", "d_error_bonf_low", "d_error_bonf_high",
+                   "drift_error", "rounds_to_target", "d_rounds", "lr_choice", "lrs_tried"):
+        assert column in reader.fieldnames
+    assert [r["design"] for r in rows] == ["diagonal"] * 8 + ["diagonal-h0"] * 8
+    assert [r["rule"] for r in rows[:8]] == ["FedAvg", "AND-mask (rescale)", "AND-mask (no rescale)",
+                                             "Fisher (Hutchinson curvature)", "Fisher (empirical Fisher)",
+                                             "Fisher (exact diagonal curvature)", "Inverse variance",
+                                             "Inverse variance (after burn-in)"]
+    for r in rows:
+        tried = sorted(float(v) for v in r["lrs_tried"].split())
+        if r["lr_choice"] == "interior":
+            assert tried[0] < float(r["lr"]) < tried[-1]
+        if r["rule"] != "FedAvg" and r["lr"] != "":
+            assert float(r["d_error_bonf_low"]) <= float(r["d_error_low"]) <= float(r["d_error"])
+    # The control: identical clients with their exact curvature weight equally, so Fisher is FedAvg.
+    control = {r["rule"]: r for r in rows if r["design"] == "diagonal-h0"}
+    exact = control["Fisher (exact diagonal curvature)"]
+    assert float(exact["d_error"]) == 0 and exact["final_error"] == control["FedAvg"]["final_error"]
+    assert float(control["FedAvg"]["drift_error"]) == pytest.approx(0, abs=1e-12)
+    assert float(rows[0]["drift_error"]) > 0  # heterogeneous clients: FedAvg drifts
+    sidecar = json.loads((tmp_path / "aggregation_headroom_quadratic_quick.csv.json").read_text())
+    assert sidecar["bonferroni_family"] == 14 and sidecar["provenance"][0]["argv"]
+    assert len(sidecar["per_seed"]) == 16 * sidecar["plan"]["seeds"]
+    assert (tmp_path / "aggregation_headroom_quadratic_quick.md").exists()
+    assert (tmp_path / "aggregation_headroom_quadratic_quick.png").exists()

@@ -1,0 +1,218 @@
+"""mianalysis.federated.quadratic: the gaussian-sgd clients as a federation, against known answers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mianalysis.federated.quadratic import QuadraticConfig, QuadraticFederation, fixed_point
+from mianalysis.tasks import get_task
+
+
+def task(**settings):
+    return get_task("gaussian-sgd", **{"d": 6, "n_clients": 3, **settings})
+
+
+def run(t, replicates=3, **config):
+    return QuadraticFederation(t, QuadraticConfig(**config), replicates=replicates).run()
+
+
+# ------------------------------------------------------------------ the reference
+def test_theta_star_is_the_minimiser_of_the_summed_losses():
+    t = task(curvature="rotated")
+    result = run(t, rounds=1)
+    for r in range(3):  # the summed gradient vanishes at theta*
+        grad = sum(t.client_problem(c)[0] @ (result.theta_star[r] - result.targets[r, c]) for c in range(3))
+        np.testing.assert_allclose(grad, 0, atol=1e-12)
+    np.testing.assert_allclose(result.error[:, 0], ((result.global_models[0] - result.theta_star) ** 2).sum(-1))
+
+
+def test_excess_loss_is_the_mean_loss_minus_its_minimum():
+    t = task(curvature="rotated")
+    result = run(t, rounds=2)
+    k = t.n_clients
+    at_star = np.stack([0.5 * sum((result.theta_star[r] - result.targets[r, c])
+                                  @ t.client_problem(c)[0] @ (result.theta_star[r] - result.targets[r, c])
+                                  for c in range(k)) / k for r in range(3)])
+    np.testing.assert_allclose(result.loss - at_star[:, None], result.excess_loss, atol=1e-12)
+
+
+# ------------------------------------------------------------------ FedAvg's fixed point (client drift)
+@pytest.mark.parametrize("curvature", ["diagonal", "rotated"])
+def test_one_local_step_of_exact_gradients_converges_to_theta_star(curvature):
+    result = run(task(sigma=0.0, curvature=curvature), rounds=400, local_steps=1, lr=0.4)
+    np.testing.assert_allclose(result.global_models[-1], result.theta_star, atol=1e-10)
+
+
+@pytest.mark.parametrize("curvature", ["diagonal", "rotated"])
+def test_fedavg_with_local_steps_converges_to_its_drifted_fixed_point(curvature):
+    t = task(sigma=0.0, curvature=curvature)
+    result = run(t, rounds=400, local_steps=8, lr=0.2)
+    point = fixed_point(t, result.targets, lr=0.2, local_steps=8)
+    np.testing.assert_allclose(result.global_models[-1], point, atol=1e-10)
+    drift = ((point - result.theta_star) ** 2).sum(-1)
+    assert (drift > 1e-3).all()  # heterogeneous clients: not theta*
+    # With E -> infinity the fixed point is the plain mean of the clients' optima.
+    far = fixed_point(t, result.targets, lr=0.2, local_steps=10_000)
+    np.testing.assert_allclose(far, result.targets.mean(1), atol=1e-10)
+
+
+def test_fixed_point_of_one_local_step_is_theta_star():
+    t = task(curvature="rotated")
+    result = run(t, rounds=1)
+    np.testing.assert_allclose(fixed_point(t, result.targets, lr=0.3, local_steps=1), result.theta_star, atol=1e-10)
+
+
+# ------------------------------------------------------------------ Fisher weighting
+def test_exact_curvature_fisher_after_local_convergence_is_theta_star():
+    """Diagonal curvatures, exact gradients, clients that converge locally (E = 400): one
+    round of Fisher merging with the exact diag(A_k) lands on theta*, FedAvg on the plain
+    mean of the optima."""
+    t = task(sigma=0.0, curvature="diagonal")
+    fisher = run(t, rounds=1, local_steps=400, lr=0.4, aggregator="fisher", precision="exact",
+                 aggregator_params={"eps": 0.0})
+    np.testing.assert_allclose(fisher.global_models[1], fisher.theta_star, atol=1e-10)
+    fedavg = run(t, rounds=1, local_steps=400, lr=0.4)
+    np.testing.assert_allclose(fedavg.global_models[1], fedavg.targets.mean(1), atol=1e-10)
+    assert (fedavg.error[:, 1] > 1e-2).all()
+
+
+def test_hutchinson_is_exact_for_diagonal_curvature_and_unbiased_for_rotated():
+    t = task(curvature="diagonal")
+    fed = QuadraticFederation(t, QuadraticConfig(aggregator="fisher", precision="hutchinson"), replicates=2)
+    theta, targets = np.zeros((2, 6)), fed.targets([0, 1])[:, 0]
+    np.testing.assert_allclose(fed.precisions(0, theta, targets, [0, 1], 1), np.tile(np.diag(fed.curvatures[0]), (2, 1)),
+                               atol=1e-12)
+    t = task(curvature="rotated")
+    fed = QuadraticFederation(t, QuadraticConfig(aggregator="fisher", precision="hutchinson", n_probes=4000),
+                              replicates=1)
+    estimate = fed.precisions(1, np.zeros((1, 6)), fed.targets([0])[:, 1], [0], 1)[0]
+    truth = np.diag(fed.curvatures[1])
+    off = np.sqrt((fed.curvatures[1] ** 2).sum(1) - truth ** 2)  # per-probe spread
+    assert np.all(np.abs(estimate - truth) < 5 * off / np.sqrt(4000))
+    assert not np.allclose(estimate, truth, atol=1e-6)  # an estimate, not the diagonal itself
+
+
+def test_empirical_fisher_is_the_mean_square_of_noisy_gradients():
+    t = task(curvature="diagonal", sigma=0.5)
+    fed = QuadraticFederation(t, QuadraticConfig(aggregator="fisher", precision="empirical", n_probes=20000))
+    mu = fed.targets([0])[:, 2]
+    theta = mu + 1.0
+    expected = (fed.curvatures[2] @ (theta - mu)[0]) ** 2 + 0.25
+    np.testing.assert_allclose(fed.precisions(2, theta, mu, [0], 1)[0], expected, rtol=0.05)
+
+
+def test_fisher_fixed_point_with_fixed_precisions():
+    t = task(sigma=0.0, curvature="diagonal")
+    result = run(t, rounds=400, local_steps=5, lr=0.2, aggregator="fisher", precision="exact",
+                 aggregator_params={"eps": 0.0})
+    diag = np.stack([np.diag(t.client_problem(c)[0]) for c in range(3)])
+    np.testing.assert_allclose(result.global_models[-1],
+                               fixed_point(t, result.targets, lr=0.2, local_steps=5, precisions=diag), atol=1e-10)
+
+
+@pytest.mark.parametrize("burn_in", [0, 2, 3])
+def test_inverse_variance_uses_the_variance_of_the_rounds_iterates(burn_in):
+    t = task(curvature="diagonal")
+    fed = QuadraticFederation(t, QuadraticConfig(aggregator="inverse_variance", local_steps=4, lr=0.1,
+                                                 burn_in=burn_in), replicates=2)
+    theta, targets = fed.start([0, 1]), fed.targets([0, 1])[:, 1]
+    update, variance = fed.train_client(1, theta, targets, [0, 1], 1)
+    noise = fed.noise([0, 1], 1, 1)
+    iterates, local = [theta], theta
+    for step in range(4):
+        local = local - 0.1 * (targets * 0 + (local - targets) * np.diag(fed.curvatures[1]) + noise[step])
+        iterates.append(local)
+    np.testing.assert_allclose(update, local - theta, atol=1e-12)
+    np.testing.assert_allclose(variance, np.var(np.stack(iterates[burn_in:]), axis=0), atol=1e-12)
+
+
+# ------------------------------------------------------------------ heterogeneity 0: the control
+def test_identical_clients_make_the_curvature_rules_fedavg():
+    t = task(heterogeneity=0.0, curvature="rotated")
+    fedavg = run(t, rounds=4, local_steps=5, lr=0.1)
+    fisher = run(t, rounds=4, local_steps=5, lr=0.1, aggregator="fisher", precision="exact")
+    np.testing.assert_allclose(fisher.global_models, fedavg.global_models, atol=1e-12)
+    # and FedAvg's fixed point is theta* (the mean of the optima) whatever E
+    np.testing.assert_allclose(fixed_point(t, fedavg.targets, lr=0.1, local_steps=50), fedavg.theta_star, atol=1e-10)
+    np.testing.assert_allclose(fedavg.theta_star, fedavg.targets.mean(1), atol=1e-10)
+
+
+# ------------------------------------------------------------------ streams and determinism
+def test_replicates_are_deterministic_and_independent_of_their_company():
+    t = task(curvature="rotated")
+    cfg = QuadraticConfig(rounds=3, local_steps=4, aggregator="inverse_variance")
+    a = QuadraticFederation(t, cfg, replicates=4).run()
+    b = QuadraticFederation(t, cfg, replicates=4).run()
+    np.testing.assert_array_equal(a.global_models, b.global_models)
+    alone = QuadraticFederation(t, cfg, replicates=4).run(replicate_ids=[2])
+    np.testing.assert_array_equal(alone.global_models[:, 0], a.global_models[:, 2])
+    assert not np.array_equal(a.global_models[:, 0], a.global_models[:, 1])
+    other_seed = QuadraticFederation(t, cfg, replicates=4, seed=1).run()
+    assert not np.array_equal(other_seed.global_models, a.global_models)
+
+
+def test_rules_share_start_targets_and_noise():
+    t = task()
+    a = run(t, rounds=2, aggregator="fedavg")
+    b = run(t, rounds=2, aggregator="median")
+    np.testing.assert_array_equal(a.global_models[0], b.global_models[0])
+    np.testing.assert_array_equal(a.targets, b.targets)
+    fed = QuadraticFederation(t, QuadraticConfig(aggregator="fisher"), replicates=3)
+    np.testing.assert_array_equal(fed.noise([0, 1, 2], 1, 0), QuadraticFederation(t, QuadraticConfig()).noise(
+        [0, 1, 2], 1, 0))
+
+
+def test_start_and_shared_streams():
+    t = task()
+    fixed = run(t, rounds=1, init="fixed")
+    np.testing.assert_array_equal(fixed.global_models[0], 0.0)
+    data = run(t, rounds=1, shared=["data"])
+    offsets = data.targets - np.stack([t.client_problem(c)[1] for c in range(3)])
+    np.testing.assert_allclose(offsets[:, 0], offsets[:, 1], atol=1e-12)
+    fed = QuadraticFederation(t, QuadraticConfig(shared=["noise"]), replicates=2)
+    np.testing.assert_array_equal(fed.noise([0, 1], 1, 0), fed.noise([0, 1], 1, 2))
+    own = QuadraticFederation(t, QuadraticConfig(), replicates=2)
+    assert not np.array_equal(own.noise([0, 1], 1, 0), own.noise([0, 1], 1, 2))
+
+
+def test_noise_correlation_rho():
+    t = task(rho=0.5, d=4)
+    fed = QuadraticFederation(t, QuadraticConfig(local_steps=1), replicates=1)
+    a = np.concatenate([fed.noise([r], 1, 0)[0, 0] for r in range(3000)])
+    b = np.concatenate([fed.noise([r], 1, 1)[0, 0] for r in range(3000)])
+    assert abs(np.corrcoef(a, b)[0, 1] - 0.5) < 0.05
+
+
+# ------------------------------------------------------------------ bad input
+@pytest.mark.parametrize("config, error, match", [
+    ({"rounds": 0}, ValueError, "`rounds`"),
+    ({"local_steps": 1.5}, TypeError, "`local_steps` must be an integer"),
+    ({"lr": 0.0}, ValueError, "`lr`"),
+    ({"aggregator": "nope"}, ValueError, "`aggregator`"),
+    ({"aggregator": "trimmed_mean", "aggregator_params": {"alpha": 1}}, TypeError, "do not fit the aggregator"),
+    ({"precision": "guess"}, ValueError, "`precision`"),
+    ({"n_probes": 0}, ValueError, "`n_probes`"),
+    ({"local_steps": 4, "burn_in": 4}, ValueError, "`burn_in`"),
+    ({"init": "random"}, ValueError, "`init`"),
+    ({"shared": ["batches"]}, ValueError, "streams \\['batches'\\] that task 'gaussian-sgd' does not have"),
+])
+def test_bad_config(config, error, match):
+    with pytest.raises(error, match=match):
+        QuadraticFederation(task(), QuadraticConfig(**config))
+
+
+def test_bad_task_replicates_and_targets():
+    with pytest.raises(TypeError, match="`task` must be a GaussianSGDTask"):
+        QuadraticFederation(get_task("signal-rnn"), QuadraticConfig())
+    with pytest.raises(ValueError, match="`replicates`"):
+        QuadraticFederation(task(), QuadraticConfig(), replicates=0)
+    with pytest.raises(ValueError, match=r"`targets` must have shape \(\.\.\., 3, 6\)"):
+        fixed_point(task(), np.zeros((2, 6)), lr=0.1, local_steps=2)
+    with pytest.raises(ValueError, match="`precisions` must be finite"):
+        fixed_point(task(), np.zeros((3, 6)), lr=0.1, local_steps=2, precisions=-np.ones((3, 6)))
+
+
+def test_divergence_is_an_error_naming_the_rate():
+    with pytest.raises(ValueError, match=r"training diverged in round \d+.*lower `lr` \(now 50.0\)"):
+        run(task(), rounds=30, local_steps=30, lr=50.0)
