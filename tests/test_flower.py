@@ -26,7 +26,8 @@ from flwr.serverapp.strategy import FedAvg  # noqa: E402
 from mianalysis import DumpWriter, ParameterDump, analyze  # noqa: E402
 from mianalysis.federated.aggregation import and_mask, fedavg, geometric_mask, median, trimmed_mean  # noqa: E402
 from mianalysis.dumps.writer import IncompleteChunkWarning  # noqa: E402
-from mianalysis.flower import FedRule, LocalGrid, RecordingGrid, RunRecorder, record_runs, with_partition_id  # noqa: E402
+from mianalysis.flower import (DEPLOYMENT_CONFIG, FedRule, LocalGrid, RecordingGrid, RunRecorder,  # noqa: E402
+                               record_deployment, record_runs, with_partition_id)
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "flower"
@@ -437,6 +438,8 @@ def example(tmp_path_factory):
 def test_example_config_matches_its_pyproject(example):
     with open(EXAMPLE / "pyproject.toml", "rb") as fh:
         config = tomllib.load(fh)["tool"]["flwr"]["app"]["config"]
+    # The deployment's recording entries (record_deployment), off by default, and the app's own.
+    assert {f"mianalysis.{k}": v for k, v in config.pop("mianalysis").items()} == DEPLOYMENT_CONFIG
     assert config == example["task"].DEFAULT_CONFIG
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
 
-from mianalysis.flower import FedRule
+from mianalysis.flower import FedRule, record_deployment
 
 from .task import evaluate, initial_model, load_test, new_model
 
@@ -33,6 +33,9 @@ def main(grid: Grid, context: Context) -> None:
         loss, accuracy = evaluate(model, x_test, y_test)
         return MetricRecord({"test_loss": loss, "test_accuracy": accuracy})
 
-    strategy.start(grid, ArrayRecord(initial_model(int(cfg["seed"]), hidden).state_dict()),
-                   num_rounds=int(cfg["num-server-rounds"]), train_config=ConfigRecord(),
-                   evaluate_fn=central_evaluate)
+    rounds = int(cfg["num-server-rounds"])
+    # In a deployment, `flwr run --run-config 'mianalysis.dump="/abs/dump" mianalysis.run=r ...'`
+    # records this run as run r of that dump; otherwise (and under record_runs) this is `grid`.
+    with record_deployment(grid, context, rounds=rounds, meta={"example": "examples/flower (digits)"}) as grid:
+        strategy.start(grid, ArrayRecord(initial_model(int(cfg["seed"]), hidden).state_dict()),
+                       num_rounds=rounds, train_config=ConfigRecord(), evaluate_fn=central_evaluate)
