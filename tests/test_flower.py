@@ -421,6 +421,131 @@ def test_a_recorded_flower_dump_can_be_analysed(tmp_path):
     assert row["value"] == pytest.approx(3.5 * np.sqrt(103.25), rel=1e-6)
 
 
+def unseeded_apps():
+    """A ServerApp and a ClientApp that read no seed: the initial model is NumPy's global
+    generator's, each client adds PyTorch's and Python's global random numbers."""
+    import random
+
+    import torch
+
+    server, client = ServerApp(), ClientApp()
+
+    @server.main()
+    def main(grid, context):
+        start = {"w": np.random.standard_normal(3).astype(np.float32)}
+        FedRule("fedavg", fraction_evaluate=0.0).start(grid, record_of(start), num_rounds=2)
+
+    @client.train()
+    def train(msg, context):
+        w = msg.content["arrays"]["w"].numpy() + torch.randn(3).numpy() + np.float32(random.random())
+        return Message(with_partition_id(RecordDict({"arrays": record_of({"w": w}), "metrics": MetricRecord(
+            {"num-examples": 1})}), context), reply_to=msg)
+
+    return server, client
+
+
+def global_states():
+    import random
+
+    import torch
+
+    return random.getstate(), np.random.get_state()[1].tobytes(), torch.get_rng_state().numpy().tobytes()
+
+
+def test_record_runs_seeds_an_app_that_reads_no_seed(tmp_path):
+    args = dict(num_partitions=3, rounds=2, seeds=[0, 1])
+    before = global_states()
+    first = record_runs(*unseeded_apps(), tmp_path / "a", **args)
+    again = record_runs(*unseeded_apps(), tmp_path / "b", **args)
+    assert global_states() == before  # the caller's generators are as they were
+    # The same seeds give the same bytes; the seeds' runs differ, and so do the clients.
+    assert first.chunk_records() == again.chunk_records()
+    run0, run1 = (chunk["sha256"] for chunk in first.chunk_records())
+    assert run0["0"] != run1["0"] and len(set(run0.values())) == 3
+
+
+def test_local_grid_seeds_each_message_of_each_node_apart():
+    import torch
+
+    draws = []
+    app = ClientApp()
+
+    @app.train()
+    def train(msg, context):
+        draws.append((context.node_config["partition-id"], float(torch.rand(1))))
+        return Message(RecordDict({"arrays": msg.content["arrays"], "metrics": MetricRecord({"num-examples": 1})}),
+                       reply_to=msg)
+
+    def two_rounds(seed):
+        draws.clear()
+        with LocalGrid(app, 2, seed=seed) as grid:
+            FedRule("fedavg", fraction_evaluate=0.0).start(grid, record_of(START), num_rounds=2)
+        return list(draws)
+
+    # Sorted: FedAvg samples the nodes with Python's `random`, which only record_runs seeds
+    # on the server side, so the nodes may be called in another order.
+    a, b, other = sorted(two_rounds(5)), sorted(two_rounds(5)), sorted(two_rounds(6))
+    assert a == b and len({x for _, x in a}) == 4  # 2 nodes x 2 rounds, each its own stream
+    assert [x for _, x in a] != [x for _, x in other]
+    with pytest.raises(ValueError, match="`seed` must be"):
+        LocalGrid(app, 2, seed=-1)
+
+
+def deployed_style_server(meta=None):
+    """The hand-made ServerApp, recording itself with record_deployment (as in a deployment)."""
+    app = ServerApp()
+
+    @app.main()
+    def main(grid, context):
+        start = {name: a + np.float32(context.run_config["seed"]) for name, a in START.items()}
+        with record_deployment(grid, context, rounds=2, meta=meta) as grid:
+            FedRule("median", fraction_evaluate=0.0).start(grid, record_of(start), num_rounds=2)
+
+    return app
+
+
+def run_as_deployed(server, client, config, run_id=1):
+    with LocalGrid(client, 3, run_config=config, run_id=run_id) as grid:
+        server(grid, Context(run_id=run_id, node_id=1, node_config={}, state=RecordDict(), run_config=dict(config)))
+
+
+def test_record_deployment_writes_what_record_runs_writes(tmp_path):
+    client = hand_made_app(scale_by_seed=True)
+    local = record_runs(hand_made_server(), client, tmp_path / "local", num_partitions=3, rounds=2, seeds=[0, 3],
+                        run_config={"rounds": 2})
+    out = tmp_path / "deployed"
+    for run, seed in enumerate([0, 3]):  # one `flwr run` each, with its seed and run index
+        run_as_deployed(deployed_style_server(), client, {"rounds": 2, "seed": seed, "mianalysis.dump": str(out),
+                                                          "mianalysis.run": run, "mianalysis.runs": 2}, run + 1)
+    deployed = ParameterDump.open(out)
+    assert deployed.chunk_records() == local.chunk_records() and deployed.completed_runs == 2
+    assert deployed.meta["flower"] == {"num_partitions": 3, "rounds": 2, "seed_key": "seed",
+                                       "run_config": {"rounds": 2}, "deployment": True}
+    # Without "mianalysis.dump" the app runs unrecorded (record_runs records it then).
+    run_as_deployed(deployed_style_server(), client, {"rounds": 2, "seed": 0})
+
+
+@pytest.mark.parametrize("entries, error, match", [
+    ({"mianalysis.dump": "relative/dump"}, ValueError, "'mianalysis.dump' must be an absolute path"),
+    ({"mianalysis.dump": 3}, TypeError, "'mianalysis.dump' must be a folder path"),
+    ({"mianalysis.run": 2, "mianalysis.runs": 2}, ValueError, "`mianalysis.run` must be"),
+    ({"mianalysis.runs": 0}, ValueError, "`mianalysis.runs` must be"),
+])
+def test_record_deployment_names_bad_entries(tmp_path, entries, error, match):
+    config = {"rounds": 2, "seed": 0, "mianalysis.dump": str(tmp_path / "d"), **entries}
+    with pytest.raises(error, match=match):
+        run_as_deployed(deployed_style_server(), hand_made_app(), config)
+    assert not (tmp_path / "d").exists()
+
+
+def test_record_deployment_refuses_a_written_run(tmp_path):
+    config = {"rounds": 2, "seed": 0, "mianalysis.dump": str(tmp_path / "d"), "mianalysis.runs": 2}
+    run_as_deployed(deployed_style_server(), hand_made_app(), config)
+    with pytest.raises(ValueError, match="run 0 of the dump .* is already written: give this `flwr run` another "
+                                         r"'mianalysis.run' \(runs not written yet: \[1\]\)"):
+        run_as_deployed(deployed_style_server(), hand_made_app(), config)
+
+
 # ---------------------------------------------------------------------------- the example
 
 
