@@ -608,6 +608,54 @@ def test_example_dump_holds_what_the_clients_sent(example, tmp_path):
     assert not np.array_equal(dump.samples("0", 1)[0], dump.samples("1", 1)[0])
 
 
+# ---------------------------------------------------------------------------- docs/flower.md
+
+
+def flower_page_blocks():
+    """The python blocks of docs/flower.md, all marked to be skipped by tests/test_docs.py
+    (they need the flower extra) and run here."""
+    from test_examples import python_blocks
+
+    blocks = python_blocks((ROOT / "docs" / "flower.md").read_text(), "docs/flower.md")
+    assert blocks and all(b.directive is not None and "tests/test_flower.py runs this block" in b.directive
+                          for b in blocks), [b.directive for b in blocks]
+    return blocks
+
+
+def test_flower_page_record_runs_example_runs_and_prints_what_the_page_shows(in_tmp_dir, single_threaded_torch):
+    from test_examples import run_block
+
+    block = next(b for b in flower_page_blocks() if "record_runs(" in b.text)
+    assert block.output is not None  # the page shows what it prints
+    before = global_states()
+    report = run_block(block, "docs/flower.md")
+    assert not report, f"\n{report}"
+    assert global_states() == before
+    dump = ParameterDump.open(in_tmp_dir / "flower_dump")
+    # Eight different runs (the app reads no seed; record_runs seeds its generators).
+    assert len({str(chunk["sha256"]) for chunk in dump.chunk_records()}) == 8
+    assert dump.verify() == 8
+
+
+def test_flower_page_fedrule_example_runs_on_a_local_grid():
+    block = next(b for b in flower_page_blocks() if "FedRule(" in b.text)
+    namespace = {"__name__": "__docs__"}
+    exec(compile(block.text, f"docs/flower.md:{block.line}", "exec"), namespace)
+    calls = []
+    echo = ClientApp()
+
+    @echo.train()
+    def train(msg, context):  # returns the model it received, each array plus one
+        calls.append(context.node_config["partition-id"])
+        arrays = {k: msg.content["arrays"][k].numpy() + np.float32(1) for k in msg.content["arrays"].keys()}
+        return Message(RecordDict({"arrays": record_of(arrays), "metrics": MetricRecord({"num-examples": 1})}),
+                       reply_to=msg)
+
+    with LocalGrid(echo, 3) as grid:
+        namespace["app"](grid, Context(run_id=1, node_id=1, node_config={}, state=RecordDict(), run_config={}))
+    assert sorted(calls) == sorted([0, 1, 2] * 10)  # every client in each of the 10 rounds
+
+
 # ---------------------------------------------------------------------------- the optional import
 
 
