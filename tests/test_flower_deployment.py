@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -40,8 +41,9 @@ MARKER = "MIANALYSIS_FLOWER_DEPLOYMENT_TEST"
 
 NODES = 2
 SEEDS = [0, 1]
-# A small, quick run of the example: one round, 4 hidden units, few batches.
-CONFIG = {"num-server-rounds": 1, "hidden": 4, "batch-size": 50}
+# A small, quick run of the example: one round, 4 hidden units, few batches, no evaluation
+# on the clients (each message a SuperNode handles starts a ClientApp process).
+CONFIG = {"num-server-rounds": 1, "hidden": 4, "batch-size": 50, "fraction-evaluate": 0.0}
 
 STARTUP_S = 120  # SuperLink up and every SuperNode connected (a loaded 2-core machine is slow)
 RUN_S = 300  # one `flwr run` to its end
@@ -107,14 +109,17 @@ class Deployment:
         self.port = free_port()
 
     def start(self, name, args):
+        # The hard timeout of a long-lived process: coreutils' `timeout` ends it even if this
+        # test process dies; the timer, where `timeout` is missing, while it lives.
+        limit = ["timeout", "-k", "10", str(PROCESS_S)] if shutil.which("timeout") else []
         log = open(self.logs / f"{name}.log", "wb")
-        process = subprocess.Popen([str(BIN / args[0]), *args[1:]], env=self.env, stdout=log,
+        process = subprocess.Popen([*limit, str(BIN / args[0]), *args[1:]], env=self.env, stdout=log,
                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.folder)
         log.close()
-        timer = threading.Timer(PROCESS_S, process.kill)  # the hard timeout of a long-lived process
+        timer = threading.Timer(PROCESS_S + 15, process.kill)
         timer.daemon = True
         timer.start()
-        self.processes.append((process, timer))
+        self.processes.append((name, process, timer))
         return process
 
     def log(self, name):
@@ -131,9 +136,9 @@ class Deployment:
         while time.monotonic() < deadline:
             if ready():
                 return
-            for process, _ in self.processes:
+            for name, process, _ in self.processes:
                 if process.poll() is not None:
-                    pytest.fail(f"{process.args[0]} exited with {process.returncode} while waiting for {what}\n"
+                    pytest.fail(f"{name} exited with {process.returncode} while waiting for {what}\n"
                                 f"{self.logs_tail()}")
             time.sleep(0.5)
         pytest.fail(f"timed out after {timeout} s waiting for {what}\n{self.logs_tail()}")
@@ -171,11 +176,11 @@ class Deployment:
     def __exit__(self, *exc_info):
         # Every process of this deployment: those started here and their descendants, even
         # those Flower detached from their parent (found by the marker in their environment).
-        for process, timer in self.processes:
+        for _, process, timer in self.processes:
             timer.cancel()
-        end_processes([p.pid for p, _ in self.processes if p.poll() is None])
+        end_processes([p.pid for _, p, _ in self.processes if p.poll() is None])
         end_processes(marked_processes(self.token))
-        for process, _ in self.processes:
+        for _, process, _ in self.processes:
             try:
                 process.wait(timeout=10)
             except subprocess.TimeoutExpired:

@@ -22,8 +22,10 @@ def main(grid: Grid, context: Context) -> None:
     rule = str(cfg["rule"])
     params = {name: float(cfg[name]) for name in RULE_SETTINGS.get(rule, ()) if name in cfg}
     n_nodes = len(list(grid.get_node_ids()))
-    strategy = FedRule(rule, rule_params=params, fraction_train=1.0, fraction_evaluate=1.0,
-                       min_train_nodes=n_nodes, min_evaluate_nodes=n_nodes, min_available_nodes=n_nodes)
+    fraction_evaluate = float(cfg["fraction-evaluate"])
+    strategy = FedRule(rule, rule_params=params, fraction_train=1.0, fraction_evaluate=fraction_evaluate,
+                       min_train_nodes=n_nodes, min_evaluate_nodes=1 if fraction_evaluate > 0 else 0,
+                       min_available_nodes=n_nodes)
     hidden = int(cfg["hidden"])
     x_test, y_test = load_test(data_seed=int(cfg["data-seed"]))
 
