@@ -289,7 +289,7 @@ def record_runs(server_app: ServerApp, client_app: ClientApp, out: str | os.Path
 # The run-config entries a deployed ServerApp reads to record its run (record_deployment);
 # an app declares them, with these defaults (recording off), in its pyproject.toml's
 # [tool.flwr.app.config.mianalysis] table so that `flwr run --run-config` may set them.
-DEPLOYMENT_CONFIG: dict[str, Any] = {"mianalysis.dump": "", "mianalysis.run": 0, "mianalysis.runs": 1}
+DEPLOYMENT_CONFIG = {"mianalysis.dump": "", "mianalysis.run": 0, "mianalysis.runs": 1}
 
 
 @contextlib.contextmanager

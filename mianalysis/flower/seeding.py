@@ -44,4 +44,4 @@ def seeded_globals(*words: int) -> Iterator[None]:
             torch.set_rng_state(saved[2])
 
 
-__all__: list[str] = []
+__all__ = ["seeded_globals", "SERVER_STREAM", "CLIENT_STREAM"]
