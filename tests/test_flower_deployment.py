@@ -16,6 +16,7 @@ by its id, on success and on failure, and the test checks that none is left.
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import shutil
 import signal
@@ -173,6 +174,15 @@ class Deployment:
         assert result.returncode == 0, f"flwr run failed:\n{result.stdout}\n{result.stderr}\n{self.logs_tail()}"
         return result
 
+    def run_statuses(self):
+        """The status of every run the SuperLink knows (`flwr ls`), e.g. "finished:completed"."""
+        result = subprocess.run([str(BIN / "flwr"), "ls", "test", "--format", "json"], env=self.env, cwd=self.folder,
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, f"flwr ls failed:\n{result.stdout}\n{result.stderr}"
+        listed = json.loads(result.stdout[result.stdout.index("{"):])
+        runs = listed["runs"] if isinstance(listed, dict) else listed
+        return sorted(run["status"] for run in runs)
+
     def __exit__(self, *exc_info):
         # Every process of this deployment: those started here and their descendants, even
         # those Flower detached from their parent (found by the marker in their environment).
@@ -223,8 +233,11 @@ def test_example_through_superlink_and_supernodes_records_the_local_grids_bytes(
         for run, seed in enumerate(SEEDS):
             deployment.flwr_run({**CONFIG, "seed": seed, "mianalysis.dump": str(deployed_path),
                                  "mianalysis.run": run, "mianalysis.runs": len(SEEDS)}, f"flwr_run_{run}")
+        # `flwr run` exits with 0 even when the ServerApp fails: the SuperLink knows how each run ended.
+        statuses = deployment.run_statuses()
         token = deployment.token
         logs = deployment.logs_tail()
+    assert statuses == ["finished:completed"] * len(SEEDS), f"{statuses}\n{logs}"
     assert marked_processes(token) == [], "processes of the deployment are left running"
 
     assert deployed_path.exists(), f"the deployed ServerApp wrote no dump\n{logs}"
