@@ -26,7 +26,8 @@ from flwr.serverapp.strategy import FedAvg  # noqa: E402
 from mianalysis import DumpWriter, ParameterDump, analyze  # noqa: E402
 from mianalysis.federated.aggregation import and_mask, fedavg, geometric_mask, median, trimmed_mean  # noqa: E402
 from mianalysis.dumps.writer import IncompleteChunkWarning  # noqa: E402
-from mianalysis.flower import FedRule, LocalGrid, RecordingGrid, RunRecorder, record_runs, with_partition_id  # noqa: E402
+from mianalysis.flower import (DEPLOYMENT_CONFIG, FedRule, LocalGrid, RecordingGrid, RunRecorder,  # noqa: E402
+                               record_deployment, record_runs, with_partition_id)
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "flower"
@@ -420,6 +421,131 @@ def test_a_recorded_flower_dump_can_be_analysed(tmp_path):
     assert row["value"] == pytest.approx(3.5 * np.sqrt(103.25), rel=1e-6)
 
 
+def unseeded_apps():
+    """A ServerApp and a ClientApp that read no seed: the initial model is NumPy's global
+    generator's, each client adds PyTorch's and Python's global random numbers."""
+    import random
+
+    import torch
+
+    server, client = ServerApp(), ClientApp()
+
+    @server.main()
+    def main(grid, context):
+        start = {"w": np.random.standard_normal(3).astype(np.float32)}
+        FedRule("fedavg", fraction_evaluate=0.0).start(grid, record_of(start), num_rounds=2)
+
+    @client.train()
+    def train(msg, context):
+        w = msg.content["arrays"]["w"].numpy() + torch.randn(3).numpy() + np.float32(random.random())
+        return Message(with_partition_id(RecordDict({"arrays": record_of({"w": w}), "metrics": MetricRecord(
+            {"num-examples": 1})}), context), reply_to=msg)
+
+    return server, client
+
+
+def global_states():
+    import random
+
+    import torch
+
+    return random.getstate(), np.random.get_state()[1].tobytes(), torch.get_rng_state().numpy().tobytes()
+
+
+def test_record_runs_seeds_an_app_that_reads_no_seed(tmp_path):
+    args = dict(num_partitions=3, rounds=2, seeds=[0, 1])
+    before = global_states()
+    first = record_runs(*unseeded_apps(), tmp_path / "a", **args)
+    again = record_runs(*unseeded_apps(), tmp_path / "b", **args)
+    assert global_states() == before  # the caller's generators are as they were
+    # The same seeds give the same bytes; the seeds' runs differ, and so do the clients.
+    assert first.chunk_records() == again.chunk_records()
+    run0, run1 = (chunk["sha256"] for chunk in first.chunk_records())
+    assert run0["0"] != run1["0"] and len(set(run0.values())) == 3
+
+
+def test_local_grid_seeds_each_message_of_each_node_apart():
+    import torch
+
+    draws = []
+    app = ClientApp()
+
+    @app.train()
+    def train(msg, context):
+        draws.append((context.node_config["partition-id"], float(torch.rand(1))))
+        return Message(RecordDict({"arrays": msg.content["arrays"], "metrics": MetricRecord({"num-examples": 1})}),
+                       reply_to=msg)
+
+    def two_rounds(seed):
+        draws.clear()
+        with LocalGrid(app, 2, seed=seed) as grid:
+            FedRule("fedavg", fraction_evaluate=0.0).start(grid, record_of(START), num_rounds=2)
+        return list(draws)
+
+    # Sorted: FedAvg samples the nodes with Python's `random`, which only record_runs seeds
+    # on the server side, so the nodes may be called in another order.
+    a, b, other = sorted(two_rounds(5)), sorted(two_rounds(5)), sorted(two_rounds(6))
+    assert a == b and len({x for _, x in a}) == 4  # 2 nodes x 2 rounds, each its own stream
+    assert [x for _, x in a] != [x for _, x in other]
+    with pytest.raises(ValueError, match="`seed` must be"):
+        LocalGrid(app, 2, seed=-1)
+
+
+def deployed_style_server(meta=None):
+    """The hand-made ServerApp, recording itself with record_deployment (as in a deployment)."""
+    app = ServerApp()
+
+    @app.main()
+    def main(grid, context):
+        start = {name: a + np.float32(context.run_config["seed"]) for name, a in START.items()}
+        with record_deployment(grid, context, rounds=2, meta=meta) as grid:
+            FedRule("median", fraction_evaluate=0.0).start(grid, record_of(start), num_rounds=2)
+
+    return app
+
+
+def run_as_deployed(server, client, config, run_id=1):
+    with LocalGrid(client, 3, run_config=config, run_id=run_id) as grid:
+        server(grid, Context(run_id=run_id, node_id=1, node_config={}, state=RecordDict(), run_config=dict(config)))
+
+
+def test_record_deployment_writes_what_record_runs_writes(tmp_path):
+    client = hand_made_app(scale_by_seed=True)
+    local = record_runs(hand_made_server(), client, tmp_path / "local", num_partitions=3, rounds=2, seeds=[0, 3],
+                        run_config={"rounds": 2})
+    out = tmp_path / "deployed"
+    for run, seed in enumerate([0, 3]):  # one `flwr run` each, with its seed and run index
+        run_as_deployed(deployed_style_server(), client, {"rounds": 2, "seed": seed, "mianalysis.dump": str(out),
+                                                          "mianalysis.run": run, "mianalysis.runs": 2}, run + 1)
+    deployed = ParameterDump.open(out)
+    assert deployed.chunk_records() == local.chunk_records() and deployed.completed_runs == 2
+    assert deployed.meta["flower"] == {"num_partitions": 3, "rounds": 2, "seed_key": "seed",
+                                       "run_config": {"rounds": 2}, "deployment": True}
+    # Without "mianalysis.dump" the app runs unrecorded (record_runs records it then).
+    run_as_deployed(deployed_style_server(), client, {"rounds": 2, "seed": 0})
+
+
+@pytest.mark.parametrize("entries, error, match", [
+    ({"mianalysis.dump": "relative/dump"}, ValueError, "'mianalysis.dump' must be an absolute path"),
+    ({"mianalysis.dump": 3}, TypeError, "'mianalysis.dump' must be a folder path"),
+    ({"mianalysis.run": 2, "mianalysis.runs": 2}, ValueError, "`mianalysis.run` must be"),
+    ({"mianalysis.runs": 0}, ValueError, "`mianalysis.runs` must be"),
+])
+def test_record_deployment_names_bad_entries(tmp_path, entries, error, match):
+    config = {"rounds": 2, "seed": 0, "mianalysis.dump": str(tmp_path / "d"), **entries}
+    with pytest.raises(error, match=match):
+        run_as_deployed(deployed_style_server(), hand_made_app(), config)
+    assert not (tmp_path / "d").exists()
+
+
+def test_record_deployment_refuses_a_written_run(tmp_path):
+    config = {"rounds": 2, "seed": 0, "mianalysis.dump": str(tmp_path / "d"), "mianalysis.runs": 2}
+    run_as_deployed(deployed_style_server(), hand_made_app(), config)
+    with pytest.raises(ValueError, match="run 0 of the dump .* is already written: give this `flwr run` another "
+                                         r"'mianalysis.run' \(runs not written yet: \[1\]\)"):
+        run_as_deployed(deployed_style_server(), hand_made_app(), config)
+
+
 # ---------------------------------------------------------------------------- the example
 
 
@@ -437,6 +563,8 @@ def example(tmp_path_factory):
 def test_example_config_matches_its_pyproject(example):
     with open(EXAMPLE / "pyproject.toml", "rb") as fh:
         config = tomllib.load(fh)["tool"]["flwr"]["app"]["config"]
+    # The deployment's recording entries (record_deployment), off by default, and the app's own.
+    assert {f"mianalysis.{k}": v for k, v in config.pop("mianalysis").items()} == DEPLOYMENT_CONFIG
     assert config == example["task"].DEFAULT_CONFIG
 
 
@@ -478,6 +606,54 @@ def test_example_dump_holds_what_the_clients_sent(example, tmp_path):
     # Runs differ (their seeds), clients differ (their data), rounds differ (training).
     assert not np.array_equal(dump.samples("0", 1)[0], dump.samples("0", 1)[1])
     assert not np.array_equal(dump.samples("0", 1)[0], dump.samples("1", 1)[0])
+
+
+# ---------------------------------------------------------------------------- docs/flower.md
+
+
+def flower_page_blocks():
+    """The python blocks of docs/flower.md, all marked to be skipped by tests/test_docs.py
+    (they need the flower extra) and run here."""
+    from test_examples import python_blocks
+
+    blocks = python_blocks((ROOT / "docs" / "flower.md").read_text(), "docs/flower.md")
+    assert blocks and all(b.directive is not None and "tests/test_flower.py runs this block" in b.directive
+                          for b in blocks), [b.directive for b in blocks]
+    return blocks
+
+
+def test_flower_page_record_runs_example_runs_and_prints_what_the_page_shows(in_tmp_dir, single_threaded_torch):
+    from test_examples import run_block
+
+    block = next(b for b in flower_page_blocks() if "record_runs(" in b.text)
+    assert block.output is not None  # the page shows what it prints
+    before = global_states()
+    report = run_block(block, "docs/flower.md")
+    assert not report, f"\n{report}"
+    assert global_states() == before
+    dump = ParameterDump.open(in_tmp_dir / "flower_dump")
+    # Eight different runs (the app reads no seed; record_runs seeds its generators).
+    assert len({str(chunk["sha256"]) for chunk in dump.chunk_records()}) == 8
+    assert dump.verify() == 8
+
+
+def test_flower_page_fedrule_example_runs_on_a_local_grid():
+    block = next(b for b in flower_page_blocks() if "FedRule(" in b.text)
+    namespace = {"__name__": "__docs__"}
+    exec(compile(block.text, f"docs/flower.md:{block.line}", "exec"), namespace)
+    calls = []
+    echo = ClientApp()
+
+    @echo.train()
+    def train(msg, context):  # returns the model it received, each array plus one
+        calls.append(context.node_config["partition-id"])
+        arrays = {k: msg.content["arrays"][k].numpy() + np.float32(1) for k in msg.content["arrays"].keys()}
+        return Message(RecordDict({"arrays": record_of(arrays), "metrics": MetricRecord({"num-examples": 1})}),
+                       reply_to=msg)
+
+    with LocalGrid(echo, 3) as grid:
+        namespace["app"](grid, Context(run_id=1, node_id=1, node_config={}, state=RecordDict(), run_config={}))
+    assert sorted(calls) == sorted([0, 1, 2] * 10)  # every client in each of the 10 rounds
 
 
 # ---------------------------------------------------------------------------- the optional import

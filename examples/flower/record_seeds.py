@@ -56,6 +56,7 @@ CONFIG_ARGUMENTS = {
     "hidden": {"type": _number(int, low=1)},
     "partition": {"choices": PARTITIONS},
     "data-seed": {"type": _number(int, low=0)},
+    "fraction-evaluate": {"type": _number(float, low=0, high=1)},
 }
 
 

@@ -12,6 +12,8 @@ This package is the optional extra ``mianalysis[flower]`` (Flower >= 1.42, Pytho
   partition id, checkpoint = round), one run at a time.
 - :func:`record_runs` -- run one Flower app for several seeds into a dump of as many runs,
   ready for ``mianalysis analyze``.
+- :func:`record_deployment` -- inside a deployed ServerApp (``flwr run`` with a SuperLink),
+  record that run as run r of a dump, when the run config names one.
 - :func:`with_partition_id` and :func:`partition_id` -- how a ClientApp's reply says which
   partition (client) it comes from.
 """
@@ -24,9 +26,9 @@ except ImportError as exc:
     raise ImportError("mianalysis.flower needs Flower (Python >= 3.11): pip install 'mianalysis[flower]'") from None
 
 from .grid import LocalGrid
-from .recorder import RecordingGrid, RunRecorder, record_runs
+from .recorder import DEPLOYMENT_CONFIG, RecordingGrid, RunRecorder, record_deployment, record_runs
 from .records import partition_id, with_partition_id
 from .strategy import FedRule
 
-__all__ = ["FedRule", "LocalGrid", "RecordingGrid", "RunRecorder", "record_runs", "partition_id",
-           "with_partition_id"]
+__all__ = ["DEPLOYMENT_CONFIG", "FedRule", "LocalGrid", "RecordingGrid", "RunRecorder", "partition_id",
+           "record_deployment", "record_runs", "with_partition_id"]

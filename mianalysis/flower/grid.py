@@ -15,6 +15,7 @@ from flwr.supercore.task_identity import TaskIdentity
 
 from .._validation import check_int
 from .records import PARTITION_KEY
+from .seeding import CLIENT_STREAM, seeded_globals
 
 SERVER_NODE_ID = 1  # the node id Flower gives the server side (SuperLink)
 FIRST_NODE_ID = 1000  # partition p is node FIRST_NODE_ID + p: never a partition id itself
@@ -49,6 +50,13 @@ class LocalGrid(Grid):
     node_config : mapping, optional
         More entries for every node's ``context.node_config``.
     run_id : int, default=1
+    seed : int, optional
+        The run's seed. When given, every ClientApp call runs with Python's ``random``,
+        NumPy's global generator and PyTorch's CPU generator seeded from (`seed`,
+        partition, how many messages the node received before), and the caller's states
+        restored afterwards: an app that draws from those generators without reading a
+        seed gets a different, reproducible stream for every seed, node and message, as
+        a deployed node's fresh ClientApp process would get a fresh one.
 
     Examples
     --------
@@ -62,12 +70,13 @@ class LocalGrid(Grid):
     """
 
     def __init__(self, client_app: ClientApp, num_partitions: int, *, run_config: Mapping[str, Any] | None = None,
-                 node_config: Mapping[str, Any] | None = None, run_id: int = 1) -> None:
+                 node_config: Mapping[str, Any] | None = None, run_id: int = 1, seed: int | None = None) -> None:
         if not isinstance(client_app, ClientApp):
             raise TypeError(f"`client_app` must be a flwr.clientapp.ClientApp; got {type(client_app).__name__}")
         num_partitions = check_int(num_partitions, "num_partitions", low=1)
         self.client_app = client_app
         self.run_config = dict(run_config or {})
+        self.seed = None if seed is None else check_int(seed, "seed", low=0)
         self._run = Run.create_empty(check_int(run_id, "run_id", low=0))
         self.contexts = {
             FIRST_NODE_ID + p: Context(run_id=self._run.run_id, node_id=FIRST_NODE_ID + p,
@@ -77,6 +86,7 @@ class LocalGrid(Grid):
             for p in range(num_partitions)}
         self._replies: dict[str, Message] = {}
         self._sent = 0
+        self._received = dict.fromkeys(self.contexts, 0)  # messages delivered to each node
         self._saved_identity: list[tuple[int | None, int | None, int | None]] = []
 
     def __enter__(self) -> LocalGrid:
@@ -137,13 +147,21 @@ class LocalGrid(Grid):
                 run_id=self._run.run_id, message_id=message_id, src_node_id=SERVER_NODE_ID, dst_node_id=node,
                 reply_to_message_id="", group_id=message.metadata.group_id, created_at=time.time(),
                 ttl=message.metadata.ttl, message_type=message.metadata.message_type))
-            reply = self.client_app(delivered, self.contexts[node])
+            reply = self._call(delivered, node)
             if not isinstance(reply, Message):
                 raise TypeError(f"the ClientApp returned {type(reply).__name__} for a "
                                 f"{message.metadata.message_type!r} message; expected a flwr Message")
             self._replies[message_id] = reply
             ids.append(message_id)
         return ids
+
+    def _call(self, message: Message, node: int) -> Message:
+        """The ClientApp's reply to `message` on `node` (with the global generators seeded, given a seed)."""
+        count, self._received[node] = self._received[node], self._received[node] + 1
+        if self.seed is None:
+            return self.client_app(message, self.contexts[node])
+        with seeded_globals(self.seed, CLIENT_STREAM, self.partition_of(node), count):
+            return self.client_app(message, self.contexts[node])
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
         """The replies to the messages `message_ids` (each returned once)."""

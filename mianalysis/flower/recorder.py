@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -19,6 +19,7 @@ from ..dumps.writer import DumpWriter
 from ..dumps import ParameterDump
 from .grid import SERVER_NODE_ID, LocalGrid
 from .records import named_arrays, partition_id, the_array_record
+from .seeding import SERVER_STREAM, seeded_globals
 
 
 class RunRecorder:
@@ -215,9 +216,20 @@ def record_runs(server_app: ServerApp, client_app: ClientApp, out: str | os.Path
     result is an ordinary dump: ``mianalysis analyze OUT`` measures MI and distances between
     the clients at every round.
 
-    The app must make the seed decide everything random (initial model, data order) so
-    that runs are independent replicates, train every client in every round
-    (``fraction_train=1.0``), and run `rounds` training rounds.
+    The seed reaches the app in two ways, so an app needs no change to be recorded:
+
+    - Python's ``random``, NumPy's global generator and PyTorch's CPU generator are
+      seeded from (seed, "server") for the ServerApp and from (seed, partition, message
+      number) for each ClientApp call (see :class:`LocalGrid`), and restored afterwards:
+      an app that draws from them (PyTorch's default initialisation, ``DataLoader(shuffle=True)``)
+      without reading any seed gets a different, reproducible run for every seed.
+    - ``context.run_config[seed_key]`` holds the seed, for an app that makes its own
+      generators (Flower has no convention for a seed; in a deployment this is the way,
+      ``flwr run --run-config "seed=3"``).
+
+    The app must draw everything random from one of these (the same seed then gives the
+    same dump, byte for byte), train every client in every round (``fraction_train=1.0``),
+    and run `rounds` training rounds.
 
     Parameters
     ----------
@@ -265,12 +277,107 @@ def record_runs(server_app: ServerApp, client_app: ClientApp, out: str | os.Path
         for run in writer.missing_runs():
             recorder = RunRecorder(writer, run)
             config = {**run_config, seed_key: seeds[run]}
-            with LocalGrid(client_app, num_partitions, run_config=config, run_id=run + 1) as local:
+            with LocalGrid(client_app, num_partitions, run_config=config, run_id=run + 1, seed=seeds[run]) as local, \
+                    seeded_globals(seeds[run], SERVER_STREAM):
                 context = Context(run_id=run + 1, node_id=SERVER_NODE_ID, node_config={}, state=RecordDict(),
                                   run_config=dict(config))
                 server_app(RecordingGrid(local, recorder), context)
             recorder.check_complete()
     return ParameterDump.open(out)
+
+
+# The run-config entries a deployed ServerApp reads to record its run (record_deployment);
+# an app declares them, with these defaults (recording off), in its pyproject.toml's
+# [tool.flwr.app.config.mianalysis] table so that `flwr run --run-config` may set them.
+DEPLOYMENT_CONFIG = {"mianalysis.dump": "", "mianalysis.run": 0, "mianalysis.runs": 1}
+
+
+@contextlib.contextmanager
+def record_deployment(grid: Grid, context: Context, *, rounds: int, seed_key: str = "seed",
+                      meta: Mapping[str, Any] | None = None) -> Iterator[Grid]:
+    """Record one run of a deployed ServerApp (``flwr run`` with a SuperLink) as run r of a dump.
+
+    Inside a ServerApp's main function, around the strategy: the grid it yields records
+    every client's arrays at every round, as :func:`record_runs` does in-process, when the
+    run config asks for it, and is `grid` itself otherwise:
+
+    - ``"mianalysis.dump"``: the dump folder, an absolute path (the ServerApp runs in a
+      process and folder of Flower's choosing); ``""`` (the default) records nothing;
+    - ``"mianalysis.run"``: r, the run of the dump this ``flwr run`` fills;
+    - ``"mianalysis.runs"``: how many runs the dump holds.
+
+    Each ``flwr run`` (with its own seed and run index) writes its run into the same dump
+    (clients = the partition ids ``0 .. K - 1`` of the grid's K nodes, checkpoints = the
+    rounds ``0 .. rounds``, one chunk per run); for the same seeds it writes the same
+    samples as :func:`record_runs` on a :class:`LocalGrid`. The dump's meta is `meta`
+    plus the settings (nodes, rounds, and the run config without the seed and these
+    entries): every run of one dump must have the same ones. The ClientApp's replies must
+    carry their partition id (:func:`mianalysis.flower.with_partition_id`), and every
+    node must take part in every round.
+
+    Parameters
+    ----------
+    grid : flwr.serverapp.Grid
+        The grid Flower gives the ServerApp.
+    context : flwr.app.Context
+        The ServerApp's context (its ``run_config`` holds the entries above).
+    rounds : int
+        Training rounds the app runs.
+    seed_key : str, default="seed"
+        The run-config key of the seed (left out of the dump's meta: it differs by run).
+    meta : mapping, optional
+        More entries for the dump's meta (JSON values).
+
+    Yields
+    ------
+    flwr.serverapp.Grid
+        A :class:`RecordingGrid` around `grid`, or `grid` when ``"mianalysis.dump"`` is
+        absent or empty.
+
+    Raises
+    ------
+    ValueError
+        For a relative dump path, a run out of range or already written, and (after the
+        strategy) a run with a missing (client, round) record, naming them.
+
+    Examples
+    --------
+    In the ServerApp's main function::
+
+        with record_deployment(grid, context, rounds=num_rounds) as grid:
+            strategy.start(grid, initial_arrays, num_rounds=num_rounds)
+
+    and, one ``flwr run`` per seed (the keys declared in pyproject.toml)::
+
+        flwr run . local --run-config 'seed=3 mianalysis.dump="/data/dump" mianalysis.run=3 mianalysis.runs=40'
+    """
+    config = dict(context.run_config)
+    out = config.get("mianalysis.dump", "")
+    if not isinstance(out, str):
+        raise TypeError(f"the run config's 'mianalysis.dump' must be a folder path (a string); got {out!r}")
+    if not out:
+        yield grid
+        return
+    if not os.path.isabs(out):
+        raise ValueError(f"the run config's 'mianalysis.dump' must be an absolute path (the ServerApp runs in a "
+                         f"process and folder of Flower's choosing); got {out!r}")
+    runs = check_int(config.get("mianalysis.runs", 1), "mianalysis.runs", low=1)
+    run = check_int(config.get("mianalysis.run", 0), "mianalysis.run", low=0, high=runs - 1)
+    rounds = check_int(rounds, "rounds", low=1)
+    num_partitions = len(list(grid.get_node_ids()))
+    if num_partitions == 0:
+        raise ValueError("the grid has no nodes: start the SuperNodes before `flwr run`")
+    settings = {k: v for k, v in config.items() if k != seed_key and not k.startswith("mianalysis.")}
+    meta = {**dict(meta or {}), "flower": {"num_partitions": num_partitions, "rounds": rounds, "seed_key": seed_key,
+                                            "run_config": settings, "deployment": True}}
+    with DumpWriter(out, clients=range(num_partitions), checkpoints=range(rounds + 1), runs=runs, chunk_size=1,
+                    meta=meta) as writer:
+        if writer.is_written(run):
+            raise ValueError(f"run {run} of the dump {out} is already written: give this `flwr run` another "
+                             f"'mianalysis.run' (runs not written yet: {writer.missing_runs()})")
+        recorder = RunRecorder(writer, run)
+        yield RecordingGrid(grid, recorder)
+        recorder.check_complete()
 
 
 @contextlib.contextmanager
@@ -286,4 +393,4 @@ def _flower_messages(verbose):
         log.setLevel(level)
 
 
-__all__ = ["RunRecorder", "RecordingGrid", "record_runs"]
+__all__ = ["RunRecorder", "RecordingGrid", "record_runs", "record_deployment", "DEPLOYMENT_CONFIG"]

@@ -31,6 +31,7 @@ DEFAULT_CONFIG = {
     "hidden": 32,  # width of the 2NN's two hidden layers
     "partition": "iid",  # how the training digits are split: iid, shards, dirichlet, unequal
     "data-seed": 0,  # the train/test split and the partition: the same in every run
+    "fraction-evaluate": 1.0,  # clients evaluating the global model on their own data after each round (0: none)
     "seed": 0,  # the run's seed: initial model and data order
 }
 
