@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import textwrap
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -130,7 +131,8 @@ def demo_report(rows: Sequence[dict], out_dir: str | os.PathLike = "runs/demo", 
     floors = p_value_floor(DEMO_PERMUTATIONS)
     lines = [_task_line(demo_task(), runs, seed) + (f"; sampled, analysed and drawn in {seconds:.0f} s" if seconds
                                                      else ""), "",
-             design_note({"init": "per-run", "task": "signal-rnn"}) + ".", *start_notes(rows), "",
+             design_note({"init": "per-run", "task": "signal-rnn"}) + ".",
+             *(line for note in start_notes(rows) for line in textwrap.wrap(note, 98)), "",
              f"MI in bits (null: mean over shuffled pairings, {DEMO_PERMUTATIONS['gaussian']} for Gaussian and "
              f"{DEMO_PERMUTATIONS['ksg']} for KSG; p: permutation p-value, never below 1/(shuffles + 1): {floors}) "
              "and mean distances",
