@@ -162,6 +162,13 @@ def test_row_kinds_describe_every_quantity_once():
     assert text["loss"].startswith("a metric the dump recorded")
 
 
+def test_metrics_figure_needs_a_metric():
+    from mianalysis.plots import figure_metrics
+
+    with pytest.raises(ValueError, match="no recorded metric"):
+        figure_metrics(ROWS[:1])
+
+
 def test_p_value_floor():
     assert p_value_floor(20) == "1/21 = 0.048"
     assert p_value_floor({"gaussian": 0, "ksg": 100}) == "no p-value (no permutations) for gaussian, 1/101 = 0.010 for ksg"
