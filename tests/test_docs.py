@@ -195,7 +195,9 @@ def test_newcomer_pages_have_copyable_code_that_fits(page):
     assert blocks
     prompted = [b.line for b in blocks if ">>>" in b.text]
     assert not prompted, f"docs/{page}: blocks with >>> prompts at lines {prompted}"
-    wide = [(b.line, line) for b in blocks for line in b.text.splitlines() if len(line) > CODE_COLUMNS]
+    # (a ```text block is output to read, such as the demo's console, not code to copy)
+    wide = [(b.line, line) for b in blocks if b.language != "text" for line in b.text.splitlines()
+            if len(line) > CODE_COLUMNS]
     assert not wide, f"docs/{page}: code lines wider than {CODE_COLUMNS} characters: {wide}"
 
 
