@@ -247,7 +247,8 @@ def summary_text(table: AnalysisTable, dump: ParameterDump, files: Sequence[Path
              f"{label}s {', '.join(map(str, dump.checkpoints))}, {dump.n_params} parameters"
              + (f" (task {meta['task']})" if meta.get("task") else "") + ".",
              "",
-             f"Analysed by `mianalysis.analyze` with its defaults: MI estimators {estimators}; distances {metrics}; "
+             f"Analysed by `mianalysis.analyze`: MI estimators {estimators}; "
+             f"distances {metrics}; "
              f"{level:.0%} intervals; {n_permutations} permutations per MI row, so no p-value is below "
              f"1/(shuffles + 1) = {p_value_floor(n_permutations)}"
              + (f". Analysis, figures and this summary took {seconds:.0f} s." if seconds is not None else "."),
