@@ -29,6 +29,7 @@ from .estimators import (GaussianMINull, MarginalDistances, PermutationTestResul
                          gaussian_copula_mi, gaussian_mi, gaussian_mi_null, ksg_mi, ksg_ties, mi_permutation_test,
                          projection_mi_bound)
 from .headroom import headroom
+from .report import report
 from .sampling import ParameterSampler
 
 # Modules use one another through public names (tests/test_layout.py checks it). A
@@ -66,6 +67,7 @@ __all__ = [
     "analyze",
     "AnalysisTable",
     "headroom",
+    "report",
     "additive_model_mi",
     "isotropic_additive_mi",
     "additive_model_verdict",

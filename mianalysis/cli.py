@@ -181,6 +181,16 @@ def _cmd_analyze(args):
     _print_trends(table, args.ci_level)
 
 
+def _cmd_report(args):
+    from .report import SUMMARY, report
+
+    done = report(args.dump, args.out, n_permutations=args.permutations, estimators=args.estimators,
+                  random_state=args.seed, progress=_progress(args))
+    others = ", ".join(f.name for f in done.files if f.name != SUMMARY)
+    _say(args, f"wrote {done.out_dir / SUMMARY} (what each row means, which rows to read, the trends) and {others} "
+               f"in {done.seconds:.0f} s")
+
+
 def _print_trends(rows, level):
     from .experiment import TRENDS, trend_summary
 
@@ -494,6 +504,22 @@ def build_parser() -> argparse.ArgumentParser:
     ana.add_argument("--no-progress", action="store_true")
     _add_scheduler_options(ana, "checkpoints")
     ana.set_defaults(func=_cmd_analyze)
+
+    from .report import REPORT_PERMUTATIONS
+
+    rep = sub.add_parser("report", help="analyse a dump with a null for every MI row; write the table, figures "
+                                        "and report.md (what each row means, which to read, the trends)")
+    rep.add_argument("dump")
+    rep.add_argument("--out", required=True,
+                     help="folder for the report: new, empty, or an earlier report (replaced); never one with other files")
+    rep.add_argument("--permutations", type=int, default=REPORT_PERMUTATIONS,
+                     help=f"shuffles per MI row's null (default {REPORT_PERMUTATIONS}: p-values down to "
+                          f"1/{REPORT_PERMUTATIONS + 1})")
+    rep.add_argument("--estimators", nargs="+", choices=estimator_names(), default=None, metavar="ESTIMATOR",
+                     help="MI estimators (default: those of analyze): " + ", ".join(estimator_names()))
+    rep.add_argument("--seed", type=int, default=0)
+    rep.add_argument("--no-progress", action="store_true")
+    rep.set_defaults(func=_cmd_report)
 
     plo = sub.add_parser("plot", help="figure from an analysis table")
     plo.add_argument("table")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import textwrap
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -124,14 +125,14 @@ def demo_report(rows: Sequence[dict], out_dir: str | os.PathLike = "runs/demo", 
     from pathlib import Path
 
     from .analysis.design import design_note
+    from .analysis.reading import p_value_floor, start_notes
     from .experiment import TRENDS, correction_text, finding, summary_table, trend_summary
 
-    floors = ", ".join(f"1/{n + 1} = {1 / (n + 1):.3f} for {e}" for e, n in DEMO_PERMUTATIONS.items())
+    floors = p_value_floor(DEMO_PERMUTATIONS)
     lines = [_task_line(demo_task(), runs, seed) + (f"; sampled, analysed and drawn in {seconds:.0f} s" if seconds
                                                      else ""), "",
              design_note({"init": "per-run", "task": "signal-rnn"}) + ".",
-             "At iteration 0 (the start, shared by the clients of a run) their samples are identical: the MI is",
-             "infinite (inf, no null or p-value) and the distances 0.", "",
+             *(line for note in start_notes(rows) for line in textwrap.wrap(note, 98)), "",
              f"MI in bits (null: mean over shuffled pairings, {DEMO_PERMUTATIONS['gaussian']} for Gaussian and "
              f"{DEMO_PERMUTATIONS['ksg']} for KSG; p: permutation p-value, never below 1/(shuffles + 1): {floors}) "
              "and mean distances",

@@ -19,8 +19,8 @@ if TYPE_CHECKING:  # names used only in type hints (Matplotlib is loaded where a
 
 __all__ = [
     "save_figure", "check_drawable", "figure_mi", "figure_distances", "figure_title", "FIGURES", "plot_mi_panel",
-    "plot_metric_panel", "plot_distance_panel", "plot_update_panel", "pair_summary", "estimator_variant", "estimate_kinds", "figure_headroom",
-    "metric_names", "default_metric", "checkpoint_label"
+    "plot_metric_panel", "plot_distance_panel", "plot_update_panel", "pair_summary", "estimator_variant",
+    "estimate_kinds", "figure_headroom", "metric_names", "default_metric", "checkpoint_label", "figure_metrics"
 ]
 
 
@@ -690,6 +690,30 @@ def figure_distances(rows: Sequence[dict], title: str | None = None, *, record: 
     for ax, quantity in zip(axes[3:], updates):
         plot_update_panel(ax, rows, quantity)
     _label_checkpoints(axes, checkpoint_label(record))
+    _suptitle(fig, rows, title, record)
+    fig.tight_layout()
+    return fig
+
+
+def figure_metrics(rows: Sequence[dict], title: str | None = None, *, record: Mapping[str, Any] | None = None
+                   ) -> matplotlib.figure.Figure:
+    """Every recorded metric of a table (loss, accuracy, ...), one panel each
+    (:func:`plot_metric_panel`), in the order of :func:`metric_names`.
+
+    Parameters are those of :func:`figure_distances`.
+
+    Raises
+    ------
+    ValueError
+        If the table has no recorded metric.
+    """
+    names = metric_names(rows)
+    if not names:
+        raise ValueError("the table has no recorded metric (per-client rows such as loss) to draw")
+    fig, axes = _figure(len(names))
+    xlabel = checkpoint_label(record)
+    for ax, name in zip(np.atleast_1d(axes), names):
+        plot_metric_panel(ax, rows, name, xlabel=xlabel)
     _suptitle(fig, rows, title, record)
     fig.tight_layout()
     return fig

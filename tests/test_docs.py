@@ -169,4 +169,111 @@ def test_mkdocs_build_strict(tmp_path):
     assert result.returncode == 0, result.stderr[-4000:]
     assert (site / "index.html").exists() and (site / "api" / "estimators" / "index.html").exists()
     assert "record_runs" in (site / "api" / "flower" / "index.html").read_text(encoding="utf-8")
+    # the demo's figure is on the getting-started page; a doctest's copy button copies its code alone
+    started = (site / "getting-started" / "index.html").read_text(encoding="utf-8")
+    assert 'src="../assets/demo_mi.png"' in started and (site / "assets" / "demo_mi.png").is_file()
+    dumps = (site / "guide" / "dumps" / "index.html").read_text(encoding="utf-8")
+    copies = re.findall(r'data-copy="([^"]*)"', dumps)
+    assert copies and all("&gt;&gt;&gt;" not in c for c in copies) and any("import torch" in c for c in copies)
     shutil.rmtree(site)
+
+
+# ---------------------------------------------------------------- pages for newcomers
+
+# Pages a newcomer copies from: code without >>> prompts (the copy button copies the code
+# as it is) and code lines that fit the page's column at 1280 px (about 80 characters in
+# material's layout with both sidebars), so that no comment is cut off.
+NEWCOMER_PAGES = ("getting-started.md", "guide/own-loop.md")
+CODE_COLUMNS = 80
+
+
+@pytest.mark.parametrize("page", NEWCOMER_PAGES)
+def test_newcomer_pages_have_copyable_code_that_fits(page):
+    from test_examples import markdown_blocks
+
+    blocks = markdown_blocks((DOCS / page).read_text())
+    assert blocks
+    prompted = [b.line for b in blocks if ">>>" in b.text]
+    assert not prompted, f"docs/{page}: blocks with >>> prompts at lines {prompted}"
+    # (a ```text block is output to read, such as the demo's console, not code to copy)
+    wide = [(b.line, line) for b in blocks if b.language != "text" for line in b.text.splitlines()
+            if len(line) > CODE_COLUMNS]
+    assert not wide, f"docs/{page}: code lines wider than {CODE_COLUMNS} characters: {wide}"
+
+
+# What a user writes to use mianalysis: its names, and the writer the loop records through.
+OURS = re.compile(r"\b(mianalysis|DumpWriter|writer|analyze|save_figure|ParameterSampler|ModuleTask|report)\b")
+
+
+def lines_of_ours(code):
+    """The physical lines of `code` that use mianalysis: every simple statement that names
+    it (all its lines), and the header of a compound statement (``with DumpWriter(...)``)
+    that does; a training loop's own statements are not counted."""
+    import ast
+
+    source = code.splitlines()
+    counted = set()
+    for node in ast.walk(ast.parse(code)):
+        if not isinstance(node, ast.stmt):
+            continue
+        body = getattr(node, "body", None)
+        end = body[0].lineno - 1 if isinstance(body, list) and body else node.end_lineno
+        if OURS.search("\n".join(source[node.lineno - 1:end])):
+            counted.update(range(node.lineno, end + 1))
+    return sorted(counted)
+
+
+def test_lines_of_ours_counts_statements_and_headers():
+    code = ("import torch\nfrom mianalysis import DumpWriter\nwith DumpWriter('d', clients=['a'],\n"
+            "                checkpoints=[0], runs=1) as writer:\n    model = torch.nn.Linear(1, 1)\n"
+            "    for step in range(2):\n        writer.record(run=0, client='a',\n"
+            "                      checkpoint=0, params=model)\n")
+    assert lines_of_ours(code) == [2, 3, 4, 7, 8]
+
+
+def test_own_loop_page_is_at_most_ten_lines_of_ours():
+    page = (DOCS / "guide" / "own-loop.md").read_text()
+    blocks = python_blocks(page, "docs/guide/own-loop.md")
+    assert len(blocks) == 2  # a training loop to a figure; a module to a figure
+    for block in blocks:
+        ours = lines_of_ours(block.text)
+        assert 1 <= len(ours) <= 10, (block.line, ours)
+        assert block.directive is None and block.output is not None and block.output.strip().endswith(".png")
+        # the count the page states after the block is the count here
+        after = page.splitlines()[block.end:]
+        text = "\n".join(after[:after.index(next(line for line in after if line.startswith("## ")))]
+                         if any(line.startswith("## ") for line in after) else after)
+        stated = re.findall(r": (\d+) lines\.", text)
+        assert stated and int(stated[0]) == len(ours), (block.line, stated, ours)
+
+
+def test_getting_started_shows_the_demo_as_the_benchmark_recorded_it():
+    import json
+
+    page = (DOCS / "getting-started.md").read_text()
+    assert "![The demo's MI figure](assets/demo_mi.png)" in page and (DOCS / "assets" / "demo_mi.png").is_file()
+    printed = (DOCS / "assets" / "demo-output.txt").read_text()
+    assert f"```text\n{printed.rstrip()}\n```" in page, "the demo's output shown is not docs/assets/demo-output.txt"
+    record = json.loads((ROOT / "benchmarks" / "results" / "demo.json").read_text())
+    seconds = re.search(r"sampled, analysed and drawn in (\d+) s", printed).group(1)
+    assert f"{seconds} s" in page and f"{record['wall_seconds']:.0f} s" in page
+
+
+def _hooks():
+    pytest.importorskip("mkdocs")
+    spec = importlib.util.spec_from_file_location("docs_hooks", DOCS / "hooks.py")
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    return hooks
+
+
+def test_copy_button_copies_a_doctest_without_prompts_or_output():
+    hooks = _hooks()
+    page = ('<div class="language-python highlight"><pre><span></span><code><span class="o">&gt;&gt;&gt;</span> '
+            'x = [1 &lt; 2,\n<span class="o">...</span>      3]\n[True, 3]\n</code></pre></div>'
+            '<div class="language-text highlight"><pre><span></span><code>plain\n</code></pre></div>')
+    out = hooks.copyable(page)
+    assert out.count("data-copy=") == 1
+    assert 'data-copy="x = [1 &lt; 2,\n     3]\n"><pre>' in out  # the code alone, still escaped in the attribute
+    assert out.replace(' data-copy="x = [1 &lt; 2,\n     3]\n"', "") == page
+    assert hooks.doctest_source("print(1)\n") is None

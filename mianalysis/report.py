@@ -1,0 +1,283 @@
+"""A dump's report: its analysis table, figures and a Markdown summary, in one folder.
+
+:func:`report` (``mianalysis report DUMP --out DIR``) analyses a dump with the defaults of
+:func:`mianalysis.analyze` and a permutation null for every MI row, and writes into `DIR`:
+
+- ``table.csv`` (and its sidecar ``table.csv.json``): the analysis table;
+- ``mi.png``, ``distances.png`` and, when the dump recorded metrics, ``metrics.png``;
+- ``report.md``: what each row of the table means, which rows to read
+  (:mod:`mianalysis.analysis.reading`), what the sampling design forces on the MI
+  (:mod:`mianalysis.analysis.design`) and the trend verdicts with their family-wise
+  correction (:func:`mianalysis.experiment.trend_summary`).
+
+A report never replaces a file it did not write: `DIR` is new, empty, or holds an earlier
+report (only its files), which is then replaced.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ._io import new_file
+from ._validation import check_int
+from .analysis import AnalysisTable, analyze
+from .analysis.design import design_note
+from .analysis.reading import p_value_floor, reading_guide, row_kinds
+from .analysis.validate import dump_around
+
+if TYPE_CHECKING:  # names used only in type hints
+    from .dumps import ParameterDump
+
+__all__ = ["report", "Report", "REPORT_PERMUTATIONS", "REPORT_FILES", "HEADING", "check_report_folder"]
+
+# A permutation null for every MI row: 100 shuffles give p-values down to 1/101 = 0.0099, below
+# 0.05 with room for a family-wise correction; KSG's and the Gaussian nulls reuse each client's
+# distance matrix and covariance factors, so they cost a fraction of the estimates' own time.
+REPORT_PERMUTATIONS = 100
+TABLE = "table.csv"
+SUMMARY = "report.md"
+FIGURES = {"mi": "mi.png", "distances": "distances.png", "metrics": "metrics.png"}
+REPORT_FILES = (TABLE, TABLE + ".json", *FIGURES.values(), SUMMARY)
+# The first line of every report.md: how a folder is known to hold a report.
+HEADING = "# mianalysis report"
+
+
+@dataclass(frozen=True)
+class Report:
+    """What :func:`report` wrote.
+
+    Attributes
+    ----------
+    table : AnalysisTable
+        The analysis table (written to ``table.csv``).
+    out_dir : pathlib.Path
+        The report's folder.
+    files : tuple of pathlib.Path
+        Every file written, the summary last.
+    summary : str
+        The Markdown text of ``report.md``.
+    seconds : float
+        Wall-clock time of the analysis, figures and summary.
+    """
+
+    table: AnalysisTable
+    out_dir: Path
+    files: tuple[Path, ...]
+    summary: str
+    seconds: float
+
+
+def _own(name: str) -> bool:
+    """Whether a file name in a report folder is one a report writes (the table's journal,
+    lock and temporary files included)."""
+    return name in REPORT_FILES or name.startswith((TABLE + ".", "." + TABLE + ".", "." + SUMMARY + "."))
+
+
+def check_report_folder(out_dir: str | os.PathLike, dump: str | os.PathLike | None = None) -> bool:
+    """ValueError unless a report may be written into `out_dir`; whether it holds an earlier
+    report (which the new one replaces).
+
+    `out_dir` may be missing, an empty folder, or a folder of report files only whose
+    ``report.md`` starts with :data:`HEADING`; a folder with any other file, a file, a
+    dump or a folder inside a dump (`dump` or any other) is refused, naming the problem.
+
+    Parameters
+    ----------
+    out_dir : path
+    dump : path, optional
+        The dump to be reported on (`out_dir` may not be inside it).
+
+    Returns
+    -------
+    bool
+        True when `out_dir` holds an earlier report.
+    """
+    out = Path(out_dir)
+    inside = dump_around(out)
+    if inside is not None or (dump is not None and Path(os.path.realpath(out)).is_relative_to(os.path.realpath(dump))):
+        raise ValueError(f"`out_dir` {out} is inside the dump {inside or dump}: a report never writes into a dump; "
+                         "choose a folder outside it")
+    if os.path.lexists(out) and not out.is_dir():
+        raise ValueError(f"`out_dir` {out} exists and is not a folder; give a new or empty folder")
+    if not out.is_dir():
+        return False
+    names = sorted(os.listdir(out))
+    if not names:
+        return False
+    foreign = [n for n in names if not _own(n)]
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise ValueError(f"`out_dir` {out} holds files that are not a report's ({shown}); a report never replaces "
+                         "them: give a new or empty folder")
+    summary = out / SUMMARY
+    try:
+        earlier = summary.is_file() and summary.read_text(encoding="utf-8").startswith(HEADING)
+    except (OSError, UnicodeDecodeError):
+        earlier = False
+    if os.path.lexists(summary) and not earlier:
+        raise ValueError(f"`out_dir` {out} holds a {SUMMARY} that is not a mianalysis report's (its first line is not "
+                         f"{HEADING!r}); give a new or empty folder")
+    return earlier
+
+
+def report(dump: ParameterDump | str | os.PathLike, out_dir: str | os.PathLike, *,
+           n_permutations: int = REPORT_PERMUTATIONS, estimators: Sequence[str] | None = None,
+           random_state: int = 0, progress: bool = False) -> Report:
+    """Analyse a dump and write its table, figures and a Markdown summary into `out_dir`.
+
+    The analysis is :func:`mianalysis.analyze` with its defaults (estimators, distances,
+    intervals, family-wise correction) and `n_permutations` shuffles for the null of every
+    MI row. ``report.md`` says what the dump and design are, what each row kind of the
+    table means, which MI rows to read (inside the calibrated regime, outside it, lower
+    bounds, shrinkage numbers, infinite or zero at the start), the p-value floor and the
+    trend verdicts with their correction.
+
+    Parameters
+    ----------
+    dump : ParameterDump or path
+    out_dir : path
+        A new or empty folder, or one holding an earlier report (replaced); never a folder
+        with other files, nor one inside a dump (:func:`check_report_folder`).
+    n_permutations : int, default=100
+        Shuffles of the runs' pairing per MI row (p-values down to 1/(n + 1)); >= 1.
+    estimators : sequence of str, optional
+        MI estimators; default: those of :func:`mianalysis.analyze`.
+    random_state : int, default=0
+    progress : bool, default=False
+
+    Returns
+    -------
+    Report
+
+    Raises
+    ------
+    ValueError
+        A path that is not a dump (DumpError), or an `out_dir` that may not be written;
+        nothing is written then.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mianalysis import ParameterDump, report
+    >>> rng = np.random.default_rng(0)
+    >>> start = rng.standard_normal((1, 200, 2)).repeat(3, axis=0)      # 3 checkpoints, 200 runs
+    >>> a = start + rng.standard_normal((3, 200, 2)) * [[[0]], [[1]], [[2]]]
+    >>> b = start + rng.standard_normal((3, 200, 2)) * [[[0]], [[1]], [[2]]]
+    >>> dump = ParameterDump.from_arrays("dump", {"a": a, "b": b}, checkpoints=[0, 1, 2])
+    >>> done = report(dump, "report", n_permutations=19)
+    >>> [f.name for f in done.files]
+    ['table.csv', 'table.csv.json', 'mi.png', 'distances.png', 'report.md']
+    >>> print(done.summary.splitlines()[0])
+    # mianalysis report
+    """
+    from .dumps import ParameterDump
+
+    started = time.perf_counter()
+    check_int(n_permutations, "n_permutations", low=1)
+    dump = dump if isinstance(dump, ParameterDump) else ParameterDump.open(dump)
+    out = Path(out_dir)
+    earlier = check_report_folder(out, dump.path)
+    options: dict[str, Any] = {} if estimators is None else {"estimators": tuple(estimators)}
+    out.mkdir(parents=True, exist_ok=True)
+    table_path = out / TABLE
+    table = analyze(dump, n_permutations=n_permutations, random_state=random_state, out=table_path,
+                    progress=progress, force=earlier, **options)
+    record: dict[str, Any] = {**table.sidecar, "dump_meta": {"shared": [], **dict(dump.meta)}}
+    files = [table_path, Path(str(table_path) + ".json")]
+    files += _figures(table, out, record)
+    seconds = time.perf_counter() - started
+    summary = summary_text(table, dump, files, n_permutations=n_permutations, seconds=seconds, record=record)
+    with new_file(out / SUMMARY, "w") as fh:
+        fh.write(summary)
+    files.append(out / SUMMARY)
+    return Report(table=table, out_dir=out, files=tuple(files), summary=summary, seconds=seconds)
+
+
+def _figures(table: AnalysisTable, out: Path, record: dict) -> list[Path]:
+    """Draw the report's figures; remove an earlier report's figure that this table has
+    nothing for (so that the folder shows this report only)."""
+    import matplotlib.pyplot as plt
+
+    from .plots import FIGURE_QUANTITIES, figure_metrics, metric_names, save_figure
+
+    written = []
+    quantities = {r["quantity"] for r in table}
+    for kind in ("mi", "distances"):
+        path = out / FIGURES[kind]
+        if any(q in quantities for q in FIGURE_QUANTITIES[kind]) or (kind == "mi" and _mi_quantities(table)):
+            written.append(save_figure(table, kind, path, record=record))
+        elif path.exists():
+            path.unlink()
+    path = out / FIGURES["metrics"]
+    if metric_names(table):
+        fig = figure_metrics(table, record=record)
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        written.append(path)
+    elif path.exists():
+        path.unlink()
+    return written
+
+
+def _mi_quantities(table: AnalysisTable) -> list[str]:
+    return [q for q in dict.fromkeys(str(r["quantity"]) for r in table) if q.startswith("mi_") and q != "mi_exact"]
+
+
+def summary_text(table: AnalysisTable, dump: ParameterDump, files: Sequence[Path], *, n_permutations: int,
+                 seconds: float | None = None, record: dict | None = None) -> str:
+    """The Markdown text of ``report.md`` (see :func:`report`)."""
+    from .experiment import TRENDS, trend_summary
+    from .plots import checkpoint_label
+
+    label = checkpoint_label(record)
+    settings = table.settings
+    level = settings.get("ci_level", 0.95)
+    meta = dict(dump.meta)
+    design = design_note(meta) or ("design: not recorded (a dump the sampler did not write): what makes the clients "
+                                   "dependent is not known to the analysis")
+    estimators = ", ".join(str(e) for e in settings.get("estimators", []))
+    metrics = ", ".join(str(m) for m in settings.get("metrics", []))
+    lines = [HEADING, "",
+             f"Dump `{dump.path}`: {dump.completed_runs} of {dump.n_runs} runs, clients {', '.join(dump.clients)}, "
+             f"{label}s {', '.join(map(str, dump.checkpoints))}, {dump.n_params} parameters"
+             + (f" (task {meta['task']})" if meta.get("task") else "") + ".",
+             "",
+             f"Analysed by `mianalysis.analyze`: MI estimators {estimators}; "
+             f"distances {metrics}; "
+             f"{level:.0%} intervals; {n_permutations} permutations per MI row, so no p-value is below "
+             f"1/(shuffles + 1) = {p_value_floor(n_permutations)}"
+             + (f". Analysis, figures and this summary took {seconds:.0f} s." if seconds is not None else "."),
+             "", f"{design[0].upper()}{design[1:]}.", "", "## Files", ""]
+    what = {TABLE: "the analysis table, one row per quantity, client pair (or client) and checkpoint",
+            TABLE + ".json": "its sidecar: the analysis settings and the provenance of the dump and of this analysis",
+            FIGURES["mi"]: "MI per checkpoint, one panel per estimator (band: the pairs' intervals; dashed: the null), "
+                           "and the default recorded metric",
+            FIGURES["distances"]: "the mean distances between clients per checkpoint",
+            FIGURES["metrics"]: "every recorded metric per checkpoint"}
+    for f in files:
+        lines.append(f"- `{f.name}`: {what.get(f.name, '')}")
+    lines += ["", "## What each row means", ""]
+    grouped: dict[str, list[tuple[str, int]]] = {}  # quantities with the same description: one line
+    for quantity, n, text in row_kinds(table):
+        grouped.setdefault(text, []).append((quantity, n))
+    for text, members in grouped.items():
+        counts = sorted({n for _, n in members})
+        rows = f"{counts[0]} rows" + (" each" if len(members) > 1 else "") if len(counts) == 1 else "rows"
+        lines.append(f"- {', '.join(f'`{q}`' for q, _ in members)} ({rows}): {text}.")
+    lines += ["", "## Which rows to read", ""]
+    lines += [f"- {line}" for line in reading_guide(table, label)]
+    lines += ["", "## Trends", ""]
+    summary = trend_summary(table)
+    if summary:
+        lines += [f"Rising or falling, from the {TRENDS}, at the intervals' error rate {1 - level:.2g} (the correction: "
+                  "the first line below; columns `p_adjusted` and `family_verdict` of the `delta_*` rows):", "",
+                  "```text", summary, "```"]
+    else:
+        lines.append("No trend verdicts: the table has no change rows with intervals (fewer than three checkpoints, "
+                     "or no intervals).")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,174 @@
+"""`mianalysis report DUMP --out DIR` and mianalysis.report: table, figures and report.md
+from a dump, with what each row means and which to read (mianalysis.analysis.reading)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from mianalysis import AnalysisTable, DumpError, ParameterDump, report
+from mianalysis.analysis.reading import mi_rows_by_trust, p_value_floor, reading_guide, row_kinds, start_notes
+from mianalysis.report import HEADING, check_report_folder
+
+N_PERMUTATIONS = 19  # p-values down to 1/20: enough for a test, few shuffles
+
+
+def small_dump(path, n_runs=120, seed=0):
+    """Three clients from one start per run (identical at iteration 0: infinite MI), then
+    drifting apart with independent noise; a loss recorded from iteration 1 on."""
+    rng = np.random.default_rng(seed)
+    start = rng.standard_normal((1, n_runs, 2)).repeat(3, axis=0)
+    scale = np.array([0.0, 1.0, 2.0])[:, None, None]
+    samples = {c: start + scale * rng.standard_normal((3, n_runs, 2)) for c in ("a", "b", "c")}
+    loss = np.vstack([np.full((1, n_runs), np.nan), 1.0 + rng.random((2, n_runs))])
+    return ParameterDump.from_arrays(path, samples, checkpoints=[0, 1, 2],
+                                     metrics={c: {"loss": loss} for c in samples}, meta={"init": "per-run"})
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    root = tmp_path_factory.mktemp("report")
+    dump = small_dump(root / "dump")
+    return dump, report(dump, root / "out", n_permutations=N_PERMUTATIONS)
+
+
+def test_report_writes_the_table_figures_and_summary(made):
+    dump, done = made
+    names = [f.name for f in done.files]
+    assert names == ["table.csv", "table.csv.json", "mi.png", "distances.png", "metrics.png", "report.md"]
+    assert all(f.is_file() and f.stat().st_size > 0 for f in done.files)
+    assert sorted(p.name for p in done.out_dir.iterdir()) == sorted(names)  # nothing else left behind
+    table = AnalysisTable.read(done.out_dir / "table.csv")
+    assert len(table) == len(done.table) and set(table.settings["permutations"].values()) == {N_PERMUTATIONS}
+    assert (done.out_dir / "report.md").read_text() == done.summary
+    # a permutation null for every MI row that has an estimate
+    mi = [r for r in table if r["quantity"] in ("mi_gaussian", "mi_ksg") and np.isfinite(r["value"])]
+    assert mi and all(r["null_method"] == "permutation" and np.isfinite(r["p_value"]) for r in mi)
+    assert min(r["p_value"] for r in mi) >= 1 / (N_PERMUTATIONS + 1) - 1e-12
+
+
+def test_summary_names_every_row_kind_and_says_which_to_read(made):
+    _, done = made
+    text, table = done.summary, done.table
+    assert text.startswith(HEADING + "\n")
+    for quantity in {r["quantity"] for r in table}:
+        assert f"`{quantity}`" in text, quantity
+    # the design's consequence, the p floor, the start, the trends with their correction
+    assert "per-run start, no stream shared" in text and "can only be lost" in text
+    assert "1/(shuffles + 1) = 1/20 = 0.050" in text
+    assert "At iteration 0 (the start, shared by the clients of a run)" in text and "infinite" in text
+    groups = mi_rows_by_trust(table)
+    assert ("Read first" in text) == bool(groups["calibrated"])
+    assert ("Outside calibration" in text) == bool(groups["outside"])
+    trends = text.split("## Trends", 1)[1]
+    assert "Holm over each client pair's steps" in trends
+    for pair in ("a-b", "a-c", "b-c"):
+        assert re.search(rf"^mi_gaussian {pair}: (rising|falling|mixed|no detectable change)", trends, flags=re.M)
+    assert "`loss`" in text and "metrics.png" in text
+
+
+def test_a_second_report_replaces_the_first_and_keeps_the_folder_clean(made, tmp_path):
+    dump, _ = made
+    out = tmp_path / "again"
+    first = report(dump, out, n_permutations=9, estimators=["gaussian"])
+    assert "1/10 = 0.100" in first.summary and "`mi_ksg`" not in first.summary
+    second = report(dump, out, n_permutations=N_PERMUTATIONS, estimators=["gaussian"])
+    assert AnalysisTable.read(out / "table.csv").settings["permutations"] == {"gaussian": N_PERMUTATIONS}
+    assert (out / "report.md").read_text() == second.summary
+
+
+def test_bad_folders_and_dumps_are_refused_before_anything_is_written(made, tmp_path):
+    dump, _ = made
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "mine.txt").write_text("keep me")
+    with pytest.raises(ValueError, match=r"holds files that are not a report's \(mine.txt\)"):
+        report(dump, other)
+    assert sorted(p.name for p in other.iterdir()) == ["mine.txt"] and (other / "mine.txt").read_text() == "keep me"
+    (tmp_path / "fake").mkdir()
+    (tmp_path / "fake" / "report.md").write_text("my own notes\n")
+    with pytest.raises(ValueError, match="not a mianalysis report's"):
+        report(dump, tmp_path / "fake")
+    assert (tmp_path / "fake" / "report.md").read_text() == "my own notes\n"
+    with pytest.raises(ValueError, match="inside the dump"):
+        report(dump, dump.path / "report")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match="is not a folder"):
+        check_report_folder(tmp_path / "file")
+    with pytest.raises(DumpError, match="is not a dump"):
+        report(other, tmp_path / "new")
+    with pytest.raises(ValueError, match="`n_permutations` must be"):
+        report(dump, tmp_path / "new", n_permutations=0)
+    assert not (tmp_path / "new").exists()
+
+
+def test_cli_report_exits_0_and_bad_input_is_one_line(made, tmp_path, cli):
+    dump, _ = made
+    result = cli(["report", dump.path, "--out", tmp_path / "r", "--permutations", 9, "--estimators", "gaussian",
+                  "--no-progress"])
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"wrote .*report\.md \(what each row means.*table\.csv.*mi\.png", result.stdout)
+    assert (tmp_path / "r" / "report.md").read_text().startswith(HEADING)
+    (tmp_path / "x.txt").write_text("x")
+    for args, message in ((["report", tmp_path, "--out", tmp_path / "s"], "is not a dump"),
+                          (["report", dump.path, "--out", tmp_path], "holds files that are not a report's")):
+        bad = cli(args)
+        assert bad.returncode == 2 and bad.stdout == ""
+        assert len(bad.stderr.strip().splitlines()) == 1 and message in bad.stderr, bad.stderr
+        assert bad.stderr.startswith("mianalysis report: error: ")
+    assert not (tmp_path / "s").exists() and (tmp_path / "x.txt").read_text() == "x"
+
+
+# ------------------------------------------------------------- reading (no analysis)
+
+
+def mi_row(quantity, iteration, value, *, kind="plain", outside=False, note=""):
+    return {"quantity": quantity, "iteration": iteration, "client_a": "a", "client_b": "b", "value": value,
+            "estimate_kind": kind, "outside_calibration": outside, "note": note, "null_method": "permutation"}
+
+
+ROWS = [mi_row("mi_gaussian", 0, float("inf"), note="identical samples (same initial point): MI is infinite"),
+        mi_row("mi_gaussian", 1, 2.0),
+        mi_row("mi_ksg", 1, 0.5, outside=True, note="outside calibration: 8 joint dims > 4"),
+        mi_row("mi_gaussian", 2, 0.1, kind="shrinkage", outside=True),
+        mi_row("mi_bound", 2, 0.3, kind="bound"),
+        mi_row("mi_ksg", 5, 0.0, note="client_a's parameters are constant across runs: MI is 0"),
+        {"quantity": "loss", "iteration": 1, "client_a": "a", "client_b": "", "value": 1.0}]
+
+
+def test_mi_rows_are_grouped_by_what_they_can_be_read_as():
+    groups = mi_rows_by_trust(ROWS)
+    assert {k: [(r["quantity"], r["iteration"]) for r in v] for k, v in groups.items()} == {
+        "calibrated": [("mi_gaussian", 1)], "outside": [("mi_ksg", 1)], "bound": [("mi_bound", 2)],
+        "shrinkage": [("mi_gaussian", 2)], "infinite": [("mi_gaussian", 0)], "constant": [("mi_ksg", 5)]}
+    guide = "\n".join(reading_guide(ROWS, "round"))
+    assert "Read first: the 1 MI rows" in guide and "`mi_gaussian` at round 1" in guide
+    assert "Outside calibration (1 rows: `mi_ksg` at round 1)" in guide
+    assert "Lower bounds (1 rows: `mi_bound` at round 2)" in guide and "not an MI that rises" in guide
+    assert "Shrinkage numbers (1 rows: `mi_gaussian` at round 2)" in guide and "not made: shrinkage" in guide
+    assert "At round 0 (the start, shared" in guide and "At round 5 (the start, the same point" in guide
+    assert reading_guide(ROWS[-1:]) == ["The table has no MI rows."]
+    assert start_notes(ROWS[1:3]) == []
+
+
+def test_row_kinds_describe_every_quantity_once():
+    kinds = row_kinds(ROWS)
+    assert [(q, n) for q, n, _ in kinds] == [("mi_gaussian", 3), ("mi_ksg", 2), ("mi_bound", 1), ("loss", 1)]
+    text = dict((q, t) for q, _, t in kinds)
+    assert "a lower bound on the MI, not an estimate" in text["mi_bound"]
+    assert "KSG (k-NN)" in text["mi_ksg"] and "half-subsampling" in text["mi_ksg"]
+    assert text["loss"].startswith("a metric the dump recorded")
+
+
+def test_metrics_figure_needs_a_metric():
+    from mianalysis.plots import figure_metrics
+
+    with pytest.raises(ValueError, match="no recorded metric"):
+        figure_metrics(ROWS[:1])
+
+
+def test_p_value_floor():
+    assert p_value_floor(20) == "1/21 = 0.048"
+    assert p_value_floor({"gaussian": 0, "ksg": 100}) == "no p-value (no permutations) for gaussian, 1/101 = 0.010 for ksg"
