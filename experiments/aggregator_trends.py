@@ -116,7 +116,7 @@ def _centred_bias(dump, n_clients):
     recorded checkpoint minus its mean over classes, first n_classes - 1 entries (see the
     module docstring), as (n_checkpoints, n_runs, n_classes - 1) arrays."""
     def centred(client):
-        b = np.stack([dump.samples(client, t, layer="5.bias") for t in range(len(dump.checkpoints))]).astype(np.float64)
+        b = np.stack([dump.samples(client, iteration=t, layer="5.bias") for t in dump.checkpoints]).astype(np.float64)
         return (b - b.mean(axis=-1, keepdims=True))[..., :-1]
 
     return {str(c): centred(str(c)) for c in range(n_clients)}, centred("global")

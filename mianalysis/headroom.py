@@ -574,8 +574,8 @@ def headroom(dump: ParameterDump | str | os.PathLike, *, reference: str | ArrayL
         t = dump.checkpoints.index(it)
         here = None if ref is None else (ref if ref.ndim == 2 else ref[t])
         if here is None:
-            here = np.asarray(dump.samples(reference, t), dtype=np.float64)
-        errors = np.stack([np.asarray(dump.samples(c, t), dtype=np.float64) - here for c in clients])
+            here = np.asarray(dump.samples(reference, iteration=it), dtype=np.float64)
+        errors = np.stack([np.asarray(dump.samples(c, iteration=it), dtype=np.float64) - here for c in clients])
         exact = task.exact_error_moments(it, init=init, shared=shared) if exact_ok else None
         for row in headroom_rows(errors, rules=rules, folds=folds, level=level, client_sizes=client_sizes,
                                  exact=exact, fixed_weights=fixed):

@@ -301,7 +301,7 @@ def test_prediction_rows_for_every_pair_and_step(tmp_path):
     assert len(out) == 3 * 2 and all(tuple(r) == PREDICTION_COLUMNS for r in out)
     row = next(r for r in out if (r["client_a"], r["client_b"], r["checkpoint"]) == ("a", "c", 2))
     assert (row["checkpoint_from"], row["iteration_from"], row["iteration"], row["n_runs"]) == (1, 10, 20, 400)
-    samples = [dump.samples(c, t).astype(np.float64) for t in (1, 2) for c in ("a", "c")]
+    samples = [dump.samples(c, index=t).astype(np.float64) for t in (1, 2) for c in ("a", "c")]
     direct = additive_model_mi(*samples)
     assert row["predicted_change"] == direct.predicted_change and row["method"] == "covariance"
     assert row["mi_predicted"] == direct.mi_predicted and row["note"] == ""
@@ -355,7 +355,7 @@ def test_table_rows_carry_the_interval_of_the_estimated_change_and_the_verdict(t
         [delta] = [r for r in rows if r["quantity"] == "delta_mi_gaussian"]
         assert (row["estimated_ci_low"], row["estimated_ci_high"]) == (delta["ci_low"], delta["ci_high"])
         assert row["verdict"] == want
-        samples = [dump.samples(c, t).astype(np.float64) for t in (0, 1) for c in "ab"]
+        samples = [dump.samples(c, index=t).astype(np.float64) for t in (0, 1) for c in "ab"]
         test = additive_model_test(*samples)
         assert (row["difference_ci_low"], row["difference_ci_high"]) == (test.ci_low, test.ci_high)
         assert (row["difference_ci_low"] > 0) == (want == "contradicted")

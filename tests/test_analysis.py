@@ -23,12 +23,12 @@ def test_values_match_estimators_and_trend(tmp_path, rng):
     rows = analyze(dump, estimators=("gaussian",), out=tmp_path / "r.csv")
     mi = rows.select("mi_gaussian", "0", "1")
     assert [r["iteration"] for r in mi] == [0, 5, 10]
-    x, y = dump.samples("0", 2).astype(float), dump.samples("1", 2).astype(float)
+    x, y = dump.samples("0", index=2).astype(float), dump.samples("1", index=2).astype(float)
     assert mi[2]["value"] == pytest.approx(gaussian_mi(x, y))
     exact = [-1.5 * np.log2(1 - rho**2) for rho in (0.0, 0.5, 0.8)]
     np.testing.assert_allclose([r["value"] for r in mi], exact, atol=0.05)
     euc = rows.select("euclidean", "0", "2")[1]
-    assert euc["value"] == pytest.approx(mean_paired_distance(dump.samples("0", 1), dump.samples("2", 1)), rel=1e-6)
+    assert euc["value"] == pytest.approx(mean_paired_distance(dump.samples("0", index=1), dump.samples("2", index=1)), rel=1e-6)
     loss = rows.select("loss", "1")
     assert len(loss) == 3 and loss[0]["client_b"] == "" and loss[0]["value"] == 1.0
     assert AnalysisTable.read(tmp_path / "r.csv")[5]["quantity"] == rows[5]["quantity"]
@@ -68,7 +68,7 @@ def test_layer_selection(tmp_path, rng):
     samples = correlated_clients(rng, n_runs=500, d=4, rhos=(0.9,))
     dump = ParameterDump.from_arrays(tmp_path / "d", samples, layout=[("w", (3,)), ("b", (1,))])
     rows = analyze(dump, estimators=("gaussian",), metrics=("manhattan",), layer="b")
-    x, y = dump.samples("0", 0, layer="b"), dump.samples("1", 0, layer="b")
+    x, y = dump.samples("0", index=0, layer="b"), dump.samples("1", index=0, layer="b")
     assert rows.select("manhattan", "0", "1")[0]["value"] == pytest.approx(mean_paired_distance(x, y, "manhattan"), rel=1e-6)
 
 
@@ -114,7 +114,7 @@ def test_ksg_from_each_clients_cached_distances(tmp_path, rng):
     # tie-breaking noise per (checkpoint, client): the same estimates as ksg_mi on those
     # samples, and the permutations of the pair's own stream.
     t, a, b = 2, 0, 2
-    noised = [add_tie_breaking_noise(standardize_columns(dump.samples(str(c), t).astype(float)), KSG_NOISE,
+    noised = [add_tie_breaking_noise(standardize_columns(dump.samples(str(c), index=t).astype(float)), KSG_NOISE,
                                      np.random.default_rng([3, t, c, 2])) for c in range(3)]
     row = cached.select("mi_ksg", "0", "2")[t]
     assert row["value"] == pytest.approx(ksg_mi(noised[a], noised[b], noise=0), abs=1e-12)

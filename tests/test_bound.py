@@ -177,7 +177,7 @@ def test_analyze_gives_bound_rows_with_interval_and_null(tmp_path):
         rows = analyze(dump, estimators=["bound"], metrics=[], n_permutations={"bound": 19}).select("mi_bound",
                                                                                                      "a", "b")
     dependent, independent = rows
-    stored = [np.asarray(dump.samples(c, 0), dtype=np.float64) for c in ("a", "b")]  # float32 in the dump
+    stored = [np.asarray(dump.samples(c, index=0), dtype=np.float64) for c in ("a", "b")]  # float32 in the dump
     assert dependent["value"] == pytest.approx(projection_mi_bound(*stored), rel=1e-12)
     assert dependent["ci_low"] < dependent["value"] < dependent["ci_high"] and dependent["ci_low"] > 0
     assert dependent["p_value"] == pytest.approx(0.05)

@@ -55,7 +55,7 @@ def test_completed_runs_is_the_written_prefix(tmp_path):
     assert (dump.completed_runs, dump.written_runs, dump.complete) == (3, 6, False)
     assert dump.missing_ranges() == [(3, 6), (9, 10)]
     assert dump.missing_chunks(3) == [(3, 6), (9, 10)] and dump.missing_chunks(2) == [(3, 4), (4, 6), (9, 10)]
-    assert dump.samples("a", 1).shape == (3, 4) and dump.metric("b", "loss").shape == (2, 3)
+    assert dump.samples("a", index=1).shape == (3, 4) and dump.metric("b", "loss").shape == (2, 3)
     assert dump.verify() == 6  # every written chunk is checked, also those after the gap
     raw = np.fromfile(tmp_path / "d" / "client_0.f32", dtype="<f4").reshape(2, 10, 4)
     raw[1, 7, 0] += 1  # damage a run after the gap

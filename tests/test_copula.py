@@ -180,7 +180,7 @@ def test_analyze_gives_copula_rows_with_their_interval_analytic_null_and_regime(
     rows = analyze(dump, estimators=["gaussian", "ksg", "copula"], metrics=[], gaussian_null="analytic")
     copula = rows.select("mi_copula", "a", "b")
     for t, row in enumerate(copula):
-        x, y = (np.asarray(dump.samples(c, t), float) for c in ("a", "b"))
+        x, y = (np.asarray(dump.samples(c, index=t), float) for c in ("a", "b"))
         assert row["value"] == pytest.approx(gaussian_copula_mi(x, y), abs=1e-12)
         assert row["value"] == pytest.approx(-np.log2(1 - 0.49), rel=0.1)  # 2 x 0.5 log2(1/(1 - 0.7^2))
         assert "analytic null (exact)" in row["note"] and 0 <= row["p_value"] <= 1e-3

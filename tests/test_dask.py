@@ -186,13 +186,13 @@ def test_to_dask_and_to_xarray_are_the_samples(reference):
     values = x.compute()
     for c in range(3):
         for t in range(len(reference.checkpoints)):
-            assert np.array_equal(values[c, t], reference.samples(c, t))
+            assert np.array_equal(values[c, t], reference.samples(c, index=t))
     ds = to_xarray(reference)
     assert ds.samples.dims == ("client", "checkpoint", "run", "parameter")
     assert list(ds.client.values) == reference.clients and list(ds.checkpoint.values) == reference.checkpoints
     last = reference.checkpoints[-1]
     assert np.array_equal(ds.samples.sel(client="2", checkpoint=last).values,
-                          reference.samples("2", len(reference.checkpoints) - 1))
+                          reference.samples("2", index=len(reference.checkpoints) - 1))
     head = reference.layout[-1]
     assert list(ds.layer.values[head.offset:]) == [head.name] * head.size
     assert np.array_equal(ds.loss.sel(client="1").values, reference.metric("1", "loss"))

@@ -22,8 +22,8 @@ def test_round_trip(tmp_path, arrays):
     dump = ParameterDump.open(tmp_path / "d")
     assert dump.clients == ["a", "b"] and dump.checkpoints == [0, 2, 4]
     assert dump.n_runs == dump.completed_runs == 10 and dump.complete and dump.n_params == 5
-    np.testing.assert_array_equal(dump.samples("b", 1), arrays["b"][1].astype(np.float32))
-    np.testing.assert_array_equal(dump.samples(0, 2, layer="b"), arrays["a"][2][:, 4:].astype(np.float32))
+    np.testing.assert_array_equal(dump.samples("b", index=1), arrays["b"][1].astype(np.float32))
+    np.testing.assert_array_equal(dump.samples(0, index=2, layer="b"), arrays["a"][2][:, 4:].astype(np.float32))
     np.testing.assert_array_equal(dump.metric("a", "loss"), np.arange(30.0).reshape(3, 10))
     assert [e.to_json() for e in dump.layout] == [
         {"name": "w", "shape": [2, 2], "offset": 0, "size": 4}, {"name": "b", "shape": [1], "offset": 4, "size": 1}]
@@ -33,7 +33,7 @@ def test_round_trip(tmp_path, arrays):
 
 def test_samples_are_memory_mapped(tmp_path, arrays):
     dump = make_dump(tmp_path / "d", arrays)
-    assert isinstance(dump.samples("a", 0), np.memmap)
+    assert isinstance(dump.samples("a", index=0), np.memmap)
 
 
 def test_layer_prefix_selects_several_tensors(tmp_path, rng):
@@ -60,20 +60,66 @@ def test_chunks_may_come_out_of_order_and_only_the_prefix_is_read(tmp_path):
     dump.write_chunk(3, 6, block)
     again = ParameterDump.open(tmp_path / "d")
     assert (again.completed_runs, again.written_runs, again.complete) == (0, 3, False)
-    assert again.missing_ranges() == [(0, 3)] and again.samples("0", 0).shape == (0, 2)
+    assert again.missing_ranges() == [(0, 3)] and again.samples("0", index=0).shape == (0, 2)
     with pytest.raises(DumpError, match="chunk 2-4 overlaps the written chunk 3-6"):
         dump.write_chunk(2, 4, {"0": np.ones((1, 2, 2))})
     dump.write_chunk(0, 3, block)
     assert ParameterDump.open(tmp_path / "d").completed_runs == 6 and ParameterDump.open(tmp_path / "d").complete
-    assert ParameterDump.open(tmp_path / "d").samples("0", 0).shape == (6, 2)
+    assert ParameterDump.open(tmp_path / "d").samples("0", index=0).shape == (6, 2)
 
 
 def test_bad_client_and_checkpoint(tmp_path, arrays):
     dump = make_dump(tmp_path / "d", arrays)
     with pytest.raises(ValueError, match=r"`client` must be one of \['a', 'b'\]"):
-        dump.samples("c", 0)
-    with pytest.raises(ValueError, match=r"`checkpoint` must be an index in \[0, 2\]"):
-        dump.samples("a", 3)
+        dump.samples("c", index=0)
+    with pytest.raises(ValueError, match=r"`index` must be in \[0, 2\] .*iterations \[0, 2, 4\]\); got 3"):
+        dump.samples("a", index=3)
+    with pytest.raises(ValueError, match=r"`index` must be in \[0, 2\]"):
+        dump.samples("a", index=-1)
+    with pytest.raises(ValueError, match=r"`iteration` 3 is not a checkpoint of .*: its iterations are \[0, 2, 4\]"):
+        dump.samples("a", iteration=3)
+    with pytest.raises(TypeError, match=r"pass exactly one of `iteration` \(one of \[0, 2, 4\]\) or `index` "
+                                        r"\(0-2\); got neither"):
+        dump.samples("a")
+    with pytest.raises(TypeError, match=r"pass exactly one of .*; got iteration=2 and index=1"):
+        dump.samples("a", iteration=2, index=1)
+    with pytest.raises(TypeError, match=r"`iteration` must be an integer; got 2.0"):
+        dump.samples("a", iteration=2.0)
+    with pytest.raises(TypeError, match=r"`index` must be an integer; got True"):
+        dump.samples("a", index=True)
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'layers'"):
+        dump.samples("a", index=0, layers="w")
+
+
+@pytest.mark.parametrize("iterations", [[0, 5], [0, 2, 4, 6]])
+def test_samples_by_iteration_reads_each_checkpoint(tmp_path, iterations):
+    """gh-31: looping over `dump.checkpoints` reads each checkpoint, where the positional
+    form raised for [0, 5] and read the wrong checkpoint for [0, 2, 4, 6]."""
+    n = len(iterations)
+    values = np.arange(n, dtype=np.float32)[:, None, None] + np.zeros((n, 3, 2), dtype=np.float32)
+    dump = ParameterDump.from_arrays(tmp_path / "d", {"a": values, "b": -values}, checkpoints=iterations)
+    for position, t in enumerate(dump.checkpoints):
+        np.testing.assert_array_equal(dump.samples("a", iteration=t), np.full((3, 2), position))
+        np.testing.assert_array_equal(dump.samples("b", iteration=np.int64(t)), np.full((3, 2), -position))
+        np.testing.assert_array_equal(dump.samples("a", index=position), dump.samples("a", iteration=t))
+        assert isinstance(dump.samples("a", iteration=t), np.memmap)
+    np.testing.assert_array_equal(dump.samples("a", iteration=iterations[-1], layer=dump.layout[0].name),
+                                  np.full((3, 2), n - 1))
+
+
+@pytest.mark.parametrize("call, given", [
+    (lambda d: d.samples("a", 1), "got 1"),
+    (lambda d: d.samples("a", 1, "p"), "got 1"),
+    (lambda d: d.samples("a", checkpoint=1), "got checkpoint=1"),
+    (lambda d: d.samples("a", checkpoint=1, layer="p"), "got checkpoint=1"),
+])
+def test_old_positional_checkpoint_explains_the_migration(tmp_path, call, given):
+    dump = ParameterDump.from_arrays(tmp_path / "d", [np.zeros((2, 3, 1))], checkpoints=[0, 5])
+    with pytest.raises(TypeError, match=rf"no longer takes the checkpoint positionally or as `checkpoint=` "
+                                        rf"\({given}\), which was ambiguous: pass iteration=\.\.\. \(a value of "
+                                        rf"`checkpoints`, \[0, 5\]\) or index=\.\.\. \(a position, what the old "
+                                        rf"form meant: samples\('a', index=1\)\)"):
+        call(dump)
 
 
 # ---------------------------------------------------------------- damage is detected
@@ -165,7 +211,7 @@ def test_import_checkpoints(tmp_path):
     dump = import_checkpoints(root, tmp_path / "dump")
     assert dump.clients == ["alice", "bob"] and dump.checkpoints == [0, 10] and dump.n_params == 6
     assert [e.name for e in dump.layout] == ["fc.weight", "fc.bias"]
-    np.testing.assert_array_equal(dump.samples("bob", 1)[2], expected["bob", 10, 2])
+    np.testing.assert_array_equal(dump.samples("bob", index=1)[2], expected["bob", 10, 2])
     (root / "bob" / "10" / "run1.pt").unlink()
     with pytest.raises(DumpError, match="run1.pt is missing"):
         import_checkpoints(root, tmp_path / "dump2")

@@ -111,7 +111,7 @@ def test_record_replicates_to_dump_and_resume(small_data, tmp_path):
     assert [e.name for e in again.layout] == ["5.weight", "5.bias"] and again.n_params == 2010
     assert again.verify() == 5
     direct = sim.run(replicate_ids=[4], record=True).local_models
-    np.testing.assert_allclose(again.samples("1", 2)[4], direct[1, 2, 0, -2010:], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(again.samples("1", index=2)[4], direct[1, 2, 0, -2010:], rtol=1e-5, atol=1e-6)
     before = (tmp_path / "d" / "client_0.f32").read_bytes()
     record_replicates(sim, tmp_path / "d", chunk_size=2, layer="5", progress=False)  # complete: nothing to do
     assert (tmp_path / "d" / "client_0.f32").read_bytes() == before

@@ -245,7 +245,7 @@ def test_an_open_dump_does_not_read_through_a_link_placed_later(tmp_path, member
     _dump(tmp_path / "other", seed=1)
     _make_symlink(tmp_path / "d" / member, tmp_path / "other" / member)
     with pytest.raises(DumpError, match=rf"{member} is a symbolic link"):
-        dump.samples("a", 0) if member.startswith("client") else dump.metric("b", "loss")
+        dump.samples("a", index=0) if member.startswith("client") else dump.metric("b", "loss")
     with pytest.raises(DumpError, match=rf"{member} is a symbolic link"):
         analyze(dump, **FAST)
     with pytest.raises(DumpError, match=rf"{member} is a symbolic link"):

@@ -279,7 +279,7 @@ def test_record_runs_stores_every_clients_arrays(tmp_path):
         models = expected_models(seed, 2)
         for c in range(3):
             for t in range(3):
-                np.testing.assert_array_equal(dump.samples(str(c), t)[run], models[c, t])
+                np.testing.assert_array_equal(dump.samples(str(c), index=t)[run], models[c, t])
     assert dump.verify() == 2
 
 
@@ -296,12 +296,12 @@ def test_record_runs_resumes_and_refuses_another_recording(tmp_path):
         return app(msg, context)
 
     first = record_runs(hand_made_server(), counting, out, seeds=[0, 3], **args)
-    before = {c: first.samples(c, 2).copy() for c in first.clients}
+    before = {c: first.samples(c, index=2).copy() for c in first.clients}
     calls.clear()
     again = record_runs(hand_made_server(), counting, out, seeds=[0, 3], **args)
     assert calls == [] and again.completed_runs == 2  # nothing rerun
     for c in again.clients:
-        np.testing.assert_array_equal(again.samples(c, 2), before[c])
+        np.testing.assert_array_equal(again.samples(c, index=2), before[c])
     with pytest.raises(ValueError, match="holds a dump with other settings"):
         record_runs(hand_made_server(), counting, out, seeds=[0, 4], **args)
 
@@ -325,7 +325,7 @@ def test_record_runs_after_a_failure_keeps_the_written_runs_and_resumes(tmp_path
     dump = record_runs(hand_made_server(), failing, out, **args)
     assert calls == [3] * 6 and dump.completed_runs == 2  # only run 1 ran again
     for run, seed in enumerate([0, 3]):
-        np.testing.assert_array_equal(dump.samples("1", 2)[run], expected_models(seed, 2)[1, 2])
+        np.testing.assert_array_equal(dump.samples("1", index=2)[run], expected_models(seed, 2)[1, 2])
 
 
 def test_incomplete_rounds_are_named_and_nothing_is_written(tmp_path):
@@ -386,7 +386,7 @@ def test_recording_grid_needs_to_know_the_client(tmp_path):
         FedRule("median", fraction_evaluate=0.0).start(RecordingGrid(Other(local), recorder), record_of(START),
                                                         num_rounds=1)
     assert recorder.missing() == []
-    np.testing.assert_array_equal(writer.dump.samples("2", 1)[0], start_vector() + stacked_updates()[2])
+    np.testing.assert_array_equal(writer.dump.samples("2", index=1)[0], start_vector() + stacked_updates()[2])
 
 
 def test_recorder_checks_what_it_is_given(tmp_path):
@@ -600,12 +600,12 @@ def test_example_dump_holds_what_the_clients_sent(example, tmp_path):
         initial = example["task"].initial_model(seed, 4).state_dict()
         flat0 = np.concatenate([t.numpy().ravel() for t in initial.values()])
         for c in range(3):
-            np.testing.assert_array_equal(dump.samples(str(c), 0)[run], flat0)
+            np.testing.assert_array_equal(dump.samples(str(c), index=0)[run], flat0)
             for t in (1, 2):
-                np.testing.assert_array_equal(dump.samples(str(c), t)[run], sent[(seed, c, t)])
+                np.testing.assert_array_equal(dump.samples(str(c), index=t)[run], sent[(seed, c, t)])
     # Runs differ (their seeds), clients differ (their data), rounds differ (training).
-    assert not np.array_equal(dump.samples("0", 1)[0], dump.samples("0", 1)[1])
-    assert not np.array_equal(dump.samples("0", 1)[0], dump.samples("1", 1)[0])
+    assert not np.array_equal(dump.samples("0", index=1)[0], dump.samples("0", index=1)[1])
+    assert not np.array_equal(dump.samples("0", index=1)[0], dump.samples("1", index=1)[0])
 
 
 # ---------------------------------------------------------------------------- docs/flower.md

@@ -164,7 +164,7 @@ def test_analyze_uses_the_analytic_null(tmp_path, params, how):
     assert len(rows) == 2
     null = gaussian_mi_null(200, params, params)
     for t, row in enumerate(rows):
-        x, y = dump.samples(0, t), dump.samples(1, t)
+        x, y = dump.samples(0, index=t), dump.samples(1, index=t)
         assert row["value"] == pytest.approx(gaussian_mi(x, y), rel=1e-12)
         assert (row["null_mean"], row["null_std"]) == pytest.approx((null.mean, null.std), rel=1e-12)
         assert row["p_value"] == pytest.approx(null.p_value(row["value"]), rel=1e-12)
@@ -217,7 +217,7 @@ def test_agrees_with_1000_permutations_on_gaussian_sgd_without_dependence(tmp_pa
     task = get_task("gaussian-sgd", d=3, n_iterations=10)
     dump = ParameterSampler(task, seed=5, init="fixed", every=10, progress=False).sample(200, tmp_path / "d")
     assert task.exact_mi(10, 0, 1, init="fixed") == 0
-    x, y = (np.asarray(dump.samples(c, 1), dtype=np.float64) for c in ("0", "1"))
+    x, y = (np.asarray(dump.samples(c, index=1), dtype=np.float64) for c in ("0", "1"))
     res = mi_permutation_test(x, y, estimator="gaussian", n_permutations=1000, random_state=0)
     analytic = gaussian_mi_null(200, 3, 3).p_value(res.estimate)
     se = np.sqrt(analytic * (1 - analytic) / 1000)

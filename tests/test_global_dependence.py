@@ -98,22 +98,22 @@ def test_recorded_global_model_is_the_simulators(small_data, tmp_path, aggregato
     n_layer = dump.n_params
     # The final global model of every replicate, run in one piece.
     result = sim.run(record=True)
-    np.testing.assert_array_equal(dump.samples("global", 2), result.final_params[:, -n_layer:])
-    np.testing.assert_array_equal(dump.samples("global", 1), result.global_models[1][:, -n_layer:])
+    np.testing.assert_array_equal(dump.samples("global", index=2), result.final_params[:, -n_layer:])
+    np.testing.assert_array_equal(dump.samples("global", index=1), result.global_models[1][:, -n_layer:])
     # Checkpoint 0 is the initial model, which every client holds.
-    np.testing.assert_array_equal(dump.samples("global", 0), dump.samples("0", 0))
+    np.testing.assert_array_equal(dump.samples("global", index=0), dump.samples("0", index=0))
     # Each round's local models started from the global model of the round before: the
     # output bias's sum over classes is unchanged by softmax cross-entropy SGD steps.
     bias = dump.layer_columns("5.bias")
     for t in (1, 2):
-        start = dump.samples("global", t - 1)[:, bias].sum(1)
+        start = dump.samples("global", index=t - 1)[:, bias].sum(1)
         for c in "012":
-            np.testing.assert_allclose(dump.samples(c, t)[:, bias].sum(1), start, atol=1e-5)
+            np.testing.assert_allclose(dump.samples(c, index=t)[:, bias].sum(1), start, atol=1e-5)
     if aggregator == "fedavg":
         # FedAvg: the new global model is the size-weighted mean of the local models.
         w = small_data.sizes() / small_data.sizes().sum()
-        mean = sum(wk * dump.samples(str(c), 2) for c, wk in enumerate(w))
-        np.testing.assert_allclose(dump.samples("global", 2), mean, atol=1e-5)
+        mean = sum(wk * dump.samples(str(c), index=2) for c, wk in enumerate(w))
+        np.testing.assert_allclose(dump.samples("global", index=2), mean, atol=1e-5)
 
 
 def test_without_record_global_the_dump_has_only_clients(small_data, tmp_path):

@@ -179,12 +179,12 @@ def test_central_parameters_are_those_of_the_targets_training_used(tmp_path, sha
     # Without gradient noise theta_k(t) = P^t theta_0 + (I - P^t) mu_k: recover each run's
     # mu_k from the dump and compare sum_k W_k mu_k with the task's recomputed reference.
     task, dump = _sample(tmp_path, 6, d=3, n_iterations=10, sigma=0.0, shared=shared)
-    theta0, thetat = dump.samples("0", 0).astype(float), None
+    theta0, thetat = dump.samples("0", index=0).astype(float), None
     weights = task.curvature_weights()
     central = 0.0
     for k in range(3):
         power = np.linalg.matrix_power(np.eye(3) - task.settings["eta"] * task.client_problem(k)[0], 10)
-        thetat = dump.samples(str(k), 2).astype(float)
+        thetat = dump.samples(str(k), index=2).astype(float)
         mu = np.linalg.solve(np.eye(3) - power, (thetat - theta0 @ power.T).T).T
         central = central + mu @ weights[k].T
     from mianalysis import ParameterSampler

@@ -68,7 +68,7 @@ def test_the_import_holds_the_files_values(reference):
     for c in CLIENTS:
         for i, t in enumerate(CHECKPOINTS):
             for r in range(RUNS):
-                np.testing.assert_array_equal(reference.samples(c, i)[r], flat(c, t, r))
+                np.testing.assert_array_equal(reference.samples(c, index=i)[r], flat(c, t, r))
     assert reference.written_chunks() == [(0, RUNS)] and reference.meta["state_dict_key"] is None
 
 
@@ -107,7 +107,7 @@ def test_files_are_read_one_chunk_at_a_time_and_a_failed_import_resumes(root, re
 def test_layer_keeps_the_selected_tensors(root, tmp_path):
     dump = import_checkpoints(root, tmp_path / "d", layer=["head", "fc.bias"], progress=False)
     assert [(e.name, e.shape) for e in dump.layout] == [("fc.bias", (3,)), ("head.weight", (1, 3))]
-    np.testing.assert_array_equal(dump.samples("b", 2)[6], flat("b", 20, 6, names=("fc.bias", "head.weight")))
+    np.testing.assert_array_equal(dump.samples("b", index=2)[6], flat("b", 20, 6, names=("fc.bias", "head.weight")))
     assert dump.meta["layer"] == ["head", "fc.bias"]
     with pytest.raises(DumpError, match=r"0\.pt: `layer` 'conv' is not in the layout; tensors: \['fc.weight'"):
         import_checkpoints(root, tmp_path / "e", layer="conv", progress=False)
@@ -121,7 +121,7 @@ def test_safetensors_files_import_as_pt_files(tmp_path, reference):
     assert [e.name for e in dump.layout] == sorted(e.name for e in reference.layout)
     for e in reference.layout:
         for t in range(3):
-            np.testing.assert_array_equal(dump.samples("b", t, layer=e.name), reference.samples("b", t, layer=e.name))
+            np.testing.assert_array_equal(dump.samples("b", index=t, layer=e.name), reference.samples("b", index=t, layer=e.name))
     assert dump.meta["runs"] == [f"{r}.safetensors" for r in range(RUNS)]
 
 

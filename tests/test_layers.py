@@ -52,7 +52,7 @@ def dump(tmp_path_factory):
 @pytest.mark.parametrize("plain, other", CASES)
 def test_dump_samples_of_an_overlapping_selection(dump, plain, other):
     for client in dump.clients:
-        np.testing.assert_array_equal(dump.samples(client, 1, layer=other), dump.samples(client, 1, layer=plain))
+        np.testing.assert_array_equal(dump.samples(client, index=1, layer=other), dump.samples(client, index=1, layer=plain))
     np.testing.assert_array_equal(dump.layer_columns(other), dump.layer_columns(plain))
 
 
@@ -106,7 +106,7 @@ def test_record_replicates_stores_each_tensor_once(small_fl, tmp_path, layer):
     assert [e.name for e in dump.layout] == ["5.weight", "5.bias"] and dump.n_params == 2010
     for c in dump.clients:
         for t in range(len(dump.checkpoints)):
-            np.testing.assert_array_equal(dump.samples(c, t), plain.samples(c, t))
+            np.testing.assert_array_equal(dump.samples(c, index=t), plain.samples(c, index=t))
 
 
 def test_cli_federate_record_repeated_layer(tmp_path, cli):

@@ -145,7 +145,7 @@ def test_samples_do_not_depend_on_the_chunk_size(spec, tmp_path):
     for dump in dumps[1:]:
         for client in first.clients:
             for k in range(len(first.checkpoints)):
-                assert np.array_equal(dump.samples(client, k), first.samples(client, k))
+                assert np.array_equal(dump.samples(client, index=k), first.samples(client, index=k))
         assert dump.meta["task_settings"] == first.meta["task_settings"]
         for client in first.clients:
             assert np.array_equal(dump.metric(client, "loss"), first.metric(client, "loss"))
@@ -254,7 +254,7 @@ def test_cli_round_trip(tmp_path, capsys):
     again = ParameterSampler(task, chunk_size=2, progress=False).sample(4, tmp_path / "py")
     for c in dump.clients:
         for k in range(len(dump.checkpoints)):
-            assert np.array_equal(dump.samples(c, k), again.samples(c, k))
+            assert np.array_equal(dump.samples(c, index=k), again.samples(c, index=k))
     # the same command again resumes the dump (here: finds it complete)
     manifest = (tmp_path / "d" / "manifest.json").read_bytes()
     assert _sample_cli(tmp_path / "d") == 0

@@ -58,7 +58,7 @@ def test_cli_sample_that_diverges_fails_at_its_first_chunk_and_commits_nothing(t
     fine = cli(["sample", *TINY, "--out", out])
     assert fine.returncode == 0, fine.stderr
     dump = ParameterDump.open(out)
-    assert dump.verify() == 8 and all(np.isfinite(dump.samples(c, 4)).all() for c in dump.clients)
+    assert dump.verify() == 8 and all(np.isfinite(dump.samples(c, index=4)).all() for c in dump.clients)
 
 
 def _poisoned_sampler(monkeypatch, value, client, checkpoint, run):
@@ -103,7 +103,7 @@ def test_sampler_stops_at_the_chunk_with_a_nonfinite_parameter(tmp_path, monkeyp
     clean = ParameterSampler(sampler.task, seed=0, chunk_size=4, progress=False).sample(4, tmp_path / "clean")
     for c in dump.clients:
         for t in range(len(dump.checkpoints)):
-            np.testing.assert_array_equal(dump.samples(c, t), clean.samples(c, t))
+            np.testing.assert_array_equal(dump.samples(c, index=t), clean.samples(c, index=t))
     with pytest.raises(ValueError) as again:  # a rerun with the same settings fails at the same place
         sampler.sample(12, tmp_path / "d")
     assert str(again.value) == message and ParameterDump.open(tmp_path / "d").completed_runs == 4
@@ -149,10 +149,10 @@ def test_write_chunk_refuses_nonfinite_samples_and_writes_nothing(tmp_path):
     dump = ParameterDump.from_arrays(tmp_path / "d", _arrays(runs=20), layout=SHAPES)
     grown = ParameterDump.create(tmp_path / "e", clients=dump.clients, checkpoints=dump.checkpoints, n_runs=20,
                                  layout=dump.layout)
-    chunk = {c: np.stack([dump.samples(c, t)[:10] for t in range(3)]) for c in dump.clients}
+    chunk = {c: np.stack([dump.samples(c, index=t)[:10] for t in range(3)]) for c in dump.clients}
     grown.write_chunk(0, 10, chunk)
     before = _files(tmp_path / "e")
-    second = {c: np.stack([dump.samples(c, t)[10:] for t in range(3)]) for c in dump.clients}
+    second = {c: np.stack([dump.samples(c, index=t)[10:] for t in range(3)]) for c in dump.clients}
     second["c"][2, 3:6, 0] = np.nan
     with pytest.raises(DumpError) as info:
         grown.write_chunk(10, 20, second)

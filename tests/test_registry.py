@@ -72,7 +72,7 @@ def test_toy_estimator_reaches_analyze_tests_intervals_and_regime(toy, tmp_path)
     rows = analyze(dump, estimators=["gaussian", "first"], metrics=[], n_permutations={"first": 19})
     first = rows.select("mi_first", "a", "b")
     assert [r["checkpoint"] for r in first] == [0, 1]
-    stored = [(np.asarray(dump.samples("a", t), float), np.asarray(dump.samples("b", t), float)) for t in (0, 1)]
+    stored = [(np.asarray(dump.samples("a", index=t), float), np.asarray(dump.samples("b", index=t), float)) for t in (0, 1)]
     for t, row in enumerate(first):
         assert row["value"] == pytest.approx(first_coordinates_mi(*stored[t]), rel=1e-12)
         assert row["p_value"] == pytest.approx(0.05) and np.isfinite(row["null_mean"])

@@ -60,7 +60,7 @@ def test_second_writer_of_one_dump_in_one_process_is_refused_and_the_first_keeps
         _record_runs(b, range(6, 8))
     dump = ParameterDump.open(path)
     assert _chunks(path) == [(0, 4), (4, 6), (6, 8)] and dump.verify() == 8
-    assert dump.samples("b", 1)[:, 0].tolist() == [r + 0.5 for r in range(8)]
+    assert dump.samples("b", index=1)[:, 0].tolist() == [r + 0.5 for r in range(8)]
 
 
 def test_a_writer_after_the_first_closed_resumes_it(tmp_path):
@@ -82,7 +82,7 @@ def test_two_dump_objects_of_one_folder_keep_each_others_chunks(tmp_path):
     with pytest.raises(DumpError, match=r"chunk 2-6 overlaps the written chunk 0-4"):
         second.write_chunk(2, 6, {"0": np.zeros((1, 4, 2))})  # first's chunk, never overwritten
     dump = ParameterDump.open(path)
-    assert dump.verify() == 8 and dump.samples("0", 0)[:, 0].tolist() == [1.0] * 4 + [2.0] * 4
+    assert dump.verify() == 8 and dump.samples("0", index=0)[:, 0].tolist() == [1.0] * 4 + [2.0] * 4
     assert len(dump.provenance) == 3  # the creator's session, then each writer's
 
 
@@ -264,7 +264,7 @@ def test_a_bfloat16_flat_vector_is_recorded_as_float32_exactly(tmp_path):
     values = torch.tensor([1.5, -2.25, 3.0e38, 1e-3], dtype=torch.bfloat16)
     with DumpWriter(tmp_path / "d", clients=["a"], checkpoints=[0], runs=1) as w:
         w.record(run=0, client="a", checkpoint=0, params=values)
-    got = ParameterDump.open(tmp_path / "d").samples("a", 0)[0]
+    got = ParameterDump.open(tmp_path / "d").samples("a", index=0)[0]
     assert got.tolist() == values.float().tolist()
 
 
@@ -272,11 +272,11 @@ def test_bfloat16_state_dicts_and_imports_are_float32_exactly(tmp_path):
     values = torch.tensor([1.5, -2.25, 1e-3], dtype=torch.bfloat16)
     with DumpWriter(tmp_path / "d", clients=["a"], checkpoints=[0], runs=1) as w:
         w.record(run=0, client="a", checkpoint=0, params={"w": values})
-    assert ParameterDump.open(tmp_path / "d").samples("a", 0)[0].tolist() == values.float().tolist()
+    assert ParameterDump.open(tmp_path / "d").samples("a", index=0)[0].tolist() == values.float().tolist()
     (tmp_path / "r" / "a" / "0").mkdir(parents=True)
     torch.save({"w": values}, tmp_path / "r" / "a" / "0" / "0.pt")
     dump = import_checkpoints(tmp_path / "r", tmp_path / "i", progress=False)
-    assert dump.samples("a", 0)[0].tolist() == values.float().tolist()
+    assert dump.samples("a", index=0)[0].tolist() == values.float().tolist()
 
 
 # ---------------------------------------------------------------------- 8. import into its own root

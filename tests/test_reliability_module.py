@@ -125,7 +125,7 @@ def test_a_partial_dump_is_refused_after_a_change_and_resumes_unchanged(factory_
     done = ParameterSampler(again, chunk_size=2, progress=False).sample(4, tmp_path / "part")
     for c in whole.clients:
         for k in range(len(whole.checkpoints)):
-            assert np.array_equal(done.samples(c, k), whole.samples(c, k))
+            assert np.array_equal(done.samples(c, index=k), whole.samples(c, index=k))
 
 
 def test_comments_do_not_count_but_a_source_change_does(factory_module, tmp_path, capsys):

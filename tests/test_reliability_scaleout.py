@@ -126,15 +126,15 @@ def test_a_dump_sent_elsewhere_is_checked_against_its_manifest(tmp_path, monkeyp
     os.rename("d", "moved")
     ParameterDump.from_arrays("d", _arrays(1), checkpoints=[0, 5])  # another dump at the same path
     with pytest.raises(DumpError) as info:
-        pickle.loads(sent).samples("a", 0)
+        pickle.loads(sent).samples("a", index=0)
     message = str(info.value)
     assert "\n" not in message and str(tmp_path / "d") in message and "not the dump" in message
     os.rename("d", "other")
     with pytest.raises(DumpError, match="does not exist") as info:
-        pickle.loads(sent).samples("a", 0)
+        pickle.loads(sent).samples("a", index=0)
     assert str(tmp_path / "d") in str(info.value)
     os.rename("moved", "d")  # the same dump again, with more provenance: fine
-    assert np.array_equal(pickle.loads(sent).samples("a", 1), _arrays(0)["a"][1])
+    assert np.array_equal(pickle.loads(sent).samples("a", index=1), _arrays(0)["a"][1])
 
 
 # ----------------------------------------------------------- 2. factories of the working folder

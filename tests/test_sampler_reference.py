@@ -129,7 +129,7 @@ def test_dump_records_the_central_client_and_resume_checks_the_setting(tmp_path)
     with pytest.raises(DumpError, match=r"other settings .*'reference': \(None, 'central'\)"):
         ParameterSampler(task, seed=1, chunk_size=4, progress=False, reference="central").sample(6, tmp_path / "plain")
     for c in ("0", "1", "2"):  # the clients are those of the dump without the reference
-        assert np.array_equal(dump.samples(c, 3), plain.samples(c, 3))
+        assert np.array_equal(dump.samples(c, index=3), plain.samples(c, index=3))
 
 
 def test_dask_chunk_job_trains_the_central_client_too():
@@ -162,8 +162,8 @@ def test_headroom_of_a_dump_with_the_central_client(tmp_path, name):
     assert all(r["mse"] > 0 and np.isfinite(r["ratio"]) for r in last)
     # the mean's MSE is the summed squared distance of the clients' average to the central client
     t = len(dump.checkpoints) - 1
-    errors = (np.mean([np.asarray(dump.samples(c, t), np.float64) for c in dump.clients[:-1]], axis=0)
-              - np.asarray(dump.samples(CENTRAL, t), np.float64))
+    errors = (np.mean([np.asarray(dump.samples(c, index=t), np.float64) for c in dump.clients[:-1]], axis=0)
+              - np.asarray(dump.samples(CENTRAL, index=t), np.float64))
     assert last[0]["mse"] == pytest.approx(np.mean(np.sum(errors ** 2, axis=1)), rel=1e-9)
 
 

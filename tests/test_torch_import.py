@@ -51,7 +51,7 @@ def assert_imported(dump):
     for c in ("a", "b"):
         for t, it in enumerate((0, 10)):
             for r in range(3):
-                np.testing.assert_array_equal(dump.samples(c, t)[r], flat(c, it, r))
+                np.testing.assert_array_equal(dump.samples(c, index=t)[r], flat(c, it, r))
 
 
 # ------------------------------------------------------------------ checkpoint dicts
@@ -74,7 +74,7 @@ def test_several_state_dicts_need_key(tmp_path):
                                  r"choose one with key= \(keys in the file: \['model', 'ema', 'epoch'\]\)")
     assert_imported(import_checkpoints(root, tmp_path / "dump", key="model"))
     ema = import_checkpoints(root, tmp_path / "ema", key="ema")
-    np.testing.assert_array_equal(ema.samples("b", 1)[2], 2 * flat("b", 10, 2))
+    np.testing.assert_array_equal(ema.samples("b", index=1)[2], 2 * flat("b", 10, 2))
 
 
 def test_no_state_dict_lists_the_keys(tmp_path):
@@ -140,7 +140,7 @@ def test_runs_are_ordered_by_number(tmp_path):
     root = make_root(tmp_path, runs=("10", "2", "1"))
     dump = import_checkpoints(root, tmp_path / "dump")
     assert dump.meta["runs"] == ["1.pt", "2.pt", "10.pt"]
-    np.testing.assert_array_equal(dump.samples("a", 1)[2], flat("a", 10, 10))
+    np.testing.assert_array_equal(dump.samples("a", index=1)[2], flat("a", 10, 10))
 
 
 def test_non_pt_file_is_named(tmp_path):

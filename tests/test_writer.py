@@ -113,7 +113,7 @@ def test_modules_tensors_and_flat_vectors_are_recorded(tmp_path):
             w.record(run=i // 2, client=str(i % 2), checkpoint=0, params={"bias": sd["bias"], "weight": sd["weight"]}
                      if i else sd)
     assert files(tmp_path / "m") == files(tmp_path / "f") == files(tmp_path / "s")
-    np.testing.assert_array_equal(ParameterDump.open(tmp_path / "m").samples("1", 0)[1], flat[3])
+    np.testing.assert_array_equal(ParameterDump.open(tmp_path / "m").samples("1", index=0)[1], flat[3])
     flat_default = tmp_path / "v"
     with DumpWriter(flat_default, clients=["0"], checkpoints=[0], runs=1) as w:
         w.record(run=0, client="0", checkpoint=0, params=[1.0, 2.0])
@@ -206,7 +206,7 @@ def test_leaving_with_incomplete_chunks_writes_complete_runs_and_names_the_rest(
     assert dump.written_chunks() == [(0, 4), (4, 6), (7, 8)] and dump.missing_ranges() == [(6, 7), (8, 10)]
     assert dump.verify() == 7 and dump.completed_runs == 6
     samples, _ = values()
-    np.testing.assert_array_equal(dump.samples("c", 2), samples["c"][2, :6])
+    np.testing.assert_array_equal(dump.samples("c", index=2), samples["c"][2, :6])
     # A rerun records what is missing and completes the dump: the same bytes as in one go.
     w = write(tmp_path / "d", [rec for rec in records() if rec[0] in (6, 8, 9)])
     assert w.dump.complete and files(tmp_path / "d") == files(reference(tmp_path).path)

@@ -114,7 +114,7 @@ def additive_prediction_rows(rows: Sequence[Mapping[str, Any]], dump: ParameterD
 def _step(dump, a, b, layer, first, later, fallback, n_resamples, level, random_state):
     group = layer or None
     t0, t1 = first["checkpoint"], later["checkpoint"]
-    arrays = [np.asarray(dump.samples(c, t, layer=group), dtype=np.float64) for t in (t0, t1) for c in (a, b)]
+    arrays = [np.asarray(dump.samples(c, index=t, layer=group), dtype=np.float64) for t in (t0, t1) for c in (a, b)]
     varies = np.logical_and.reduce([arr.max(axis=0) > arr.min(axis=0) for arr in arrays])
     notes = []
     if not varies.all():

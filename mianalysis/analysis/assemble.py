@@ -378,7 +378,7 @@ class Assembly:
         """The rows delta_QUANTITY of checkpoint t: paired change since t - 1, its interval, a verdict."""
         job, dump = self.job, self.job.dump
         if (t - 1, group) not in self._resampled:  # resumed after t - 1: its resamples again (same indices, seeds)
-            before = [np.asarray(dump.samples(c, t - 1)[:, self._columns[group]], dtype=np.float64)
+            before = [np.asarray(dump.samples(c, index=t - 1)[:, self._columns[group]], dtype=np.float64)
                       for c in range(len(dump.clients))]
             self._resampled[t - 1, group] = job.with_intervals(t - 1, before, job.of_checkpoint(self.rows, t - 1, group))
         prev, now = self._resampled.pop((t - 1, group)), self._resampled[t, group]

@@ -227,7 +227,7 @@ class CheckpointAnalysis:
         exact = _exact_mi(dump, self.groups[0][1]) if self.groups[0][0] == "" else None
         per_group = []
         for group, cols in self.groups:
-            samples = [np.asarray(dump.samples(c, t)[:, cols], dtype=np.float64) for c in range(n_clients)]
+            samples = [np.asarray(dump.samples(c, index=t)[:, cols], dtype=np.float64) for c in range(n_clients)]
             _check_finite(dump, t, samples, cols)
             distances = None
             cache_users = [e for e in self.estimators if get_estimator(e).distance_cache]

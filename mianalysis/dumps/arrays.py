@@ -61,7 +61,7 @@ class _ClientSamples:
         key = key if isinstance(key, tuple) else (key,)
         key = key + (slice(None),) * (3 - len(key))
         checkpoints = range(self.shape[0])[key[0]] if isinstance(key[0], slice) else [key[0]]
-        blocks = [self.dump.samples(self.client, int(t))[key[1], key[2]] for t in checkpoints]
+        blocks = [self.dump.samples(self.client, index=int(t))[key[1], key[2]] for t in checkpoints]
         if not isinstance(key[0], slice):
             return blocks[0]
         if len(blocks) == 1:
@@ -90,7 +90,7 @@ def to_dask(dump: ParameterDump | str | os.PathLike) -> dask.array.Array:
     -------
     dask.array.Array of shape (n_clients, n_checkpoints, completed_runs, n_params), float32
         Dimensions :data:`DIMS` (client, checkpoint, run, parameter), in the dump's
-        client order; ``x[c, t]`` equals ``dump.samples(c, t)``. Blocks of one client,
+        client order; ``x[c, t]`` equals ``dump.samples(c, index=t)``. Blocks of one client,
         one checkpoint, all parameters and about :data:`BLOCK_BYTES` of runs.
 
     Examples
@@ -103,7 +103,7 @@ def to_dask(dump: ParameterDump | str | os.PathLike) -> dask.array.Array:
     >>> x = to_dask(dump)
     >>> x.shape
     (2, 2, 4, 3)
-    >>> bool((x[1, 1].compute() == dump.samples("b", 1)).all())
+    >>> bool((x[1, 1].compute() == dump.samples("b", index=1)).all())
     True
     """
     import dask.array as da
@@ -297,7 +297,7 @@ def _write_store(zarr, dump, folder):
     digests = {}
     h = hashlib.sha256()
     for c, t, block in _blocks(dump, runs):
-        values = np.ascontiguousarray(dump.samples(c, t)[block], dtype=DTYPE)
+        values = np.ascontiguousarray(dump.samples(c, index=t)[block], dtype=DTYPE)
         samples[c, t, block] = values
         h.update(values.tobytes())
     digests["samples"] = samples.attrs["sha256"] = h.hexdigest()

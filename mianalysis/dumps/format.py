@@ -318,11 +318,11 @@ class ParameterDump:
     ...                           layout=[("w", (2,)), ("b", (1,))])
     ParameterDump('my_dump', clients=['a', 'b'], checkpoints=[0, 10], runs=100/100, params=3)
     >>> dump = ParameterDump.open("my_dump")
-    >>> dump.samples("b", checkpoint=1).shape        # (runs, params) at iteration 10
+    >>> dump.samples("b", iteration=10).shape       # (runs, params) at iteration 10
     (100, 3)
-    >>> dump.samples("b", 1, layer="b").shape        # only the tensor "b"
+    >>> dump.samples("b", index=1, layer="b").shape  # the same checkpoint by position; only the tensor "b"
     (100, 1)
-    >>> bool(np.all(dump.samples("b", 1) == 2 * dump.samples("a", 1)))   # float32 on disk
+    >>> bool(np.all(dump.samples("b", index=1) == 2 * dump.samples("a", index=1)))   # float32 on disk
     True
     >>> dump.verify()                                # sizes and checksums: runs verified
     100
@@ -779,13 +779,25 @@ class ParameterDump:
             return int(client)
         raise ValueError(f"`client` must be one of {self.clients} or an index below {len(self.clients)}; got {client!r}")
 
-    def _checkpoint_index(self, checkpoint):
-        if not isinstance(checkpoint, (int, np.integer)) or isinstance(checkpoint, bool) or not 0 <= checkpoint < len(self.checkpoints):
-            raise ValueError(
-                f"`checkpoint` must be an index in [0, {len(self.checkpoints) - 1}] "
-                f"(iterations {self.checkpoints}); got {checkpoint!r}"
-            )
-        return int(checkpoint)
+    def _checkpoint_index(self, *, iteration=None, index=None):
+        """The position in :attr:`checkpoints` of the checkpoint named by exactly one of
+        `iteration` (its value) or `index` (its position); TypeError or ValueError otherwise."""
+        if (iteration is None) == (index is None):
+            raise TypeError(f"pass exactly one of `iteration` (one of {_shown(self.checkpoints, 120)}) or `index` "
+                            f"(0-{len(self.checkpoints) - 1}); got "
+                            + ("neither" if iteration is None else f"iteration={iteration!r} and index={index!r}"))
+        name, value = ("iteration", iteration) if iteration is not None else ("index", index)
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+            raise TypeError(f"`{name}` must be an integer; got {value!r}")
+        if name == "iteration":
+            if value not in self.checkpoints:
+                raise ValueError(f"`iteration` {value!r} is not a checkpoint of {self.path}: its iterations are "
+                                 f"{_shown(self.checkpoints, 120)} (pass index= for a position)")
+            return self.checkpoints.index(int(value))
+        if not 0 <= value < len(self.checkpoints):
+            raise ValueError(f"`index` must be in [0, {len(self.checkpoints) - 1}] (a position in the checkpoints, "
+                             f"iterations {_shown(self.checkpoints, 120)}); got {value!r}")
+        return int(value)
 
     def _memmap(self, name, shape, mode="r"):
         if self._sent_identity is not None:  # a copy that travelled: first check it reads the same dump
@@ -803,15 +815,47 @@ class ParameterDump:
             return slice(0, self.n_params)
         return layout_columns(select_layout(self.layout, layer))
 
-    def samples(self, client: str | int, checkpoint: int, layer: str | Sequence[str] | None = None) -> np.ndarray:
+    def samples(self, client: str | int, *args: object, iteration: int | None = None, index: int | None = None,
+                layer: str | Sequence[str] | None = None, **kwargs: object) -> np.ndarray:
         """Parameter samples of one client at one checkpoint: array of shape (runs, params).
 
-        Only completed runs are returned. `checkpoint` is an index into :attr:`checkpoints`;
-        `layer` selects tensors (see :meth:`layer_columns`). The array is a read-only memory
-        map when `layer` is None.
+        Only completed runs are returned. The array is a read-only memory map when `layer`
+        is None.
+
+        Parameters
+        ----------
+        client : str or int
+            A client's name or its position in :attr:`clients`.
+        iteration : int, optional
+            The checkpoint by value: one of :attr:`checkpoints` (e.g. the training iteration),
+            so that ``for t in dump.checkpoints: dump.samples(c, iteration=t)`` reads each.
+        index : int, optional
+            The checkpoint by position in :attr:`checkpoints`, from 0.
+            Give exactly one of `iteration` and `index`.
+        layer : str or list of str, optional
+            Selects tensors (see :meth:`layer_columns`); None means every column.
+
+        Raises
+        ------
+        TypeError
+            The checkpoint given positionally or as ``checkpoint=`` (the form before
+            `iteration`/`index`, refused as ambiguous: pass ``index=`` for the old meaning),
+            neither or both of `iteration` and `index`, or a non-integer one.
+        ValueError
+            An unknown client, an `iteration` not in :attr:`checkpoints` (the message names
+            them), an `index` out of range, or an unknown layer.
         """
+        if args or "checkpoint" in kwargs:
+            given = repr(args[0]) if args else f"checkpoint={kwargs['checkpoint']!r}"
+            meant = args[0] if args else kwargs["checkpoint"]
+            raise TypeError(
+                f"`samples` no longer takes the checkpoint positionally or as `checkpoint=` (got {given}), which was "
+                f"ambiguous: pass iteration=... (a value of `checkpoints`, {_shown(self.checkpoints, 120)}) or "
+                f"index=... (a position, what the old form meant: samples({client!r}, index={meant!r}))")
+        if kwargs:
+            raise TypeError(f"`samples` got an unexpected keyword argument {sorted(kwargs)[0]!r}")
         c = self._client_index(client)
-        t = self._checkpoint_index(checkpoint)
+        t = self._checkpoint_index(iteration=iteration, index=index)
         cols = self.layer_columns(layer)
         data = self._memmap(_client_file(c), self._sample_shape())[t, : self.completed_runs]
         return data if layer is None else np.asarray(data[:, cols])
