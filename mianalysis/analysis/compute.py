@@ -273,7 +273,7 @@ class CheckpointAnalysis:
             raise ValueError("no update metric was asked for: the analysis reads no start checkpoint")
         if group not in self._starts:
             cols = dict(self.groups)[group]
-            self._starts[group] = [np.asarray(self.dump.samples(c, self.start)[:, cols], dtype=np.float64)
+            self._starts[group] = [np.asarray(self.dump.samples(c, index=self.start)[:, cols], dtype=np.float64)
                                    for c in range(len(self.dump.clients))]
         return self._starts[group]
 
