@@ -41,6 +41,7 @@ import argparse
 import csv
 import json
 import re
+import textwrap
 import time
 from pathlib import Path
 
@@ -421,10 +422,10 @@ def figure(summary, path, parts, specs):
                 title += f"\n({left_out} rows of another step left out)"
             ax.set_title(title, fontsize=8.5)
             if drawn_any:
-                ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0, -0.2), ncol=2, frameon=False)
-    fig.suptitle("Does MI between clients rise? The change of each MI estimate over one step, per cell (x axis: "
-                 "the start, and the streams the clients of a run share; each mark: one client pair and seed)",
-                 fontsize=10)
+                ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0, -0.2), ncol=1, frameon=False)
+    fig.suptitle(textwrap.fill("Does MI between clients rise? The change of each MI estimate over one step, per cell "
+                               "(x axis: the start, and the streams the clients of a run share; each mark: one client "
+                               "pair and seed)", width=int(16 * 5.6 * len(parts))), fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
