@@ -65,15 +65,15 @@ def test_sources_figure_takes_an_old_single_step_gaussian_interval_from_the_addi
     assert (point["step"], point["change"], point["low"], point["high"]) == ((1, 2), 0.25, -0.5, 1.0)
 
 
-def test_sources_replot_draws_the_committed_summary(tmp_path):
+def test_replot_draws_both_summary_figures_from_the_committed_tables(tmp_path):
     import shutil
 
-    sod = _load("sources_of_dependence")
-    table = tmp_path / "sources_of_dependence.csv"
-    shutil.copy(ROOT / "figures" / "sources_of_dependence.csv", table)
-    summary = [r for cell in sod.read_summary(table).values() for r in cell]
-    sod.figure(summary, tmp_path / "f.png", list(sod.PARTS), sod.PARTS)
-    assert (tmp_path / "f.png").stat().st_size > 10_000
+    replot = _load("replot")
+    for name in ("sources_of_dependence.csv", "digits_lenet_paper.csv", "digits_lenet_paper.csv.json"):
+        shutil.copy(ROOT / "figures" / name, tmp_path / name)
+    done = replot.replot_summaries(tmp_path)
+    assert [p.name for p in done] == ["sources_of_dependence.png", "digits_lenet_paper.png"]
+    assert all(p.stat().st_size > 10_000 for p in done)
 
 
 def test_digits_paper_figure_keeps_a_wide_accuracy_axis_and_no_gaussian():
