@@ -122,11 +122,13 @@ def _centred_bias(dump, n_clients):
     return {str(c): centred(str(c)) for c in range(n_clients)}, centred("global")
 
 
-def _pair_mean(rows, quantity, key="value"):
-    """[(round, mean over client pairs)] for a quantity."""
+def _pair_mean(rows, quantity, key="value", *, plain_only=False):
+    """[(round, mean over client pairs)] for a quantity; with `plain_only`, the rounds where
+    no pair's estimate is a shrinkage estimate (``estimate_kind``)."""
     pairs = sorted({(r["client_a"], r["client_b"]) for r in rows if r["client_b"] not in ("", "global")})
     series = [rows.select(quantity, a, b) for a, b in pairs]
-    return [(s0["iteration"], float(np.mean([s[i][key] for s in series]))) for i, s0 in enumerate(series[0])]
+    return [(s0["iteration"], float(np.mean([s[i][key] for s in series]))) for i, s0 in enumerate(series[0])
+            if not plain_only or all(s[i].get("estimate_kind", "plain") != "shrinkage" for s in series)]
 
 
 def _global_pair_mean(rows, quantity):
@@ -144,20 +146,30 @@ def plot_global(given_global, path, subtitle):
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
-    titles = {"mi_local": "I(local a; local b)", "cmi_given_global": "I(local a; local b | global at round start)",
-              "mi_update": "I(update a; update b)"}
+    from matplotlib.lines import Line2D
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 5.4))
+    titles = {"mi_local": "I(local_a(t); local_b(t))\nlocal models after round t",
+              "cmi_given_global": "I(local_a(t); local_b(t) | global(t-1))\ngiven the global model round t started "
+                                  "from",
+              "mi_update": "I(local_a(t) - global(t-1); local_b(t) - global(t-1))\nthe clients' updates in round t"}
+    colours = {rule: f"C{i}" for i, rule in enumerate(given_global)}
     for ax, q in zip(axes, GLOBAL_QUANTITIES):
         for rule, rows in given_global.items():
-            ax.plot(*zip(*_global_pair_mean(rows, q)), marker="o", ms=3, label=get_rule(rule).display_name)
+            ax.plot(*zip(*_global_pair_mean(rows, q)), marker="o", ms=3, color=colours[rule])
         ax.axhline(0.0, color="grey", lw=0.8)
-        ax.set_title(titles[q], fontsize=10)
-        ax.set_xlabel("round")
+        ax.set_title(titles[q], fontsize=9.5)
+        ax.set_xlabel("round t")
         ax.set_ylabel("Gaussian MI (bits), mean over client pairs")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.legend(fontsize=8)
-    fig.suptitle(f"Dependence between clients beyond the global model ({subtitle})", fontsize=10)
-    fig.tight_layout()
+    fig.legend(handles=[Line2D([], [], color=colours[rule], marker="o", ms=3, label=get_rule(rule).display_name)
+                        for rule in given_global], loc="lower center", ncol=len(given_global), fontsize=9,
+               frameon=False)
+    fig.suptitle(f"Dependence between clients beyond the global model ({subtitle}).\nEach client's output-layer "
+                 "bias minus its mean over classes (first 9 entries); global(t-1): the server's model that round t "
+                 "started from, bias centred alike. Point estimates: the table holds no intervals or nulls.",
+                 fontsize=9.5)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
     print(f"wrote {path}")
@@ -187,12 +199,13 @@ def plot(tables, accuracy, path, subtitle):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
     from matplotlib.ticker import MaxNLocator
 
     from mianalysis.plots import estimator_variant
 
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8.5))
+    fig, axes = plt.subplots(2, 3, figsize=(15, 9.2))
     some = next(iter(tables.values()))
     titles = {"mi_gaussian": f"MI, Gaussian ({estimator_variant(some, 'gaussian')})", "mi_ksg": "MI, KSG (k-NN)",
               "euclidean": "Euclidean distance", "manhattan": "Manhattan distance",
@@ -200,43 +213,63 @@ def plot(tables, accuracy, path, subtitle):
     ylabels = {"mi_gaussian": "MI (bits), mean over client pairs", "mi_ksg": "MI (bits), mean over client pairs",
                "euclidean": "distance, mean over client pairs", "manhattan": "distance, mean over client pairs",
                "chebyshev": "distance, mean over client pairs"}
+    colours = {rule: f"C{i}" for i, rule in enumerate(tables)}
+    nulls_drawn = set()
     for ax, q in zip(axes.flat, QUANTITIES):
+        drawn = False
         for rule, rows in tables.items():
-            pts = [(t, v) for t, v in _pair_mean(rows, q) if t > 0 and np.isfinite(v)]
-            line, = ax.plot(*zip(*pts), marker="o", ms=3, label=get_rule(rule).display_name)
+            colour = colours[rule]
+            plain = q != "mi_gaussian"  # a shrinkage estimate is biased: not drawn as a curve
+            pts = [(t, v) for t, v in _pair_mean(rows, q, plain_only=not plain) if t > 0 and np.isfinite(v)]
+            if not pts:
+                continue
+            drawn = True
+            ax.plot(*zip(*pts), marker="o", ms=3, color=colour)
+            low = dict(_pair_mean(rows, q, "ci_low", plain_only=not plain))
+            high = dict(_pair_mean(rows, q, "ci_high", plain_only=not plain))
+            its = [t for t, _ in pts if np.isfinite(low.get(t, np.nan)) and np.isfinite(high.get(t, np.nan))]
+            if its:
+                ax.fill_between(its, [low[t] for t in its], [high[t] for t in its], color=colour, alpha=0.25, lw=0)
             if q.startswith("mi_"):
+                permutations = {r.get("null_method") for r in rows if r["quantity"] == q}
                 null = dict((t, v) for t, v in _pair_mean(rows, q, "null_mean") if t > 0 and np.isfinite(v))
                 sd = dict((t, v) for t, v in _pair_mean(rows, q, "null_std") if t > 0 and np.isfinite(v))
                 its = [t for t in null if t in sd]
-                if its:
+                if its and permutations:
                     mean, width = np.array([null[t] for t in its]), 2 * np.array([sd[t] for t in its])
-                    ax.plot(its, mean, ls=":", color=line.get_color(), lw=1)
-                    ax.fill_between(its, mean - width, mean + width, color=line.get_color(), alpha=0.2, lw=0)
-        handles, labels = ax.get_legend_handles_labels()
-        if q.startswith("mi_"):
-            handles.append(Patch(facecolor="0.6", alpha=0.5, label="permutation null: mean (dotted) +- 2 sd"))
-            labels.append("permutation null: mean (dotted) +- 2 sd")
-        ax.legend(handles, labels, fontsize=8)
-        ax.set_title(titles[q], fontsize=10)
-        ax.set_xlabel("round")
-        ax.set_ylabel(ylabels[q])
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+                    ax.plot(its, mean, ls=":", color=colour, lw=1)
+                    ax.fill_between(its, mean - width, mean + width, color=colour, alpha=0.12, lw=0, hatch="..")
+                    nulls_drawn.add(q)
+        if not drawn:
+            ax.text(0.5, 0.5, "every estimate is a Ledoit-Wolf shrinkage estimate\n(runs <= 2 x joint dimensions): "
+                    "biased,\nso no curve is drawn (the values are in the table)", ha="center", va="center",
+                    transform=ax.transAxes, fontsize=9)
+            ax.set_xticks([])
+            ax.set_yticks([])
+        else:
+            ax.set_xlabel("round")
+            ax.set_ylabel(ylabels[q])
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_title(titles[q] + ("\nband: 95 % interval (mean over pairs of each pair's bounds)" if drawn else ""),
+                     fontsize=9.5)
     ax = axes.flat[5]
-    sd_label = "+-1 sd over replicates"
     for rule, acc in accuracy.items():
         pts = [a if isinstance(a, tuple) else (i, a, np.nan) for i, a in enumerate(acc)]
         t, m, sd = (np.array(x, float) for x in zip(*pts))
-        line, = ax.plot(t, m, marker="o", ms=3, label=get_rule(rule).display_name)
+        ax.plot(t, m, marker="o", ms=3, color=colours.get(rule))
         if np.isfinite(sd).all():
-            ax.fill_between(t, m - sd, m + sd, color=line.get_color(), alpha=0.15, lw=0, label=sd_label)
-            sd_label = None
-    ax.set_title("global model, test accuracy", fontsize=10)
+            ax.fill_between(t, m - sd, m + sd, color=colours.get(rule), alpha=0.15, lw=0)
+    ax.set_title("global model, test accuracy\nband: +-1 sd over replicates", fontsize=9.5)
     ax.set_xlabel("round")
     ax.set_ylabel("test accuracy (mean over replicates)")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.legend(fontsize=8)
+    handles = [Line2D([], [], color=colours[rule], marker="o", ms=3, label=get_rule(rule).display_name)
+               for rule in tables]
+    if nulls_drawn:
+        handles.append(Patch(facecolor="0.8", hatch="..", label="permutation null: mean (dotted) +- 2 sd"))
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=9, frameon=False)
     fig.suptitle(f"Aggregation rules compared by dependence between clients ({subtitle})", fontsize=11)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
     print(f"wrote {path}")

@@ -48,7 +48,6 @@ from mianalysis import ParameterSampler, analyze
 from mianalysis.provenance import collect, utc_now
 from mianalysis.analysis import AnalysisTable, sidecar_path
 from mianalysis.experiment import correction_text, overall_trend, step_verdicts
-from mianalysis.plots import plot_distance_panel, plot_metric_panel, plot_mi_panel
 from mianalysis.tasks import get_task
 
 # The paper sampled 26,400 runs; benchmarks/results/digits_paper.json says why 4,000 here.
@@ -209,38 +208,105 @@ def markdown(summary, cells, cell_runs, permutations, seconds):
     return "\n".join(lines)
 
 
-def figure(tables, path, cells, cell_runs, permutations):
-    """One row per cell: Gaussian MI, KSG MI, the three distances and the test accuracy
-    against iteration, drawn by mianalysis.plots from the cell's analysis table."""
+def _series(summary, cell, quantity, key="value"):
+    """[(iteration, mean over pairs or clients of `key`)] of one cell's checkpoint rows."""
+    its = sorted({int(r["iteration"]) for r in summary if r["cell"] == cell and r["quantity"] == quantity
+                  and r["iteration"] != ""})
+    return [(it, float(np.mean([float(r[key]) for r in summary if r["cell"] == cell and r["quantity"] == quantity
+                                and r["iteration"] != "" and int(r["iteration"]) == it]))) for it in its]
+
+
+# The accuracy panel spans at least this many percentage points, so that a change of 1e-4
+# is drawn as the flat line it is (with the sd over runs for scale).
+ACCURACY_SPAN_PP = 1.0
+
+
+def summary_figure(summary, path, permutations=None):
+    """The figure of the summary table, readable at page width: per cell (a line each), the
+    KSG MI minus its permutation null's mean with the 95 % interval (mean over the 3 client
+    pairs of each pair's bounds, shifted by the same null mean), for the fixed-start and
+    the per-run-start cells apart (their scales differ 100-fold); the Euclidean distance
+    with its interval; and the clients' test accuracy, in percentage points, with the sd
+    over runs, on an axis at least ACCURACY_SPAN_PP wide. The Gaussian MI is not drawn: its
+    estimates here are Ledoit-Wolf shrinkage estimates (biased), except where the table
+    says otherwise, and their values stay in the table."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
-    fig = plt.figure(figsize=(30, 5.2 * len(cells) + 1.0), layout="constrained")
-    for sub, cell in zip(fig.subfigures(len(cells), 1), cells):
-        task, rows = tables[cell]
-        row = sub.subplots(1, 6)
-        plot_mi_panel(row[0], rows, "gaussian")
-        plot_mi_panel(row[1], rows, "ksg")
-        for ax, metric in zip(row[2:5], ("euclidean", "manhattan", "chebyshev")):
-            plot_distance_panel(ax, rows, metric)
-        plot_metric_panel(row[5], rows, "accuracy")
-        row[5].set_title("client test accuracy", fontsize=10)
-        row[5].ticklabel_format(axis="y", useOffset=False)
-        gauss = [r for r in rows if r["quantity"] == "mi_gaussian" and r["iteration"] > 0]
-        shrunk = ["ledoit-wolf shrinkage" in str(r["note"]).lower() for r in gauss]
-        where = "" if all(shrunk) else f" for {sum(shrunk)} of {len(shrunk)} pair-checkpoints"
-        sub.suptitle(f"{describe(cell, task)}; {cell_runs[cell]:,} runs"
-                     + (f"; the Gaussian MI is a Ledoit-Wolf shrinkage estimate{where}: outside calibration, no "
-                        "verdict" if any(shrunk) else ""), fontsize=13, fontweight="bold")
-    fig.suptitle(f"digits-lenet, paper preset: the pretrained LeNet's last layer (850 parameters) retrained by Adam "
-                 f"lr 1e-5, 4 iterations; 3 clients, {_runs_text(cell_runs).replace('`', '')}.\nGaussian MI (analytic null) and KSG MI "
-                 f"(k=3, standardised, {permutations['ksg']} permutations), shown minus their null mean where every "
-                 f"estimate has one; bars: 95 % confidence intervals; hollow: outside the calibrated regime",
-                 fontsize=15)
-    fig.savefig(path, dpi=80)
+    cells = list(dict.fromkeys(r["cell"] for r in summary))
+    colours = {c: f"C{i}" for i, c in enumerate(cells)}
+    runs = {c: int(next(r["runs"] for r in summary if r["cell"] == c)) for c in cells}
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8.2))
+    groups = (("fixed", axes[0][0]), ("per-run", axes[0][1]))
+    for init, ax in groups:
+        for cell in (c for c in cells if CELLS.get(c, (None,))[0] == init):
+            value, null = dict(_series(summary, cell, "mi_ksg")), dict(_series(summary, cell, "mi_ksg", "null_mean"))
+            low, high = dict(_series(summary, cell, "mi_ksg", "ci_low")), dict(_series(summary, cell, "mi_ksg", "ci_high"))
+            its = [t for t in value if t > 0 and np.isfinite(null.get(t, np.nan))]
+            shift = np.array([null[t] for t in its])
+            ax.plot(its, np.array([value[t] for t in its]) - shift, marker="o", ms=3.5, color=colours[cell],
+                    label=f"{cell} ({runs[cell]:,} runs)")
+            ax.fill_between(its, np.array([low[t] for t in its]) - shift, np.array([high[t] for t in its]) - shift,
+                            color=colours[cell], alpha=0.2, lw=0)
+        ax.axhline(0, color="0.4", lw=0.8)
+        ax.set_title(f"KSG MI minus its permutation null's mean, {init} start\n(band: 95 % interval, mean over "
+                     "pairs of each pair's bounds)", fontsize=9.5)
+        ax.set_ylabel("bits, mean over the 3 client pairs")
+    ax = axes[1][0]
+    for cell in cells:
+        value = dict(_series(summary, cell, "euclidean"))
+        low, high = dict(_series(summary, cell, "euclidean", "ci_low")), dict(_series(summary, cell, "euclidean", "ci_high"))
+        its = sorted(value)
+        ax.plot(its, [value[t] for t in its], marker="o", ms=3.5, color=colours[cell], label=cell)
+        ax.fill_between(its, [low[t] for t in its], [high[t] for t in its], color=colours[cell], alpha=0.2, lw=0)
+    ax.set_title("Euclidean distance between clients\n(band: 95 % interval, mean over pairs of each pair's bounds)",
+                 fontsize=9.5)
+    ax.set_ylabel("distance, mean over the 3 client pairs")
+    ax = axes[1][1]
+    centre = []
+    for cell in cells:
+        acc = dict(_series(summary, cell, "test_accuracy"))
+        sd = {t: float(np.mean([float(str(r["note"]).split()[-1]) for r in summary if r["cell"] == cell
+                                and r["quantity"] == "test_accuracy" and r["iteration"] != ""
+                                and int(r["iteration"]) == t])) for t in acc}
+        its = sorted(acc)
+        m, s = 100 * np.array([acc[t] for t in its]), 100 * np.array([sd[t] for t in its])
+        ax.plot(its, m, marker="o", ms=3.5, color=colours[cell], label=cell)
+        ax.fill_between(its, m - s, m + s, color=colours[cell], alpha=0.15, lw=0)
+        centre += list(m)
+    mid = (max(centre) + min(centre)) / 2
+    half = max(ACCURACY_SPAN_PP / 2, (max(centre) - min(centre)) / 2 * 1.3)
+    ax.set_ylim(mid - half, mid + half)
+    ax.ticklabel_format(axis="y", useOffset=False)
+    ax.set_title(f"client test accuracy (band: +-1 sd over runs)\naxis at least {ACCURACY_SPAN_PP:g} percentage "
+                 "point wide", fontsize=9.5)
+    ax.set_ylabel("accuracy (%), mean over the 3 clients")
+    for ax in axes.flat:
+        ax.set_xlabel("iteration")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    from matplotlib.lines import Line2D
+
+    fig.legend(handles=[Line2D([], [], color=colours[c], marker="o", ms=3.5, label=f"{c} ({runs[c]:,} runs)")
+                        for c in cells], loc="lower center", ncol=len(cells), fontsize=8.5, frameon=False,
+               title="cell (lines of cells that agree overlap)", title_fontsize=8.5)
+    perms = f", {permutations['ksg']} permutations" if permutations else ""
+    fig.suptitle("digits-lenet, paper preset: the pretrained LeNet's last layer (850 parameters) retrained, 3 "
+                 f"clients, seed {SEED}; KSG k=3, standardised{perms}.\nThe Gaussian MI is not drawn: Ledoit-Wolf "
+                 "shrinkage estimates (biased) at most checkpoints; its values are in the table", fontsize=10)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def read_summary(path):
+    """The rows of a summary table of this script (strings, as written)."""
+    import csv
+
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
 
 
 def main():
@@ -254,7 +320,16 @@ def main():
     parser.add_argument("--work", default=str(WORK / "digits_lenet_paper"))
     parser.add_argument("--out", default=str(FIGURES))
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--replot", metavar="CSV", help="only draw the figure of this summary table (e.g. "
+                        "figures/digits_lenet_paper.csv) next to it; nothing is sampled or analysed")
     args = parser.parse_args()
+    if args.replot:
+        table = Path(args.replot)
+        sidecar = sidecar_path(table)
+        meta = json.loads(sidecar.read_text()) if sidecar.exists() else {}
+        summary_figure(read_summary(table), table.with_suffix(".png"), meta.get("permutations"))
+        print(f"wrote {table.with_suffix('.png')}")
+        return
     started = utc_now()
     permutations = QUICK_PERMUTATIONS if args.quick else PERMUTATIONS
     cells = [c for c in (args.only.split(",") if args.only else QUICK_CELLS if args.quick else CELLS) if c]
@@ -279,7 +354,7 @@ def main():
     table = write_csv(summary, out / f"digits_lenet_paper{suffix}.csv", float_format=".6g", atomic=True)
     md = markdown(summary, cells, cell_runs, permutations, seconds)
     write_page(out, f"digits_lenet_paper{suffix}", md, atomic=True)
-    figure(tables, out / f"digits_lenet_paper{suffix}.png", cells, cell_runs, permutations)
+    summary_figure(summary, out / f"digits_lenet_paper{suffix}.png", permutations)
     write_sidecar(table, {
         "table": table.name, "cells": {c: {"init": CELLS[c][0], "shared": list(CELLS[c][1]),
                                            "task_settings": tables[c][0].settings} for c in cells},

@@ -139,6 +139,7 @@ def plot(rows, path, meta=None):
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
+    from matplotlib.ticker import FuncFormatter
 
     names = task_names()
     kinds = {int(r["client"]): r["kind"] for r in rows}
@@ -155,6 +156,10 @@ def plot(rows, path, meta=None):
         loss = "test MSE" if kinds.get(client) == "regression" else "test cross-entropy"
         top.set_title(f"task {client}: {name}", fontsize=10)
         top.set_yscale("log")
+        # plain numbers at the log axis' ticks (not 1.6 x 10^0): "%g" of the major and minor ticks
+        for which in (top.yaxis.set_major_formatter, top.yaxis.set_minor_formatter):
+            which(FuncFormatter(lambda v, _: f"{v:g}"))
+        top.tick_params(axis="y", which="minor", labelsize=7)
         top.set_ylabel(f"{loss} (mean over seeds)")
         bottom.set_ylabel("loss weight p_i")
         bottom.set_xlabel("round")

@@ -12,11 +12,12 @@ Draws, from each table and its record:
 - ``fedgradnorm.png`` from ``fedgradnorm.csv`` and its sidecar;
 - ``invariance.png`` from ``invariance.csv`` and its sidecar (final-round spread);
 - ``fedavg_vs_fedsgd_accuracy.png`` only where ``fedavg_vs_fedsgd_curves.json`` exists (the
-  accuracy curves are not in the table; runs before it was written must be redone).
+  accuracy curves are not in the table; runs before it was written must be redone);
+- ``sources_of_dependence.png`` and ``digits_lenet_paper.png`` from their summary tables
+  (what their scripts' ``--replot`` draws).
 
-Files named ``*_quick*``, ``sources_of_dependence*``, ``exact_dependence_curves*``,
-``gaussian_sgd_truth*`` and ``digits_lenet_paper*`` (a summary table, not an analysis table;
-its script draws its figure) are left alone.
+Files named ``*_quick*``, ``exact_dependence_curves*`` and ``gaussian_sgd_truth*`` (their
+scripts recompute them in seconds) are left alone.
 """
 
 import csv
@@ -120,11 +121,32 @@ def replot_fedavg_vs_fedsgd(figures):
     return [path]
 
 
+def replot_summaries(figures):
+    """The figures of the two summary tables (not analysis tables), as their scripts' --replot."""
+    done = []
+    if (figures / "sources_of_dependence.csv").exists():
+        import sources_of_dependence as sod
+
+        summary = [r for cell in sod.read_summary(figures / "sources_of_dependence.csv").values() for r in cell]
+        parts = [p for p in sod.PARTS if any(r["part"] == p for r in summary)]
+        sod.figure(summary, figures / "sources_of_dependence.png", parts, sod.PARTS)
+        done.append(figures / "sources_of_dependence.png")
+    if (figures / "digits_lenet_paper.csv").exists():
+        import digits_lenet_paper as dlp
+
+        sidecar = sidecar_path(figures / "digits_lenet_paper.csv")
+        meta = json.loads(sidecar.read_text()) if sidecar.exists() else {}
+        dlp.summary_figure(dlp.read_summary(figures / "digits_lenet_paper.csv"), figures / "digits_lenet_paper.png",
+                           meta.get("permutations"))
+        done.append(figures / "digits_lenet_paper.png")
+    return done
+
+
 def main(figures=FIGURES):
     figures = Path(figures)
     done = []
     for step in (replot_core, replot_aggregator_trends, replot_fedgradnorm, replot_invariance,
-                 replot_fedavg_vs_fedsgd):
+                 replot_fedavg_vs_fedsgd, replot_summaries):
         done += step(figures)
     for path in done:
         print(f"wrote {path}")

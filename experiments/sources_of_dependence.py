@@ -40,6 +40,8 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import re
+import textwrap
 import time
 from pathlib import Path
 
@@ -74,7 +76,8 @@ INT_FIELDS = ("seed", "runs", "first_iteration", "last_iteration")
 FLOAT_FIELDS = ("first_value", "last_value", "last_ci_low", "last_ci_high")
 # Per-step detail of a summary row ("iteration: value; ..."), and the correction of its
 # `trend` and `steps`; a summary written before them has none: its verdicts are per step.
-STEP_FIELDS = ("correction", "steps_uncorrected", "step_change", "step_se", "step_p", "step_p_adjusted")
+STEP_FIELDS = ("correction", "steps_uncorrected", "step_change", "step_se", "step_p", "step_p_adjusted",
+               "step_ci_low", "step_ci_high")
 CORRECTION = f"{FAMILYWISE}/{FAMILY}"
 UNCORRECTED = "none"
 
@@ -174,6 +177,8 @@ def cell_rows(part, spec, init, shared, seed, rows, dump):
             detail = {k: "" for k in STEP_FIELDS}
             if q == "mi_exact":
                 steps, trend = _exact_steps(series), _exact_trend(series)
+                detail["step_change"] = "; ".join(f"{now['iteration']}: {now['value'] - old['value']:.6g}"
+                                                  for old, now in zip(series, series[1:]))
             else:  # corrected over the pair's steps (mianalysis.experiment.trend_steps)
                 corrected = trend_steps(rows, q, a, b)
                 steps = [(r["iteration"], v) for r, _, v in corrected]
@@ -184,6 +189,8 @@ def cell_rows(part, spec, init, shared, seed, rows, dump):
                              for name, pairs in (("step_change", [(r, r["value"]) for r, _, _ in corrected]),
                                                  ("step_se", [(r, r["change_se"]) for r, _, _ in corrected]),
                                                  ("step_p", [(r, r["change_p"]) for r, _, _ in corrected]),
+                                                 ("step_ci_low", [(r, r["ci_low"]) for r, _, _ in corrected]),
+                                                 ("step_ci_high", [(r, r["ci_high"]) for r, _, _ in corrected]),
                                                  ("step_p_adjusted", [(r, p) for r, p, _ in corrected]))}}
             out.append({**base, "quantity": q, "pair": f"{a}-{b}", "first_iteration": first["iteration"], "first_value": first["value"],
                         "last_iteration": last["iteration"], "last_value": last["value"],
@@ -300,48 +307,127 @@ def markdown(summary, parts, specs):
     return "\n".join(lines + verdict_errors([r for r in summary if r["part"] in parts]))
 
 
+def _per_step(text):
+    """{iteration: float} from a summary row's per-step column ("iteration: value; ..."), {} if empty."""
+    return {int(it): float(v) for it, v in (step.split(": ", 1) for step in str(text or "").split("; ") if step)}
+
+
+_ESTIMATED = re.compile(r"(\d+): predicted \S+, estimated (\S+) \[(\S+), (\S+)\]")
+
+
+def change_points(summary, part):
+    """The MI changes one panel of the figure draws for `part`: one dict per cell, pair and
+    estimator (or exact MI) with ``init``, ``shared``, ``quantity``, ``step`` (from, to
+    iteration), ``change`` and its 95 % interval ``low``, ``high`` (NaN where the table
+    holds none; equal to ``change`` for the exact MI). The step is the last one of each
+    row where the row holds per-step changes (``step_change``); a row without them (carried
+    over from a summary made before those columns) gives its first-trained-to-last change,
+    which is a step only where the cell has one step after the first trained checkpoint;
+    its Gaussian interval is then the pair's additive-model row's (the table's interval of
+    the Gaussian change). Shrinkage estimates (trend "not made") give no point: their
+    change is not an estimate of the MI's change."""
+    points = []
+    mine = [r for r in summary if r["part"] == part]
+    additive = {(r["init"], r["shared"], r["seed"], r["pair"]): r for r in mine if r["quantity"] == "additive_model"}
+    for r in mine:
+        if r["quantity"] not in ("mi_gaussian", "mi_ksg", "mi_exact") or str(r["trend"]).startswith("not made"):
+            continue
+        changes = _per_step(r.get("step_change"))
+        base = {"init": r["init"], "shared": r["shared"], "seed": r["seed"], "pair": r["pair"], "quantity": r["quantity"]}
+        if changes:
+            iterations = [r["first_iteration"], *changes]
+            last = iterations[-1]
+            change = changes[last]
+            low, high = (change, change) if r["quantity"] == "mi_exact" else (
+                _per_step(r.get("step_ci_low")).get(last, np.nan), _per_step(r.get("step_ci_high")).get(last, np.nan))
+            points.append({**base, "step": (iterations[-2], last), "change": change, "low": low, "high": high})
+            continue
+        steps = _steps(r)
+        change = r["last_value"] - r["first_value"]
+        low = high = change if r["quantity"] == "mi_exact" else np.nan
+        if r["quantity"] == "mi_gaussian" and len(steps) == 1:
+            match = dict((int(m[0]), m[1:]) for m in _ESTIMATED.findall(
+                additive.get((r["init"], r["shared"], r["seed"], r["pair"]), {}).get("steps", "")))
+            if r["last_iteration"] in match:
+                low, high = (float(v) for v in match[r["last_iteration"]][1:])
+        points.append({**base, "step": (r["first_iteration"], r["last_iteration"]), "change": change, "low": low,
+                       "high": high})
+    return points
+
+
 def figure(summary, path, parts, specs):
-    """One panel per part: the MI estimates (and exact MI) at the last checkpoint relative to
-    the first trained one, per cell, mean over pairs; colour by sharing, marker by start."""
+    """Per part, two panels: the change of the Gaussian MI (and the exact MI) and of the KSG
+    MI over one step (named in the panel's title), per cell, client pair and seed, each with
+    its 95 % interval where the table holds one; colour by estimator. A panel draws the step
+    most of its points share; points of another step (rows carried over from an older
+    summary) are left out and counted in the title. Shrinkage estimates are not drawn."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(parts), figsize=(5.2 * len(parts), 4.4), squeeze=False)
-    for ax, part in zip(axes[0], parts):
+    fig, axes = plt.subplots(2, len(parts), figsize=(5.6 * len(parts), 8.6), squeeze=False)
+    for col, part in enumerate(parts):
         task_name, preset, _, _, runs, seeds, levels = specs[part]
-        names = [("mi_gaussian", "Gaussian"), ("mi_ksg", "KSG")] + ([("mi_exact", "exact")] if part == "gaussian"
-                                                                   else [])
-        x_labels = []
-        for i, (init, shared) in enumerate((i_, s_) for i_ in INITS for s_ in levels):
-            label = f"{init}\n" + ("\n".join(shared) if shared else "nothing")
-            x_labels.append(label)
-            for j, (q, qname) in enumerate(names):
-                hits = [r for r in summary if r["part"] == part and r["init"] == init
-                        and r["shared"] == ("+".join(shared) or "nothing") and r["quantity"] == q]
-                if not hits:
-                    continue
-                change = [r["last_value"] - r["first_value"] for r in hits]
-                hollow = any(r["trend"].startswith("not made") for r in hits)  # shrinkage: no verdict
-                ax.scatter([i + (j - 1) * 0.2] * len(change), change, s=14, color=f"C{j}",
-                           facecolors="none" if hollow else f"C{j}",
-                           label=(qname + (" (hollow: shrinkage, no verdict)" if hollow else "")) if i == 0 else None,
-                           marker="o" if q != "mi_exact" else "_")
-        ax.axhline(0, color="0.5", lw=0.8)
-        ax.set_yscale("symlog", linthresh=1)  # changes of 0.1 and of 100 bits on one axis
-        ax.margins(y=0.15)
-        ax.set_xticks(range(len(x_labels)))
-        ax.set_xticklabels(x_labels, fontsize=7)
-        ax.set_ylabel("MI change, first trained -> last checkpoint\n(bits, symmetric log scale)")
-        ax.set_xlabel("start / streams the clients of a run share")
-        ax.set_title(f"{task_name} ({preset}), {runs} runs/cell, {len(seeds)} seed(s)\n"
-                     "each dot: one client pair and seed", fontsize=9)
-        ax.legend(fontsize=7)
-    fig.suptitle("Does MI between clients rise? MI change by start x streams shared within a run "
-                 "(distances grow in every cell)", fontsize=11)
+        points = change_points(summary, part)
+        cells = [(i_, "+".join(s_) or "nothing") for i_ in INITS for s_ in levels]
+        for row, (names, scale) in enumerate(((("mi_gaussian", "mi_exact"), "symlog"), (("mi_ksg",), "linear"))):
+            ax = axes[row][col]
+            mine = [p for p in points if p["quantity"] in names]
+            counts: dict = {}
+            for p in mine:
+                counts[p["step"]] = counts.get(p["step"], 0) + 1
+            step = max(counts, key=counts.get) if counts else None
+            left_out = sum(n for s_, n in counts.items() if s_ != step)
+            drawn_any = {}
+            for j, q in enumerate(names):
+                style = {"mi_gaussian": ("C0", "o", "Gaussian"), "mi_exact": ("k", "_", "exact MI"),
+                         "mi_ksg": ("C1", "o", "KSG")}[q]
+                for i, cell in enumerate(cells):
+                    hits = [p for p in mine if p["quantity"] == q and (p["init"], p["shared"]) == cell
+                            and p["step"] == step]
+                    offsets = np.linspace(-0.25, 0.25, max(len(hits), 1)) if len(hits) > 1 else [0.0]
+                    for off, p in zip(offsets, hits):
+                        x = i + off + (0.04 if q == "mi_exact" else 0)
+                        has = np.isfinite(p["low"]) and np.isfinite(p["high"])
+                        if q == "mi_exact":
+                            ax.scatter([x], [p["change"]], color=style[0], marker="_", s=60, zorder=3,
+                                       label=None if "exact" in drawn_any else "exact MI (no sampling error)")
+                            drawn_any["exact"] = True
+                        elif has:
+                            ax.errorbar([x], [p["change"]], yerr=[[p["change"] - p["low"]], [p["high"] - p["change"]]],
+                                        fmt=style[1], color=style[0], ms=3.5, lw=0.9, capsize=2,
+                                        label=None if q in drawn_any else f"{style[2]}, 95 % interval")
+                            drawn_any[q] = True
+                        else:
+                            ax.scatter([x], [p["change"]], color=style[0], marker="x", s=18,
+                                       label=None if q + "x" in drawn_any else f"{style[2]}: no interval in the summary "
+                                                                               "(made before its per-step columns)")
+                            drawn_any[q + "x"] = True
+            ax.axhline(0, color="0.4", lw=0.8, zorder=1)
+            if scale == "symlog":
+                ax.set_yscale("symlog", linthresh=1)
+                ax.axhspan(-1, 1, color="0.93", zorder=0)
+                axis = "bits; symmetric log axis:\nlinear in the shaded band ±1, logarithmic beyond"
+            else:
+                axis = "bits, linear axis"
+            ax.set_xticks(range(len(cells)))
+            ax.set_xticklabels([f"{i_}\n" + s_.replace("+", "\n") for i_, s_ in cells], fontsize=7)
+            ax.set_ylabel(f"{'Gaussian' if row == 0 else 'KSG'} MI change ({axis})", fontsize=8)
+            name = "Gaussian" if row == 0 else "KSG"
+            title = f"{task_name} ({preset}), {runs} runs/cell, seeds {', '.join(map(str, seeds))}\n" + (
+                f"{name} MI change over iteration {step[0]} -> {step[1]}" if step else
+                f"{name} MI: shrinkage estimates only, no change drawn")
+            if left_out:
+                title += f"\n({left_out} rows of another step left out)"
+            ax.set_title(title, fontsize=8.5)
+            if drawn_any:
+                ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0, -0.2), ncol=1, frameon=False)
+    fig.suptitle(textwrap.fill("Does MI between clients rise? The change of each MI estimate over one step, per cell "
+                               "(x axis: the start, and the streams the clients of a run share; each mark: one client "
+                               "pair and seed)", width=int(16 * 5.6 * len(parts))), fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
@@ -355,7 +441,17 @@ def main():
                              "cells that --work has not finished are read from it instead of rerun; the sidecar and "
                              "the markdown name them and the sidecar keeps that table's provenance")
     parser.add_argument("--out", default=str(FIGURES))
+    parser.add_argument("--replot", metavar="CSV", help="only draw the figure of this summary table (e.g. "
+                        "figures/sources_of_dependence.csv) next to it; nothing is sampled or analysed")
     args = parser.parse_args()
+    if args.replot:
+        table = Path(args.replot)
+        summary = [r for cell in read_summary(table).values() for r in cell]
+        drawn = [p for p in PARTS if any(r["part"] == p for r in summary)]
+        specs = QUICK if table.stem.endswith("_quick") else PARTS
+        figure(summary, table.with_suffix(".png"), [p for p in drawn if p in specs], specs)
+        print(f"wrote {table.with_suffix('.png')}")
+        return
     started = utc_now()
     specs = QUICK if args.quick else PARTS
     parts = [p for p in (args.only.split(",") if args.only else specs) if p]

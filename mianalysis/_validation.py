@@ -94,7 +94,72 @@ def check_k(k, n_samples, *, samples="n_samples") -> int:
 
 
 class ConstantFeatureWarning(UserWarning):
-    """A feature (column) of `x` or `y` is constant over the samples and was dropped."""
+    """A feature (column) of `x` or `y` is constant (or constant to float32 resolution, see
+    :func:`varying_columns`) over the samples and was dropped."""
+
+
+#: How many spacings of a feature's magnitude its standard deviation must exceed for the
+#: feature to count as varying (:func:`varying_columns`).
+CONSTANT_SPACINGS = 4.0
+#: The rule of :func:`varying_columns`, as the analysis records it (a table sidecar's
+#: ``settings["constant_rule"]``).
+CONSTANT_RULE = {
+    "rule": "a feature is constant when its maximum equals its minimum over the samples, or when its standard "
+            "deviation (ddof=0) is at most c spacings of its precision at its largest magnitude: "
+            "c * np.spacing(np.float32(max |x|)) where every value of the feature is a float32 number (parameters "
+            "are stored in float32), c * np.spacing(max |x|) (float64) otherwise; the spacing is computed as "
+            "2^(e - 24) or 2^(e - 53) for max |x| = f 2^e, f in [0.5, 1), so that magnitudes outside float32's "
+            "normal range are judged alike",
+    "c": CONSTANT_SPACINGS,
+}
+
+
+def varying_columns(a) -> np.ndarray:
+    """Which columns of the 2-D array `a` vary over its rows (a boolean mask), by the one rule
+    every estimator and the analysis apply (:data:`CONSTANT_RULE`).
+
+    A column is constant when its maximum equals its minimum (exact), or when its standard
+    deviation (ddof=0) is at most ``c`` (:data:`CONSTANT_SPACINGS`) spacings of its
+    precision at its magnitude: ``c * np.spacing(np.float32(max |column|))`` when every value
+    of the column is a float32 number, ``c * np.spacing(max |column|)`` otherwise. Its values
+    then differ by no more than rounding at their magnitude. Parameters are trained and
+    stored in float32, so such a spread is rounding noise, which an estimator that
+    standardises its columns (KSG) or inverts a covariance (Gaussian) would otherwise treat
+    as a full dimension. The rule is relative: a float32 parameter of magnitude 1e3 whose
+    values differ only by float32 rounding (~6e-5) is constant, one of magnitude 1e-8 with
+    an sd of 1e-12 varies (an absolute threshold such as 1e-6 would drop it); float64 data
+    far from 0 (1e8 plus unit noise) keep their variation (MI does not change with a shift).
+    The spacing is computed in float64 as ``2^(e - 24)`` (float32) or ``2^(e - 53)`` for a
+    magnitude ``f 2^e``, ``f`` in [0.5, 1), which equals np.spacing in the normal range and
+    extends it beyond.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mianalysis._validation import varying_columns
+    >>> rng = np.random.default_rng(0)
+    >>> rounding = np.float32(1e3) + np.spacing(np.float32(1e3)) * rng.integers(0, 2, 8).astype(np.float32)
+    >>> a = np.column_stack([np.full(8, 2.0), rounding, 1e-8 + 1e-12 * rng.standard_normal(8)])
+    >>> varying_columns(a)
+    array([False, False,  True])
+    """
+    a = np.asarray(a, dtype=np.float64)
+    if a.ndim != 2:
+        raise ValueError(f"`a` must be a 2-D array of samples x features; got {a.ndim} dimensions")
+    if a.shape[0] == 0:
+        return np.zeros(a.shape[1], dtype=bool)
+    lo, hi = a.min(axis=0), a.max(axis=0)
+    varying = hi > lo
+    if varying.any():
+        from ._scaling import column_std
+
+        cols = a[:, varying]
+        with np.errstate(over="ignore"):
+            single = (cols.astype(np.float32).astype(np.float64) == cols).all(axis=0)
+        _, exponent = np.frexp(np.maximum(np.abs(lo), np.abs(hi))[varying])
+        resolution = np.ldexp(1.0, exponent - np.where(single, 24, 53))
+        varying[varying] = column_std(cols) > CONSTANT_SPACINGS * resolution
+    return varying
 
 
 def drop_constant_features(x, y) -> tuple[np.ndarray, np.ndarray]:
@@ -103,12 +168,12 @@ def drop_constant_features(x, y) -> tuple[np.ndarray, np.ndarray]:
     A constant feature carries no information: ``I((X, c); Y) = I(X; Y)`` exactly, and
     ``I(c; Y) = 0``. Dropping it is therefore exact, whereas keeping it makes covariances
     singular and leaves KSG with no distances in that column. The estimators call this on
-    checked 2-D input; a column is constant when its maximum equals its minimum (exact, unlike
-    a variance, which rounding in the mean can make nonzero). Either result may have no
-    columns left: the MI is then 0.
+    checked 2-D input; a column is constant by the rule of :func:`varying_columns` (exactly
+    constant, or varying by no more than rounding at its magnitude, float32's for float32
+    data: such a column is dropped too, as rounding noise). Either result may have no columns left: the MI is then 0.
     """
-    keep_x = x.max(axis=0) > x.min(axis=0)
-    keep_y = y.max(axis=0) > y.min(axis=0)
+    keep_x = varying_columns(x)
+    keep_y = varying_columns(y)
     if keep_x.all() and keep_y.all():
         return x, y
     names = [f"x[:, {j}]" for j in np.flatnonzero(~keep_x)] + [f"y[:, {j}]" for j in np.flatnonzero(~keep_y)]
@@ -117,7 +182,9 @@ def drop_constant_features(x, y) -> tuple[np.ndarray, np.ndarray]:
         f"; no feature of `{'x' if not keep_x.any() else 'y'}` varies, so the mutual information is 0")
     warnings.warn(
         f"dropped {len(names)} constant feature(s) ({shown}): a constant carries no information, so "
-        f"dropping constants leaves the mutual information unchanged{left}",
+        f"dropping constants leaves the mutual information unchanged (a feature whose sd is at most "
+        f"{CONSTANT_SPACINGS:g} float32 spacings of its magnitude, float64 ones for float64 data, counts as constant: "
+        f"rounding noise){left}",
         ConstantFeatureWarning,
         stacklevel=3,
     )

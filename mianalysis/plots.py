@@ -49,8 +49,13 @@ PAIR_LINE = "mean over {n} client pairs"
 PAIR_BAND = "range over pairs (min-max)"
 CI_LABEL = "confidence intervals (union over pairs)"
 NULL_LABEL = "null: 0 +- 2 sd (largest sd over pairs)"
+NO_CI_LABEL = "no confidence intervals in this table"
+CUT_LABEL = "y axis cut to the estimates: the null (0 +- 2 sd) lies below"
 RUN_SD_LABEL = "+-1 sd over runs (mean over pairs)"
 PANEL_ESTIMATORS = ("gaussian", "ksg")  # figure_mi's first panels, drawn or left blank; other estimators follow
+# A permutation null of fewer permutations draws no band: its mean and sd are too rough to
+# say where "above the null" starts (2 permutations give one sd from 2 values).
+MIN_BAND_PERMUTATIONS = 20
 
 
 # Per-client rows that the analysis computes itself (analyze(gaussianity=True)): not recorded metrics.
@@ -303,7 +308,30 @@ def estimator_variant(rows: Sequence[dict], estimator: str) -> str:
     return f"bias-corrected; Ledoit-Wolf shrinkage at iterations {', '.join(str(i) for i in shrunk)}"
 
 
-def plot_mi_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], estimator: str) -> None:
+def permutations_of(rows: Sequence[dict], estimator: str, record: Mapping[str, Any] | None = None) -> int | None:
+    """How many permutations `estimator`'s permutation nulls in `rows` had: from `record`
+    (an experiment's record or sidecar: ``permutations``, also under ``settings``), else the
+    table's own ``settings["permutations"]``; a dict gives the estimator's entry. None when
+    not recorded.
+
+    Examples
+    --------
+    >>> from mianalysis.plots import permutations_of
+    >>> permutations_of([], "ksg", {"permutations": {"gaussian": 50, "ksg": 2}})
+    2
+    """
+    sources = [dict(record or {}), dict(record or {}).get("settings") or {}, getattr(rows, "settings", None) or {}]
+    for src in sources:
+        perms = src.get("permutations") if isinstance(src, Mapping) else None
+        if isinstance(perms, Mapping):
+            perms = perms.get(estimator)
+        if isinstance(perms, (int, float)) and not isinstance(perms, bool):
+            return int(perms)
+    return None
+
+
+def plot_mi_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], estimator: str, *,
+                  permutations: int | None = None) -> None:
     """MI between clients vs iteration, summarised over the client pairs.
 
     When every estimate has a null (permutation or analytic), the panel shows the estimate
@@ -318,7 +346,12 @@ def plot_mi_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], estimator: str
     Points are joined only within one kind of estimate (``estimate_kind``, see
     :func:`estimate_kinds`): plain estimates by a solid line, lower bounds by a dashed one, so
     a change of kind is a break in the line; Ledoit-Wolf shrinkage numbers, which estimate no
-    MI, are not drawn, and the legend names their iterations.
+    MI, are not drawn, and the legend names their iterations. A permutation null of fewer
+    than :data:`MIN_BAND_PERMUTATIONS` permutations is not drawn (no band, and the estimate
+    is not shown relative to it); the legend says so, as it says when the table holds no
+    confidence intervals. When every estimate lies far above its null band (farther than
+    three times the estimates' own range), the y axis is cut to the estimates so that
+    their change is visible, and the legend says the null lies below.
 
     Parameters
     ----------
@@ -327,9 +360,22 @@ def plot_mi_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], estimator: str
         An analysis table.
     estimator : str
         A registered estimator; the registry gives the panel's name and colour.
+    permutations : int, optional
+        How many permutations the estimator's permutation nulls had (see
+        :func:`permutations_of`); default: the table's ``settings``, else not known (the
+        null is drawn).
     """
     quantity = f"mi_{estimator}"
+    if permutations is None:
+        permutations = permutations_of(rows, estimator)
     every_row = list(AnalysisTable.of(rows))  # typed columns (estimate_kind) even for rows read from old notes
+    if permutations is not None and permutations < MIN_BAND_PERMUTATIONS and any(
+            r["quantity"] == quantity and r.get("null_method") == "permutation" for r in every_row):
+        few = permutations  # too rough a null: left out, as if the table had none
+        every_row = [{**r, "null_mean": np.nan, "null_std": np.nan} if r["quantity"] == quantity else r
+                     for r in every_row]
+    else:
+        few = None
     kinds = estimate_kinds(every_row, quantity)
     shrunk = [it for it, kind in kinds.items() if kind == "shrinkage"]
     # A shrinkage number estimates no MI: it is left out (the legend says where), and the
@@ -366,6 +412,15 @@ def plot_mi_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], estimator: str
         ok = np.isfinite(sd)
         ax.fill_between(s["iteration"][ok], -2 * sd[ok], 2 * sd[ok], color="0.5", alpha=0.35, lw=0, label=NULL_LABEL)
         ax.axhline(0.0, color="0.4", lw=0.8)
+        parts = [s[k][np.isfinite(s[k])] for k in ("low", "high", "ci_low", "ci_high")]
+        values = np.concatenate(parts) if parts else np.array([])
+        top = float(np.nanmax(2 * sd)) if ok.any() else 0.0
+        if values.size and values.min() > top:
+            lo, hi = float(values.min()), float(values.max())
+            pad = max(hi - lo, 1e-9 * max(abs(hi), 1.0)) * 0.15
+            if lo - top > 3 * (hi - lo + 2 * pad):
+                ax.set_ylim(lo - pad, hi + pad)
+                ax.plot([], [], ls="none", marker="v", color="0.4", label=CUT_LABEL)
     elif any(np.isfinite(_num(r, "null_mean")) for r in rows if r["quantity"] == quantity):
         null = pair_summary([{**r, "value": _num(r, "null_mean")} for r in rows if r["quantity"] == quantity],
                             quantity)
@@ -389,6 +444,11 @@ def plot_mi_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], estimator: str
     if len(s["infinite"]):
         its = ", ".join(str(int(i)) for i in s["infinite"])
         ax.plot([], [], ls="none", marker="$\\infty$", color="0.2", label=f"infinite at iteration {its} (not drawn)")
+    if len(s["iteration"]) and not (np.isfinite(s["ci_low"]) & np.isfinite(s["ci_high"])).any():
+        ax.plot([], [], ls="none", label=NO_CI_LABEL)
+    if few is not None:
+        ax.plot([], [], ls="none", label=f"null of {few} permutations: too few for a band "
+                                         f"(< {MIN_BAND_PERMUTATIONS}), not drawn")
     variant = estimator_variant(every_row, estimator)
     entry = get_estimator(estimator)
     ax.set_title(f"MI, {entry.display_name}" + (f": {variant}" if variant and variant != entry.label else ""),
@@ -658,7 +718,7 @@ def figure_mi(rows: Sequence[dict], title: str | None = None, *, record: Mapping
     fig, axes = _figure(len(ests) + 1)
     for ax, est in zip(axes[:len(ests)], ests):
         if f"mi_{est}" in quantities:
-            plot_mi_panel(ax, rows, est)
+            plot_mi_panel(ax, rows, est, permutations=permutations_of(rows, est, record))
         else:
             ax.set_axis_off()
     if metric is not None:

@@ -278,3 +278,50 @@ def test_a_writer_loop_without_a_loss_at_checkpoint_0_gives_a_figure_without_war
         np.testing.assert_allclose(panel.get_lines()[0].get_ydata(), [1.0, 0.5])
     finally:
         plt.close(fig)
+
+
+def test_a_null_of_too_few_permutations_draws_no_band_and_says_so(ax):
+    from mianalysis.plots import MIN_BAND_PERMUTATIONS, permutations_of
+
+    rows = [{**r, "null_method": "permutation"} for r in mi_rows()]
+    plot_mi_panel(ax, rows, "ksg", permutations=2)
+    texts = legend_texts(ax)
+    assert NULL_LABEL not in texts and f"null of 2 permutations: too few for a band (< {MIN_BAND_PERMUTATIONS}), " \
+                                      "not drawn" in texts
+    assert ax.get_ylabel() == "MI (bits)"  # not relative to a null that rough
+    np.testing.assert_allclose(ax.get_lines()[0].get_ydata(), [110 + it for it in (1, 2, 3)])
+    fig, other = plt.subplots()
+    plot_mi_panel(other, rows, "ksg", permutations=MIN_BAND_PERMUTATIONS)  # enough: the band is back
+    assert NULL_LABEL in legend_texts(other) and other.get_ylabel() == "MI - null mean (bits)"
+    plt.close(fig)
+    assert permutations_of(rows, "ksg", {"permutations": {"gaussian": 50, "ksg": 2}}) == 2
+    assert permutations_of(rows, "ksg", {"settings": {"permutations": 7}}) == 7
+    assert permutations_of(rows, "ksg") is None
+
+
+def test_figure_mi_reads_the_permutations_from_the_record():
+    rows = [{**r, "null_method": "permutation"} for r in mi_rows()]
+    fig = figure_mi(rows, record={"permutations": {"ksg": 2}})
+    assert any("too few for a band" in t for ax in fig.axes if ax.get_legend() for t in legend_texts(ax))
+    plt.close(fig)
+
+
+def test_estimates_far_above_their_null_get_an_axis_that_shows_their_change(ax):
+    from mianalysis.plots import CUT_LABEL
+
+    far = [{**r, **{k: r[k] + 1000 for k in ("value", "ci_low", "ci_high")}} for r in mi_rows()]
+    plot_mi_panel(ax, far, "ksg")  # 1050 to 1074 bits above a null of sd <= 2.5: the axis is cut to them
+    low, high = ax.get_ylim()
+    assert 1045 < low < 1050 and 1074 < high < 1079 and CUT_LABEL in legend_texts(ax)
+    fig, near = plt.subplots()
+    rows = mi_rows()  # 50 to 74 bits above the null: within 3 times their range of it, not cut
+    plot_mi_panel(near, rows, "ksg")
+    assert near.get_ylim()[0] < 0 and CUT_LABEL not in legend_texts(near)
+    plt.close(fig)
+
+
+def test_a_table_without_intervals_says_so(ax):
+    from mianalysis.plots import NO_CI_LABEL
+
+    plot_mi_panel(ax, [{**r, "ci_low": np.nan, "ci_high": np.nan} for r in mi_rows()], "ksg")
+    assert NO_CI_LABEL in legend_texts(ax) and CI_LABEL not in legend_texts(ax)

@@ -240,7 +240,10 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: Sequence[str
     -----
     The Gaussian estimator is bias-corrected while runs outnumber twice the joint
     dimension, and uses Ledoit-Wolf shrinkage otherwise; parameters that are constant over
-    runs are dropped (they carry no information; the estimators drop them the same way).
+    runs are dropped (they carry no information; the estimators drop them the same way):
+    exactly constant, or with an sd over runs of at most 4 float32 spacings of their
+    magnitude (rounding noise; :func:`mianalysis._validation.varying_columns`), the rule the
+    sidecar records (``settings["constant_rule"]``).
     Each such choice is written in the row's ``note`` (and a shrinkage estimate's
     ``estimate_kind`` is "shrinkage"). When all of a client's parameters
     are constant over runs, its MI with any client is 0 (null 0, p-value 1 with

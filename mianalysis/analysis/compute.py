@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from .._validation import varying_columns
 from ..distances import UPDATE_METRICS, paired_distances, update_cosines
 from ..sampling import CENTRAL
 from ..estimators import KSG_NOISE, MarginalDistances, gaussian_mi, gaussian_mi_null, mi_permutation_test
@@ -38,8 +39,10 @@ def gaussian_settings(n_runs: int, n_features: int) -> tuple[dict[str, str], str
 
 
 def _drop_constant(x, y):
-    keep_x = np.ptp(x, axis=0) > 0
-    keep_y = np.ptp(y, axis=0) > 0
+    """x and y without their constant parameters (the estimators' rule, :func:`varying_columns`)
+    and how many were dropped."""
+    keep_x = varying_columns(x)
+    keep_y = varying_columns(y)
     dropped = int((~keep_x).sum() + (~keep_y).sum())
     return x[:, keep_x], y[:, keep_y], dropped
 
@@ -370,6 +373,7 @@ class CheckpointAnalysis:
                     continue
                 shrunk = {"shrinkage": "ledoit-wolf"} if row["estimate_kind"] == "shrinkage" else None
                 x, y = samples[a], samples[b]
+                x, y = _drop_constant(x, y)[:2]  # as the estimate: the rule on the unscaled parameters
                 if entry.distance_cache and self.request.standardize:  # as the estimate itself (MI does not change with scale)
                     x, y = standardize_columns(x), standardize_columns(y)
                 out[a, b, q] = mi_replicates(x, y, e, self.indices[e], k=k, gaussian_kwargs=shrunk,

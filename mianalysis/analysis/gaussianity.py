@@ -16,7 +16,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import stats
 
-from .._validation import check_choice
+from .._validation import check_choice, varying_columns
 from .familywise import adjust
 
 __all__ = ["MIN_RUNS", "NORMALITY_METHODS", "Gaussianity", "nongaussian_share", "copula_disagreement"]
@@ -125,7 +125,7 @@ def nongaussian_share(samples: ArrayLike, *, alpha: float = 0.05, method: str = 
     """
     x, alpha, method = _nongaussian_share_iv(samples, alpha, method)
     n_runs = x.shape[0]
-    varying = np.ptp(x, axis=0) > 0
+    varying = varying_columns(x)
     n_tested = int(varying.sum())
     test = f"D'Agostino-Pearson normality test per parameter, {_METHOD_NAMES[method]} at {alpha:g}"
     if n_runs < MIN_RUNS or n_tested == 0:

@@ -56,7 +56,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.special import ndtr, ndtri, stdtr, stdtrit
 
-from .._validation import check_int, check_random_state, check_real
+from .._validation import check_int, check_random_state, check_real, varying_columns
 from ..estimators.registry import get_estimator
 
 __all__ = ["DISTANCE_METHOD", "interval_method", "mean_interval", "mi_interval", "mi_replicates", "normal_interval",
@@ -211,7 +211,8 @@ def mi_replicates(x: np.ndarray, y: np.ndarray, estimator: str, indices: np.ndar
                   k: int = 3, gaussian_kwargs: Mapping[str, Any] | None = None,
                   seed: Sequence[int] = (0,)) -> np.ndarray:
     """The MI estimate (bits) on each resample ``x[i], y[i]`` for the rows `i` of `indices`.
-    Parameters constant within a resample are dropped (MI 0 if one side has none left); a
+    Parameters constant within a resample are dropped (the estimators' rule,
+    :func:`mianalysis._validation.varying_columns`; MI 0 if one side has none left); a
     resample whose covariance is singular even with shrinkage gives NaN.
     KSG's tie-breaking noise of resample j is seeded by ``[*seed, j]``.
 
@@ -229,7 +230,7 @@ def mi_replicates(x: np.ndarray, y: np.ndarray, estimator: str, indices: np.ndar
     out = np.empty(len(indices))
     for j, rows in enumerate(indices):
         xs, ys = x[rows], y[rows]
-        keep_x, keep_y = np.ptp(xs, axis=0) > 0, np.ptp(ys, axis=0) > 0
+        keep_x, keep_y = varying_columns(xs), varying_columns(ys)
         if not keep_x.any() or not keep_y.any():
             out[j] = 0.0
             continue

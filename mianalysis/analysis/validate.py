@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._validation import check_choice, check_flag, check_int, check_k
+from .._validation import CONSTANT_RULE, check_choice, check_flag, check_int, check_k
 from ..distances import METRICS, UPDATE_METRICS
 from ..estimators import MarginalDistances
 from ..estimators.registry import estimator_names, estimators_taking, get_estimator
@@ -179,6 +179,7 @@ def table_settings(dump: ParameterDump, request: AnalysisRequest) -> dict[str, A
     if request.gaussianity:  # likewise: only a table with the diagnostic records it
         settings["gaussianity"] = True
     settings["familywise"] = familywise_settings(request.familywise, request.family, round(1 - request.ci_level, 12))
+    settings["constant_rule"] = dict(CONSTANT_RULE)  # which parameters were dropped as constant
     return json.loads(json.dumps(settings))
 
 

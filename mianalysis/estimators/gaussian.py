@@ -14,7 +14,8 @@ from scipy.linalg import LinAlgError, cholesky, eigh, solve_triangular
 from scipy.special import digamma
 
 from .._scaling import SAFE_HIGH, SAFE_LOW, pow2_scale
-from .._validation import ConstantFeatureWarning, check_choice, check_flag, check_paired, check_samples, check_units, drop_constant_features
+from .._validation import (ConstantFeatureWarning, check_choice, check_flag, check_paired, check_samples, check_units,
+                           drop_constant_features, varying_columns)
 
 __all__ = [
     "gaussian_mi", "gaussian_cmi", "SHRINKAGE", "check_gaussian_settings", "wishart_logdet_bias",
@@ -278,8 +279,9 @@ def _check_conditioning(z, n_samples) -> np.ndarray:
 
 def _drop_constant_conditioning(z) -> np.ndarray:
     """`z` without its constant columns (conditioning on a constant is conditioning on
-    nothing), warning with `ConstantFeatureWarning` if any."""
-    keep = z.max(axis=0) > z.min(axis=0)
+    nothing; the rule of :func:`mianalysis._validation.varying_columns`), warning with
+    `ConstantFeatureWarning` if any."""
+    keep = varying_columns(z)
     if keep.all():
         return z
     names = [f"z[:, {j}]" for j in np.flatnonzero(~keep)]

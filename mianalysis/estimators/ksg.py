@@ -23,6 +23,7 @@ from .._validation import (
     check_samples,
     check_units,
     drop_constant_features,
+    varying_columns,
 )
 from ._neighbours import SYMMETRIC_MIN_FEATURES as DISTANCE_CACHE_MIN_FEATURES
 from ._neighbours import (check_torch_device, ksg_counts, ksg_counts_torch, marginal_distances, permuted_counts,
@@ -404,7 +405,10 @@ class MarginalDistances:
 
         Notes
         -----
-        Constant features are kept: they add 0 to every max-norm distance. Samples whose
+        Constant features are dropped, by the rule of :func:`ksg_mi` (exactly constant, or
+        varying by no more than float32 rounding at their magnitude): an exact constant adds 0
+        to every max-norm distance, and rounding noise, once standardised, would otherwise
+        weigh as much as any feature (with no feature varying, every distance is 0). Samples whose
         magnitude exceeds 2^1000 are refused (a difference of two could overflow; scale
         them, or pass arrays to :func:`ksg_mi`, which rescales x and y together).
 
@@ -420,7 +424,9 @@ class MarginalDistances:
         standardize = check_flag(standardize, "standardize")
         if a.shape[0] < 2:
             raise ValueError(f"`samples` need at least 2 samples (rows); got {a.shape[0]}")
-        n_features = int(np.count_nonzero(np.ptp(a, axis=0) > 0))
+        keep = varying_columns(a)
+        n_features = int(np.count_nonzero(keep))
+        a = a[:, keep] if n_features else np.zeros((a.shape[0], 1))
         if standardize:
             a = standardize_columns(a)
         if noise > 0:
@@ -637,7 +643,7 @@ def duplicate_share(a: np.ndarray) -> float:
     0.25
     """
     a = np.asarray(a, dtype=np.float64)
-    a = a[:, np.ptp(a, axis=0) > 0] if a.shape[0] else a
+    a = a[:, varying_columns(a)] if a.shape[0] else a
     if a.size == 0:
         return 0.0
     s = np.sort(a, axis=0)

@@ -1,0 +1,98 @@
+"""The numbers README.md and docs/results quote for the factorial and core-paper findings
+(issue 30, item 5), recomputed from the committed tables they cite: a table rerun, or a
+sentence edited, that no longer agrees fails here. Each test names the file and the
+family and correction behind the sentence it checks."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+
+from mianalysis.analysis import AnalysisTable
+from mianalysis.analysis.familywise import adjust
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+FIGURES = ROOT / "figures"
+
+
+def _flat(text):
+    return " ".join(text.split())
+
+
+def _summary():
+    with open(FIGURES / "sources_of_dependence.csv", newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_gaussian_sgd_rises_with_a_per_run_start_when_data_and_noise_are_shared():
+    """figures/sources_of_dependence.csv, mi_exact rows: the exact MI's change from the first
+    trained to the last checkpoint (no estimate: no correction needed)."""
+    rows = [r for r in _summary() if (r["part"], r["init"], r["shared"], r["quantity"])
+            == ("gaussian", "per-run", "data+noise", "mi_exact")]
+    change = [float(r["last_value"]) - float(r["first_value"]) for r in rows]
+    steps = {(r["first_iteration"], r["last_iteration"]) for r in rows}
+    assert len(rows) == 9 and steps == {("10", "40")}
+    quoted = f"exact +{min(change):.1f} to +{max(change):.1f} bits from step 10 to 40"
+    assert quoted in _flat(README), quoted
+    assert "with a per-run start the signal-rnn MI falls in every design" in _flat(README)
+
+
+def test_signal_rnn_shared_data_rise_is_one_step_per_pair_so_holm_keeps_it():
+    """figures/sources_of_dependence.csv: fixed start, data + order + dropout shared, Gaussian:
+    every pair and seed has one step after the first trained checkpoint (iteration 1 -> 2),
+    so Holm over the pair's steps (a family of one) leaves its 95 % verdict as it is."""
+    rows = [r for r in _summary() if (r["part"], r["init"], r["shared"], r["quantity"])
+            == ("signal-paper", "fixed", "data+order+dropout", "mi_gaussian")]
+    change = [float(r["last_value"]) - float(r["first_value"]) for r in rows]
+    assert len(rows) == 9 and {r["steps"] for r in rows} == {"2: rising"}
+    quoted = f"Gaussian MI +{min(change):.1f} to +{max(change):.1f} bits from iteration 1 to 2, rising in all 9"
+    assert quoted in _flat(README), quoted
+    assert "one step per pair, so Holm over the pair's steps leaves" in _flat(README)
+
+
+def test_long_preset_ksg_rising_count_is_per_step_and_uncorrected():
+    """figures/sources_of_dependence.csv, signal-long part: the one "rising" pair-seed, in a
+    fixed-start cell with nothing shared; the summary holds no per-step p-values (it predates
+    them), so the README says the verdicts are uncorrected."""
+    rows = [r for r in _summary() if r["part"] == "signal-long" and r["quantity"] == "mi_ksg"]
+    rising = [r for r in rows if "rising" in r["steps"]]
+    assert len(rising) == 1 and (rising[0]["init"], rising[0]["shared"]) == ("fixed", "nothing")
+    assert "correction" not in rows[0] or not rows[0]["correction"]
+    assert "per-step 95 % intervals, uncorrected: the summary holds no step p-values" in _flat(README)
+
+
+def test_digits_lenet_ksg_above_null_after_holm():
+    """figures/digits_lenet_paper.csv, mi_ksg rows' permutation p-values at the 4 trained
+    checkpoints: Holm over each pair's 4, and over the cell's 12 pair-checkpoints."""
+    with open(FIGURES / "digits_lenet_paper.csv", newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["quantity"] == "mi_ksg" and r["iteration"] not in ("", "0")]
+
+    def pvalues(cell, pair=None):
+        return [float(r["p_value"]) for r in rows if r["cell"] == cell and (pair is None or r["pair"] == pair)]
+
+    per_pair = {pair: adjust(pvalues("fixed-augmentation", pair), "holm").min() for pair in ("0-1", "0-2", "1-2")}
+    above = [p for p in per_pair.values() if p <= 0.05]
+    cell = adjust(pvalues("fixed-augmentation"), "holm").min()
+    control = [adjust(pvalues("fixed-nothing", pair), "holm").min() for pair in ("0-1", "0-2", "1-2")]
+    assert len(pvalues("fixed-augmentation")) == 12 and not any(p <= 0.05 for p in control)
+    quoted = (f"above its permutation null after Holm over each pair's 4 trained checkpoints in {len(above)} of 3 "
+              f"pairs (adjusted p {max(above):.3f}), in none after Holm over the cell's 12 pair-checkpoints "
+              f"(smallest {cell:.3f})")
+    assert cell > 0.05 and quoted in _flat(README), quoted
+
+
+def test_core_paper_long_gaussian_fall_is_the_pair_mean():
+    """figures/signal_rnn_long.csv (an analysis table): the Gaussian MI's mean over the 3
+    client pairs at iterations 2 and 16, and the pairs' range."""
+    table = AnalysisTable.read(FIGURES / "signal_rnn_long.csv")
+    pairs = sorted({(r["client_a"], r["client_b"]) for r in table if r["quantity"] == "mi_gaussian"})
+    at = {it: np.array([r["value"] for a, b in pairs for r in table.select("mi_gaussian", a, b)
+                        if r["iteration"] == it]) for it in (2, 16)}
+    assert all(len(v) == 3 for v in at.values())
+    page = _flat((ROOT / "docs" / "results" / "core-paper.md").read_text())
+    quoted = (f"Gaussian {at[2].mean():,.0f} -> {at[16].mean():,.0f} bits (mean over the 3 pairs; pairs "
+              f"{at[2].min():,.0f}-{at[2].max():,.0f} -> {at[16].min():,.0f}-{at[16].max():,.0f})")
+    assert quoted in page, quoted
