@@ -417,6 +417,7 @@ def build_parser() -> argparse.ArgumentParser:
     est.add_argument("y")
     from .analysis.familywise import FAMILIES
     from .analysis.familywise import METHODS as FAMILYWISE_METHODS
+    from .analysis.choice import describe_rule
     from .estimators.registry import estimator_names
 
     est.add_argument("--estimator", choices=estimator_names(), default="ksg")
@@ -459,8 +460,11 @@ def build_parser() -> argparse.ArgumentParser:
     ana = sub.add_parser("analyze", help="MI and distances between clients per checkpoint of a dump")
     ana.add_argument("dump")
     ana.add_argument("--out", required=True, help="CSV table to write")
-    ana.add_argument("--estimators", nargs="+", choices=estimator_names(), default=["gaussian", "ksg"],
-                     metavar="ESTIMATOR", help="MI estimators: " + ", ".join(estimator_names()))
+    ana.add_argument("--estimators", nargs="+", choices=(*estimator_names(), "auto"), default=["auto"],
+                     metavar="ESTIMATOR",
+                     help="MI estimators: 'auto' (the default) or a list of " + ", ".join(estimator_names())
+                          + ". 'auto' chooses " + describe_rule() + "; each row's note says which estimator it is "
+                          "and why. 'gaussian ksg' was the default before 'auto'")
     ana.add_argument("--metrics", nargs="+", default=["euclidean", "manhattan", "chebyshev"])
     ana.add_argument("-k", type=int, default=3)
     ana.add_argument("--permutations", type=int, default=0)

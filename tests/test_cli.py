@@ -33,7 +33,10 @@ def test_demo_runs_the_main_job(tmp_path, capsys):
     assert re.search(r"sampled, analysed and drawn in \d+ s", out)
     assert "design: per-run start, no stream shared" in out and "can only be lost" in out
     assert "iteration 0" in out and "infinite" in out
-    assert "never below 1/(shuffles + 1): 1/101 = 0.010 for gaussian, 1/101 = 0.010 for ksg" in out
+    assert "never below 1/(shuffles + 1): 1/101 = 0.010 for copula, 1/21 = 0.048 for bound, 1/101 = 0.010 for ksg" \
+        in out
+    # analyze's default ("auto"): 5 runs of 716 dims give the bound, and every line says which and why
+    assert "bound, a lower bound (5 runs < 2.2 x 716 joint dims: no calibrated estimate)" in out
     for name in ("signal_rnn_demo.csv", "signal_rnn_demo_mi.png", "signal_rnn_demo_distances.png"):
         assert (tmp_path / name).exists()
     # 5 checkpoints (0, 2, 4, 6, 8) x 3 pairs in the summary

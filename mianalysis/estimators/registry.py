@@ -248,7 +248,7 @@ register_estimator(
 register_estimator(
     name="copula", function=gaussian_copula_mi, arguments={"units", "bias_correction", "shrinkage"},
     display_name="Gaussian copula", label="Gaussian copula", interval="bootstrap", ci_resamples=20,
-    nulls=("permutation", "analytic"), covariance=True, transform=normal_scores, regime="gaussian",
+    nulls=("permutation", "analytic"), covariance=True, transform=normal_scores, regime="copula",
     color="C4", check=check_gaussian_settings, stream=3)
 register_estimator(
     name="bound", function=projection_mi_bound,
