@@ -39,6 +39,11 @@ def test_demo_runs_the_main_job(tmp_path, capsys):
     assert "bound, a lower bound (5 runs < 2.2 x 716 joint dims: no calibrated estimate)" in out
     for name in ("signal_rnn_demo.csv", "signal_rnn_demo_mi.png", "signal_rnn_demo_distances.png"):
         assert (tmp_path / name).exists()
+    # Every MI row of the demo's default estimators is a labelled bound, none outside calibration.
+    from mianalysis.analysis import AnalysisTable
+
+    mi = [r for r in AnalysisTable.read(tmp_path / "signal_rnn_demo.csv") if r["quantity"].startswith("mi_")]
+    assert mi and all(r["estimate_kind"] == "bound" and not r["outside_calibration"] for r in mi)
     # 5 checkpoints (0, 2, 4, 6, 8) x 3 pairs in the summary
     assert sum(1 for line in out.splitlines() if line.strip()[:1].isdigit() and "-" in line.split()[1]) == 15
 
