@@ -462,9 +462,9 @@ def build_parser() -> argparse.ArgumentParser:
     ana.add_argument("--out", required=True, help="CSV table to write")
     ana.add_argument("--estimators", nargs="+", choices=(*estimator_names(), "auto"), default=["auto"],
                      metavar="ESTIMATOR",
-                     help="MI estimators: 'auto' (the default) or a list of " + ", ".join(estimator_names())
-                          + ". 'auto' chooses " + describe_rule() + "; each row's note says which estimator it is "
-                          "and why. 'gaussian ksg' was the default before 'auto'")
+                     help="MI estimators: " + ", ".join(estimator_names()) + ", or 'auto' (the default), which "
+                          "chooses " + describe_rule() + "; each row's note says which estimator it is and why. "
+                          "'gaussian ksg' was the default before 'auto'")
     ana.add_argument("--metrics", nargs="+", default=["euclidean", "manhattan", "chebyshev"])
     ana.add_argument("-k", type=int, default=3)
     ana.add_argument("--permutations", type=int, default=0)

@@ -30,7 +30,9 @@ __all__ = ["AUTO", "AUTO_ESTIMATORS", "PRIMARY", "FALLBACK", "EXTRA", "AUTO_PREF
            "fallback_note", "omitted_note", "choice_settings", "describe_rule"]
 
 AUTO = "auto"
-PRIMARY, FALLBACK, EXTRA = "copula", "bound", "ksg"
+PRIMARY = "copula"  # an estimate, where it is calibrated
+FALLBACK = "bound"  # a lower bound, elsewhere
+EXTRA = "ksg"  # as well, where it is calibrated
 AUTO_ESTIMATORS = (PRIMARY, FALLBACK, EXTRA)  # what "auto" may run, in the order of the table's rows
 AUTO_PREFIX = "auto: "
 
