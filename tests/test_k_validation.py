@@ -113,8 +113,7 @@ def test_analyze_rejects_k_of_n_runs_or_more_before_any_file(tmp_path, k, distan
     dump = _dump(tmp_path / "dump", N)
     before = snapshot(tmp_path)
     with pytest.raises(ValueError, match=k_message(k, N, "the number of runs")):
-        analyze(dump, estimators=["gaussian", "ksg"], k=k, n_permutations=permutations, distance_cache=distance_cache,
-                out=tmp_path / "t.csv")
+        analyze(dump, k=k, n_permutations=permutations, distance_cache=distance_cache, out=tmp_path / "t.csv")
     assert snapshot(tmp_path) == before  # no OUT.partial, no table
     assert not (tmp_path / "t.csv.partial").exists()
 

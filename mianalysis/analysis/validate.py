@@ -127,9 +127,9 @@ def check_request(dump: ParameterDump, *, estimators: str | Sequence[str], metri
     if n_runs < 2:
         raise ValueError(f"dump {dump.path} has {n_runs} completed runs; analysis needs at least 2")
     # Once on the path, before any work or file: against the runs (each run is one sample) for KSG.
-    # With "auto", KSG runs only where its regime holds (thousands of runs): checked then.
-    takes_k = estimators_taking("k", estimators) and not (auto and not _ksg_possible(n_runs))
-    k = check_k(k, n_runs, samples="the number of runs") if takes_k else check_int(k, "k", low=1)
+    # "auto" may run KSG: `k` is checked as for KSG, whatever the runs (as the old default did).
+    k = check_k(k, n_runs, samples="the number of runs") if estimators_taking("k", estimators) else \
+        check_int(k, "k", low=1)
     reuse = MarginalDistances.cache_fits(n_runs, count=len(dump.clients), distance_cache=distance_cache)
     return AnalysisRequest(
         estimators=estimators, metrics=metrics, k=k, permutations=permutations, layer=layer, by=by, groups=groups,
@@ -156,13 +156,6 @@ def _is_auto(estimators):
                              f"{list(estimators)}")
         return True
     return False
-
-
-def _ksg_possible(n_runs):
-    """Whether the automatic choice can run KSG on `n_runs` runs (its calibrated minimum)."""
-    from .regime import KSG_MIN_RUNS
-
-    return n_runs >= KSG_MIN_RUNS
 
 
 def _per_estimator(value, estimators, name, default):
