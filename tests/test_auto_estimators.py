@@ -191,3 +191,15 @@ def test_demo_shaped_dump_default_rows_are_calibrated_or_bounds_and_draw_no_holl
     legends = [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
     assert OUTSIDE_LABEL not in legends and any("lower bound" in t for t in legends)
     plt.close(fig)
+
+
+def test_an_auto_table_is_replaced_by_the_same_analysis_and_kept_from_another(tmp_path):
+    dump = _dump(tmp_path / "d", 60, 3)
+    first = analyze(dump, out=tmp_path / "t.csv", **FAST)
+    assert analyze(dump, out=tmp_path / "t.csv", **FAST) == first  # the same settings: replaced
+    with pytest.raises(ValueError, match="holds an analysis with other settings"):
+        analyze(dump, estimators=["gaussian", "ksg"], out=tmp_path / "t.csv", **FAST)
+    from mianalysis.analysis import AnalysisTable
+
+    again = AnalysisTable.read(tmp_path / "t.csv")
+    assert again == first and again.settings["estimator_choice"]["rule"] == "auto"

@@ -93,7 +93,7 @@ class Estimator:
         Whether `function` takes ``random_state`` (analyses pass the stream's generator).
     regime : str, callable or None, default=None
         Where the estimator was calibrated against known MI: a name of
-        :data:`mianalysis.analysis.regime.REGIMES` ("gaussian", "ksg") or a function
+        :data:`mianalysis.analysis.regime.REGIMES` ("gaussian", "ksg", "copula") or a function
         ``(n_runs, n_features, value_bits, shrinkage) -> list of reasons`` (empty inside the
         regime). None: no calibration is recorded, and rows get no regime note.
     color : str, optional
