@@ -546,6 +546,9 @@ def figure_title(rows: Sequence[dict], record: Mapping[str, Any] | None = None) 
             k = find("k") if "k" in entry.arguments else None
             parts.append(f"{entry.label} k={k}" if k else entry.label)
     perms = find("permutations")
+    if isinstance(perms, dict):  # of the estimators with rows ("auto" may run only some of those it may run)
+        held = {str(r["quantity"]) for r in rows}
+        perms = {e: n for e, n in perms.items() if f"mi_{e}" in held}
     if isinstance(perms, dict) and perms:
         parts.append("permutations " + ", ".join(f"{e} {n}" for e, n in perms.items()))
     elif perms:

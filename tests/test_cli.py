@@ -91,7 +91,8 @@ def test_sample_analyze_plot_verify(tmp_path, capsys):
     assert main(args) == 0
     assert main(["verify", str(dump)]) == 0
     assert "OK, 6 runs verified, complete" in capsys.readouterr().out
-    assert main(["analyze", str(dump), "--out", str(tmp_path / "r.csv"), "--permutations", "2", "--no-progress"]) == 0
+    assert main(["analyze", str(dump), "--out", str(tmp_path / "r.csv"), "--permutations", "2", "--no-progress",
+                 "--estimators", "gaussian", "ksg"]) == 0
     assert main(["plot", str(tmp_path / "r.csv"), "--out", str(tmp_path / "f.png"), "--kind", "distances"]) == 0
     assert (tmp_path / "f.png").stat().st_size > 1000
     from mianalysis.analysis import AnalysisTable
