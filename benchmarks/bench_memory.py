@@ -49,7 +49,7 @@ def peak_of_analyze(dump, table):
     code = ("import resource, sys, time\n"
             "from mianalysis.cli import main\n"
             "t = time.perf_counter()\n"
-            "code = main(['analyze', sys.argv[1], '--out', sys.argv[2], '--no-progress'])\n"
+            "code = main(['analyze', sys.argv[1], '--out', sys.argv[2], '--no-progress', '--estimators', 'gaussian', 'ksg'])\n"
             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.perf_counter() - t)\n"
             "sys.exit(code)\n")
     out = subprocess.run([sys.executable, "-c", code, str(dump), str(table)], capture_output=True, text=True,

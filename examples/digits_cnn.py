@@ -74,7 +74,8 @@ def main(out=None, runs=40):
     dump = ParameterSampler(task, every=2, chunk_size=20, progress=False).sample(runs, out / "dump")
     # The convolution's 40 parameters: every client starts a run from the same point, so the
     # clients' parameters share information that training can only lose (see docs/concepts).
-    rows = analyze(dump, layer="conv", n_permutations=20, ci_resamples=0, out=out / "table.csv")
+    rows = analyze(dump, estimators=["gaussian", "ksg"], layer="conv", n_permutations=20, ci_resamples=0,
+                   out=out / "table.csv")
 
     def value(checkpoint, quantity, a="0", b="1"):
         return next(r for r in rows if r["checkpoint"] == checkpoint and r["client_a"] == a

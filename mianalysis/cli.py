@@ -427,6 +427,7 @@ def build_parser() -> argparse.ArgumentParser:
     est.add_argument("y")
     from .analysis.familywise import FAMILIES
     from .analysis.familywise import METHODS as FAMILYWISE_METHODS
+    from .analysis.choice import describe_rule
     from .estimators.registry import estimator_names
 
     est.add_argument("--estimator", choices=estimator_names(), default="ksg")
@@ -469,8 +470,11 @@ def build_parser() -> argparse.ArgumentParser:
     ana = sub.add_parser("analyze", help="MI and distances between clients per checkpoint of a dump")
     ana.add_argument("dump")
     ana.add_argument("--out", required=True, help="CSV table to write")
-    ana.add_argument("--estimators", nargs="+", choices=estimator_names(), default=["gaussian", "ksg"],
-                     metavar="ESTIMATOR", help="MI estimators: " + ", ".join(estimator_names()))
+    ana.add_argument("--estimators", nargs="+", choices=(*estimator_names(), "auto"), default=["auto"],
+                     metavar="ESTIMATOR",
+                     help="MI estimators: " + ", ".join(estimator_names()) + ", or 'auto' (the default), which "
+                          "chooses " + describe_rule() + "; each row's note says which estimator it is and why. "
+                          "'gaussian ksg' was the default before 'auto'")
     ana.add_argument("--metrics", nargs="+", default=["euclidean", "manhattan", "chebyshev"], metavar="METRIC",
                      help="pair quantities beside MI: euclidean, manhattan, chebyshev (mean paired distances; the "
                           "default) and cosine_update (mean cosine similarity of the clients' updates since each "
@@ -515,7 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--permutations", type=int, default=REPORT_PERMUTATIONS,
                      help=f"shuffles per MI row's null (default {REPORT_PERMUTATIONS}: p-values down to "
                           f"1/{REPORT_PERMUTATIONS + 1})")
-    rep.add_argument("--estimators", nargs="+", choices=estimator_names(), default=None, metavar="ESTIMATOR",
+    rep.add_argument("--estimators", nargs="+", choices=(*estimator_names(), "auto"), default=None, metavar="ESTIMATOR",
                      help="MI estimators (default: those of analyze): " + ", ".join(estimator_names()))
     rep.add_argument("--seed", type=int, default=0)
     rep.add_argument("--no-progress", action="store_true")

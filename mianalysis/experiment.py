@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .analysis import AnalysisTable, analyze, sidecar_path
+from .analysis.choice import AUTO_PREFIX
 from .analysis.familywise import describe, familywise_verdicts
 from .analysis.intervals import SHRINKAGE
 from .estimators.registry import estimator_names
@@ -29,7 +30,8 @@ __all__ = [
 
 def run_experiment(task: Task, *, runs: int, out_dir: str | os.PathLike, name: str, seed: int = 0, every: int = 1,
                    init: str = "per-run", chunk_size: int = 64, n_permutations: int | Mapping[str, int] = 0, k: int = 3,
-                   progress: bool = True, dump_dir: str | os.PathLike | None = None) -> AnalysisTable:
+                   progress: bool = True, dump_dir: str | os.PathLike | None = None,
+                   estimators: str | Sequence[str] = "auto") -> AnalysisTable:
     """Sample `runs` runs of `task`, analyse them and draw the MI and distance figures.
 
     Writes ``out_dir/NAME.csv`` (the analysis table), ``out_dir/NAME_mi.png`` (Figure 1/2
@@ -38,6 +40,8 @@ def run_experiment(task: Task, *, runs: int, out_dir: str | os.PathLike, name: s
     provenance of this session and of the dump: versions, machine, command line, times)
     with the table's own sidecar (analysis settings, format version) under ``"analysis"``. The dump goes to `dump_dir`
     (default ``out_dir/dumps/NAME``) and is resumed if it exists with the same settings.
+    `estimators` are :func:`mianalysis.analyze`'s (default "auto": per pair and checkpoint an
+    estimate inside its calibrated regime or a labelled lower bound).
 
     Returns
     -------
@@ -55,7 +59,8 @@ def run_experiment(task: Task, *, runs: int, out_dir: str | os.PathLike, name: s
     start = time.perf_counter()
     dump = sampler.sample(runs, dump_dir)
     sampled = time.perf_counter()
-    rows = analyze(dump, k=k, n_permutations=n_permutations, random_state=seed, progress=progress)
+    rows = analyze(dump, estimators=estimators, k=k, n_permutations=n_permutations, random_state=seed,
+                   progress=progress)
     analysed = time.perf_counter()
     rows.write(out_dir / f"{name}.csv")
     record = {"task": task.name, "settings": task.settings, "runs": runs, "seed": seed, "every": every,
@@ -85,11 +90,20 @@ def _fmt(v, width=7, digits=3):
 
 def summary_table(rows: Sequence[dict]) -> str:
     """Text table per checkpoint and client pair: MI by each estimator with its null mean
-    and p-value, and the three mean distances."""
+    and p-value, and the three mean distances.
+
+    A table of ``analyze(estimators="auto")`` (its MI rows' notes start with "auto: ") has
+    one line per MI row instead, naming its estimator and saying why it is that one (and
+    why a value is infinite, or outside calibration); a p-value at its permutation floor
+    1 / (n_permutations + 1) is marked "*" (the p-value is at most that), and a line under
+    the table says so. A row of a pair without that estimator at a checkpoint shows "-".
+    """
     table = AnalysisTable.of(rows)
     quantities = {r["quantity"] for r in rows}
     ests = [e for e in estimator_names() if f"mi_{e}" in quantities]
     metrics = [m for m in ("euclidean", "manhattan", "chebyshev") if m in quantities]
+    if any(str(r.get("note", "")).startswith(AUTO_PREFIX) for e in ests for r in table.select(f"mi_{e}")):
+        return _auto_summary(table, ests, metrics)
     head = f"{'iter':>5} {'pair':>6}"
     for e in ests:
         head += f" {'MI ' + e[:5]:>9} {'null':>7} {'p':>6}"
@@ -102,13 +116,59 @@ def summary_table(rows: Sequence[dict]) -> str:
         for a, b in pairs:
             line = f"{it:>5} {a + '-' + b:>6}"
             for e in ests:
-                r = [x for x in table.select(f"mi_{e}", a, b) if x["checkpoint"] == t][0]
-                line += f" {_fmt(r['value'], 9)} {_fmt(r['null_mean'])} {_fmt(r['p_value'], 6)}"
+                hit = [x for x in table.select(f"mi_{e}", a, b) if x["checkpoint"] == t]
+                line += (f" {_fmt(hit[0]['value'], 9)} {_fmt(hit[0]['null_mean'])} {_fmt(hit[0]['p_value'], 6)}"
+                         if hit else f" {_fmt(None, 9)} {_fmt(None)} {_fmt(None, 6)}")
             for m in metrics:
-                r = [x for x in table.select(m, a, b) if x["checkpoint"] == t][0]
-                line += f" {_fmt(r['value'], 9, 4)}"
+                hit = [x for x in table.select(m, a, b) if x["checkpoint"] == t]
+                line += f" {_fmt(hit[0]['value'] if hit else None, 9, 4)}"
             lines.append(line)
     return "\n".join(lines)
+
+
+def _auto_summary(table, ests, metrics):
+    """summary_table's lines for a table of ``estimators="auto"``: one per MI row, with its
+    estimator and the reason it is that one."""
+    permutations = table.settings.get("permutations", {}) if isinstance(table.settings, Mapping) else {}
+    head = f"{'iter':>5} {'pair':>6} {'estimator':>9} {'MI bits':>9} {'null':>7} {'p':>7}"
+    for m in metrics:
+        head += f" {m[:9]:>9}"
+    head += "  which estimator, and why"
+    lines, floored = [head, "-" * len(head)], False
+    pairs = sorted({(r["client_a"], r["client_b"]) for r in table if r["client_b"] != ""})
+    checkpoints = sorted({(r["checkpoint"], r["iteration"]) for r in table})
+    for t, it in checkpoints:
+        for a, b in pairs:
+            mi = sorted((r for e in ests for r in table.select(f"mi_{e}", a, b, layer="") if r["checkpoint"] == t),
+                        key=lambda r: r["quantity"] == "mi_ksg")  # the primary row first
+            distances = ""
+            for m in metrics:
+                hit = [x for x in table.select(m, a, b, layer="") if x["checkpoint"] == t]
+                distances += f" {_fmt(hit[0]['value'] if hit else None, 9, 4)}"
+            for i, r in enumerate(mi):
+                e = r["quantity"][3:]
+                n = permutations.get(e, 0) if isinstance(permutations, Mapping) else 0
+                p = _fmt(r["p_value"], 6)
+                at_floor = bool(n) and r["null_method"] == "permutation" and np.isclose(r["p_value"], 1 / (n + 1))
+                floored |= at_floor
+                line = (f"{it:>5} {a + '-' + b:>6} {e:>9} {_fmt(r['value'], 9)} {_fmt(r['null_mean'])} "
+                        f"{p + ('*' if at_floor else ' ')}")
+                lines.append(line + (distances if i == 0 else " " * len(distances)) + "  " + _why(r))
+    if floored:
+        lines.append("* p at its permutation floor 1/(permutations + 1): the p-value is at most this")
+    return "\n".join(lines)
+
+
+def _why(row):
+    """Which estimator an "auto" row is and why, from its note: the "auto: " parts, and
+    what makes a value infinite or outside calibration."""
+    parts = str(row.get("note", "")).split("; ")
+    why = [p[len(AUTO_PREFIX):] for p in parts if p.startswith(AUTO_PREFIX)]
+    if not np.isfinite(row["value"]):  # no "inf" or "-" without its reason
+        why += [p for p in parts if "MI is" in p or p.startswith("no bound")]
+    if row.get("outside_calibration"):
+        why += [p for p in parts if p.startswith("outside calibration") or "tie" in p]
+    return "; ".join(why)
 
 
 TRENDS = ("p-values of the paired change between consecutive checkpoints (from its interval), corrected over "

@@ -656,6 +656,9 @@ def figure_title(rows: Sequence[dict], record: Mapping[str, Any] | None = None) 
             k = find("k") if "k" in entry.arguments else None
             parts.append(f"{entry.label} k={k}" if k else entry.label)
     perms = find("permutations")
+    if isinstance(perms, dict):  # of the estimators with rows ("auto" may run only some of those it may run)
+        held = {str(r["quantity"]) for r in rows}
+        perms = {e: n for e, n in perms.items() if f"mi_{e}" in held}
     if isinstance(perms, dict) and perms:
         parts.append("permutations " + ", ".join(f"{e} {n}" for e, n in perms.items()))
     elif perms:
@@ -713,8 +716,11 @@ def figure_mi(rows: Sequence[dict], title: str | None = None, *, record: Mapping
         raise ValueError(f"`metric` must be one of the table's recorded metrics {metric_names(rows)}; got {metric!r}")
     metric = default_metric(rows) if metric is None else metric
     xlabel = checkpoint_label(record)
-    ests = PANEL_ESTIMATORS + tuple(e for e in estimator_names() if e not in PANEL_ESTIMATORS
-                                    and f"mi_{e}" in quantities)
+    others = tuple(e for e in estimator_names() if e not in PANEL_ESTIMATORS and f"mi_{e}" in quantities)
+    # The Gaussian and KSG panels stand first, drawn or blank, where the table has either;
+    # a table of neither (analyze's default, "auto") has only its own estimators' panels.
+    firsts = PANEL_ESTIMATORS if any(f"mi_{e}" in quantities for e in PANEL_ESTIMATORS) or not others else ()
+    ests = firsts + others
     fig, axes = _figure(len(ests) + 1)
     for ax, est in zip(axes[:len(ests)], ests):
         if f"mi_{est}" in quantities:
@@ -803,6 +809,8 @@ def check_drawable(rows: Sequence[dict], kind: str) -> None:
     """
     check_choice(kind, "kind", sorted(FIGURES))
     wanted = FIGURE_QUANTITIES[kind]
+    if kind == "mi":  # every registered estimator has its panel (mi_copula, mi_bound: analyze's default)
+        wanted = (*wanted, *(f"mi_{e}" for e in estimator_names() if f"mi_{e}" not in wanted))
     if not any(r["quantity"] in wanted for r in rows):
         held = sorted({str(r["quantity"]) for r in rows})
         has = f"it has only {', '.join(held)}" if held else "it has no rows"

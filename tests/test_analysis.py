@@ -36,7 +36,7 @@ def test_values_match_estimators_and_trend(tmp_path, rng):
 
 def test_permutations_give_null_and_pvalue(tmp_path, rng):
     dump = ParameterDump.from_arrays(tmp_path / "d", correlated_clients(rng, n_runs=300, rhos=(0.0, 0.9)))
-    rows = analyze(dump, n_permutations=9, random_state=1)
+    rows = analyze(dump, estimators=["gaussian", "ksg"], n_permutations=9, random_state=1)
     strong = rows.select("mi_ksg", "0", "1")[1]
     assert strong["p_value"] == pytest.approx(0.1) and strong["value"] > strong["null_mean"] + 3 * strong["null_std"]
     assert np.isfinite(rows.select("mi_gaussian", "0", "2")[0]["null_mean"])
@@ -47,7 +47,7 @@ def test_identical_clients_and_shrinkage_are_noted(tmp_path, rng):
     other = same.copy()
     other[1] += 0.1 * rng.standard_normal((40, 30))
     dump = ParameterDump.from_arrays(tmp_path / "d", {"a": same, "b": other})
-    rows = analyze(dump, metrics=("chebyshev",))
+    rows = analyze(dump, estimators=["gaussian", "ksg"], metrics=("chebyshev",))
     first = rows.select("mi_gaussian", "a", "b")[0]
     assert first["value"] == np.inf and "identical samples" in first["note"]
     second = rows.select("mi_gaussian", "a", "b")[1]

@@ -197,3 +197,38 @@ def test_the_command_line_labels_the_bound_as_a_lower_bound(tmp_path, capsys):
     assert main(["estimate", str(tmp_path / "x.npy"), str(tmp_path / "y.npy"), "--estimator", "bound",
                  "--permutations", "9"]) == 0
     assert capsys.readouterr().out.startswith("bound MI >= ")
+
+
+def test_projection_bound_transforms_experiment_compares_both_bounds_on_monotone_outputs(tmp_path, monkeypatch):
+    import importlib.util
+    from pathlib import Path
+
+    from mianalysis.estimators.registry import estimator_names, unregister_estimator
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.syspath_prepend(str(root / "experiments"))
+    spec = importlib.util.spec_from_file_location("experiment_projection_bound", root / "experiments" /
+                                                  "projection_bound.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module, "PRESET", "paper")  # 20 parameters per client: seconds, not minutes
+    try:
+        rows = {t: module.transform_rows(t, 80, tmp_path / t) for t in ("sinh", "cubic")}
+    finally:
+        if module.COPULA_BOUND in estimator_names():
+            unregister_estimator(module.COPULA_BOUND)
+    assert module.COPULA_BOUND not in estimator_names()
+    for t, hits in rows.items():
+        assert len(hits) == 4 * 3 and {r["transform"] for r in hits} == {t}
+        assert all(r["bound"] <= r["mi_exact"] and r["copula_bound"] <= r["mi_exact"] for r in hits)
+    # Normal scores do not change under a monotone map: the copula variant is the same under both.
+    assert [r["copula_bound"] for r in rows["sinh"]] == pytest.approx([r["copula_bound"] for r in rows["cubic"]],
+                                                                      rel=1e-6)
+    assert [r["mi_exact"] for r in rows["sinh"]] == [r["mi_exact"] for r in rows["cubic"]]
+    lines = module.summarise_transforms(rows["sinh"] + rows["cubic"])
+    assert {(s["transform"], s["runs"]) for s in lines} == set()  # 80 runs are not among TRANSFORM_RUNS
+    monkeypatch.setattr(module, "TRANSFORM_RUNS", (80,))
+    lines = module.summarise_transforms(rows["sinh"] + rows["cubic"])
+    assert [(s["transform"], s["rows"]) for s in lines] == [("sinh", 12), ("cubic", 12)]
+    assert all(s["copula_bound_at_or_below"] == 1.0 for s in lines)
+    assert module.transforms_markdown(lines)[2].startswith("| sinh | 80 | 12 |")

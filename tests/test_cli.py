@@ -33,9 +33,17 @@ def test_demo_runs_the_main_job(tmp_path, capsys):
     assert re.search(r"sampled, analysed and drawn in \d+ s", out)
     assert "design: per-run start, no stream shared" in out and "can only be lost" in out
     assert "iteration 0" in out and "infinite" in out
-    assert "never below 1/(shuffles + 1): 1/101 = 0.010 for gaussian, 1/101 = 0.010 for ksg" in out
+    assert "never below 1/(shuffles + 1): 1/101 = 0.010 for copula, 1/21 = 0.048 for bound, 1/101 = 0.010 for ksg" \
+        in out
+    # analyze's default ("auto"): 5 runs of 716 dims give the bound, and every line says which and why
+    assert "bound, a lower bound (5 runs < 2.2 x 716 joint dims: no calibrated estimate)" in out
     for name in ("signal_rnn_demo.csv", "signal_rnn_demo_mi.png", "signal_rnn_demo_distances.png"):
         assert (tmp_path / name).exists()
+    # Every MI row of the demo's default estimators is a labelled bound, none outside calibration.
+    from mianalysis.analysis import AnalysisTable
+
+    mi = [r for r in AnalysisTable.read(tmp_path / "signal_rnn_demo.csv") if r["quantity"].startswith("mi_")]
+    assert mi and all(r["estimate_kind"] == "bound" and not r["outside_calibration"] for r in mi)
     # 5 checkpoints (0, 2, 4, 6, 8) x 3 pairs in the summary
     assert sum(1 for line in out.splitlines() if line.strip()[:1].isdigit() and "-" in line.split()[1]) == 15
 
@@ -83,7 +91,8 @@ def test_sample_analyze_plot_verify(tmp_path, capsys):
     assert main(args) == 0
     assert main(["verify", str(dump)]) == 0
     assert "OK, 6 runs verified, complete" in capsys.readouterr().out
-    assert main(["analyze", str(dump), "--out", str(tmp_path / "r.csv"), "--permutations", "2", "--no-progress"]) == 0
+    assert main(["analyze", str(dump), "--out", str(tmp_path / "r.csv"), "--permutations", "2", "--no-progress",
+                 "--estimators", "gaussian", "ksg"]) == 0
     assert main(["plot", str(tmp_path / "r.csv"), "--out", str(tmp_path / "f.png"), "--kind", "distances"]) == 0
     assert (tmp_path / "f.png").stat().st_size > 1000
     from mianalysis.analysis import AnalysisTable

@@ -187,7 +187,8 @@ def test_analyze_gives_copula_rows_with_their_interval_analytic_null_and_regime(
         assert row["ci_low"] < row["value"] < row["ci_high"]
     assert len(rows.select("delta_mi_copula", "a", "b")) == 1
     # Adding the copula estimator leaves the other rows as they were, to the bit.
-    assert [r for r in rows if "copula" not in r["quantity"]] == analyze(dump, metrics=[], gaussian_null="analytic")
+    assert [r for r in rows if "copula" not in r["quantity"]] == analyze(dump, estimators=["gaussian", "ksg"], metrics=[],
+                                                                             gaussian_null="analytic")
     assert estimate_regime_note("copula", 400, 200, 3.4) == \
         "outside calibration: shrinkage estimate (400 runs <= 2 x 200 joint dims)"
 

@@ -50,7 +50,8 @@ def test_the_rows_of_an_incomplete_dump_are_those_of_its_completed_runs(tmp_path
     dump, samples, metrics = _partial(tmp_path / "d", 40, 200)
     whole = ParameterDump.from_arrays(tmp_path / "w", samples, checkpoints=[0, 7],
                                       metrics={c: {"loss": metrics[c][0]} for c in samples})
-    partial_rows, whole_rows = analyze(dump, n_permutations=3), analyze(whole, n_permutations=3)
+    old_default = {"estimators": ["gaussian", "ksg"], "n_permutations": 3}
+    partial_rows, whole_rows = analyze(dump, **old_default), analyze(whole, **old_default)
     assert [{**r, "note": ""} for r in partial_rows] == [{**r, "note": ""} for r in whole_rows]
     # Only the regime notes (KSG at 40 runs is outside its calibration), no incomplete note.
     assert not [r["note"] for r in whole_rows if r["note"] and not r["note"].startswith("outside calibration")]

@@ -76,7 +76,8 @@ def _delta(rows, quantity):
 def test_a_real_rise_in_mi_is_detected(tmp_path):
     for s in range(3):
         dump = _two_checkpoints(tmp_path / str(s), 0.2, 0.7, 400, seed=s)
-        rows = analyze(dump, metrics=["euclidean"], ci_resamples={"gaussian": 50, "ksg": 10}, random_state=s,
+        rows = analyze(dump, estimators=["gaussian", "ksg"], metrics=["euclidean"], ci_resamples={"gaussian": 50, "ksg": 10},
+                       random_state=s,
                        verify=False)
         assert _delta(rows, "mi_gaussian")["verdict"] == "rising"
         assert _delta(rows, "mi_ksg")["verdict"] == "rising"
@@ -122,7 +123,8 @@ def test_no_verdict_from_a_shrinkage_estimate(tmp_path):
 
 def test_same_random_state_same_intervals(tmp_path):
     dump = _two_checkpoints(tmp_path / "d", 0.3, 0.5, 200)
-    kwargs = {"metrics": ["euclidean"], "ci_resamples": {"gaussian": 30, "ksg": 5}, "verify": False}
+    kwargs = {"estimators": ["gaussian", "ksg"], "metrics": ["euclidean"], "ci_resamples": {"gaussian": 30, "ksg": 5},
+              "verify": False}
     first, again, other = (analyze(dump, random_state=r, **kwargs) for r in (0, 0, 1))
     ci = [(r["quantity"], r["ci_low"], r["ci_high"]) for r in first]
     assert ci == [(r["quantity"], r["ci_low"], r["ci_high"]) for r in again]
@@ -168,7 +170,7 @@ def test_old_tables_without_intervals_still_load_and_plot(tmp_path):
     from mianalysis.plots import save_figure
 
     dump = _two_checkpoints(tmp_path / "d", 0.3, 0.5, 100)
-    rows = analyze(dump, metrics=["euclidean"], ci_resamples={"gaussian": 10, "ksg": 2})
+    rows = analyze(dump, estimators=["gaussian", "ksg"], metrics=["euclidean"], ci_resamples={"gaussian": 10, "ksg": 2})
     old = [{k: v for k, v in r.items() if k not in OPTIONAL_COLUMNS} for r in rows if "delta" not in r["quantity"]]
     with open(tmp_path / "old.csv", "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=[c for c in COLUMNS if c not in OPTIONAL_COLUMNS])

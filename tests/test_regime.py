@@ -12,8 +12,9 @@ import pytest
 
 from mianalysis import ParameterDump, analyze, ksg_mi, mi_permutation_test
 from mianalysis.analysis import AnalysisTable
-from mianalysis.analysis.regime import (GAUSSIAN_MAX_BITS, GAUSSIAN_MIN_RUNS_PER_DIM, KSG_MAX_BITS, KSG_MAX_JOINT_DIMS,
-                               KSG_MIN_RUNS, estimate_regime_note, is_outside)
+from mianalysis.analysis.regime import (COPULA_MAX_BITS, COPULA_MIN_RUNS_PER_DIM, GAUSSIAN_MAX_BITS,
+                                        GAUSSIAN_MIN_RUNS_PER_DIM, KSG_MAX_BITS, KSG_MAX_JOINT_DIMS, KSG_MIN_RUNS,
+                                        estimate_regime_note, is_outside)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,7 +52,8 @@ def layered_dump(tmp_path):
 
 @pytest.mark.parametrize("distance_cache", [True, False])
 def test_by_layer_rows_equal_each_tensor_alone(layered_dump, distance_cache):
-    kw = dict(metrics=["euclidean", "chebyshev"], n_permutations=5, distance_cache=distance_cache, verify=False)
+    kw = dict(estimators=["gaussian", "ksg"], metrics=["euclidean", "chebyshev"], n_permutations=5,
+              distance_cache=distance_cache, verify=False)
     rows = analyze(layered_dump, by="layer", **kw)
     for name in ("w", "bias"):
         mine = [r for r in rows if r["layer"] == name]
@@ -182,7 +184,7 @@ def test_estimate_regime_note_bad_input():
 
 
 def test_analyze_flags_shrinkage_and_dimension(layered_dump, tmp_path):
-    rows = analyze(layered_dump, metrics=[], verify=False)  # 80 runs of 5 + 5 parameters
+    rows = analyze(layered_dump, estimators=["gaussian", "ksg"], metrics=[], verify=False)  # 80 runs of 5 + 5 parameters
     assert [r["note"] for r in rows if r["quantity"] == "mi_gaussian"] == [""] * 6  # 8 runs per dim: calibrated
     assert all(r["note"] == "outside calibration: > 4 joint dims, < 2000 runs"
                for r in rows if r["quantity"] == "mi_ksg")
@@ -209,9 +211,13 @@ def test_analyze_flags_shrinkage_of_a_singular_covariance(tmp_path):
     assert is_outside(row["note"])
 
 
-def test_thresholds_come_from_the_committed_table():
+def _regime_rows(family=("gaussian",)):
     with open(ROOT / "figures" / "calibration_regimes.csv", newline="") as fh:
-        rows = list(csv.DictReader(fh))
+        return [r for r in csv.DictReader(fh) if r["family"] in family]
+
+
+def test_thresholds_come_from_the_committed_table():
+    rows = _regime_rows()  # the Gaussian and KSG regimes: correlated Gaussians, as before the other families
     ok = {e: [r for r in rows if r[f"{e}_within_5pct"] == "True"] for e in ("gaussian", "ksg")}
     assert not [r for r in ok["gaussian"] if r["gaussian_method"] != "bias-corr."]  # shrinkage never calibrated
     assert GAUSSIAN_MIN_RUNS_PER_DIM == min(int(r["n"]) / int(r["joint_dims"]) for r in ok["gaussian"])
@@ -228,6 +234,39 @@ def test_thresholds_come_from_the_committed_table():
     assert KSG_MAX_JOINT_DIMS == dims
     assert KSG_MIN_RUNS == min(int(r["n"]) for r in inside)
     assert KSG_MAX_BITS == np.floor(100 * bits) / 100
+
+
+def test_copula_thresholds_come_from_the_gaussian_copula_rows():
+    rows = _regime_rows(("gaussian", "sinh", "cubic"))  # Gaussian copulas: where the copula estimate is exact
+    assert {r["family"] for r in rows} == {"gaussian", "sinh", "cubic"}
+    ok = [r for r in rows if r["copula_within_5pct"] == "True"]
+    assert not [r for r in ok if r["copula_method"] != "bias-corr."]  # shrinkage never calibrated
+    assert COPULA_MIN_RUNS_PER_DIM == min(int(r["n"]) / int(r["joint_dims"]) for r in ok)
+    assert COPULA_MAX_BITS == np.floor(10 * max(float(r["true_bits"]) for r in ok)) / 10
+    # The regime is a clean box: every bias-corrected case inside it was within 5 %.
+    inside = [r for r in rows if r["copula_method"] == "bias-corr." and float(r["true_bits"]) <= COPULA_MAX_BITS
+              and int(r["n"]) >= COPULA_MIN_RUNS_PER_DIM * int(r["joint_dims"])]
+    assert inside and all(r["copula_within_5pct"] == "True" for r in inside)
+    # On the monotone maps the Gaussian estimate is off where the copula estimate is not.
+    maps = [r for r in rows if r["family"] != "gaussian" and r["copula_within_5pct"] == "True"]
+    assert sum(r["gaussian_within_5pct"] == "False" for r in maps) >= 7
+
+
+def test_calibration_page_states_what_the_table_holds_for_the_copula_and_the_bound():
+    page = " ".join((ROOT / "docs" / "concepts" / "calibration.md").read_text().split())
+    rows = _regime_rows(("gaussian", "sinh", "cubic", "student-t"))
+    t_rows = [r for r in rows if r["family"] == "student-t"]
+    # The Student t: the copula estimate is below the truth on every row, and off by > 5 % on some.
+    assert t_rows and all(float(r["copula_nats"]) < float(r["true_nats"]) for r in t_rows)
+    assert any(r["copula_within_5pct"] == "False" for r in t_rows)
+    covered = sum(r["bound_covers"] == "True" for r in rows)
+    assert f"at or below the truth in {covered} of {len(rows)} rows" in page
+    for family, text in ((("gaussian", "sinh", "cubic"), "on Gaussian copulas"), (("student-t",), "on the Student t")):
+        excess = max((float(r["bound_nats"]) - float(r["true_nats"])) / max(float(r["true_nats"]), 1.0)
+                     for r in rows if r["family"] in family and r["bound_covers"] == "False")
+        assert f"by at most {100 * excess:.1f} % of max(true, 1 nat) {text}" in page or \
+            f"by at most {100 * excess:.1f} % {text}" in page
+    assert f"{len(rows)} cases with known MI" in page
 
 
 # ---------------------------------------------------------------------------- plot
@@ -268,15 +307,24 @@ def test_calibration_regimes_quick_writes_within_column(tmp_path, monkeypatch):
     monkeypatch.setattr(module, "QUICK_REGIME_CASES", [("low dimension", 1000, 1, 0.9, 0.0),
                                                        ("n < joint dims (shrinkage, singular)", 30, 20, 0.5, 0.0),
                                                        ("quantised, coarse grid", 500, 1, 0.9, 0.5)])
+    monkeypatch.setattr(module, "QUICK_FAMILY_CASES", [("cubic", "monotone map of Gaussians", 500, 2, 0.9, 0),
+                                                       ("student-t", "Student t", 500, 1, 0.5, 3)])
     out = module.main(["--regimes", "--quick", "--out", str(tmp_path / "c.csv")])
     with open(out, newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert [r["regime"] for r in rows] == ["low dimension", "n < joint dims (shrinkage, singular)",
-                                           "quantised, coarse grid"]
+                                           "quantised, coarse grid", "monotone map of Gaussians", "Student t"]
+    assert [r["family"] for r in rows] == ["gaussian"] * 3 + ["cubic", "student-t"]
+    # x + x^3 keeps the MI (exact: that of the Gaussians); the Student t adds its closed-form excess.
+    assert float(rows[3]["true_nats"]) == pytest.approx(-np.log(1 - 0.81))
+    assert float(rows[4]["true_nats"]) == pytest.approx(module.student_t_mi(0.5, 1, 3))
+    assert module.student_t_mi(0.5, 1, 3) > -0.5 * np.log(1 - 0.25)  # the tails add dependence
+    assert rows[3]["copula_within_5pct"] == "True" and rows[3]["gaussian_within_5pct"] == "False"
     for r in rows:
-        for e in ("gaussian", "ksg"):
+        for e in ("gaussian", "ksg", "copula"):
             error = abs(float(r[f"{e}_nats"]) - float(r["true_nats"]))
             assert r[f"{e}_within_5pct"] == str(error <= 0.05 * max(float(r["true_nats"]), 1.0))
+        assert r["bound_covers"] == str(float(r["bound_nats"]) <= float(r["true_nats"]))
     assert [r["gaussian_within_5pct"] for r in rows[:2]] == ["True", "False"]
     assert rows[1]["gaussian_method"] == "ledoit-wolf"
     assert float(rows[2]["true_nats"]) == pytest.approx(module.rounded_gaussian_mi(0.9, 0.5))
@@ -291,3 +339,21 @@ def test_rounded_gaussian_mi():
     assert module.rounded_gaussian_mi(0.9, 0.01) == pytest.approx(-0.5 * np.log(1 - 0.81), rel=1e-3)
     assert 0.7 < module.rounded_gaussian_mi(0.9, 0.5) < 0.8  # Monte Carlo with 2e6 samples: 0.7504
     assert module.rounded_gaussian_mi(0.9, 20.0) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_student_t_mi_of_the_calibration_matches_a_monte_carlo_of_the_densities():
+    from scipy import stats
+
+    module = _experiment("calibration")
+    rho, d, nu = 0.6, 2, 5
+    corr = np.eye(2 * d)
+    for j in range(d):
+        corr[j, d + j] = corr[d + j, j] = rho
+    rng = np.random.default_rng(3)
+    x, y, true = module.family_samples("student-t", 200_000, d, rho, nu, rng)
+    assert true == module.student_t_mi(rho, d, nu)
+    s = np.hstack([x, y])
+    joint = stats.multivariate_t(shape=corr, df=nu)
+    side = stats.multivariate_t(shape=np.eye(d), df=nu)
+    log_ratio = joint.logpdf(s) - side.logpdf(x) - side.logpdf(y)
+    assert abs(log_ratio.mean() - true) < 4 * log_ratio.std() / np.sqrt(len(log_ratio))

@@ -21,7 +21,7 @@ GOLDEN = Path(__file__).parent / "data" / "seams_golden.csv"
 # Each case: the analyze keywords; the cache cases take the path that analyze used to
 # compute by itself (marginal distances, algorithm 1, the conversion to bits).
 CASES = [
-    {"n_permutations": 5, "distance_cache": True, "random_state": 1},
+    {"estimators": ("gaussian", "ksg"), "n_permutations": 5, "distance_cache": True, "random_state": 1},
     {"estimators": ("ksg",), "metrics": (), "n_permutations": 0, "distance_cache": True, "random_state": 2},
     {"estimators": ("ksg",), "metrics": (), "n_permutations": {"ksg": 3}, "distance_cache": False, "standardize": False,
      "random_state": 3},

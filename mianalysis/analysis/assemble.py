@@ -35,7 +35,7 @@ _T = TypeVar("_T")
 _R = TypeVar("_R")
 
 
-def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: Sequence[str] = ESTIMATORS,
+def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: str | Sequence[str] = ESTIMATORS,
             metrics: Sequence[str] = METRICS, k: int = 3, n_permutations: int | Mapping[str, int] = 0,
             layer: str | Sequence[str] | None = None, by: str | None = None, standardize: bool = True,
             random_state: int = 0, out: str | os.PathLike | None = None, progress: bool = False,
@@ -55,12 +55,26 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: Sequence[str
         Its completed runs are analysed. A dump that is not complete (still being sampled,
         or stopped) is analysed as far as it goes, and every row's ``note`` says so
         ("dump incomplete: 40 of 200 runs"), as does the sidecar (``dump_runs``).
-    estimators : sequence of str, default=("gaussian", "ksg")
-        Registered estimators (:func:`mianalysis.estimators.registry.estimator_names`):
+    estimators : "auto" or sequence of str, default="auto"
+        "auto" (:mod:`mianalysis.analysis.choice`): per pair, checkpoint and tensor, an
+        estimate inside its calibrated regime or a labelled lower bound. The Gaussian copula
+        estimate (rows ``mi_copula``) where there are at least 2.2 runs per varying joint
+        dimension (its calibrated regime, :mod:`mianalysis.analysis.regime`) and the estimate
+        lies inside that regime; else the cross-fitted projection lower bound (``mi_bound``,
+        ``estimate_kind`` "bound"); KSG too (``mi_ksg``) where joint dims <= 4 and runs >=
+        2000 and its estimate is inside its regime. Each such row's note starts with
+        "auto: " and says which estimator it is and why (e.g. "auto: bound, a lower bound
+        (400 runs < 2.2 x 716 joint dims: no calibrated estimate)"); the sidecar records the
+        rule (``settings["estimator_choice"]``). A pair whose estimator changes between
+        checkpoints has no change row across the switch. `n_permutations` and
+        `ci_resamples` given per estimator apply to "copula", "bound" and "ksg".
+        Otherwise a list of registered estimators
+        (:func:`mianalysis.estimators.registry.estimator_names`), each run on every pair:
         "gaussian", "ksg", "copula" (:func:`mianalysis.gaussian_copula_mi`, run as the
         Gaussian estimator on each parameter's normal scores, with the same shrinkage rule
-        and notes) or one added by
+        and notes), "bound" (:func:`mianalysis.projection_mi_bound`) or one added by
         :func:`~mianalysis.estimators.registry.register_estimator`; rows ``mi_NAME``.
+        ``["gaussian", "ksg"]`` is the default of versions before "auto".
     metrics : sequence of str, default=("euclidean", "manhattan", "chebyshev")
         "euclidean", "manhattan", "chebyshev": mean paired distance between the clients'
         samples (run i of a with run i of b). "cosine_update", when asked for: the mean
@@ -278,6 +292,13 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: Sequence[str
     ...     print(row["quantity"], round(row["value"], 3), row["p_value"])
     euclidean 1.125 nan
     mi_gaussian 0.625 0.01
+
+    The default, ``estimators="auto"``: 1000 runs of 2 + 2 parameters are in the copula
+    estimate's calibrated regime (not KSG's, which needs 2000 runs):
+
+    >>> row, = analyze(dump, metrics=[])
+    >>> row["quantity"], row["note"]
+    ('mi_copula', 'auto: copula, an estimate (1000 runs >= 2.2 x 4 joint dims: its calibrated regime)')
 
     The exact values: the mean distance between a and b is sqrt(0.8 pi / 2) = 1.121 (a
     Rayleigh mean), and the MI is -(2 / 2) log2(1 - 0.6^2) = 0.644 bits.

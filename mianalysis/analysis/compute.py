@@ -15,8 +15,10 @@ from .._validation import varying_columns
 from ..distances import UPDATE_METRICS, paired_distances, update_cosines
 from ..sampling import CENTRAL
 from ..estimators import KSG_NOISE, MarginalDistances, gaussian_mi, gaussian_mi_null, mi_permutation_test
+from ..estimators.bound import bound_min_runs
 from ..estimators.ksg import ksg_ties, standardize_columns
 from ..estimators.registry import DISTANCE_STREAM, get_estimator
+from .choice import EXTRA, FALLBACK, PRIMARY, Choice, choose, fallback_note, omitted_note
 from .design import design_note
 from .gaussianity import copula_disagreement, nongaussian_share
 from .intervals import change_test, mean_interval, mi_replicates, normal_interval, resample_indices, trend_verdict
@@ -68,7 +70,8 @@ def _mi_row(x, y, estimator, k, permutations, rng, distances=None, distance_cach
             gaussian_null="permutation"):
     """The fields of one estimator's row on one client pair: value, null_mean, null_std,
     p_value, note and the typed columns (estimate_kind, outside_calibration, null_method);
-    an estimate outside the calibrated regime says so (mianalysis.analysis.regime).
+    an estimate outside the calibrated regime says so (mianalysis.analysis.regime), and
+    ``regime`` holds that note alone (not a column: the caller removes it).
 
     `distances`: the two clients' marginal distance matrices of their noised samples (KSG
     only); the estimate and its permutation null then cost O(n^2) each. Otherwise
@@ -100,7 +103,7 @@ def _mi_row(x, y, estimator, k, permutations, rng, distances=None, distance_cach
     kind = "shrinkage" if est.shrinkage else get_estimator(estimator).kind
     return {"value": est.value, "null_mean": est.null_mean, "null_std": est.null_std, "p_value": est.p_value,
             "note": "; ".join(n for n in notes if n), "estimate_kind": kind,
-            "outside_calibration": bool(regime), "null_method": est.null_method}
+            "outside_calibration": bool(regime), "null_method": est.null_method, "regime": regime}
 
 
 def _estimate(x, y, estimator, k, permutations, rng, distances, distance_cache, standardize, gaussian_null, notes):
@@ -234,6 +237,10 @@ class CheckpointAnalysis:
             _check_finite(dump, t, samples, cols)
             distances = None
             cache_users = [e for e in self.estimators if get_estimator(e).distance_cache]
+            if self.request.auto:  # KSG only where the rule runs it on some pair
+                cache_users = [e for e in cache_users if any(
+                    e in [c.estimator for c in choose(self.n_runs, _varying(samples[a]) + _varying(samples[b]))]
+                    for a, b in self.pairs)]
             if cache_users and self.request.reuse_distances:
                 # Each client's marginal distances serve every pair it is in, the estimate and
                 # all its permutations; tie-breaking noise is drawn per (checkpoint, client).
@@ -250,13 +257,12 @@ class CheckpointAnalysis:
                         continue
                     d = paired_distances(x, y, metric)
                     rows.append(self.row(t, a, b, metric, d.mean(), d.std(ddof=1), group=group))
-                for estimator in self.estimators:
-                    entry = get_estimator(estimator)
-                    rng = np.random.default_rng([self.random_state, t, a, b, _stream(estimator)])
-                    cached = (distances[a], distances[b]) if entry.distance_cache and distances is not None else None
-                    request = self.request
-                    fields = _mi_row(x, y, estimator, self.k, request.permutations[estimator], rng, cached,
-                                     request.distance_cache, request.standardize, request.gaussian_null)
+                if self.request.auto:
+                    chosen = self._auto_fields(t, a, b, x, y, distances)
+                else:
+                    chosen = [(e, self._fields(t, a, b, x, y, e, distances)) for e in self.estimators]
+                for estimator, fields in chosen:
+                    fields.pop("regime")
                     fields["note"] = "; ".join(n for n in (fields["note"], self.design) if n)
                     rows.append(self.row(t, a, b, f"mi_{estimator}", group=group, **fields))
                 if exact is not None and group == "":  # the exact MI is that of the whole vector
@@ -310,6 +316,41 @@ class CheckpointAnalysis:
                     if not n else f"mean over {n} of {values.size} runs: {values.size - n} left out, where an update "
                     f"is zero ({zero}); a zero update has no direction")
         return self.row(t, a, b, quantity, value, spread, note=note, group=group)
+
+    def _fields(self, t: int, a: int, b: int, x: np.ndarray, y: np.ndarray, estimator: str,
+                distances: Sequence[MarginalDistances] | None) -> dict[str, Any]:
+        """One estimator's row fields on pair (a, b) at checkpoint t (see :func:`_mi_row`),
+        from its own random stream."""
+        entry, request = get_estimator(estimator), self.request
+        rng = np.random.default_rng([self.random_state, t, a, b, _stream(estimator)])
+        cached = (distances[a], distances[b]) if entry.distance_cache and distances is not None else None
+        return _mi_row(x, y, estimator, self.k, request.permutations[estimator], rng, cached,
+                       request.distance_cache, request.standardize, request.gaussian_null)
+
+    def _auto_fields(self, t: int, a: int, b: int, x: np.ndarray, y: np.ndarray,
+                     distances: Sequence[MarginalDistances] | None) -> list[tuple[str, dict[str, Any]]]:
+        """The rows ``estimators="auto"`` gives pair (a, b) at checkpoint t
+        (:mod:`mianalysis.analysis.choice`): [(estimator, fields)], each note saying which
+        estimator it is and why."""
+        out = []
+        for choice in choose(self.n_runs, _varying(x) + _varying(y)):
+            if choice.estimator == FALLBACK and self.n_runs < bound_min_runs():  # no bound at all: said so
+                out.append((FALLBACK, {**_no_estimate(FALLBACK), "note": f"{choice.note}; no bound: {self.n_runs} "
+                                       f"runs < {bound_min_runs()} (two folds of 4 runs)"}))
+                continue
+            fields = self._fields(t, a, b, x, y, choice.estimator, distances)
+            note = choice.note
+            if choice.estimator == PRIMARY and fields["outside_calibration"]:  # after all: the bound instead
+                note = fallback_note(fields["regime"])
+                fields = self._fields(t, a, b, x, y, FALLBACK, distances)
+                choice = Choice(FALLBACK, note)
+            if choice.estimator == EXTRA and fields["outside_calibration"]:  # left out, and said so
+                first = out[0][1]
+                first["note"] = "; ".join(n for n in (first["note"], omitted_note(fields["regime"])) if n)
+                continue
+            fields["note"] = "; ".join(n for n in (note, fields["note"]) if n)
+            out.append((choice.estimator, fields))
+        return out
 
     def gaussianity_rows(self, t: int, group: str, samples: Sequence[np.ndarray],
                          rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -366,10 +407,15 @@ class CheckpointAnalysis:
             elif np.isfinite(row["value"]) and len(self.indices[q[3:]]) >= 2:  # an MI estimate
                 e = q[3:]
                 entry = get_estimator(e)
+                too_few = ""
                 if entry.interval == "half-subsampling" and "k" in entry.arguments and n_runs // 2 <= k:
+                    too_few = f"for k={k}"
+                elif entry.kind == "bound" and n_runs // 2 < bound_min_runs():
+                    too_few = f"for the bound ({bound_min_runs()} runs)"
+                if too_few:
                     base = row["note"][:len(row["note"]) - len(incomplete)].rstrip("; ")  # incomplete: last
                     row["note"] = "; ".join(filter(None, [base, f"no interval: halves of {n_runs} runs are too "
-                                                                f"few for k={k}", incomplete]))
+                                                                f"few {too_few}", incomplete]))
                     continue
                 shrunk = {"shrinkage": "ledoit-wolf"} if row["estimate_kind"] == "shrinkage" else None
                 x, y = samples[a], samples[b]
@@ -428,6 +474,18 @@ class CheckpointAnalysis:
             return defined, [f"paired over the {defined.size} of {change.size} runs whose updates are non-zero at both "
                              "checkpoints"]
         return defined, []
+
+def _no_estimate(estimator):
+    """The row fields of an estimate that could not be made (value NaN)."""
+    return {"value": np.nan, "null_mean": np.nan, "null_std": np.nan, "p_value": np.nan, "note": "",
+            "estimate_kind": get_estimator(estimator).kind, "outside_calibration": False, "null_method": "none",
+            "regime": ""}
+
+
+def _varying(samples):
+    """The number of columns of `samples` that vary over runs by the constant rule every estimator
+    applies (:func:`mianalysis._validation.varying_columns`); the joint dimension counts these."""
+    return int(varying_columns(samples).sum()) if samples.shape[0] else 0
 
 
 def _stream(estimator):

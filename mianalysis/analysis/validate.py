@@ -14,6 +14,7 @@ from .._validation import CONSTANT_RULE, check_choice, check_flag, check_int, ch
 from ..distances import METRICS, UPDATE_METRICS
 from ..estimators import MarginalDistances
 from ..estimators.registry import estimator_names, estimators_taking, get_estimator
+from .choice import AUTO, AUTO_ESTIMATORS, choice_settings
 from .familywise import FAMILIES, METHODS, familywise_settings
 from .intervals import DISTANCE_METHOD, check_level, interval_method
 
@@ -23,7 +24,9 @@ if TYPE_CHECKING:  # names used only in type hints
 __all__ = ["ESTIMATORS", "GAUSSIAN_NULLS", "BY", "AnalysisRequest", "check_request", "table_settings", "check_dump",
            "check_out", "dump_around", "rows_settings", "start_checkpoint"]
 
-ESTIMATORS = ("gaussian", "ksg")  # analysed by default; any registered estimator may be asked for
+# Analysed by default: the automatic choice per pair and checkpoint (mianalysis.analysis.choice);
+# any list of registered estimators may be asked for instead.
+ESTIMATORS = AUTO
 GAUSSIAN_NULLS = ("permutation", "analytic")
 BY = ("layer",)
 # Tables written before the registry record these two estimators' interval methods whatever was analysed.
@@ -37,6 +40,7 @@ class AnalysisRequest:
     Attributes
     ----------
     estimators, metrics : tuple of str
+        With ``auto``, `estimators` are those the rule may run (copula, bound, ksg).
     k : int
         Checked once, against the number of runs when an estimator takes it.
     permutations, ci_resamples : dict of estimator -> int
@@ -81,9 +85,10 @@ class AnalysisRequest:
     familywise: str = "holm"
     family: str = "pair"
     gaussianity: bool = False
+    auto: bool = False
 
 
-def check_request(dump: ParameterDump, *, estimators: Sequence[str], metrics: Sequence[str], k: int,
+def check_request(dump: ParameterDump, *, estimators: str | Sequence[str], metrics: Sequence[str], k: int,
                   n_permutations: int | Mapping[str, int], layer: str | Sequence[str] | None, by: str | None,
                   standardize: bool, random_state: int, distance_cache: bool | str, verify: bool, force: bool,
                   gaussian_null: str, ci_resamples: int | Mapping[str, int] | None,
@@ -93,7 +98,8 @@ def check_request(dump: ParameterDump, *, estimators: Sequence[str], metrics: Se
     or file (a ValueError or TypeError naming the argument)."""
     from ..dumps import layout_columns, select_layout
 
-    estimators = tuple(estimators)
+    auto = _is_auto(estimators)
+    estimators = AUTO_ESTIMATORS if auto else tuple(estimators)
     metrics = tuple(metrics)
     for e in estimators:
         get_estimator(e, "estimators")
@@ -122,6 +128,7 @@ def check_request(dump: ParameterDump, *, estimators: Sequence[str], metrics: Se
     if n_runs < 2:
         raise ValueError(f"dump {dump.path} has {n_runs} completed runs; analysis needs at least 2")
     # Once on the path, before any work or file: against the runs (each run is one sample) for KSG.
+    # "auto" may run KSG: `k` is checked as for KSG, whatever the runs (as the old default did).
     k = check_k(k, n_runs, samples="the number of runs") if estimators_taking("k", estimators) else \
         check_int(k, "k", low=1)
     reuse = MarginalDistances.cache_fits(n_runs, count=len(dump.clients), distance_cache=distance_cache)
@@ -129,7 +136,27 @@ def check_request(dump: ParameterDump, *, estimators: Sequence[str], metrics: Se
         estimators=estimators, metrics=metrics, k=k, permutations=permutations, layer=layer, by=by, groups=groups,
         n_runs=n_runs, standardize=standardize, verify=bool(verify), force=bool(force), random_state=random_state,
         distance_cache=distance_cache, reuse_distances=reuse, gaussian_null=gaussian_null, ci_resamples=resamples,
-        ci_level=ci_level, familywise=familywise, family=family, gaussianity=bool(gaussianity))
+        ci_level=ci_level, familywise=familywise, family=family, gaussianity=bool(gaussianity),
+        auto=auto)
+
+
+def _is_auto(estimators):
+    """Whether `estimators` asks for the automatic choice ("auto", alone); a TypeError or
+    ValueError naming `estimators` when it is neither that nor a list of names."""
+    if isinstance(estimators, str):
+        if estimators != AUTO:
+            raise ValueError(f"`estimators` must be {AUTO!r} or a list of registered estimators "
+                             f"{list(estimator_names())}; got the string {estimators!r} (a list: [{estimators!r}])")
+        return True
+    if not isinstance(estimators, Sequence):
+        raise TypeError(f"`estimators` must be {AUTO!r} or a list of registered estimators "
+                        f"{list(estimator_names())}; got {estimators!r}")
+    if AUTO in estimators:
+        if len(estimators) > 1:
+            raise ValueError(f"`estimators`: {AUTO!r} chooses the estimators itself and goes alone; got "
+                             f"{list(estimators)}")
+        return True
+    return False
 
 
 def start_checkpoint(dump: ParameterDump) -> int | None:
@@ -174,6 +201,8 @@ def table_settings(dump: ParameterDump, request: AnalysisRequest) -> dict[str, A
                 "distance_cache": request.reuse_distances, "ci_level": request.ci_level,
                 "ci_resamples": request.ci_resamples,
                 "ci_method": ci_method}
+    if request.auto:  # which estimator each row is, and why: the rule (each row's note applies it)
+        settings["estimator_choice"] = choice_settings()
     if request.gaussian_null != "permutation":  # tables of the default analysis keep their settings
         settings["gaussian_null"] = request.gaussian_null
     if request.gaussianity:  # likewise: only a table with the diagnostic records it

@@ -18,7 +18,7 @@ from .copula import normal_scores
 from .gaussian import gaussian_mi, ledoit_wolf_intensity
 
 __all__ = ["ProjectionBound", "projection_bound", "projection_mi_bound", "canonical_directions", "default_components",
-           "bound_regime", "bound_resample_settings", "RUNS_PER_DIMENSION"]
+           "bound_regime", "bound_resample_settings", "bound_min_runs", "RUNS_PER_DIMENSION"]
 
 # The default number of canonical pairs keeps every held-out estimate at this many runs per
 # projected dimension or more (the plain bias-corrected estimate is calibrated from 2.2:
@@ -117,7 +117,7 @@ def _projection_bound_iv(x, y, n_components, folds, repeats, copula, units, rand
         n_components = check_int(n_components, "n_components", low=1)
     rng = check_random_state(random_state)
     n_eval = x.shape[0] // folds
-    if n_eval < 4:
+    if x.shape[0] < bound_min_runs(folds):
         raise ValueError(f"`x` and `y` need at least {4 * folds} samples for {folds} folds (each evaluation fold "
                          f"needs 4 runs for one canonical pair); got {x.shape[0]}")
     if n_components is not None and n_eval <= 2 * n_components + 1:
@@ -294,6 +294,19 @@ def projection_mi_bound(x: ArrayLike, y: ArrayLike, *, n_components: int | None 
     """
     return projection_bound(x, y, n_components=n_components, folds=folds, repeats=repeats, copula=copula,
                             units=units, random_state=random_state).value
+
+
+def bound_min_runs(folds: int = 2) -> int:
+    """The fewest samples :func:`projection_bound` takes with `folds` folds: 4 per
+    evaluation fold (one canonical pair's bias-corrected estimate needs more than 3).
+
+    Examples
+    --------
+    >>> from mianalysis.estimators.bound import bound_min_runs
+    >>> bound_min_runs(), bound_min_runs(4)
+    (8, 16)
+    """
+    return 4 * folds
 
 
 def default_components(n_eval: int, n_features_x: int, n_features_y: int) -> int:

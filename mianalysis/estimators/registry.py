@@ -93,7 +93,7 @@ class Estimator:
         Whether `function` takes ``random_state`` (analyses pass the stream's generator).
     regime : str, callable or None, default=None
         Where the estimator was calibrated against known MI: a name of
-        :data:`mianalysis.analysis.regime.REGIMES` ("gaussian", "ksg") or a function
+        :data:`mianalysis.analysis.regime.REGIMES` ("gaussian", "ksg", "copula") or a function
         ``(n_runs, n_features, value_bits, shrinkage) -> list of reasons`` (empty inside the
         regime). None: no calibration is recorded, and rows get no regime note.
     color : str, optional
@@ -248,7 +248,7 @@ register_estimator(
 register_estimator(
     name="copula", function=gaussian_copula_mi, arguments={"units", "bias_correction", "shrinkage"},
     display_name="Gaussian copula", label="Gaussian copula", interval="bootstrap", ci_resamples=20,
-    nulls=("permutation", "analytic"), covariance=True, transform=normal_scores, regime="gaussian",
+    nulls=("permutation", "analytic"), covariance=True, transform=normal_scores, regime="copula",
     color="C4", check=check_gaussian_settings, stream=3)
 register_estimator(
     name="bound", function=projection_mi_bound,
