@@ -169,3 +169,33 @@ def test_bad_permutations_and_method_are_named(rng):
         ksg_estimates_from_distances(d, d, [np.zeros(50, dtype=int)], 3, 1, method="lists")
     with pytest.raises(ValueError, match="`method` must be 'auto', 'lists' or 'brute'"):
         ksg_estimates_from_distances(d, d, [], 3, 1, method="fast")
+
+
+@pytest.mark.parametrize("algorithm", [1, 2])
+def test_compact_float32_distances_where_exact_give_the_float64_values(algorithm, rng):
+    # Integers and multiples of 1/8 (a binary grid, noise 0): every distance is a float32 number, so
+    # the float32 matrix holds the float64 distances exactly and every estimate is the same.
+    n = 1000
+    x = rng.integers(-50, 50, size=(n, 2)).astype(float)
+    y = x[:, :1] + rng.integers(-400, 400, size=(n, 1)) / 8.0
+    wide = [MarginalDistances.of(a, noise=0) for a in (x, y)]
+    compact = [MarginalDistances.of(a, noise=0, compact=True) for a in (x, y)]
+    assert [c.matrix.dtype for c in compact] == [np.float32, np.float32]
+    assert all(np.array_equal(c.matrix, w.matrix) for c, w in zip(compact, wide))
+    kwargs = dict(n_permutations=8, random_state=0, algorithm=algorithm)
+    a = mi_permutation_test(*wide, **kwargs)
+    b = mi_permutation_test(*compact, **kwargs)
+    c = mi_permutation_test(compact[0], wide[1], **kwargs)  # one of each
+    assert a.estimate == b.estimate == c.estimate
+    assert np.array_equal(a.null_distribution, b.null_distribution)
+    assert np.array_equal(a.null_distribution, c.null_distribution)
+
+
+def test_compact_keeps_float64_where_float32_is_not_exact(rng):
+    x = rng.standard_normal((200, 2))
+    assert MarginalDistances.of(x, noise=0, compact=True).matrix.dtype == np.float64
+    grid = rng.integers(0, 9, size=(200, 2)).astype(float)
+    assert MarginalDistances.of(grid, compact=True).matrix.dtype == np.float64  # the noise needs float64
+    assert MarginalDistances.of(grid, noise=0, compact=True).matrix.dtype == np.float32
+    with pytest.raises(ValueError, match="`matrix` must be a square float64"):
+        MarginalDistances(np.zeros((3, 3), dtype=np.float16), 1)
