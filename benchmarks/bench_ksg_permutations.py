@@ -34,6 +34,7 @@ import numpy as np
 from bench_estimators import data  # the same correlated Gaussians
 
 from mianalysis import MarginalDistances, ksg_mi, mi_permutation_test
+from mianalysis.estimators import ksg as ksg_module
 from mianalysis.estimators.ksg import ksg_estimates_from_distances
 
 OUT = Path(__file__).parent / "results" / "ksg_permutations.json"
@@ -49,7 +50,7 @@ def timed(function):
 
 def run(n, d, permutations, single, test):
     x, y = data(n, d)
-    row = {"n": n, "d": d, "k": 3, "permutations": permutations}
+    row = {"n": n, "d": d, "k": 3, "permutations": permutations, "list_length": ksg_module.neighbour_list_length(n, 3)}
     if single:
         _, row["single_seconds"], row["single_cpu_seconds"] = timed(lambda: ksg_mi(x, y, random_state=0))
     if test:

@@ -183,7 +183,7 @@ LIST_MIN_SAMPLES = 1000
 LIST_MIN_PAIRINGS = 8
 # A list aims at LIST_FACTOR sqrt(k n) neighbours (under independence a sample's k-th joint neighbour lies among
 # its ~sqrt(k n) nearest marginal ones) and holds at most LIST_CAPACITY times that.
-LIST_FACTOR = 5.0
+LIST_FACTOR = 3.0
 LIST_CAPACITY = 1.5
 
 

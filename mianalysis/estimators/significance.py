@@ -127,7 +127,7 @@ def mi_permutation_test(
         within x or within y: with the cache, both marginal distance matrices are computed
         once (O(n^2 d)) and every shuffle costs at most O(n^2), for the same values to the
         bit. From 1,000 samples and 7 shuffles on, each sample's nearest marginal
-        neighbours are also sorted once (about 5 sqrt(k n) x 1.5 per sample and side), and a
+        neighbours are also sorted once (about 3 sqrt(k n) x 1.5 per sample and side), and a
         shuffle finds every sample's k-th joint neighbour by merging two such lists, in
         about O(n sqrt(k n)) (see Notes). It needs 2 n^2 values of the estimator's dtype in
         memory (7.7 GB at n = 22,000 in float64, half in float32), plus the lists; "auto" uses it when that is at most half the memory
