@@ -35,7 +35,7 @@ import numba
 import numpy as np
 from numba import prange
 
-from ._kernels import INSERTION_MAX_K, _row_counts
+from ._kernels import INSERTION_MAX_K, row_counts
 
 LISTED_BLOCK = 256  # samples per work item of listed_neighbour_counts
 
@@ -270,7 +270,7 @@ def listed_neighbour_counts(xv, xi, xc, yv, yi, yc, dx, dy, perms, inverses, k, 
                     row = dy[r]
                     for j in range(n):
                         gathered[j] = row[perm[j]]
-                    cx, cy = _row_counts(dx[i], gathered, i, k, algorithm, scratch)
+                    cx, cy = row_counts(dx[i], gathered, i, k, algorithm, scratch)
                     full[b, p] += 1
                 nx[p, i] = cx
                 ny[p, i] = cy

@@ -384,8 +384,9 @@ class MarginalDistances:
     def __init__(self, matrix: np.ndarray, n_features: int) -> None:
         matrix = np.asarray(matrix)
         if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1] or matrix.dtype not in (np.float64, np.float32):
-            raise ValueError(f"`matrix` must be a square float64 (or float32) array of distances; got {matrix.dtype} "
-                             f"array of shape {matrix.shape} (MarginalDistances.of makes one from samples)")
+            raise ValueError(f"`matrix` must be a square float64 array of distances (or float32 where exact); got "
+                             f"{matrix.dtype} array of shape {matrix.shape} (MarginalDistances.of makes one from "
+                             "samples)")
         n_features = check_int(n_features, "n_features", low=0)
         matrix = matrix.view()
         matrix.flags.writeable = False
