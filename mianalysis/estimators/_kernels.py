@@ -155,7 +155,7 @@ def _kth_smallest_joint(dx, dy, self_index, k, scratch):
 
 
 @numba.njit(fastmath=REDUCTION_FLAGS, cache=True)
-def _row_counts(dx, dy, i, k, algorithm, scratch):
+def row_counts(dx, dy, i, k, algorithm, scratch):
     """Marginal neighbour counts of sample i from its rows of the distance matrices.
 
     Algorithm 1: eps = k-th joint distance; counts of dx < eps and dy < eps (strictly).
@@ -221,7 +221,7 @@ def ksg_neighbour_counts(x, y, x_t, y_t, k, algorithm):
         _maxabs_tile(y_t, 0, n, qy, dy, 0)
         scratch = np.empty(n if k > INSERTION_MAX_K else k, dtype=x.dtype)
         for i in range(r0, r1):
-            cx, cy = _row_counts(dx[i - r0], dy[i - r0], i, k, algorithm, scratch)
+            cx, cy = row_counts(dx[i - r0], dy[i - r0], i, k, algorithm, scratch)
             nx[i] = cx
             ny[i] = cy
     return nx, ny
@@ -285,7 +285,7 @@ def block_row_counts(rows_x, rows_y, i0, i1, k, algorithm, nx, ny):
     for g in prange(n_groups):
         scratch = np.empty(n if k > INSERTION_MAX_K else k, dtype=rows_x.dtype)
         for i in range(i0 + g * GROUP_ROWS, min(i0 + (g + 1) * GROUP_ROWS, i1)):
-            cx, cy = _row_counts(rows_x[i - i0], rows_y[i - i0], i, k, algorithm, scratch)
+            cx, cy = row_counts(rows_x[i - i0], rows_y[i - i0], i, k, algorithm, scratch)
             nx[i] = cx
             ny[i] = cy
 
@@ -360,7 +360,7 @@ def permuted_neighbour_counts(dx, dy, perms, k, algorithm):
                 row[:] = dy[perm[i]]
                 for j in range(n):
                     gathered[j] = row[perm[j]]
-                cx, cy = _row_counts(dx[i], gathered, i, k, algorithm, scratch)
+                cx, cy = row_counts(dx[i], gathered, i, k, algorithm, scratch)
                 nx[p, i] = cx
                 ny[p, i] = cy
     return nx, ny

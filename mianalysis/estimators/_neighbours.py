@@ -177,14 +177,90 @@ def ksg_counts_symmetric(x, y, k, algorithm):
     return nx, ny
 
 
-def permuted_counts(dx, dy, permutations, k, algorithm):
+# Permutation nulls from sorted neighbour lists (_neighbour_lists.py): used from LIST_MIN_SAMPLES samples and
+# LIST_MIN_PAIRINGS pairings (the identity included) on; below, the brute-force pass over two rows is as cheap.
+LIST_MIN_SAMPLES = 1000
+LIST_MIN_PAIRINGS = 8
+# A list aims at LIST_FACTOR sqrt(k n) neighbours (under independence a sample's k-th joint neighbour lies among
+# its ~sqrt(k n) nearest marginal ones) and holds at most LIST_CAPACITY times that.
+LIST_FACTOR = 3.0
+LIST_CAPACITY = 1.5
+
+
+def neighbour_list_length(n_samples, k):
+    """(aimed length, capacity) of the neighbour lists for `n_samples` samples and `k`."""
+    length = min(n_samples - 1, max(32, int(LIST_FACTOR * np.sqrt(k * n_samples))))
+    return length, min(n_samples - 1, int(LIST_CAPACITY * length))
+
+
+def list_bytes(n_samples, k, dtype="float64"):
+    """Memory of one marginal's neighbour lists."""
+    _, capacity = neighbour_list_length(n_samples, k)
+    return n_samples * (capacity + 1) * (np.dtype(dtype).itemsize + 4)
+
+
+def neighbour_lists(d, k):
+    """(values, indices, cover): the sorted near-neighbour lists of the rows of the distance
+    matrix `d` (see :func:`mianalysis.estimators._neighbour_lists.neighbour_lists`)."""
+    from . import _neighbour_lists
+
+    n = d.shape[0]
+    length, capacity = neighbour_list_length(n, k)
+    values = np.empty((n, capacity + 1), dtype=d.dtype)
+    indices = np.empty((n, capacity + 1), dtype=np.int32)
+    cover = np.empty(n, dtype=d.dtype)
+    _neighbour_lists.neighbour_lists(d, int(length), values, indices, cover)
+    return values, indices, cover
+
+
+def use_lists(n_samples, n_pairings, method="auto"):
+    """Whether :func:`permuted_counts` walks neighbour lists: "auto" from LIST_MIN_SAMPLES
+    samples and LIST_MIN_PAIRINGS pairings on, "lists" always, "brute" never."""
+    if method not in ("auto", "lists", "brute"):
+        raise ValueError(f"`method` must be 'auto', 'lists' or 'brute'; got {method!r}")
+    return method == "lists" or (method == "auto" and n_samples >= LIST_MIN_SAMPLES
+                                 and n_pairings >= LIST_MIN_PAIRINGS)
+
+
+def permuted_counts(dx, dy, permutations, k, algorithm, *, method="auto", lists=None, stats=None):
     """Yield (nx, ny) for the pairing x[i] <-> y[perm[i]] of each permutation, from the
-    marginal distance matrices: O(n^2) each, PERMUTATION_BATCH pairings per pass."""
+    marginal distance matrices, PERMUTATION_BATCH pairings per pass; the same counts,
+    exactly, whichever way.
+
+    Brute force: two rows of n distances per sample, O(n^2) per pairing. Neighbour lists
+    (:func:`use_lists` with `method`): each row's nearest marginal neighbours sorted once
+    per matrix (O(n^2) plus a sort of about LIST_FACTOR sqrt(k n) values per row; `lists`,
+    a (lists of dx, lists of dy) pair, gives them when already made), then about
+    O(n sqrt(k n)) per pairing; a sample whose k-th joint neighbour lies beyond its lists
+    is counted by walking its deeper list and looking the other distance up in the
+    matrix, or, when that list is too short as well, from its full rows. `stats`, a dict,
+    receives "looked_up" and "full_rows": the samples so counted, per pairing (arrays;
+    empty for brute force).
+    """
     from ._kernels import permuted_neighbour_counts
 
     k = check_k(k, dx.shape[0])
-    perms = np.asarray(permutations, dtype=np.int64).reshape(-1, dx.shape[0])
+    n = dx.shape[0]
+    perms = np.asarray(permutations, dtype=np.int64).reshape(-1, n)
+    listed = use_lists(n, perms.shape[0], method)
+    if listed:
+        from ._neighbour_lists import listed_neighbour_counts
+
+        lists_x, lists_y = lists if lists is not None else (neighbour_lists(dx, k), neighbour_lists(dy, k))
+    full_rows, looked_up = [], []
     for start in range(0, perms.shape[0], PERMUTATION_BATCH):
-        nx, ny = permuted_neighbour_counts(dx, dy, np.ascontiguousarray(perms[start:start + PERMUTATION_BATCH]), k,
-                                           algorithm)
+        batch = np.ascontiguousarray(perms[start:start + PERMUTATION_BATCH])
+        if listed:
+            if not (np.sort(batch, axis=1) == np.arange(n)).all():
+                raise ValueError(f"`permutations` must be permutations of range({n})")
+            inverses = np.empty(batch.shape, dtype=np.int32)
+            np.put_along_axis(inverses, batch, np.arange(n, dtype=np.int32)[None, :], axis=1)
+            nx, ny, looked, full = listed_neighbour_counts(*lists_x, *lists_y, dx, dy, batch, inverses, k, algorithm)
+            looked_up.append(looked)
+            full_rows.append(full)
+        else:
+            nx, ny = permuted_neighbour_counts(dx, dy, batch, k, algorithm)
         yield from zip(nx, ny)
+    if stats is not None:
+        for name, parts in (("looked_up", looked_up), ("full_rows", full_rows)):
+            stats[name] = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
