@@ -1,14 +1,18 @@
 """Throughput of one cell of experiments/digits_lenet_paper.py: sampling and analysis.
 
-    python benchmarks/bench_digits_paper.py [--runs 1000 2000]
+    python benchmarks/bench_digits_paper.py [--runs 1000 2000] [--sampling-only] [--threads N] [--out FILE]
 
 Samples the digits-lenet paper preset (pretrained start perturbed per run, augmentation
 shared by a run's clients; 3 clients, 850 parameters, 5 checkpoints) at each run count and
 times (1) sampling in chunks of 64 runs (runs per second), (2) the cell's analysis (`mianalysis.analyze` as the experiment runs it: Gaussian MI with
 its analytic null, KSG k = 3 standardised with 100 permutations, the default intervals,
 three distances) at each run count, per checkpoint. A warm-up analysis first compiles the
-kernels. Writes benchmarks/results/digits_paper.json with the machine's load average, since
-the machine is shared and a busy one stretches every time.
+kernels. With --sampling-only the analysis is skipped (sampling throughput alone). The
+sampling's CPU seconds (this process's, all its threads) are recorded beside its wall time:
+on a busy machine they tell what the sampling costs where the wall time tells how long it
+waited for a core. --threads sets PyTorch's thread count (default: PyTorch's). Writes
+benchmarks/results/digits_paper.json (or --out) with the machine's load average, since the
+machine is shared and a busy one stretches every time.
 """
 
 from __future__ import annotations
@@ -33,7 +37,14 @@ OUT = Path(__file__).parent / "results" / "digits_paper.json"
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, nargs="+", default=[1000, 2000], help="run counts of the analysis")
+    parser.add_argument("--sampling-only", action="store_true", help="time the sampling alone, no analysis")
+    parser.add_argument("--threads", type=int, default=None, help="PyTorch threads (default: PyTorch's)")
+    parser.add_argument("--out", type=Path, default=OUT, help="the result file")
     args = parser.parse_args()
+    if args.threads is not None:
+        import torch
+
+        torch.set_num_threads(args.threads)
     started = utc_now()
     task = get_task("digits-lenet", "paper")
     task.pretrained()  # pretrain (or load) outside the timings
@@ -41,29 +52,36 @@ def main():
     record = {"task": task.name, "settings": task.settings, "load_average_before": os.getloadavg()}
     try:
         warm = ParameterSampler(task, seed=1, shared=("augmentation",), progress=False).sample(64, tmp / "warm")
-        analyze(warm, estimators=LEGACY, n_permutations={"ksg": 2}, gaussian_null="analytic",
-                ci_resamples={"gaussian": 2, "ksg": 2})  # warm-up: compile and import
+        if not args.sampling_only:
+            analyze(warm, estimators=LEGACY, n_permutations={"ksg": 2}, gaussian_null="analytic",
+                    ci_resamples={"gaussian": 2, "ksg": 2})  # warm-up: compile and import
         record["cells"] = []
         for n in sorted(args.runs):
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             dump = ParameterSampler(task, seed=0, shared=("augmentation",), progress=False).sample(n, tmp / f"d{n}")
-            sampled = time.perf_counter() - start
+            sampled, cpu = time.perf_counter() - start, time.process_time() - cpu
+            cell = {"runs": n, "sampling_seconds": round(sampled, 1), "runs_per_second": round(n / sampled, 1),
+                    "sampling_cpu_seconds": round(cpu, 1), "runs_per_cpu_second": round(n / cpu, 1),
+                    "checkpoints": len(dump.checkpoints), "load_average": os.getloadavg()}
+            record["cells"].append(cell)
+            print(f"{n} runs: sampling {sampled:.1f} s ({n / sampled:.1f} runs/s; {cpu:.1f} CPU s, "
+                  f"{n / cpu:.1f} runs per CPU second)", flush=True)
+            if args.sampling_only:
+                continue
             start = time.perf_counter()
             analyze(dump, estimators=LEGACY, n_permutations={"ksg": 100}, gaussian_null="analytic", random_state=0)
             seconds = time.perf_counter() - start
             per = seconds / len(dump.checkpoints)
-            record["cells"].append({"runs": n, "sampling_seconds": round(sampled, 1),
-                                    "runs_per_second": round(n / sampled, 1), "checkpoints": len(dump.checkpoints),
-                                    "analysis_seconds": round(seconds, 1), "analysis_seconds_per_checkpoint": round(per, 1)})
-            print(f"{n} runs: sampling {sampled:.1f} s ({n / sampled:.1f} runs/s), analysis {seconds:.1f} s "
-                  f"({per:.1f} s per checkpoint)", flush=True)
+            cell.update({"analysis_seconds": round(seconds, 1), "analysis_seconds_per_checkpoint": round(per, 1)})
+            print(f"{n} runs: analysis {seconds:.1f} s ({per:.1f} s per checkpoint)", flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     record["load_average_after"] = os.getloadavg()
     record["provenance"] = collect(started, finished=True)
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(record, indent=1) + "\n")
-    print(f"wrote {OUT}")
+    record["sampling_only"] = args.sampling_only
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # names used only in type hints
     import torch
 
     from .tasks.base import Task
+    from .tasks.optimizers import SGD, Adam
 
 __all__ = ["ParameterSampler", "replica_seed", "task_optimizer", "ChunkResult", "ChunkMemoryError", "CENTRAL",
            "REFERENCES"]
@@ -53,34 +54,33 @@ def _stream_word(stream):
     return zlib.crc32(stream.encode())
 
 
-def task_optimizer(task: Task, params: Sequence[torch.Tensor], *, foreach: bool = True) -> torch.optim.Optimizer:
+def task_optimizer(task: Task, params: Sequence[torch.Tensor]) -> Adam | SGD:
     """The optimiser that trains `params` for `task`.
 
-    ``torch.optim.Adam`` with its defaults (Kingma and Ba 2015), or ``torch.optim.SGD``
-    (plain steps p <- p - lr g) for a task whose ``optimizer`` is "sgd", at the task's
-    learning rate. The sampler gives it the stacked replica tensors with
-    ``foreach=True``: every update is elementwise, so a replica's parameters are the same
-    bytes whatever replicas it is stacked with, and the same as the per-tensor
-    (``foreach=False``) implementation's.
+    Adam with ``torch.optim.Adam``'s defaults (Kingma and Ba 2015), or plain steps
+    p <- p - lr g (``torch.optim.SGD``) for a task whose ``optimizer`` is "sgd", at the
+    task's learning rate: :class:`mianalysis.tasks.optimizers.Adam` and
+    :class:`~mianalysis.tasks.optimizers.SGD`, the same bytes as PyTorch's (both its
+    multi-tensor and its per-tensor implementation) without importing ``torch._dynamo``,
+    which a ``torch.optim`` optimiser does when it is built. Every update is elementwise,
+    so a replica's parameters are the same bytes whatever replicas it is stacked with.
 
     Parameters
     ----------
     task : mianalysis.tasks.Task
     params : list of torch.Tensor
         Leaf tensors that require gradients; ``step()`` reads their ``.grad``.
-    foreach : bool, default=True
-        PyTorch's multi-tensor implementation (one call per operation for all tensors).
 
     Returns
     -------
-    torch.optim.Optimizer
+    mianalysis.tasks.optimizers.Adam or mianalysis.tasks.optimizers.SGD
     """
-    import torch
+    from .tasks.optimizers import SGD, Adam
 
     if task.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=task.lr, foreach=foreach)
+        return SGD(params, lr=task.lr)
     if task.optimizer == "adam":
-        return torch.optim.Adam(params, lr=task.lr, foreach=foreach)
+        return Adam(params, lr=task.lr)
     raise ValueError(f"`optimizer` of task {task.name!r} must be 'adam' or 'sgd'; got {task.optimizer!r}")
 
 
@@ -108,8 +108,8 @@ class ParameterSampler:
 
     A chunk of `chunk_size` runs of all clients trains as one batched computation: every
     parameter tensor carries a leading replica dimension (runs x clients), the task's model
-    is written over it, and the task's optimiser (``torch.optim.Adam``, or plain SGD for
-    gaussian-sgd; see `task_optimizer`) updates all replicas at once. Runs do not interact, and
+    is written over it, and the task's optimiser (Adam, or plain SGD for gaussian-sgd; see
+    `task_optimizer`) updates all replicas at once. Runs do not interact, and
     a run's samples are the same bytes whatever chunk it was in and whatever the thread
     count, on a given CPU code path: every computation whose shape would otherwise follow
     the chunk (a task's data preparation) runs per replica, and a batch is never a single
@@ -366,8 +366,8 @@ class ParameterSampler:
     def train_chunk(self, runs: Iterable[int], *, vectorised: bool = True) -> ChunkResult:
         """Train every client for the runs in `runs`; returns a ChunkResult.
 
-        With ``vectorised=False`` each (run, client) trains alone, with the per-tensor
-        implementation of the task's optimiser (see `task_optimizer`): the plain loop the
+        With ``vectorised=False`` each (run, client) trains alone, with the task's optimiser
+        over its own tensors (see `task_optimizer`): the plain loop the
         batched computation is checked against (the central client of a run trains beside
         its run's clients, whose batches it needs, and alone among central clients).
         """
@@ -423,14 +423,14 @@ class ParameterSampler:
         per_epoch = -(-n // b)
         mask_generators = stream(task.mask_stream)
 
-        opt = task_optimizer(task, params, foreach=vectorised)
+        opt = task_optimizer(task, params)
         record_at = set(self.checkpoints)
         samples, metrics = [], []
         k = len(clients)
         if central:  # one replica per run, from the run's start (see the class Notes)
             central_params = [torch.stack([inits[r][j] for r in runs]).clone().requires_grad_(True)
                               for j in range(len(inits[runs[0]]))]
-            central_opt = task_optimizer(task, central_params, foreach=vectorised)
+            central_opt = task_optimizer(task, central_params)
             central_samples, central_metrics = [], []
 
         def union(t):

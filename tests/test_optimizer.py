@@ -1,4 +1,4 @@
-"""The sampler's optimisers (`task_optimizer`: torch.optim.Adam / SGD over the stacked replica
+"""The sampler's optimisers (`task_optimizer`: Adam / SGD as torch.optim's, over the stacked replica
 tensors) against their updates written out one operation at a time, byte for byte over 32
 steps: on the parameter shapes of signal-rnn, digits-lenet, gaussian-sgd and a ModuleTask,
 in the layouts the sampler uses (a lone replica beside its copy, a chunk of runs x
@@ -112,8 +112,9 @@ def test_task_optimizer_same_bytes_as_written_out_update(name, replicas):
     start = _stacked(task, replicas, seed=replicas)
     ours = _train(task_optimizer, task, start)
     _assert_same_bytes(ours, _train(written_out, task, start))
-    # the plain loop's per-tensor implementation too
-    _assert_same_bytes(ours, _train(lambda t, p: task_optimizer(t, p, foreach=False), task, start))
+    # and torch.optim's per-tensor implementation (tests/test_own_optimizers.py: both of them)
+    torch_optim = torch.optim.SGD if task.optimizer == "sgd" else torch.optim.Adam
+    _assert_same_bytes(ours, _train(lambda t, p: torch_optim(p, lr=t.lr, foreach=False), task, start))
     assert all(not torch.equal(a, b) for a, b in zip(ours, start))  # the steps moved every tensor
 
 

@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 from mianalysis.dumps import DumpError, ParameterDump  # noqa: E402
 from mianalysis.sampling import ParameterSampler  # noqa: E402
 from mianalysis.tasks import DigitsLeNetTask, SignalRNNTask, get_task  # noqa: E402
+from mianalysis.tasks.base import ReplicaGenerators  # noqa: E402
 from mianalysis.tasks.signal import elman_recurrence  # noqa: E402
 
 
@@ -133,6 +134,25 @@ def test_digits_augmentation_without_ranges_is_identity():
     np.testing.assert_allclose(out[1].numpy(), images, atol=1e-6)
     moved = DigitsLeNetTask().augment(images, [torch.Generator().manual_seed(0)])
     assert not np.allclose(moved[0].numpy(), images)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_digits_client_data_is_each_replicas_own_augmentation_and_features(threads):
+    # client_data holds one thread setting for all replicas; each replica's features are still
+    # those of augment + features on that replica alone, bit for bit, on any thread count.
+    task = DigitsLeNetTask(**TINY_DIGITS)
+    generators = lambda: [torch.Generator().manual_seed(s) for s in (4, 5, 6)]  # noqa: E731
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        data = task.client_data(1, ReplicaGenerators(generators(), []))
+        images = task.dataset()[0][task.client_base_images(1)]
+        alone = torch.cat([task.features(task.augment(images, [g])) for g in generators()])
+    finally:
+        torch.set_num_threads(before)
+    assert data.inputs.shape == (3, task.n_examples, 84)
+    assert torch.equal(data.inputs, alone)
+    assert not torch.equal(data.inputs[0], data.inputs[1])  # each replica its own augmentation
 
 
 def test_digits_pretrained_network_is_cached_and_accurate():

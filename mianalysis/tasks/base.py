@@ -85,7 +85,7 @@ class Task(ABC):
     streams: tuple[str, ...] = ()
     data_stream: str | None = None
     mask_stream: str | None = None
-    # "adam" (torch.optim.Adam) or "sgd" (plain gradient steps of size lr); see sampling.task_optimizer.
+    # "adam" (Adam as torch.optim.Adam) or "sgd" (plain gradient steps of size lr); see sampling.task_optimizer.
     optimizer = "adam"
 
     def __init__(self, **settings: Any) -> None:

@@ -16,6 +16,7 @@ from .._threads import torch_threads, without_onednn
 from .._validation import ChoiceSetting, FolderSetting, IntSetting, RealSetting
 from ..datasets import load_digit_images
 from .base import LEARNING_RATE, ClientBatchData, ReplicaGenerators, Task
+from .optimizers import Adam
 
 if TYPE_CHECKING:  # names used only in type hints
     import torch
@@ -80,7 +81,7 @@ class DigitsLeNetTask(Task):
     from the training set; every run augments them afresh (random rotation within
     +-`max_rotation` degrees, zoom in [1 - `max_zoom`, 1 + `max_zoom`], shift within
     +-`max_shift` of the image width), so a run's randomness is the initial head, the
-    augmentation and the data order. Adam, cross-entropy.
+    augmentation and the data order. Adam (:class:`mianalysis.tasks.optimizers.Adam`), cross-entropy.
 
     Where the head starts (`head_start`): "pretrained" (the default and the paper's
     setting) starts from the last layer of the same pretraining that trains the body:
@@ -217,7 +218,8 @@ class DigitsLeNetTask(Task):
                     module.weight.uniform_(-bound, bound, generator=gen)
                     module.bias.uniform_(-bound, bound, generator=gen)
         model = torch.nn.Sequential(body, head)
-        opt = torch.optim.Adam(model.parameters(), lr=float(self.settings["pretrain_lr"]))
+        # torch.optim.Adam's bytes, without the torch._dynamo import its construction costs
+        opt = Adam(list(model.parameters()), lr=float(self.settings["pretrain_lr"]))
         x = torch.from_numpy(images).unsqueeze(1)
         y = torch.from_numpy(labels)
         with without_onednn():  # the convolutions' bytes follow the code path, not the CPU
@@ -278,12 +280,17 @@ class DigitsLeNetTask(Task):
         """
         import torch
 
-        body, _ = self.pretrained()
         with torch.no_grad(), torch_threads(1), without_onednn():
             if images.ndim == 4:
-                return torch.stack([self.features(replica) for replica in images])
-            lead = images.shape[:-2]
-            feats = body(images.reshape(-1, 1, *images.shape[-2:]))
+                return torch.stack([self._body_features(replica) for replica in images])
+            return self._body_features(images)
+
+    def _body_features(self, images):
+        """The body's features of `images` (..., H, W), in the caller's thread and oneDNN
+        settings (:meth:`features` sets them)."""
+        body, _ = self.pretrained()
+        lead = images.shape[:-2]
+        feats = body(images.reshape(-1, 1, *images.shape[-2:]))
         return feats.reshape(*lead, feats.shape[-1])
 
     # ---------------------------------------------------------------- Task interface
@@ -317,8 +324,12 @@ class DigitsLeNetTask(Task):
 
         xtr, ytr, xte, yte = self.dataset()
         idx = self.client_base_images(client)
-        # Augmented per replica, like the features: shapes that do not follow the chunk.
-        feats = torch.cat([self.features(self.augment(xtr[idx], [g])) for g in generators])  # (R, n, 84)
+        # Augmented per replica, like the features: shapes that do not follow the chunk. One
+        # thread setting for all replicas: the operations that follow a change of PyTorch's
+        # thread count run far slower than these small ones take themselves.
+        self.pretrained()
+        with torch.no_grad(), torch_threads(1), without_onednn():
+            feats = torch.cat([self._body_features(self.augment(xtr[idx], [g])) for g in generators])  # (R, n, 84)
         targets = torch.from_numpy(ytr[idx]).expand(len(generators), len(idx))
         if self._test_features is None:
             self._test_features = (self.features(torch.from_numpy(xte)), torch.from_numpy(yte))
