@@ -26,7 +26,8 @@ def test_estimator_demo_prints_table(capsys):
 
 
 def test_demo_runs_the_main_job(tmp_path, capsys):
-    assert main(["demo", "--runs", "5", "--out", str(tmp_path), "--no-progress"]) == 0
+    # 40 runs: the fewest for which the demo's default, the bound, is inside its own regime (halves of 20 runs)
+    assert main(["demo", "--runs", "40", "--out", str(tmp_path), "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert "iterations per epoch" in out and "distances growing" in out
     # What a reader needs: the run time, the design's consequence, why iteration 0 is infinite, the p floor.
@@ -35,8 +36,8 @@ def test_demo_runs_the_main_job(tmp_path, capsys):
     assert "iteration 0" in out and "infinite" in out
     assert "never below 1/(shuffles + 1): 1/101 = 0.010 for copula, 1/21 = 0.048 for bound, 1/101 = 0.010 for ksg" \
         in out
-    # analyze's default ("auto"): 5 runs of 716 dims give the bound, and every line says which and why
-    assert "bound, a lower bound (5 runs < 2.2 x 716 joint dims: no calibrated estimate)" in out
+    # analyze's default ("auto"): 40 runs of 716 dims give the bound, and every line says which and why
+    assert "bound, a lower bound (40 runs < 2.2 x 716 joint dims: no calibrated estimate)" in out
     for name in ("signal_rnn_demo.csv", "signal_rnn_demo_mi.png", "signal_rnn_demo_distances.png"):
         assert (tmp_path / name).exists()
     # Every MI row of the demo's default estimators is a labelled bound, none outside calibration.
