@@ -29,11 +29,12 @@ def _exact_mi(d, rho=RHO):
     return -0.5 * d * np.log2(1 - rho**2)
 
 
-def test_gaussian_bootstrap_interval_covers_the_exact_mi():
+@pytest.mark.parametrize("method", ["bootstrap", "wishart"])
+def test_gaussian_interval_covers_the_exact_mi(method):
     hits = 0
     for s in range(150):
         x, y = _pair(np.random.default_rng([1, s]), 100, 2)
-        _, low, high = mi_interval(x, y, "gaussian", n_resamples=50, random_state=s)
+        _, low, high = mi_interval(x, y, "gaussian", n_resamples=50, random_state=s, method=method)
         hits += low <= _exact_mi(2) <= high
     assert 0.88 <= hits / 150 <= 0.99
 
