@@ -169,3 +169,25 @@ def test_level_interval_in_the_registry():
     with pytest.raises(ValueError, match="needs covariance=True"):
         Estimator(name="fake", function=gaussian_mi, arguments=set(), display_name="f", label="f",
                   level_interval="wishart")
+
+
+def test_the_coverage_experiment_counts_coverage_against_the_exact_mi(monkeypatch):
+    """experiments/interval_coverage.py on a small setting: its rows say how often each
+    method's interval holds gaussian-sgd's exact MI, with the exact binomial interval."""
+    import importlib.util
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "experiments"
+    monkeypatch.syspath_prepend(str(folder))
+    spec = importlib.util.spec_from_file_location("experiment_interval_coverage", folder / "interval_coverage.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.clopper_pearson(0, 10) == (0.0, pytest.approx(0.3085, abs=1e-4))
+    assert module.clopper_pearson(10, 10)[1] == 1.0
+    rows = module.setting_rows("paper", 3, 60, "fixed start, shared data", reps=30)
+    assert [(r["estimator"], r["method"]) for r in rows] == [(e, m) for e in module.ESTIMATORS for m in module.METHODS]
+    for r in rows:
+        assert r["exact_mi"] > 1 and 0 <= r["coverage"] <= 1 and r["coverage_low"] <= r["coverage"] <= r["coverage_high"]
+        assert r["estimator"] == "copula" or r["null_rejects"] == 1.0  # strong dependence: the null always rejects
+    wishart = [r for r in rows if r["estimator"] == "gaussian" and r["method"] == "wishart"][0]
+    assert wishart["coverage"] >= 0.8 and wishart["disagree"] == 0.0
