@@ -11,11 +11,12 @@ quantile otherwise):
   exact Wishart moments of the log-determinants plus a canonical-correlation term, of the
   samples (the copula's: of their normal scores), with the normal quantile. Chosen by its
   coverage of gaussian-sgd's exact MI (``experiments/interval_coverage.py``;
-  docs/concepts/intervals.md): near n ~ 2d the bootstrap sd below is 2-4 times the
+  docs/concepts/intervals.md): at n = 2.2 d the bootstrap sd below is 1.6-5.3 times the
   estimate's sd (its resamples hold about 63 % distinct runs, and a log-determinant of so
-  few is far more variable), so its intervals cover always and contradict the analytic
-  null; the Wishart se is the exact null sd for independent data, so the interval and
-  :func:`mianalysis.gaussian_mi_null` agree. ``"asymptotic"``, the delta method on the
+  few is far more variable), so its intervals cover always and include 0 where the
+  analytic null rejects; the Wishart se is at least the exact null sd (equal for
+  independent data once the bias correction leaves no canonical correlation), so an
+  interval that excludes 0 comes with a small :func:`mianalysis.gaussian_mi_null` p-value. ``"asymptotic"``, the delta method on the
   canonical correlations (``sum r_i^2 / n`` nats^2), is the alternative the experiment
   measures. A Ledoit-Wolf shrinkage estimate has no such formula: its level interval stays
   the bootstrap's, and so do the changes between checkpoints (below), which need
