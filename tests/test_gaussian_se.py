@@ -82,6 +82,7 @@ def test_se_units_and_constant_columns():
         assert gaussian_mi_se(np.column_stack([x, np.ones(200)]), y) == pytest.approx(gaussian_mi_se(x, y))
     with pytest.warns(UserWarning, match="constant"):
         assert gaussian_mi_se(np.ones((200, 1)), y) == 0.0
+    assert level_se(np.ones((200, 2)), y, "gaussian") == 0.0 == level_se(x, np.ones((200, 1)), "copula")
 
 
 @pytest.mark.parametrize("kwargs, match", [({"method": "bootstrap"}, "`method`"), ({"units": "bytes"}, "`units`")])

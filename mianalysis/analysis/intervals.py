@@ -117,7 +117,8 @@ def level_se(x: np.ndarray, y: np.ndarray, estimator: str, method: str | None = 
     """The se (bits) behind the level interval of `estimator`'s plain estimate of `x`, `y`
     by a formula `method` ("wishart" or "asymptotic"; None: :func:`level_method`), of the
     samples after the estimator's ``transform`` (the copula's normal scores) and without
-    their constant columns. A ValueError for a method that is not a formula.
+    their constant columns (0.0 when one side has none left: the estimate is exactly 0). A
+    ValueError for a method that is not a formula.
 
     Examples
     --------
@@ -138,6 +139,8 @@ def level_se(x: np.ndarray, y: np.ndarray, estimator: str, method: str | None = 
         raise ValueError(f"`method` {method!r} of estimator {estimator!r} is not a formula: one of "
                          f"{list(LEVEL_INTERVALS)} for a covariance estimator")
     x, y = x[:, np.ptp(x, axis=0) > 0], y[:, np.ptp(y, axis=0) > 0]
+    if x.shape[1] == 0 or y.shape[1] == 0:  # the estimate is exactly 0 (I(c; Y) = 0)
+        return 0.0
     if entry.transform is not None:
         x, y = entry.transform(x), entry.transform(y)
     return gaussian_mi_se(x, y, method=method)
