@@ -5,6 +5,7 @@ written by the analysis of commit 5ecd029): every text field equal, every number
 1e-12 relative (the last bits of a log-determinant or a distance depend on the CPU's
 instruction set: the golden file was written on an AVX-512 machine)."""
 
+import contextlib
 import csv
 import io
 from pathlib import Path
@@ -72,21 +73,29 @@ def _fields(text):
     return rows
 
 
-@pytest.fixture
-def bootstrap_level_intervals():
+@contextlib.contextmanager
+def bootstrap_level_intervals_set():
     """The Gaussian and copula estimates' level intervals from the sd of their bootstrap
     resamples, as when the golden tables were written (the registry's ``level_interval``
-    None): the explicit setting that keeps the old method."""
+    None): the explicit setting that keeps the old method (tests/test_table.py uses it too)."""
     from dataclasses import replace
 
     from mianalysis.estimators.registry import get_estimator, register_estimator
 
     old = [get_estimator(e) for e in ("gaussian", "copula")]
-    for entry in old:
-        register_estimator(replace(entry, level_interval=None), replace=True)
-    yield
-    for entry in old:
-        register_estimator(entry, replace=True)
+    try:
+        for entry in old:
+            register_estimator(replace(entry, level_interval=None), replace=True)
+        yield
+    finally:
+        for entry in old:
+            register_estimator(entry, replace=True)
+
+
+@pytest.fixture
+def bootstrap_level_intervals():
+    with bootstrap_level_intervals_set():
+        yield
 
 
 def test_only_the_gaussian_level_intervals_left_the_bootstrap(tmp_path):
