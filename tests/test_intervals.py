@@ -29,11 +29,12 @@ def _exact_mi(d, rho=RHO):
     return -0.5 * d * np.log2(1 - rho**2)
 
 
-def test_gaussian_bootstrap_interval_covers_the_exact_mi():
+@pytest.mark.parametrize("method", ["bootstrap", "wishart"])
+def test_gaussian_interval_covers_the_exact_mi(method):
     hits = 0
     for s in range(150):
         x, y = _pair(np.random.default_rng([1, s]), 100, 2)
-        _, low, high = mi_interval(x, y, "gaussian", n_resamples=50, random_state=s)
+        _, low, high = mi_interval(x, y, "gaussian", n_resamples=50, random_state=s, method=method)
         hits += low <= _exact_mi(2) <= high
     assert 0.88 <= hits / 150 <= 0.99
 
@@ -128,7 +129,10 @@ def test_same_random_state_same_intervals(tmp_path):
     first, again, other = (analyze(dump, random_state=r, **kwargs) for r in (0, 0, 1))
     ci = [(r["quantity"], r["ci_low"], r["ci_high"]) for r in first]
     assert ci == [(r["quantity"], r["ci_low"], r["ci_high"]) for r in again]
-    assert first.select("mi_gaussian")[0]["ci_low"] != other.select("mi_gaussian")[0]["ci_low"]
+    for q in ("delta_mi_gaussian", "mi_ksg"):  # resampled: another random state, other resamples
+        assert first.select(q)[0]["ci_low"] != other.select(q)[0]["ci_low"]
+    # the Gaussian estimate's own interval comes from a formula (level_method), not from resamples
+    assert first.select("mi_gaussian")[0]["ci_low"] == other.select("mi_gaussian")[0]["ci_low"]
 
 
 def test_level_and_method_are_recorded(tmp_path):
@@ -143,7 +147,8 @@ def test_level_and_method_are_recorded(tmp_path):
 
     settings = json.loads((tmp_path / "t.csv.json").read_text())["settings"]
     assert settings["ci_level"] == 0.5 and settings["ci_resamples"] == {"gaussian": 20}
-    assert settings["ci_method"]["mi_gaussian"] == "bootstrap" and settings["ci_method"]["distances"] == "normal"
+    assert settings["ci_method"]["mi_gaussian"] == "wishart" and settings["ci_method"]["distances"] == "normal"
+    assert settings["ci_method"]["delta_mi_gaussian"] == "bootstrap" and "delta_mi_ksg" not in settings["ci_method"]
     assert [r["ci_low"] for r in AnalysisTable.read(tmp_path / "t.csv")] == pytest.approx(
         [r["ci_low"] for r in narrow], nan_ok=True)
 

@@ -5,6 +5,7 @@ written by the analysis of commit 5ecd029): every text field equal, every number
 1e-12 relative (the last bits of a log-determinant or a distance depend on the CPU's
 instruction set: the golden file was written on an AVX-512 machine)."""
 
+import contextlib
 import csv
 import io
 from pathlib import Path
@@ -72,7 +73,46 @@ def _fields(text):
     return rows
 
 
-def test_analysis_tables_are_unchanged(tmp_path):
+@contextlib.contextmanager
+def bootstrap_level_intervals_set():
+    """The Gaussian and copula estimates' level intervals from the sd of their bootstrap
+    resamples, as when the golden tables were written (the registry's ``level_interval``
+    None): the explicit setting that keeps the old method (tests/test_table.py uses it too)."""
+    from dataclasses import replace
+
+    from mianalysis.estimators.registry import get_estimator, register_estimator
+
+    old = [get_estimator(e) for e in ("gaussian", "copula")]
+    try:
+        for entry in old:
+            register_estimator(replace(entry, level_interval=None), replace=True)
+        yield
+    finally:
+        for entry in old:
+            register_estimator(entry, replace=True)
+
+
+@pytest.fixture
+def bootstrap_level_intervals():
+    with bootstrap_level_intervals_set():
+        yield
+
+
+def test_only_the_gaussian_level_intervals_left_the_bootstrap(tmp_path):
+    """With the default Wishart level interval, the tables differ from the golden ones in
+    the mi_gaussian rows' ci_low and ci_high only."""
+    got, want = _fields(golden_tables(tmp_path)), _fields(GOLDEN.read_text())
+    header = want[0]
+    changed = set()
+    for row, golden in zip(got, want):
+        for column, a, b in zip(header, row, golden):
+            if a != b and not (isinstance(a, float) and isinstance(b, float)
+                               and (np.isclose(a, b, rtol=1e-12, atol=0) or (np.isnan(a) and np.isnan(b)))):
+                changed.add((golden[header.index("quantity")], column))
+    assert changed == {("mi_gaussian", "ci_low"), ("mi_gaussian", "ci_high")}
+
+
+def test_analysis_tables_are_unchanged(tmp_path, bootstrap_level_intervals):
     # The golden tables are of format version 1: the typed columns that follow its columns
     # are those its notes imply (mianalysis.analysis.table.columns_from_note).
     # The inference columns that follow are a change row's se and p-value, which a table of

@@ -53,10 +53,13 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def new_rows(tmp_path_factory):
+    from test_seams import bootstrap_level_intervals_set
+
     dumps = old_table_dumps(tmp_path_factory.mktemp("dumps"))
     rows = []
-    for which, case in CASES:
-        rows += analyze(dumps[which], verify=False, **case)
+    with bootstrap_level_intervals_set():  # the level intervals of the old table's analysis (bootstrap)
+        for which, case in CASES:
+            rows += analyze(dumps[which], verify=False, **case)
     return rows
 
 

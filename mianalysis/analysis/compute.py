@@ -17,11 +17,12 @@ from ..sampling import CENTRAL
 from ..estimators import KSG_NOISE, MarginalDistances, gaussian_mi, gaussian_mi_null, mi_permutation_test
 from ..estimators.bound import bound_min_runs
 from ..estimators.ksg import ksg_ties, standardize_columns
-from ..estimators.registry import DISTANCE_STREAM, get_estimator
+from ..estimators.registry import DISTANCE_STREAM, LEVEL_INTERVALS, get_estimator
 from .choice import EXTRA, FALLBACK, PRIMARY, Choice, choose, fallback_note, omitted_note
 from .design import design_note
 from .gaussianity import copula_disagreement, nongaussian_share
-from .intervals import change_test, mean_interval, mi_replicates, normal_interval, resample_indices, trend_verdict
+from .intervals import (change_test, level_method, level_se, mean_interval, mi_replicates, normal_interval,
+                        resample_indices, trend_verdict)
 from .regime import estimate_regime_note
 from .validate import AnalysisRequest, start_checkpoint
 
@@ -424,6 +425,9 @@ class CheckpointAnalysis:
                     x, y = standardize_columns(x), standardize_columns(y)
                 out[a, b, q] = mi_replicates(x, y, e, self.indices[e], k=k, gaussian_kwargs=shrunk,
                                              seed=(self.random_state, t, a, b, _stream(e), 1))
+                if shrunk is None and level_method(e) in LEVEL_INTERVALS:  # a formula's se (intervals module)
+                    row["ci_low"], row["ci_high"] = normal_interval(row["value"], level_se(x, y, e), ci_level)
+                    continue
                 row["ci_low"], row["ci_high"] = normal_interval(row["value"], out[a, b, q].std(ddof=1), ci_level,
                                                                 df=len(out[a, b, q]) - 1)
         return out

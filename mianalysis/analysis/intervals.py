@@ -6,7 +6,24 @@ runs (rows of x and y together), never parameters. All intervals have the form
 quantile with B - 1 degrees of freedom when the se comes from B resamples, the normal
 quantile otherwise):
 
-- ``"bootstrap"`` (Gaussian and Gaussian copula MI): the sd of the estimator over `n_resamples` bootstrap
+- ``"wishart"`` (the level interval of a Gaussian or Gaussian copula MI estimate, the
+  default): the standard error of :func:`mianalysis.estimators.gaussian_se.gaussian_mi_se`,
+  exact Wishart moments of the log-determinants plus a canonical-correlation term, of the
+  samples (the copula's: of their normal scores), with the normal quantile. Chosen by its
+  coverage of gaussian-sgd's exact MI (``experiments/interval_coverage.py``;
+  docs/concepts/intervals.md): at n = 2.2 d the bootstrap sd below is 1.6-5.3 times the
+  estimate's sd (its resamples hold about 63 % distinct runs, and a log-determinant of so
+  few is far more variable), so its intervals cover always and include 0 where the
+  analytic null rejects; the Wishart se is at least the exact null sd (equal for
+  independent data once the bias correction leaves no canonical correlation), so an
+  interval that excludes 0 comes with a small :func:`mianalysis.gaussian_mi_null` p-value. ``"asymptotic"``, the delta method on the
+  canonical correlations (``sum r_i^2 / n`` nats^2), is the alternative the experiment
+  measures. A Ledoit-Wolf shrinkage estimate has no such formula: its level interval stays
+  the bootstrap's, and so do the changes between checkpoints (below), which need
+  resamples paired across checkpoints. The registry entry's ``level_interval`` chooses
+  (None: the resamples' sd, as tables written before it).
+- ``"bootstrap"`` (changes of Gaussian and Gaussian copula MI; their level intervals with
+  ``level_interval`` None or a shrinkage estimate): the sd of the estimator over `n_resamples` bootstrap
   resamples of the runs (Efron and Tibshirani 1993, *An Introduction to the Bootstrap*,
   ch. 6 and 13). The normal interval around the estimate is used rather than bootstrap
   percentiles because the bias-corrected log-det estimator, evaluated on resamples that
@@ -56,13 +73,14 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.special import ndtr, ndtri, stdtr, stdtrit
 
-from .._validation import check_int, check_random_state, check_real, varying_columns
-from ..estimators.registry import get_estimator
+from .._validation import check_choice, check_int, check_random_state, check_real, varying_columns
+from ..estimators.registry import INTERVALS, LEVEL_INTERVALS, get_estimator
 
-__all__ = ["DISTANCE_METHOD", "interval_method", "mean_interval", "mi_interval", "mi_replicates", "normal_interval",
+__all__ = ["DISTANCE_METHOD", "interval_method", "level_method", "level_se", "mean_interval", "mi_interval", "mi_replicates", "normal_interval",
            "resample_indices", "trend_verdict", "change_test", "se_from_interval", "change_df"]
 
 DISTANCE_METHOD = "normal"
+METHODS = INTERVALS + LEVEL_INTERVALS  # every level-interval method of mi_interval
 NO_CHANGE = "no detectable change"
 SHRINKAGE = "not made: shrinkage estimate"
 
@@ -78,6 +96,54 @@ def interval_method(estimator: str) -> str:
     ('bootstrap', 'half-subsampling')
     """
     return get_estimator(estimator).interval
+
+
+def level_method(estimator: str) -> str:
+    """How the level interval of a plain `estimator` estimate gets its se: the registry
+    entry's ``level_interval`` ("wishart", "asymptotic") or, without one, its resampling
+    :func:`interval_method`. A Ledoit-Wolf shrinkage estimate always uses the resamples.
+
+    Examples
+    --------
+    >>> from mianalysis.analysis.intervals import level_method
+    >>> level_method("gaussian"), level_method("copula"), level_method("ksg")
+    ('wishart', 'wishart', 'half-subsampling')
+    """
+    entry = get_estimator(estimator)
+    return entry.level_interval or entry.interval
+
+
+def level_se(x: np.ndarray, y: np.ndarray, estimator: str, method: str | None = None) -> float:
+    """The se (bits) behind the level interval of `estimator`'s plain estimate of `x`, `y`
+    by a formula `method` ("wishart" or "asymptotic"; None: :func:`level_method`), of the
+    samples after the estimator's ``transform`` (the copula's normal scores) and without
+    their constant columns (0.0 when one side has none left: the estimate is exactly 0). A
+    ValueError for a method that is not a formula.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mianalysis.analysis.intervals import level_se
+    >>> rng = np.random.default_rng(0)
+    >>> x = rng.standard_normal((400, 1))
+    >>> y = 0.6 * x + 0.8 * rng.standard_normal((400, 1))
+    >>> round(level_se(x, y, "gaussian"), 3), round(level_se(x, y, "gaussian", "asymptotic"), 3)
+    (0.046, 0.046)
+    """
+    from ..estimators.gaussian_se import gaussian_mi_se
+    from ..estimators.registry import LEVEL_INTERVALS
+
+    entry = get_estimator(estimator)
+    method = level_method(estimator) if method is None else method
+    if method not in LEVEL_INTERVALS or not entry.covariance:
+        raise ValueError(f"`method` {method!r} of estimator {estimator!r} is not a formula: one of "
+                         f"{list(LEVEL_INTERVALS)} for a covariance estimator")
+    x, y = x[:, np.ptp(x, axis=0) > 0], y[:, np.ptp(y, axis=0) > 0]
+    if x.shape[1] == 0 or y.shape[1] == 0:  # the estimate is exactly 0 (I(c; Y) = 0)
+        return 0.0
+    if entry.transform is not None:
+        x, y = entry.transform(x), entry.transform(y)
+    return gaussian_mi_se(x, y, method=method)
 
 
 def check_level(level, name="ci_level"):
@@ -197,7 +263,11 @@ def resample_indices(n: int, n_resamples: int, estimator: str,
     >>> resample_indices(10, 3, "ksg").shape
     (3, 5)
     """
-    method = interval_method(estimator)
+    return _resample_indices(n, n_resamples, interval_method(estimator), random_state)
+
+
+def _resample_indices(n, n_resamples, method, random_state):
+    """:func:`resample_indices` of a resampling `method` ("bootstrap" or "half-subsampling")."""
     n = check_int(n, "n", low=2)
     n_resamples = check_int(n_resamples, "n_resamples", low=0)
     rng = check_random_state(random_state)
@@ -285,7 +355,7 @@ def _gaussian_bits(x, y):
 
 
 def mi_interval(x: ArrayLike, y: ArrayLike, estimator: str = "gaussian", *, n_resamples: int = 100, level: float = 0.95,
-                k: int = 3, random_state: int = 0) -> tuple[float, float, float]:
+                k: int = 3, random_state: int = 0, method: str | None = None) -> tuple[float, float, float]:
     """The MI estimate (bits) of paired samples and its confidence interval.
 
     Parameters
@@ -293,13 +363,19 @@ def mi_interval(x: ArrayLike, y: ArrayLike, estimator: str = "gaussian", *, n_re
     x, y : array-like of shape (n_samples, d_x) and (n_samples, d_y)
         Paired iid samples (runs).
     estimator : str, default="gaussian"
-        A registered estimator: "gaussian" and "copula" get a bootstrap interval, "ksg" a
-        half-subsampling interval (module docstring; :func:`interval_method`).
+        A registered estimator: "gaussian" and "copula" get a Wishart-se interval, "ksg" a
+        half-subsampling interval (module docstring; :func:`level_method`).
     n_resamples : int, default=100
+        Resamples of a resampling method (unused by a formula).
     level : float, default=0.95
     k : int, default=3
         KSG neighbours (a half has n // 2 samples, so ``k < n // 2``).
     random_state : int, default=0
+    method : {None, "wishart", "asymptotic", "bootstrap", "half-subsampling"}, default=None
+        None: :func:`level_method`. A formula needs a covariance estimator and more runs
+        than twice the joint dimension (a plain, unshrunk estimate); "bootstrap" and
+        "half-subsampling" resample the runs (the estimator's own scheme is the default of
+        its changes; another one is allowed, e.g. bootstrap for a coverage comparison).
 
     Returns
     -------
@@ -314,21 +390,26 @@ def mi_interval(x: ArrayLike, y: ArrayLike, estimator: str = "gaussian", *, n_re
     >>> rng = np.random.default_rng(0)
     >>> x = rng.standard_normal((1000, 2))
     >>> y = 0.6 * x + 0.8 * rng.standard_normal((1000, 2))
-    >>> [round(v, 3) for v in mi_interval(x, y, n_resamples=200)]
+    >>> [round(v, 3) for v in mi_interval(x, y)]
+    [0.625, 0.55, 0.7]
+    >>> [round(v, 3) for v in mi_interval(x, y, n_resamples=200, method="bootstrap")]
     [0.625, 0.557, 0.693]
     """
     from .._validation import check_paired
     entry = get_estimator(estimator)
     x, y = check_paired(x, y)
     level = check_level(level, "level")
-    idx = resample_indices(x.shape[0], n_resamples, estimator, np.random.default_rng([random_state, 1]))
-    kwargs = {}
+    method = level_method(estimator) if method is None else check_choice(method, "method", METHODS)
+    kwargs: dict[str, Any] = {}
     if "k" in entry.arguments:
         k = check_int(k, "k", low=1, high=x.shape[0] // 2 - 1)
         kwargs["k"] = k
     if entry.random_state:
         kwargs["random_state"] = random_state
     estimate = entry.function(x, y, **kwargs)
+    if method not in INTERVALS:
+        return (float(estimate), *normal_interval(estimate, level_se(x, y, estimator, method), level))
+    idx = _resample_indices(x.shape[0], n_resamples, method, np.random.default_rng([random_state, 1]))
     reps = mi_replicates(x, y, estimator, idx, k=k, seed=(random_state, 2))
     if len(reps) < 2:
         return float(estimate), np.nan, np.nan

@@ -35,9 +35,11 @@ from .gaussian import check_gaussian_settings, gaussian_mi
 from .ksg import ksg_mi
 
 __all__ = ["Estimator", "register_estimator", "unregister_estimator", "get_estimator", "estimator_names",
-           "estimators_taking", "INTERVALS", "NULLS", "KINDS", "DISTANCE_STREAM"]
+           "estimators_taking", "INTERVALS", "LEVEL_INTERVALS", "NULLS", "KINDS", "DISTANCE_STREAM"]
 
 INTERVALS = ("bootstrap", "half-subsampling")
+# Level intervals from a formula instead of the resamples' sd (mianalysis.estimators.gaussian_se).
+LEVEL_INTERVALS = ("wishart", "asymptotic")
 NULLS = ("permutation", "analytic")
 # What an estimate is: an estimate of the MI ("plain"), a Ledoit-Wolf shrinkage number (the
 # MI of a shrunk covariance: neither an estimate nor a bound), or a lower bound on the MI.
@@ -73,6 +75,14 @@ class Estimator:
         that duplicated runs bias, such as k-NN ones).
     ci_resamples : int, default=20
         Resamples per interval in :func:`mianalysis.analyze` by default.
+    level_interval : {None, "wishart", "asymptotic"}, default=None
+        How the interval of an estimate itself (not of a change) gets its standard error:
+        None, the sd of the `interval` resamples; "wishart" or "asymptotic", the formula of
+        :func:`mianalysis.estimators.gaussian_se.gaussian_mi_se` of the (transformed)
+        samples, for `covariance` estimators only (a Ledoit-Wolf estimate keeps the
+        resamples). The built-in Gaussian and copula estimators use "wishart", chosen by
+        coverage (docs/concepts/intervals.md); ``dataclasses.replace(get_estimator(
+        "gaussian"), level_interval=None)`` brings back the bootstrap level interval.
     nulls : tuple of {"permutation", "analytic"}, default=("permutation",)
         The nulls that apply: "analytic" only for Gaussian log-determinant estimates
         (`covariance`), where :func:`mianalysis.gaussian_mi_null` gives the law.
@@ -126,6 +136,7 @@ class Estimator:
     label: str
     interval: str = "bootstrap"
     ci_resamples: int = 20
+    level_interval: str | None = None
     nulls: tuple[str, ...] = ("permutation",)
     covariance: bool = False
     transform: Callable[[np.ndarray], np.ndarray] | None = field(default=None, repr=False)
@@ -146,6 +157,11 @@ class Estimator:
         object.__setattr__(self, "arguments", frozenset(self.arguments))
         object.__setattr__(self, "nulls", tuple(self.nulls))
         check_choice(self.interval, "interval", INTERVALS)
+        if self.level_interval is not None:
+            check_choice(self.level_interval, "level_interval", LEVEL_INTERVALS)
+            if not self.covariance:
+                raise ValueError(f"estimator {self.name!r}: a `level_interval` formula is that of Gaussian "
+                                 "log-determinant estimates; it needs covariance=True")
         check_choice(self.kind, "kind", KINDS)
         for null in self.nulls:
             check_choice(null, "nulls", NULLS)
@@ -238,7 +254,7 @@ def estimators_taking(argument: str, among: Iterable[str] | None = None) -> list
 register_estimator(
     name="gaussian", function=gaussian_mi, arguments={"units", "bias_correction", "shrinkage"},
     display_name="Gaussian (log-det)", label="Gaussian", interval="bootstrap", ci_resamples=20,
-    nulls=("permutation", "analytic"), covariance=True, regime="gaussian", color="C0",
+    level_interval="wishart", nulls=("permutation", "analytic"), covariance=True, regime="gaussian", color="C0",
     check=check_gaussian_settings, stream=0)
 register_estimator(
     name="ksg", function=ksg_mi,
@@ -248,8 +264,8 @@ register_estimator(
 register_estimator(
     name="copula", function=gaussian_copula_mi, arguments={"units", "bias_correction", "shrinkage"},
     display_name="Gaussian copula", label="Gaussian copula", interval="bootstrap", ci_resamples=20,
-    nulls=("permutation", "analytic"), covariance=True, transform=normal_scores, regime="copula",
-    color="C4", check=check_gaussian_settings, stream=3)
+    level_interval="wishart", nulls=("permutation", "analytic"), covariance=True, transform=normal_scores,
+    regime="copula", color="C4", check=check_gaussian_settings, stream=3)
 register_estimator(
     name="bound", function=projection_mi_bound,
     arguments={"units", "n_components", "folds", "repeats", "copula", "random_state"},
