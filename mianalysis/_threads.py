@@ -25,20 +25,25 @@ def torch_threads(n):
 
 @contextmanager
 def without_onednn():
-    """Run the block with PyTorch's oneDNN (mkldnn) kernels switched off, then restore them.
+    """Run the block with PyTorch's oneDNN (mkldnn) and NNPACK kernels switched off, then
+    restore them.
 
     oneDNN compiles its convolution kernels for the CPU it runs on (AVX-512, AVX2, SSE4.1),
-    whatever ``ATEN_CPU_CAPABILITY`` says, so their rounding follows the machine. Without it
-    a convolution runs through ATen's own kernels and a matrix product (MKL), whose code
-    path ``ATEN_CPU_CAPABILITY`` and ``MKL_CBWR`` fix: the same bytes on every x86-64 CPU
-    on the baseline path.
+    whatever ``ATEN_CPU_CAPABILITY`` says, so their rounding follows the machine. NNPACK,
+    which ATen picks next for a stride-1 convolution of a batch of 16 or more, runs only
+    where the CPU has AVX2 and FMA3 (elsewhere ATen's own kernels run), and its Winograd
+    and FFT kernels round differently from those. Without both, a convolution runs
+    through ATen's own kernels and a matrix product (MKL), whose code path
+    ``ATEN_CPU_CAPABILITY`` and ``MKL_CBWR`` fix: the same bytes on every x86-64 CPU on the
+    baseline path.
     """
     import torch
 
     before = torch.backends.mkldnn.enabled
     torch.backends.mkldnn.enabled = False
     try:
-        yield
+        with torch.backends.nnpack.flags(enabled=False):
+            yield
     finally:
         torch.backends.mkldnn.enabled = before
 
