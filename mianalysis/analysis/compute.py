@@ -461,10 +461,12 @@ class CheckpointAnalysis:
                     p = change_test(delta, se, df=len(change) - 1)
             shrinkage = [f"ledoit-wolf shrinkage at checkpoint {c}" for c, r in ((t - 1, old), (t, row))
                          if r["estimate_kind"] == "shrinkage"]
+            bound = any(r["estimate_kind"] == "bound" for r in (old, row))
             note = "; ".join(shrinkage + notes)  # the change is always since checkpoint t - 1
+            kind = "shrinkage" if shrinkage else "bound" if bound else "plain"
             added.append(self.row(t, a, b, f"delta_{q}", delta, note=note, group=group, ci=ci,
-                                  verdict=trend_verdict(*ci, shrinkage=bool(shrinkage)),
-                                  estimate_kind="shrinkage" if shrinkage else "plain", change_se=se, change_p=p))
+                                  verdict=trend_verdict(*ci, shrinkage=bool(shrinkage), bound=bound),
+                                  estimate_kind=kind, change_se=se, change_p=p))
         return added
 
 

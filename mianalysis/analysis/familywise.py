@@ -41,7 +41,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .._validation import check_choice, check_real
-from .intervals import NO_CHANGE, SHRINKAGE
+from .intervals import BOUND, NO_CHANGE, SHRINKAGE
 
 __all__ = ["METHODS", "FAMILIES", "METHOD_NAMES", "holm", "benjamini_hochberg", "adjust", "describe",
            "FamilywiseVerdicts", "familywise_verdicts", "apply_familywise", "familywise_settings"]
@@ -262,6 +262,8 @@ def familywise_verdicts(rows: Sequence[Mapping[str, Any]], *, method: str = "hol
         if _is_change(row):
             if row.get("estimate_kind") == "shrinkage":
                 verdicts[i] = SHRINKAGE
+            elif row.get("estimate_kind") == "bound":
+                verdicts[i] = BOUND
             elif not np.isfinite(_p(row, "change_p")):
                 verdicts[i] = "not made: no interval"
             else:

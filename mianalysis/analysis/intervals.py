@@ -83,6 +83,9 @@ DISTANCE_METHOD = "normal"
 METHODS = INTERVALS + LEVEL_INTERVALS  # every level-interval method of mi_interval
 NO_CHANGE = "no detectable change"
 SHRINKAGE = "not made: shrinkage estimate"
+# A lower bound may rise while the MI it bounds falls (it captures a varying share of it):
+# its change is no verdict on the MI's.
+BOUND = "not made: lower bound (its change is not the MI's)"
 
 
 def interval_method(estimator: str) -> str:
@@ -417,11 +420,13 @@ def mi_interval(x: ArrayLike, y: ArrayLike, estimator: str = "gaussian", *, n_re
     return float(estimate), low, high
 
 
-def trend_verdict(low: float, high: float, *, shrinkage: bool = False) -> str:
+def trend_verdict(low: float, high: float, *, shrinkage: bool = False, bound: bool = False) -> str:
     """"rising" if the change's interval lies above 0, "falling" if below, else "no
     detectable change"; "not made: shrinkage estimate" when a Ledoit-Wolf shrinkage
-    estimate was involved (`shrinkage`: a row's ``estimate_kind`` is "shrinkage"), "not
-    made: no interval" when there is none.
+    estimate was involved (`shrinkage`: a row's ``estimate_kind`` is "shrinkage"); "not
+    made: lower bound (...)" when a lower bound was (`bound`: a row's ``estimate_kind`` is
+    "bound"; a bound may rise while the MI it bounds falls); "not made: no interval" when
+    there is none.
 
     Examples
     --------
@@ -430,9 +435,13 @@ def trend_verdict(low: float, high: float, *, shrinkage: bool = False) -> str:
     ('rising', 'no detectable change', 'falling')
     >>> trend_verdict(0.1, 0.3, shrinkage=True)
     'not made: shrinkage estimate'
+    >>> trend_verdict(0.1, 0.3, bound=True)
+    "not made: lower bound (its change is not the MI's)"
     """
     if shrinkage:
         return SHRINKAGE
+    if bound:
+        return BOUND
     if not (np.isfinite(low) and np.isfinite(high)):
         return "not made: no interval"
     if low > 0:
