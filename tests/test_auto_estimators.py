@@ -203,3 +203,17 @@ def test_an_auto_table_is_replaced_by_the_same_analysis_and_kept_from_another(tm
 
     again = AnalysisTable.read(tmp_path / "t.csv")
     assert again == first and again.settings["estimator_choice"]["rule"] == "auto"
+
+
+def test_a_bounds_change_gives_no_trend_verdict(tmp_path):
+    """A lower bound may rise while the MI it bounds falls: its change rows carry the kind
+    "bound" and no rising/falling verdict, per step and family-wise."""
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((2, 60, 30))
+    b = np.stack([0.2 * a[0], 0.9 * a[1]]) + rng.standard_normal((2, 60, 30)) * 0.4  # the bound rises clearly
+    dump = ParameterDump.from_arrays(tmp_path / "d", {"a": a, "b": b})
+    rows = analyze(dump, n_permutations=3, **FAST)
+    change, = [r for r in rows if r["quantity"] == "delta_mi_bound"]
+    assert change["estimate_kind"] == "bound"
+    assert change["verdict"] == change["family_verdict"] == "not made: lower bound (its change is not the MI's)"
+    assert change["value"] > 0  # the change itself is still reported
