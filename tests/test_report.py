@@ -104,6 +104,30 @@ def test_bad_folders_and_dumps_are_refused_before_anything_is_written(made, tmp_
     assert not (tmp_path / "new").exists()
 
 
+def test_report_names_without_our_report_md_are_refused_and_a_journal_is_resumed(made, tmp_path):
+    dump, _ = made
+    mine = tmp_path / "r2"
+    mine.mkdir()
+    (mine / "mi.png").write_bytes(b"my own figure")
+    with pytest.raises(ValueError, match=r"holds mi.png but no report.md of a mianalysis report"):
+        report(dump, mine, n_permutations=9, estimators=["gaussian"])
+    assert sorted(p.name for p in mine.iterdir()) == ["mi.png"] and (mine / "mi.png").read_bytes() == b"my own figure"
+    # an analysis interrupted before any report file: only its journal and lock are there
+    interrupted = tmp_path / "interrupted"
+    interrupted.mkdir()
+    (interrupted / "table.csv.partial").write_text("")
+    (interrupted / ".table.csv.lock").write_text("")
+    assert check_report_folder(interrupted) is False
+    # a report interrupted later is known by its report.md (written first) and is finished by a rerun
+    later = tmp_path / "later"
+    later.mkdir()
+    (later / "report.md").write_text(HEADING + "\n\nBeing written\n")
+    (later / "mi.png").write_bytes(b"half drawn")
+    assert check_report_folder(later) is True
+    done = report(dump, later, n_permutations=9, estimators=["gaussian"])
+    assert (later / "report.md").read_text() == done.summary and (later / "mi.png").read_bytes() != b"half drawn"
+
+
 def test_cli_report_exits_0_and_bad_input_is_one_line(made, tmp_path, cli):
     dump, _ = made
     result = cli(["report", dump.path, "--out", tmp_path / "r", "--permutations", 9, "--estimators", "gaussian",
