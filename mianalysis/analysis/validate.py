@@ -15,7 +15,7 @@ from ..distances import METRICS, UPDATE_METRICS
 from ..estimators import MarginalDistances
 from ..estimators.registry import estimator_names, estimators_taking, get_estimator
 from .familywise import FAMILIES, METHODS, familywise_settings
-from .intervals import DISTANCE_METHOD, check_level, interval_method
+from .intervals import DISTANCE_METHOD, UPDATE_METHOD, check_level, interval_method
 
 if TYPE_CHECKING:  # names used only in type hints
     from ..dumps import ParameterDump
@@ -166,7 +166,7 @@ def table_settings(dump: ParameterDump, request: AnalysisRequest) -> dict[str, A
     ci_method = {**{f"mi_{e}": interval_method(e) for e in dict.fromkeys(_RECORDED_METHODS + request.estimators)},
                  "distances": DISTANCE_METHOD}
     # Only a table with an update metric (cosine_update) records its method: default tables keep their settings.
-    ci_method.update({m: DISTANCE_METHOD for m in request.metrics if m in UPDATE_METRICS})
+    ci_method.update({m: UPDATE_METHOD for m in request.metrics if m in UPDATE_METRICS})
     settings = {"dump": str(Path(dump.path).resolve()), "n_runs": request.n_runs, "chunks": dump.chunks_digest(),
                 "estimators": list(request.estimators), "metrics": list(request.metrics), "k": request.k,
                 "permutations": request.permutations, "layer": request.layer, "by": request.by,
