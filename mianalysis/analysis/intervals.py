@@ -192,7 +192,7 @@ def mean_interval(values: ArrayLike, level: float = 0.95, *, t: bool = False,
     >>> [round(v, 3) for v in mean_interval([1.0, 2.0, 3.0, 4.0], 0.95)]
     [2.5, 1.235, 3.765]
     >>> [round(v, 3) for v in mean_interval([0.2, 0.9, 1.0, 1.0], 0.95, t=True, bounds=(-1, 1))]
-    [0.775, 0.146, 1.0]
+    [0.775, 0.16, 1.0]
     """
     values = np.asarray(values, dtype=np.float64)
     mean = float(values.mean())
