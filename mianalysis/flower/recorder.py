@@ -311,9 +311,9 @@ def record_deployment(grid: Grid, context: Context, *, rounds: int, seed_key: st
     rounds ``0 .. rounds``, one chunk per run). Nothing seeds the app's global generators
     in a deployment, so it writes the same samples as :func:`record_runs` on a
     :class:`LocalGrid` for the same seeds only when the app seeds every draw from
-    ``context.run_config`` itself (docs/flower.md, "In a Flower deployment", point 2); an
-    app relying on the global generators that record_runs seeds writes other samples,
-    run to run. The dump's meta is `meta`
+    ``context.run_config`` itself (docs/flower.md, "In a Flower deployment", point 2); the
+    draws of an app relying on the global generators (which record_runs seeds) are not
+    reproducible here. The dump's meta is `meta`
     plus the settings (nodes, rounds, and the run config without the seed and these
     entries): every run of one dump must have the same ones. The ClientApp's replies must
     carry their partition id (:func:`mianalysis.flower.with_partition_id`), and every
