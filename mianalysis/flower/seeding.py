@@ -47,9 +47,9 @@ def seeded_globals(*words: int) -> Iterator[None]:
     """
     seed = replica_seed(*words)
     torch = _torch()
-    cuda = torch is not None and hasattr(torch, "cuda") and torch.cuda.is_initialized()
+    cuda = torch is not None and hasattr(torch, "cuda") and bool(torch.cuda.is_initialized())
     saved = (random.getstate(), np.random.get_state(), None if torch is None else torch.get_rng_state(),
-             torch.cuda.get_rng_state_all() if cuda else None)
+             torch.cuda.get_rng_state_all() if torch is not None and cuda else None)
     random.seed(seed)
     np.random.seed(seed % 2**32)
     if torch is not None:
