@@ -11,7 +11,10 @@
   correction (:func:`mianalysis.experiment.trend_summary`).
 
 A report never replaces a file it did not write: `DIR` is new, empty, or holds an earlier
-report (only its files), which is then replaced.
+report (only its files, with a ``report.md`` starting with :data:`HEADING`), which is then
+replaced; ``report.md`` is written first, so that a report interrupted at any moment is
+finished by the same call. Without that file only the table's journal and temporary
+files (an analysis interrupted at once) may be there.
 """
 
 from __future__ import annotations
