@@ -11,6 +11,7 @@ import numpy as np
 
 from ._validation import check_choice
 from .analysis import AnalysisTable
+from .analysis.reading import CLIENT_DIAGNOSTICS, metric_names  # the table's recorded metrics: one definition
 from .estimators.registry import estimator_names, get_estimator
 
 if TYPE_CHECKING:  # names used only in type hints (Matplotlib is loaded where a figure is drawn)
@@ -56,28 +57,6 @@ PANEL_ESTIMATORS = ("gaussian", "ksg")  # figure_mi's first panels, drawn or lef
 # A permutation null of fewer permutations draws no band: its mean and sd are too rough to
 # say where "above the null" starts (2 permutations give one sd from 2 values).
 MIN_BAND_PERMUTATIONS = 20
-
-
-# Per-client rows that the analysis computes itself (analyze(gaussianity=True)): not recorded metrics.
-CLIENT_DIAGNOSTICS = ("nongaussian_share",)
-
-
-def metric_names(rows: Sequence[dict]) -> list[str]:
-    """The recorded training metrics of a table (its per-client quantities: rows without a
-    ``client_b``, other than the analysis' own diagnostics such as ``nongaussian_share``),
-    in the order of their first rows.
-
-    Parameters
-    ----------
-    rows : list of dict
-        An analysis table.
-
-    Returns
-    -------
-    list of str
-    """
-    return list(dict.fromkeys(str(r["quantity"]) for r in rows
-                              if r["client_b"] == "" and r["quantity"] not in CLIENT_DIAGNOSTICS))
 
 
 def default_metric(rows: Sequence[dict]) -> str | None:

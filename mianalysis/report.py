@@ -11,7 +11,10 @@
   correction (:func:`mianalysis.experiment.trend_summary`).
 
 A report never replaces a file it did not write: `DIR` is new, empty, or holds an earlier
-report (only its files), which is then replaced.
+report (only its files, with a ``report.md`` starting with :data:`HEADING`), which is then
+replaced; ``report.md`` is written first, so that a report interrupted at any moment is
+finished by the same call. Without that file only the table's journal and temporary
+files (an analysis interrupted at once) may be there.
 """
 
 from __future__ import annotations
@@ -82,8 +85,10 @@ def check_report_folder(out_dir: str | os.PathLike, dump: str | os.PathLike | No
     """ValueError unless a report may be written into `out_dir`; whether it holds an earlier
     report (which the new one replaces).
 
-    `out_dir` may be missing, an empty folder, or a folder of report files only whose
-    ``report.md`` starts with :data:`HEADING`; a folder with any other file, a file, a
+    `out_dir` may be missing, an empty folder, a folder of report files only whose
+    ``report.md`` starts with :data:`HEADING`, or (a report interrupted during its
+    analysis) one holding only the table's journal, lock or temporary files; a folder with
+    any other file (a report's file names without that ``report.md`` included), a file, a
     dump or a folder inside a dump (`dump` or any other) is refused, naming the problem.
 
     Parameters
@@ -122,6 +127,14 @@ def check_report_folder(out_dir: str | os.PathLike, dump: str | os.PathLike | No
     if os.path.lexists(summary) and not earlier:
         raise ValueError(f"`out_dir` {out} holds a {SUMMARY} that is not a mianalysis report's (its first line is not "
                          f"{HEADING!r}); give a new or empty folder")
+    # Without our report.md, a report's file names prove nothing (a user's own mi.png): only the
+    # table's journal, lock and temporary files (an analysis interrupted before any report file
+    # was written) may be there, and are resumed.
+    named = [n for n in names if n in REPORT_FILES]
+    if not earlier and named:
+        shown = ", ".join(named[:3]) + (f" and {len(named) - 3} more" if len(named) > 3 else "")
+        raise ValueError(f"`out_dir` {out} holds {shown} but no {SUMMARY} of a mianalysis report: a report never "
+                         "replaces files it did not write: give a new or empty folder")
     return earlier
 
 
@@ -184,6 +197,9 @@ def report(dump: ParameterDump | str | os.PathLike, out_dir: str | os.PathLike, 
     earlier = check_report_folder(out, dump.path)
     options: dict[str, Any] = {} if estimators is None else {"estimators": tuple(estimators)}
     out.mkdir(parents=True, exist_ok=True)
+    if not earlier:  # first, so that a report interrupted at any later moment is known as ours when rerun
+        with new_file(out / SUMMARY, "w") as fh:
+            fh.write(f"{HEADING}\n\nBeing written (or interrupted): run the same report again to finish it.\n")
     table_path = out / TABLE
     table = analyze(dump, n_permutations=n_permutations, random_state=random_state, out=table_path,
                     progress=progress, force=earlier, **options)

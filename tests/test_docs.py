@@ -247,6 +247,22 @@ def test_own_loop_page_is_at_most_ten_lines_of_ours():
         assert stated and int(stated[0]) == len(ours), (block.line, stated, ours)
 
 
+def test_own_loop_figure_is_what_its_script_writes_from_the_pages_block(tmp_path, single_threaded_torch):
+    """docs/assets/own_loop_mi.png is written by `python docs/gen_own_loop_figure.py`, which
+    runs the page's first block (the one test_docs_example runs) and copies its figure."""
+    import matplotlib.image
+
+    page = (DOCS / "guide" / "own-loop.md").read_text()
+    assert "![The MI figure of this loop](../assets/own_loop_mi.png)" in page
+    assert "`python docs/gen_own_loop_figure.py`" in page
+    spec = importlib.util.spec_from_file_location("gen_own_loop_figure", DOCS / "gen_own_loop_figure.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.loop_block() == python_blocks(page, "docs/guide/own-loop.md")[0].text
+    written = script.main(tmp_path / "figure.png")
+    assert matplotlib.image.imread(written).shape == matplotlib.image.imread(DOCS / "assets" / "own_loop_mi.png").shape
+
+
 def test_getting_started_shows_the_demo_as_the_benchmark_recorded_it():
     import json
 

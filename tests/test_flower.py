@@ -28,6 +28,8 @@ from mianalysis.federated.aggregation import and_mask, fedavg, geometric_mask, m
 from mianalysis.dumps.writer import IncompleteChunkWarning  # noqa: E402
 from mianalysis.flower import (DEPLOYMENT_CONFIG, FedRule, LocalGrid, RecordingGrid, RunRecorder,  # noqa: E402
                                record_deployment, record_runs, with_partition_id)
+from mianalysis.flower.seeding import seeded_globals  # noqa: E402
+from mianalysis.sampling import replica_seed  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "flower"
@@ -464,6 +466,57 @@ def test_record_runs_seeds_an_app_that_reads_no_seed(tmp_path):
     assert run0["0"] != run1["0"] and len(set(run0.values())) == 3
 
 
+def test_an_app_importing_torch_in_its_handler_is_seeded_from_its_first_call():
+    """A fresh process where nothing imported torch yet: the first seeded call, which
+    imports it itself, draws what a later call with the same seed draws."""
+    code = ("import sys\nfrom mianalysis.flower.seeding import seeded_globals\n"
+            "assert 'torch' not in sys.modules\n"
+            "with seeded_globals(5, 1):\n    import torch\n    first = torch.rand(3).tolist()\n"
+            "with seeded_globals(5, 1):\n    again = torch.rand(3).tolist()\n"
+            "print(first == again)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "True"
+
+
+class _FakeCuda:
+    """torch.cuda's generator functions, recorded (a CUDA that is initialised)."""
+
+    def __init__(self, initialised):
+        self.initialised, self.state, self.calls = initialised, ["caller's"], []
+
+    def is_initialized(self):
+        return self.initialised
+
+    def get_rng_state_all(self):
+        return list(self.state)
+
+    def set_rng_state_all(self, states):
+        self.calls.append("restore")
+        self.state = list(states)
+
+    def manual_seed_all(self, seed):
+        self.calls.append("seed")
+        self.state = [f"seeded {seed}"]
+
+
+@pytest.mark.parametrize("initialised", [True, False])
+def test_cuda_generators_are_seeded_and_restored_only_when_cuda_is_initialised(monkeypatch, initialised):
+    import torch
+
+    fake = _FakeCuda(initialised)
+    monkeypatch.setattr(torch, "cuda", fake)
+    monkeypatch.setattr(torch, "manual_seed", lambda seed: pytest.fail("torch.manual_seed queues a CUDA seed"))
+    inside = []
+    with seeded_globals(5, 1):
+        inside.append(list(fake.state))
+    if initialised:
+        assert inside == [[f"seeded {replica_seed(5, 1)}"]] and fake.calls == ["seed", "restore"]
+    else:
+        assert fake.calls == []
+    assert fake.state == ["caller's"]
+
+
 def test_local_grid_seeds_each_message_of_each_node_apart():
     import torch
 
@@ -491,15 +544,18 @@ def test_local_grid_seeds_each_message_of_each_node_apart():
         LocalGrid(app, 2, seed=-1)
 
 
-def deployed_style_server(meta=None):
-    """The hand-made ServerApp, recording itself with record_deployment (as in a deployment)."""
+def deployed_style_server(meta=None, grids=None):
+    """The hand-made ServerApp, recording itself with record_deployment (as in a deployment);
+    `grids` (a list) gets (the grid given, the grid record_deployment yielded) of each run."""
     app = ServerApp()
 
     @app.main()
     def main(grid, context):
         start = {name: a + np.float32(context.run_config["seed"]) for name, a in START.items()}
-        with record_deployment(grid, context, rounds=2, meta=meta) as grid:
-            FedRule("median", fraction_evaluate=0.0).start(grid, record_of(start), num_rounds=2)
+        with record_deployment(grid, context, rounds=2, meta=meta) as recording:
+            if grids is not None:
+                grids.append((grid, recording))
+            FedRule("median", fraction_evaluate=0.0).start(recording, record_of(start), num_rounds=2)
 
     return app
 
@@ -521,8 +577,13 @@ def test_record_deployment_writes_what_record_runs_writes(tmp_path):
     assert deployed.chunk_records() == local.chunk_records() and deployed.completed_runs == 2
     assert deployed.meta["flower"] == {"num_partitions": 3, "rounds": 2, "seed_key": "seed",
                                        "run_config": {"rounds": 2}, "deployment": True}
-    # Without "mianalysis.dump" the app runs unrecorded (record_runs records it then).
-    run_as_deployed(deployed_style_server(), client, {"rounds": 2, "seed": 0})
+    # Without "mianalysis.dump" the app runs unrecorded (record_runs records it then): the grid
+    # yielded is the one given, and no dump is written anywhere.
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    grids: list = []
+    run_as_deployed(deployed_style_server(grids=grids), client, {"rounds": 2, "seed": 0})
+    assert len(grids) == 1 and grids[0][1] is grids[0][0] and isinstance(grids[0][0], LocalGrid)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
 
 
 @pytest.mark.parametrize("entries, error, match", [

@@ -2,7 +2,8 @@
 shared internals in ``mianalysis/__init__.py``): every module of ``mianalysis`` is parsed
 with :mod:`ast`, and an import of a private name (``_something``) from another module, an
 import from a private module of another folder, or a private attribute (``obj._x``) that
-the module itself never defines fails the test, naming the file and line."""
+the module itself never defines fails the test, naming the file and line. No dump is
+committed, and doctests run from the checkout write none into it (the root conftest.py)."""
 
 from __future__ import annotations
 
@@ -215,3 +216,51 @@ def test_the_script_check_finds_what_it_forbids():
     tree = ast.parse("from mianalysis import __version__, ParameterDump\nfrom _runner import run\n"
                      "from mianalysis.estimators.ksg import DISTANCE_CACHE_BLOCK\nx = obj._cache\n")
     assert script_private_names(path, tree) == []
+
+
+# ------------------------------------------------------------- no dumps committed
+# Folders whose dumps are test fixtures, kept on purpose (none today: tests make theirs).
+FIXTURE_FOLDERS = ("tests/data/",)
+
+
+def committed_dumps(paths):
+    """The dump manifests among tracked `paths` outside FIXTURE_FOLDERS."""
+    return [p for p in paths if p.rsplit("/", 1)[-1] == "manifest.json" and not p.startswith(FIXTURE_FOLDERS)]
+
+
+def test_no_dump_is_committed():
+    """A doctest run from the checkout once left its dumps (a/, lazy/, my_dump/, ...) to be
+    committed: no tracked manifest.json outside the fixture folders."""
+    import shutil
+    import subprocess
+
+    root = PACKAGE.parent
+    if shutil.which("git") is None or not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True).stdout
+    paths = [p for p in listed.decode().split("\0") if p]
+    assert paths, "git ls-files listed nothing"
+    assert committed_dumps(paths) == []
+
+
+def test_the_committed_dump_check_finds_what_it_forbids():
+    assert committed_dumps(["my_dump/manifest.json", "a/manifest.json", "tests/data/d/manifest.json",
+                            "docs/manifest.json.md", "mianalysis/dumps/manifest.py"]) == [
+        "my_dump/manifest.json", "a/manifest.json"]
+
+
+def test_doctests_run_from_the_checkout_write_nothing_into_it(tmp_path):
+    """pytest --doctest-modules on the package, from the checkout (the root conftest.py
+    moves each doctest into a temporary folder): no dump appears beside the code."""
+    import subprocess
+    import sys
+
+    root = PACKAGE.parent
+    modules = ["mianalysis/dumps/format.py", "mianalysis/dumps/writer.py"]  # examples writing my_dump, gaps, a, b, c
+    before = set(p.name for p in root.iterdir())
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "--doctest-modules", "-p", "no:cacheprovider",
+                           "--basetemp", str(tmp_path / "base"), *modules], cwd=root, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:]
+    assert "passed" in done.stdout
+    assert set(p.name for p in root.iterdir()) - before == set()

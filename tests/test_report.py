@@ -104,6 +104,30 @@ def test_bad_folders_and_dumps_are_refused_before_anything_is_written(made, tmp_
     assert not (tmp_path / "new").exists()
 
 
+def test_report_names_without_our_report_md_are_refused_and_a_journal_is_resumed(made, tmp_path):
+    dump, _ = made
+    mine = tmp_path / "r2"
+    mine.mkdir()
+    (mine / "mi.png").write_bytes(b"my own figure")
+    with pytest.raises(ValueError, match=r"holds mi.png but no report.md of a mianalysis report"):
+        report(dump, mine, n_permutations=9, estimators=["gaussian"])
+    assert sorted(p.name for p in mine.iterdir()) == ["mi.png"] and (mine / "mi.png").read_bytes() == b"my own figure"
+    # an analysis interrupted before any report file: only its journal and lock are there
+    interrupted = tmp_path / "interrupted"
+    interrupted.mkdir()
+    (interrupted / "table.csv.partial").write_text("")
+    (interrupted / ".table.csv.lock").write_text("")
+    assert check_report_folder(interrupted) is False
+    # a report interrupted later is known by its report.md (written first) and is finished by a rerun
+    later = tmp_path / "later"
+    later.mkdir()
+    (later / "report.md").write_text(HEADING + "\n\nBeing written\n")
+    (later / "mi.png").write_bytes(b"half drawn")
+    assert check_report_folder(later) is True
+    done = report(dump, later, n_permutations=9, estimators=["gaussian"])
+    assert (later / "report.md").read_text() == done.summary and (later / "mi.png").read_bytes() != b"half drawn"
+
+
 def test_cli_report_exits_0_and_bad_input_is_one_line(made, tmp_path, cli):
     dump, _ = made
     result = cli(["report", dump.path, "--out", tmp_path / "r", "--permutations", 9, "--estimators", "gaussian",
@@ -148,9 +172,35 @@ def test_mi_rows_are_grouped_by_what_they_can_be_read_as():
     assert "Outside calibration (1 rows: `mi_ksg` at round 1)" in guide
     assert "Lower bounds (1 rows: `mi_bound` at round 2)" in guide and "not an MI that rises" in guide
     assert "Shrinkage numbers (1 rows: `mi_gaussian` at round 2)" in guide and "not made: shrinkage" in guide
-    assert "At round 0 (the start, shared" in guide and "At round 5 (the start, the same point" in guide
+    assert "At round 0 (the start, shared" in guide
+    assert "At round 5 a client's parameters are constant across runs: the MI is 0 by definition" in guide
+    assert "round 5 (the start" not in guide  # only iteration 0 is the start
     assert reading_guide(ROWS[-1:]) == ["The table has no MI rows."]
     assert start_notes(ROWS[1:3]) == []
+
+
+def test_start_notes_call_only_iteration_0_the_start():
+    rows = [mi_row("mi_gaussian", 0, float("inf")), mi_row("mi_gaussian", 3, float("inf")),
+            mi_row("mi_ksg", 4, 0.0, note="client_a's parameters are constant across runs: MI is 0"),
+            mi_row("mi_ksg", 7, 0.0, note="client_a's parameters are constant across runs: MI is 0")]
+    assert start_notes(rows, "round") == [
+        "At round 0 (the start, shared by the clients of a run) their samples are identical: the MI is infinite "
+        "(inf, no null or p-value) and the distances 0.",
+        "At round 3 the clients' samples are identical: the MI is infinite (inf, no null or p-value) and the "
+        "distances 0.",
+        "At rounds 4, 7 a client's parameters are constant across runs: the MI is 0 by definition (no estimate)."]
+
+
+def test_recorded_metrics_are_the_figures_metrics():
+    """row_kinds calls a quantity a recorded metric exactly when the figures draw it as one
+    (metric_names): a quantity with some per-client rows is one for both."""
+    from mianalysis.plots import metric_names
+
+    rows = ROWS + [{"quantity": "score", "iteration": 1, "client_a": "a", "client_b": "", "value": 1.0},
+                   {"quantity": "score", "iteration": 1, "client_a": "a", "client_b": "b", "value": 1.0},
+                   {"quantity": "nongaussian_share", "iteration": 1, "client_a": "a", "client_b": "", "value": 0.1}]
+    recorded = [q for q, _, text in row_kinds(rows) if text.startswith("a metric the dump recorded")]
+    assert recorded == metric_names(rows) == ["loss", "score"]
 
 
 def test_row_kinds_describe_every_quantity_once():

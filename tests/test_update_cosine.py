@@ -6,6 +6,7 @@ import warnings
 
 import numpy as np
 import pytest
+from scipy import stats
 from scipy.spatial import distance
 
 from mianalysis import ParameterDump, analyze, mean_update_cosine, update_cosines
@@ -127,15 +128,16 @@ def test_rows_known_answers_intervals_and_changes(tmp_path, rng, no_warnings):
     assert np.isnan(rows[0]["value"]) and np.isnan(rows[0]["ci_low"]) and np.isnan(rows[0]["spread"])
     assert "the run's start (iteration 0): every update is zero" in rows[0]["note"]
     assert rows[1]["value"] == pytest.approx(1.0, abs=1e-6) and rows[2]["value"] == pytest.approx(-1.0, abs=1e-6)
-    for r in rows[1:]:  # the distances' interval: the normal interval of the mean over runs
+    for r in rows[1:]:  # the mean over runs, Student's t interval clipped to [-1, 1]
         per_run = _cosines(a, b, r["checkpoint"])
         assert r["value"] == pytest.approx(per_run.mean(), rel=1e-12)
         assert r["spread"] == pytest.approx(per_run.std(ddof=1), rel=1e-9, abs=1e-12)
-        assert (r["ci_low"], r["ci_high"]) == pytest.approx(mean_interval(per_run)[1:], rel=1e-12, abs=1e-12)
+        expected = mean_interval(per_run, t=True, bounds=(-1, 1))[1:]
+        assert (r["ci_low"], r["ci_high"]) == pytest.approx(expected, rel=1e-12, abs=1e-12)
         assert r["note"] == ""
     assert rows[3]["ci_low"] < 0 < rows[3]["ci_high"]
     assert table.settings["metrics"] == ["euclidean", "cosine_update"]
-    assert table.settings["ci_method"]["cosine_update"] == "normal"
+    assert table.settings["ci_method"]["cosine_update"] == "t, clipped"
 
     deltas = table.select("delta_cosine_update", "a", "b")
     assert [r["iteration"] for r in deltas] == [1, 2, 3]
@@ -145,10 +147,40 @@ def test_rows_known_answers_intervals_and_changes(tmp_path, rng, no_warnings):
     change = _cosines(a, b, 2) - _cosines(a, b, 1)
     step = deltas[1]
     assert step["value"] == pytest.approx(change.mean(), rel=1e-12)
-    assert (step["ci_low"], step["ci_high"]) == pytest.approx(mean_interval(change)[1:], rel=1e-12, abs=1e-12)
+    expected = mean_interval(change, t=True, bounds=(-2, 2))[1:]
+    assert (step["ci_low"], step["ci_high"]) == pytest.approx(expected, rel=1e-12, abs=1e-12)
     assert step["change_se"] == pytest.approx(change.std(ddof=1) / np.sqrt(n), rel=1e-9, abs=1e-15)
     assert step["verdict"] == "falling" and step["family_verdict"] == "falling"
     assert deltas[2]["verdict"] == "rising" and np.isfinite(deltas[2]["p_adjusted"])
+
+
+def test_intervals_of_a_few_runs_stay_in_range_and_use_t(tmp_path, rng, no_warnings):
+    """4 runs: the normal interval of the mean cosine went past 1 (ci [-0.025, 1.332]); the
+    interval is Student's t with 3 degrees of freedom, clipped to [-1, 1] ([-2, 2] for a change)."""
+    n, d = 4, 3
+    start = rng.standard_normal((n, d))
+    u = rng.standard_normal((n, d))
+    w = u.copy()
+    v = rng.standard_normal(d)
+    w[0] = v - (v @ u[0]) / (u[0] @ u[0]) * u[0]  # cosines (0, 1, 1, 1): mean 0.75, the normal interval past 1
+    a = np.stack([start, start + u, start - u])
+    b = np.stack([start, start + w, start + w])
+    table = analyze(_dump(tmp_path, a, b), estimators=[], metrics=["euclidean", "cosine_update"])
+    rows = table.select("cosine_update", "a", "b")[1:]
+    deltas = table.select("delta_cosine_update", "a", "b")[1:]
+    assert all(-1 <= r["ci_low"] <= r["value"] <= r["ci_high"] <= 1 for r in rows)
+    assert all(-2 <= r["ci_low"] <= r["value"] <= r["ci_high"] <= 2 for r in deltas)
+    per_run = _cosines(a, b, 1)
+    se = per_run.std(ddof=1) / 2
+    assert rows[0]["ci_high"] == 1.0 and per_run.mean() + 1.96 * se > 1  # clipped: the normal one went past 1
+    assert rows[0]["ci_low"] == pytest.approx(per_run.mean() - stats.t.ppf(0.975, 3) * se, rel=1e-9)
+    change = _cosines(a, b, 2) - per_run
+    se = change.std(ddof=1) / 2
+    assert deltas[0]["change_p"] == pytest.approx(2 * stats.t.sf(abs(change.mean()) / se, 3), rel=1e-9)
+    # the distances keep the normal interval
+    dist = table.select("euclidean", "a", "b")[1]
+    per_run = np.linalg.norm(np.asarray(a[1], np.float32) - np.asarray(b[1], np.float32), axis=1)
+    assert (dist["ci_low"], dist["ci_high"]) == pytest.approx(mean_interval(per_run)[1:], rel=1e-5)
 
 
 def test_independent_updates_have_cosine_near_zero_with_sd_one_over_root_d(tmp_path, no_warnings):
@@ -178,7 +210,7 @@ def test_zero_update_runs_are_left_out_and_named(tmp_path, rng, no_warnings):
     per_run = _cosines(a, b, 1)
     assert np.isnan(per_run[[2, 7]]).all() and np.isfinite(np.delete(per_run, [2, 7])).all()
     assert rows[1]["value"] == pytest.approx(np.nanmean(per_run), rel=1e-12)
-    assert rows[1]["ci_low"] == pytest.approx(mean_interval(per_run[np.isfinite(per_run)])[1], rel=1e-12)
+    assert rows[1]["ci_low"] == pytest.approx(mean_interval(per_run[np.isfinite(per_run)], t=True)[1], rel=1e-12)
     assert rows[1]["note"] == ("mean over 48 of 50 runs: 2 left out, where an update is zero (client 'a' in 2 runs, "
                                "client 'b' in 1 run); a zero update has no direction")
     assert np.isnan(rows[2]["value"]) and np.isnan(rows[2]["ci_low"])

@@ -404,7 +404,7 @@ class CheckpointAnalysis:
                 out[a, b, q] = self.per_run(a, b, q, row.get("layer", ""), samples)
                 defined = out[a, b, q][np.isfinite(out[a, b, q])]  # cosine_update: runs with non-zero updates
                 if defined.size:
-                    row["ci_low"], row["ci_high"] = mean_interval(defined, ci_level)[1:]
+                    row["ci_low"], row["ci_high"] = mean_interval(defined, ci_level, **_mean_options(q, 1))[1:]
             elif np.isfinite(row["value"]) and len(self.indices[q[3:]]) >= 2:  # an MI estimate
                 e = q[3:]
                 entry = get_estimator(e)
@@ -451,10 +451,11 @@ class CheckpointAnalysis:
                 if q in self.metrics:  # the mean of per-run differences: se = sd / sqrt(n), normal
                     if q in UPDATE_METRICS:  # runs whose cosine is defined at both checkpoints
                         change, notes = self._defined_change(t, change)
-                    delta, *ci = mean_interval(change, self.ci_level) if change.size else (np.nan, np.nan, np.nan)
+                    options = _mean_options(q, 2)
+                    delta, *ci = mean_interval(change, self.ci_level, **options) if change.size else (np.nan,) * 3
                     if np.isfinite(ci[0]):
                         se = float(change.std(ddof=1) / np.sqrt(change.size))
-                        p = change_test(delta, se)
+                        p = change_test(delta, se, df=change.size - 1 if options else None)
                 else:  # the sd of paired resampled changes, t with resamples - 1 degrees of freedom
                     se = float(change.std(ddof=1))
                     ci = normal_interval(delta, se, self.ci_level, df=len(change) - 1)
@@ -545,3 +546,9 @@ def _check_finite(dump, t, samples, cols):
                             f"{where.describe()}; the estimators and distances need finite samples (`mianalysis "
                             "verify` checks a whole dump)")
 
+
+def _mean_options(quantity: str, width: float) -> dict[str, Any]:
+    """How :func:`mean_interval` treats a metric's mean (`width` 1) or its change (2): an
+    update metric (a mean cosine, in [-1, 1]) gets Student's t with runs - 1 degrees of
+    freedom, clipped to [-width, width]; a distance the normal interval, unclipped."""
+    return {"t": True, "bounds": (-width, width)} if quantity in UPDATE_METRICS else {}

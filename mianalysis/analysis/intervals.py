@@ -42,7 +42,9 @@ quantile otherwise):
   A half costs about 1/4 of a full KSG estimate (its cost grows as n^2).
 - ``"normal"`` (distances and their changes): a distance row is the mean over runs of the
   paired distance, so its se is the per-run sd / sqrt(n) (central limit theorem): exact
-  enough at the hundreds of runs an analysis uses, and free.
+  enough at the hundreds of runs an analysis uses, and free. The mean cosine of updates
+  (``cosine_update``) and its change use Student's t with runs - 1 degrees of freedom
+  and are clipped to the range they can take, [-1, 1] and [-2, 2].
 
 The change between two checkpoints is paired: the same runs at both (the same bootstrap
 indices or halves, or the per-run difference of distances), so that what the runs share
@@ -76,10 +78,13 @@ from scipy.special import ndtr, ndtri, stdtr, stdtrit
 from .._validation import check_choice, check_int, check_random_state, check_real, varying_columns
 from ..estimators.registry import INTERVALS, LEVEL_INTERVALS, get_estimator
 
-__all__ = ["DISTANCE_METHOD", "interval_method", "level_method", "level_se", "mean_interval", "mi_interval", "mi_replicates", "normal_interval",
-           "resample_indices", "trend_verdict", "change_test", "se_from_interval", "change_df"]
+__all__ = ["DISTANCE_METHOD", "UPDATE_METHOD", "interval_method", "level_method", "level_se", "mean_interval",
+           "mi_interval", "mi_replicates", "normal_interval", "resample_indices", "trend_verdict", "change_test",
+           "se_from_interval", "change_df"]
 
 DISTANCE_METHOD = "normal"
+# A mean cosine of updates: Student's t with runs - 1 degrees of freedom, clipped to [-1, 1].
+UPDATE_METHOD = "t, clipped"
 METHODS = INTERVALS + LEVEL_INTERVALS  # every level-interval method of mi_interval
 NO_CHANGE = "no detectable change"
 SHRINKAGE = "not made: shrinkage estimate"
@@ -235,21 +240,38 @@ def change_df(quantity: str, ci_resamples: Mapping[str, Any] | None) -> int | No
     return int(n) - 1 if isinstance(n, (int, float)) and not isinstance(n, bool) and n >= 2 else None
 
 
-def mean_interval(values: ArrayLike, level: float = 0.95) -> tuple[float, float, float]:
-    """Mean of per-run `values` and its normal interval (se = sd / sqrt(n)): the interval of
-    a mean distance, or of its paired change (`values` = per-run differences).
+def mean_interval(values: ArrayLike, level: float = 0.95, *, t: bool = False,
+                  bounds: tuple[float, float] | None = None) -> tuple[float, float, float]:
+    """Mean of per-run `values` and its interval (se = sd / sqrt(n)): the interval of a mean
+    distance, or of its paired change (`values` = per-run differences).
+
+    Parameters
+    ----------
+    values : array-like of shape (n,)
+    level : float, default=0.95
+    t : bool, default=False
+        Student's t quantile with n - 1 degrees of freedom instead of the normal one (the
+        normal quantile under-covers at a few runs).
+    bounds : (float, float), optional
+        The range the mean can take (``(-1, 1)`` for a mean cosine): the interval is
+        clipped to it.
 
     Examples
     --------
     >>> from mianalysis.analysis.intervals import mean_interval
     >>> [round(v, 3) for v in mean_interval([1.0, 2.0, 3.0, 4.0], 0.95)]
     [2.5, 1.235, 3.765]
+    >>> [round(v, 3) for v in mean_interval([0.2, 0.9, 1.0, 1.0], 0.95, t=True, bounds=(-1, 1))]
+    [0.775, 0.16, 1.0]
     """
     values = np.asarray(values, dtype=np.float64)
     mean = float(values.mean())
     if not np.isfinite(mean) or values.size < 2:
         return mean, np.nan, np.nan
-    low, high = normal_interval(mean, values.std(ddof=1) / np.sqrt(values.size), level)
+    low, high = normal_interval(mean, values.std(ddof=1) / np.sqrt(values.size), level,
+                                df=values.size - 1 if t else None)
+    if bounds is not None:
+        low, high = float(np.clip(low, *bounds)), float(np.clip(high, *bounds))
     return mean, low, high
 
 

@@ -21,7 +21,8 @@ from collections.abc import Mapping, Sequence
 
 from ..estimators.registry import estimator_names, get_estimator
 
-__all__ = ["row_kinds", "reading_guide", "start_notes", "p_value_floor", "mi_rows_by_trust"]
+__all__ = ["row_kinds", "reading_guide", "start_notes", "p_value_floor", "mi_rows_by_trust", "metric_names",
+           "CLIENT_DIAGNOSTICS"]
 
 _DISTANCES = {"euclidean": "L2", "manhattan": "L1", "chebyshev": "max-norm"}
 _DIAGNOSTICS = {
@@ -30,6 +31,8 @@ _DIAGNOSTICS = {
     "copula_disagrees": "per client pair: whether the Gaussian-copula MI disagrees with the Gaussian one "
                         "beyond their intervals (analyze(gaussianity=True))",
 }
+# Per-client rows that the analysis computes itself (analyze(gaussianity=True)): not recorded metrics.
+CLIENT_DIAGNOSTICS = ("nongaussian_share",)
 CONSTANT = "constant across runs: MI is 0"
 IDENTICAL = "identical samples"
 
@@ -43,8 +46,35 @@ def _estimator_of(quantity: str) -> str | None:
     return name if name in estimator_names() else None
 
 
-def _describe(quantity: str, rows: Sequence[Mapping]) -> str:
-    """What the rows of `quantity` (all of them given in `rows`) are."""
+def metric_names(rows: Sequence[Mapping]) -> list[str]:
+    """The recorded training metrics of a table (its per-client quantities: rows without a
+    ``client_b``, other than the analysis' own diagnostics such as ``nongaussian_share``),
+    in the order of their first rows: what the figures draw as metrics
+    (:func:`mianalysis.plots.metric_names`) and :func:`row_kinds` calls a recorded metric.
+
+    Parameters
+    ----------
+    rows : list of dict
+        An analysis table.
+
+    Returns
+    -------
+    list of str
+
+    Examples
+    --------
+    >>> from mianalysis.analysis.reading import metric_names
+    >>> metric_names([{"quantity": "loss", "client_b": ""}, {"quantity": "nongaussian_share", "client_b": ""},
+    ...               {"quantity": "euclidean", "client_b": "b"}])
+    ['loss']
+    """
+    return list(dict.fromkeys(str(r["quantity"]) for r in rows
+                              if r.get("client_b", "") == "" and r["quantity"] not in CLIENT_DIAGNOSTICS))
+
+
+def _describe(quantity: str, rows: Sequence[Mapping], metrics: Sequence[str] = ()) -> str:
+    """What the rows of `quantity` (all of them given in `rows`) are; `metrics`: the
+    table's recorded metrics (:func:`metric_names`)."""
     estimator = _estimator_of(quantity)
     if estimator is not None:
         entry = get_estimator(estimator)
@@ -67,7 +97,7 @@ def _describe(quantity: str, rows: Sequence[Mapping]) -> str:
                 "`family_verdict`: the trend verdicts")
     if quantity in _DIAGNOSTICS:
         return _DIAGNOSTICS[quantity]
-    if all(r.get("client_b", "") == "" for r in rows):
+    if quantity in metrics:
         return "a metric the dump recorded per client and checkpoint (`value`: its mean over runs)"
     return "a quantity per client pair and checkpoint (`value`, with `ci_low`-`ci_high` where it has an interval)"
 
@@ -98,7 +128,8 @@ def row_kinds(rows: Sequence[Mapping]) -> list[tuple[str, int, str]]:
     by_quantity: dict[str, list[Mapping]] = {}
     for r in rows:
         by_quantity.setdefault(str(r["quantity"]), []).append(r)
-    return [(q, len(rs), _describe(q, rs)) for q, rs in by_quantity.items()]
+    metrics = metric_names(rows)
+    return [(q, len(rs), _describe(q, rs, metrics)) for q, rs in by_quantity.items()]
 
 
 def mi_rows_by_trust(rows: Sequence[Mapping]) -> dict[str, list[Mapping]]:
@@ -152,8 +183,9 @@ def _where(rows: Sequence[Mapping], label: str) -> str:
 def start_notes(rows: Sequence[Mapping], label: str = "iteration") -> list[str]:
     """Why some MI rows are infinite or 0 by construction: the checkpoints where the
     clients' samples are identical (a start shared by the clients of each run) or a
-    client's parameters are constant over runs (a start fixed for every run). Empty when
-    there are none.
+    client's parameters are constant over runs (a start fixed for every run). Only
+    iteration 0 is called the start; identical or constant samples at a later checkpoint
+    are named as such. Empty when there are none.
 
     Parameters
     ----------
@@ -176,13 +208,20 @@ def start_notes(rows: Sequence[Mapping], label: str = "iteration") -> list[str]:
     """
     groups = mi_rows_by_trust(rows)
     notes = []
-    for key, text in (("infinite", "(the start, shared by the clients of a run) their samples are identical: the MI "
-                                   "is infinite (inf, no null or p-value) and the distances 0."),
-                      ("constant", "(the start, the same point for every run) a client's parameters do not vary "
-                                   "over runs: the MI is 0 by definition (no estimate).")):
+    for key, at_start, elsewhere in (
+            ("infinite", "(the start, shared by the clients of a run) their samples are identical",
+             "the clients' samples are identical"),
+            ("constant", "(the start, the same point for every run) a client's parameters do not vary over runs",
+             "a client's parameters are constant across runs")):
+        consequence = ("the MI is infinite (inf, no null or p-value) and the distances 0." if key == "infinite" else
+                       "the MI is 0 by definition (no estimate).")
         its = sorted({int(r["iteration"]) for r in groups[key]})
-        if its:
-            notes.append(f"At {label}{'s' if len(its) > 1 else ''} {', '.join(map(str, its))} {text}")
+        later = [i for i in its if i != 0]  # only iteration 0 is the start; elsewhere it is said as it is
+        if 0 in its:
+            notes.append(f"At {label} 0 {at_start}: {consequence}")
+        if later:
+            notes.append(f"At {label}{'s' if len(later) > 1 else ''} {', '.join(map(str, later))} {elsewhere}: "
+                         f"{consequence}")
     return notes
 
 

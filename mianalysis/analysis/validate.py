@@ -16,7 +16,7 @@ from ..estimators import MarginalDistances
 from ..estimators.registry import estimator_names, estimators_taking, get_estimator
 from .choice import AUTO, AUTO_ESTIMATORS, choice_settings
 from .familywise import FAMILIES, METHODS, familywise_settings
-from .intervals import DISTANCE_METHOD, check_level, interval_method, level_method
+from .intervals import DISTANCE_METHOD, UPDATE_METHOD, check_level, interval_method, level_method
 
 if TYPE_CHECKING:  # names used only in type hints
     from ..dumps import ParameterDump
@@ -195,7 +195,7 @@ def table_settings(dump: ParameterDump, request: AnalysisRequest) -> dict[str, A
     # An estimate's interval from a formula, its changes' from resamples: both recorded.
     ci_method.update({f"delta_mi_{e}": interval_method(e) for e in recorded if level_method(e) != interval_method(e)})
     # Only a table with an update metric (cosine_update) records its method: default tables keep their settings.
-    ci_method.update({m: DISTANCE_METHOD for m in request.metrics if m in UPDATE_METRICS})
+    ci_method.update({m: UPDATE_METHOD for m in request.metrics if m in UPDATE_METRICS})
     settings = {"dump": str(Path(dump.path).resolve()), "n_runs": request.n_runs, "chunks": dump.chunks_digest(),
                 "estimators": list(request.estimators), "metrics": list(request.metrics), "k": request.k,
                 "permutations": request.permutations, "layer": request.layer, "by": request.by,

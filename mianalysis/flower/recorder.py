@@ -308,8 +308,12 @@ def record_deployment(grid: Grid, context: Context, *, rounds: int, seed_key: st
 
     Each ``flwr run`` (with its own seed and run index) writes its run into the same dump
     (clients = the partition ids ``0 .. K - 1`` of the grid's K nodes, checkpoints = the
-    rounds ``0 .. rounds``, one chunk per run); for the same seeds it writes the same
-    samples as :func:`record_runs` on a :class:`LocalGrid`. The dump's meta is `meta`
+    rounds ``0 .. rounds``, one chunk per run). Nothing seeds the app's global generators
+    in a deployment, so it writes the same samples as :func:`record_runs` on a
+    :class:`LocalGrid` for the same seeds only when the app seeds every draw from
+    ``context.run_config`` itself (docs/flower.md, "In a Flower deployment", point 2); the
+    draws of an app relying on the global generators (which record_runs seeds) are not
+    reproducible here. The dump's meta is `meta`
     plus the settings (nodes, rounds, and the run config without the seed and these
     entries): every run of one dump must have the same ones. The ClientApp's replies must
     carry their partition id (:func:`mianalysis.flower.with_partition_id`), and every
