@@ -29,8 +29,8 @@ a rerun takes it from there. ``--reuse CSV`` takes the (design, seed) pairs that
 script wrote holds (a table without a ``seed`` column is seed 0) instead of computing them,
 after checking that its sidecar has the same runs, rules and designs; where a pair is both
 reused and kept, the kept rows are used and compared with the reused ones to the digit the
-table holds (the page and the sidecar say whether they are identical: on another CPU they
-need not be, digits-lenet's pretrained network being CPU-dependent). ``--cached-only``
+table holds (the page and the sidecar say whether they are identical: computed on another
+CPU they need not be; digits-lenet's pretraining, for one, follows the CPU's code path). ``--cached-only``
 computes nothing and writes the pairs at hand. The sidecar records which pairs were
 computed, reused, compared or missing.
 
@@ -165,6 +165,26 @@ def compare(rows, other):
     return {"identical": same and len(rows) == len(other), "max_ratio_difference": _six(diff)}
 
 
+def original_source(record, pairs):
+    """Where reused `pairs` were computed: the table of `record` (its command, commit and
+    CPU), or, where that table had reused them all itself, where it says they come from."""
+    earlier = record.get("reused_from")
+    if earlier and all(list(p) in (record.get("pairs") or {}).get("reused", []) for p in pairs):
+        return earlier
+    where = record.get("provenance") or {}
+    return {"command": record.get("command"), "git_commit": (where.get("mianalysis") or {}).get("git_commit"),
+            "cpu": where.get("cpu")}
+
+
+def _reused_seconds(record, design, seed):
+    """A reused pair's time from its table's sidecar: ``seconds[design]`` (a one-seed table:
+    seed 0) or ``seconds[design][seed]``; None where it has none."""
+    seconds = (record.get("seconds") or {}).get(design)
+    if isinstance(seconds, dict):
+        return seconds.get(str(seed))
+    return seconds if seed == 0 else None
+
+
 def formatted(rows):
     """The rows as the CSV holds them (floats to 6 significant digits, everything a string)."""
     return [{k: format(v, ".6g") if isinstance(v, float) else str(v) for k, v in r.items()} for r in rows]
@@ -199,7 +219,7 @@ def seed_summary(rows):
     return out
 
 
-def markdown(rows, summary, runs, seeds, missing, command, origin=None, checked=(), reused_record=None):
+def markdown(rows, summary, runs, seeds, missing, command, origin=None, checked=(), reused_source=None):
     lines = [f"Headroom over the plain average on signal-rnn and digits-lenet (3 clients; {runs} runs per design "
              f"and seed, seeds {' '.join(map(str, seeds))}, per-run start). The reference of each run is its "
              "**central client**: the run's start "
@@ -213,10 +233,10 @@ def markdown(rows, summary, runs, seeds, missing, command, origin=None, checked=
              f"client sizes). Made by `{command}`."]
     reused = (origin or {}).get("reused")
     if reused:
-        where = (reused_record or {}).get("provenance") or {}
-        lines += ["", "Reused from an earlier table (`" + str((reused_record or {}).get("command")) + "`, commit "
-                  + str(where.get("mianalysis", {}).get("git_commit", "?"))[:7] + ", CPU " + str(where.get("cpu"))
-                  + "), not computed by this run: " + "; ".join(f"{d} seed {s}" for d, s in reused) + "."]
+        source = reused_source or {}
+        lines += ["", f"Reused from an earlier table (`{source.get('command')}`, commit "
+                  f"{str(source.get('git_commit'))[:7]}, CPU {source.get('cpu')}), not computed by this run: "
+                  + "; ".join(f"{d} seed {s}" for d, s in reused) + "."]
     for c in checked:
         lines += ["", f"{c['design']} seed {c['seed']}, computed here and held by the reused table too: "
                   + ("identical to the digit the table holds." if c["identical"] else
@@ -287,13 +307,18 @@ def figure(rows, summary, title):
                             fmt="s", ms=6, mfc="white", lw=1.8, capsize=3, color=f"C{i}",
                             label=f"{rule}, mean over seeds (t)")
         ax.axhline(1.0, color="grey", lw=0.8, ls="--")
-        ax.set_title(design, fontsize=9)
+        held = sorted({r["seed"] for r in rows if r["design"] == design})
+        ax.set_title(design + (f" (seed {held[0]} only)" if len(held) == 1 else ""), fontsize=9)
         ax.set_xlabel("iteration")
         ax.set_xticks(iterations)
     axes[0][0].set_ylabel("MSE / MSE of the average")
-    axes[0][-1].legend(fontsize=6.5, loc="best")
+    handles = {}
+    for ax in axes[0]:  # every series once, below the panels
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=4, fontsize=7.5, frameon=False)
     return fig
 
 
@@ -333,7 +358,7 @@ def main(args=None):
                 kept, _ = part_rows(design, seed, runs, args.cache)
                 checked.append({"design": design, "seed": seed, **compare(kept, reuse[key])})
             if key in reuse and not have:
-                part, secs, how = reuse[key], None, "reused"
+                part, secs, how = reuse[key], _reused_seconds(reuse_record, design, seed), "reused"
             elif have or not args.cached_only:
                 part, secs = part_rows(design, seed, runs, args.cache)
                 how = "computed"
@@ -346,29 +371,26 @@ def main(args=None):
             origin.setdefault(how, []).append([design, seed])
     if not rows:
         raise SystemExit("nothing to write: no (design, seed) pair computed, kept or reused")
+    source = original_source(reuse_record, origin.get("reused", [])) if args.reuse else None
     summary = seed_summary(rows)
     table = write_csv(rows, out / f"{name}.csv", float_format=".6g")
     seeds_table = write_csv(summary, out / f"{name}_seeds.csv", float_format=".6g")
     write_page(out, name, markdown(rows, summary, runs, args.seeds, missing, command, origin, checked,
-                               reuse_record))
+                               source))
     fig = figure(rows, summary, f"MSE of each fitted rule / MSE of the average, reference: the central client "
                                 f"({runs} runs per seed)")
     fig.savefig(out / f"{name}.png", dpi=120)
     record = {"table": table.name, "seeds_table": seeds_table.name, "runs": runs, "seeds": args.seeds,
               "rules": list(RULE_LIST), "seconds": seconds, "designs": _designs_record(), "reference": "central",
               "pairs": origin, "missing": missing, "compared_to_reused": checked,
-              "reused_from": ({"table": Path(args.reuse).name, "command": reuse_record.get("command"),
-                               "git_commit": (reuse_record.get("provenance") or {}).get("mianalysis", {}).get(
-                                   "git_commit"), "cpu": (reuse_record.get("provenance") or {}).get("cpu"),
-                               "its_reused_from": reuse_record.get("reused_from")}
-                              if args.reuse else None),
+              "reused_from": source,
               "command": command, "provenance": collect(started, finished=True)}
     write_sidecar(table, record)
     write_sidecar(seeds_table, {"table": seeds_table.name, "from": table.name, "command": command,
                                 "what": "per design, iteration and rule: mean of the seeds' ratios (6 digits, as "
                                         "in the table) with a 95 % t interval over seeds; every_seed_below_1: every "
                                         "seed's ratio_high < 1"})
-    print(markdown(rows, summary, runs, args.seeds, missing, command, origin, checked, reuse_record))
+    print(markdown(rows, summary, runs, args.seeds, missing, command, origin, checked, source))
 
 
 if __name__ == "__main__":
