@@ -27,8 +27,16 @@ from mianalysis.tasks import GaussianSGDTask
      "design: per-run start, shared augmentation (not order): start and shared streams make clients dependent"),
     ({"init": "fixed", "shared": ["x"], "task": "not-a-task"}, None,
      "design: fixed start, shared x: only the shared streams make clients dependent"),
+    ({"init": "per-run", "reference": "central"}, ("data",),
+     "design: per-run start, no stream shared: dependence comes from the start only and can only be lost; "
+     "client central (the reference) is not paired"),
+    ({"init": "fixed", "shared": ["order"], "reference": "central"}, ("order", "dropout"),
+     "design: fixed start, shared order (not dropout): only the shared streams make clients dependent; "
+     "client central (the reference) is not paired"),
+    ({"init": "fixed", "reference": None}, None,
+     "design: fixed start, no stream shared: the clients are independent (MI 0 in truth)"),
     ({}, None, ""),
-    ({"init": None, "task": "imported"}, None, ""),
+    ({"init": None, "task": "imported", "reference": "central"}, None, ""),
 ])
 def test_design_note_known_answers(meta, streams, expected):
     assert design_note(meta, streams) == expected
@@ -61,3 +69,22 @@ def test_analysis_rows_say_the_design(tmp_path):
     rng = np.random.default_rng(0)
     plain = ParameterDump.from_arrays(tmp_path / "plain", {c: rng.standard_normal((2, 40, 3)) for c in "ab"})
     assert all("design:" not in r["note"] for r in analyze(plain, estimators=("gaussian",), n_permutations=0))
+
+
+def test_analysis_rows_of_a_dump_with_the_central_client_say_it_is_not_paired(tmp_path):
+    """The sampler records ``"reference": "central"`` in the dump's meta; the MI rows' note
+    then says the reference client is in no pair, and no row pairs it."""
+    pytest.importorskip("torch")
+    from conftest import TINY_SIGNAL
+
+    from mianalysis.tasks import SignalRNNTask
+
+    dump = ParameterSampler(SignalRNNTask(**TINY_SIGNAL), seed=1, progress=False, reference="central").sample(
+        30, tmp_path / "central")
+    assert dump.meta["reference"] == "central" and "central" in dump.clients
+    rows = analyze(dump, estimators=("gaussian",), n_permutations=0, random_state=0)
+    mi = [r for r in rows if r["quantity"] == "mi_gaussian"]
+    assert mi and all(r["note"].endswith("design: per-run start, no stream shared: dependence comes from the start "
+                                         "only and can only be lost; client central (the reference) is not paired")
+                      for r in mi)
+    assert all("central" not in (str(r.get("client_a")), str(r.get("client_b"))) for r in mi)

@@ -12,6 +12,10 @@ the task's random streams (``shared``). Then:
   can only lose what it gives (the clients drift apart from it with independent noise);
 - per-run start and shared streams: both make clients dependent; MI may rise or fall.
 
+A dump sampled with a reference client (``ParameterSampler(reference="central")``, recorded
+as ``"reference": "central"`` in its meta) holds the client "central" besides the task's
+clients; the analysis pairs only the task's clients, and the note says so.
+
 :func:`design_note` writes that as one line for the rows of an analysis table.
 """
 
@@ -32,7 +36,8 @@ def design_note(meta: Mapping[str, Any], streams: Sequence[str] | None = None) -
     meta : mapping
         A dump's ``meta`` (:attr:`mianalysis.ParameterDump.meta`): ``init`` ("per-run" or
         "fixed") and ``shared`` (stream names; absent when nothing is shared), as the
-        sampler records them.
+        sampler records them, and ``reference`` ("central" when the dump holds the central
+        reference client, which the analysis leaves out of the client pairs).
     streams : sequence of str, optional
         All of the task's random streams, to say which are not shared; by default those
         of the task named in ``meta["task"]`` where it is a built-in task.
@@ -48,12 +53,25 @@ def design_note(meta: Mapping[str, Any], streams: Sequence[str] | None = None) -
     'design: fixed start, no stream shared: the clients are independent (MI 0 in truth)'
     >>> design_note({"init": "per-run", "shared": ["order", "dropout"], "task": "signal-rnn"})
     'design: per-run start, shared order+dropout (not data): start and shared streams make clients dependent'
+    >>> design_note({"init": "per-run", "task": "digits-lenet", "reference": "central"}).split("; ")[-1]
+    'client central (the reference) is not paired'
     >>> design_note({"task": "imported"})
     ''
     """
     init = meta.get("init")
     if init not in ("per-run", "fixed"):
         return ""
+    return _design(meta, init, streams) + _reference(meta)
+
+
+def _reference(meta: Mapping[str, Any]) -> str:
+    """The note's tail on the dump's reference client ("" without one)."""
+    if meta.get("reference") == "central":
+        return "; client central (the reference) is not paired"
+    return ""
+
+
+def _design(meta: Mapping[str, Any], init: str, streams: Sequence[str] | None) -> str:
     shared = [str(s) for s in meta.get("shared") or []]
     if streams is None:
         from ..tasks import TASKS
