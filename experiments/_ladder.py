@@ -88,7 +88,7 @@ def search(run, ladder, start, *, score, summary):
             top, bottom = max(results), min(results)
             if failures[top] == "did not train" and top + 1 < len(ladder):
                 attempt(top + 1)
-            elif failures[bottom] == "diverged" and bottom > 0:
+            elif bottom > 0:  # a rate too large at the top, or no rung left above: down
                 attempt(bottom - 1)
             else:
                 return None, tried, "all failed"

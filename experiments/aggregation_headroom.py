@@ -21,9 +21,9 @@ tried, so that the chosen rate has a worse (or failed) neighbour on both sides; 
 at the end of the ladder is flagged in the table. A rate fails where training diverged
 or did not train (final mean test loss not below 0.9 times the initial model's; 0.99 in
 the 3 rounds of --quick); where every rate
-tried failed, the search steps down the ladder from a rate too large (diverged, or a test
-loss that rose) and up from one too small (a test loss that fell too little), until one
-trains. (The search of
+tried failed, the search steps up the ladder from a highest rate too small (a test loss
+that fell too little), else down (from a rate too large: diverged, or a test loss that
+rose), until one trains. (The search of
 experiments/fedavg_vs_fedsgd.py cuts runs at the round the best so far reached its target,
 which would not give every rule the same number of rounds, hence this one; it is
 experiments/_ladder.py's, shared with experiments/aggregation_headroom_quadratic.py.)

@@ -86,9 +86,19 @@ def test_all_failed_steps_up_after_did_not_train_and_down_after_divergence(ladde
     best, tried, choice = ladder.search(run, LADDER, [0.2, 0.5], score=score, summary=summary)
     assert best["lr"] == 0.01 and calls == [0.2, 0.5, 0.1, 0.05, 0.02, 0.01]
     assert {t["failure"] for t in tried[:-1]} == {"diverged"}
-    run, calls = peaked(1.0, fail_below=2.0, ladder_module=ladder)  # nothing trains: up to the top, then stop
+    run, calls = peaked(1.0, fail_below=2.0, ladder_module=ladder)  # nothing trains: up to the top, then down
     best, tried, choice = ladder.search(run, LADDER, [0.2, 0.5], score=score, summary=summary)
-    assert best is None and choice == "all failed" and calls == [0.2, 0.5, 1.0]
+    assert best is None and choice == "all failed" and calls == [0.2, 0.5, 1.0, 0.1, 0.05, 0.02, 0.01]
+
+    def too_small_then_too_large(lr):  # 0.05 and 0.1 too small to train, 0.2 and up diverge; 0.02 trains
+        if lr >= 0.2:
+            raise ladder.Diverged("diverged")
+        if lr >= 0.05:
+            raise ladder.DidNotTrain("did not train")
+        return {"value": np.array([[-abs(np.log(lr / 0.02))]])}
+
+    best, tried, choice = ladder.search(too_small_then_too_large, LADDER, [0.05, 0.1], score=score, summary=summary)
+    assert best["lr"] == 0.02 and [t["lr"] for t in tried] == [0.05, 0.1, 0.2, 0.02, 0.01]
 
 
 def test_tune_searches_on_tuning_seeds_and_reports_the_evaluation_seeds(ladder):
