@@ -13,13 +13,17 @@ client), FedAvg's plain weighted mean of the client models is compared with
 
 Nothing uses a reference model or an oracle: each rule uses only what the clients compute
 on their own data. Every rule's learning rate is tuned on one log-spaced ladder (the best
-final mean test accuracy over the seeds; ties: lower test loss), starting from two
+final mean test accuracy over the tuning seeds, the simulator's seed 1; ties: lower test
+loss; the chosen rate is then rerun on the evaluation seeds, seed 0, that the table's
+numbers come from, so they carry no selection bias of the search), starting from two
 neighbouring rungs and stepping outwards while the best rate is at the edge of the rates
 tried, so that the chosen rate has a worse (or failed) neighbour on both sides; a rate
 at the end of the ladder is flagged in the table. A rate fails where training diverged
 or did not train (final mean test loss not below 0.9 times the initial model's; 0.99 in
 the 3 rounds of --quick); where every rate
-tried failed, the search steps down the ladder until one trains. (The search of
+tried failed, the search steps up the ladder from a highest rate too small (a test loss
+that fell too little), else down (from a rate too large: diverged, or a test loss that
+rose), until one trains. (The search of
 experiments/fedavg_vs_fedsgd.py cuts runs at the round the best so far reached its target,
 which would not give every rule the same number of rounds, hence this one; it is
 experiments/_ladder.py's, shared with experiments/aggregation_headroom_quadratic.py.)
@@ -28,7 +32,8 @@ Seeds are the simulator's replicates: replicate r has the same initial model and
 per-client data order generators under every rule, so differences to FedAvg are paired by
 seed; the table gives each rule's mean over seeds and the paired t interval (95 %, over
 seeds) of its difference to FedAvg in final test loss, final test accuracy and rounds to
-the target accuracy (over the seeds where both reached it).
+the target accuracy (over the seeds where both reached it; blank where fewer than half
+the seeds give such a pair).
 
     python experiments/aggregation_headroom.py --quick    # IID only, tiny, under a minute
     python experiments/aggregation_headroom.py            # both partitions, 3 seeds
@@ -41,14 +46,13 @@ docs/results/tables/aggregation_headroom{_quick}.md (with --out DIR: all of them
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import time
 from pathlib import Path
 
 import numpy as np
-from _ladder import first_round, paired, search
+from _ladder import DidNotTrain, Diverged, command_line, first_round, interval, paired_columns, tune_rule
 from _results import FIGURES, write_csv, write_page, write_sidecar
 
 from mianalysis.provenance import collect, utc_now
@@ -73,11 +77,13 @@ COLUMNS = ["partition", "rule", "aggregator", "params", "lr", "lr_choice", "lrs_
            "d_rounds", "d_rounds_low", "d_rounds_high", "pairs_rounds", "seconds"]
 
 
-def run_rule(data, aggregator, params, lr, plan):
-    """Per-seed test loss and accuracy per round: {"loss", "acc"}, arrays (seeds, rounds + 1)."""
+def run_rule(data, aggregator, params, lr, seed, plan):
+    """Per-seed test loss and accuracy per round: {"loss", "acc"}, arrays (seeds, rounds + 1),
+    the simulator's replicates of `seed` (1: the search's, 0: the table's); Diverged or
+    DidNotTrain where the rate fails."""
     cfg = FederatedConfig(rounds=plan["rounds"], client_fraction=1.0, local_epochs=plan["local_epochs"],
                           batch_size=plan["batch_size"], lr=lr, aggregator=aggregator, aggregator_params=params)
-    sim = FederatedSimulation("mlp", data, cfg, replicates=plan["seeds"], seed=0, hidden=plan["hidden"])
+    sim = FederatedSimulation("mlp", data, cfg, replicates=plan["seeds"], seed=seed, hidden=plan["hidden"])
     history = sim.run().history
     loss = np.full((plan["seeds"], plan["rounds"] + 1), np.nan)
     acc = np.full_like(loss, np.nan)
@@ -85,10 +91,12 @@ def run_rule(data, aggregator, params, lr, plan):
         loss[h["replicate"], h["round"]] = h["test_loss"]
         acc[h["replicate"], h["round"]] = h["test_accuracy"]
     if not (np.isfinite(loss).all() and np.isfinite(acc).all()):
-        raise ValueError(f"training diverged at lr {lr}: a test loss is not finite")
+        raise Diverged(f"training diverged at lr {lr}: a test loss is not finite")
     if loss[:, -1].mean() >= plan["trained_below"] * loss[:, 0].mean():
-        raise ValueError(f"did not train at lr {lr}: the final mean test loss {loss[:, -1].mean():.3f} is not below "
-                         f"{plan['trained_below']} times the initial model's {loss[:, 0].mean():.3f}")
+        # a loss that rose is a rate too large (the search steps down), one that fell too little too small (up)
+        kind = DidNotTrain if loss[:, -1].mean() < loss[:, 0].mean() else Diverged
+        raise kind(f"did not train at lr {lr}: the final mean test loss {loss[:, -1].mean():.3f} is not below "
+                   f"{plan['trained_below']} times the initial model's {loss[:, 0].mean():.3f}")
     return {"loss": loss, "acc": acc}
 
 
@@ -111,15 +119,10 @@ def rounds_to(acc, target):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="IID only, a tiny model and 3 rounds (under a minute)")
-    parser.add_argument("--out", default=str(FIGURES), help="folder of the table, figure and sidecar")
-    parser.add_argument("--replot", action="store_true", help="redraw the figure from the table and sidecar")
-    args = parser.parse_args(argv)
+    args, name, out = command_line(argv, __doc__, "aggregation_headroom", figures=FIGURES,
+                                   quick_help="IID only, a tiny model and 3 rounds (under a minute)")
     started = utc_now()
     plan = QUICK if args.quick else FULL
-    name = "aggregation_headroom" + ("_quick" if args.quick else "")
-    out = Path(args.out)
     if args.replot:
         return replot(out, name)
     out.mkdir(parents=True, exist_ok=True)
@@ -129,20 +132,13 @@ def main(argv=None):
         data = FederatedData.digits(plan["n_clients"], partition, seed=0)
         base = None
         for label, aggregator, params in RULES:
-            start = time.perf_counter()
-            best, tried, choice = search(lambda lr: run_rule(data, aggregator, params, lr, plan),
-                                         plan["ladder"], plan["start"], score=score, summary=summary)
-            seconds = time.perf_counter() - start
-            for t in tried:
-                searches.append({"partition": partition, "rule": label, **t})
-                print(f"{partition} {label} lr={t['lr']}: accuracy {t['final_test_accuracy']:.3f} "
-                      f"loss {t['final_test_loss']:.3f} {t['diverged']}", flush=True)
-            row = {c: "" for c in COLUMNS}
-            row.update({"partition": partition, "rule": label, "aggregator": aggregator, "params": json.dumps(params),
-                        "lr_choice": choice, "lrs_tried": " ".join(str(t["lr"]) for t in
-                                                                    sorted(tried, key=lambda t: t["lr"])),
-                        "seeds": plan["seeds"], "rounds": plan["rounds"], "target": plan["target"][partition],
-                        "seconds": round(seconds, 1)})
+            best, row = tune_rule(
+                lambda lr, seed: run_rule(data, aggregator, params, lr, seed, plan), plan, score=score,
+                summary=summary, columns=COLUMNS, fields={"partition": partition, "rule": label}, searches=searches,
+                describe=lambda t: (f"{partition} {label} lr={t['lr']}: accuracy {t['final_test_accuracy']:.3f} "
+                                    f"loss {t['final_test_loss']:.3f} {t['diverged']}"))
+            row.update({"aggregator": aggregator, "params": json.dumps(params), "seeds": plan["seeds"],
+                        "rounds": plan["rounds"], "target": plan["target"][partition]})
             if best is None:
                 rows.append(row)
                 continue
@@ -157,13 +153,10 @@ def main(argv=None):
                         "rounds_to_target": round(float(np.nanmean(reach)), 1) if np.isfinite(reach).any() else "",
                         "seeds_reached": int(np.isfinite(reach).sum())})
             if base is not None:
-                for key, mine, theirs in (("d_loss", loss[:, -1], base[0][:, -1]),
-                                          ("d_accuracy", acc[:, -1], base[1][:, -1]),
-                                          ("d_rounds", reach, base[2])):
-                    mean, low, high, n = paired(mine - theirs)
-                    row.update({key: round(mean, 4), f"{key}_low": round(low, 4), f"{key}_high": round(high, 4)})
-                    if key == "d_rounds":
-                        row["pairs_rounds"] = n
+                paired_columns(row, "d_loss", loss[:, -1] - base[0][:, -1], 4)
+                paired_columns(row, "d_accuracy", acc[:, -1] - base[1][:, -1], 4)
+                paired_columns(row, "d_rounds", reach - base[2], 4, min_pairs=plan["seeds"] / 2,
+                               pairs_key="pairs_rounds")
             for s in range(plan["seeds"]):
                 per_seed.append({"partition": partition, "rule": label, "lr": best["lr"], "seed": s,
                                  "final_test_loss": float(loss[s, -1]), "final_test_accuracy": float(acc[s, -1]),
@@ -181,13 +174,6 @@ def write_results(out, name, rows, curves, searches, per_seed, plan, seconds, st
         "curves": [{"partition": p, "rule": r, "test_accuracy_per_seed": c} for (p, r), c in curves.items()],
         "seconds": round(seconds, 1), "provenance": [collect(started, finished=True)]})
 
-    def interval(r, key):
-        if r[key] == "" or r["aggregator"] == "fedavg" or not np.isfinite(r[key]):
-            return "-"
-        if r[f"{key}_low"] == "" or not np.isfinite(r[f"{key}_low"]):
-            return f"{r[key]:+.3f}"
-        return f"{r[key]:+.3f} [{r[f'{key}_low']:+.3f}, {r[f'{key}_high']:+.3f}]"
-
     lines = ["| partition | rule | lr (tried) | final test loss | Δ loss vs FedAvg | final test accuracy | "
              "Δ accuracy vs FedAvg | rounds to target (seeds reached) | Δ rounds (pairs) |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -196,19 +182,21 @@ def write_results(out, name, rows, curves, searches, per_seed, plan, seconds, st
         rounds = (f"{r['rounds_to_target'] if r['rounds_to_target'] != '' else '-'} "
                   f"({r['seeds_reached']}/{r['seeds']})" if r["lr"] != "" else "-")
         lines.append(f"| {r['partition']} | {r['rule']} | {r['lr']}{flag} ({r['lrs_tried']}) | "
-                     f"{r['final_test_loss'] if r['lr'] != '' else '-'} | {interval(r, 'd_loss')} | "
-                     f"{r['final_test_accuracy'] if r['lr'] != '' else '-'} | {interval(r, 'd_accuracy')} | "
-                     f"{rounds} | {interval(r, 'd_rounds')} ({r['pairs_rounds'] or 0}) |")
+                     f"{r['final_test_loss'] if r['lr'] != '' else '-'} | {interval(r, 'd_loss', 3)} | "
+                     f"{r['final_test_accuracy'] if r['lr'] != '' else '-'} | {interval(r, 'd_accuracy', 3)} | "
+                     f"{rounds} | {interval(r, 'd_rounds', 3)} ({r['pairs_rounds'] or 0}) |")
     write_page(
         out, name,
         f"8x8 digits, {plan['n_clients']} clients (all every round), MLP with {plan['hidden']} hidden units, "
         f"{plan['rounds']} rounds of E = {plan['local_epochs']} local epoch(s), B = {plan['batch_size']}; "
         f"{plan['seeds']} seeds (the simulator's replicates: the same initial model and data order under every "
         f"rule). Each rule's learning rate is the best final mean test accuracy on the ladder {plan['ladder']}, "
-        f"searched until it is interior (flagged where it is at an end). Δ: the rule minus FedAvg, paired by seed, "
+        f"searched until it is interior (flagged where it is at an end) on {plan['seeds']} separate tuning seeds "
+        f"(the simulator's seed 1); every number below is of the chosen rate rerun on the evaluation seeds "
+        f"(seed 0). Δ: the rule minus FedAvg, paired by seed, "
         f"mean and 95 % t interval over seeds; rounds to the target test accuracy (IID "
         f"{plan['target'].get('iid', '-')}, non-IID {plan['target'].get('shards', '-')}) over the seeds where both "
-        f"reached it. {seconds:.0f} s so far.\n\n" + "\n".join(lines) + "\n")
+        f"reached it (Δ rounds '-' where fewer than half the seeds give such a pair). {seconds:.0f} s so far.\n\n" + "\n".join(lines) + "\n")
     print("\n".join(lines))
     plot(rows, curves, out / f"{name}.png", plan)
 

@@ -11,28 +11,39 @@ information its rule needs); the server combines them with
 - the AND-mask on the updates (threshold 0.2), with and without its rescaling;
 - "fisher", diagonal Fisher merging (Matena & Raffel 2022), with each client's precisions
   estimated from its own gradients at its final local model: its diagonal curvature from
-  one Hutchinson probe (two gradients of one example at theta +- v), or its diagonal
+  one Hutchinson probe (two noisy gradients at theta +- v with independent noise draws, as
+  on two minibatches: with one draw for both the task's additive noise would cancel and
+  the probe would return diag(A_k) exactly for diagonal A_k), or its diagonal
   empirical Fisher (the mean square of 1 fresh noisy gradient); and, as a reference that
   separates estimation from the rule, the exact diagonal of A_k (the task's curvature: an
   oracle of curvature, not of theta*);
 - "inverse_variance", the diagonal form of FedPA (Al-Shedivat et al. 2021): each client
   sends the variance of its iterates in the round (all of them, as the digits simulator's
   clients do over their last epoch; or, as FedPA does after a burn-in, those of the
-  round's second half of local steps).
+  round's second half of local steps: the models after local steps E/2, ..., E).
 
 The designs vary what decides the physics: diagonal or rotated curvature (the diagonal
-rules can be exact only for the first), heterogeneity 1 or 0 (identical clients: the
-control, where every rule should tie), few rounds of many local steps or many rounds of few,
+rules can be exact only for the first), heterogeneity 1 or 0 (the control: the clients
+have the same curvature and mean, A_k = A and m_k = m, but their targets
+mu_k = m + tau z_k still differ by tau z_k, so theta* is the mean of the targets and exact
+weights are equal: Fisher with the exact diagonal is FedAvg there, while estimated weights
+differ by their noise), few rounds of many local steps or many rounds of few,
 per-run or fixed start, independent or shared gradient noise, and a low-noise design.
 
 Every rule's learning rate is tuned per design on one ladder (experiments/_ladder.py, the
-search of aggregation_headroom.py): the lowest final mean excess loss over seeds (the
+search of aggregation_headroom.py) on tuning replicates (the federation's seed 1), and the
+chosen rate is then rerun on the evaluation replicates (seed 0) that every number of the
+table comes from, so the table is free of the search's selection bias: the lowest final
+mean excess loss over the tuning seeds (the
 clients' mean loss minus its minimum, the same ranking as the clients' mean loss, which a
 federation can measure), stepping outwards until the best rate is interior; a rate fails
-where training diverged or the final mean excess loss is not below 0.9 times the start's.
+where training diverged or the final mean excess loss is not below 0.9 times the start's
+(a rate too large where the loss rose, too small where it fell too little: the search
+steps down from the first, up from the second, where every rate tried failed).
 Seeds are paired across rules (the same start, targets and noise streams), so the table
 gives each rule's paired t interval over seeds of its difference to FedAvg in final squared
-error to theta*, in final excess loss and in rounds to the target error, with the
+error to theta*, in final excess loss and in rounds to the target error (over the seeds
+where both reached it; blank where fewer than half the seeds give such a pair), with the
 per-comparison 95 % interval and the Bonferroni one over every rule-design comparison of the
 table. Columns `drift_error` (FedAvg, exact-curvature Fisher) give where that rule converges
 with exact gradients at its chosen rate (:func:`mianalysis.federated.quadratic.fixed_point`):
@@ -49,14 +60,14 @@ docs/results/tables/aggregation_headroom_quadratic{_quick}.md (with --out DIR: a
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import time
 from pathlib import Path
 
 import numpy as np
-from _ladder import first_round, paired, search
+from _ladder import (DidNotTrain, Diverged, bonferroni, command_line, first_round, interval, paired_columns,
+                     tune_rule)
 from _results import FIGURES, write_csv, write_page, write_sidecar
 
 from mianalysis.analysis import sidecar_path
@@ -118,17 +129,22 @@ def client_settings(client, config):
     return {k: (config["local_steps"] // 2 if v == "half" else v) for k, v in client.items()}
 
 
-def run_rule(task, config, aggregator, params, client, lr, plan):
+def run_rule(task, config, aggregator, params, client, lr, seed, plan):
     """Per-seed squared error to theta* and excess loss per round, {"error", "excess",
-    "result"} (arrays of shape (seeds, rounds + 1)); a ValueError where the rate diverged
-    or did not train."""
+    "result"} (arrays of shape (seeds, rounds + 1)), the federation's replicates of `seed`
+    (1: the search's, 0: the table's); Diverged or DidNotTrain where the rate fails."""
     cfg = QuadraticConfig(lr=lr, aggregator=aggregator, aggregator_params=params, **client_settings(client, config),
                           **config)
-    result = QuadraticFederation(task, cfg, replicates=plan["seeds"], seed=0).run()
+    try:
+        result = QuadraticFederation(task, cfg, replicates=plan["seeds"], seed=seed).run()
+    except ValueError as exc:
+        raise Diverged(str(exc)) from exc
     excess = result.excess_loss
     if excess[:, -1].mean() >= plan["trained_below"] * excess[:, 0].mean():
-        raise ValueError(f"did not train at lr {lr}: the final mean excess loss {excess[:, -1].mean():.3f} is not "
-                         f"below {plan['trained_below']} times the start's {excess[:, 0].mean():.3f}")
+        # a loss that rose is a rate too large (the search steps down), one that fell too little too small (up)
+        kind = DidNotTrain if excess[:, -1].mean() < excess[:, 0].mean() else Diverged
+        raise kind(f"did not train at lr {lr}: the final mean excess loss {excess[:, -1].mean():.3f} is not "
+                   f"below {plan['trained_below']} times the start's {excess[:, 0].mean():.3f}")
     return {"error": result.error, "excess": excess, "result": result}
 
 
@@ -146,15 +162,10 @@ def summary(result):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="2 designs, d = 5, 3 rounds, 4 seeds (seconds)")
-    parser.add_argument("--out", default=str(FIGURES), help="folder of the table, figure and sidecar")
-    parser.add_argument("--replot", action="store_true", help="redraw the figure from the table and sidecar")
-    args = parser.parse_args(argv)
+    args, name, out = command_line(argv, __doc__, "aggregation_headroom_quadratic", figures=FIGURES,
+                                   quick_help="2 designs, d = 5, 3 rounds, 4 seeds (seconds)")
     started = utc_now()
     plan = QUICK if args.quick else FULL
-    name = "aggregation_headroom_quadratic" + ("_quick" if args.quick else "")
-    out = Path(args.out)
     if args.replot:
         return replot(out, name)
     out.mkdir(parents=True, exist_ok=True)
@@ -164,23 +175,16 @@ def main(argv=None):
         description, task, config = design_setup(design, plan)
         base = None
         for label, aggregator, params, client in RULES:
-            start = time.perf_counter()
             precision = client.get("precision", "")
-            best, tried, choice = search(
-                lambda lr: run_rule(task, config, aggregator, params, client, lr, plan), plan["ladder"],
-                plan["start"], score=score, summary=summary)
-            seconds = time.perf_counter() - start
-            for t in tried:
-                searches.append({"design": design, "rule": label, **t})
-                print(f"{design} {label} lr={t['lr']}: error {t['final_error']:.4f} excess loss "
-                      f"{t['final_excess_loss']:.4f} {t['diverged']}", flush=True)
-            row = {c: "" for c in COLUMNS}
-            row.update({"design": design, "description": description, "rule": label, "aggregator": aggregator,
-                        "params": json.dumps(params), "client": json.dumps(client_settings(client, config)),
-                        "reference_free": label not in ORACLE, "lr_choice": choice,
-                        "lrs_tried": " ".join(str(t["lr"]) for t in sorted(tried, key=lambda t: t["lr"])),
+            best, row = tune_rule(
+                lambda lr, seed: run_rule(task, config, aggregator, params, client, lr, seed, plan), plan,
+                score=score, summary=summary, columns=COLUMNS, fields={"design": design, "rule": label},
+                searches=searches, describe=lambda t: (f"{design} {label} lr={t['lr']}: error {t['final_error']:.4f} "
+                                                       f"excess loss {t['final_excess_loss']:.4f} {t['diverged']}"))
+            row.update({"description": description, "aggregator": aggregator, "params": json.dumps(params),
+                        "client": json.dumps(client_settings(client, config)), "reference_free": label not in ORACLE,
                         "seeds": plan["seeds"], "rounds": config["rounds"], "local_steps": config["local_steps"],
-                        "target_error": plan["target_error"], "seconds": round(seconds, 1)})
+                        "target_error": plan["target_error"]})
             if best is None:
                 rows.append(row)
                 continue
@@ -203,12 +207,10 @@ def main(argv=None):
             curves[(design, label)] = error.mean(0).tolist()
             if base is not None:
                 row["error_ratio"] = round(float(error[:, -1].mean() / base[0][:, -1].mean()), 4)
-                for key, mine, theirs in (("d_error", error[:, -1], base[0][:, -1]),
-                                          ("d_loss", excess[:, -1], base[1][:, -1]), ("d_rounds", reach, base[2])):
-                    mean, low, high, n = paired(mine - theirs)
-                    row.update({key: round(mean, 5), f"{key}_low": round(low, 5), f"{key}_high": round(high, 5)})
-                    if key == "d_rounds":
-                        row["pairs_rounds"] = n
+                paired_columns(row, "d_error", error[:, -1] - base[0][:, -1], 5)
+                paired_columns(row, "d_loss", excess[:, -1] - base[1][:, -1], 5)
+                paired_columns(row, "d_rounds", reach - base[2], 5, min_pairs=plan["seeds"] / 2,
+                               pairs_key="pairs_rounds")
                 row["_d_error_per_seed"] = (error[:, -1] - base[0][:, -1]).tolist()
             for s in range(plan["seeds"]):
                 per_seed.append({"design": design, "rule": label, "lr": best["lr"], "seed": s,
@@ -216,20 +218,8 @@ def main(argv=None):
                                  "rounds_to_target": None if np.isnan(reach[s]) else int(reach[s])})
             rows.append(row)
             print(json.dumps({k: v for k, v in row.items() if not k.startswith("_")}), flush=True)
-    bonferroni(rows)
+    bonferroni(rows, "_d_error_per_seed", "d_error", 5, is_baseline=lambda r: r["aggregator"] == "fedavg")
     write_results(out, name, rows, curves, searches, per_seed, plan, time.perf_counter() - start_all, started)
-
-
-def bonferroni(rows):
-    """Fill d_error_bonf_low/high: the paired t interval of d_error at 1 - 0.05 / m, m the
-    number of rule-design comparisons with FedAvg in the table."""
-    compared = [r for r in rows if "_d_error_per_seed" in r and r["aggregator"] != "fedavg"]
-    for r in rows:
-        per_seed = r.pop("_d_error_per_seed", None)
-        if per_seed is not None and r["aggregator"] != "fedavg":
-            _, low, high, _ = paired(per_seed, level=1 - 0.05 / len(compared))
-            r.update({"d_error_bonf_low": round(low, 5), "d_error_bonf_high": round(high, 5)})
-    return len(compared)
 
 
 def write_results(out, name, rows, curves, searches, per_seed, plan, seconds, started):
@@ -244,13 +234,6 @@ def write_results(out, name, rows, curves, searches, per_seed, plan, seconds, st
         "curves": [{"design": d, "rule": r, "mean_error_per_round": c} for (d, r), c in curves.items()],
         "seconds": round(seconds, 1), "provenance": [collect(started, finished=True)]})
 
-    def interval(r, key, low="low", high="high"):
-        if r[key] == "" or r["aggregator"] == "fedavg" or not np.isfinite(r[key]):
-            return "-"
-        if r[f"{key}_{low}"] == "" or not np.isfinite(r[f"{key}_{low}"]):
-            return f"{r[key]:+.4f}"
-        return f"{r[key]:+.4f} [{r[f'{key}_{low}']:+.4f}, {r[f'{key}_{high}']:+.4f}]"
-
     lines = ["| design | rule | lr (tried) | final error | ratio to FedAvg | Δ error vs FedAvg (95 %) | "
              f"Δ error (Bonferroni, {family}) | drift error | Δ excess loss | rounds to target (seeds) | Δ rounds |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -262,9 +245,9 @@ def write_results(out, name, rows, curves, searches, per_seed, plan, seconds, st
                   f"({r['seeds_reached']}/{r['seeds']})" if trained else "-")
         lines.append(f"| {r['design']} | {rule} | {r['lr']}{flag} ({r['lrs_tried']}) | "
                      f"{r['final_error'] if trained else '-'} | {r['error_ratio'] if r['error_ratio'] != '' else '-'} | "
-                     f"{interval(r, 'd_error')} | {interval(r, 'd_error', 'bonf_low', 'bonf_high')} | "
-                     f"{r['drift_error'] if r['drift_error'] != '' else '-'} | {interval(r, 'd_loss')} | {rounds} | "
-                     f"{interval(r, 'd_rounds')} ({r['pairs_rounds'] or 0}) |")
+                     f"{interval(r, 'd_error', 4)} | {interval(r, 'd_error', 4, 'bonf_low', 'bonf_high')} | "
+                     f"{r['drift_error'] if r['drift_error'] != '' else '-'} | {interval(r, 'd_loss', 4)} | {rounds} | "
+                     f"{interval(r, 'd_rounds', 4)} ({r['pairs_rounds'] or 0}) |")
     designs = "; ".join(f"{d[0]}: {d[1]}" for d in DESIGNS if d[0] in plan["designs"])
     write_page(
         out, name,
@@ -274,10 +257,12 @@ def write_results(out, name, rows, curves, searches, per_seed, plan, seconds, st
         f"round. Designs: {designs}. {plan['seeds']} seeds (paired: the same start, targets and noise under every "
         f"rule). Error: |theta - theta*|^2 of the global model after the last round, mean over seeds. Each rule's "
         f"learning rate is the lowest final mean excess loss on the ladder {plan['ladder']}, searched until it is "
-        f"interior (flagged where it is at an end). Δ: the rule minus FedAvg, paired by seed, mean and t interval "
+        f"interior (flagged where it is at an end) on {plan['seeds']} separate tuning seeds (the federation's seed "
+        f"1); every number below is of the chosen rate rerun on the evaluation seeds (seed 0). Δ: the rule minus FedAvg, paired by seed, mean and t interval "
         f"over seeds (95 %, and Bonferroni over the table's {family} comparisons); drift error: where the rule "
         f"converges with exact gradients at its rate (FedAvg, exact-curvature Fisher); rounds to the target "
-        f"error {plan['target_error']} over the seeds where both reached it. {seconds:.0f} s.\n\n"
+        f"error {plan['target_error']} over the seeds where both reached it (Δ rounds blank, '-', where fewer than "
+        f"half the seeds give such a pair; the pairs in brackets). {seconds:.0f} s.\n\n"
         + "\n".join(lines) + "\n")
     print("\n".join(lines))
     plot(rows, curves, out / f"{name}.png", plan)

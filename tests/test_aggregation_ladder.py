@@ -29,14 +29,17 @@ def ladder():
     return module
 
 
-def peaked(best_lr, fail_above=None):
-    """A run whose score peaks at `best_lr`; rates above `fail_above` fail."""
+def peaked(best_lr, fail_above=None, fail_below=None, ladder_module=None):
+    """A run whose score peaks at `best_lr`; rates above `fail_above` diverge (a plain
+    ValueError, or the ladder's Diverged), rates below `fail_below` do not train."""
     calls = []
 
     def run(lr):
         calls.append(lr)
         if fail_above is not None and lr > fail_above:
-            raise ValueError(f"diverged at {lr}")
+            raise (ValueError if ladder_module is None else ladder_module.Diverged)(f"diverged at {lr}")
+        if fail_below is not None and lr < fail_below:
+            raise ladder_module.DidNotTrain(f"did not train at {lr}")
         return {"value": np.array([[-abs(np.log(lr / best_lr))]])}
 
     return run, calls
@@ -72,6 +75,81 @@ def test_failed_rates_close_a_side_and_all_failed_steps_down(ladder):
     run, calls = peaked(1.0, fail_above=0.0)
     best, tried, choice = ladder.search(run, LADDER, [0.2, 0.5], score=score, summary=summary)
     assert best is None and choice == "all failed" and sorted(calls) == LADDER[:6]
+
+
+def test_all_failed_steps_up_after_did_not_train_and_down_after_divergence(ladder):
+    run, calls = peaked(1.0, fail_below=0.9, ladder_module=ladder)  # only 1.0 trains
+    best, tried, choice = ladder.search(run, LADDER, [0.2, 0.5], score=score, summary=summary)
+    assert best["lr"] == 1.0 and choice == "highest rung of the ladder" and calls == [0.2, 0.5, 1.0]
+    assert [t["failure"] for t in tried] == ["did not train", "did not train", ""]
+    run, calls = peaked(0.01, fail_above=0.015, ladder_module=ladder)  # Diverged: down
+    best, tried, choice = ladder.search(run, LADDER, [0.2, 0.5], score=score, summary=summary)
+    assert best["lr"] == 0.01 and calls == [0.2, 0.5, 0.1, 0.05, 0.02, 0.01]
+    assert {t["failure"] for t in tried[:-1]} == {"diverged"}
+    run, calls = peaked(1.0, fail_below=2.0, ladder_module=ladder)  # nothing trains: up to the top, then down
+    best, tried, choice = ladder.search(run, LADDER, [0.2, 0.5], score=score, summary=summary)
+    assert best is None and choice == "all failed" and calls == [0.2, 0.5, 1.0, 0.1, 0.05, 0.02, 0.01]
+
+    def too_small_then_too_large(lr):  # 0.05 and 0.1 too small to train, 0.2 and up diverge; 0.02 trains
+        if lr >= 0.2:
+            raise ladder.Diverged("diverged")
+        if lr >= 0.05:
+            raise ladder.DidNotTrain("did not train")
+        return {"value": np.array([[-abs(np.log(lr / 0.02))]])}
+
+    best, tried, choice = ladder.search(too_small_then_too_large, LADDER, [0.05, 0.1], score=score, summary=summary)
+    assert best["lr"] == 0.02 and [t["lr"] for t in tried] == [0.05, 0.1, 0.2, 0.02, 0.01]
+
+
+def test_tune_searches_on_tuning_seeds_and_reports_the_evaluation_seeds(ladder):
+    calls = []
+
+    def run(lr, seed):
+        calls.append((lr, seed))
+        # the tuning seed prefers 0.1, the evaluation seed 0.5: the rerun must not re-choose
+        best_lr = 0.1 if seed == 1 else 0.5
+        return {"value": np.array([[-abs(np.log(lr / best_lr))]]), "seed": seed}
+
+    best, tried, choice = ladder.tune(run, LADDER, [0.2, 0.5], score=score, summary=summary)
+    assert best["lr"] == 0.1 and best["seed"] == 0 and choice == "interior"
+    assert calls[-1] == (0.1, 0) and all(seed == 1 for _, seed in calls[:-1])
+    assert best["value"][0, 0] == pytest.approx(-np.log(5))  # the evaluation seed's score at 0.1
+    assert [t["lr"] for t in tried] == [lr for lr, _ in calls[:-1]]
+
+    def fails_on_evaluation(lr, seed):
+        if seed == 0:
+            raise ladder.Diverged("diverged")
+        return {"value": np.array([[-abs(np.log(lr / 0.1))]])}
+
+    assert ladder.tune(fails_on_evaluation, LADDER, [0.2, 0.5], score=score, summary=summary)[::2] == (
+        None, "failed on the evaluation seeds")
+    with pytest.raises(ValueError, match="`tune_seed` and `eval_seed` must differ"):
+        ladder.tune(run, LADDER, [0.2], score=score, summary=summary, tune_seed=0)
+
+
+def test_paired_columns_blank_a_comparison_of_too_few_pairs(ladder):
+    row = {}
+    mine = np.array([1.0, np.nan, np.nan, np.nan])  # reached in 1 seed of 4
+    assert ladder.paired_columns(row, "d_rounds", mine - 2.0, 4, min_pairs=2, pairs_key="pairs") == 1
+    assert row == {"d_rounds": "", "d_rounds_low": "", "d_rounds_high": "", "pairs": 1}
+    assert ladder.interval({**row, "aggregator": "fisher"}, "d_rounds", 4) == "-"
+    mine = np.array([1.0, 2.0, np.nan, 4.0])
+    ladder.paired_columns(row, "d_rounds", mine - 1.0, 4, min_pairs=2, pairs_key="pairs")
+    assert row["pairs"] == 3 and row["d_rounds"] == pytest.approx(4 / 3, abs=1e-4) and row["d_rounds_low"] < 4 / 3
+    assert ladder.interval({**row, "aggregator": "fisher"}, "d_rounds", 2) == (
+        f"+1.33 [{row['d_rounds_low']:+.2f}, {row['d_rounds_high']:+.2f}]")
+    assert ladder.interval({**row, "aggregator": "fedavg"}, "d_rounds", 2) == "-"
+
+
+def test_bonferroni_widens_by_the_family_size(ladder):
+    diffs = [[1.0, 2.0, 3.0], [0.5, 0.7, 0.9]]
+    rows = [{"aggregator": "fedavg", "_d": [0.0, 0.0, 0.0]}] + [{"aggregator": "x", "_d": d} for d in diffs] + [
+        {"aggregator": "y"}]
+    assert ladder.bonferroni(rows, "_d", "d_error", 6, is_baseline=lambda r: r["aggregator"] == "fedavg") == 2
+    assert all("_d" not in r for r in rows) and "d_error_bonf_low" not in rows[0]
+    _, low, high, _ = ladder.paired(diffs[0], level=1 - 0.05 / 2)
+    assert rows[1]["d_error_bonf_low"] == round(low, 6) and rows[1]["d_error_bonf_high"] == round(high, 6)
+    assert low < ladder.paired(diffs[0])[1]
 
 
 def test_paired_and_first_round(ladder):

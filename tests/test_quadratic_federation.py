@@ -77,19 +77,34 @@ def test_exact_curvature_fisher_after_local_convergence_is_theta_star():
     assert (fedavg.error[:, 1] > 1e-2).all()
 
 
-def test_hutchinson_is_exact_for_diagonal_curvature_and_unbiased_for_rotated():
-    t = task(curvature="diagonal")
-    fed = QuadraticFederation(t, QuadraticConfig(aggregator="fisher", precision="hutchinson"), replicates=2)
+def test_hutchinson_is_exact_only_without_noise_for_diagonal_curvature_and_unbiased_otherwise():
+    fed = QuadraticFederation(task(curvature="diagonal", sigma=0.0),
+                              QuadraticConfig(aggregator="fisher", precision="hutchinson"), replicates=2)
     theta, targets = np.zeros((2, 6)), fed.targets([0, 1])[:, 0]
     np.testing.assert_allclose(fed.precisions(0, theta, targets, [0, 1], 1), np.tile(np.diag(fed.curvatures[0]), (2, 1)),
                                atol=1e-12)
-    t = task(curvature="rotated")
-    fed = QuadraticFederation(t, QuadraticConfig(aggregator="fisher", precision="hutchinson", n_probes=4000),
+    # With gradient noise the probe's two gradients have independent draws: the noise does not
+    # cancel, so even a diagonal A_k is estimated with an error of variance sigma^2 / 2 per probe.
+    n, sigma = 4000, 0.8
+    fed = QuadraticFederation(task(curvature="diagonal", sigma=sigma),
+                              QuadraticConfig(aggregator="fisher", precision="hutchinson", n_probes=n), replicates=1)
+    one = QuadraticFederation(task(curvature="diagonal", sigma=sigma),
+                              QuadraticConfig(aggregator="fisher", precision="hutchinson"), replicates=300)
+    truth = np.diag(fed.curvatures[1])
+    estimate = fed.precisions(1, np.zeros((1, 6)), fed.targets([0])[:, 1], [0], 1)[0]
+    assert np.all(np.abs(estimate - truth) < 5 * sigma / np.sqrt(2 * n))
+    ids = list(range(300))  # one probe per replicate (clipped at 0 only far below: truth >= 0.5 ~ 0.9 sd)
+    single = one.precisions(1, np.zeros((300, 6)), one.targets(ids)[:, 1], ids, 1)
+    assert not np.allclose(single, truth, atol=1e-3)
+    raw_sd = sigma / np.sqrt(2)
+    assert 0.7 * raw_sd < np.std(single - truth, axis=0).mean() < 1.1 * raw_sd
+    t = task(curvature="rotated", sigma=0.0)
+    fed = QuadraticFederation(t, QuadraticConfig(aggregator="fisher", precision="hutchinson", n_probes=n),
                               replicates=1)
     estimate = fed.precisions(1, np.zeros((1, 6)), fed.targets([0])[:, 1], [0], 1)[0]
     truth = np.diag(fed.curvatures[1])
     off = np.sqrt((fed.curvatures[1] ** 2).sum(1) - truth ** 2)  # per-probe spread
-    assert np.all(np.abs(estimate - truth) < 5 * off / np.sqrt(4000))
+    assert np.all(np.abs(estimate - truth) < 5 * off / np.sqrt(n))
     assert not np.allclose(estimate, truth, atol=1e-6)  # an estimate, not the diagonal itself
 
 
@@ -211,6 +226,28 @@ def test_bad_task_replicates_and_targets():
         fixed_point(task(), np.zeros((2, 6)), lr=0.1, local_steps=2)
     with pytest.raises(ValueError, match="`precisions` must be finite"):
         fixed_point(task(), np.zeros((3, 6)), lr=0.1, local_steps=2, precisions=-np.ones((3, 6)))
+
+
+def test_bad_config_type_and_empty_replicate_ids():
+    with pytest.raises(TypeError, match=r"`config` must be a QuadraticConfig \(pass QuadraticConfig\(\*\*settings\)\); "
+                                        r"got dict"):
+        QuadraticFederation(task(), {"rounds": 2})
+    with pytest.raises(TypeError, match="`config` must be a QuadraticConfig; got NoneType"):
+        QuadraticFederation(task(), None)
+    with pytest.raises(ValueError, match="`replicate_ids` must name at least one replicate"):
+        QuadraticFederation(task(), QuadraticConfig()).run(replicate_ids=[])
+
+
+def test_stream_words_are_distinct_and_non_zero():
+    from mianalysis.federated import quadratic
+    words = [quadratic._START, quadratic._DATA, quadratic._NOISE, quadratic._SHARED_NOISE, quadratic._PROBES,
+             quadratic._PROBE_NOISE]
+    assert len(set(words)) == 6 and all(w > 100 for w in words)
+    from mianalysis._seeding import replica_seed
+    assert replica_seed(3) == replica_seed(3, 0)  # why a stream word must not be 0
+    fed = QuadraticFederation(task(), QuadraticConfig(), replicates=1)
+    draws = [fed._normal(3, w, 0, 0, (6,)) for w in words]  # every stream draws its own numbers
+    assert all(not np.array_equal(draws[i], draws[j]) for i in range(6) for j in range(i))
 
 
 def test_divergence_is_an_error_naming_the_rate():

@@ -15,11 +15,15 @@ The side information is computed by each client from its own gradients only:
 
 - "precisions" (the "fisher" rule), by `precision`:
   "hutchinson" (default): the diagonal curvature at the final local model from
-  `n_probes` Rademacher probes v, ``v * (g(theta + v) - g(theta - v)) / 2`` with both
-  gradients of the same example (the same noise draw, as a network evaluates one minibatch
-  at two points), whose mean over probes estimates ``diag(A_k)`` (Hutchinson 1990; exact
-  for a diagonal A_k with one probe; a negative estimate, possible where A_k is not
-  diagonal, counts as 0);
+  `n_probes` Rademacher probes v, ``v * (g(theta + v) - g(theta - v)) / 2``, whose mean
+  over probes estimates ``diag(A_k)`` (Hutchinson 1990; a negative estimate counts as 0).
+  The two gradients of a probe have independent noise draws, as if computed on two
+  minibatches: this task's gradient noise is additive (no per-example curvature), so with
+  one draw for both the noise would cancel exactly and the estimate of a diagonal A_k would
+  be diag(A_k) itself, where a real minibatch's curvature differs from the population's.
+  With two draws each probe adds an error ``sigma v (xi - xi') / 2``, of variance
+  ``sigma^2 / 2`` per coordinate, to the off-diagonal error ``v (A_k - diag(A_k)) v``
+  (0 for a diagonal A_k); exact only with exact gradients (sigma = 0) and diagonal A_k;
   "empirical": the diagonal empirical Fisher, the mean over `n_probes` fresh noisy gradients
   at the final local model of their squares (what Fisher merging computes on a network);
   with this task's isotropic noise it is ``(A_k (theta - mu_k))^2 + sigma^2`` on average,
@@ -28,7 +32,8 @@ The side information is computed by each client from its own gradients only:
 - "variances" (the "inverse_variance" rule): the per-coordinate variance of the client's
   iterates in the round (the model at its start and after each local step, divided by their
   number), as the simulator's clients compute it over their last local epoch; with
-  `burn_in` b, only the iterates after local step b count (FedPA's burn-in: at stationarity
+  `burn_in` b the first b of the round's E + 1 iterates are left out, so the models after
+  local steps b, ..., E count (b = 0: the start too; FedPA's burn-in: at stationarity
   an SGD iterate's variance along a curvature lambda is about ``lr sigma^2 / (2 lambda)``, so
   its inverse weights by curvature, while early iterates move along the client's path).
 
@@ -47,12 +52,16 @@ Known answers (tested): with exact gradients (sigma = 0) FedAvg converges to
 theta* for one local step, the plain mean of the clients' optima as E grows (client drift).
 Fisher weighting with fixed diagonal precisions D_k converges to
 ``(sum_k D_k M_k)^-1 sum_k D_k M_k mu_k``: theta* once the clients converge locally
-(M_k = I) and the curvatures are diagonal (D_k = A_k). With equal clients
-(``heterogeneity=0``) every rule that weights by curvature is FedAvg.
+(M_k = I) and the curvatures are diagonal (D_k = A_k). With ``heterogeneity=0`` the
+clients share their curvature and mean (A_k = A, m_k = m), but their targets
+``mu_k = m + tau z_k`` still differ; Fisher weighting with the exact diag(A) then gives
+every client the same weights and is FedAvg, while estimated weights (Hutchinson, the
+empirical Fisher, iterate variances) differ between clients by their noise and are not.
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,8 +79,13 @@ __all__ = ["PRECISIONS", "QuadraticConfig", "QuadraticResult", "QuadraticFederat
 #: How a client of the "fisher" rule estimates its precisions (see the module docstring).
 PRECISIONS = ("hutchinson", "empirical", "exact")
 
-# The streams' numbers in the seeds (seed, replicate, stream, round, client).
-_START, _DATA, _NOISE, _SHARED_NOISE, _PROBES, _PROBE_NOISE = range(6)
+# The streams' words in the seeds (seed, replicate, stream, round, client): CRC-32s of their
+# names: non-zero (NumPy's SeedSequence pads short keys with zeros, so replica_seed(3) ==
+# replica_seed(3, 0): a zero word cannot tell keys apart) and apart from the small stream
+# numbers of the sampler and the simulator.
+_START, _DATA, _NOISE, _SHARED_NOISE, _PROBES, _PROBE_NOISE = (
+    zlib.crc32(f"quadratic-federation/{name}".encode())
+    for name in ("start", "data", "noise", "shared-noise", "probes", "probe-noise"))
 
 
 def _times(matrices: np.ndarray, vectors: np.ndarray) -> np.ndarray:
@@ -103,8 +117,10 @@ class QuadraticConfig:
     n_probes : int, default=1
         Probes (Hutchinson) or gradient draws (empirical Fisher) per client and round.
     burn_in : int, default=0
-        For a rule with "variances": the local steps whose iterates are left out of the
-        variance (at most ``local_steps - 1``; 0: the round's start and every step).
+        For a rule with "variances": b, how many of the round's ``local_steps + 1`` iterates
+        (its start, then the model after each local step) are left out of the variance, which
+        is over the models after local steps b, ..., E (at most ``local_steps - 1``; 0: the
+        round's start and every step; 1: every step).
     init : {"per-run", "fixed"}, default="per-run"
         The start: drawn per replicate, or the task's ``m0``.
     shared : tuple of str, default=()
@@ -233,6 +249,9 @@ class QuadraticFederation:
 
     def __init__(self, task: GaussianSGDTask, config: QuadraticConfig, *, replicates: int = 1, seed: int = 0) -> None:
         self.task = _check_task(task)
+        if not isinstance(config, QuadraticConfig):
+            hint = " (pass QuadraticConfig(**settings))" if isinstance(config, Mapping) else ""
+            raise TypeError(f"`config` must be a QuadraticConfig{hint}; got {type(config).__name__}")
         self.config = config
         check_int(config.rounds, "rounds", low=1)
         check_int(config.local_steps, "local_steps", low=1)
@@ -298,15 +317,17 @@ class QuadraticFederation:
         if kind == "exact":
             return np.broadcast_to(np.diag(self.curvatures[client]), theta.shape).copy()
         draws = np.stack([self._normal(r, _PROBES, round_index, client, (n, d)) for r in replicate_ids], axis=1)
+        if kind == "hutchinson":  # two independent noise draws per probe (module docstring), drawn once
+            noise = np.stack([self._normal(r, _PROBE_NOISE, round_index, client, (n, 2, d)) for r in replicate_ids],
+                             axis=1)  # (n, R, 2, d)
         total = np.zeros_like(theta)
         for i in range(n):
             if kind == "empirical":  # the squares of fresh noisy gradients
                 total += self.gradient(client, theta, targets, draws[i]) ** 2
-            else:  # hutchinson: gradients of one example (one noise draw) at theta + v and theta - v
+            else:  # hutchinson: gradients at theta + v and theta - v, each with its own noise draw
                 probe = np.where(draws[i] >= 0, 1.0, -1.0)
-                same = np.stack([self._normal(r, _PROBE_NOISE, round_index, client, (n, d))[i] for r in replicate_ids])
-                difference = (self.gradient(client, theta + probe, targets, same)
-                              - self.gradient(client, theta - probe, targets, same))
+                difference = (self.gradient(client, theta + probe, targets, noise[i, :, 0])
+                              - self.gradient(client, theta - probe, targets, noise[i, :, 1]))
                 total += probe * difference / 2
         return np.maximum(total / n, 0.0)
 
@@ -337,11 +358,14 @@ class QuadraticFederation:
         Raises
         ------
         ValueError
-            If training diverged (a model update not finite): lower `lr`.
+            If training diverged (a model update not finite): lower `lr`; or if
+            `replicate_ids` is empty.
         """
         cfg, k = self.config, self.task.n_clients
         ids = list(range(self.replicates)) if replicate_ids is None else [check_int(r, "replicate_ids", low=0)
                                                                            for r in replicate_ids]
+        if not ids:
+            raise ValueError("`replicate_ids` must name at least one replicate; got none")
         targets = self.targets(ids)  # (R, K, d)
         total = self.curvatures.sum(0)
         weighted = np.sum([_times(self.curvatures[c], targets[:, c]) for c in range(k)], axis=0)  # (R, d)
