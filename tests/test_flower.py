@@ -693,9 +693,10 @@ def test_flower_page_record_runs_example_runs_and_prints_what_the_page_shows(in_
     assert not report, f"\n{report}"
     assert global_states() == before
     dump = ParameterDump.open(in_tmp_dir / "flower_dump")
-    # Eight different runs (the app reads no seed; record_runs seeds its generators).
-    assert len({str(chunk["sha256"]) for chunk in dump.chunk_records()}) == 8
-    assert dump.verify() == 8
+    # Forty different runs (the app reads no seed; record_runs seeds its generators).
+    assert len({str(chunk["sha256"]) for chunk in dump.chunk_records()}) == 40
+    assert dump.verify() == 40
+    assert (in_tmp_dir / "flower_mi.png").stat().st_size > 0  # the journey ends at a figure
 
 
 def test_flower_page_fedrule_example_runs_on_a_local_grid():
