@@ -43,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 from _results import FIGURES, WORK
+from _runner import LEGACY_ESTIMATORS  # the estimators of the committed tables
 
 from mianalysis.provenance import collect, utc_now
 from mianalysis.analysis import AnalysisTable, analyze
@@ -73,7 +74,7 @@ def main():
         sim = FederatedSimulation("mlp", data, cfg, replicates=replicates, seed=0, hidden=32)
         dump, history = record_replicates(sim, Path(args.work) / f"aggregator_trends{suffix}_{rule}",
                                           chunk_size=250, layer="5", progress=False, record_global=True)
-        rows = analyze(dump, n_permutations=perms, random_state=0)
+        rows = analyze(dump, estimators=LEGACY_ESTIMATORS, n_permutations=perms, random_state=0)
         rows.write(FIGURES / f"aggregator_trends{suffix}_{rule}.csv")
         tables[rule] = rows
         given_global[rule] = [{"rule": rule, **r} for r in dependence_given_global(

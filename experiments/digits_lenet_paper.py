@@ -43,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 from _results import FIGURES, WORK, write_atomic, write_csv, write_page, write_sidecar
+from _runner import LEGACY_ESTIMATORS  # the estimators of the committed tables
 
 from mianalysis import ParameterSampler, analyze
 from mianalysis.provenance import collect, utc_now
@@ -90,7 +91,7 @@ def run_cell(cell, runs, permutations, work, progress):
             runs, work / "dumps" / cell)
         seconds["sampling"] = round(time.perf_counter() - start, 1)
         start = time.perf_counter()
-        analyze(dump, n_permutations=permutations, gaussian_null="analytic", random_state=SEED, out=table,
+        analyze(dump, estimators=LEGACY_ESTIMATORS, n_permutations=permutations, gaussian_null="analytic", random_state=SEED, out=table,
                 progress=progress)
         seconds["analysis"] = round(time.perf_counter() - start, 1)
         write_atomic(timings, json.dumps(seconds) + "\n")

@@ -47,6 +47,7 @@ from pathlib import Path
 
 import numpy as np
 from _results import FIGURES, WORK, write_csv, write_page, write_sidecar
+from _runner import LEGACY_ESTIMATORS  # the estimators of the committed tables
 
 from mianalysis import ParameterDump, ParameterSampler, analyze
 from mianalysis.provenance import collect, utc_now
@@ -120,7 +121,8 @@ def run_cell(part, spec, init, shared, seed, work):
     start = time.perf_counter()
     sampler = ParameterSampler(task, seed=seed, init=init, shared=shared, every=every, progress=False)
     dump = sampler.sample(runs, work / "dumps" / name)
-    rows = analyze(dump, n_permutations={"ksg": 100}, gaussian_null="analytic", random_state=seed, out=table)
+    rows = analyze(dump, estimators=LEGACY_ESTIMATORS, n_permutations={"ksg": 100}, gaussian_null="analytic",
+                   random_state=seed, out=table)
     seconds = round(time.perf_counter() - start, 1)  # this session's part only, if the cell was resumed
     timing.write_text(json.dumps({"seconds": seconds}))
     return rows, dump, seconds

@@ -18,13 +18,13 @@ from ._seeding import replica_seed
 from ._validation import check_choice, check_int
 from .dumps import DumpError, ParameterDump, layout_from_shapes, unwritten_dump_discarded
 from .tasks.base import INIT_MODES, ReplicaGenerators, check_shared
+from .tasks.optimizers import SGD, Adam  # imports no torch until one is made
 
 if TYPE_CHECKING:  # names used only in type hints
     import distributed
     import torch
 
     from .tasks.base import Task
-    from .tasks.optimizers import SGD, Adam
 
 __all__ = ["ParameterSampler", "replica_seed", "task_optimizer", "ChunkResult", "ChunkMemoryError", "CENTRAL",
            "REFERENCES"]

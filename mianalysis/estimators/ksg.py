@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -28,6 +29,10 @@ from .._validation import (
 from ._neighbours import SYMMETRIC_MIN_FEATURES as DISTANCE_CACHE_MIN_FEATURES
 from ._neighbours import (check_torch_device, ksg_counts, ksg_counts_torch, marginal_distances,
                           neighbour_list_length, neighbour_lists, permuted_counts, use_distance_cache, use_lists)
+
+# One variable's sorted near-neighbour lists (values, indices, cover): see
+# mianalysis.estimators._neighbours.neighbour_lists.
+NeighbourLists = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 __all__ = [
     "ksg_mi", "MarginalDistances", "KSG_NOISE", "standardize_columns", "add_tie_breaking_noise",
@@ -249,7 +254,9 @@ def check_ksg_settings(units, algorithm, dtype):
 
 
 def ksg_estimates_from_distances(dx: np.ndarray, dy: np.ndarray, permutations: Iterable[np.ndarray], k: int,
-                                 algorithm: int, *, method: str = "auto", lists=None, stats=None) -> np.ndarray:
+                                 algorithm: int, *, method: str = "auto",
+                                 lists: tuple[NeighbourLists, NeighbourLists] | None = None,
+                                 stats: dict[str, Any] | None = None) -> np.ndarray:
     """KSG estimates (nats) of the pairing x[i] <-> y[perm[i]] for the identity and then
     each permutation, from the marginal distance matrices.
 
@@ -395,7 +402,7 @@ class MarginalDistances:
         self.n_features = int(n_features)
         self._lists: dict = {}  # k -> sorted neighbour lists (neighbour_lists)
 
-    def neighbour_lists(self, k: int):
+    def neighbour_lists(self, k: int) -> NeighbourLists:
         """Each sample's nearest neighbours sorted by distance, made on first use for `k`
         and kept: what permutation nulls from these distances walk (see
         :func:`ksg_estimates_from_distances`). About 3 sqrt(k n) x 1.5 entries per sample
