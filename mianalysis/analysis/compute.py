@@ -239,7 +239,7 @@ class CheckpointAnalysis:
             _check_finite(dump, t, samples, cols)
             # Each client's varying parameters, once: the auto choice counts them, and every
             # estimate and interval drops the others (the constant rule is per column).
-            varying = [varying_columns(s) for s in samples] if self.estimators else None
+            varying = [varying_columns(s) for s in samples]
             distances = None
             cache_users = [e for e in self.estimators if get_estimator(e).distance_cache]
             if self.request.auto:  # KSG only where the rule runs it on some pair
@@ -262,7 +262,7 @@ class CheckpointAnalysis:
                         continue
                     d = paired_distances(x, y, metric)
                     rows.append(self.row(t, a, b, metric, d.mean(), d.std(ddof=1), group=group))
-                keep = (varying[a], varying[b]) if varying is not None else None
+                keep = (varying[a], varying[b])
                 if self.request.auto:
                     chosen = self._auto_fields(t, a, b, x, y, distances, keep)
                 else:
