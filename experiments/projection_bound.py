@@ -84,6 +84,17 @@ def register_copula_bound():
     return COPULA_BOUND
 
 
+def exact_rows(table):
+    """(mi_exact row, {quantity: row} of its checkpoint and pair) for each exact-MI row of the
+    analysis `table` after iteration 0 (a per-run start gives identical clients there)."""
+    by_key = {}
+    for r in table:
+        by_key.setdefault((r["checkpoint"], r["client_a"], r["client_b"]), {})[r["quantity"]] = r
+    for r in table:
+        if r["quantity"] == "mi_exact" and r["iteration"] != 0:
+            yield r, by_key[(r["checkpoint"], r["client_a"], r["client_b"])]
+
+
 def transform_rows(transform, runs, work, preset=PRESET):
     """Rows of exact MI and both bounds (with intervals) on gaussian-sgd `preset` with `transform`."""
     init, shared = DESIGNS[TRANSFORM_DESIGN]
@@ -91,13 +102,9 @@ def transform_rows(transform, runs, work, preset=PRESET):
     sampler = ParameterSampler(task, seed=runs, init=init, shared=shared, every=EVERY, progress=False)
     dump = sampler.sample(runs, Path(work) / f"{transform}-{runs}")
     table = analyze(dump, estimators=("bound", register_copula_bound()), metrics=(), random_state=0)
-    by_key = {(r["checkpoint"], r["client_a"], r["client_b"], r["quantity"]): r for r in table}
     rows = []
-    for r in table:
-        if r["quantity"] != "mi_exact" or r["iteration"] == 0:
-            continue
-        key = (r["checkpoint"], r["client_a"], r["client_b"])
-        plain, copula = by_key[(*key, "mi_bound")], by_key[(*key, f"mi_{COPULA_BOUND}")]
+    for r, same in exact_rows(table):
+        plain, copula = same["mi_bound"], same[f"mi_{COPULA_BOUND}"]
         exact = r["value"]
         rows.append({"transform": transform, "design": TRANSFORM_DESIGN, "d": task.settings["d"], "runs": runs,
                      "iteration": r["iteration"], "pair": f"{r['client_a']}-{r['client_b']}", "mi_exact": exact,
@@ -169,13 +176,9 @@ def bound_rows(design, runs, work, permutations, preset=PRESET):
     dump = sampler.sample(runs, Path(work) / f"{init}-{'+'.join(shared) or 'none'}-{runs}")
     table = analyze(dump, estimators=("bound", "gaussian"), metrics=(), n_permutations={"bound": permutations},
                     random_state=0)
-    by_key = {(r["checkpoint"], r["client_a"], r["client_b"], r["quantity"]): r for r in table}
     rows = []
-    for r in table:
-        if r["quantity"] != "mi_exact" or r["iteration"] == 0:
-            continue
-        key = (r["checkpoint"], r["client_a"], r["client_b"])
-        bound, shrunk = by_key[(*key, "mi_bound")], by_key[(*key, "mi_gaussian")]
+    for r, same in exact_rows(table):
+        bound, shrunk = same["mi_bound"], same["mi_gaussian"]
         exact = r["value"]
         rows.append({
             "design": design, "d": task.settings["d"], "runs": runs, "iteration": r["iteration"],
