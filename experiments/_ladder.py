@@ -14,14 +14,17 @@ compared with FedAvg through the per-seed differences (:func:`paired_columns`,
 from __future__ import annotations
 
 import argparse
+import csv
+import json
 import time
 from pathlib import Path
 
 import numpy as np
 
+from mianalysis.analysis import sidecar_path
 from mianalysis.analysis.intervals import normal_interval
 
-__all__ = ["Diverged", "DidNotTrain", "command_line", "search", "tune", "tune_rule", "tried_text", "first_round", "paired", "paired_columns",
+__all__ = ["Diverged", "DidNotTrain", "command_line", "read_results", "search", "tune", "tune_rule", "tried_text", "first_round", "paired", "paired_columns",
            "bonferroni", "interval"]
 
 #: The seeds (the simulators' `seed`) of the search and of the evaluation rerun.
@@ -147,6 +150,19 @@ def command_line(argv, doc, stem, *, quick_help, figures):
     parser.add_argument("--replot", action="store_true", help="redraw the figure from the table and sidecar")
     args = parser.parse_args(argv)
     return args, stem + ("_quick" if args.quick else ""), Path(args.out)
+
+
+def read_results(out, name, *, floats, curve_keys, curve_values):
+    """(rows, curves, plan) of a table ``out/NAME.csv`` and its sidecar, as the scripts'
+    ``--replot`` draws them: the rows with the columns whose names start with `floats` as
+    floats (blanks kept), `curves` keyed by the sidecar curves' `curve_keys` (a pair of
+    entry names) holding each curve's `curve_values`, and the sidecar's plan."""
+    sidecar = json.loads(sidecar_path(out / f"{name}.csv").read_text())
+    with open(out / f"{name}.csv") as fh:
+        rows = [{k: (float(v) if k.startswith(floats) and v != "" else v) for k, v in r.items()}
+                for r in csv.DictReader(fh)]
+    curves = {tuple(c[k] for k in curve_keys): c[curve_values] for c in sidecar["curves"]}
+    return rows, curves, sidecar["plan"]
 
 
 def tune_rule(run, plan, *, score, summary, columns, fields, searches, describe):

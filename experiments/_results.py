@@ -93,16 +93,24 @@ def write_page(out, name, text, *, atomic=False):
 
 def rows_by_design(designs, design_rows, runs, *, prefix, width=45):
     """(rows, seconds): the rows of `design_rows(design, runs, work)` for each design in turn,
-    in a scratch folder `work` removed afterwards, with each design's time in seconds
-    (printed as it finishes)."""
+    in a scratch folder `work` removed afterwards, with each cell's time in seconds (printed
+    as it finishes).
+
+    `runs` is one run count (the cells are the designs, named by themselves) or a sequence of
+    them: then each design is run at every count in turn, design by design, and the cell
+    ``(design, n)`` is named "design / n" in `seconds` and the printed line.
+    """
+    counts = [runs] if isinstance(runs, int) else list(runs)
     work = tempfile.mkdtemp(prefix=prefix)
     rows, seconds = [], {}
     try:
         for design in designs:
-            start = time.perf_counter()
-            rows += design_rows(design, runs, work)
-            seconds[design] = round(time.perf_counter() - start, 1)
-            print(f"{design:{width}s} {seconds[design]:7.1f} s", flush=True)
+            for n in counts:
+                label = design if isinstance(runs, int) else f"{design} / {n}"
+                start = time.perf_counter()
+                rows += design_rows(design, n, work)
+                seconds[label] = round(time.perf_counter() - start, 1)
+                print(f"{label:{width}s} {seconds[label]:7.1f} s", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return rows, seconds

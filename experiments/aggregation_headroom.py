@@ -46,17 +46,16 @@ docs/results/tables/aggregation_headroom{_quick}.md (with --out DIR: all of them
 
 from __future__ import annotations
 
-import csv
 import json
 import time
 from pathlib import Path
 
 import numpy as np
-from _ladder import DidNotTrain, Diverged, command_line, first_round, interval, paired_columns, tune_rule
+from _ladder import (DidNotTrain, Diverged, command_line, first_round, interval, paired_columns, read_results,
+                     tune_rule)
 from _results import FIGURES, write_csv, write_page, write_sidecar
 
 from mianalysis.provenance import collect, utc_now
-from mianalysis.analysis import sidecar_path
 from mianalysis.federated import FederatedConfig, FederatedData, FederatedSimulation
 
 RULES = [  # (label, aggregator, parameters)
@@ -203,12 +202,9 @@ def write_results(out, name, rows, curves, searches, per_seed, plan, seconds, st
 
 def replot(out, name):
     """The figure again from the written table and sidecar (no training)."""
-    sidecar = json.loads(sidecar_path(out / f"{name}.csv").read_text())
-    with open(out / f"{name}.csv") as fh:
-        rows = [{k: (float(v) if k.startswith("d_accuracy") and v != "" else v) for k, v in r.items()}
-                for r in csv.DictReader(fh)]
-    curves = {(c["partition"], c["rule"]): c["test_accuracy_per_seed"] for c in sidecar["curves"]}
-    plot(rows, curves, out / f"{name}.png", sidecar["plan"])
+    rows, curves, plan = read_results(out, name, floats="d_accuracy", curve_keys=("partition", "rule"),
+                                      curve_values="test_accuracy_per_seed")
+    plot(rows, curves, out / f"{name}.png", plan)
 
 
 def plot(rows, curves, path, plan):

@@ -60,17 +60,15 @@ docs/results/tables/aggregation_headroom_quadratic{_quick}.md (with --out DIR: a
 
 from __future__ import annotations
 
-import csv
 import json
 import time
 from pathlib import Path
 
 import numpy as np
-from _ladder import (DidNotTrain, Diverged, bonferroni, command_line, first_round, interval, paired_columns,
+from _ladder import (DidNotTrain, Diverged, bonferroni, command_line, first_round, interval, paired_columns, read_results,
                      tune_rule)
 from _results import FIGURES, write_csv, write_page, write_sidecar
 
-from mianalysis.analysis import sidecar_path
 from mianalysis.federated.quadratic import QuadraticConfig, QuadraticFederation, fixed_point
 from mianalysis.provenance import collect, utc_now
 from mianalysis.tasks import get_task
@@ -270,12 +268,9 @@ def write_results(out, name, rows, curves, searches, per_seed, plan, seconds, st
 
 def replot(out, name):
     """The figure again from the written table and sidecar (no training)."""
-    sidecar = json.loads(sidecar_path(out / f"{name}.csv").read_text())
-    with open(out / f"{name}.csv") as fh:
-        rows = [{k: (float(v) if k.startswith("d_error") and v != "" else v) for k, v in r.items()}
-                for r in csv.DictReader(fh)]
-    curves = {(c["design"], c["rule"]): c["mean_error_per_round"] for c in sidecar["curves"]}
-    plot(rows, curves, out / f"{name}.png", sidecar["plan"])
+    rows, curves, plan = read_results(out, name, floats="d_error", curve_keys=("design", "rule"),
+                                      curve_values="mean_error_per_round")
+    plot(rows, curves, out / f"{name}.png", plan)
 
 
 def plot(rows, curves, path, plan):

@@ -34,6 +34,12 @@ coordinate replaced by its normal scores within each fold, registered here for t
 the estimator "bound_copula"), each with its 20-halves interval. Writes
 figures/projection_bound_transforms.csv (.csv.json) and
 docs/results/tables/projection_bound_transforms.md.
+
+    python experiments/projection_bound.py --quick [--transforms] [--out DIR]
+
+Either check in seconds (what tests/test_bound.py runs): the `paper` preset (20 parameters per
+client), 60 and 80 runs (80 with --transforms), 19 permutations, into a new temporary
+folder (named at the end) unless --out is given; the same tables, pages and sidecars.
 """
 
 from __future__ import annotations
@@ -41,13 +47,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import shutil
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
-from _results import FIGURES, write_csv, write_page, write_sidecar
+from _results import FIGURES, rows_by_design, write_csv, write_page, write_sidecar
 
 from mianalysis import ParameterSampler, analyze, projection_mi_bound
 from mianalysis.estimators.bound import RUNS_PER_DIMENSION
@@ -64,6 +68,8 @@ TRANSFORMS = ("sinh", "cubic")
 TRANSFORM_RUNS = (200, 400)
 TRANSFORM_DESIGN = "fixed start, shared data"
 COPULA_BOUND = "bound_copula"
+# --quick: a check in seconds (20 parameters per client)
+QUICK = {"preset": "paper", "runs": (60, 80), "transform_runs": (80,), "permutations": 19}
 
 
 def register_copula_bound():
@@ -78,20 +84,27 @@ def register_copula_bound():
     return COPULA_BOUND
 
 
-def transform_rows(transform, runs, work):
-    """Rows of exact MI and both bounds (with intervals) on gaussian-sgd with `transform`."""
+def exact_rows(table):
+    """(mi_exact row, {quantity: row} of its checkpoint and pair) for each exact-MI row of the
+    analysis `table` after iteration 0 (a per-run start gives identical clients there)."""
+    by_key = {}
+    for r in table:
+        by_key.setdefault((r["checkpoint"], r["client_a"], r["client_b"]), {})[r["quantity"]] = r
+    for r in table:
+        if r["quantity"] == "mi_exact" and r["iteration"] != 0:
+            yield r, by_key[(r["checkpoint"], r["client_a"], r["client_b"])]
+
+
+def transform_rows(transform, runs, work, preset=PRESET):
+    """Rows of exact MI and both bounds (with intervals) on gaussian-sgd `preset` with `transform`."""
     init, shared = DESIGNS[TRANSFORM_DESIGN]
-    task = get_task("gaussian-sgd", PRESET, transform=transform)
+    task = get_task("gaussian-sgd", preset, transform=transform)
     sampler = ParameterSampler(task, seed=runs, init=init, shared=shared, every=EVERY, progress=False)
     dump = sampler.sample(runs, Path(work) / f"{transform}-{runs}")
     table = analyze(dump, estimators=("bound", register_copula_bound()), metrics=(), random_state=0)
-    by_key = {(r["checkpoint"], r["client_a"], r["client_b"], r["quantity"]): r for r in table}
     rows = []
-    for r in table:
-        if r["quantity"] != "mi_exact" or r["iteration"] == 0:
-            continue
-        key = (r["checkpoint"], r["client_a"], r["client_b"])
-        plain, copula = by_key[(*key, "mi_bound")], by_key[(*key, f"mi_{COPULA_BOUND}")]
+    for r, same in exact_rows(table):
+        plain, copula = same["mi_bound"], same[f"mi_{COPULA_BOUND}"]
         exact = r["value"]
         rows.append({"transform": transform, "design": TRANSFORM_DESIGN, "d": task.settings["d"], "runs": runs,
                      "iteration": r["iteration"], "pair": f"{r['client_a']}-{r['client_b']}", "mi_exact": exact,
@@ -101,11 +114,11 @@ def transform_rows(transform, runs, work):
     return rows
 
 
-def summarise_transforms(rows):
-    """One line per transform and run count: coverage and capture of both bounds."""
+def summarise_transforms(rows, run_counts=TRANSFORM_RUNS):
+    """One line per transform and run count (of `run_counts`): coverage and capture of both bounds."""
     out = []
     for transform in TRANSFORMS:
-        for runs in TRANSFORM_RUNS:
+        for runs in run_counts:
             hits = [r for r in rows if r["transform"] == transform and r["runs"] == runs]
             if not hits:
                 continue
@@ -133,51 +146,39 @@ def transforms_markdown(lines):
     return md
 
 
-def main_transforms(out, started):
-    work = tempfile.mkdtemp(prefix="projection-bound-transforms-")
-    rows, seconds = [], {}
-    try:
-        for transform in TRANSFORMS:
-            for runs in TRANSFORM_RUNS:
-                start = time.perf_counter()
-                rows += transform_rows(transform, runs, work)
-                seconds[f"{transform} / {runs}"] = round(time.perf_counter() - start, 1)
-                print(f"{transform:6s} {runs:4d} runs {seconds[f'{transform} / {runs}']:7.1f} s", flush=True)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+def main_transforms(out, started, plan, quick):
+    rows, seconds = rows_by_design(TRANSFORMS, functools.partial(transform_rows, preset=plan["preset"]),
+                                   plan["transform_runs"], prefix="projection-bound-transforms-", width=12)
     name = "projection_bound_transforms"
     table = write_csv(rows, out / f"{name}.csv", float_format=".6g")
-    lines = summarise_transforms(rows)
+    lines = summarise_transforms(rows, plan["transform_runs"])
     md = transforms_markdown(lines)
     write_page(
         out, name,
-        f"The projection lower bound on non-Gaussian parameters: gaussian-sgd `{PRESET}` with each coordinate "
+        f"The projection lower bound on non-Gaussian parameters: gaussian-sgd `{plan['preset']}` with each coordinate "
         f"mapped by sinh or x + x^3 (the exact MI unchanged), design \"{TRANSFORM_DESIGN}\", iterations "
         f"{EVERY}-40, three client pairs, one dump per transform and run count. \"bound\" is the registered bound "
         "(canonical directions of the parameters), \"copula bound\" its copula variant (`copula=True`: normal "
         "scores within each fold); \"captured\" is the mean of bound / exact. Intervals: 20 random halves. "
-        "Made by `python experiments/projection_bound.py --transforms`.\n\n" + "\n".join(md) + "\n")
-    write_sidecar(table, {"table": table.name, "preset": PRESET, "design": TRANSFORM_DESIGN,
-                          "transforms": list(TRANSFORMS), "runs": list(TRANSFORM_RUNS), "seconds": seconds,
+        f"Made by `python experiments/projection_bound.py{' --quick' if quick else ''} --transforms`.\n\n"
+        + "\n".join(md) + "\n")
+    write_sidecar(table, {"table": table.name, "preset": plan["preset"], "design": TRANSFORM_DESIGN,
+                          "transforms": list(TRANSFORMS), "runs": list(plan["transform_runs"]), "seconds": seconds,
                           "summary": lines, "provenance": collect(started, finished=True)})
     print("\n".join(md))
 
 
-def bound_rows(design, runs, work, permutations):
+def bound_rows(design, runs, work, permutations, preset=PRESET):
     """Rows of exact MI, bound (with interval and null) and shrinkage number for one dump."""
     init, shared = DESIGNS[design]
-    task = get_task("gaussian-sgd", PRESET)
+    task = get_task("gaussian-sgd", preset)
     sampler = ParameterSampler(task, seed=runs, init=init, shared=shared, every=EVERY, progress=False)
     dump = sampler.sample(runs, Path(work) / f"{init}-{'+'.join(shared) or 'none'}-{runs}")
     table = analyze(dump, estimators=("bound", "gaussian"), metrics=(), n_permutations={"bound": permutations},
                     random_state=0)
-    by_key = {(r["checkpoint"], r["client_a"], r["client_b"], r["quantity"]): r for r in table}
     rows = []
-    for r in table:
-        if r["quantity"] != "mi_exact" or r["iteration"] == 0:
-            continue
-        key = (r["checkpoint"], r["client_a"], r["client_b"])
-        bound, shrunk = by_key[(*key, "mi_bound")], by_key[(*key, "mi_gaussian")]
+    for r, same in exact_rows(table):
+        bound, shrunk = same["mi_bound"], same["mi_gaussian"]
         exact = r["value"]
         rows.append({
             "design": design, "d": task.settings["d"], "runs": runs, "iteration": r["iteration"],
@@ -190,9 +191,9 @@ def bound_rows(design, runs, work, permutations):
     return rows
 
 
-def summarise(rows):
-    """One line per design and run count, and one over all rows."""
-    groups = [(d, n) for d in DESIGNS for n in RUNS] + [("all", "all")]
+def summarise(rows, run_counts=RUNS):
+    """One line per design and run count (of `run_counts`), and one over all rows."""
+    groups = [(d, n) for d in DESIGNS for n in run_counts] + [("all", "all")]
     out = []
     for design, runs in groups:
         hits = [r for r in rows if design == "all" or (r["design"] == design and r["runs"] == runs)]
@@ -235,43 +236,55 @@ def markdown(lines, permutations):
     return md
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--permutations", type=int, default=99, help="permutations of the bound's null per row")
-    parser.add_argument("--out", default=str(FIGURES))
+    parser.add_argument("--permutations", type=int, default=None, help="permutations of the bound's null per row "
+                        f"(default 99; {QUICK['permutations']} with --quick)")
+    parser.add_argument("--out", default=None, help="folder of the tables (default figures/; with --quick a new "
+                                                    "temporary folder)")
     parser.add_argument("--transforms", action="store_true",
                         help="instead: both bounds on gaussian-sgd transform=sinh and cubic (see above)")
-    args = parser.parse_args()
+    parser.add_argument("--quick", action="store_true",
+                        help="the check in seconds: 20 parameters per client (see above)")
+    args = parser.parse_args(argv)
     started = utc_now()
-    out = Path(args.out)
+    plan = dict(QUICK) if args.quick else {"preset": PRESET, "runs": RUNS, "transform_runs": TRANSFORM_RUNS,
+                                             "permutations": 99}
+    if args.permutations is not None:
+        plan["permutations"] = args.permutations
+    out = Path(args.out if args.out is not None else
+               tempfile.mkdtemp(prefix="projection-bound-quick-") if args.quick else FIGURES)
     out.mkdir(parents=True, exist_ok=True)
     if args.transforms:
-        return main_transforms(out, started)
-    work = tempfile.mkdtemp(prefix="projection-bound-")
-    rows, seconds = [], {}
-    try:
-        for design in DESIGNS:
-            for runs in RUNS:
-                start = time.perf_counter()
-                rows += bound_rows(design, runs, work, args.permutations)
-                seconds[f"{design} / {runs}"] = round(time.perf_counter() - start, 1)
-                print(f"{design:30s} {runs:4d} runs {seconds[f'{design} / {runs}']:7.1f} s", flush=True)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+        main_transforms(out, started, plan, args.quick)
+    else:
+        main_bound(out, started, plan, args.quick)
+    print(f"wrote {out}")
+    return out
+
+
+def main_bound(out, started, plan, quick):
+    permutations, d = plan["permutations"], get_task("gaussian-sgd", plan["preset"]).settings["d"]
+    rows, seconds = rows_by_design(DESIGNS, functools.partial(bound_rows, permutations=permutations,
+                                                              preset=plan["preset"]),
+                                   plan["runs"], prefix="projection-bound-", width=37)
     name = "projection_bound"
     table = write_csv(rows, out / f"{name}.csv", float_format=".6g")
-    lines = summarise(rows)
-    md = markdown(lines, args.permutations)
-    command = "python experiments/projection_bound.py" + (
-        f" --permutations {args.permutations}" if args.permutations != 99 else "")
+    lines = summarise(rows, plan["runs"])
+    md = markdown(lines, permutations)
+    default = QUICK["permutations"] if quick else 99
+    command = "python experiments/projection_bound.py" + (" --quick" if quick else "") + (
+        f" --permutations {permutations}" if permutations != default else "")
     write_page(
         out, name,
         f"The cross-fitted projection lower bound (`estimator=\"bound\"`, default settings) against gaussian-sgd's "
-        f"exact MI at the `{PRESET}` preset (200 parameters per client, 400 joint dimensions; iterations {EVERY}-40, "
+        f"exact MI at the `{plan['preset']}` preset ({d} parameters per client, {2 * d} joint dimensions; iterations "
+        f"{EVERY}-40, "
         f"three client pairs; one dump per design and run count). \"Captured\" is bound / exact over rows with exact "
         f"MI > {CAPTURE_MIN_BITS:g} bit, as is the Ledoit-Wolf shrinkage number over exact. Made by `{command}`.\n\n"
         + "\n".join(md) + "\n")
-    write_sidecar(table, {"table": table.name, "preset": PRESET, "runs": list(RUNS), "permutations": args.permutations,
+    write_sidecar(table, {"table": table.name, "preset": plan["preset"], "runs": list(plan["runs"]),
+                          "permutations": permutations,
                           "seconds": seconds, "summary": lines, "provenance": collect(started, finished=True)})
     print("\n".join(md))
 

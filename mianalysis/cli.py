@@ -209,34 +209,10 @@ def _cmd_plot(args):
         check_drawable(table, args.kind)
     except ValueError as exc:
         raise ValueError(f"{args.table}: {exc}") from None
-    path = save_figure(table, args.kind, args.out, title=args.title, record=_table_record(table), metric=args.metric)
+    path = save_figure(table, args.kind, args.out, title=args.title, metric=args.metric)  # titled from its sidecar
     _say(args, f"wrote {path}")
     if any(r["verdict"] for r in table):
         _print_trends(table, _table_level(table))
-
-
-def _table_record(table):
-    """What an AnalysisTable's sidecar and its dump's manifest say about how the table was
-    made (the dump's ``meta``: task, init, shared streams, under ``dump_meta``), for a
-    figure's title; None when the table has no readable sidecar. A dump that is gone leaves
-    ``dump_meta`` out."""
-    import json
-    from pathlib import Path
-
-    from .dumps import MANIFEST
-
-    if not (table.settings or table.record or table.provenance):
-        return None
-    record = table.sidecar
-    settings = table.settings
-    try:
-        manifest = json.loads((Path(str(settings.get("dump", ""))) / MANIFEST).read_text())
-        meta = manifest["meta"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return record
-    if isinstance(meta, dict):
-        record["dump_meta"] = {"shared": [], **meta}  # a recorded dump without `shared` shared nothing
-    return record
 
 
 def _table_level(table):

@@ -815,7 +815,9 @@ def save_figure(rows: Sequence[dict], kind: str, path: str | os.PathLike, title:
         First title line.
     record : dict, optional
         How the table was made, for the second title line (:func:`figure_title`) and the x
-        axes ("round" for a federated dump, :func:`checkpoint_label`).
+        axes ("round" for a federated dump, :func:`checkpoint_label`). Default: what a table
+        `rows` read with its sidecar says, with its dump's meta while the dump is there
+        (:meth:`AnalysisTable.record_with_dump`).
     metric : str, optional
         The recorded metric the "mi" figure draws (see :func:`figure_mi`); not for "distances".
 
@@ -828,6 +830,8 @@ def save_figure(rows: Sequence[dict], kind: str, path: str | os.PathLike, title:
     import matplotlib.pyplot as plt
 
     check_drawable(rows, kind)
+    if record is None and isinstance(rows, AnalysisTable):
+        record = rows.record_with_dump()
     if kind == "mi":
         fig = figure_mi(rows, title, record=record, metric=metric)
     elif metric is not None:

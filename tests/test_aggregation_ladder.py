@@ -197,3 +197,24 @@ def test_quadratic_experiment_quick_mode(tmp_path):
     assert len(sidecar["per_seed"]) == 16 * sidecar["plan"]["seeds"]
     assert (tmp_path / "aggregation_headroom_quadratic_quick.md").exists()
     assert (tmp_path / "aggregation_headroom_quadratic_quick.png").exists()
+    # --replot draws the same figure from the table and sidecar alone (_ladder.read_results).
+    from matplotlib.image import imread
+
+    drawn = imread(tmp_path / "aggregation_headroom_quadratic_quick.png")
+    (tmp_path / "aggregation_headroom_quadratic_quick.png").unlink()
+    subprocess.run([sys.executable, str(script), "--quick", "--replot", "--out", str(tmp_path)], check=True,
+                   cwd=tmp_path, capture_output=True, timeout=600)
+    assert np.array_equal(imread(tmp_path / "aggregation_headroom_quadratic_quick.png"), drawn)
+
+
+def test_read_results_gives_the_rows_curves_and_plan_a_replot_draws(ladder, tmp_path):
+    (tmp_path / "t.csv").write_text("design,rule,d_error,d_error_low,lr\r\n"
+                                    "a,FedAvg,,,0.1\r\na,Fisher,-0.5,-0.75,0.2\r\n")
+    (tmp_path / "t.csv.json").write_text(json.dumps({
+        "plan": {"seeds": 3}, "curves": [{"design": "a", "rule": "FedAvg", "mean_error_per_round": [2.0, 1.0]},
+                                         {"design": "a", "rule": "Fisher", "mean_error_per_round": [2.0, 0.5]}]}))
+    rows, curves, plan = ladder.read_results(tmp_path, "t", floats="d_error", curve_keys=("design", "rule"),
+                                             curve_values="mean_error_per_round")
+    assert rows == [{"design": "a", "rule": "FedAvg", "d_error": "", "d_error_low": "", "lr": "0.1"},
+                    {"design": "a", "rule": "Fisher", "d_error": -0.5, "d_error_low": -0.75, "lr": "0.2"}]
+    assert curves == {("a", "FedAvg"): [2.0, 1.0], ("a", "Fisher"): [2.0, 0.5]} and plan == {"seeds": 3}

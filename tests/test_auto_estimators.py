@@ -217,3 +217,35 @@ def test_a_bounds_change_gives_no_trend_verdict(tmp_path):
     assert change["estimate_kind"] == "bound"
     assert change["verdict"] == change["family_verdict"] == "not made: lower bound (its change is not the MI's)"
     assert change["value"] > 0  # the change itself is still reported
+
+
+def test_each_clients_varying_columns_are_found_once_per_checkpoint_and_serve_every_pair(tmp_path, monkeypatch):
+    """The auto choice counts a pair's varying parameters and each estimate (and its
+    interval) drops the others: one mask per client and checkpoint serves all of them."""
+    from mianalysis._validation import varying_columns
+    from mianalysis.analysis import compute
+
+    rng = np.random.default_rng(4)
+    samples = {c: rng.standard_normal((2, 300, 5)) for c in "abc"}
+    samples["a"][0, :, 3:] = 1.0  # a: 3 of 5 parameters vary at checkpoint 0, all 5 at checkpoint 1
+    samples["c"][:, :, 4] = 2.0  # c: 4 of 5 at both
+    dump = ParameterDump.from_arrays(tmp_path / "d", samples)
+    calls = []
+
+    def counted(a):
+        calls.append(np.shape(a))
+        return varying_columns(a)
+
+    monkeypatch.setattr(compute, "varying_columns", counted)
+    rows = analyze(dump, n_permutations=3, **FAST)
+    assert calls == [(300, 5)] * 6  # 3 clients x 2 checkpoints (every pair and estimate reads these)
+    mi = {(r["checkpoint"], r["client_a"], r["client_b"]): r for r in _mi_rows(rows)}
+    assert len(mi) == 6 and {r["quantity"] for r in mi.values()} == {"mi_copula"}
+    joint = {(0, "a", "b"): 8, (0, "a", "c"): 7, (0, "b", "c"): 9, (1, "a", "b"): 10, (1, "a", "c"): 9,
+             (1, "b", "c"): 9}
+    for key, d in joint.items():
+        note = mi[key]["note"]
+        assert note.startswith(f"auto: copula, an estimate (300 runs >= 2.2 x {d} joint dims"), note
+        dropped = 10 - d
+        assert (f"dropped {dropped} constant parameters" in note) == (dropped > 0), note
+        assert np.isfinite(mi[key]["ci_low"]) and mi[key]["ci_low"] <= mi[key]["value"] <= mi[key]["ci_high"]

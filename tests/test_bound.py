@@ -199,11 +199,10 @@ def test_the_command_line_labels_the_bound_as_a_lower_bound(tmp_path, capsys):
     assert capsys.readouterr().out.startswith("bound MI >= ")
 
 
-def test_projection_bound_transforms_experiment_compares_both_bounds_on_monotone_outputs(tmp_path, monkeypatch):
+def _projection_bound_script(monkeypatch):
+    """experiments/projection_bound.py as a module (its sibling _results importable)."""
     import importlib.util
     from pathlib import Path
-
-    from mianalysis.estimators.registry import estimator_names, unregister_estimator
 
     root = Path(__file__).resolve().parents[1]
     monkeypatch.syspath_prepend(str(root / "experiments"))
@@ -211,24 +210,83 @@ def test_projection_bound_transforms_experiment_compares_both_bounds_on_monotone
                                                   "projection_bound.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    monkeypatch.setattr(module, "PRESET", "paper")  # 20 parameters per client: seconds, not minutes
+    return module
+
+
+def _csv(path):
+    import csv
+
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+BOUND_COLUMNS = ["design", "d", "runs", "iteration", "pair", "n_components", "mi_exact", "mi_bound", "bound_ci_low",
+                 "bound_ci_high", "bound_null_mean", "bound_null_std", "bound_p_value", "captured",
+                 "mi_gaussian_shrinkage", "bound_note", "gaussian_note"]
+TRANSFORM_COLUMNS = ["transform", "design", "d", "runs", "iteration", "pair", "mi_exact", "bound", "bound_ci_low",
+                     "bound_ci_high", "copula_bound", "copula_bound_ci_low", "copula_bound_ci_high", "bound_captured",
+                     "copula_bound_captured"]
+
+
+def test_projection_bound_quick_mode_writes_a_table_whose_bound_lies_below_the_exact_mi(tmp_path, monkeypatch):
+    import json
+
+    module = _projection_bound_script(monkeypatch)
+    assert module.main(["--quick", "--out", str(tmp_path)]) == tmp_path
+    rows = _csv(tmp_path / "projection_bound.csv")
+    assert list(rows[0]) == BOUND_COLUMNS
+    cells = [(d, n) for d in module.DESIGNS for n in module.QUICK["runs"]]
+    assert list(dict.fromkeys((r["design"], int(r["runs"])) for r in rows)) == cells
+    assert len(rows) == len(cells) * 4 * 3  # iterations 10-40, three pairs
+    assert {r["d"] for r in rows} == {"20"}
+    exact, bound, low = (np.array([float(r[c]) for r in rows]) for c in ("mi_exact", "mi_bound", "bound_ci_low"))
+    assert (low <= exact).all()  # the check of the script: the interval at or below the exact MI
+    big = exact > module.CAPTURE_MIN_BITS
+    assert big.sum() == len(rows) / 2  # the fixed-start design's rows
+    assert (bound[big] <= exact[big]).all() and (bound[big] > 0).all()
+    np.testing.assert_allclose([float(r["captured"]) for r, b in zip(rows, big) if b], bound[big] / exact[big],
+                               rtol=1e-5)
+    assert all(r["captured"] == "nan" for r, b in zip(rows, big) if not b)
+    sidecar = json.loads((tmp_path / "projection_bound.csv.json").read_text())
+    assert (sidecar["preset"], sidecar["runs"], sidecar["permutations"]) == ("paper", [60, 80], 19)
+    assert list(sidecar["seconds"]) == [f"{d} / {n}" for d, n in cells]  # rows_by_design's cells
+    assert [(s["design"], s["runs"]) for s in sidecar["summary"]] == cells + [("all", "all")]
+    assert all(s["interval_at_or_below"] == 1.0 for s in sidecar["summary"])
+    page = (tmp_path / "projection_bound.md").read_text()  # beside the table, not in docs/
+    assert "`paper` preset (20 parameters per client, 40 joint dimensions" in page
+    assert "Made by `python experiments/projection_bound.py --quick`" in page
+
+
+def test_projection_bound_transforms_experiment_compares_both_bounds_on_monotone_outputs(tmp_path, monkeypatch):
+    import json
+
+    from mianalysis.estimators.registry import estimator_names, unregister_estimator
+
+    module = _projection_bound_script(monkeypatch)
     try:
-        rows = {t: module.transform_rows(t, 80, tmp_path / t) for t in ("sinh", "cubic")}
+        module.main(["--quick", "--transforms", "--out", str(tmp_path)])  # 20 parameters per client, 80 runs
     finally:
         if module.COPULA_BOUND in estimator_names():
             unregister_estimator(module.COPULA_BOUND)
     assert module.COPULA_BOUND not in estimator_names()
+    table = _csv(tmp_path / "projection_bound_transforms.csv")
+    assert list(table[0]) == TRANSFORM_COLUMNS
+    rows = {t: [{k: (v if k in ("transform", "design", "pair") else float(v)) for k, v in r.items()}
+                for r in table if r["transform"] == t] for t in module.TRANSFORMS}
     for t, hits in rows.items():
-        assert len(hits) == 4 * 3 and {r["transform"] for r in hits} == {t}
+        assert len(hits) == 4 * 3 and {r["runs"] for r in hits} == {80}
         assert all(r["bound"] <= r["mi_exact"] and r["copula_bound"] <= r["mi_exact"] for r in hits)
+        assert all(r["bound_ci_low"] <= r["mi_exact"] and r["copula_bound_ci_low"] <= r["mi_exact"] for r in hits)
     # Normal scores do not change under a monotone map: the copula variant is the same under both.
     assert [r["copula_bound"] for r in rows["sinh"]] == pytest.approx([r["copula_bound"] for r in rows["cubic"]],
-                                                                      rel=1e-6)
+                                                                      rel=2e-5)
     assert [r["mi_exact"] for r in rows["sinh"]] == [r["mi_exact"] for r in rows["cubic"]]
-    lines = module.summarise_transforms(rows["sinh"] + rows["cubic"])
-    assert {(s["transform"], s["runs"]) for s in lines} == set()  # 80 runs are not among TRANSFORM_RUNS
-    monkeypatch.setattr(module, "TRANSFORM_RUNS", (80,))
-    lines = module.summarise_transforms(rows["sinh"] + rows["cubic"])
-    assert [(s["transform"], s["rows"]) for s in lines] == [("sinh", 12), ("cubic", 12)]
+    sidecar = json.loads((tmp_path / "projection_bound_transforms.csv.json").read_text())
+    assert list(sidecar["seconds"]) == ["sinh / 80", "cubic / 80"]
+    lines = sidecar["summary"]
+    assert [(s["transform"], s["runs"], s["rows"]) for s in lines] == [("sinh", 80, 12), ("cubic", 80, 12)]
     assert all(s["copula_bound_at_or_below"] == 1.0 for s in lines)
     assert module.transforms_markdown(lines)[2].startswith("| sinh | 80 | 12 |")
+    assert module.summarise_transforms(rows["sinh"] + rows["cubic"], (200, 400)) == []  # counts it does not hold
+    assert "Made by `python experiments/projection_bound.py --quick --transforms`" in (
+        tmp_path / "projection_bound_transforms.md").read_text()

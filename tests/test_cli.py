@@ -97,11 +97,10 @@ def test_sample_analyze_plot_verify(tmp_path, capsys):
     assert main(["plot", str(tmp_path / "r.csv"), "--out", str(tmp_path / "f.png"), "--kind", "distances"]) == 0
     assert (tmp_path / "f.png").stat().st_size > 1000
     from mianalysis.analysis import AnalysisTable
-    from mianalysis.cli import _table_record
     from mianalysis.plots import figure_title
 
     table = AnalysisTable.read(tmp_path / "r.csv")
-    title = figure_title(table, _table_record(table))
+    title = figure_title(table, table.record_with_dump())
     assert title.startswith("signal-rnn; init per-run; shared streams: none; 6 runs; Gaussian MI")
 
 

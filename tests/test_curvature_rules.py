@@ -243,6 +243,14 @@ def test_headroom_experiment_quick_mode(tmp_path):
     scored = sum(r["lr_choice"] not in ("all failed", "failed on the evaluation seeds") for r in rows)
     assert len(sidecar["per_seed"]) == scored * sidecar["plan"]["seeds"]  # every seed of every scored rule
     assert (tmp_path / "aggregation_headroom_quick.md").exists() and (tmp_path / "aggregation_headroom_quick.png").exists()
+    # --replot draws the same figure from the table and sidecar alone (_ladder.read_results).
+    from matplotlib.image import imread
+
+    drawn = imread(tmp_path / "aggregation_headroom_quick.png")
+    (tmp_path / "aggregation_headroom_quick.png").unlink()
+    subprocess.run([sys.executable, str(script), "--quick", "--replot", "--out", str(tmp_path)], check=True,
+                   cwd=tmp_path, capture_output=True, timeout=600)
+    assert np.array_equal(imread(tmp_path / "aggregation_headroom_quick.png"), drawn)
 
 
 # ------------------------------------------------------------------ Flower

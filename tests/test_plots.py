@@ -280,6 +280,37 @@ def test_a_writer_loop_without_a_loss_at_checkpoint_0_gives_a_figure_without_war
         plt.close(fig)
 
 
+def test_save_figure_labels_rounds_from_the_dump_a_table_read_from_disk_names(tmp_path, monkeypatch):
+    import shutil
+
+    from mianalysis import DumpWriter, analyze
+    from mianalysis.analysis import AnalysisTable
+    from mianalysis.plots import save_figure
+
+    rng = np.random.default_rng(1)
+    with DumpWriter(tmp_path / "d", clients=["a", "b"], checkpoints=[0, 1, 2], runs=30, chunk_size=30,
+                    meta={"flower": {"rounds": 2}}) as w:
+        for run in w.missing_runs():
+            for c in "ab":
+                for t in (0, 1, 2):
+                    w.record(run=run, client=c, checkpoint=t, params=rng.standard_normal(2))
+    analyze(w.dump, estimators=["gaussian"], n_permutations=0, out=tmp_path / "t.csv")
+    drawn = []
+    monkeypatch.setattr(plt, "close", drawn.append)  # save_figure closes what it drew: keep it to look at
+    try:
+        for kind in ("mi", "distances"):  # no record=: the table's sidecar names the dump, whose meta has rounds
+            save_figure(AnalysisTable.read(tmp_path / "t.csv"), kind, tmp_path / f"{kind}.png")
+        assert [{ax.get_xlabel() for ax in fig.axes if ax.axison} for fig in drawn] == [{"round"}] * 2
+        save_figure([dict(r) for r in AnalysisTable.read(tmp_path / "t.csv")], "mi", tmp_path / "rows.png")
+        shutil.rmtree(tmp_path / "d")  # rows without their table, or a table whose dump is gone: iterations
+        save_figure(AnalysisTable.read(tmp_path / "t.csv"), "mi", tmp_path / "gone.png")
+        assert [{ax.get_xlabel() for ax in fig.axes if ax.axison} for fig in drawn[2:]] == [{"iteration"}] * 2
+    finally:
+        monkeypatch.undo()
+        for fig in drawn:
+            plt.close(fig)
+
+
 def test_a_null_of_too_few_permutations_draws_no_band_and_says_so(ax):
     from mianalysis.plots import MIN_BAND_PERMUTATIONS, permutations_of
 

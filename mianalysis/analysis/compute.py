@@ -41,11 +41,11 @@ def gaussian_settings(n_runs: int, n_features: int) -> tuple[dict[str, str], str
             f"ledoit-wolf shrinkage: {n_runs} runs <= 2 x {n_features} joint dimensions")
 
 
-def _drop_constant(x, y):
+def _drop_constant(x, y, keep=None):
     """x and y without their constant parameters (the estimators' rule, :func:`varying_columns`)
-    and how many were dropped."""
-    keep_x = varying_columns(x)
-    keep_y = varying_columns(y)
+    and how many were dropped; `keep`, where given, is (varying_columns(x), varying_columns(y))
+    already computed."""
+    keep_x, keep_y = (varying_columns(x), varying_columns(y)) if keep is None else keep
     dropped = int((~keep_x).sum() + (~keep_y).sum())
     return x[:, keep_x], y[:, keep_y], dropped
 
@@ -68,7 +68,7 @@ class _Estimate:
 
 
 def _mi_row(x, y, estimator, k, permutations, rng, distances=None, distance_cache="auto", standardize=True,
-            gaussian_null="permutation"):
+            gaussian_null="permutation", keep=None):
     """The fields of one estimator's row on one client pair: value, null_mean, null_std,
     p_value, note and the typed columns (estimate_kind, outside_calibration, null_method);
     an estimate outside the calibrated regime says so (mianalysis.analysis.regime), and
@@ -78,8 +78,9 @@ def _mi_row(x, y, estimator, k, permutations, rng, distances=None, distance_cach
     only); the estimate and its permutation null then cost O(n^2) each. Otherwise
     `distance_cache` is passed on to the KSG estimator and its permutation test. With
     `gaussian_null` "analytic", a plain (unshrunk) Gaussian estimate gets the null of
-    :func:`gaussian_mi_null` and no permutations."""
-    x, y, dropped = _drop_constant(x, y)
+    :func:`gaussian_mi_null` and no permutations. `keep`: the varying columns of x and y where
+    the caller has them (:func:`_drop_constant`)."""
+    x, y, dropped = _drop_constant(x, y, keep)
     notes = [f"dropped {dropped} constant parameters"] if dropped else []
     if x.shape[1] == 0 or y.shape[1] == 0:  # I(c; Y) = 0, as the estimators return (with null 0, p = 1)
         side = "client_a's" if x.shape[1] == 0 else "client_b's"
@@ -236,11 +237,14 @@ class CheckpointAnalysis:
         for group, cols in self.groups:
             samples = [np.asarray(dump.samples(c, index=t)[:, cols], dtype=np.float64) for c in range(n_clients)]
             _check_finite(dump, t, samples, cols)
+            # Each client's varying parameters, once: the auto choice counts them, and every
+            # estimate and interval drops the others (the constant rule is per column).
+            varying = [varying_columns(s) for s in samples]
             distances = None
             cache_users = [e for e in self.estimators if get_estimator(e).distance_cache]
             if self.request.auto:  # KSG only where the rule runs it on some pair
                 cache_users = [e for e in cache_users if any(
-                    e in [c.estimator for c in choose(self.n_runs, _varying(samples[a]) + _varying(samples[b]))]
+                    e in [c.estimator for c in _choose(self.n_runs, varying[a], varying[b])]
                     for a, b in self.pairs)]
             if cache_users and self.request.reuse_distances:
                 # Each client's marginal distances serve every pair it is in, the estimate and
@@ -258,10 +262,11 @@ class CheckpointAnalysis:
                         continue
                     d = paired_distances(x, y, metric)
                     rows.append(self.row(t, a, b, metric, d.mean(), d.std(ddof=1), group=group))
+                keep = (varying[a], varying[b])
                 if self.request.auto:
-                    chosen = self._auto_fields(t, a, b, x, y, distances)
+                    chosen = self._auto_fields(t, a, b, x, y, distances, keep)
                 else:
-                    chosen = [(e, self._fields(t, a, b, x, y, e, distances)) for e in self.estimators]
+                    chosen = [(e, self._fields(t, a, b, x, y, e, distances, keep)) for e in self.estimators]
                 for estimator, fields in chosen:
                     fields.pop("regime")
                     fields["note"] = "; ".join(n for n in (fields["note"], self.design) if n)
@@ -270,7 +275,7 @@ class CheckpointAnalysis:
                     rows.append(self.row(t, a, b, "mi_exact", exact(dump.checkpoints[t], a, b)))
                 if progress is not None:
                     progress(1)
-            resampled = self.with_intervals(t, samples, self.of_checkpoint(rows, t, group))
+            resampled = self.with_intervals(t, samples, self.of_checkpoint(rows, t, group), varying)
             if self.request.gaussianity:
                 rows += self.gaussianity_rows(t, group, samples, rows)
             per_group.append((group, rows, resampled))
@@ -319,31 +324,34 @@ class CheckpointAnalysis:
         return self.row(t, a, b, quantity, value, spread, note=note, group=group)
 
     def _fields(self, t: int, a: int, b: int, x: np.ndarray, y: np.ndarray, estimator: str,
-                distances: Sequence[MarginalDistances] | None) -> dict[str, Any]:
-        """One estimator's row fields on pair (a, b) at checkpoint t (see :func:`_mi_row`),
-        from its own random stream."""
+                distances: Sequence[MarginalDistances] | None,
+                keep: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, Any]:
+        """One estimator's row fields on pair (a, b) at checkpoint t (see :func:`_mi_row`;
+        `keep`: the varying columns of x and y), from its own random stream."""
         entry, request = get_estimator(estimator), self.request
         rng = np.random.default_rng([self.random_state, t, a, b, _stream(estimator)])
         cached = (distances[a], distances[b]) if entry.distance_cache and distances is not None else None
         return _mi_row(x, y, estimator, self.k, request.permutations[estimator], rng, cached,
-                       request.distance_cache, request.standardize, request.gaussian_null)
+                       request.distance_cache, request.standardize, request.gaussian_null, keep)
 
     def _auto_fields(self, t: int, a: int, b: int, x: np.ndarray, y: np.ndarray,
-                     distances: Sequence[MarginalDistances] | None) -> list[tuple[str, dict[str, Any]]]:
+                     distances: Sequence[MarginalDistances] | None,
+                     keep: tuple[np.ndarray, np.ndarray]) -> list[tuple[str, dict[str, Any]]]:
         """The rows ``estimators="auto"`` gives pair (a, b) at checkpoint t
-        (:mod:`mianalysis.analysis.choice`): [(estimator, fields)], each note saying which
+        (:mod:`mianalysis.analysis.choice`; `keep`: the varying columns of x and y, which the
+        rule counts and each estimate keeps): [(estimator, fields)], each note saying which
         estimator it is and why."""
         out = []
-        for choice in choose(self.n_runs, _varying(x) + _varying(y)):
+        for choice in _choose(self.n_runs, *keep):
             if choice.estimator == FALLBACK and self.n_runs < bound_min_runs():  # no bound at all: said so
                 out.append((FALLBACK, {**_no_estimate(FALLBACK), "note": f"{choice.note}; no bound: {self.n_runs} "
                                        f"runs < {bound_min_runs()} (two folds of 4 runs)"}))
                 continue
-            fields = self._fields(t, a, b, x, y, choice.estimator, distances)
+            fields = self._fields(t, a, b, x, y, choice.estimator, distances, keep)
             note = choice.note
             if choice.estimator == PRIMARY and fields["outside_calibration"]:  # after all: the bound instead
                 note = fallback_note(fields["regime"])
-                fields = self._fields(t, a, b, x, y, FALLBACK, distances)
+                fields = self._fields(t, a, b, x, y, FALLBACK, distances, keep)
                 choice = Choice(FALLBACK, note)
             if choice.estimator == EXTRA and fields["outside_calibration"]:  # left out, and said so
                 first = out[0][1]
@@ -394,9 +402,11 @@ class CheckpointAnalysis:
                 and r.get("layer", "") == group}
 
     def with_intervals(self, t: int, samples: Sequence[np.ndarray],
-                       of_t: Mapping[tuple[int, int, str], dict[str, Any]]) -> dict[tuple[int, int, str], np.ndarray]:
+                       of_t: Mapping[tuple[int, int, str], dict[str, Any]],
+                       varying: Sequence[np.ndarray] | None = None) -> dict[tuple[int, int, str], np.ndarray]:
         """Fill the interval of every MI and distance row of checkpoint t (`of_t`: (a, b,
-        quantity) -> row); return what their changes' intervals need."""
+        quantity) -> row); return what their changes' intervals need. `varying`: each
+        client's varying columns (:func:`varying_columns` of its samples) where known."""
         out = {}
         n_runs, k, incomplete, ci_level = self.n_runs, self.k, self.incomplete, self.ci_level
         for (a, b, q), row in of_t.items():
@@ -420,7 +430,10 @@ class CheckpointAnalysis:
                     continue
                 shrunk = {"shrinkage": "ledoit-wolf"} if row["estimate_kind"] == "shrinkage" else None
                 x, y = samples[a], samples[b]
-                x, y = _drop_constant(x, y)[:2]  # as the estimate: the rule on the unscaled parameters
+                if varying is None:
+                    varying = [varying_columns(s) for s in samples]
+                # As the estimate: the rule on the unscaled parameters.
+                x, y = _drop_constant(x, y, (varying[a], varying[b]))[:2]
                 if entry.distance_cache and self.request.standardize:  # as the estimate itself (MI does not change with scale)
                     x, y = standardize_columns(x), standardize_columns(y)
                 out[a, b, q] = mi_replicates(x, y, e, self.indices[e], k=k, gaussian_kwargs=shrunk,
@@ -489,10 +502,11 @@ def _no_estimate(estimator):
             "regime": ""}
 
 
-def _varying(samples):
-    """The number of columns of `samples` that vary over runs by the constant rule every estimator
-    applies (:func:`mianalysis._validation.varying_columns`); the joint dimension counts these."""
-    return int(varying_columns(samples).sum()) if samples.shape[0] else 0
+def _choose(n_runs, keep_x, keep_y):
+    """The auto rule's choices (:func:`choose`) for a pair whose varying columns (by the constant
+    rule every estimator applies, :func:`mianalysis._validation.varying_columns`) are `keep_x`
+    and `keep_y`: the joint dimension counts these."""
+    return choose(n_runs, int(keep_x.sum() + keep_y.sum()))
 
 
 def _stream(estimator):

@@ -280,6 +280,27 @@ class AnalysisTable(Sequence[dict[str, Any]]):
         return {"format_version": FORMAT_VERSION, "settings": self.settings, **self.record,
                 "provenance": self.provenance}
 
+    def record_with_dump(self) -> dict[str, Any] | None:
+        """How the table was made, as a figure's title and axes read it
+        (:func:`mianalysis.plots.figure_title`, :func:`mianalysis.plots.checkpoint_label`): the
+        entries of :attr:`sidecar` and, while the dump its settings name (``settings["dump"]``)
+        is readable, that dump's meta (task, init, shared streams; ``flower`` or ``federated``
+        for a dump of rounds) under ``dump_meta``, with ``shared`` [] where the dump records
+        none (such a dump shared nothing). None for a table without a sidecar (no settings,
+        record or provenance); a dump that is gone leaves ``dump_meta`` out."""
+        from ..dumps import MANIFEST
+
+        if not (self.settings or self.record or self.provenance):
+            return None
+        record = self.sidecar
+        try:
+            meta = json.loads((Path(str(self.settings.get("dump", ""))) / MANIFEST).read_text())["meta"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return record
+        if isinstance(meta, dict):
+            record["dump_meta"] = {"shared": [], **meta}
+        return record
+
     def write(self, path: str | os.PathLike) -> None:
         """Write the rows as CSV (NaN as an empty field) to `path` and the settings,
         record and provenance to its sidecar (:func:`sidecar_path`), each through a new
