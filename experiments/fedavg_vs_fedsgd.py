@@ -9,6 +9,7 @@ the target.
 
     python experiments/fedavg_vs_fedsgd.py --quick   # MLP, IID, a few configurations
     python experiments/fedavg_vs_fedsgd.py           # both models, both partitions
+    python experiments/fedavg_vs_fedsgd.py --at-table-rates  # the table's rates only: curves per replicate
 
 Writes figures/fedavg_vs_fedsgd{_quick}.csv (the table), .csv.json (provenance:
 versions, machine, command line, times), _lr_search.csv, _curves.json and _accuracy.png,
@@ -46,9 +47,37 @@ def run_config(model, data, algorithm, epochs, batch, lr, rounds, replicates):
                           algorithm=algorithm, aggregator="fedavg")
     history = FederatedSimulation(model, data, cfg, replicates=replicates, seed=0).run(
         stop_at_accuracy=TARGET[model]).history
+    per_replicate = replicate_curves(history)
+    curve = [float(np.mean(values)) for values in zip(*per_replicate.values())]
+    return cfg, history, curve, per_replicate
+
+
+def replicate_curves(history):
+    """Each replicate's test accuracy per round, from a simulation's history.
+
+    Parameters
+    ----------
+    history : list of dict
+        Rows with ``round``, ``replicate`` and ``test_accuracy`` (FederatedSimulation's history).
+
+    Returns
+    -------
+    dict of int to list of float
+        Replicate id to its accuracy at rounds 0, 1, ..., the last round logged.
+
+    Raises
+    ------
+    ValueError
+        If a replicate lacks a round the others logged.
+    """
     last = max(h["round"] for h in history)
-    curve = [float(np.mean([h["test_accuracy"] for h in history if h["round"] == t])) for t in range(last + 1)]
-    return cfg, history, curve
+    curves = {}
+    for h in history:
+        curves.setdefault(int(h["replicate"]), {})[int(h["round"])] = float(h["test_accuracy"])
+    missing = [rep for rep, by_round in curves.items() if len(by_round) != last + 1]
+    if missing:
+        raise ValueError(f"replicates {missing} lack rounds of the history (every replicate needs rounds 0..{last})")
+    return {rep: [by_round[t] for t in range(last + 1)] for rep, by_round in sorted(curves.items())}
 
 
 def search_learning_rate(run, start_lrs, max_rounds, ladder=LADDER):
@@ -126,14 +155,110 @@ def search_learning_rate(run, start_lrs, max_rounds, ladder=LADDER):
     return best, tried
 
 
+def rerun_at_table_rates(table=None, out=None):
+    """Rerun every configuration of the committed table at the learning rate it chose (no
+    search), keeping each replicate's accuracy curve; the table itself is left as it is.
+
+    Writes ``fedavg_vs_fedsgd_curves.json`` (mean and per-replicate curves), the figure,
+    and ``fedavg_vs_fedsgd_rerun_check.csv`` (+ sidecar): per configuration the table's
+    rounds to target and final accuracy beside the rerun's, so that a difference between
+    the committed numbers and the code at hand is on record.
+
+    Parameters
+    ----------
+    table : path-like, optional
+        The table; default ``figures/fedavg_vs_fedsgd.csv``.
+    out : path-like, optional
+        Where to write; default the table's folder.
+
+    Raises
+    ------
+    FileNotFoundError
+        If the table or its sidecar (which holds the plan) is missing.
+    """
+    import csv
+    from pathlib import Path
+
+    from _results import sidecar_path
+
+    table = Path(table) if table is not None else FIGURES / "fedavg_vs_fedsgd.csv"
+    out = Path(out) if out is not None else table.parent
+    if not table.exists() or not sidecar_path(table).exists():
+        raise FileNotFoundError(f"--at-table-rates needs the table {table} and its sidecar {sidecar_path(table)}")
+    plan = json.loads(sidecar_path(table).read_text())["plan"]
+    with open(table, newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["lr"] not in ("", "all diverged")]
+    rows.sort(key=lambda r: r["model"] == "cnn")  # the cheap MLP configurations first (partial results survive)
+    started = utc_now()
+    checks, curves, replicates, data = [], {}, {}, {}
+    # The curves already stored (the mean of the run that made the table) stand where this
+    # rerun has not (yet) replaced them with its own mean and per-replicate curves.
+    stored = out / "fedavg_vs_fedsgd_curves.json"
+    if stored.exists():
+        for c in json.loads(stored.read_text()):
+            key = (c["partition"], c["model"], c["label"])
+            curves[key] = c["accuracy"]
+            if c.get("replicates"):
+                replicates[key] = {int(r["replicate"]): r["accuracy"] for r in c["replicates"]}
+    for r in rows:
+        start = time.perf_counter()
+        partition, model, algorithm = r["partition"], r["model"], r["algorithm"]
+        epochs, batch, lr = int(r["E"]), None if r["B"] == "inf" else int(r["B"]), float(r["lr"])
+        if partition not in data:
+            data[partition] = FederatedData.digits(100, partition, seed=0)
+        _, history, curve, per_replicate = run_config(model, data[partition], algorithm, epochs, batch, lr,
+                                                      int(r["max_rounds"]), plan["replicates"])
+        reached = rounds_to_accuracy(history, TARGET[model])
+        label = f"{algorithm} E={epochs} B={r['B']}"
+        curves[(partition, model, label)] = curve
+        replicates[(partition, model, label)] = per_replicate
+        final_table = float(r["final_accuracy"])
+        checks.append({"partition": partition, "model": model, "configuration": label, "lr": lr,
+                       "rounds_table": r["rounds"], "rounds_rerun": reached if reached is not None else "",
+                       "final_accuracy_table": final_table, "final_accuracy_rerun": round(curve[-1], 4),
+                       "final_accuracy_difference": round(round(curve[-1], 4) - final_table, 4),
+                       "same": str(r["rounds"]) == str(reached if reached is not None else "")
+                       and round(curve[-1], 4) == final_table,
+                       "seconds": round(time.perf_counter() - start, 1)})
+        print(json.dumps(checks[-1]), flush=True)
+        check = write_csv(checks, out / "fedavg_vs_fedsgd_rerun_check.csv")  # partial results survive
+        write_sidecar(check, {"table": check.name, "of": table.name, "plan": plan,
+                              "what": "each configuration of the table rerun at its chosen learning rate "
+                                      "(no search), with the plan's replicates and round cap",
+                              "provenance": [collect(started, finished=len(checks) == len(rows))]})
+        write_curves(curves, replicates, out / "fedavg_vs_fedsgd_curves.json")
+    plot(curves, out / "fedavg_vs_fedsgd_accuracy.png", plan, replicates=replicates)
+    return checks
+
+
+def write_curves(curves, replicates, path):
+    """The accuracy curves as JSON, so that the figure can be redrawn without training
+    (experiments/replot.py): per configuration the replicate mean and each replicate's own
+    curve (by replicate id; the simulation's seed is 0)."""
+    path.write_text(json.dumps(
+        [{"partition": p, "model": m, "label": label, "accuracy": list(map(float, c)), "seed": 0,
+          "replicates": [{"replicate": rep, "accuracy": list(map(float, rc))}
+                         for rep, rc in replicates.get((p, m, label), {}).items()]}
+         for (p, m, label), c in curves.items()]) + "\n")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--at-table-rates", action="store_true",
+                        help="rerun each configuration of figures/fedavg_vs_fedsgd.csv at its chosen learning rate "
+                             "only (no search): per-replicate curves, the figure and fedavg_vs_fedsgd_rerun_check.csv "
+                             "(the table's rounds and final accuracy beside the rerun's); the table is not rewritten")
     args = parser.parse_args()
+    if args.at_table_rates:
+        if args.quick:
+            parser.error("--at-table-rates reruns the full table's configurations; it takes no --quick")
+        rerun_at_table_rates()
+        return
     started = utc_now()
     plan = QUICK if args.quick else FULL
     suffix = "_quick" if args.quick else ""
-    rows, curves, searches = [], {}, []
+    rows, curves, replicates, searches = [], {}, {}, []
     start_all = time.perf_counter()
     for partition in plan["partitions"]:
         data = FederatedData.digits(100, partition, seed=0)
@@ -145,9 +270,9 @@ def main():
                 start = time.perf_counter()
 
                 def run(lr, rounds):
-                    cfg, history, curve = run_config(model, data, algorithm, epochs, batch, lr, rounds,
-                                                     plan["replicates"])
-                    return rounds_to_accuracy(history, TARGET[model]), curve, cfg
+                    cfg, history, curve, per_replicate = run_config(model, data, algorithm, epochs, batch, lr,
+                                                                    rounds, plan["replicates"])
+                    return rounds_to_accuracy(history, TARGET[model]), curve, (cfg, per_replicate)
 
                 best, tried = search_learning_rate(run, plan["start_lrs"][algorithm], plan["rounds"])
                 seconds = time.perf_counter() - start
@@ -164,10 +289,11 @@ def main():
                                  "rounds": "", "max_rounds": plan["rounds"], "final_accuracy": float("nan"),
                                  "speedup_vs_fedsgd": "", "seconds": round(seconds, 1)})
                     continue
-                lr, reached, curve, cfg = best["lr"], best["reached"], best["curve"], best["extra"]
+                lr, reached, curve, (cfg, per_replicate) = best["lr"], best["reached"], best["curve"], best["extra"]
                 if algorithm == "fedsgd":
                     base = reached
                 curves[(partition, model, label)] = curve
+                replicates[(partition, model, label)] = per_replicate
                 speedup = (base / reached) if (base and reached) else None
                 row = {"partition": partition, "model": model, "algorithm": algorithm, "E": epochs,
                        "B": "inf" if batch is None else batch, "u": round(cfg.updates_per_round(n_mean), 1),
@@ -178,10 +304,11 @@ def main():
                 rows.append(row)
                 print(json.dumps(row), flush=True)
             # partial results survive
-            write_results(rows, curves, searches, plan, suffix, time.perf_counter() - start_all, started)
+            write_results(rows, curves, replicates, searches, plan, suffix, time.perf_counter() - start_all,
+                          started)
 
 
-def write_results(rows, curves, searches, plan, suffix, seconds, started):
+def write_results(rows, curves, replicates, searches, plan, suffix, seconds, started):
     out = FIGURES
     write_csv(searches, out / f"fedavg_vs_fedsgd{suffix}_lr_search.csv")
     table = write_csv(rows, out / f"fedavg_vs_fedsgd{suffix}.csv")
@@ -201,56 +328,96 @@ def write_results(rows, curves, searches, plan, suffix, seconds, started):
         f"best is interior (every rate tried: fedavg_vs_fedsgd{suffix}_lr_search.csv); {seconds:.0f} s so far.\n\n"
         + table + "\n")
     print(table)
-    # the curves, so that the figure can be redrawn without training (experiments/replot.py)
-    (out / f"fedavg_vs_fedsgd{suffix}_curves.json").write_text(json.dumps(
-        [{"partition": p, "model": m, "label": label, "accuracy": list(map(float, c))}
-         for (p, m, label), c in curves.items()]) + "\n")
-    plot(curves, out / f"fedavg_vs_fedsgd{suffix}_accuracy.png", plan)
+    write_curves(curves, replicates, out / f"fedavg_vs_fedsgd{suffix}_curves.json")
+    plot(curves, out / f"fedavg_vs_fedsgd{suffix}_accuracy.png", plan, replicates=replicates)
 
 
-def plot(curves, path, plan=None):
+def plot(curves, path, plan=None, replicates=None):
     """Test accuracy per communication round of every configuration, one panel per model and
-    partition, the target accuracy as a dashed black line in the legend.
+    partition: the replicate mean as a line and, where `replicates` holds each replicate's
+    curve, the range over replicates as a band of the line's colour; the target accuracy as
+    a dotted red line. The legend sits below the panels.
 
     Parameters
     ----------
     curves : dict of (partition, model, label) to list of float
+        The replicate mean per round.
     path : path-like
     plan : dict, optional
         The experiment's plan (replicates), for the title.
+    replicates : dict of (partition, model, label) to dict of int to list of float, optional
+        Each replicate's curve (replicate id to accuracy per round), as ``replicate_curves``
+        returns; every replicate must have as many rounds as the mean.
+
+    Raises
+    ------
+    ValueError
+        If a replicate curve's length differs from its mean's, or the mean is not the
+        replicates' mean.
     """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
 
+    replicates = replicates or {}
+    for key, reps in replicates.items():
+        if key not in curves:
+            raise ValueError(f"replicate curves for {key} have no mean curve")
+        lengths = {len(c) for c in reps.values()}
+        if lengths != {len(curves[key])}:
+            raise ValueError(f"replicate curves for {key} have {sorted(lengths)} rounds, the mean {len(curves[key])}")
+        if not np.allclose(np.mean(list(reps.values()), axis=0), curves[key], rtol=0, atol=1e-9):
+            raise ValueError(f"the mean curve for {key} is not the mean of its replicate curves")
     panels = sorted({(p, m) for p, m, _ in curves})
     labels = list(dict.fromkeys(label for _, _, label in curves))
     styles = {label: {"color": "k", "ls": "--", "lw": 2.0} if label.startswith("fedsgd") else
               {"color": plt.cm.viridis(i / max(1, len(labels) - 1)), "ls": "-", "lw": 1.6}
               for i, label in enumerate(labels)}  # one colour per configuration in every panel
+    counts = sorted({len(reps) for reps in replicates.values()})
     cols = 2 if len(panels) > 1 else 1
     rows = -(-len(panels) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 4.6 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 4.2 * rows + 1.6), squeeze=False,
+                             layout="constrained")
     for ax in axes.flat[len(panels):]:
         ax.set_visible(False)
+    handles = {}
     for ax, (partition, model) in zip(axes.flat, panels):
-        for (p, m, label), curve in curves.items():
-            if (p, m) == (partition, model):
-                ax.plot(range(len(curve)), curve, label=label, **styles[label])
-        ax.axhline(TARGET[model], color="tab:red", ls=":", lw=1.5, label=f"target accuracy {TARGET[model]}")
+        for key, curve in curves.items():
+            p, m, label = key
+            if (p, m) != (partition, model):
+                continue
+            (line,) = ax.plot(range(len(curve)), curve, label=label, **styles[label])
+            handles.setdefault(label, line)
+            if len(replicates.get(key, {})) > 1:
+                values = np.asarray(list(replicates[key].values()))
+                ax.fill_between(range(len(curve)), values.min(axis=0), values.max(axis=0),
+                                color=styles[label]["color"], alpha=0.18, lw=0)
+        target = ax.axhline(TARGET[model], color="tab:red", ls=":", lw=1.5)
+        handles.setdefault(f"target accuracy {TARGET[model]}", target)
         ax.set_title(f"{model.upper()}, {'IID' if partition == 'iid' else 'non-IID (2 shards per client)'}",
                      fontsize=13)
         ax.set_xlabel("communication round", fontsize=12)
-        ax.set_ylabel("test accuracy (mean of replicates)", fontsize=12)
+        ax.set_ylabel("test accuracy", fontsize=12)
         ax.tick_params(labelsize=11)
         ax.set_ylim(0, 1)
-        ax.legend(fontsize=10, loc="lower right")
-    reps = f"mean over {plan['replicates']} replicate runs" if plan and "replicates" in plan else "replicate mean"
+    if counts and counts[-1] > 1:
+        n = "-".join(map(str, counts)) if len(counts) > 1 else str(counts[0])
+        handles[f"{n} replicates: range (band); line: mean"] = Patch(color="0.5", alpha=0.35, lw=0)
+    fig.legend(list(handles.values()), list(handles.keys()), loc="outside lower center",
+               ncol=min(4, len(handles)), fontsize=10, frameon=False)
+    banded = sum(len(replicates.get(key, {})) > 1 for key in curves)
+    if plan and "replicates" in plan:
+        reps = (f"line: mean of {plan['replicates']} replicate runs, band: their range" if banded
+                else f"mean over {plan['replicates']} replicate run(s)")
+    else:
+        reps = "replicate mean"
+    if banded and banded < len(curves):
+        reps += f"\n(band on {banded} of {len(curves)} curves: the others' replicate curves are not stored)"
     fig.suptitle(f"FedSGD vs FedAvg on 8x8 digits: 100 clients, C = 0.1, best learning rate per configuration;\n"
                  f"a run stops at the round its mean reaches the target; {reps}", fontsize=13)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     print(f"wrote {path}")
 

@@ -234,7 +234,7 @@ def plot(curves, path, rounds, *, results=None, meta=None):
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    fig, axes = plt.subplots(2, 2, figsize=(13, 8.5), sharex=True)
+    fig, axes = plt.subplots(2, 2, figsize=(13, 9.0), sharex=True, layout="constrained")
     colours = {"FedAvg": "C0", "FedSGD": "C0", "Geometric mask": "C1", "AND-mask": "C2"}
     per_round_sd = bool(curves) and all(f"{m}_sd" in c and c[f"{m}_sd"] not in ("", None) for c in curves
                                         for m in ("test_accuracy", "val_accuracy"))
@@ -266,7 +266,8 @@ def plot(curves, path, rounds, *, results=None, meta=None):
             if row == 1:
                 ax.set_xlabel("round")
     handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9, frameon=False)
+    # below the panels, in rows that fit the figure's width
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(4, len(labels)), fontsize=9, frameon=False)
     spread = ("band: +-1 sd over replicates" if per_round_sd else
               "bars at the last round: +-1 sd over replicates (per-round spread not recorded in this table)"
               if results else "spread over replicates not recorded")
@@ -275,8 +276,7 @@ def plot(curves, path, rounds, *, results=None, meta=None):
         head += (f"; {meta.get('replicates', '?')} replicates, {rounds} rounds, {meta.get('local_epochs', '?')} "
                  f"local epochs,\nlr {meta.get('lr', '?')}")
     fig.suptitle(f"{head}\n{spread}", fontsize=11)
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
 
 

@@ -8,16 +8,18 @@ Draws, from each table and its record:
   titled from the experiment's record, the table's sidecar ``NAME.csv.json`` (task, init, shared streams, k,
   permutations) and the table (runs, estimator variant);
 - ``aggregator_trends.png`` from the four rules' tables (the accuracy is their
-  ``test_accuracy`` rows), and ``aggregator_trends_global.png`` where its table exists;
+  ``test_accuracy`` rows), and ``aggregator_trends_global.png`` where its table exists; the
+  same two of the committed quick run (``aggregator_trends_quick*``);
 - ``fedgradnorm.png`` from ``fedgradnorm.csv`` and its sidecar;
 - ``invariance.png`` from ``invariance.csv`` and its sidecar (final-round spread);
 - ``fedavg_vs_fedsgd_accuracy.png`` only where ``fedavg_vs_fedsgd_curves.json`` exists (the
-  accuracy curves are not in the table; runs before it was written must be redone);
+  accuracy curves are not in the table; runs before it was written must be redone), with the
+  range over replicates where it holds each replicate's curve;
 - ``sources_of_dependence.png`` and ``digits_lenet_paper.png`` from their summary tables
   (what their scripts' ``--replot`` draws).
 
-Files named ``*_quick*``, ``exact_dependence_curves*`` and ``gaussian_sgd_truth*`` (their
-scripts recompute them in seconds) are left alone.
+Other files named ``*_quick*``, and ``exact_dependence_curves*`` and ``gaussian_sgd_truth*``
+(their scripts recompute them in seconds), are left alone.
 """
 
 import csv
@@ -60,24 +62,33 @@ def replot_core(figures):
 
 
 def replot_aggregator_trends(figures):
+    """``aggregator_trends.png`` and ``aggregator_trends_global.png``, and the same two of the
+    committed quick run (``aggregator_trends_quick*``), from their tables."""
     import aggregator_trends as at
 
-    tables = {rule: AnalysisTable.read(figures / f"aggregator_trends_{rule}.csv") for rule in at.RULES
-              if (figures / f"aggregator_trends_{rule}.csv").exists()}
-    if len(tables) != len(at.RULES):
+    done = []
+    for name in ("aggregator_trends", "aggregator_trends_quick"):
+        done += _replot_aggregator_trends(figures, at, name)
+    return done
+
+
+def _replot_aggregator_trends(figures, at, name):
+    tables = {rule: AnalysisTable.read(figures / f"{name}_{rule}.csv") for rule in at.RULES
+              if (figures / f"{name}_{rule}.csv").exists()}
+    if len(tables) != len(at.RULES) or not (figures / f"{name}.json").exists():
         return []
-    meta = json.loads((figures / "aggregator_trends.json").read_text())
+    meta = json.loads((figures / f"{name}.json").read_text())
     replicates = next(iter(tables.values()))[0]["n_runs"]
-    path = figures / "aggregator_trends.png"
+    path = figures / f"{name}.png"
     at.plot(tables, {rule: at.accuracy_from_table(rows) for rule, rows in tables.items()}, path,
             f"{replicates} replicate runs, 3 clients, last layer (330 parameters), "
             f"{meta.get('permutations', '?')} permutations")
     done = [path]
-    global_table = figures / "aggregator_trends_global.csv"
+    global_table = figures / f"{name}_global.csv"
     if global_table.exists():
         rows = [{**r, "iteration": int(r["iteration"]), "value": float(r["value"])} for r in _csv_rows(global_table)]
         given = {rule: [r for r in rows if r["rule"] == rule] for rule in at.RULES}
-        path = figures / "aggregator_trends_global.png"
+        path = figures / f"{name}_global.png"
         at.plot_global(given, path, f"{replicates} replicate runs, 3 clients, output bias centred (9 dimensions), "
                                     "Gaussian estimator")
         done.append(path)
@@ -113,11 +124,15 @@ def replot_fedavg_vs_fedsgd(figures):
     curves_path = figures / "fedavg_vs_fedsgd_curves.json"
     if not curves_path.exists():
         return []
-    curves = {(c["partition"], c["model"], c["label"]): c["accuracy"] for c in json.loads(curves_path.read_text())}
+    entries = json.loads(curves_path.read_text())
+    curves = {(c["partition"], c["model"], c["label"]): c["accuracy"] for c in entries}
+    # each replicate's curve, where the run stored them (the range over replicates is drawn)
+    replicates = {(c["partition"], c["model"], c["label"]): {r["replicate"]: r["accuracy"] for r in c["replicates"]}
+                  for c in entries if c.get("replicates")}
     sidecar = sidecar_path(figures / "fedavg_vs_fedsgd.csv")
     plan = json.loads(sidecar.read_text()).get("plan") if sidecar.exists() else None
     path = figures / "fedavg_vs_fedsgd_accuracy.png"
-    fvf.plot(curves, path, plan)
+    fvf.plot(curves, path, plan, replicates=replicates)
     return [path]
 
 

@@ -17,11 +17,13 @@ from .estimators.registry import estimator_names, get_estimator
 if TYPE_CHECKING:  # names used only in type hints (Matplotlib is loaded where a figure is drawn)
     import matplotlib.axes
     import matplotlib.figure
+    import matplotlib.legend
 
 __all__ = [
     "save_figure", "check_drawable", "figure_mi", "figure_distances", "figure_title", "FIGURES", "plot_mi_panel",
     "plot_metric_panel", "plot_distance_panel", "plot_update_panel", "pair_summary", "estimator_variant",
-    "estimate_kinds", "figure_headroom", "metric_names", "default_metric", "checkpoint_label", "figure_metrics"
+    "estimate_kinds", "figure_headroom", "metric_names", "default_metric", "checkpoint_label", "figure_metrics",
+    "legend_below"
 ]
 
 
@@ -111,6 +113,54 @@ def _integer_ticks(ax):
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+LEGEND_FONTSIZE = 7
+
+
+def legend_below(ax: matplotlib.axes.Axes, *, fontsize: float = LEGEND_FONTSIZE) -> matplotlib.legend.Legend | None:
+    """Place `ax`'s legend below the axes, under its tick labels and x label, so that it
+    covers no data; a label wider than the axes is wrapped onto more lines (at spaces) so
+    that the legend stays within its panel's width.
+
+    The legend lies outside the axes: draw into a figure with constrained layout (as
+    :func:`figure_mi` does) or save with ``bbox_inches="tight"``, or it may be cut off.
+
+    Parameters
+    ----------
+    ax : matplotlib.axes.Axes
+    fontsize : float, default=7
+
+    Returns
+    -------
+    matplotlib.legend.Legend or None
+        The legend; None (and no legend) when the axes have no labelled artist.
+    """
+    import textwrap
+
+    import matplotlib
+    import matplotlib.figure
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.transforms import offset_copy
+
+    handles, labels = ax.get_legend_handles_labels()
+    if not handles:
+        return None
+    fig = ax.get_figure(root=True)
+    assert isinstance(fig, matplotlib.figure.Figure)  # an axes is always drawn in a figure
+    # Characters of `fontsize` that fit the axes' width (the width before any layout, which
+    # constrained layout only widens); about 0.55 em per character of the default sans font.
+    width_pt = ax.get_position().width * fig.get_figwidth() * 72
+    chars = max(24, int(width_pt / (0.55 * fontsize)))
+    labels = [textwrap.fill(label, chars) if len(label) > chars else label for label in labels]
+    # Below the x tick labels and the x label: their heights, pads and a small gap, in points.
+    rc = matplotlib.rcParams
+    tick = FontProperties(size=rc["xtick.labelsize"]).get_size_in_points()
+    below = (rc["xtick.major.size"] + rc["xtick.major.pad"] + tick + rc["axes.labelpad"]
+             + ax.xaxis.label.get_fontsize() + 6)
+    anchor = offset_copy(ax.transAxes, fig=fig, y=-below, units="points")
+    return ax.legend(handles, labels, fontsize=fontsize, loc="upper center", bbox_to_anchor=(0.5, 0.0),
+                     bbox_transform=anchor, borderaxespad=0.0, frameon=False)
 
 
 def _pair_rows(rows, quantity):
@@ -434,8 +484,9 @@ def plot_mi_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], estimator: str
                  fontsize=10)
     ax.set_xlabel("iteration")
     ax.set_ylabel("MI - null mean (bits)" if relative else "MI (bits)")
+    ax.ticklabel_format(axis="y", useOffset=False)  # tick labels that read as bits, not as an offset
     _integer_ticks(ax)
-    ax.legend(fontsize=7)
+    legend_below(ax)
 
 
 def plot_metric_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], metric: str | None = None, *,
@@ -493,7 +544,7 @@ def plot_metric_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], metric: st
     ax.set_xlabel(xlabel)
     ax.set_ylabel(f"{metric} (mean over runs)")
     _integer_ticks(ax)
-    ax.legend(fontsize=7)
+    legend_below(ax)
 
 
 def plot_distance_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], metric: str) -> None:
@@ -521,7 +572,7 @@ def plot_distance_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], metric: 
     ax.set_xlabel("iteration")
     ax.set_ylabel("distance between clients (mean over runs)")
     _integer_ticks(ax)
-    ax.legend(fontsize=7)
+    legend_below(ax)
 
 
 UPDATE_TITLES = {"cosine_update": "Cosine similarity of updates"}
@@ -570,8 +621,7 @@ def plot_update_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], quantity: 
     ax.set_xlabel("iteration")
     ax.set_ylabel("cos(update a, update b) (mean over runs)")
     _integer_ticks(ax)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
+    legend_below(ax)
 
 
 def figure_title(rows: Sequence[dict], record: Mapping[str, Any] | None = None) -> str:
@@ -656,7 +706,8 @@ def _figure(n_panels):
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
-    return plt.subplots(1, n_panels, figsize=(5 * n_panels, 4.6))
+    # constrained layout leaves room for the legends below the panels (legend_below)
+    return plt.subplots(1, n_panels, figsize=(5 * n_panels, 5.8), layout="constrained")
 
 
 def figure_mi(rows: Sequence[dict], title: str | None = None, *, record: Mapping[str, Any] | None = None,
@@ -712,7 +763,6 @@ def figure_mi(rows: Sequence[dict], title: str | None = None, *, record: Mapping
         axes[-1].set_axis_off()
     _label_checkpoints(axes, xlabel)
     _suptitle(fig, rows, title, record)
-    fig.tight_layout()
     return fig
 
 
@@ -736,7 +786,6 @@ def figure_distances(rows: Sequence[dict], title: str | None = None, *, record: 
         plot_update_panel(ax, rows, quantity)
     _label_checkpoints(axes, checkpoint_label(record))
     _suptitle(fig, rows, title, record)
-    fig.tight_layout()
     return fig
 
 
@@ -760,7 +809,6 @@ def figure_metrics(rows: Sequence[dict], title: str | None = None, *, record: Ma
     for ax, name in zip(np.atleast_1d(axes), names):
         plot_metric_panel(ax, rows, name, xlabel=xlabel)
     _suptitle(fig, rows, title, record)
-    fig.tight_layout()
     return fig
 
 
@@ -839,7 +887,7 @@ def save_figure(rows: Sequence[dict], kind: str, path: str | os.PathLike, title:
     else:
         fig = FIGURES[kind](rows, title, record=record)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")  # nothing cut off, the legends below the panels included
     plt.close(fig)
     return Path(path)
 
