@@ -2,6 +2,7 @@
 
     python benchmarks/bench_paper_scale.py [--sizes 26400x850,22000x394] [--estimators auto,explicit]
     python benchmarks/bench_paper_scale.py --sizes 4000x850,8000x850 --profile
+    python benchmarks/bench_paper_scale.py --sizes 22000x394 --estimators auto --gaussian-null analytic --merge
     python benchmarks/bench_paper_scale.py --quick --out check.json   # < 1 minute (the smoke test)
 
 For each size RUNSxPARAMS it writes a synthetic dump of 3 clients x RUNS runs x PARAMS
@@ -212,6 +213,8 @@ def main(argv=None) -> None:
                         help=f"sizes {QUICK_SIZES}, 3 checkpoints, 5 permutations, profiled (< 1 minute)")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--tmp", type=Path, default=None, help="folder for the dumps (default: a temporary one)")
+    parser.add_argument("--merge", action="store_true",
+                        help="add the results to those already in --out (each result names its command)")
     args = parser.parse_args(argv)
     if args.quick:
         args.sizes = args.sizes or QUICK_SIZES
@@ -248,7 +251,9 @@ def main(argv=None) -> None:
                 record = summarize(record, args.checkpoints, params)
                 if "profile" in record:
                     record["profile"] = stage_seconds(record["profile"])
-                row = {"size": f"{runs}x{params}", "runs": runs, "params": params, "estimators": name,
+                row = {"command": results["command"], "checkpoints": args.checkpoints,
+                       "permutations": args.permutations, "gaussian_null": args.gaussian_null,
+                       "size": f"{runs}x{params}", "runs": runs, "params": params, "estimators": name,
                        "estimator_list": ESTIMATOR_SETS[name], "dump_mib": round(size / 2**20, 1),
                        "dump_write_seconds": round(written, 1), "profiled": args.profile,
                        "wall_seconds": round(record.pop("wall_seconds"), 1),
@@ -264,7 +269,11 @@ def main(argv=None) -> None:
             shutil.rmtree(path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    results["provenance"] = collect(started, finished=True)
+    results["provenance"] = [collect(started, finished=True)]
+    if args.merge and args.out.exists():  # earlier results first; the settings above are those of the last command
+        earlier = json.loads(args.out.read_text())
+        results["results"] = earlier["results"] + results["results"]
+        results["provenance"] = earlier["provenance"] + results["provenance"]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1) + "\n")
     print(f"wrote {args.out}")

@@ -71,7 +71,18 @@ def test_quick_mode_runs_and_records_what_it_promises(tmp_path):
     # the design's dependence rises over the checkpoints, and the copula estimate follows the exact MI
     assert copula[0]["mean_bits"] < copula[1]["mean_bits"] < copula[2]["mean_bits"]
     assert all(abs(c["mean_bits"] - c["exact_bits"]) < 1.0 for c in copula)
-    assert "python benchmarks/bench_paper_scale.py --quick" == record["command"].strip()
+    assert record["command"] == "python benchmarks/bench_paper_scale.py --quick"  # no machine path
+    assert all(r["command"] == record["command"] and r["checkpoints"] == 3 for r in record["results"])
+    # --merge adds a command's results to those in the file
+    done = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--estimators", "auto", "--gaussian-null",
+                           "analytic", "--merge", "--out", str(out)], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    merged = json.loads(out.read_text())
+    assert merged["results"][:2] == record["results"] and len(merged["provenance"]) == 2
+    last = merged["results"][2]
+    assert last["estimators"] == "auto" and last["gaussian_null"] == "analytic"
+    assert all(c["null_methods"] == ["analytic"] for c in last["mi"]["mi_copula"])
 
 
 def test_bad_sizes_are_refused_in_one_line(tmp_path):
