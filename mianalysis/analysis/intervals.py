@@ -33,6 +33,10 @@ quantile otherwise):
   whole estimator, and the ranking is part of it (outside Gaussian copulas it adds to the
   estimator's variance). A resample's only ties are the copies of a duplicated run, which
   share one average rank, so one normal score, exactly as the estimator treats tied values.
+  Above ``WEIGHTED_MIN_DIMS`` joint dimensions a resample's estimate is computed from its
+  distinct runs, each weighted by its copies (the same Gram matrix, summed in another
+  order: ~63 % of the rows), and the copula's ranks of the resample from one sort of each
+  column (:class:`ResampleScores`: the same ranks and scores, bit for bit).
 - ``"half-subsampling"`` (KSG MI, and any registered estimator that asks for it): the delete-d jackknife with d = n/2 (Shao and Wu 1989,
   Ann. Statist. 17(3), 1176-1197): the estimator on `n_resamples` random halves of the
   runs, drawn without replacement, whose variance *is* the variance estimate (the
