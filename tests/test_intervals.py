@@ -268,3 +268,78 @@ def test_above_null_comes_from_the_p_value_never_from_a_shrinkage_estimate(tmp_p
                      n_permutations=19, ci_resamples=0, verify=False)
     assert "ledoit-wolf" in shrunk.select("mi_gaussian")[1]["note"] and shrunk.select("mi_gaussian")[1]["p_value"] <= 0.05
     assert finding(shrunk)["mi_gaussian_above_null"] == "not made: shrinkage estimate"
+
+
+def _wide_samples(seed, n=240, d=40):
+    """Paired samples of 2 x `d` dimensions (more than the weighted path's 64) with tied values
+    (a rounded column, a float32 lattice) and a column that only one run moves off 0, so that
+    some bootstrap resamples hold it constant."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, d))
+    y = 0.6 * x + 0.8 * rng.standard_normal((n, d))
+    x[:, 0] = np.round(x[:, 0])  # five or so values, many ties
+    y[:, 1] = np.round(4 * y[:, 1]) / 4
+    x[:, 2] = 0.0
+    x[7, 2] = 1.0  # constant in the resamples that miss run 7
+    y[:, 3] = np.sinh(3 * y[:, 3])
+    return x, y
+
+
+def test_resample_scores_are_the_normal_scores_of_the_resample_bit_for_bit():
+    from mianalysis.analysis.intervals import ResampleScores, resample_indices
+    from mianalysis.estimators.copula import normal_scores
+
+    x, _ = _wide_samples(0)
+    scores = ResampleScores(x)
+    assert scores.ties
+    idx = list(resample_indices(len(x), 6, "copula", 1)) + list(resample_indices(len(x), 3, "ksg", 2))
+    for rows in idx:
+        counts = np.bincount(rows, minlength=len(x))
+        distinct = np.flatnonzero(counts)
+        first = np.array([np.flatnonzero(rows == i)[0] for i in distinct])  # a copy of each distinct run
+        keep = np.ones(x.shape[1], dtype=bool)
+        keep[[2, 5]] = False
+        want = normal_scores(x[rows])[first]
+        assert np.array_equal(scores.scores(counts, distinct), want)
+        assert np.array_equal(scores.scores(counts, distinct, keep), want[:, keep])
+    no_ties = ResampleScores(x[:, 5:])
+    assert not no_ties.ties
+    rows = idx[0]
+    counts = np.bincount(rows, minlength=len(x))
+    assert np.array_equal(no_ties.scores(counts, np.flatnonzero(counts)),
+                          normal_scores(x[rows][:, 5:])[[np.flatnonzero(rows == i)[0] for i in np.flatnonzero(counts)]])
+
+
+@pytest.mark.filterwarnings("ignore:dropped 1 constant feature")
+@pytest.mark.parametrize("estimator", ["gaussian", "copula"])
+def test_wide_resamples_give_the_estimate_of_each_resample(estimator):
+    # Above 64 joint dimensions the replicates come from the distinct runs of each resample,
+    # weighted by their copies: the estimator on the resample itself, to rounding.
+    from mianalysis import gaussian_copula_mi, gaussian_mi
+    from mianalysis.analysis.intervals import WEIGHTED_MIN_DIMS, mi_replicates, resample_indices
+
+    x, y = _wide_samples(1)
+    assert x.shape[1] + y.shape[1] > WEIGHTED_MIN_DIMS
+    function = gaussian_mi if estimator == "gaussian" else gaussian_copula_mi
+    idx = resample_indices(len(x), 12, estimator, 3)
+    got = mi_replicates(x, y, estimator, idx)
+    want = np.array([function(x[r], y[r]) for r in idx])  # each drops the columns constant in its resample
+    assert any(np.ptp(x[r][:, 2]) == 0 for r in idx) and any(np.ptp(x[r][:, 2]) > 0 for r in idx)
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+    halves = resample_indices(len(x), 4, "ksg", 4)  # rows without copies: the same
+    np.testing.assert_allclose(mi_replicates(x, y, estimator, halves),
+                               [function(x[r], y[r]) for r in halves], rtol=1e-10, atol=1e-12)
+
+
+def test_wide_resamples_too_few_for_the_plain_estimate_fall_back_to_shrinkage():
+    # Resamples of 100 runs of 2 x 40 dimensions hold ~63 distinct runs, fewer than the 80
+    # dimensions: the Gram matrix of the distinct runs is singular, and the replicate is the
+    # shrinkage estimate of the resample, as on the resample itself.
+    from mianalysis import gaussian_mi
+    from mianalysis.analysis.intervals import mi_replicates, resample_indices
+
+    x, y = _wide_samples(2, n=100)
+    idx = resample_indices(len(x), 3, "gaussian", 5)
+    got = mi_replicates(x, y, "gaussian", idx)
+    want = [gaussian_mi(x[r][:, np.ptp(x[r], axis=0) > 0], y[r], shrinkage="ledoit-wolf") for r in idx]
+    np.testing.assert_allclose(got, want, rtol=1e-10)

@@ -1,0 +1,92 @@
+"""benchmarks/bench_paper_scale.py: its quick mode runs end to end, its design's exact MI is
+right, and its record holds what the benchmark promises (timings, memory, load, profile)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "bench_paper_scale.py"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_paper_scale", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_design_has_the_exact_mi_it_claims(tmp_path):
+    # Each parameter of two clients has correlation rho_t (before the monotone maps): the
+    # normal scores of the written dump give it back, and the exact MI is the closed form.
+    from mianalysis import ParameterDump
+
+    bench = _bench()
+    bench.write_dump(tmp_path / "d", runs=4000, params=6, checkpoints=5, seed=1)
+    dump = ParameterDump.open(tmp_path / "d")
+    from scipy.special import ndtri
+    from scipy.stats import rankdata
+
+    for t in (0, 4):
+        a, b = (ndtri(rankdata(dump.samples(c, index=t), axis=0) / 4001) for c in ("0", "2"))
+        corr = [np.corrcoef(a[:, j], b[:, j])[0, 1] for j in range(6)]
+        assert np.allclose(corr, bench.rho(t, 5), atol=0.05)
+        # the monotone maps make the marginals non-Gaussian (sinh: heavy tails)
+        raw = np.asarray(dump.samples("0", index=t), dtype=float)
+        assert np.abs(raw[:, 0]).max() > 3 * np.abs(raw[:, 2]).max()
+    assert bench.exact_mi_bits(4, 5, 850) == pytest.approx(-850 / 2 * np.log2(1 - 0.25))
+
+
+def test_quick_mode_runs_and_records_what_it_promises(tmp_path):
+    out = tmp_path / "quick.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--out", str(out), "--tmp", str(tmp_path)],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads(out.read_text())
+    assert [(r["size"], r["estimators"]) for r in record["results"]] == [("300x20", "auto"), ("300x20", "explicit")]
+    assert list(tmp_path.iterdir()) == [out]  # the dumps are removed
+    for r in record["results"]:
+        assert r["wall_seconds"] > 0 and r["cpu_seconds"] > 0 and 0 < r["peak_rss_gib"] < 8
+        assert len(r["load_average_before"]) == 3 and r["rows"] > 0
+        stages = r["profile"]["cumulative_seconds"]
+        assert stages["MI estimates and their permutation nulls"] > 0 and stages["resampled MI (bootstrap / "
+                                                                                 "half-subsampling replicates)"] > 0
+        assert r["profile"]["top_own_time"] and not any(str(ROOT) in f["function"]
+                                                        for f in r["profile"]["top_own_time"])
+    auto, explicit = record["results"]
+    assert set(auto["mi"]) == {"mi_copula"}  # 300 runs >= 2.2 x 40 joint dims: the copula estimate
+    assert set(explicit["mi"]) == {"mi_gaussian", "mi_ksg", "mi_copula"}
+    copula = auto["mi"]["mi_copula"]
+    assert [c["iteration"] for c in copula] == [0, 1, 2] and all(c["pairs"] == 3 for c in copula)
+    assert all(c["null_methods"] == ["permutation"] for c in copula)
+    # the design's dependence rises over the checkpoints, and the copula estimate follows the exact MI
+    assert copula[0]["mean_bits"] < copula[1]["mean_bits"] < copula[2]["mean_bits"]
+    assert all(abs(c["mean_bits"] - c["exact_bits"]) < 1.0 for c in copula)
+    assert record["command"] == "python benchmarks/bench_paper_scale.py --quick"  # no machine path
+    assert all(r["command"] == record["command"] and r["checkpoints"] == 3 for r in record["results"])
+    # --merge adds a command's results to those in the file
+    done = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--estimators", "auto", "--gaussian-null",
+                           "analytic", "--merge", "--out", str(out)], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    merged = json.loads(out.read_text())
+    assert merged["results"][:2] == record["results"] and len(merged["provenance"]) == 2
+    last = merged["results"][2]
+    assert last["estimators"] == "auto" and last["gaussian_null"] == "analytic"
+    assert all(c["null_methods"] == ["analytic"] for c in last["mi"]["mi_copula"])
+
+
+def test_bad_sizes_are_refused_in_one_line(tmp_path):
+    done = subprocess.run([sys.executable, str(SCRIPT), "--sizes", "300by20", "--out", str(tmp_path / "x.json")],
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "--sizes: '300by20' is not RUNSxPARAMS" in done.stderr
+    assert not (tmp_path / "x.json").exists()
