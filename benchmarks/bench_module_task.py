@@ -1,7 +1,7 @@
 """ModuleTask speed: a model written as a plain nn.Module (vmap over functional_call) against
 the built-in task written by hand over the replica dimension.
 
-    python benchmarks/bench_module_task.py [--threads N]
+    python benchmarks/bench_module_task.py [--threads N] [--chunk-size RUNS]
 
 signal-rnn at the paper's sizes (10 Elman layers of 4 units, sequences of 64, 100 examples
 per client, batch 64, 3 clients) without dropout (ModuleTask refuses in-model randomness):
@@ -11,7 +11,8 @@ CNN of examples/digits_cnn.py. The nn.Module rows come with both ways of computi
 replicas' gradients (ModuleTask's `gradients`: "vmap", vmap(grad), and "summed", one
 backward over the summed losses) and, for signal-rnn, with the model taking its time steps
 by indexing (``drive[:, t]``) or by ``drive.unbind(1)`` (the same numbers; see
-tests/module_factories.py). Runs per second of `train_chunk` on one chunk of 64 runs,
+tests/module_factories.py). Runs per second of `train_chunk` on one chunk of 64 runs (or
+--chunk-size),
 best of two after a warm-up, on `--threads` PyTorch threads (default 1: on a shared
 machine more threads than free cores make every timing noise), both per wall second and
 per CPU second of this process (on a busy machine the CPU figure is the steadier one). The
@@ -47,26 +48,27 @@ def paper_signal_rnn(unbind=False):
     return SignalRNN(n_layers=10, hidden=4, unbind=unbind)
 
 
-def runs_per_second(task):
-    sampler = ParameterSampler(task, chunk_size=CHUNK, progress=False)
+def runs_per_second(task, chunk):
+    sampler = ParameterSampler(task, chunk_size=chunk, progress=False)
     sampler.train_chunk(range(2))  # warm-up
     best, best_cpu = 0.0, 0.0
     for _ in range(2):
         start, cpu = time.perf_counter(), time.process_time()
-        sampler.train_chunk(range(CHUNK))
-        best = max(best, CHUNK / (time.perf_counter() - start))
-        best_cpu = max(best_cpu, CHUNK / (time.process_time() - cpu))
+        sampler.train_chunk(range(chunk))
+        best = max(best, chunk / (time.perf_counter() - start))
+        best_cpu = max(best_cpu, chunk / (time.process_time() - cpu))
     return round(best, 2), round(best_cpu, 2)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--chunk-size", type=int, default=CHUNK, help="runs per timed chunk")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     results = {"machine": {"cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
                            "torch": torch.__version__, "load_average_1min": round(os.getloadavg()[0], 2)},
-               "chunk_size": CHUNK, "tasks": []}
+               "chunk_size": args.chunk_size, "tasks": []}
     built_in = SignalRNNTask(dropout=0.0)
     data = [tuple(torch.from_numpy(a) for a in built_in.client_examples(c)) for c in range(built_in.n_clients)]
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
@@ -82,7 +84,7 @@ def main():
                       ModuleTask.from_factory("digits_cnn:spec", lr=0.01, batch_size=50, epochs=2,
                                               gradients=gradients)))
     for name, task in tasks:
-        wall, cpu = runs_per_second(task)
+        wall, cpu = runs_per_second(task, args.chunk_size)
         row = {"task": name, "clients": task.n_clients, "iterations": task.n_iterations,
                "runs_per_s": wall, "runs_per_cpu_s": cpu}
         results["tasks"].append(row)
