@@ -112,9 +112,9 @@ class DigitsLeNetTask(Task):
     }
     metric_names = ("loss", "accuracy")
     # The frozen body runs per replica on one thread already (see features); the head's
-    # batched steps are small products that a second thread slows down (2 threads: ~57
-    # runs per CPU second against ~90-110 on one, benchmarks/results/digits_paper_sampling/).
-    # Two cores are used by two sampling processes: ``scheduler="local:2"``.
+    # batched steps are small products that a second thread slows down (more CPU seconds
+    # per run on 2 threads than on 1). Two cores are used by two sampling processes:
+    # ``scheduler="local:2"``.
     sampling_threads = 1
 
     @staticmethod
