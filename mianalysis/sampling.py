@@ -370,7 +370,20 @@ class ParameterSampler:
         over its own tensors (see `task_optimizer`): the plain loop the
         batched computation is checked against (the central client of a run trains beside
         its run's clients, whose batches it needs, and alone among central clients).
+
+        A task with ``sampling_threads`` set (digits-lenet: 1) trains on that many PyTorch
+        threads whatever the caller's count, which is restored after; the samples are the
+        same bytes on any thread count either way (see the class docstring).
         """
+        threads = self.task.sampling_threads
+        if threads is None:
+            return self._train_chunk(runs, vectorised)
+        from ._threads import torch_threads
+
+        with torch_threads(threads):
+            return self._train_chunk(runs, vectorised)
+
+    def _train_chunk(self, runs, vectorised):
         runs = list(runs)
         everyone = list(range(self.task.n_clients))
         central = self.reference == CENTRAL

@@ -13,33 +13,41 @@ from mianalysis.tasks import ModuleSpec
 
 
 class ElmanLayer(nn.Module):
-    """One Elman layer as signal-rnn writes it: h_t = tanh(x_t W_ih^T + bias + h_{t-1} W_hh^T)."""
+    """One Elman layer as signal-rnn writes it: h_t = tanh(x_t W_ih^T + bias + h_{t-1} W_hh^T).
 
-    def __init__(self, n_in, hidden):
+    With `unbind` the steps' drives are taken by ``drive.unbind(1)`` instead of
+    ``drive[:, t]``: the same numbers, but the backward of one index per step writes a zero
+    tensor of the whole sequence per step (O(T^2)), where unbind's backward stacks the
+    steps' gradients once."""
+
+    def __init__(self, n_in, hidden, unbind=False):
         super().__init__()
         self.weight_ih = nn.Parameter(torch.empty(hidden, n_in))
         self.weight_hh = nn.Parameter(torch.empty(hidden, hidden))
         self.bias = nn.Parameter(torch.zeros(hidden))
         nn.init.normal_(self.weight_ih)
         nn.init.normal_(self.weight_hh)
+        self.unbind = unbind
 
     def forward(self, seq):  # (batch, T, n_in) -> (batch, T, hidden)
         drive = seq @ self.weight_ih.T + self.bias
         h = drive.new_zeros(drive.shape[0], drive.shape[2])
+        steps = drive.unbind(1) if self.unbind else [drive[:, t] for t in range(drive.shape[1])]
         states = []
-        for t in range(drive.shape[1]):
-            h = torch.tanh(drive[:, t] + h @ self.weight_hh.T)
+        for step in steps:
+            h = torch.tanh(step + h @ self.weight_hh.T)
             states.append(h)
         return torch.stack(states, 1)
 
 
 class SignalRNN(nn.Module):
     """signal-rnn's model as a plain nn.Module: stacked Elman layers and a linear head on the
-    last hidden state; the parameters are named as the task names them."""
+    last hidden state; the parameters are named as the task names them (see ElmanLayer for
+    `unbind`)."""
 
-    def __init__(self, n_layers=2, hidden=3):
+    def __init__(self, n_layers=2, hidden=3, unbind=False):
         super().__init__()
-        self.rnn = nn.ModuleList([ElmanLayer(1 if i == 0 else hidden, hidden) for i in range(n_layers)])
+        self.rnn = nn.ModuleList([ElmanLayer(1 if i == 0 else hidden, hidden, unbind) for i in range(n_layers)])
         self.head = nn.Linear(hidden, 2)
 
     def forward(self, x):  # (batch, T) -> (batch, 2)

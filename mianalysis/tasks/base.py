@@ -87,6 +87,12 @@ class Task(ABC):
     mask_stream: str | None = None
     # "adam" (Adam as torch.optim.Adam) or "sgd" (plain gradient steps of size lr); see sampling.task_optimizer.
     optimizer = "adam"
+    # PyTorch threads the sampler trains a chunk of this task on (ParameterSampler.train_chunk
+    # holds them for the chunk and restores the caller's count after); None: the caller's.
+    # A task whose batched steps are too small to gain from a second thread sets 1: on a
+    # second thread every small operation pays for waking it (and, on a busy machine, for
+    # waiting on it), and switching the count costs the operations that follow.
+    sampling_threads: int | None = None
 
     def __init__(self, **settings: Any) -> None:
         unknown = set(settings) - set(self.default_settings())

@@ -111,6 +111,11 @@ class DigitsLeNetTask(Task):
         "long": {"per_digit": 100, "lr": 1e-2, "head_start": "random"},
     }
     metric_names = ("loss", "accuracy")
+    # The frozen body runs per replica on one thread already (see features); the head's
+    # batched steps are small products that a second thread slows down (more CPU seconds
+    # per run on 2 threads than on 1). Two cores are used by two sampling processes:
+    # ``scheduler="local:2"``.
+    sampling_threads = 1
 
     @staticmethod
     def default_settings() -> dict[str, Any]:

@@ -53,6 +53,8 @@ _FINGERPRINTS = ("init_fingerprint", "forward_fingerprint", "source_sha256")
 _FINGERPRINT_RTOL = 1e-4
 # Examples of client 0 in the fingerprint's forward and loss.
 _FINGERPRINT_EXAMPLES = 8
+# How the replicas' gradients are computed (ModuleTask's `gradients`).
+GRADIENT_MODES = ("vmap", "summed")
 
 
 @dataclass
@@ -145,6 +147,12 @@ class ModuleTask(Task):
     eval_examples : int, optional
         The "loss" metric at each checkpoint is the loss on the client's first
         `eval_examples` examples (all when None), with the model in eval mode.
+    gradients : {"vmap", "summed"}, default="vmap"
+        How each replica's gradient is computed: "vmap", ``vmap(grad(loss))``, every
+        replica's backward pass apart; "summed", one backward pass (``torch.autograd``)
+        over the sum of the replicas' losses through the batched forward. Replica r's
+        parameters enter only replica r's loss, so both give each replica its own
+        gradient; where their bytes agree, and where not, see Notes.
 
     Notes
     -----
@@ -173,6 +181,18 @@ class ModuleTask(Task):
     samples are the same bytes for any chunk size on one CPU code path (the sampler never
     trains a batch of one replica); ``tests/test_module_task.py`` checks chunk sizes 1, 2
     and 5.
+
+    **Gradients.** ``gradients="summed"`` gives the same bytes as "vmap" on the models of
+    ``tests/test_module_task_gradients.py`` (linear and tanh layers, signal-rnn's Elman
+    network, a small convolutional network at batch 4); elsewhere it may differ in the last
+    bits: on ``examples/digits_cnn.py`` (batch 50) the head's weight gradient differs by
+    one float32 rounding in some entries (the two paths compute the batched linear layer's
+    backward by different products), and on a network with BatchNorm the gradient of the
+    bias before the normalisation, zero but for rounding, differs in its rounding, which
+    Adam's step g / (|g| + eps) turns into visible differences. It is deterministic as
+    "vmap" is (the same bytes for any chunk size and thread count), and the dump records
+    the setting, so a dump never mixes the two. "summed" does not import
+    ``torch._dynamo``; ``torch.func.grad`` imports it on its first call.
 
     **Class labels.** Integer targets with outputs laid out as ``cross_entropy`` expects
     them (classes along dimension 1, the targets' shape otherwise) are class labels: a
@@ -213,18 +233,19 @@ class ModuleTask(Task):
         "epochs": IntSetting(1),
         "record": _NamesSetting(),
         "eval_examples": IntSetting(1, optional=True),
+        "gradients": ChoiceSetting(*GRADIENT_MODES),
     }
 
     @staticmethod
     def default_settings() -> dict[str, Any]:
         return {"optimizer": "adam", "lr": 1e-3, "batch_size": 32, "epochs": 1, "record": None,
-                "eval_examples": None}
+                "eval_examples": None, "gradients": "vmap"}
 
     def __init__(self, model: Callable[[], torch.nn.Module], data: Sequence[Any],
                  loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], *,
                  init: Callable[[torch.nn.Module, torch.Generator], None] | None = None, optimizer: str = "adam",
                  lr: float = 1e-3, batch_size: int = 32, epochs: int = 1, record: str | Sequence[str] | None = None,
-                 eval_examples: int | None = None, **unknown: Any) -> None:
+                 eval_examples: int | None = None, gradients: str = "vmap", **unknown: Any) -> None:
         import torch
 
         for what, fn in (("model", model), ("loss", loss)):
@@ -245,7 +266,8 @@ class ModuleTask(Task):
         dtype = named[0][1].dtype
         self._inputs, self._targets = _client_tensors(data, dtype)
         super().__init__(optimizer=optimizer, lr=lr, batch_size=batch_size, epochs=epochs, record=record,
-                         eval_examples=eval_examples, **unknown)  # an unknown setting is refused there
+                         eval_examples=eval_examples, gradients=gradients,
+                         **unknown)  # an unknown setting is refused there
         self.optimizer = self.settings["optimizer"]
         self._kept = _select(self._names, self.settings["record"])
         self._refuse_randomness_and_running_stats()
@@ -371,9 +393,11 @@ class ModuleTask(Task):
         return h.hexdigest()[:16]
 
     def _functions(self):
-        """(gradient, forward, loss), each vmapped over the replica dimension."""
+        """(gradient, forward, loss), each batched over the replica dimension: the gradient
+        ``vmap(grad(...))`` or, with ``gradients="summed"``, one backward over the sum of
+        the replicas' losses (see the class Notes)."""
         if self._batched is None:
-            from torch.func import functional_call, grad, vmap
+            from torch.func import functional_call, vmap
 
             module, loss = self._reference, self._loss_fn
 
@@ -383,7 +407,13 @@ class ModuleTask(Task):
             def one_forward(params, x):
                 return functional_call(module, params, (x,))
 
-            self._batched = (vmap(grad(one_loss)), vmap(one_forward), vmap(loss))
+            if self.settings["gradients"] == "summed":
+                gradient = _summed_gradient(vmap(one_loss))
+            else:
+                from torch.func import grad  # imports torch._dynamo on its first call
+
+                gradient = vmap(grad(one_loss))
+            self._batched = (gradient, vmap(one_forward), vmap(loss))
         return self._batched
 
     def _as_dict(self, params):
@@ -508,7 +538,8 @@ class ModuleTask(Task):
         compared: the source digests exactly, the float fingerprints to a relative
         tolerance of 1e-4 (their last bits may differ between CPUs and thread counts);
         when they agree, these settings with the recorded fingerprints, so that the dump's
-        manifest stays as it is.
+        manifest stays as it is. A dump recorded before the `gradients` setting existed was
+        sampled by ``vmap(grad)``: it is resumed with ``gradients="vmap"``.
 
         Raises
         ------
@@ -517,6 +548,8 @@ class ModuleTask(Task):
             model, loss or init changed since the dump was written: one line naming what.
         """
         ours = self.settings
+        if isinstance(recorded, dict) and "gradients" not in recorded and ours["gradients"] == "vmap":
+            ours = {k: v for k, v in ours.items() if k != "gradients"}  # a dump from before the setting: vmap's
         if not isinstance(recorded, dict) or \
                 {k: v for k, v in recorded.items() if k not in _FINGERPRINTS} != \
                 {k: v for k, v in ours.items() if k not in _FINGERPRINTS} or \
@@ -742,6 +775,24 @@ def _from_dataset(dataset, client):
     except RuntimeError as exc:
         raise ValueError(f"`data` (task module): client {client}'s Dataset items differ in shape: "
                          f"{_one_line(exc)}") from None
+
+
+def _summed_gradient(batched_loss):
+    """The gradients {name: (R, ...)} of every replica's loss by one backward pass over the
+    sum of `batched_loss`'s (R,) losses: replica r's parameters enter only its own loss, so
+    the sum's gradient with respect to them is that loss's gradient (its weight in the sum
+    is exactly 1)."""
+
+    def gradient(params, inputs, targets):
+        import torch
+
+        leaves = {n: p.detach().requires_grad_(True) for n, p in params.items()}
+        with torch.enable_grad():
+            losses = batched_loss(leaves, inputs, targets)
+            found = torch.autograd.grad(losses.sum(), list(leaves.values()), allow_unused=True)
+        return {n: torch.zeros_like(p) if g is None else g for (n, p), g in zip(leaves.items(), found)}
+
+    return gradient
 
 
 def _check_resettable(model, trainable):
