@@ -199,3 +199,78 @@ def test_compact_keeps_float64_where_float32_is_not_exact(rng):
     assert MarginalDistances.of(grid, noise=0, compact=True).matrix.dtype == np.float32
     with pytest.raises(ValueError, match="`matrix` must be a square float64"):
         MarginalDistances(np.zeros((3, 3), dtype=np.float16), 1)
+
+
+@pytest.mark.parametrize("kind", ["continuous", "rounded", "duplicates"])
+@pytest.mark.parametrize("k", [1, 2, 5, 16, 32, 33, 40])
+def test_probe_is_exact_for_every_k(kind, k, rng):
+    # The probe (marked x-list, walked y-list) for k from 1 to 40, both algorithms, ties and
+    # duplicated rows included; k = 33 and 40 are above the insertion limit of the fallbacks.
+    n = 300
+    x, y = _data(kind, n, rng)
+    perms = [rng.permutation(n) for _ in range(3)]
+    for algorithm in (1, 2):
+        listed, brute, _ = _both_ways(x, y, perms, k, algorithm)
+        assert np.array_equal(listed, brute)
+
+
+@pytest.mark.parametrize("algorithm", [1, 2])
+def test_uint16_and_int32_inverses_give_the_same_counts(algorithm, rng):
+    # Below 65,536 samples the marks and inverses are uint16 (they stay in cache); beyond, int32.
+    from mianalysis.estimators._neighbour_lists import listed_neighbour_counts
+
+    n = 500
+    x, y = _data("rounded", n, rng)
+    dx, dy = marginal_distances(x), marginal_distances(y)
+    lists = [neighbour_lists(d, 3) for d in (dx, dy)]
+    perms = np.array([rng.permutation(n) for _ in range(4)])
+    results = []
+    for dtype in (np.uint16, np.int32):
+        inverses = np.argsort(perms, axis=1).astype(dtype)
+        results.append(listed_neighbour_counts(*lists[0], *lists[1], dx, dy, perms, inverses, 3, algorithm))
+    for a, b in zip(*results):
+        assert np.array_equal(a, b)
+    brute = ksg_estimates_from_distances(dx, dy, list(perms), 3, algorithm, method="brute")
+    listed = ksg_estimates_from_distances(dx, dy, list(perms), 3, algorithm, method="lists")
+    assert np.array_equal(listed, brute)
+
+
+@pytest.mark.parametrize("algorithm", [1, 2])
+def test_continuous_lists_independent_of_thread_count(algorithm, rng):
+    n = 1200
+    x, y = _data("continuous", n, rng)
+    perms = [rng.permutation(n) for _ in range(9)]
+    before = numba.get_num_threads()
+    results = []
+    try:
+        for threads in (1, 2):
+            numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+            listed, brute, _ = _both_ways(x, y, perms, 3, algorithm)
+            assert np.array_equal(listed, brute)
+            results.append(listed)
+    finally:
+        numba.set_num_threads(before)
+    assert np.array_equal(results[0], results[1])
+
+
+@pytest.mark.parametrize("case", ["spread", "clustered", "tied", "two values", "one value"])
+def test_bucket_sort_sorts_values_with_their_indices(case, rng):
+    # The list sort: buckets in order of value, then an insertion sort within them; np.argsort when the
+    # buckets are too uneven (clustered or tied values). Every case gives the sorted values, each with its
+    # own index.
+    from mianalysis.estimators._neighbour_lists import _sort_near
+
+    m = 700
+    near = {"spread": rng.random(m),
+            "clustered": np.concatenate([[0.0], 1.0 + 1e-9 * rng.random(m - 1)]),  # one bucket holds all but one
+            "tied": rng.integers(0, 5, size=m) / 4.0,
+            "two values": np.where(rng.random(m) < 0.5, 0.0, 2.0),
+            "one value": np.full(m, 3.0)}[case]
+    found = rng.permutation(10 * m)[:m].astype(np.int64)
+    key, counts = np.empty(m, dtype=np.int64), np.empty(m + 1, dtype=np.int64)
+    sv, si = np.empty(m), np.empty(m, dtype=np.int64)
+    _sort_near(near, found, m, key, counts, sv, si)
+    assert np.array_equal(sv, np.sort(near))
+    assert sorted(si.tolist()) == sorted(found.tolist())
+    value_of = dict(zip(found.tolist(), near.tolist()))
+    assert [value_of[j] for j in si.tolist()] == sv.tolist()  # each index with its own value

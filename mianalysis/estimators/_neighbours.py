@@ -253,8 +253,9 @@ def permuted_counts(dx, dy, permutations, k, algorithm, *, method="auto", lists=
         if listed:
             if not (np.sort(batch, axis=1) == np.arange(n)).all():
                 raise ValueError(f"`permutations` must be permutations of range({n})")
-            inverses = np.empty(batch.shape, dtype=np.int32)
-            np.put_along_axis(inverses, batch, np.arange(n, dtype=np.int32)[None, :], axis=1)
+            small = np.uint16 if n <= np.iinfo(np.uint16).max else np.int32  # marks and inverses stay in cache
+            inverses = np.empty(batch.shape, dtype=small)
+            np.put_along_axis(inverses, batch, np.arange(n, dtype=small)[None, :], axis=1)
             nx, ny, looked, full = listed_neighbour_counts(*lists_x, *lists_y, dx, dy, batch, inverses, k, algorithm)
             looked_up.append(looked)
             full_rows.append(full)

@@ -128,7 +128,7 @@ def mi_permutation_test(
         once (O(n^2 d)) and every shuffle costs at most O(n^2), for the same values to the
         bit. From 1,000 samples and 7 shuffles on, each sample's nearest marginal
         neighbours are also sorted once (about 3 sqrt(k n) x 1.5 per sample and side), and a
-        shuffle finds every sample's k-th joint neighbour by merging two such lists, in
+        shuffle finds every sample's k-th joint neighbour from two such lists, in
         about O(n sqrt(k n)) (see Notes). It needs 2 n^2 values of the estimator's dtype in
         memory (7.7 GB at n = 22,000 in float64, half in float32), plus the lists; "auto" uses it when that is at most half the memory
         the process can still allocate (physical memory, cgroup limits, ``ulimit -v``), False never (each shuffle then recomputes distances, in O(n d) memory;
@@ -161,10 +161,11 @@ def mi_permutation_test(
     function of Wilks' Lambda), nor exactly to non-Gaussian data.
 
     KSG shuffles from neighbour lists: the joint (max-norm) distance of samples i and j is
-    the larger of their two marginal distances, so merging i's x-neighbours and its
-    partner's y-neighbours in ascending order meets every j a second time exactly at its
-    joint distance; the k-th second meeting is the k-th joint neighbour distance, and the
-    walked list prefixes are the marginal counts. No distance is rounded or combined on
+    the larger of their two marginal distances, so marking i's x-neighbours and walking
+    its partner's y-neighbours in ascending order meets every j with both distances
+    listed, at its joint distance; once the walk passes the k-th smallest joint distance
+    met, that is the k-th joint neighbour distance, and positions in the sorted lists are
+    the marginal counts. No distance is rounded or combined on
     the way (only compared), so the counts equal the brute-force ones exactly, ties and
     duplicates included, on any CPU and thread count; a sample whose k-th joint neighbour
     lies beyond its listed neighbours (strong dependence, x and y on very different
