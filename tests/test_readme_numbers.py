@@ -53,15 +53,20 @@ def test_signal_rnn_shared_data_rise_is_one_step_per_pair_so_holm_keeps_it():
     assert "one step per pair, so Holm over the pair's steps leaves" in _flat(README)
 
 
-def test_long_preset_ksg_rising_count_is_per_step_and_uncorrected():
+def test_long_preset_ksg_rising_count_and_its_correction():
     """figures/sources_of_dependence.csv, signal-long part: the one "rising" pair-seed, in a
-    fixed-start cell with nothing shared; the summary holds no per-step p-values (it predates
-    them), so the README says the verdicts are uncorrected."""
+    fixed-start cell with nothing shared, seed 2; seed 0's rows are Holm over each pair's
+    steps, seeds 1 and 2 carried over from a summary without per-step p-values (correction
+    none), so the README says which is which."""
     rows = [r for r in _summary() if r["part"] == "signal-long" and r["quantity"] == "mi_ksg"]
     rising = [r for r in rows if "rising" in r["steps"]]
-    assert len(rising) == 1 and (rising[0]["init"], rising[0]["shared"]) == ("fixed", "nothing")
-    assert "correction" not in rows[0] or not rows[0]["correction"]
-    assert "per-step 95 % intervals, uncorrected: the summary holds no step p-values" in _flat(README)
+    assert len(rising) == 1 and (rising[0]["init"], rising[0]["shared"], rising[0]["seed"]) == ("fixed", "nothing", "2")
+    correction = {seed: {r["correction"] for r in rows if r["seed"] == seed} for seed in "012"}
+    assert correction == {"0": {"holm/pair"}, "1": {"none"}, "2": {"none"}}
+    text = _flat(README)
+    assert "seed 0 rerun with Holm over each pair's 3 steps" in text
+    assert "seeds 1 and 2 carried over with per-step 95 % intervals, uncorrected" in text
+    assert '"rising" pair, seed 2, in a design whose clients are independent' in text
 
 
 def test_digits_lenet_ksg_above_null_after_holm():
