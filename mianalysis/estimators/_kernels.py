@@ -111,6 +111,19 @@ REDUCTION_FLAGS = {"nnan", "nsz", "contract", "arcp", "reassoc"}
 SELECT_CHUNK = 64  # samples per chunk of the k-th-distance scan
 
 
+@numba.njit(inline="always")
+def insert_k_best(best, k, z):
+    """Insert z into the ascending list best[:k] of the k smallest values so far (z below
+    best[k - 1]), dropping the largest; returns the new k-th smallest, best[k - 1]. Inlined
+    into each caller's loop (numba IR inlining), so a hot loop keeps its own code."""
+    pos = k - 1
+    while pos > 0 and best[pos - 1] > z:
+        best[pos] = best[pos - 1]
+        pos -= 1
+    best[pos] = z
+    return best[k - 1]
+
+
 @numba.njit(fastmath=REDUCTION_FLAGS, cache=True)
 def _kth_smallest_joint(dx, dy, self_index, k, scratch):
     """k-th smallest max(dx[j], dy[j]) over j != self_index.
@@ -139,12 +152,7 @@ def _kth_smallest_joint(dx, dy, self_index, k, scratch):
                     continue
                 z = max(a[j], b[j])
                 if z < worst:
-                    pos = k - 1
-                    while pos > 0 and best[pos - 1] > z:
-                        best[pos] = best[pos - 1]
-                        pos -= 1
-                    best[pos] = z
-                    worst = best[k - 1]
+                    worst = insert_k_best(best, k, z)
         return worst
     m = 0
     for j in range(n):

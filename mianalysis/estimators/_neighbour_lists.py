@@ -36,7 +36,7 @@ import numba
 import numpy as np
 from numba import prange
 
-from ._kernels import INSERTION_MAX_K, row_counts
+from ._kernels import INSERTION_MAX_K, insert_k_best, row_counts
 
 LISTED_BLOCK = 256  # samples per work item of listed_neighbour_counts
 
@@ -181,12 +181,7 @@ def _probed_row_counts(xv, cover_x, yv, yi, cover_y, inverse, k, algorithm, mark
         if t >= 0:
             z = max(xv[t], b)
             if z < worst:
-                pos = k - 1
-                while pos > 0 and best[pos - 1] > z:
-                    best[pos] = best[pos - 1]
-                    pos -= 1
-                best[pos] = z
-                worst = best[k - 1]
+                worst = insert_k_best(best, k, z)
         q += 1
     eps = worst
     if eps >= bound:
@@ -241,12 +236,7 @@ def _lookup_row_counts(av, ai, cover_a, arow, bv, cover_b, brow, bmap, k, algori
         b = brow[bmap[ai[p]]]
         z = max(a, b)
         if z < worst:
-            pos = k - 1
-            while pos > 0 and best[pos - 1] > z:
-                best[pos] = best[pos - 1]
-                pos -= 1
-            best[pos] = z
-            worst = best[k - 1]
+            worst = insert_k_best(best, k, z)
         p += 1
     eps = worst
     if algorithm == 1:
