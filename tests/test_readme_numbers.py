@@ -53,20 +53,19 @@ def test_signal_rnn_shared_data_rise_is_one_step_per_pair_so_holm_keeps_it():
     assert "one step per pair, so Holm over the pair's steps leaves" in _flat(README)
 
 
-def test_long_preset_ksg_rising_count_and_its_correction():
-    """figures/sources_of_dependence.csv, signal-long part: the one "rising" pair-seed, in a
-    fixed-start cell with nothing shared, seed 2; seed 0's rows are Holm over each pair's
-    steps, seeds 1 and 2 carried over from a summary without per-step p-values (correction
-    none), so the README says which is which."""
+def test_long_preset_ksg_no_false_verdict_after_holm():
+    """figures/sources_of_dependence.csv, signal-long part: every seed's rows are Holm over
+    each pair's steps, and no pair-seed with a fixed start and nothing shared (independent
+    clients) is called rising or falling, as the README says."""
     rows = [r for r in _summary() if r["part"] == "signal-long" and r["quantity"] == "mi_ksg"]
-    rising = [r for r in rows if "rising" in r["steps"]]
-    assert len(rising) == 1 and (rising[0]["init"], rising[0]["shared"], rising[0]["seed"]) == ("fixed", "nothing", "2")
-    correction = {seed: {r["correction"] for r in rows if r["seed"] == seed} for seed in "012"}
-    assert correction == {"0": {"holm/pair"}, "1": {"none"}, "2": {"none"}}
+    assert len(rows) == 54 and {r["correction"] for r in rows} == {"holm/pair"}
+    independent = [r for r in rows if (r["init"], r["shared"]) == ("fixed", "nothing")]
+    steps = [v for r in independent for v in r["steps"].split("; ")]
+    assert len(independent) == 9 and len(steps) == 27
+    assert not any("rising" in v or "falling" in v for v in steps)
     text = _flat(README)
-    assert "seed 0 rerun with Holm over each pair's 3 steps" in text
-    assert "seeds 1 and 2 carried over with per-step 95 % intervals, uncorrected" in text
-    assert '"rising" pair, seed 2, in a design whose clients are independent' in text
+    assert "every seed's verdicts Holm over each pair's 3 steps" in text
+    assert "0 of 99 step verdicts false in the cells whose clients are independent by design" in text
 
 
 def test_digits_lenet_ksg_above_null_after_holm():
