@@ -3,8 +3,12 @@
 
 import numpy as np
 import pytest
+from scipy import stats
 
-from mianalysis.federated.global_dependence import QUANTITIES, dependence_given_global
+from mianalysis import gaussian_cmi, gaussian_mi, gaussian_mi_null
+from mianalysis.estimators.gaussian_se import gaussian_mi_se, wishart_mi_se
+from mianalysis.federated.global_dependence import (QUANTITIES, UNCERTAINTY_COLUMNS, conditional_mi_uncertainty,
+                                                    dependence_given_global)
 
 
 def _synthetic(rng, n=4000, d=2, rounds=2, shared_update=0.0):
@@ -69,6 +73,146 @@ def test_updates_are_relative_to_the_model_the_round_started_from():
 def test_errors(local, g, match):
     with pytest.raises(ValueError, match=match):
         dependence_given_global(local, g)
+
+
+def _exact_nats(d, shared_update):
+    """Exact MI of `_synthetic`'s round 1 in nats: d independent coordinates, local models
+    with correlation (1 + s^2) / (2 + s^2) (g[0] has variance 1), updates (and local models
+    given g[0]) with correlation s^2 / (1 + s^2)."""
+    s2 = shared_update**2
+    local, update = (1 + s2) / (2 + s2), s2 / (1 + s2)
+    mi = lambda rho: -0.5 * d * np.log(1 - rho**2)  # noqa: E731
+    return {"mi_local": mi(local), "cmi_given_global": mi(update), "mi_update": mi(update)}
+
+
+def test_intervals_cover_the_exact_mi_and_cmi():
+    # 300 replicate experiments of 300 runs, 2 dimensions (joint dimension 6 given g):
+    # the 95 % interval should cover the exact value in 95 % of them (binomial sd 1.3 %).
+    rng = np.random.default_rng(11)
+    exact = _exact_nats(2, 1.0)
+    covered = {q: 0 for q in QUANTITIES}
+    for _ in range(300):
+        local, g = _synthetic(rng, n=300, d=2, rounds=1, shared_update=1.0)
+        for r in dependence_given_global(local, g, units="nats"):
+            covered[r["quantity"]] += r["ci_low"] <= exact[r["quantity"]] <= r["ci_high"]
+            assert r["ci_low"] < r["value"] < r["ci_high"]
+    assert all(0.90 <= c / 300 <= 0.99 for c in covered.values()), covered
+
+
+def test_intervals_follow_ci_level_and_units():
+    rng = np.random.default_rng(3)
+    local, g = _synthetic(rng, n=400, d=2, rounds=1, shared_update=1.0)
+    nats = dependence_given_global(local, g, units="nats")
+    bits = dependence_given_global(local, g, units="bits", ci_level=0.5)
+    for rn, rb in zip(nats, bits):
+        for key in ("value", "se", "null_mean", "null_std"):
+            assert rb[key] == pytest.approx(rn[key] / np.log(2), rel=1e-12, abs=1e-15)
+        assert rb["p_value"] == pytest.approx(rn["p_value"], rel=1e-9, abs=1e-300)
+        # at 50 % the interval is value +- 0.674 se
+        assert rb["ci_high"] - rb["value"] == pytest.approx(stats.norm.ppf(0.75) * rb["se"], rel=1e-12)
+        assert rn["ci_high"] - rn["value"] == pytest.approx(stats.norm.ppf(0.975) * rn["se"], rel=1e-12)
+
+
+@pytest.mark.parametrize("d, n", [(1, 30), (3, 60)])  # exact Beta law, and Bartlett's approximation
+def test_p_values_are_uniform_under_conditional_independence(d, n):
+    # Clients that share only the global model the round started from: their updates are
+    # independent and so are the local models given it. 400 draws.
+    rng = np.random.default_rng(d)
+    p = {q: [] for q in ("cmi_given_global", "mi_update")}
+    estimates = []
+    for _ in range(400):
+        local, g = _synthetic(rng, n=n, d=d, rounds=1)
+        rows = {r["quantity"]: r for r in dependence_given_global(local, g, units="nats")}
+        for q in p:
+            p[q].append(rows[q]["p_value"])
+        estimates.append(rows["cmi_given_global"]["value"])
+    for q, values in p.items():
+        assert 0.02 <= np.mean(np.array(values) < 0.05) <= 0.09, q
+        assert stats.kstest(values, "uniform").pvalue > 0.001, q
+    # The CMI's null is that of n - k runs (k = d conditioning features): its mean and sd
+    # are those of the estimates, and differ from the null of n runs.
+    cmi = rows["cmi_given_global"]
+    assert cmi["null_mean"] == pytest.approx(0.0, abs=1e-12)
+    assert cmi["null_std"] == pytest.approx(gaussian_mi_null(n - d, d, d, units="nats").std, rel=1e-12)
+    assert cmi["null_std"] > 1.03 * gaussian_mi_null(n, d, d, units="nats").std
+    assert np.std(estimates) == pytest.approx(cmi["null_std"], rel=0.1)
+    assert abs(np.mean(estimates)) < 3 * cmi["null_std"] / np.sqrt(400)
+
+
+def test_p_values_are_uniform_under_independence():
+    # Local models independent of each other and of the global model: all three
+    # quantities but the updates (which share -g) are null.
+    rng = np.random.default_rng(7)
+    p = {q: [] for q in ("mi_local", "cmi_given_global")}
+    for _ in range(400):
+        g = rng.standard_normal((2, 50, 2))
+        local = {c: rng.standard_normal((2, 50, 2)) for c in "ab"}
+        for r in dependence_given_global(local, g, units="bits"):
+            if r["quantity"] in p:
+                p[r["quantity"]].append(r["p_value"])
+    for q, values in p.items():
+        assert 0.02 <= np.mean(np.array(values) < 0.05) <= 0.09, q
+        assert stats.kstest(values, "uniform").pvalue > 0.001, q
+
+
+def test_estimates_are_unchanged_and_the_uncertainty_is_the_estimators():
+    rng = np.random.default_rng(4)
+    local, g = _synthetic(rng, n=200, d=3, rounds=2, shared_update=0.5)
+    rows = dependence_given_global(local, g)
+    assert list(rows[0]) == ["iteration", "global_checkpoint", "client_a", "client_b", "quantity", "value",
+                             "n_runs", "n_features", *UNCERTAINTY_COLUMNS]
+    for r in rows:
+        t = r["iteration"]
+        xa, xb, start = local["a"][t], local["b"][t], g[t - 1]
+        if r["quantity"] == "cmi_given_global":
+            assert r["value"] == gaussian_cmi(xa, xb, start)  # the estimate as before: bit for bit
+            # The CMI is the MI of the residuals given g[t-1] (plug-in), and its se and null
+            # those of n - 3 runs.
+            design = np.hstack([np.ones((200, 1)), start])
+            ra, rb = (v - design @ np.linalg.lstsq(design, v, rcond=None)[0] for v in (xa, xb))
+            assert gaussian_mi(ra, rb, bias_correction=False) == pytest.approx(
+                gaussian_cmi(xa, xb, start, bias_correction=False), rel=1e-9)
+            null = gaussian_mi_null(197, 3, 3)
+            assert r["p_value"] == pytest.approx(null.p_value(r["value"]), rel=1e-12)
+            assert r["se"] > 0
+        else:
+            pair = (xa, xb) if r["quantity"] == "mi_local" else (xa - start, xb - start)
+            assert r["value"] == gaussian_mi(*pair)
+            assert r["se"] == gaussian_mi_se(*pair)  # the level interval's se of mianalysis.analyze
+            null = gaussian_mi_null(200, 3, 3)
+            assert (r["null_mean"], r["null_std"]) == (null.mean, null.std)
+            assert r["p_value"] == null.p_value(r["value"])
+
+
+def test_options_null_none_shrinkage_and_bad_level():
+    rng = np.random.default_rng(5)
+    local, g = _synthetic(rng, n=100, d=2, rounds=1)
+    with_null = dependence_given_global(local, g)
+    without = dependence_given_global(local, g, null=None)
+    for r, s in zip(with_null, without):
+        assert list(r) == list(s)  # the same columns
+        assert all(np.isnan(s[k]) for k in ("null_mean", "null_std", "p_value"))
+        assert all(r[k] == s[k] for k in ("value", "se", "ci_low", "ci_high"))
+    shrunk = dependence_given_global(local, g, shrinkage="ledoit-wolf")
+    assert all(np.isnan(r[k]) for r in shrunk for k in UNCERTAINTY_COLUMNS)
+    for level in (0.0, 1.0, 95, "0.95"):
+        with pytest.raises(ValueError, match="`ci_level`"):
+            dependence_given_global(local, g, ci_level=level)
+    with pytest.raises(ValueError, match="`null` must be one of 'analytic', None"):
+        dependence_given_global(local, g, null="permutation")
+
+
+def test_wishart_mi_se_is_gaussian_mi_se_and_a_constant_block_has_none():
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((80, 3))
+    y = x[:, :2] + rng.standard_normal((80, 2))
+    from mianalysis.estimators.gaussian_se import canonical_correlations
+
+    assert wishart_mi_se(canonical_correlations(x, y), 80, 3, 2, units="nats") == gaussian_mi_se(x, y, units="nats")
+    with pytest.raises(ValueError, match="more samples than features"):
+        wishart_mi_se([0.1], 3, 1, 2)
+    out = conditional_mi_uncertainty(np.ones((80, 2)), y, x, 0.0)
+    assert out == {"se": 0.0, "ci_low": 0.0, "ci_high": 0.0, "null_mean": 0.0, "null_std": 0.0, "p_value": 1.0}
 
 
 # ---------------------------------------------------------------- the simulator's recording

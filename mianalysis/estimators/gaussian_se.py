@@ -54,7 +54,7 @@ from scipy.special import polygamma
 from .._validation import check_choice, check_paired, check_units, drop_constant_features
 from .gaussian import wishart_logdet_bias
 
-__all__ = ["SE_METHODS", "gaussian_mi_se", "canonical_correlations"]
+__all__ = ["SE_METHODS", "gaussian_mi_se", "wishart_mi_se", "canonical_correlations"]
 
 SE_METHODS = ("wishart", "asymptotic")
 
@@ -146,6 +146,62 @@ def gaussian_mi_se(x: ArrayLike, y: ArrayLike, *, method: str = "wishart", units
     r2 = canonical_correlations(x, y) ** 2
     if method == "asymptotic":
         return float(np.sqrt(r2.sum() / n) * factor)
+    return wishart_mi_se(r2, n, p, q, units=units, squared=True)
+
+
+def wishart_mi_se(canonical: ArrayLike, n_samples: int, n_features_x: int, n_features_y: int, *,
+                  units: str = "bits", squared: bool = False) -> float:
+    """The ``"wishart"`` standard error of the module docstring from the sample canonical
+    correlations: the sd of the bias-corrected :func:`mianalysis.gaussian_mi` of
+    `n_samples` Gaussian samples, or of a conditional MI with the sample size it stands for.
+
+    For :func:`mianalysis.gaussian_cmi` of x and y given k conditioning variables, pass the
+    canonical correlations of the residuals of x and y after their least-squares regression
+    on the conditioning variables (with an intercept; the sample partial canonical
+    correlations) and ``n_samples - k``: the residual scatter matrix is Wishart with
+    ``n - 1 - k`` degrees of freedom (Anderson 2003, Section 8.2), and the conditional
+    MI's bias correction is exactly that of the MI of ``n - k`` samples.
+
+    Parameters
+    ----------
+    canonical : array-like of shape (min(p, q),)
+        Sample canonical correlations r_i (:func:`canonical_correlations`), or their
+        squares with `squared`.
+    n_samples : int
+        The (effective) sample size n; must exceed ``n_features_x + n_features_y``.
+    n_features_x, n_features_y : int
+        The dimensions p and q (non-constant features), >= 1.
+    units : {"bits", "nats"}, default="bits"
+    squared : bool, default=False
+        Whether `canonical` holds the squares r_i^2.
+
+    Returns
+    -------
+    se : float
+        In `units`.
+
+    Raises
+    ------
+    ValueError
+        If ``n_samples <= n_features_x + n_features_y``.
+
+    Examples
+    --------
+    No sample canonical correlation: the exact sd under independence,
+    ``gaussian_mi_null(...).std``.
+
+    >>> from mianalysis import gaussian_mi_null
+    >>> from mianalysis.estimators.gaussian_se import wishart_mi_se
+    >>> round(wishart_mi_se([0.0], 500, 1, 1), 5), round(gaussian_mi_null(500, 1, 1).std, 5)
+    (0.00205, 0.00205)
+    """
+    factor = check_units(units)
+    n, p, q = int(n_samples), int(n_features_x), int(n_features_y)
+    if n <= p + q:
+        raise ValueError(f"a standard error needs more samples than features: n_samples={n} <= {p} + {q}")
+    r2 = np.asarray(canonical, dtype=float)
+    if not squared:
+        r2 = r2 ** 2
     m, s = n - 1, min(p, q)
     bias = 0.5 * (wishart_logdet_bias(p, n) + wishart_logdet_bias(q, n) - wishart_logdet_bias(p + q, n))
     with np.errstate(over="ignore"):

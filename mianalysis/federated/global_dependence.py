@@ -17,15 +17,22 @@ from itertools import combinations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ..estimators import gaussian_cmi, gaussian_mi
+from .._validation import check_choice, varying_columns
+from ..analysis.intervals import check_level, normal_interval
+from ..estimators import gaussian_cmi, gaussian_mi, gaussian_mi_null
+from ..estimators.gaussian_se import canonical_correlations, wishart_mi_se
 
 QUANTITIES = ("mi_local", "cmi_given_global", "mi_update")
+NULLS = ("analytic", None)
+#: The columns of uncertainty every row has besides the estimate ``value``.
+UNCERTAINTY_COLUMNS = ("se", "ci_low", "ci_high", "null_mean", "null_std", "p_value")
 
-__all__ = ["dependence_given_global", "QUANTITIES"]
+__all__ = ["dependence_given_global", "QUANTITIES", "UNCERTAINTY_COLUMNS", "conditional_mi_uncertainty"]
 
 
 def dependence_given_global(local: Mapping[str, ArrayLike], global_model: ArrayLike, *, units: str = "bits",
-                            bias_correction: bool = True, shrinkage: str | None = None) -> list[dict]:
+                            bias_correction: bool = True, shrinkage: str | None = None, ci_level: float = 0.95,
+                            null: str | None = "analytic") -> list[dict]:
     r"""Per round and pair of clients: MI of the local models, MI given the broadcast
     global model, and MI of the model updates (all with the Gaussian estimator).
 
@@ -45,6 +52,19 @@ def dependence_given_global(local: Mapping[str, ArrayLike], global_model: ArrayL
     order), so ``cmi_given_global`` is 0 in truth; for part of a model (one layer), the
     rest of the global model is not conditioned on and may leave dependence.
 
+    Every row also has the estimate's uncertainty, from formulas for Gaussian data
+    (:func:`conditional_mi_uncertainty`): a standard error ``se`` (the Wishart one of
+    :func:`mianalysis.estimators.gaussian_se.wishart_mi_se`) and the normal interval
+    ``value +- z se`` at `ci_level`; and the analytic null of the estimate under
+    independence (``mi_local``, ``mi_update``) or conditional independence given
+    :math:`g^{t-1}` (``cmi_given_global``), Wilks' Lambda
+    (:func:`mianalysis.gaussian_mi_null`: exact for ``n_features <= 2``, Bartlett's
+    chi-square approximation :math:`-(n - 1 - (p + q + 1)/2)\log\Lambda \sim \chi^2_{pq}`
+    otherwise, with MI :math:`= -\tfrac12\log\Lambda` nats before the bias correction).
+    For ``cmi_given_global`` both use the MI of the residuals of the two local models
+    after their least-squares regression on :math:`g^{t-1}`, with ``n_runs - k`` runs (k
+    the non-constant features of :math:`g^{t-1}`): the partial Wilks' Lambda.
+
     Parameters
     ----------
     local : mapping of str to array-like of shape (n_checkpoints, n_runs, n_features)
@@ -57,7 +77,13 @@ def dependence_given_global(local: Mapping[str, ArrayLike], global_model: ArrayL
     shrinkage : {None, "ledoit-wolf"}, default=None
         As in :func:`mianalysis.gaussian_cmi`; without it ``cmi_given_global`` needs
         ``n_runs > 3 n_features`` (the joint dimension). Estimates with shrinkage are
-        biased.
+        biased, and have no standard error or analytic null: those columns are NaN.
+    ci_level : float, default=0.95
+        Level of the interval ``ci_low`` to ``ci_high``, in (0, 1).
+    null : {"analytic", None}, default="analytic"
+        "analytic": the Wilks' Lambda null above. None: no null; the rows keep the columns
+        ``null_mean``, ``null_std`` and ``p_value`` (so that every table has the same
+        columns), as NaN.
 
     Returns
     -------
@@ -65,14 +91,18 @@ def dependence_given_global(local: Mapping[str, ArrayLike], global_model: ArrayL
         One per round ``t >= 1``, pair (in the order of `local`) and quantity, with keys
         ``iteration`` (t), ``global_checkpoint`` (t - 1), ``client_a``, ``client_b``,
         ``quantity`` (one of :data:`QUANTITIES`), ``value`` (in `units`), ``n_runs``,
-        ``n_features``.
+        ``n_features``, then :data:`UNCERTAINTY_COLUMNS`: ``se``, ``ci_low``, ``ci_high``
+        (in `units`), ``null_mean``, ``null_std`` (in `units`; the mean is 0 with
+        `bias_correction`) and ``p_value`` (one-sided: an estimate at least this large
+        under the null).
 
     Raises
     ------
     ValueError
         If the arrays are not 3-D or their shapes differ (naming the argument), if there
-        are fewer than two checkpoints or two clients, or from the estimators (too few
-        runs for the dimension, non-finite values).
+        are fewer than two checkpoints or two clients, for a `ci_level` outside (0, 1) or
+        an unknown `null`, or from the estimators (too few runs for the dimension,
+        non-finite values).
 
     Examples
     --------
@@ -91,7 +121,13 @@ def dependence_given_global(local: Mapping[str, ArrayLike], global_model: ArrayL
     >>> rows = dependence_given_global(local, g, units="nats")
     >>> {r["quantity"]: round(r["value"], 2) for r in rows}   # exact: 0.29, 0.14, 0.14
     {'mi_local': 0.29, 'cmi_given_global': 0.14, 'mi_update': 0.14}
+    >>> {r["quantity"]: (round(r["ci_low"], 3), round(r["ci_high"], 3)) for r in rows}   # 95 % intervals
+    {'mi_local': (0.288, 0.3), 'cmi_given_global': (0.14, 0.149), 'mi_update': (0.14, 0.149)}
+    >>> [r["p_value"] for r in rows]    # Wilks' Lambda null: independence rejected
+    [0.0, 0.0, 0.0]
     """
+    ci_level = check_level(ci_level)
+    check_choice(null, "null", NULLS)
     if len(local) < 2:
         raise ValueError(f"`local` must hold at least two clients; got {len(local)}")
     g = _check_stack(global_model, "global_model")
@@ -110,10 +146,104 @@ def dependence_given_global(local: Mapping[str, ArrayLike], global_model: ArrayL
                 "mi_update": gaussian_mi(xa - start, xb - start, units=units, bias_correction=bias_correction,
                                          shrinkage=shrinkage),
             }
+            conditioning = {"mi_local": None, "cmi_given_global": start, "mi_update": None}
+            pairs = {"mi_local": (xa, xb), "cmi_given_global": (xa, xb), "mi_update": (xa - start, xb - start)}
             for q in QUANTITIES:
-                rows.append({"iteration": t, "global_checkpoint": t - 1, "client_a": a, "client_b": b,
-                             "quantity": q, "value": values[q], "n_runs": g.shape[1], "n_features": g.shape[2]})
+                row = {"iteration": t, "global_checkpoint": t - 1, "client_a": a, "client_b": b,
+                       "quantity": q, "value": values[q], "n_runs": g.shape[1], "n_features": g.shape[2]}
+                if shrinkage is None:
+                    row.update(conditional_mi_uncertainty(*pairs[q], conditioning[q], values[q], units=units,
+                                                          bias_correction=bias_correction, ci_level=ci_level,
+                                                          null=null))
+                else:
+                    row.update(dict.fromkeys(UNCERTAINTY_COLUMNS, np.nan))
+                rows.append(row)
     return rows
+
+
+def conditional_mi_uncertainty(x: ArrayLike, y: ArrayLike, z: ArrayLike | None, estimate: float, *,
+                               units: str = "bits", bias_correction: bool = True, ci_level: float = 0.95,
+                               null: str | None = "analytic") -> dict:
+    r"""Standard error, normal interval and analytic null of a Gaussian (conditional) MI
+    estimate of `x` and `y` given `z` (None or no columns: the MI).
+
+    The MI of x and y given k Gaussian conditioning variables z is the MI of their residuals
+    after the least-squares regression on z (with an intercept), whose scatter matrix is
+    Wishart with ``n - 1 - k`` degrees of freedom; the plug-in and the bias-corrected
+    :func:`mianalysis.gaussian_cmi` are those of the residuals' MI from ``n - k`` runs. So
+    the standard error is :func:`mianalysis.estimators.gaussian_se.wishart_mi_se` of the
+    residuals' canonical correlations with ``n - k`` runs, and the null, conditional
+    independence, is :func:`mianalysis.gaussian_mi_null` of ``(n - k, p, q)`` (the partial
+    Wilks' Lambda), k = 0 for the MI.
+
+    Parameters
+    ----------
+    x, y : array-like of shape (n_samples, p) and (n_samples, q)
+    z : array-like of shape (n_samples, k), or None
+    estimate : float
+        :func:`mianalysis.gaussian_cmi` (or :func:`mianalysis.gaussian_mi`) of the same
+        samples, `units` and `bias_correction`, without shrinkage.
+    units : {"bits", "nats"}, default="bits"
+    bias_correction : bool, default=True
+    ci_level : float, default=0.95
+    null : {"analytic", None}, default="analytic"
+        None: ``null_mean``, ``null_std`` and ``p_value`` are NaN.
+
+    Returns
+    -------
+    columns : dict
+        ``se``, ``ci_low``, ``ci_high``, ``null_mean``, ``null_std`` (in `units`) and
+        ``p_value``. Constant columns are dropped as the estimators do; if none of `x` or of
+        `y` varies, the estimate is exactly 0: se 0, null mean and sd 0, p-value 1.
+
+    Examples
+    --------
+    x and y share only z: given z they are independent, and the estimate is within the null.
+
+    >>> import numpy as np
+    >>> from mianalysis import gaussian_cmi
+    >>> from mianalysis.federated.global_dependence import conditional_mi_uncertainty
+    >>> rng = np.random.default_rng(0)
+    >>> z, e1, e2 = rng.standard_normal((3, 200, 1))
+    >>> x, y = z + e1, z + e2
+    >>> out = conditional_mi_uncertainty(x, y, z, gaussian_cmi(x, y, z, units="nats"), units="nats")
+    >>> round(out["null_mean"], 6), round(out["null_std"], 4), out["p_value"] > 0.05
+    (0.0, 0.0036, True)
+    """
+    ci_level = check_level(ci_level)
+    check_choice(null, "null", NULLS)
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    x, y = x[:, varying_columns(x)], y[:, varying_columns(y)]
+    n, p = x.shape
+    q = y.shape[1]
+    out = dict.fromkeys(UNCERTAINTY_COLUMNS, np.nan)
+    if p == 0 or q == 0:  # the estimate is exactly 0
+        out.update(se=0.0, ci_low=float(estimate), ci_high=float(estimate))
+        if null is not None:
+            out.update(null_mean=0.0, null_std=0.0, p_value=1.0)
+        return out
+    k = 0
+    if z is not None:
+        z = np.asarray(z, dtype=np.float64).reshape(n, -1)
+        z = z[:, varying_columns(z)]
+        k = z.shape[1]
+        if k:
+            x, y = _residuals(x, z), _residuals(y, z)
+    se = wishart_mi_se(canonical_correlations(x, y), n - k, p, q, units=units)
+    out["se"] = se
+    out["ci_low"], out["ci_high"] = normal_interval(estimate, se, ci_level)
+    if null == "analytic":
+        law = gaussian_mi_null(n - k, p, q, units=units, bias_correction=bias_correction)
+        out.update(null_mean=law.mean, null_std=law.std, p_value=float(law.p_value(estimate)))
+    return out
+
+
+def _residuals(a, z):
+    """Residuals of the columns of `a` after their least-squares regression on `z` and an
+    intercept."""
+    design = np.hstack([np.ones((len(z), 1)), z - z.mean(axis=0)])
+    coef, *_ = np.linalg.lstsq(design, a, rcond=None)
+    return a - design @ coef
 
 
 def _check_stack(a, name, shape=None):
