@@ -112,7 +112,7 @@ def from_summary(path, exclude):
         mine = [r for r in summary if r["part"] == part]
         cells = {(r["seed"]) for r in mine}
         for q, name in ESTIMATORS:
-            series = [[v for _, v in (s.split(": ", 1) for s in r.get("steps_uncorrected") or r["steps"]
+            series = [[v for _, v in (s.split(": ", 1) for s in (r.get("steps_uncorrected") or r["steps"])
                                       .split("; ") if s)] for r in mine if r["quantity"] == q]
             steps = [(v, NO_CHANGE) for s in series for v in s]
             base = _count(steps)
@@ -171,6 +171,7 @@ def main():
     if not gaussian:
         parser.error(f"--tables: no gaussian-sgd cell tables in {args.tables}; make them with "
                      "`python experiments/sources_of_dependence.py --only gaussian`")
+    cells = gaussian  # the other parts' tables (a rerun of some signal-rnn cells) are counted from the summary
     rows = from_tables(cells, lambda k: k[0] == "gaussian", lambda k, t, a, b: exact_steps(t, a, b),
                        "gaussian-sgd (paper), every design, against the exact MI")
     rows += from_tables(cells, lambda k: k[1:3] == ("fixed", "nothing"), lambda k, t, a, b: {},
