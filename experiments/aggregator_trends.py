@@ -33,7 +33,10 @@ Writes figures/aggregator_trends{_quick}.png (one panel per quantity, a line per
 averaged over the three client pairs; MI panels show the permutation null as a dotted
 line), the analysis table per rule (.csv; it also holds each client's rows with "global"),
 the per-round accuracy, and figures/aggregator_trends{_quick}_global.{png,csv} (the three
-output-bias quantities per rule, round and client pair; the figure averages the pairs).
+output-bias quantities per rule, round and client pair, each with its Wishart standard error,
+95 % normal interval and analytic Wilks' Lambda null: ``se``, ``ci_low``, ``ci_high``,
+``null_mean``, ``null_std``, ``p_value``; the figure draws the mean over pairs, the range
+of the pairs' intervals and the null band).
 """
 
 import argparse
@@ -54,6 +57,7 @@ from mianalysis.federated.global_dependence import dependence_given_global
 from mianalysis.federated.registry import get_rule
 
 RULES = {"fedavg": {}, "median": {}, "and_mask": {"threshold": 0.2}, "geometric_mask": {"threshold": 0.2}}
+CI_LEVEL = 0.95  # of the dependence_given_global intervals
 QUANTITIES = ["mi_gaussian", "mi_ksg", "euclidean", "manhattan", "chebyshev"]
 
 
@@ -78,7 +82,7 @@ def main():
         rows.write(FIGURES / f"aggregator_trends{suffix}_{rule}.csv")
         tables[rule] = rows
         given_global[rule] = [{"rule": rule, **r} for r in dependence_given_global(
-            *_centred_bias(dump, data.n_clients), units="bits")]
+            *_centred_bias(dump, data.n_clients), units="bits", ci_level=CI_LEVEL, null="analytic")]
         dumps[rule] = dump.provenance
         accuracy[rule] = [float(np.mean(dump.metric("0", "test_accuracy")[t])) for t in range(rounds + 1)]
         timing[rule] = round(time.perf_counter() - start, 1)
@@ -132,45 +136,131 @@ def _pair_mean(rows, quantity, key="value", *, plain_only=False):
             if not plain_only or all(s[i].get("estimate_kind", "plain") != "shrinkage" for s in series)]
 
 
-def _global_pair_mean(rows, quantity):
-    """[(round, mean over client pairs)] of a dependence_given_global quantity."""
-    rounds = sorted({r["iteration"] for r in rows})
-    return [(t, float(np.mean([r["value"] for r in rows if r["iteration"] == t and r["quantity"] == quantity])))
-            for t in rounds]
+def _global_pair_mean(rows, quantity, key="value"):
+    """[(round, mean over client pairs)] of a dependence_given_global quantity (`key`: its column)."""
+    rounds = sorted({int(r["iteration"]) for r in rows})
+    return [(t, float(np.mean([_number(r, key) for r in rows if int(r["iteration"]) == t
+                               and r["quantity"] == quantity]))) for t in rounds]
 
 
-def plot_global(given_global, path, subtitle):
-    """The dependence_given_global quantities per round, mean over client pairs, one line per rule."""
+def _number(row, key):
+    """`row[key]` as a float (a table read back from CSV holds strings); NaN if absent or empty."""
+    try:
+        return float(row.get(key, np.nan))
+    except (TypeError, ValueError):
+        return np.nan
+
+
+def _global_series(rows, quantity):
+    """Per round of one rule's dependence_given_global rows of `quantity`: (rounds, mean over
+    client pairs of the estimate, min over pairs of ci_low, max over pairs of ci_high, min
+    over pairs of null_mean - 2 null_std, max of null_mean + 2 null_std, mean of null_mean),
+    as arrays; a column the table lacks gives NaN."""
+    rounds = sorted({int(r["iteration"]) for r in rows if r["quantity"] == quantity})
+    out = []
+    for t in rounds:
+        at = [r for r in rows if int(r["iteration"]) == t and r["quantity"] == quantity]
+        col = {k: np.array([_number(r, k) for r in at]) for k in ("value", "ci_low", "ci_high", "null_mean",
+                                                                   "null_std")}
+        low, high = col["null_mean"] - 2 * col["null_std"], col["null_mean"] + 2 * col["null_std"]
+        out.append((t, col["value"].mean(), col["ci_low"].min(), col["ci_high"].max(), low.min(), high.max(),
+                    col["null_mean"].mean()))
+    return tuple(np.array(c, dtype=float) for c in zip(*out)) if out else (np.array([]),) * 7
+
+
+GLOBAL_TITLES = {
+    "mi_local": "I(local_i(t); local_j(t))\nthe two clients' models after their local training in round t",
+    "cmi_given_global": "I(local_i(t); local_j(t) | global(t-1))\ngiven the server's model after round t-1, the one "
+                        "round t started from\n(round 1: the initial model); only its output bias is conditioned on",
+    "mi_update": "I(local_i(t) - global(t-1); local_j(t) - global(t-1))\nthe clients' updates in round t,\nrelative "
+                 "to the model the round started from",
+}
+
+
+def _null_label(quantity, given_global):
+    """The legend entry of a panel's null band; the CMI's names its runs, n - k."""
+    if quantity != "cmi_given_global":
+        return "analytic null (Wilks' Lambda): mean +- 2 sd"
+    k = {int(_number(r, "n_features")) for rows in given_global.values() for r in rows}
+    runs = {int(_number(r, "n_runs")) for rows in given_global.values() for r in rows}
+    which = f"{runs.pop()} - {k.pop()} runs" if len(k) == len(runs) == 1 else "n_runs - n_features runs"
+    return f"analytic null (partial Wilks' Lambda of the residuals given global(t-1), {which}): mean +- 2 sd"
+
+
+def plot_global(given_global, path, subtitle, ci_level=CI_LEVEL):
+    """The dependence_given_global quantities per round, one panel each and a line per rule:
+    the mean over client pairs of the estimate, a band from the lowest ``ci_low`` to the
+    highest ``ci_high`` of the pairs, and the analytic null as a grey band ``null_mean +- 2
+    null_std`` (dashed: its mean); each panel's legend lies below it. Rows of a table written
+    before the intervals and nulls (no such columns, or NaN) draw the lines only, and the
+    legends and title say so.
+
+    Parameters
+    ----------
+    given_global : dict of str to list of dict
+        Each rule's rows (:func:`mianalysis.federated.global_dependence.dependence_given_global`,
+        or read back from the CSV table: strings are converted).
+    path : path-like
+    subtitle : str
+    ci_level : float, default=CI_LEVEL
+        The level the rows' intervals were computed at (for the legend).
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    from matplotlib.lines import Line2D
+    from mianalysis.plots import legend_below
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 5.4))
-    titles = {"mi_local": "I(local_a(t); local_b(t))\nlocal models after round t",
-              "cmi_given_global": "I(local_a(t); local_b(t) | global(t-1))\ngiven the global model round t started "
-                                  "from",
-              "mi_update": "I(local_a(t) - global(t-1); local_b(t) - global(t-1))\nthe clients' updates in round t"}
+    fig, axes = plt.subplots(1, 3, figsize=(15, 6.6), layout="constrained")
     colours = {rule: f"C{i}" for i, rule in enumerate(given_global)}
+    pairs = {(r["client_a"], r["client_b"]) for rows in given_global.values() for r in rows}
+    any_interval = any_null = False
     for ax, q in zip(axes, GLOBAL_QUANTITIES):
+        nulls = []
+        intervals = False
         for rule, rows in given_global.items():
-            ax.plot(*zip(*_global_pair_mean(rows, q)), marker="o", ms=3, color=colours[rule])
-        ax.axhline(0.0, color="grey", lw=0.8)
-        ax.set_title(titles[q], fontsize=9.5)
+            t, mean, low, high, null_low, null_high, null_mean = _global_series(rows, q)
+            if not len(t):
+                continue
+            ax.plot(t, mean, marker="o", ms=3, color=colours[rule], label=get_rule(rule).display_name, zorder=3)
+            if np.isfinite(low).all() and np.isfinite(high).all():
+                ax.fill_between(t, low, high, color=colours[rule], alpha=0.22, lw=0)
+                intervals = True
+            if np.isfinite(null_low).all() and np.isfinite(null_high).all():
+                nulls.append((t, null_low, null_high, null_mean))
+        if intervals:
+            ax.fill_between([], [], [], color="0.55", alpha=0.3, lw=0,
+                            label=f"band, in each rule's colour: lowest to highest {100 * ci_level:g} % "
+                                  f"interval of the {len(pairs)} client pairs")
+        if nulls:
+            t = nulls[0][0]
+            low = np.min([n[1] for n in nulls if np.array_equal(n[0], t)], axis=0)
+            high = np.max([n[2] for n in nulls if np.array_equal(n[0], t)], axis=0)
+            ax.fill_between(t, low, high, color="0.5", alpha=0.35, lw=0, hatch="//", edgecolor="0.35",
+                            label=_null_label(q, given_global))
+            ax.plot(t, nulls[0][3], ls="--", color="0.25", lw=1, label="null mean")
+        else:
+            ax.axhline(0.0, color="grey", lw=0.8)
+        if not intervals and not nulls:
+            ax.plot([], [], ls="none", label="table without intervals or nulls: point estimates only")
+        any_interval |= intervals
+        any_null |= bool(nulls)
+        ax.set_title(GLOBAL_TITLES[q], fontsize=9.5)
         ax.set_xlabel("round t")
-        ax.set_ylabel("Gaussian MI (bits), mean over client pairs")
+        ax.set_ylabel(f"Gaussian MI (bits), mean over the {len(pairs)} client pairs")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    fig.legend(handles=[Line2D([], [], color=colours[rule], marker="o", ms=3, label=get_rule(rule).display_name)
-                        for rule in given_global], loc="lower center", ncol=len(given_global), fontsize=9,
-               frameon=False)
-    fig.suptitle(f"Dependence between clients beyond the global model ({subtitle}).\nEach client's output-layer "
-                 "bias minus its mean over classes (first 9 entries); global(t-1): the server's model that round t "
-                 "started from, bias centred alike. Point estimates: the table holds no intervals or nulls.",
+        legend_below(ax, fontsize=8)
+    drawn = ("lines: mean over client pairs; bands: the pairs' intervals and the analytic null"
+             if any_interval and any_null else
+             "point estimates only: this table (written before them) holds no intervals or nulls" if not (any_interval or any_null) else
+             "lines: mean over client pairs" + ("; bands: the pairs' intervals" if any_interval else
+                                                "; band: the analytic null"))
+    fig.suptitle(f"Dependence between clients beyond the global model ({subtitle})\nEach client's output-layer "
+                 "bias minus its mean over classes (first 9 entries); global(t-1): the server's model after round "
+                 f"t-1, that round t started from, bias centred alike.\n{drawn[0].upper() + drawn[1:]}.",
                  fontsize=9.5)
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
     print(f"wrote {path}")

@@ -329,3 +329,64 @@ def test_rerun_at_table_rates_keeps_each_replicates_curve_and_compares_with_the_
     assert again["same"] is True and again["final_accuracy_difference"] == 0.0
     with pytest.raises(FileNotFoundError, match="needs the table"):
         fvf.rerun_at_table_rates(tmp_path / "missing.csv", tmp_path)
+
+
+def _global_rows(with_uncertainty):
+    """aggregator_trends_global's shape: 4 rules x 3 rounds x 3 pairs x 3 quantities, as
+    dependence_given_global writes them (or, without `with_uncertainty`, as tables before
+    the intervals and nulls, read back from CSV: strings, no such columns)."""
+    from mianalysis.federated.global_dependence import QUANTITIES
+
+    given = {}
+    for k, rule in enumerate(("fedavg", "median", "and_mask", "geometric_mask")):
+        rows = []
+        for t in (1, 2, 3):
+            for i, pair in enumerate(PAIRS):
+                for q, level in zip(QUANTITIES, (20.0, 3.0, 7.0)):
+                    value = level / t + 0.3 * k + 0.1 * i
+                    r = {"rule": rule, "iteration": t, "global_checkpoint": t - 1, "client_a": pair[0],
+                         "client_b": pair[1], "quantity": q, "value": value, "n_runs": 150, "n_features": 9}
+                    if with_uncertainty:
+                        r.update(se=0.2, ci_low=value - 0.4, ci_high=value + 0.4, null_mean=0.0, null_std=0.05,
+                                 p_value=0.0)
+                    else:
+                        r = {key: str(v) for key, v in r.items()}
+                    rows.append(r)
+        given[rule] = rows
+    return given
+
+
+@pytest.mark.parametrize("with_uncertainty", [True, False])
+def test_aggregator_trends_global_draws_intervals_and_nulls_with_legends_below(tmp_path, monkeypatch,
+                                                                              with_uncertainty):
+    at = _experiment("aggregator_trends")
+    figures = []
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: figures.append(self))
+    monkeypatch.setattr(plt, "close", lambda fig=None: None)
+    given = _global_rows(with_uncertainty)
+    at.plot_global(given, tmp_path / "g.png", "test")
+    (fig,) = figures
+    assert legend_problems(fig) == []
+    assert not fig.legends and all(ax.get_legend() is not None for ax in fig.axes)
+    for ax in fig.axes:
+        fig.canvas.draw()
+        assert ax.get_legend().get_window_extent().y1 < ax.bbox.y0  # below the axes
+    cmi = fig.axes[1]
+    assert "| global(t-1)" in cmi.get_title() and "output bias" in cmi.get_title()
+    labels = [t.get_text().replace("\n", " ") for t in cmi.get_legend().get_texts()]
+    bands = [c for c in cmi.collections if len(c.get_paths()) and len(c.get_paths()[0].vertices)]
+    if with_uncertainty:
+        # each rule's band spans its pairs' lowest ci_low to highest ci_high; one null band
+        assert len(bands) == 4 + 1
+        ys = bands[0].get_paths()[0].vertices[:, 1]
+        fedavg = [r for r in given["fedavg"] if r["quantity"] == "cmi_given_global"]
+        assert np.isclose(ys.min(), min(r["ci_low"] for r in fedavg))
+        assert np.isclose(ys.max(), max(r["ci_high"] for r in fedavg))
+        null = bands[-1].get_paths()[0].vertices[:, 1]
+        assert np.isclose(null.min(), -0.1) and np.isclose(null.max(), 0.1)
+        assert any("150 - 9 runs" in label for label in labels)
+        assert any("95 % interval of the 3 client pairs" in label for label in labels)
+    else:
+        assert bands == []
+        assert any("without intervals or nulls" in label for label in labels)
+        assert "no intervals or nulls" in fig.get_suptitle()
