@@ -28,7 +28,7 @@ LAYERS = (
     # shared internals and provenance records: argument checks, seeding, locks, threads
     ("mianalysis._validation", "mianalysis._seeding", "mianalysis._io", "mianalysis._threads",
      "mianalysis._scaling", "mianalysis._locking", "mianalysis.provenance", "mianalysis._version",
-     "mianalysis._memory"),
+     "mianalysis._memory", "mianalysis._normal_interval"),
     # numerical cores and storage: estimators, distances, embedded data, the dump format
     ("mianalysis.estimators", "mianalysis.distances", "mianalysis.datasets", "mianalysis.dumps"),
     # what produces parameters: the sampler's tasks, the FL simulator, the Dask seam

@@ -18,7 +18,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .._validation import check_choice, varying_columns
-from ..analysis.intervals import check_level, normal_interval
+from .._normal_interval import check_level, normal_interval
 from ..estimators import gaussian_cmi, gaussian_mi, gaussian_mi_null
 from ..estimators.gaussian_se import canonical_correlations, wishart_mi_se
 
