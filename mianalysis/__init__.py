@@ -36,10 +36,11 @@ from .sampling import ParameterSampler
 # folder's private modules (estimators/_kernels.py, estimators/_neighbours.py) serve that
 # folder only; these private modules are the package's shared internals, which any module
 # may import: argument checks and their messages, writer locks, thread settings,
-# overflow-safe scaling, and the memory left to the process. (Provenance records are the
+# overflow-safe scaling, the memory left to the process, and the normal interval of an
+# estimate and its se. (Provenance records are the
 # public module mianalysis.provenance: scripts outside the package record them too.)
 SHARED_INTERNALS = ("mianalysis._validation", "mianalysis._locking", "mianalysis._threads", "mianalysis._scaling",
-                    "mianalysis._seeding", "mianalysis._io", "mianalysis._memory")
+                    "mianalysis._seeding", "mianalysis._io", "mianalysis._memory", "mianalysis._normal_interval")
 
 __all__ = [
     "gaussian_mi",
