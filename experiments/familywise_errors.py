@@ -9,8 +9,10 @@ No experiment is rerun: this script reads what the sources-of-dependence experim
   verdicts are computed from the p-values, over the steps after the first trained
   checkpoint, as the findings read them (:func:`mianalysis.experiment.trend_steps`).
 - Its committed summary (``--summary``, figures/sources_of_dependence.csv) for the cells
-  that have no table here (the signal-rnn cells, minutes each): their step verdicts only,
-  uncorrected where the summary predates the correction. A corrected procedure rejects a
+  that have no table here (the signal-rnn cells, minutes each): their step p-values
+  (``step_p``) where every row of the quantity holds them, from which each procedure's
+  verdicts are exact; otherwise their step verdicts only, uncorrected where the summary
+  predates the correction. A corrected procedure rejects a
   subset of what the uncorrected one rejects (Holm and BH reject only p <= alpha), so its
   false verdicts there are at most the uncorrected ones: exact when those are 0, or when
   every family holds one test (then Holm and BH are the uncorrected test), a bound
@@ -34,9 +36,11 @@ import csv
 import re
 from pathlib import Path
 
+import numpy as np
 from _results import FIGURES, WORK, write_csv, write_page, write_sidecar
 
 from mianalysis.analysis import AnalysisTable
+from mianalysis.analysis.familywise import adjust
 from mianalysis.experiment import trend_steps
 from mianalysis.provenance import collect, utc_now
 
@@ -100,10 +104,45 @@ def from_tables(cells, select, truth_of, source):
     return rows
 
 
+def _step_p(row):
+    """[p-value per step] of a summary row's ``step_p`` column (NaN for a step whose verdict
+    was not made, e.g. a shrinkage estimate's: it is tested in no family), or None where the
+    row has none."""
+    text = row.get("step_p") or ""
+    if not text:
+        return None
+    verdicts = dict(s.split(": ", 1) for s in (row.get("steps_uncorrected") or row["steps"]).split("; ") if s)
+    values = [np.nan if verdicts.get(step, "").strip().startswith("not made") else float(v)
+              for step, v in (s.split(": ", 1) for s in text.split("; ") if s)]
+    return values or None
+
+
+def _counts_from_p(mine, q, method, family, alpha=0.05):
+    """Counts of `method`'s verdicts over `family` from the rows' step p-values, where the
+    truth is no change at every step (each rejection is false)."""
+    series = [(r["seed"], _step_p(r)) for r in mine if r["quantity"] == q]
+    groups: dict[object, list[int]] = {}
+    for i, (seed, _) in enumerate(series):
+        groups.setdefault(i if family == "pair" else seed, []).append(i)
+    rejected = [np.zeros(len(p), bool) for _, p in series]
+    for members in groups.values():
+        joint = np.concatenate([series[i][1] for i in members])
+        adjusted = adjust(joint, method)
+        start = 0
+        for i in members:
+            n = len(series[i][1])
+            rejected[i] = adjusted[start:start + n] <= alpha
+            start += n
+    made = sum(int(np.isfinite(p).sum()) for _, p in series)
+    return {"verdicts": made, "false": int(sum(r.sum() for r in rejected)), "real_changes": 0, "missed": 0,
+            "pairs": len(series), "pairs_with_false": int(sum(r.any() for r in rejected))}
+
+
 def from_summary(path, exclude):
     """Rows of counts for the fixed-start, nothing-shared cells of the summary at `path` that
-    are not in `exclude` (cell keys with a table): uncorrected verdicts, and the corrected
-    procedures' false verdicts as exact or as a bound (module docstring)."""
+    are not in `exclude` (cell keys with a table): from the step p-values where every row
+    holds them (exact for every procedure), else from the step verdicts, uncorrected, with
+    the corrected procedures' false verdicts exact or a bound (module docstring)."""
     with open(path, newline="") as fh:
         summary = [r for r in csv.DictReader(fh) if r["init"] == "fixed" and r["shared"] == "nothing"
                    and (r["part"], r["init"], r["shared"], int(r["seed"])) not in exclude]
@@ -112,6 +151,14 @@ def from_summary(path, exclude):
         mine = [r for r in summary if r["part"] == part]
         cells = {(r["seed"]) for r in mine}
         for q, name in ESTIMATORS:
+            source = {"source": f"{mine[0]['task']} ({mine[0]['preset']}), fixed start, nothing shared",
+                      "cells": len(cells), "estimator": name}
+            if all(_step_p(r) is not None for r in mine if r["quantity"] == q):
+                for method, family in PROCEDURES:
+                    rows.append({**source, "method": method, "family": family,
+                                 "basis": "step p-values of the committed summary",
+                                 **_counts_from_p(mine, q, method, family), "bound": False})
+                continue
             series = [[v for _, v in (s.split(": ", 1) for s in (r.get("steps_uncorrected") or r["steps"])
                                       .split("; ") if s)] for r in mine if r["quantity"] == q]
             steps = [(v, NO_CHANGE) for s in series for v in s]
@@ -121,8 +168,7 @@ def from_summary(path, exclude):
                 per_family = 1 if family == "pair" else len(series) // max(len(cells), 1)
                 exact = method == "none" or base["false"] == 0 or (all(len(s) <= 1 for s in series)
                                                                     and per_family <= 1)
-                rows.append({"source": f"{mine[0]['task']} ({mine[0]['preset']}), fixed start, nothing shared",
-                             "cells": len(cells), "estimator": name, "method": method, "family": family,
+                rows.append({**source, "method": method, "family": family,
                              "basis": "step verdicts of the committed summary", **base,
                              "pairs": len(series), "pairs_with_false": wrong_pairs, "bound": not exact})
     return rows

@@ -112,3 +112,27 @@ def test_familywise_errors_counts_each_procedure_from_the_cell_tables(tmp_path):
     assert summary["none", "pair"]["false"] == 1 and summary["holm", "pair"]["bound"] is False
     assert summary["holm", "cell"]["bound"] is True
     assert "≤ 1 false" in module.markdown(list(summary.values()), "test tables")
+    # A summary whose rows hold step p-values: exact counts for every procedure. Two pairs of
+    # one cell, p (0.02, 0.3) and (0.04, 0.6): two rejections uncorrected; Holm per pair
+    # 0.04 <= 0.05 and 0.08; Holm over the cell's four steps 0.08 and 0.12; BH per pair
+    # 0.04 and 0.08; BH over the cell 0.08 for both.
+    with open(tmp_path / "summary_p.csv", "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=["part", "task", "preset", "init", "shared", "seed", "quantity",
+                                                "steps", "step_p"])
+        writer.writeheader()
+        writer.writerows([{"part": "signal-long", "task": "signal-rnn", "preset": "long", "init": "fixed",
+                           "shared": "nothing", "seed": 0, "quantity": "mi_ksg", "steps": "8: x; 12: y",
+                           "step_p": f"8: {a}; 12: {b}"} for a, b in ((0.02, 0.3), (0.04, 0.6))]
+                         + [{"part": "signal-long", "task": "signal-rnn", "preset": "long", "init": "fixed",
+                             "shared": "nothing", "seed": 0, "quantity": "mi_gaussian",
+                             "steps": "8: not made: shrinkage estimate; 12: not made: shrinkage estimate",
+                             "step_p": "8: 1e-9; 12: 1e-9"}])
+    exact = {(r["method"], r["family"]): r for r in module.from_summary(tmp_path / "summary_p.csv", set())
+             if r["estimator"] == "KSG"}
+    assert {k: (r["false"], r["pairs_with_false"], r["bound"]) for k, r in exact.items()} == {
+        ("none", "pair"): (2, 2, False), ("holm", "pair"): (1, 1, False), ("bh", "pair"): (1, 1, False),
+        ("holm", "cell"): (0, 0, False), ("bh", "cell"): (0, 0, False)}
+    assert exact["none", "pair"]["verdicts"] == 4
+    # Steps whose verdict was not made (shrinkage) are in no family, whatever their p.
+    gauss = [r for r in module.from_summary(tmp_path / "summary_p.csv", set()) if r["estimator"] == "Gaussian"]
+    assert {(r["verdicts"], r["false"]) for r in gauss} == {(0, 0)}
