@@ -392,8 +392,10 @@ def plot(curves, path, plan=None, replicates=None):
             handles.setdefault(label, line)
             if len(replicates.get(key, {})) > 1:
                 values = np.asarray(list(replicates[key].values()))
+                # the range as a band with a thin edge, so that a pale colour's band still shows
                 ax.fill_between(range(len(curve)), values.min(axis=0), values.max(axis=0),
-                                color=styles[label]["color"], alpha=0.18, lw=0)
+                                facecolor=styles[label]["color"], alpha=0.3, edgecolor=styles[label]["color"],
+                                lw=0.6)
         target = ax.axhline(TARGET[model], color="tab:red", ls=":", lw=1.5)
         handles.setdefault(f"target accuracy {TARGET[model]}", target)
         ax.set_title(f"{model.upper()}, {'IID' if partition == 'iid' else 'non-IID (2 shards per client)'}",
