@@ -393,12 +393,15 @@ def figure(summary, path, parts, specs):
                         x = i + off + (0.04 if q == "mi_exact" else 0)
                         has = np.isfinite(p["low"]) and np.isfinite(p["high"])
                         if q == "mi_exact":
-                            ax.scatter([x], [p["change"]], color=style[0], marker="_", s=60, zorder=3,
+                            # under the estimates' intervals (zorder 2), which it would hide
+                            ax.scatter([x], [p["change"]], color=style[0], marker="_", s=60, zorder=1.5,
                                        label=None if "exact" in drawn_any else "exact MI (no sampling error)")
                             drawn_any["exact"] = True
                         elif has:
                             ax.errorbar([x], [p["change"]], yerr=[[p["change"] - p["low"]], [p["high"] - p["change"]]],
-                                        fmt=style[1], color=style[0], ms=3.5, lw=0.9, capsize=2,
+                                        # caps wider than the marker: an interval narrower
+                                        # than the marker still shows as a cross bar
+                                        fmt=style[1], color=style[0], ms=3, lw=0.9, capsize=3.5,
                                         label=None if q in drawn_any else f"{style[2]}, 95 % interval")
                             drawn_any[q] = True
                         else:
