@@ -27,8 +27,8 @@ from pathlib import Path
 
 from mianalysis.analysis import sidecar_path
 
-__all__ = ["ROOT", "FIGURES", "PAGES", "WORK", "pages_for", "rows_by_design", "write_atomic", "write_csv", "write_sidecar",
-           "write_page"]
+__all__ = ["ROOT", "FIGURES", "PAGES", "WORK", "pages_for", "portable_sidecar", "repository_relative", "rows_by_design",
+           "write_atomic", "write_csv", "write_sidecar", "write_page"]
 
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES = ROOT / "figures"
@@ -83,6 +83,34 @@ def write_sidecar(table, record, *, atomic=False):
     """Write `record` as the JSON sidecar of the CSV `table` (``NAME.csv.json``, indented,
     ending in a newline; numbers NumPy returns are written as floats). Returns the path."""
     return _write(sidecar_path(table), json.dumps(record, indent=1, default=float) + "\n", atomic)
+
+
+def repository_relative(record, root=ROOT):
+    """`record` (JSON-like: dicts, lists, strings, numbers) with every string that names a
+    path inside `root` (the repository) rewritten relative to it, e.g. ``runs/NAME`` for the
+    dump the analysis settings record as an absolute path: a committed file must not name
+    the machine it was made on."""
+    prefix = str(Path(root).resolve()).rstrip(os.sep) + os.sep
+    if isinstance(record, dict):
+        return {k: repository_relative(v, root) for k, v in record.items()}
+    if isinstance(record, list):
+        return [repository_relative(v, root) for v in record]
+    if isinstance(record, str) and record.startswith(prefix):
+        return Path(record[len(prefix):]).as_posix()
+    return record
+
+
+def portable_sidecar(table, root=ROOT):
+    """Rewrite the sidecar of the CSV `table` (if it has one) with :func:`repository_relative`
+    paths, the rest unchanged (same indentation). Returns the sidecar's path or None."""
+    path = sidecar_path(table)
+    if not path.exists():
+        return None
+    record = json.loads(path.read_text())
+    portable = repository_relative(record, root)
+    if portable != record:
+        path.write_text(json.dumps(portable, indent=1) + "\n")
+    return path
 
 
 def write_page(out, name, text, *, atomic=False):

@@ -7,7 +7,7 @@ import json
 import time
 from pathlib import Path
 
-from _results import FIGURES, WORK
+from _results import FIGURES, WORK, portable_sidecar
 
 from mianalysis.experiment import TRENDS, finding, run_experiment, summary_table, trend_summary
 from mianalysis.tasks import get_task
@@ -41,6 +41,7 @@ def main(task_name, configs, description, argv=None):
                               n_permutations=cfg.get("permutations", 0), progress=not args.no_progress,
                               dump_dir=Path(args.work) / full_name,
                               estimators=cfg.get("estimators", LEGACY_ESTIMATORS))
+        portable_sidecar(Path(args.out) / f"{full_name}.csv")  # the dump as runs/..., not absolute
         print(f"\n== {full_name}: preset {cfg.get('preset', 'paper')}, {cfg['runs']} runs, "
               f"{time.perf_counter() - start:.0f} s ==")
         print(summary_table(rows))

@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _results import FIGURES, WORK
+from _results import FIGURES, WORK, portable_sidecar
 from _runner import LEGACY_ESTIMATORS  # the estimators of the committed tables
 
 from mianalysis.provenance import collect, utc_now
@@ -80,6 +80,7 @@ def main():
                                           chunk_size=250, layer="5", progress=False, record_global=True)
         rows = analyze(dump, estimators=LEGACY_ESTIMATORS, n_permutations=perms, random_state=0)
         rows.write(FIGURES / f"aggregator_trends{suffix}_{rule}.csv")
+        portable_sidecar(FIGURES / f"aggregator_trends{suffix}_{rule}.csv")  # the dump as runs/..., not absolute
         tables[rule] = rows
         given_global[rule] = [{"rule": rule, **r} for r in dependence_given_global(
             *_centred_bias(dump, data.n_clients), units="bits", ci_level=CI_LEVEL, null="analytic")]

@@ -12,6 +12,7 @@ import csv
 import importlib.util
 import io
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -164,6 +165,43 @@ def test_every_sidecar_is_named_after_its_table():
             assert name[:-len(".json")] + ".csv" not in names, \
                 f"figures/{name}: a table's sidecar is named {name[:-len('.json')]}.csv.json"
     assert "signal_rnn_paper.csv.json" in names and "aggregator_trends.json" in names
+
+
+def _absolute_paths(record, where=""):
+    """[where] of every string in a JSON record that is an absolute path."""
+    if isinstance(record, dict):
+        return [hit for k, v in record.items() for hit in _absolute_paths(v, f"{where}/{k}")]
+    if isinstance(record, list):
+        return [hit for i, v in enumerate(record) for hit in _absolute_paths(v, f"{where}[{i}]")]
+    if isinstance(record, str) and (record.startswith("/") or re.match(r"^[A-Za-z]:[\\/]", record)):
+        return [f"{where}: {record}"]
+    return []
+
+
+def test_no_committed_record_names_an_absolute_path():
+    # A sidecar or benchmark result names the machine it was made on if it holds an absolute
+    # path (the analysis settings record the dump's resolved path: _results.portable_sidecar).
+    files = sorted([*FIGURES.rglob("*.json"), *(ROOT / "benchmarks" / "results").rglob("*.json")])
+    assert files
+    found = [f"{p.relative_to(ROOT)}{hit}" for p in files for hit in _absolute_paths(json.loads(p.read_text()))]
+    assert found == []
+
+
+def test_portable_sidecar_makes_paths_in_the_repository_relative(tmp_path):
+    sys.path.insert(0, str(ROOT / "experiments"))
+    import _results
+
+    table = tmp_path / "t.csv"
+    table.write_text("a\n1\n")
+    record = {"settings": {"dump": str(tmp_path / "runs" / "x"), "k": 3},
+              "list": [str(tmp_path / "a.csv"), "/elsewhere/b", str(tmp_path) + "other/c"]}
+    (tmp_path / "t.csv.json").write_text(json.dumps(record))
+    assert _results.portable_sidecar(table, root=tmp_path) == tmp_path / "t.csv.json"
+    assert json.loads((tmp_path / "t.csv.json").read_text()) == {
+        "settings": {"dump": "runs/x", "k": 3}, "list": ["a.csv", "/elsewhere/b", str(tmp_path) + "other/c"]}
+    assert _results.portable_sidecar(tmp_path / "none.csv", root=tmp_path) is None
+    assert _absolute_paths(record) and not _absolute_paths(_results.repository_relative(record, tmp_path)[
+        "settings"])
 
 
 def test_no_tracked_file_is_ignored():
