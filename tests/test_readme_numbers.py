@@ -100,3 +100,25 @@ def test_core_paper_long_gaussian_fall_is_the_pair_mean():
     quoted = (f"Gaussian {at[2].mean():,.0f} -> {at[16].mean():,.0f} bits (mean over the 3 pairs; pairs "
               f"{at[2].min():,.0f}-{at[2].max():,.0f} -> {at[16].min():,.0f}-{at[16].max():,.0f})")
     assert quoted in page, quoted
+
+
+def test_core_paper_long_ksg_fall_and_holm_verdicts():
+    """docs/results/core-paper.md's long-epoch KSG levels (mean over pairs at iterations 2 and
+    16) and its corrected verdicts: the Gaussian MI falling at every step of every pair, the
+    KSG trend falling in every pair with 3 or 4 of 7 steps falling, the distances rising."""
+    table = AnalysisTable.read(FIGURES / "signal_rnn_long.csv")
+    ksg = {it: np.mean([r["value"] for r in table if r["quantity"] == "mi_ksg" and r["iteration"] == it])
+           for it in (2, 16)}
+    page = _flat((ROOT / "docs" / "results" / "core-paper.md").read_text())
+    assert f"KSG {ksg[2]:.2f} -> {ksg[16]:.2f}" in page
+    steps = [r for r in table if r["iteration"] >= 4]
+    pairs = sorted({(r["client_a"], r["client_b"]) for r in steps if r["quantity"] == "delta_mi_ksg"})
+    assert len(pairs) == 3
+    assert {r["family_verdict"] for r in steps if r["quantity"] == "delta_mi_gaussian"} == {"falling"}
+    assert max(r["p_adjusted"] for r in steps if r["quantity"] == "delta_mi_gaussian") <= 5e-28
+    falling = [sum(r["family_verdict"] == "falling" for r in steps
+                   if r["quantity"] == "delta_mi_ksg" and (r["client_a"], r["client_b"]) == pair) for pair in pairs]
+    assert sorted(falling) in ([3, 4, 4], [3, 3, 4], [3, 3, 3], [4, 4, 4])
+    assert not any(r["family_verdict"] == "rising" for r in steps if r["quantity"] == "delta_mi_ksg")
+    for q in ("delta_euclidean", "delta_manhattan", "delta_chebyshev"):
+        assert {r["family_verdict"] for r in steps if r["quantity"] == q} == {"rising"}
