@@ -122,3 +122,21 @@ def test_core_paper_long_ksg_fall_and_holm_verdicts():
     assert not any(r["family_verdict"] == "rising" for r in steps if r["quantity"] == "delta_mi_ksg")
     for q in ("delta_euclidean", "delta_manhattan", "delta_chebyshev"):
         assert {r["family_verdict"] for r in steps if r["quantity"] == q} == {"rising"}
+
+
+def test_core_paper_long_ksg_shift_is_standardisation():
+    """core-paper.md's KSG values of pair 0-1 with and without standardisation come from
+    figures/ksg_standardize_long.csv, and the standardised ones are the analysis table's."""
+    import csv
+
+    with open(FIGURES / "ksg_standardize_long.csv", newline="") as fh:
+        rows = {(r["pair"], int(r["iteration"]), r["standardize"]): r["mi_bits"] for r in csv.DictReader(fh)}
+    page = _flat((ROOT / "docs" / "results" / "core-paper.md").read_text())
+    off, on = (rows["0-1", 2, flag] + " and " + rows["0-1", 16, flag] for flag in ("False", "True"))
+    assert f"gives {off} bits for pair 0-1" in page and f"with it {on}" in page
+    table = AnalysisTable.read(FIGURES / "signal_rnn_long.csv")
+    for (pair, it, flag), value in rows.items():
+        if flag == "True":
+            a, b = pair.split("-")
+            (row,) = [r for r in table.select("mi_ksg", a, b) if r["iteration"] == it]
+            assert abs(row["value"] - float(value)) < 1e-4
