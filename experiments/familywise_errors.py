@@ -104,6 +104,17 @@ def from_tables(cells, select, truth_of, source):
     return rows
 
 
+def _entries(text):
+    """[(step, value)] of a summary column such as ``steps`` or ``step_p``
+    ("8: rising; 12: no detectable change")."""
+    return [tuple(s.split(": ", 1)) for s in text.split("; ") if s]
+
+
+def _verdicts(row):
+    """[(step, verdict)] of a summary row: its uncorrected verdicts where it has them."""
+    return _entries(row.get("steps_uncorrected") or row["steps"])
+
+
 def _step_p(row):
     """[p-value per step] of a summary row's ``step_p`` column (NaN for a step whose verdict
     was not made, e.g. a shrinkage estimate's: it is tested in no family), or None where the
@@ -111,31 +122,27 @@ def _step_p(row):
     text = row.get("step_p") or ""
     if not text:
         return None
-    verdicts = dict(s.split(": ", 1) for s in (row.get("steps_uncorrected") or row["steps"]).split("; ") if s)
+    verdicts = dict(_verdicts(row))
     values = [np.nan if verdicts.get(step, "").strip().startswith("not made") else float(v)
-              for step, v in (s.split(": ", 1) for s in text.split("; ") if s)]
+              for step, v in _entries(text)]
     return values or None
 
 
 def _counts_from_p(mine, q, method, family, alpha=0.05):
     """Counts of `method`'s verdicts over `family` from the rows' step p-values, where the
     truth is no change at every step (each rejection is false)."""
-    series = [(r["seed"], _step_p(r)) for r in mine if r["quantity"] == q]
+    series = [(r["seed"], np.asarray(_step_p(r), dtype=float)) for r in mine if r["quantity"] == q]
     groups: dict[object, list[int]] = {}
     for i, (seed, _) in enumerate(series):
         groups.setdefault(i if family == "pair" else seed, []).append(i)
-    rejected = [np.zeros(len(p), bool) for _, p in series]
+    rejected = {}
     for members in groups.values():
-        joint = np.concatenate([series[i][1] for i in members])
-        adjusted = adjust(joint, method)
-        start = 0
-        for i in members:
-            n = len(series[i][1])
-            rejected[i] = adjusted[start:start + n] <= alpha
-            start += n
+        adjusted = adjust(np.concatenate([series[i][1] for i in members]), method)
+        parts = np.split(adjusted, np.cumsum([series[i][1].size for i in members])[:-1])
+        rejected.update({i: part <= alpha for i, part in zip(members, parts)})
     made = sum(int(np.isfinite(p).sum()) for _, p in series)
-    return {"verdicts": made, "false": int(sum(r.sum() for r in rejected)), "real_changes": 0, "missed": 0,
-            "pairs": len(series), "pairs_with_false": int(sum(r.any() for r in rejected))}
+    return {"verdicts": made, "false": int(sum(r.sum() for r in rejected.values())), "real_changes": 0,
+            "missed": 0, "pairs": len(series), "pairs_with_false": int(sum(r.any() for r in rejected.values()))}
 
 
 def from_summary(path, exclude):
@@ -159,8 +166,7 @@ def from_summary(path, exclude):
                                  "basis": "step p-values of the committed summary",
                                  **_counts_from_p(mine, q, method, family), "bound": False})
                 continue
-            series = [[v for _, v in (s.split(": ", 1) for s in (r.get("steps_uncorrected") or r["steps"])
-                                      .split("; ") if s)] for r in mine if r["quantity"] == q]
+            series = [[v for _, v in _verdicts(r)] for r in mine if r["quantity"] == q]
             steps = [(v, NO_CHANGE) for s in series for v in s]
             base = _count(steps)
             wrong_pairs = sum(_count([(v, NO_CHANGE) for v in s])["false"] > 0 for s in series)

@@ -118,7 +118,7 @@ def test_core_paper_long_ksg_fall_and_holm_verdicts():
     assert max(r["p_adjusted"] for r in steps if r["quantity"] == "delta_mi_gaussian") <= 5e-28
     falling = [sum(r["family_verdict"] == "falling" for r in steps
                    if r["quantity"] == "delta_mi_ksg" and (r["client_a"], r["client_b"]) == pair) for pair in pairs]
-    assert sorted(falling) in ([3, 4, 4], [3, 3, 4], [3, 3, 3], [4, 4, 4])
+    assert set(falling) <= {3, 4}  # 3 or 4 of the 7 steps, in each of the 3 pairs
     assert not any(r["family_verdict"] == "rising" for r in steps if r["quantity"] == "delta_mi_ksg")
     for q in ("delta_euclidean", "delta_manhattan", "delta_chebyshev"):
         assert {r["family_verdict"] for r in steps if r["quantity"] == q} == {"rising"}
