@@ -343,3 +343,24 @@ def test_wide_resamples_too_few_for_the_plain_estimate_fall_back_to_shrinkage():
     got = mi_replicates(x, y, "gaussian", idx)
     want = [gaussian_mi(x[r][:, np.ptp(x[r], axis=0) > 0], y[r], shrinkage="ledoit-wolf") for r in idx]
     np.testing.assert_allclose(got, want, rtol=1e-10)
+
+
+def test_resample_scores_do_not_depend_on_the_number_of_threads():
+    # The kernel gives each column to one thread: one thread or all, the same bits.
+    import numba
+
+    from mianalysis.analysis.intervals import ResampleScores, resample_indices
+
+    x, _ = _wide_samples(2)
+    rows = resample_indices(len(x), 1, "copula", 5)[0]
+    counts = np.bincount(rows, minlength=len(x))
+    distinct = np.flatnonzero(counts)
+    scores = ResampleScores(x)
+    threads = numba.get_num_threads()
+    want = scores.scores(counts, distinct)
+    try:
+        numba.set_num_threads(1)
+        got = scores.scores(counts, distinct)
+    finally:
+        numba.set_num_threads(threads)
+    assert np.array_equal(got, want)

@@ -383,36 +383,38 @@ class ResampleScores:
     def __init__(self, samples: np.ndarray) -> None:
         samples = np.asarray(samples, dtype=np.float64)
         n = samples.shape[0]
-        self.order = np.argsort(samples, axis=0, kind="stable")
-        ordered = np.take_along_axis(samples, self.order, axis=0)
+        order = np.argsort(samples, axis=0, kind="stable")
+        ordered = np.take_along_axis(samples, order, axis=0)
         first = np.ones(ordered.shape, dtype=bool)  # the first of a group of equal values
         first[1:] = ordered[1:] != ordered[:-1]
         self.ties = not first.all()
+        self.order_t = np.ascontiguousarray(order.T)  # (d, n): each column's walk is contiguous
+        self.start_t = self.stop_t = np.zeros((1, 1), dtype=np.int64)
         if self.ties:  # where each sorted value's group of equal values starts and ends
             pos = np.arange(n)[:, None]
             last = np.ones(ordered.shape, dtype=bool)
             last[:-1] = first[1:]
-            self.start = np.maximum.accumulate(np.where(first, pos, 0), axis=0)
-            self.stop = np.minimum.accumulate(np.where(last, pos, n - 1)[::-1], axis=0)[::-1] + 1
+            start = np.maximum.accumulate(np.where(first, pos, 0), axis=0)
+            stop = np.minimum.accumulate(np.where(last, pos, n - 1)[::-1], axis=0)[::-1] + 1
+            self.start_t, self.stop_t = np.ascontiguousarray(start.T), np.ascontiguousarray(stop.T)
 
     def scores(self, counts: np.ndarray, distinct: np.ndarray, keep: np.ndarray | None = None) -> np.ndarray:
         """The normal scores of the resample whose row i holds `counts[i]` copies of run i, at
-        the rows `distinct` (those with a copy), in the columns `keep` (a mask; all by default)."""
-        columns = slice(None) if keep is None or keep.all() else keep
-        order = self.order[:, columns]
-        copies = counts[order]  # in each column's sorted order
-        cum = np.cumsum(copies, axis=0)
-        if self.ties:
-            start, stop = self.start[:, columns], self.stop[:, columns]
-            cum0 = np.zeros((cum.shape[0] + 1, cum.shape[1]), dtype=cum.dtype)
-            cum0[1:] = cum
-            before = np.take_along_axis(cum0, start, axis=0)
-            twice = 2 * before + (np.take_along_axis(cum0, stop, axis=0) - before) + 1
-        else:  # before = cum - copies, the group's count = copies
-            twice = 2 * cum - copies + 1
-        ranks = np.empty(twice.shape)
-        np.put_along_axis(ranks, order, twice / 2.0, axis=0)
-        return ndtri(ranks[distinct] / (int(counts.sum()) + 1))
+        the rows `distinct` (those with a copy), in the columns `keep` (a mask; all by default).
+        One pass over each column's sorted order (:mod:`._resample_ranks`)."""
+        from ._resample_ranks import resample_scores_t
+
+        n = self.order_t.shape[1]
+        counts = np.ascontiguousarray(counts, dtype=np.int64)
+        distinct = np.asarray(distinct, dtype=np.int64)
+        columns = np.arange(self.order_t.shape[0]) if keep is None else np.flatnonzero(keep)
+        position = np.full(n, -1, dtype=np.int64)
+        position[distinct] = np.arange(distinct.size)
+        m = int(counts.sum())
+        table = ndtri((np.arange(2 * m + 2) / 2.0) / (m + 1))  # the score of each twice-rank
+        out_t = resample_scores_t(self.order_t, counts, position, table, self.start_t, self.stop_t,
+                                  self.ties, columns, distinct.size)
+        return np.ascontiguousarray(out_t.T)
 
 
 def _weighted_bits(x, y, rows, keep_x, keep_y, scores):
