@@ -129,10 +129,12 @@ def test_same_random_state_same_intervals(tmp_path):
     first, again, other = (analyze(dump, random_state=r, **kwargs) for r in (0, 0, 1))
     ci = [(r["quantity"], r["ci_low"], r["ci_high"]) for r in first]
     assert ci == [(r["quantity"], r["ci_low"], r["ci_high"]) for r in again]
-    for q in ("delta_mi_gaussian", "mi_ksg"):  # resampled: another random state, other resamples
+    for q in ("delta_mi_ksg", "mi_ksg"):  # resampled: another random state, other resamples
         assert first.select(q)[0]["ci_low"] != other.select(q)[0]["ci_low"]
-    # the Gaussian estimate's own interval comes from a formula (level_method), not from resamples
-    assert first.select("mi_gaussian")[0]["ci_low"] == other.select("mi_gaussian")[0]["ci_low"]
+    # the Gaussian estimate's own interval comes from a formula (level_method), and so does its
+    # change's at 200 runs >= 4 x the joint dimension (change_method: influence values)
+    for q in ("mi_gaussian", "delta_mi_gaussian"):
+        assert first.select(q)[0]["ci_low"] == other.select(q)[0]["ci_low"]
 
 
 def test_level_and_method_are_recorded(tmp_path):
@@ -148,7 +150,8 @@ def test_level_and_method_are_recorded(tmp_path):
     settings = json.loads((tmp_path / "t.csv.json").read_text())["settings"]
     assert settings["ci_level"] == 0.5 and settings["ci_resamples"] == {"gaussian": 20}
     assert settings["ci_method"]["mi_gaussian"] == "wishart" and settings["ci_method"]["distances"] == "normal"
-    assert settings["ci_method"]["delta_mi_gaussian"] == "bootstrap" and "delta_mi_ksg" not in settings["ci_method"]
+    assert settings["ci_method"]["delta_mi_gaussian"] == "influence where n_runs >= 4 x the joint dimension, else " \
+        "bootstrap" and "delta_mi_ksg" not in settings["ci_method"]
     assert [r["ci_low"] for r in AnalysisTable.read(tmp_path / "t.csv")] == pytest.approx(
         [r["ci_low"] for r in narrow], nan_ok=True)
 

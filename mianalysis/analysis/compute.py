@@ -21,8 +21,8 @@ from ..estimators.registry import DISTANCE_STREAM, LEVEL_INTERVALS, get_estimato
 from .choice import EXTRA, FALLBACK, PRIMARY, Choice, choose, fallback_note, omitted_note
 from .design import design_note
 from .gaussianity import copula_disagreement, nongaussian_share
-from .intervals import (change_test, level_method, level_se, mean_interval, mi_replicates, normal_interval,
-                        resample_indices, trend_verdict)
+from .intervals import (InfluenceValues, change_method, change_test, level_method, level_se, mean_interval,
+                        mi_influence, mi_replicates, normal_interval, resample_indices, trend_verdict)
 from .regime import estimate_regime_note
 from .validate import AnalysisRequest, start_checkpoint
 
@@ -436,6 +436,11 @@ class CheckpointAnalysis:
                 x, y = _drop_constant(x, y, (varying[a], varying[b]))[:2]
                 if entry.distance_cache and self.request.standardize:  # as the estimate itself (MI does not change with scale)
                     x, y = standardize_columns(x), standardize_columns(y)
+                if (shrunk is None and level_method(e) in LEVEL_INTERVALS and entry.change_interval is not None
+                        and change_method(e, n_runs, samples[a].shape[1] + samples[b].shape[1]) == entry.change_interval):
+                    out[a, b, q] = mi_influence(x, y, e)  # the change's se by the delta method: no resamples
+                    row["ci_low"], row["ci_high"] = normal_interval(row["value"], level_se(x, y, e), ci_level)
+                    continue
                 out[a, b, q] = mi_replicates(x, y, e, self.indices[e], k=k, gaussian_kwargs=shrunk,
                                              seed=(self.random_state, t, a, b, _stream(e), 1))
                 if shrunk is None and level_method(e) in LEVEL_INTERVALS:  # a formula's se (intervals module)
@@ -460,8 +465,16 @@ class CheckpointAnalysis:
             se, p = np.nan, np.nan
             notes: list[str] = []
             if (a, b, q) in now and (a, b, q) in prev:
-                change = now[a, b, q] - prev[a, b, q]
-                if q in self.metrics:  # the mean of per-run differences: se = sd / sqrt(n), normal
+                after, before = now[a, b, q], prev[a, b, q]
+                influence = [isinstance(v, InfluenceValues) for v in (before, after)]
+                if all(influence):  # the delta method's se (the intervals module), normal quantile
+                    se = after.change_se(before)
+                    ci = normal_interval(delta, se, self.ci_level)
+                    p = change_test(delta, se)
+                elif any(influence):  # cannot happen with one n and pair dimension (change_method); no se
+                    notes.append("no se of the change: influence values at one checkpoint, resamples at the other")
+                elif q in self.metrics:  # the mean of per-run differences: se = sd / sqrt(n), normal
+                    change = after - before
                     if q in UPDATE_METRICS:  # runs whose cosine is defined at both checkpoints
                         change, notes = self._defined_change(t, change)
                     options = _mean_options(q, 2)
@@ -470,6 +483,7 @@ class CheckpointAnalysis:
                         se = float(change.std(ddof=1) / np.sqrt(change.size))
                         p = change_test(delta, se, df=change.size - 1 if options else None)
                 else:  # the sd of paired resampled changes, t with resamples - 1 degrees of freedom
+                    change = after - before
                     se = float(change.std(ddof=1))
                     ci = normal_interval(delta, se, self.ci_level, df=len(change) - 1)
                     p = change_test(delta, se, df=len(change) - 1)

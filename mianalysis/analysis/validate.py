@@ -16,7 +16,7 @@ from ..estimators import MarginalDistances
 from ..estimators.registry import estimator_names, estimators_taking, get_estimator
 from .choice import AUTO, AUTO_ESTIMATORS, choice_settings
 from .familywise import FAMILIES, METHODS, familywise_settings
-from .intervals import DISTANCE_METHOD, UPDATE_METHOD, check_level, interval_method, level_method
+from .intervals import DISTANCE_METHOD, UPDATE_METHOD, change_method, check_level, interval_method, level_method
 
 if TYPE_CHECKING:  # names used only in type hints
     from ..dumps import ParameterDump
@@ -192,8 +192,8 @@ def table_settings(dump: ParameterDump, request: AnalysisRequest) -> dict[str, A
     chunks, and the arguments; an analysis resumes or replaces a table only with the same."""
     recorded = dict.fromkeys(_RECORDED_METHODS + request.estimators)
     ci_method = {**{f"mi_{e}": level_method(e) for e in recorded}, "distances": DISTANCE_METHOD}
-    # An estimate's interval from a formula, its changes' from resamples: both recorded.
-    ci_method.update({f"delta_mi_{e}": interval_method(e) for e in recorded if level_method(e) != interval_method(e)})
+    # An estimate's interval from a formula, its changes' from resamples or the influence rule: both recorded.
+    ci_method.update({f"delta_mi_{e}": change_method(e) for e in recorded if level_method(e) != interval_method(e)})
     # Only a table with an update metric (cosine_update) records its method: default tables keep their settings.
     ci_method.update({m: UPDATE_METHOD for m in request.metrics if m in UPDATE_METRICS})
     settings = {"dump": str(Path(dump.path).resolve()), "n_runs": request.n_runs, "chunks": dump.chunks_digest(),

@@ -35,11 +35,12 @@ from .gaussian import check_gaussian_settings, gaussian_mi
 from .ksg import ksg_mi
 
 __all__ = ["Estimator", "register_estimator", "unregister_estimator", "get_estimator", "estimator_names",
-           "estimators_taking", "INTERVALS", "LEVEL_INTERVALS", "NULLS", "KINDS", "DISTANCE_STREAM"]
+           "estimators_taking", "INTERVALS", "LEVEL_INTERVALS", "CHANGE_INTERVALS", "NULLS", "KINDS", "DISTANCE_STREAM"]
 
 INTERVALS = ("bootstrap", "half-subsampling")
 # Level intervals from a formula instead of the resamples' sd (mianalysis.estimators.gaussian_se).
 LEVEL_INTERVALS = ("wishart", "asymptotic")
+CHANGE_INTERVALS = ("influence",)
 NULLS = ("permutation", "analytic")
 # What an estimate is: an estimate of the MI ("plain"), a Ledoit-Wolf shrinkage number (the
 # MI of a shrunk covariance: neither an estimate nor a bound), or a lower bound on the MI.
@@ -83,6 +84,16 @@ class Estimator:
         resamples). The built-in Gaussian and copula estimators use "wishart", chosen by
         coverage (docs/concepts/intervals.md); ``dataclasses.replace(get_estimator(
         "gaussian"), level_interval=None)`` brings back the bootstrap level interval.
+    change_interval : {None, "influence"}, default=None
+        How the interval of a change between checkpoints gets its standard error: None,
+        the sd of paired `interval` resamples; "influence", the delta method on the runs'
+        influence values (:func:`mianalysis.estimators.gaussian_se.gaussian_mi_influence`
+        of the transformed samples), for `covariance` estimators; used by
+        :func:`mianalysis.analyze` together with a `level_interval` formula (without one the
+        resamples serve both) where the runs are at least
+        :data:`mianalysis.analysis.intervals.INFLUENCE_MIN_RUNS_PER_DIMENSION` times the
+        pair's joint dimension (the resamples below). The built-in Gaussian and copula
+        estimators use "influence", chosen by coverage (docs/concepts/intervals.md).
     nulls : tuple of {"permutation", "analytic"}, default=("permutation",)
         The nulls that apply: "analytic" only for Gaussian log-determinant estimates
         (`covariance`), where :func:`mianalysis.gaussian_mi_null` gives the law.
@@ -137,6 +148,7 @@ class Estimator:
     interval: str = "bootstrap"
     ci_resamples: int = 20
     level_interval: str | None = None
+    change_interval: str | None = None
     nulls: tuple[str, ...] = ("permutation",)
     covariance: bool = False
     transform: Callable[[np.ndarray], np.ndarray] | None = field(default=None, repr=False)
@@ -161,6 +173,11 @@ class Estimator:
             check_choice(self.level_interval, "level_interval", LEVEL_INTERVALS)
             if not self.covariance:
                 raise ValueError(f"estimator {self.name!r}: a `level_interval` formula is that of Gaussian "
+                                 "log-determinant estimates; it needs covariance=True")
+        if self.change_interval is not None:
+            check_choice(self.change_interval, "change_interval", CHANGE_INTERVALS)
+            if not self.covariance:
+                raise ValueError(f"estimator {self.name!r}: a `change_interval` formula is that of Gaussian "
                                  "log-determinant estimates; it needs covariance=True")
         check_choice(self.kind, "kind", KINDS)
         for null in self.nulls:
@@ -254,8 +271,8 @@ def estimators_taking(argument: str, among: Iterable[str] | None = None) -> list
 register_estimator(
     name="gaussian", function=gaussian_mi, arguments={"units", "bias_correction", "shrinkage"},
     display_name="Gaussian (log-det)", label="Gaussian", interval="bootstrap", ci_resamples=20,
-    level_interval="wishart", nulls=("permutation", "analytic"), covariance=True, regime="gaussian", color="C0",
-    check=check_gaussian_settings, stream=0)
+    level_interval="wishart", change_interval="influence", nulls=("permutation", "analytic"), covariance=True,
+    regime="gaussian", color="C0", check=check_gaussian_settings, stream=0)
 register_estimator(
     name="ksg", function=ksg_mi,
     arguments={"k", "algorithm", "units", "noise", "dtype", "backend", "device", "standardize"},
@@ -264,7 +281,8 @@ register_estimator(
 register_estimator(
     name="copula", function=gaussian_copula_mi, arguments={"units", "bias_correction", "shrinkage"},
     display_name="Gaussian copula", label="Gaussian copula", interval="bootstrap", ci_resamples=20,
-    level_interval="wishart", nulls=("permutation", "analytic"), covariance=True, transform=normal_scores,
+    level_interval="wishart", change_interval="influence", nulls=("permutation", "analytic"), covariance=True,
+    transform=normal_scores,
     regime="copula", color="C4", check=check_gaussian_settings, stream=3)
 register_estimator(
     name="bound", function=projection_mi_bound,
