@@ -67,6 +67,7 @@ STAGES = (
     ("permutation tests", "mi_permutation_test", "estimators/significance.py"),
     ("resampled MI (bootstrap / half-subsampling replicates)", "mi_replicates", "analysis/intervals.py"),
     ("level standard errors (Wishart formula)", "level_se", "analysis/intervals.py"),
+    ("influence values (se of changes, delta method)", "mi_influence", "analysis/intervals.py"),
     ("KSG marginal distance matrices", "marginal_distances", ""),
     ("normal scores (copula ranks)", "normal_scores", "estimators/copula.py"),
     ("Gram matrices", "gram_matrix", "estimators/gaussian.py"),

@@ -58,13 +58,16 @@ def test_quick_mode_runs_and_records_what_it_promises(tmp_path):
         assert r["wall_seconds"] > 0 and r["cpu_seconds"] > 0 and 0 < r["peak_rss_gib"] < 8
         assert len(r["load_average_before"]) == 3 and r["rows"] > 0
         stages = r["profile"]["cumulative_seconds"]
-        assert stages["MI estimates and their permutation nulls"] > 0 and stages["resampled MI (bootstrap / "
-                                                                                 "half-subsampling replicates)"] > 0
+        assert stages["MI estimates and their permutation nulls"] > 0
+        # 300 runs >= 4 x 40 joint dims: the covariance changes' se from influence values
+        assert stages["influence values (se of changes, delta method)"] > 0
         assert r["profile"]["top_own_time"] and not any(str(ROOT) in f["function"]
                                                         for f in r["profile"]["top_own_time"])
     auto, explicit = record["results"]
     assert set(auto["mi"]) == {"mi_copula"}  # 300 runs >= 2.2 x 40 joint dims: the copula estimate
     assert set(explicit["mi"]) == {"mi_gaussian", "mi_ksg", "mi_copula"}
+    assert explicit["profile"]["cumulative_seconds"]["resampled MI (bootstrap / half-subsampling replicates)"] > 0
+    assert auto["profile"]["cumulative_seconds"]["resampled MI (bootstrap / half-subsampling replicates)"] is None
     copula = auto["mi"]["mi_copula"]
     assert [c["iteration"] for c in copula] == [0, 1, 2] and all(c["pairs"] == 3 for c in copula)
     assert all(c["null_methods"] == ["permutation"] for c in copula)

@@ -17,7 +17,7 @@ import numpy as np
 from .._io import progress_bar
 from .._locking import WriterLock
 from ..distances import METRICS
-from .compute import CheckpointAnalysis, Part
+from .compute import ChangeInputs, CheckpointAnalysis, Part
 from .familywise import apply_familywise
 from .journal import Journal
 from .table import AnalysisTable, complete_row
@@ -162,6 +162,11 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: str | Sequen
         resamples for "gaussian", random halves for "ksg" (:mod:`mianalysis.analysis.intervals`
         says why; the registry entry's ``interval`` and ``ci_resamples``). Default
         ``{"gaussian": 20, "ksg": 10, "copula": 20}``; 0 (or 1) gives no MI interval.
+        The Gaussian and copula estimates use them only for shrinkage estimates and for
+        changes between checkpoints below 4 runs per joint dimension: their level
+        intervals come from the Wishart formula and, from 4 runs per joint dimension on,
+        their changes' from the runs' influence values
+        (:func:`mianalysis.analysis.intervals.change_method`).
         A bootstrap resample costs one Gaussian estimate and a half about 1/4 of a KSG
         estimate; the interval uses Student's t quantile for the standard error of so few
         resamples (2.09 for 20 and 2.26 for 10 at 95 %, instead of 1.96). Distance intervals
@@ -382,7 +387,7 @@ class Assembly:
                      journal.path, len(done), n_checkpoints)
         self.todo = [t for t in range(n_checkpoints) if t not in done]
         self._columns = dict(job.groups)
-        self._resampled: dict[tuple[int, str], dict[tuple[int, int, str], np.ndarray]] = {}
+        self._resampled: dict[tuple[int, str], dict[tuple[int, int, str], ChangeInputs]] = {}
 
     def add(self, t: int, part: Part) -> None:
         """Add checkpoint t's part (see :class:`CheckpointAnalysis`) and its changes since t - 1."""

@@ -151,7 +151,9 @@ def _estimate(x, y, estimator, k, permutations, rng, distances, distance_cache, 
     return _Estimate(value, shrinkage=shrinkage)
 
 
-Part = tuple[list[dict[str, Any]], list[tuple[str, list[dict[str, Any]], dict[tuple[int, int, str], np.ndarray]]]]
+# What a change's interval needs of each checkpoint: per-run values or resampled estimates, or influence values.
+ChangeInputs = np.ndarray | InfluenceValues
+Part = tuple[list[dict[str, Any]], list[tuple[str, list[dict[str, Any]], dict[tuple[int, int, str], ChangeInputs]]]]
 
 
 class CheckpointAnalysis:
@@ -403,16 +405,16 @@ class CheckpointAnalysis:
 
     def with_intervals(self, t: int, samples: Sequence[np.ndarray],
                        of_t: Mapping[tuple[int, int, str], dict[str, Any]],
-                       varying: Sequence[np.ndarray] | None = None) -> dict[tuple[int, int, str], np.ndarray]:
+                       varying: Sequence[np.ndarray] | None = None) -> dict[tuple[int, int, str], ChangeInputs]:
         """Fill the interval of every MI and distance row of checkpoint t (`of_t`: (a, b,
         quantity) -> row); return what their changes' intervals need. `varying`: each
         client's varying columns (:func:`varying_columns` of its samples) where known."""
-        out = {}
+        out: dict[tuple[int, int, str], ChangeInputs] = {}
         n_runs, k, incomplete, ci_level = self.n_runs, self.k, self.incomplete, self.ci_level
         for (a, b, q), row in of_t.items():
             if q in self.metrics:  # a distance or update metric: per-run values, normal interval of their mean
-                out[a, b, q] = self.per_run(a, b, q, row.get("layer", ""), samples)
-                defined = out[a, b, q][np.isfinite(out[a, b, q])]  # cosine_update: runs with non-zero updates
+                values = out[a, b, q] = self.per_run(a, b, q, row.get("layer", ""), samples)
+                defined = values[np.isfinite(values)]  # cosine_update: runs with non-zero updates
                 if defined.size:
                     row["ci_low"], row["ci_high"] = mean_interval(defined, ci_level, **_mean_options(q, 1))[1:]
             elif np.isfinite(row["value"]) and len(self.indices[q[3:]]) >= 2:  # an MI estimate
@@ -441,18 +443,18 @@ class CheckpointAnalysis:
                     out[a, b, q] = mi_influence(x, y, e)  # the change's se by the delta method: no resamples
                     row["ci_low"], row["ci_high"] = normal_interval(row["value"], level_se(x, y, e), ci_level)
                     continue
-                out[a, b, q] = mi_replicates(x, y, e, self.indices[e], k=k, gaussian_kwargs=shrunk,
-                                             seed=(self.random_state, t, a, b, _stream(e), 1))
+                replicates = out[a, b, q] = mi_replicates(x, y, e, self.indices[e], k=k, gaussian_kwargs=shrunk,
+                                                          seed=(self.random_state, t, a, b, _stream(e), 1))
                 if shrunk is None and level_method(e) in LEVEL_INTERVALS:  # a formula's se (intervals module)
                     row["ci_low"], row["ci_high"] = normal_interval(row["value"], level_se(x, y, e), ci_level)
                     continue
-                row["ci_low"], row["ci_high"] = normal_interval(row["value"], out[a, b, q].std(ddof=1), ci_level,
-                                                                df=len(out[a, b, q]) - 1)
+                row["ci_low"], row["ci_high"] = normal_interval(row["value"], replicates.std(ddof=1), ci_level,
+                                                                df=len(replicates) - 1)
         return out
 
     def changes(self, t: int, group: str, of_t: Mapping[tuple[int, int, str], dict[str, Any]],
-                of_prev: Mapping[tuple[int, int, str], dict[str, Any]], prev: Mapping[tuple[int, int, str], np.ndarray],
-                now: Mapping[tuple[int, int, str], np.ndarray]) -> list[dict[str, Any]]:
+                of_prev: Mapping[tuple[int, int, str], dict[str, Any]], prev: Mapping[tuple[int, int, str], ChangeInputs],
+                now: Mapping[tuple[int, int, str], ChangeInputs]) -> list[dict[str, Any]]:
         """The rows delta_QUANTITY of checkpoint t: the paired change since t - 1 of every row
         of `of_t` (rows of t - 1: `of_prev`; what their intervals need: `prev` and `now`)."""
         added = []
@@ -466,12 +468,12 @@ class CheckpointAnalysis:
             notes: list[str] = []
             if (a, b, q) in now and (a, b, q) in prev:
                 after, before = now[a, b, q], prev[a, b, q]
-                influence = [isinstance(v, InfluenceValues) for v in (before, after)]
-                if all(influence):  # the delta method's se (the intervals module), normal quantile
-                    se = after.change_se(before)
+                if isinstance(after, InfluenceValues) and isinstance(before, InfluenceValues):
+                    se = after.change_se(before)  # the delta method's se (the intervals module), normal quantile
                     ci = normal_interval(delta, se, self.ci_level)
                     p = change_test(delta, se)
-                elif any(influence):  # cannot happen with one n and pair dimension (change_method); no se
+                elif isinstance(after, InfluenceValues) or isinstance(before, InfluenceValues):
+                    # cannot happen with one n and pair dimension (change_method); no se
                     notes.append("no se of the change: influence values at one checkpoint, resamples at the other")
                 elif q in self.metrics:  # the mean of per-run differences: se = sd / sqrt(n), normal
                     change = after - before

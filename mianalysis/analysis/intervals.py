@@ -160,7 +160,7 @@ def change_method(estimator: str, n_runs: int | None = None, n_features: int | N
     entry = get_estimator(estimator)
     if entry.change_interval is None or entry.level_interval is None:  # resamples made for the level serve too
         return entry.interval
-    if n_runs is None:
+    if n_runs is None or n_features is None:
         return f"{entry.change_interval} where n_runs >= {INFLUENCE_MIN_RUNS_PER_DIMENSION:g} x the joint dimension, " \
                f"else {entry.interval}"
     return entry.change_interval if n_runs >= INFLUENCE_MIN_RUNS_PER_DIMENSION * n_features else entry.interval

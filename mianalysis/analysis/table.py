@@ -130,7 +130,9 @@ def complete_row(row: Mapping[str, Any], *, level: float = 0.95,
     (the table's ``ci_level``), with Student's t for an MI change when `ci_resamples` (the
     table's ``ci_resamples``) records its estimator's resamples, as the analysis made the
     interval; the p-value by :func:`~mianalysis.analysis.intervals.change_test` around the
-    row's value (the midpoint of the interval). Other rows get NaN."""
+    row's value (the midpoint of the interval). Other rows get NaN. (Tables without these
+    columns predate the influence-value intervals of MI changes, so their MI changes are all
+    from resamples.)"""
     if all(c in row for c in OPTIONAL_COLUMNS) and isinstance(row, dict):
         return row
     out = dict(row)
