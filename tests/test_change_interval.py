@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from mianalysis import ParameterDump, analyze, gaussian_mi
-from mianalysis.analysis.intervals import (INFLUENCE_MIN_RUNS_PER_DIMENSION, change_method, mi_influence,
+from mianalysis.analysis.intervals import (INFLUENCE_MIN_RUNS_PER_DIMENSION, change_method, level_se, mi_influence,
                                            mi_replicates, normal_interval, resample_indices)
 from mianalysis.estimators.gaussian_se import gaussian_mi_influence, influence_change_se
 from mianalysis.estimators.registry import get_estimator
@@ -103,3 +103,52 @@ def test_mi_influence_of_a_side_without_variation_is_zero():
     y = np.random.default_rng(0).standard_normal((10, 2))
     assert np.array_equal(mi_influence(x, y, "gaussian").values, np.zeros(10))
     assert mi_replicates(x, y, "gaussian", resample_indices(10, 2, "gaussian", 0)).tolist() == [0.0, 0.0]
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_analyze_ranks_each_client_once_per_checkpoint_and_matches_ranking_each_pair(tmp_path):
+    # Three clients (each in two pairs), two checkpoints: the copula's transform runs once per
+    # client and checkpoint, and the estimate, level interval and change se are those of the
+    # transform of each pair's varying columns (a near-constant column is dropped before ranking).
+    from mianalysis.estimators.copula import gaussian_copula_mi, normal_scores
+    from mianalysis.estimators.registry import register_estimator, unregister_estimator
+
+    rng = np.random.default_rng(5)
+    n, d = 200, 6
+    shared = rng.standard_normal((2, n, d))
+    clients = {}
+    for c in "abc":
+        v = np.exp(0.5 * shared + rng.standard_normal((2, n, d)))  # non-Gaussian marginals
+        v[:, :, 0] = 1.0 + 1e-12 * rng.standard_normal((2, n))  # below float resolution: dropped, not ranked
+        clients[c] = v
+    dump = ParameterDump.from_arrays(tmp_path / "d", clients, checkpoints=[1, 2])
+    calls = []
+
+    def counted(samples):
+        calls.append(samples.shape)
+        return normal_scores(samples)
+
+    register_estimator(replace(get_estimator("copula"), name="copula_counted", transform=counted, stream=None))
+    try:
+        table = analyze(dump, estimators=["copula_counted"], metrics=[], gaussian_null="analytic", verify=False)
+    finally:
+        unregister_estimator("copula_counted")
+    assert len(calls) == 3 * 2
+    samples = {c: [dump.samples(i, index=t).astype(np.float64)[:, 1:] for t in (0, 1)]
+               for i, c in enumerate(dump.clients)}
+    rows = {(r["checkpoint"], r["client_a"], r["client_b"]): r for r in table.select("mi_copula_counted")}
+    for (t, a, b), row in rows.items():
+        x, y = samples[a][t], samples[b][t]
+        assert row["value"] == gaussian_copula_mi(x, y)
+        assert (row["ci_low"], row["ci_high"]) == normal_interval(row["value"], level_se(x, y, "copula"), 0.95)
+    for row in table.select("delta_mi_copula_counted"):
+        a, b = row["client_a"], row["client_b"]
+        want = mi_influence(samples[a][1], samples[b][1], "copula").change_se(
+            mi_influence(samples[a][0], samples[b][0], "copula"))
+        assert row["change_se"] == want
+
+
+def test_a_transform_made_elsewhere_must_match_the_varying_columns():
+    x = np.random.default_rng(0).standard_normal((50, 3))
+    with pytest.raises(ValueError, match="pass the transform of the varying columns"):
+        level_se(x, x[:, :2], "copula", transformed=(x, x))

@@ -41,6 +41,39 @@ def gaussian_settings(n_runs: int, n_features: int) -> tuple[dict[str, str], str
             f"ledoit-wolf shrinkage: {n_runs} runs <= 2 x {n_features} joint dimensions")
 
 
+class TransformedSamples:
+    """Each client's varying samples after an estimator's ``transform`` (the copula's normal
+    scores), made once per checkpoint and tensor group and shared by every pair the client
+    is in, by the estimate, its null and its intervals (a client keeps the same varying
+    columns in every pair, so ``of(e, c, keep)`` is ``transform(samples[c][:, keep])``).
+
+    Parameters
+    ----------
+    samples : sequence of ndarray
+        Each client's samples (runs x parameters) of one checkpoint and group.
+    """
+
+    def __init__(self, samples: Sequence[np.ndarray]) -> None:
+        self.samples = samples
+        self._made: dict[tuple[Callable[[np.ndarray], np.ndarray], int, bytes], np.ndarray] = {}
+
+    def of(self, estimator: str, client: int, keep: np.ndarray) -> np.ndarray | None:
+        """Client `client`'s columns `keep` after `estimator`'s transform (None: it has none)."""
+        transform = get_estimator(estimator).transform
+        if transform is None:
+            return None
+        key = (transform, client, np.packbits(keep).tobytes())
+        if key not in self._made:
+            self._made[key] = transform(self.samples[client][:, keep])
+        return self._made[key]
+
+    def pair(self, estimator: str, a: int, b: int,
+             keep: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray] | None:
+        """Clients `a` and `b`'s varying columns (`keep`) after `estimator`'s transform (None: it has none)."""
+        x = self.of(estimator, a, keep[0])
+        return None if x is None else (x, cast(np.ndarray, self.of(estimator, b, keep[1])))
+
+
 def _drop_constant(x, y, keep=None):
     """x and y without their constant parameters (the estimators' rule, :func:`varying_columns`)
     and how many were dropped; `keep`, where given, is (varying_columns(x), varying_columns(y))
@@ -68,7 +101,7 @@ class _Estimate:
 
 
 def _mi_row(x, y, estimator, k, permutations, rng, distances=None, distance_cache="auto", standardize=True,
-            gaussian_null="permutation", keep=None):
+            gaussian_null="permutation", keep=None, transformed=None):
     """The fields of one estimator's row on one client pair: value, null_mean, null_std,
     p_value, note and the typed columns (estimate_kind, outside_calibration, null_method);
     an estimate outside the calibrated regime says so (mianalysis.analysis.regime), and
@@ -79,7 +112,9 @@ def _mi_row(x, y, estimator, k, permutations, rng, distances=None, distance_cach
     `distance_cache` is passed on to the KSG estimator and its permutation test. With
     `gaussian_null` "analytic", a plain (unshrunk) Gaussian estimate gets the null of
     :func:`gaussian_mi_null` and no permutations. `keep`: the varying columns of x and y where
-    the caller has them (:func:`_drop_constant`)."""
+    the caller has them (:func:`_drop_constant`). `transformed`: x and y's varying columns
+    after the estimator's ``transform``, where the caller has them (:class:`TransformedSamples`;
+    then `keep` is required)."""
     x, y, dropped = _drop_constant(x, y, keep)
     notes = [f"dropped {dropped} constant parameters"] if dropped else []
     if x.shape[1] == 0 or y.shape[1] == 0:  # I(c; Y) = 0, as the estimators return (with null 0, p = 1)
@@ -92,7 +127,7 @@ def _mi_row(x, y, estimator, k, permutations, rng, distances=None, distance_cach
         est, regime = _Estimate(np.inf), ""
     else:
         est = _estimate(x, y, estimator, k, permutations, rng, distances, distance_cache, standardize, gaussian_null,
-                        notes)
+                        notes, transformed)
         regime = estimate_regime_note(estimator, x.shape[0], x.shape[1] + y.shape[1], float(est.value),
                                       shrinkage=est.shrinkage)
         # KSG assumes no ties: tied or lattice samples break it (the check compares the k-th and
@@ -108,9 +143,11 @@ def _mi_row(x, y, estimator, k, permutations, rng, distances=None, distance_cach
             "outside_calibration": bool(regime), "null_method": est.null_method, "regime": regime}
 
 
-def _estimate(x, y, estimator, k, permutations, rng, distances, distance_cache, standardize, gaussian_null, notes):
+def _estimate(x, y, estimator, k, permutations, rng, distances, distance_cache, standardize, gaussian_null, notes,
+              transformed=None):
     """One estimator's :class:`_Estimate` on varying, distinct samples; appends the
-    estimator's choices to `notes`."""
+    estimator's choices to `notes`. `transformed`: x and y after the estimator's
+    ``transform``, where made already."""
     if distances is not None:  # constant parameters add 0 to every max-norm distance
         if not permutations:
             return _Estimate(get_estimator(estimator).function(*distances, k=k))
@@ -118,7 +155,7 @@ def _estimate(x, y, estimator, k, permutations, rng, distances, distance_cache, 
         return _Estimate(res.estimate, res.null_mean, res.null_std, res.p_value, null_method="permutation")
     entry = get_estimator(estimator)
     if entry.transform is not None:  # once: the estimate and every shuffle see the same transformed samples
-        x, y = entry.transform(x), entry.transform(y)
+        x, y = (entry.transform(x), entry.transform(y)) if transformed is None else transformed
     value = None
     if entry.covariance:  # a Gaussian log-determinant estimate (of the transformed samples)
         kwargs, note = gaussian_settings(x.shape[0], x.shape[1] + y.shape[1])
@@ -242,6 +279,7 @@ class CheckpointAnalysis:
             # Each client's varying parameters, once: the auto choice counts them, and every
             # estimate and interval drops the others (the constant rule is per column).
             varying = [varying_columns(s) for s in samples]
+            transformed = TransformedSamples(samples)  # the copula's normal scores: once per client
             distances = None
             cache_users = [e for e in self.estimators if get_estimator(e).distance_cache]
             if self.request.auto:  # KSG only where the rule runs it on some pair
@@ -266,9 +304,9 @@ class CheckpointAnalysis:
                     rows.append(self.row(t, a, b, metric, d.mean(), d.std(ddof=1), group=group))
                 keep = (varying[a], varying[b])
                 if self.request.auto:
-                    chosen = self._auto_fields(t, a, b, x, y, distances, keep)
+                    chosen = self._auto_fields(t, a, b, x, y, distances, keep, transformed)
                 else:
-                    chosen = [(e, self._fields(t, a, b, x, y, e, distances, keep)) for e in self.estimators]
+                    chosen = [(e, self._fields(t, a, b, x, y, e, distances, keep, transformed)) for e in self.estimators]
                 for estimator, fields in chosen:
                     fields.pop("regime")
                     fields["note"] = "; ".join(n for n in (fields["note"], self.design) if n)
@@ -277,7 +315,7 @@ class CheckpointAnalysis:
                     rows.append(self.row(t, a, b, "mi_exact", exact(dump.checkpoints[t], a, b)))
                 if progress is not None:
                     progress(1)
-            resampled = self.with_intervals(t, samples, self.of_checkpoint(rows, t, group), varying)
+            resampled = self.with_intervals(t, samples, self.of_checkpoint(rows, t, group), varying, transformed)
             if self.request.gaussianity:
                 rows += self.gaussianity_rows(t, group, samples, rows)
             per_group.append((group, rows, resampled))
@@ -327,18 +365,22 @@ class CheckpointAnalysis:
 
     def _fields(self, t: int, a: int, b: int, x: np.ndarray, y: np.ndarray, estimator: str,
                 distances: Sequence[MarginalDistances] | None,
-                keep: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, Any]:
+                keep: tuple[np.ndarray, np.ndarray] | None = None,
+                transformed: TransformedSamples | None = None) -> dict[str, Any]:
         """One estimator's row fields on pair (a, b) at checkpoint t (see :func:`_mi_row`;
-        `keep`: the varying columns of x and y), from its own random stream."""
+        `keep`: the varying columns of x and y; `transformed`: the clients' transformed
+        samples, used with `keep`), from its own random stream."""
         entry, request = get_estimator(estimator), self.request
         rng = np.random.default_rng([self.random_state, t, a, b, _stream(estimator)])
         cached = (distances[a], distances[b]) if entry.distance_cache and distances is not None else None
+        pair = transformed.pair(estimator, a, b, keep) if transformed is not None and keep is not None else None
         return _mi_row(x, y, estimator, self.k, request.permutations[estimator], rng, cached,
-                       request.distance_cache, request.standardize, request.gaussian_null, keep)
+                       request.distance_cache, request.standardize, request.gaussian_null, keep, pair)
 
     def _auto_fields(self, t: int, a: int, b: int, x: np.ndarray, y: np.ndarray,
                      distances: Sequence[MarginalDistances] | None,
-                     keep: tuple[np.ndarray, np.ndarray]) -> list[tuple[str, dict[str, Any]]]:
+                     keep: tuple[np.ndarray, np.ndarray],
+                     transformed: TransformedSamples | None = None) -> list[tuple[str, dict[str, Any]]]:
         """The rows ``estimators="auto"`` gives pair (a, b) at checkpoint t
         (:mod:`mianalysis.analysis.choice`; `keep`: the varying columns of x and y, which the
         rule counts and each estimate keeps): [(estimator, fields)], each note saying which
@@ -349,11 +391,11 @@ class CheckpointAnalysis:
                 out.append((FALLBACK, {**_no_estimate(FALLBACK), "note": f"{choice.note}; no bound: {self.n_runs} "
                                        f"runs < {bound_min_runs()} (two folds of 4 runs)"}))
                 continue
-            fields = self._fields(t, a, b, x, y, choice.estimator, distances, keep)
+            fields = self._fields(t, a, b, x, y, choice.estimator, distances, keep, transformed)
             note = choice.note
             if choice.estimator == PRIMARY and fields["outside_calibration"]:  # after all: the bound instead
                 note = fallback_note(fields["regime"])
-                fields = self._fields(t, a, b, x, y, FALLBACK, distances, keep)
+                fields = self._fields(t, a, b, x, y, FALLBACK, distances, keep, transformed)
                 choice = Choice(FALLBACK, note)
             if choice.estimator == EXTRA and fields["outside_calibration"]:  # left out, and said so
                 first = out[0][1]
@@ -405,10 +447,12 @@ class CheckpointAnalysis:
 
     def with_intervals(self, t: int, samples: Sequence[np.ndarray],
                        of_t: Mapping[tuple[int, int, str], dict[str, Any]],
-                       varying: Sequence[np.ndarray] | None = None) -> dict[tuple[int, int, str], ChangeInputs]:
+                       varying: Sequence[np.ndarray] | None = None,
+                       transformed: TransformedSamples | None = None) -> dict[tuple[int, int, str], ChangeInputs]:
         """Fill the interval of every MI and distance row of checkpoint t (`of_t`: (a, b,
         quantity) -> row); return what their changes' intervals need. `varying`: each
-        client's varying columns (:func:`varying_columns` of its samples) where known."""
+        client's varying columns (:func:`varying_columns` of its samples) where known;
+        `transformed`: the clients' transformed samples where made already."""
         out: dict[tuple[int, int, str], ChangeInputs] = {}
         n_runs, k, incomplete, ci_level = self.n_runs, self.k, self.incomplete, self.ci_level
         for (a, b, q), row in of_t.items():
@@ -440,8 +484,13 @@ class CheckpointAnalysis:
                     x, y = standardize_columns(x), standardize_columns(y)
                 if (shrunk is None and level_method(e) in LEVEL_INTERVALS and entry.change_interval is not None
                         and change_method(e, n_runs, samples[a].shape[1] + samples[b].shape[1]) == entry.change_interval):
-                    out[a, b, q] = mi_influence(x, y, e)  # the change's se by the delta method: no resamples
-                    row["ci_low"], row["ci_high"] = normal_interval(row["value"], level_se(x, y, e), ci_level)
+                    if transformed is None:
+                        transformed = TransformedSamples(samples)
+                    scores = transformed.pair(e, a, b, (varying[a], varying[b]))
+                    # the change's se by the delta method: no resamples
+                    out[a, b, q] = mi_influence(x, y, e, transformed=scores)
+                    row["ci_low"], row["ci_high"] = normal_interval(row["value"], level_se(x, y, e, transformed=scores),
+                                                                    ci_level)
                     continue
                 replicates = out[a, b, q] = mi_replicates(x, y, e, self.indices[e], k=k, gaussian_kwargs=shrunk,
                                                           seed=(self.random_state, t, a, b, _stream(e), 1))

@@ -180,11 +180,14 @@ class InfluenceValues:
         return influence_change_se(before.values, self.values)
 
 
-def mi_influence(x: np.ndarray, y: np.ndarray, estimator: str) -> InfluenceValues:
+def mi_influence(x: np.ndarray, y: np.ndarray, estimator: str, *,
+                 transformed: tuple[np.ndarray, np.ndarray] | None = None) -> InfluenceValues:
     """The runs' influence values (bits) on `estimator`'s plain estimate of `x`, `y`
     (:func:`mianalysis.estimators.gaussian_se.gaussian_mi_influence` of the samples after
     the estimator's ``transform``: the copula's normal scores), their constant columns
-    dropped as by the estimate (all 0 when one side has none left).
+    dropped as by the estimate (all 0 when one side has none left). `transformed`: `x` and
+    `y` after the transform, where the caller has made them already (then `x` and `y` must
+    have no constant column: they only say which columns vary).
 
     Examples
     --------
@@ -208,16 +211,27 @@ def mi_influence(x: np.ndarray, y: np.ndarray, estimator: str) -> InfluenceValue
         return InfluenceValues(np.zeros(x.shape[0]))
     x, y = x[:, keep_x], y[:, keep_y]
     if entry.transform is not None:
-        x, y = entry.transform(x), entry.transform(y)
+        x, y = _transformed(x, y, entry.transform, transformed)
     return InfluenceValues(gaussian_mi_influence(x, y))
 
 
-def level_se(x: np.ndarray, y: np.ndarray, estimator: str, method: str | None = None) -> float:
+def _transformed(x, y, transform, made):
+    """x and y after `transform`, or `made` (their transform made by the caller) checked to match their shapes."""
+    if made is None:
+        return transform(x), transform(y)
+    if made[0].shape != x.shape or made[1].shape != y.shape:
+        raise ValueError(f"`transformed` has shapes {made[0].shape} and {made[1].shape}; the samples without their "
+                         f"constant columns have {x.shape} and {y.shape}: pass the transform of the varying columns")
+    return made
+
+
+def level_se(x: np.ndarray, y: np.ndarray, estimator: str, method: str | None = None, *,
+             transformed: tuple[np.ndarray, np.ndarray] | None = None) -> float:
     """The se (bits) behind the level interval of `estimator`'s plain estimate of `x`, `y`
     by a formula `method` ("wishart" or "asymptotic"; None: :func:`level_method`), of the
     samples after the estimator's ``transform`` (the copula's normal scores) and without
     their constant columns (0.0 when one side has none left: the estimate is exactly 0). A
-    ValueError for a method that is not a formula.
+    ValueError for a method that is not a formula. `transformed`: as for :func:`mi_influence`.
 
     Examples
     --------
@@ -241,7 +255,7 @@ def level_se(x: np.ndarray, y: np.ndarray, estimator: str, method: str | None = 
     if x.shape[1] == 0 or y.shape[1] == 0:  # the estimate is exactly 0 (I(c; Y) = 0)
         return 0.0
     if entry.transform is not None:
-        x, y = entry.transform(x), entry.transform(y)
+        x, y = _transformed(x, y, entry.transform, transformed)
     return gaussian_mi_se(x, y, method=method)
 
 

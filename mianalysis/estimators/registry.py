@@ -106,7 +106,9 @@ class Estimator:
         A map of one variable's samples (n, d) -> (n, d) such that ``function(x, y)`` is
         the covariance estimate of ``transform(x)`` and ``transform(y)``, and that commutes
         with shuffling rows: it is applied once before a permutation test (every shuffle
-        sees the same transformed data) and to each bootstrap resample.
+        sees the same transformed data) and to each bootstrap resample;
+        :func:`mianalysis.analyze` transforms each client's varying samples once per
+        checkpoint, for every pair the client is in.
     distance_cache : bool, default=False
         Whether the estimate is a k-NN one that the marginal distance matrices
         (:class:`mianalysis.MarginalDistances`) serve; only KSG.
