@@ -140,3 +140,31 @@ def test_core_paper_long_ksg_shift_is_standardisation():
             a, b = pair.split("-")
             (row,) = [r for r in table.select("mi_ksg", a, b) if r["iteration"] == it]
             assert abs(row["value"] - float(value)) < 1e-4
+
+
+def test_core_paper_paper_scale_falls_with_intervals():
+    """docs/results/core-paper.md's paper-scale (22,000 runs) numbers, from
+    figures/signal_rnn_paper.csv: the levels at iteration 1 and the one step's falls with
+    their se, Holm over each pair's steps (one step here: the raw p), and the sidecar's times."""
+    import json
+    from datetime import datetime
+
+    table = AnalysisTable.read(FIGURES / "signal_rnn_paper.csv")
+    page = _flat((ROOT / "docs" / "results" / "core-paper.md").read_text())
+    level = [r["value"] for r in table if r["quantity"] == "mi_gaussian" and r["iteration"] == 1]
+    assert f"Gaussian {min(level):,.1f}-{max(level):,.1f} bits at iteration 1" in page
+    for q, quoted in (("delta_mi_gaussian", "lowers the Gaussian MI by {:.1f}-{:.1f} bits"),
+                      ("delta_mi_ksg", "and the KSG MI by {:.3f}-{:.3f} bits")):
+        steps = [r for r in table if r["quantity"] == q and r["iteration"] == 2]
+        falls = sorted(-r["value"] for r in steps)
+        assert len(steps) == 3 and quoted.format(falls[0], falls[-1]) in page
+        assert {r["family_verdict"] for r in steps} == {"falling"}
+        assert all(r["ci_high"] < 0 for r in steps)
+    gaussian = [r for r in table if r["quantity"] == "delta_mi_gaussian" and r["iteration"] == 2]
+    assert {round(r["change_se"], 2) for r in gaussian} == {0.19}
+    assert max(r["p_adjusted"] for r in table if r["quantity"] == "delta_mi_ksg" and r["iteration"] == 2) <= 5e-11
+    record = json.loads((FIGURES / "signal_rnn_paper.csv.json").read_text())
+    (sampled,) = record["dump_provenance"]
+    seconds = (datetime.fromisoformat(sampled["ended"]) - datetime.fromisoformat(sampled["started"])).total_seconds()
+    assert f"{seconds:.0f} s for the dump behind" in _flat(README)
+    assert f"took {record['analysis_seconds']:.0f} s (`analysis_seconds`" in _flat(README)
