@@ -430,9 +430,9 @@ def plot_mi_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], estimator: str
             ax.text(0.5, 0.5, "no MI estimate to draw:\nevery finite value is a\nLedoit-Wolf shrinkage number\n"
                     "(runs <= 2 x the joint dimension,\nor a singular covariance)", transform=ax.transAxes,
                     ha="center", va="center", fontsize=9, color="0.3")
-            ax.set_xlim(min(kinds) - 0.5, max(kinds) + 0.5)
             ax.set_yticks([])
-    if shrunk:
+    if shrunk:  # the table's iterations on the axis, drawn or not (one drawn point alone would set it)
+        ax.set_xlim(min(kinds) - 0.5, max(kinds) + 0.5)
         its = ", ".join(str(int(i)) for i in sorted(shrunk))
         ax.plot([], [], ls="none", marker="x", color="0.3",
                 label=f"iteration {its}: {KIND_LABELS['shrinkage']} (not drawn)")

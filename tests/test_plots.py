@@ -122,6 +122,16 @@ def test_mi_panel_of_shrinkage_numbers_only_says_why_it_is_empty(ax):
     assert ax.get_xlim() == (1.5, 4.5)  # the iterations of the rows
 
 
+def test_mi_panel_with_one_drawn_point_keeps_the_tables_iterations_on_the_axis(ax):
+    # signal_rnn_fixed_init's Gaussian panel: the start (MI 0, constant parameters) drawn,
+    # every trained checkpoint a shrinkage number: the axis spans iterations 0-8, not one point.
+    rows = [pair_row(it, pair, "mi_gaussian", 0.0 if it == 0 else 70.0, estimate_kind="plain" if it == 0 else "shrinkage")
+            for it in (0, 2, 4, 6, 8) for pair in PAIRS]
+    plot_mi_panel(ax, rows, "gaussian")
+    assert [list(ln.get_xdata()) for ln in ax.get_lines() if len(ln.get_xdata())][0] == [0]
+    assert ax.get_xlim() == (-0.5, 8.5)
+
+
 def test_mi_panel_breaks_the_line_where_a_shrinkage_iteration_is_left_out(ax):
     kinds = {1: "plain", 2: "shrinkage", 3: "plain"}
     rows = [pair_row(it, pair, "mi_gaussian", float(it), estimate_kind=kind)

@@ -168,3 +168,25 @@ def test_core_paper_paper_scale_falls_with_intervals():
     seconds = (datetime.fromisoformat(sampled["ended"]) - datetime.fromisoformat(sampled["started"])).total_seconds()
     assert f"{seconds:.0f} s for the dump behind" in _flat(README)
     assert f"took {record['analysis_seconds']:.0f} s (`analysis_seconds`" in _flat(README)
+
+
+def test_core_paper_fixed_start_shows_no_dependence_and_no_change():
+    """docs/results/core-paper.md's fixed-start numbers, figures/signal_rnn_fixed_init.csv:
+    pair 0-1 at iteration 2, the p-value ranges over the 12 trained pair-checkpoints, and
+    no KSG change detected (Holm over each pair's steps after the first trained checkpoint:
+    the table's summary, recomputed here from the step p-values)."""
+    table = AnalysisTable.read(FIGURES / "signal_rnn_fixed_init.csv")
+    page = _flat((ROOT / "docs" / "results" / "core-paper.md").read_text())
+    (g,) = [r for r in table.select("mi_gaussian", "0", "1") if r["iteration"] == 2]
+    (k,) = [r for r in table.select("mi_ksg", "0", "1") if r["iteration"] == 2]
+    assert (f"Gaussian {g['value']:.2f} bits vs null {g['null_mean']:.2f}, p = {g['p_value']:.2f}" in page)
+    assert f"KSG {k['value']:.2f} vs {k['null_mean']:.2f}, p = {k['p_value']:.2f}" in page
+    for q, name in (("mi_gaussian", "Gaussian"), ("mi_ksg", "KSG")):
+        p = [r["p_value"] for r in table if r["quantity"] == q and r["iteration"] > 0]
+        assert len(p) == 12
+        assert f"{min(p):.3f} to {max(p):g}" in page or f"from {min(p):.3f} to {max(p):g}" in page, (name, min(p))
+    pairs = sorted({(r["client_a"], r["client_b"]) for r in table.select("delta_mi_ksg")})
+    first_trained = min(r["iteration"] for r in table if r["iteration"] > 0)
+    for pair in pairs:
+        steps = [r["change_p"] for r in table.select("delta_mi_ksg", *pair) if r["iteration"] > first_trained]
+        assert len(steps) == 3 and min(adjust(steps, "holm")) > 0.05
