@@ -44,34 +44,35 @@ def gaussian_settings(n_runs: int, n_features: int) -> tuple[dict[str, str], str
 class TransformedSamples:
     """Each client's varying samples after an estimator's ``transform`` (the copula's normal
     scores), made once per checkpoint and tensor group and shared by every pair the client
-    is in, by the estimate, its null and its intervals (a client keeps the same varying
-    columns in every pair, so ``of(e, c, keep)`` is ``transform(samples[c][:, keep])``).
+    is in, by the estimate, its null and its intervals.
 
     Parameters
     ----------
     samples : sequence of ndarray
         Each client's samples (runs x parameters) of one checkpoint and group.
+    varying : sequence of ndarray
+        Each client's varying columns (:func:`varying_columns` of its samples): a client
+        keeps the same ones in every pair, so ``of(e, c)`` is
+        ``transform(samples[c][:, varying[c]])``.
     """
 
-    def __init__(self, samples: Sequence[np.ndarray]) -> None:
-        self.samples = samples
-        self._made: dict[tuple[Callable[[np.ndarray], np.ndarray], int, bytes], np.ndarray] = {}
+    def __init__(self, samples: Sequence[np.ndarray], varying: Sequence[np.ndarray]) -> None:
+        self.samples, self.varying = samples, varying
+        self._made: dict[tuple[Callable[[np.ndarray], np.ndarray], int], np.ndarray] = {}
 
-    def of(self, estimator: str, client: int, keep: np.ndarray) -> np.ndarray | None:
-        """Client `client`'s columns `keep` after `estimator`'s transform (None: it has none)."""
+    def of(self, estimator: str, client: int) -> np.ndarray | None:
+        """Client `client`'s varying columns after `estimator`'s transform (None: it has none)."""
         transform = get_estimator(estimator).transform
         if transform is None:
             return None
-        key = (transform, client, np.packbits(keep).tobytes())
-        if key not in self._made:
-            self._made[key] = transform(self.samples[client][:, keep])
-        return self._made[key]
+        if (transform, client) not in self._made:
+            self._made[transform, client] = transform(self.samples[client][:, self.varying[client]])
+        return self._made[transform, client]
 
-    def pair(self, estimator: str, a: int, b: int,
-             keep: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray] | None:
-        """Clients `a` and `b`'s varying columns (`keep`) after `estimator`'s transform (None: it has none)."""
-        x = self.of(estimator, a, keep[0])
-        return None if x is None else (x, cast(np.ndarray, self.of(estimator, b, keep[1])))
+    def pair(self, estimator: str, a: int, b: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """Clients `a` and `b`'s varying columns after `estimator`'s transform (None: it has none)."""
+        x = self.of(estimator, a)
+        return None if x is None else (x, cast(np.ndarray, self.of(estimator, b)))
 
 
 def _drop_constant(x, y, keep=None):
@@ -279,7 +280,7 @@ class CheckpointAnalysis:
             # Each client's varying parameters, once: the auto choice counts them, and every
             # estimate and interval drops the others (the constant rule is per column).
             varying = [varying_columns(s) for s in samples]
-            transformed = TransformedSamples(samples)  # the copula's normal scores: once per client
+            transformed = TransformedSamples(samples, varying)  # the copula's normal scores: once per client
             distances = None
             cache_users = [e for e in self.estimators if get_estimator(e).distance_cache]
             if self.request.auto:  # KSG only where the rule runs it on some pair
@@ -369,11 +370,11 @@ class CheckpointAnalysis:
                 transformed: TransformedSamples | None = None) -> dict[str, Any]:
         """One estimator's row fields on pair (a, b) at checkpoint t (see :func:`_mi_row`;
         `keep`: the varying columns of x and y; `transformed`: the clients' transformed
-        samples, used with `keep`), from its own random stream."""
+        varying samples, the same columns as `keep`), from its own random stream."""
         entry, request = get_estimator(estimator), self.request
         rng = np.random.default_rng([self.random_state, t, a, b, _stream(estimator)])
         cached = (distances[a], distances[b]) if entry.distance_cache and distances is not None else None
-        pair = transformed.pair(estimator, a, b, keep) if transformed is not None and keep is not None else None
+        pair = transformed.pair(estimator, a, b) if transformed is not None else None
         return _mi_row(x, y, estimator, self.k, request.permutations[estimator], rng, cached,
                        request.distance_cache, request.standardize, request.gaussian_null, keep, pair)
 
@@ -485,8 +486,8 @@ class CheckpointAnalysis:
                 if (shrunk is None and level_method(e) in LEVEL_INTERVALS and entry.change_interval is not None
                         and change_method(e, n_runs, samples[a].shape[1] + samples[b].shape[1]) == entry.change_interval):
                     if transformed is None:
-                        transformed = TransformedSamples(samples)
-                    scores = transformed.pair(e, a, b, (varying[a], varying[b]))
+                        transformed = TransformedSamples(samples, varying)
+                    scores = transformed.pair(e, a, b)
                     # the change's se by the delta method: no resamples
                     out[a, b, q] = mi_influence(x, y, e, transformed=scores)
                     row["ci_low"], row["ci_high"] = normal_interval(row["value"], level_se(x, y, e, transformed=scores),
