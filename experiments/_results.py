@@ -28,7 +28,7 @@ from pathlib import Path
 from mianalysis.analysis import sidecar_path
 
 __all__ = ["ROOT", "FIGURES", "PAGES", "WORK", "pages_for", "portable_sidecar", "repository_relative", "rows_by_design",
-           "write_atomic", "write_csv", "write_sidecar", "write_page"]
+           "timed_rows", "write_atomic", "write_csv", "write_sidecar", "write_page"]
 
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES = ROOT / "figures"
@@ -119,6 +119,19 @@ def write_page(out, name, text, *, atomic=False):
     return _write(pages_for(out) / f"{name}.md", text.rstrip("\n") + "\n", atomic)
 
 
+def timed_rows(cells, *, width=45):
+    """(rows, seconds): the rows of each ``(label, make_rows)`` of `cells` in turn
+    (``make_rows()`` returns a list), with each cell's time in seconds under its label,
+    printed as it finishes."""
+    rows, seconds = [], {}
+    for label, make_rows in cells:
+        start = time.perf_counter()
+        rows += make_rows()
+        seconds[label] = round(time.perf_counter() - start, 1)
+        print(f"{label:{width}s} {seconds[label]:7.1f} s", flush=True)
+    return rows, seconds
+
+
 def rows_by_design(designs, design_rows, runs, *, prefix, width=45):
     """(rows, seconds): the rows of `design_rows(design, runs, work)` for each design in turn,
     in a scratch folder `work` removed afterwards, with each cell's time in seconds (printed
@@ -130,15 +143,10 @@ def rows_by_design(designs, design_rows, runs, *, prefix, width=45):
     """
     counts = [runs] if isinstance(runs, int) else list(runs)
     work = tempfile.mkdtemp(prefix=prefix)
-    rows, seconds = [], {}
     try:
-        for design in designs:
-            for n in counts:
-                label = design if isinstance(runs, int) else f"{design} / {n}"
-                start = time.perf_counter()
-                rows += design_rows(design, n, work)
-                seconds[label] = round(time.perf_counter() - start, 1)
-                print(f"{label:{width}s} {seconds[label]:7.1f} s", flush=True)
+        cells = [(design if isinstance(runs, int) else f"{design} / {n}",
+                  lambda design=design, n=n: design_rows(design, n, work)) for design in designs for n in counts]
+        rows, seconds = timed_rows(cells, width=width)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return rows, seconds

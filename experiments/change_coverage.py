@@ -37,11 +37,10 @@ into *_quick.*; --out DIR: into DIR).
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
 import numpy as np
-from _results import FIGURES, write_csv, write_page, write_sidecar
+from _results import FIGURES, timed_rows, write_csv, write_page, write_sidecar
 from interval_coverage import clopper_pearson
 from scipy.special import ndtri
 from scipy.stats import t as student_t
@@ -153,14 +152,9 @@ def main():
     name = "change_coverage_quick" if args.quick else "change_coverage"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    rows, seconds = [], {}
-    for d, multiple, a, designs in settings:
-        for design in designs:
-            start = time.perf_counter()
-            rows += setting_rows(d, multiple, a, design, reps)
-            key = f"d={d} n={multiple:g} x d_joint a={a:g} / {design}"
-            seconds[key] = round(time.perf_counter() - start, 1)
-            print(f"{key:50s} {seconds[key]:7.1f} s", flush=True)
+    rows, seconds = timed_rows([(f"d={d} n={multiple:g} x d_joint a={a:g} / {design}",
+                                 lambda d=d, m=multiple, a=a, design=design: setting_rows(d, m, a, design, reps))
+                                for d, multiple, a, designs in settings for design in designs], width=50)
     table = write_csv(rows, out / f"{name}.csv", float_format=".6g")
     text = page(rows, reps, args.quick)
     write_page(out, name, text)

@@ -34,11 +34,10 @@ Writes figures/copula_null_size.csv, its sidecar and docs/results/tables/copula_
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
 import numpy as np
-from _results import FIGURES, write_csv, write_page, write_sidecar
+from _results import FIGURES, timed_rows, write_csv, write_page, write_sidecar
 from interval_coverage import clopper_pearson
 from scipy.stats import kstest
 
@@ -128,14 +127,9 @@ def main():
     name = "copula_null_size_quick" if args.quick else "copula_null_size"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    rows, seconds = [], {}
-    for p, multiple in settings:
-        for law in LAWS:
-            start = time.perf_counter()
-            rows += setting_rows(p, multiple, law, reps, args.seed)
-            key = f"p={p} n={multiple:g} x d_joint / {law}"
-            seconds[key] = round(time.perf_counter() - start, 1)
-            print(f"{key:40s} {seconds[key]:7.1f} s", flush=True)
+    rows, seconds = timed_rows([(f"p={p} n={multiple:g} x d_joint / {law}",
+                                 lambda p=p, m=multiple, law=law: setting_rows(p, m, law, reps, args.seed))
+                                for p, multiple in settings for law in LAWS], width=40)
     table = write_csv(rows, out / f"{name}.csv", float_format=".6g")
     text = page(rows, reps, args.quick)
     write_page(out, name, text)
