@@ -14,7 +14,7 @@ import numpy as np
 
 from .analysis import AnalysisTable, analyze, sidecar_path
 from .analysis.choice import AUTO_PREFIX
-from .analysis.familywise import describe, familywise_verdicts
+from .analysis.familywise import FROM_EXACT, describe, familywise_verdicts
 from .analysis.intervals import SHRINKAGE
 from .estimators.registry import estimator_names
 from .plots import save_figure
@@ -183,33 +183,26 @@ def _alpha(table):
     return round(1 - level, 12) if isinstance(level, float) and 0 < level < 1 else 0.05
 
 
-def _trained_steps(table, quantity, client_a, client_b):
-    """The ``delta_QUANTITY`` rows of one pair after the first trained checkpoint."""
-    trained = [r["iteration"] for r in table.select(quantity, client_a, client_b) if r["iteration"] > 0]
-    if not trained:
-        return []
-    return [r for r in table.select(f"delta_{quantity}", client_a, client_b) if r["iteration"] > min(trained)]
-
-
 def trend_steps(rows: Sequence[dict], quantity: str, client_a: str, client_b: str, *, familywise: str = FAMILYWISE,
                 family: str = FAMILY, alpha: float | None = None) -> list[tuple[dict, float, str]]:
-    """[(delta row, adjusted p, verdict)] of one pair's steps after the first trained
-    checkpoint (the initial point is where every design starts, so steps from it say
-    nothing about training), corrected by `familywise` over `family`: "pair", this pair's
-    steps; "cell", every pair's steps of `quantity` in the table (also after the first
-    trained checkpoint). Only the steps a finding reads are in the family
-    (:func:`mianalysis.analysis.familywise.familywise_verdicts`); `alpha` defaults to 1 -
-    the table's ``ci_level``."""
+    """[(delta row, adjusted p, verdict)] of one pair's steps of `quantity`, corrected by
+    `familywise` over `family`: "pair", this pair's steps; "cell", every pair's steps of
+    `quantity` in the table. The steps out of a value exact by rule (the shared start, where
+    the clients are identical and the design fixes every MI and distance; a fixed start's
+    constant parameters) are no test of training and are left out, here and in the table's
+    own ``family_verdict``, by one rule
+    (:func:`mianalysis.analysis.familywise.familywise_verdicts`): for a sampled dump these
+    are the steps after the first trained checkpoint. `alpha` defaults to 1 - the table's
+    ``ci_level``."""
     table = AnalysisTable.of(rows)
-    if family == "pair":
-        members = _trained_steps(table, quantity, client_a, client_b)
-    else:
-        pairs = sorted({(r["client_a"], r["client_b"]) for r in table if r["quantity"] == f"delta_{quantity}"})
-        members = [r for a, b in pairs for r in _trained_steps(table, quantity, a, b)]
+    pairs = [(client_a, client_b)] if family == "pair" else \
+        sorted({(r["client_a"], r["client_b"]) for r in table if r["quantity"] == f"delta_{quantity}"})
+    members = [r for a, b in pairs for q in (quantity, f"delta_{quantity}") for r in table.select(q, a, b)]
     result = familywise_verdicts(members, method=familywise, family=family,
                                  alpha=_alpha(table) if alpha is None else alpha)
     return [(r, float(p), v) for r, p, v in zip(members, result.adjusted_p, result.verdicts)
-            if (r["client_a"], r["client_b"]) == (client_a, client_b)]
+            if r["quantity"] == f"delta_{quantity}" and (r["client_a"], r["client_b"]) == (client_a, client_b)
+            and not v.startswith(FROM_EXACT)]
 
 
 def step_verdicts(rows: Sequence[dict], quantity: str, client_a: str, client_b: str, *,
@@ -225,8 +218,9 @@ def step_verdicts(rows: Sequence[dict], quantity: str, client_a: str, client_b: 
 def correction_text(rows: Sequence[dict] = (), *, familywise: str = FAMILYWISE, family: str = FAMILY) -> str:
     """How the trend verdicts of `rows` are corrected, in words (for a finding's text): e.g.
     "Holm over each client pair's steps of one quantity (family-wise error rate 0.05),
-    steps after the first trained checkpoint"."""
-    return describe(familywise, family, _alpha(AnalysisTable.of(rows))) + ", steps after the first trained checkpoint"
+    steps out of an exact value (the shared start) left out"."""
+    return describe(familywise, family, _alpha(AnalysisTable.of(rows))) + \
+        ", steps out of an exact value (the shared start) left out"
 
 
 def overall_trend(verdicts: Iterable[str]) -> str:

@@ -245,3 +245,24 @@ def test_rows_by_design_runs_each_design_in_a_scratch_folder_it_removes(results,
     assert list(seconds) == ["a", "b"] and all(s >= 0 for s in seconds.values())
     assert seen[0] == seen[1] and not seen[0].exists()  # one folder for all, removed after
     assert capsys.readouterr().out.splitlines()[0].startswith("a   ")
+
+
+def test_committed_tables_family_columns_follow_their_stored_p_values(monkeypatch, tmp_path):
+    """Every committed analysis table's p_adjusted and family_verdict are what
+    apply_familywise gives from its own p-values (experiments/refamily_tables.py --check);
+    and a stale column is found and rewritten, nothing else in the CSV changing."""
+    monkeypatch.syspath_prepend(str(EXPERIMENTS))
+    refamily = _load("refamily_tables", EXPERIMENTS / "refamily_tables.py")
+    tables = refamily.analysis_tables(FIGURES)
+    assert len(tables) >= 5
+    assert refamily.main(["--check"]) == 0
+
+    for name in ("signal_rnn_paper.csv", "signal_rnn_paper.csv.json"):
+        shutil.copy(FIGURES / name, tmp_path / name)
+    text = (tmp_path / "signal_rnn_paper.csv").read_text()
+    stale = text.replace(",falling\n", ",no detectable change\n", 1)
+    assert stale != text
+    (tmp_path / "signal_rnn_paper.csv").write_text(stale)
+    assert refamily.main(["--check", "--out", str(tmp_path)]) == 1
+    assert refamily.main(["--out", str(tmp_path)]) == 0
+    assert (tmp_path / "signal_rnn_paper.csv").read_text() == text

@@ -224,10 +224,10 @@ def test_a_table_differing_only_in_the_correction_is_replaced(null_table):
 
 
 def test_findings_read_the_corrected_verdicts():
-    # Steps after the first trained checkpoint (1): iterations 2, 3, 4; p 0.02, 0.3, 0.6:
-    # rising alone, not after Holm over the three.
-    level = [{"quantity": "mi_ksg", "client_a": "a", "client_b": "b", "iteration": it, "checkpoint": it, "value": 1.0,
-              "p_value": 0.001} for it in range(5)]
+    # A shared start (MI infinite at checkpoint 0): the step out of it is no test; the steps
+    # 2, 3, 4 have p 0.02, 0.3, 0.6: rising alone, not after Holm over the three.
+    level = [{"quantity": "mi_ksg", "client_a": "a", "client_b": "b", "iteration": it, "checkpoint": it,
+              "value": np.inf if it == 0 else 1.0, "p_value": np.nan if it == 0 else 0.001} for it in range(5)]
     steps = [{"quantity": "delta_mi_ksg", "client_a": "a", "client_b": "b", "iteration": it, "checkpoint": it,
               "value": 0.2, "ci_low": np.nan, "ci_high": np.nan, "change_p": p, "verdict": v}
              for it, p, v in ((1, 0.001, "rising"), (2, 0.02, "rising"), (3, 0.3, "no detectable change"),
@@ -242,3 +242,44 @@ def test_findings_read_the_corrected_verdicts():
     text = trend_summary(table)
     assert text.splitlines()[0] == f"verdicts: {correction_text(table)}"
     assert "Holm over each client pair's steps" in text and "mi_ksg a-b: no detectable change" in text
+    # The table's own family verdicts agree: the step out of the start is not made, the others
+    # are Holm over the same three.
+    filled = apply_familywise(table)
+    by_step = {r["iteration"]: (r["family_verdict"], r["p_adjusted"]) for r in filled if r["quantity"] == "delta_mi_ksg"}
+    assert by_step[1][0] == ("not made: a step out of an exact value (identical clients: MI infinite at "
+                             "checkpoint 0)") and np.isnan(by_step[1][1])
+    assert [round(by_step[i][1], 3) for i in (2, 3, 4)] == [0.06, 0.6, 0.6]
+    assert [r["family_verdict"] for r in filled if r["quantity"] == "mi_ksg"][0] == \
+        "not made: exact (identical clients: MI infinite), no test"
+
+    # A start that is an estimate (not exact by rule) is a step like any other: four tests.
+    estimated = AnalysisTable([{**r, "value": 1.0, "p_value": 0.001} if r["quantity"] == "mi_ksg" else r
+                               for r in table], settings={"ci_level": 0.95})
+    assert [it for it, _ in step_verdicts(estimated, "mi_ksg", "a", "b")] == [1, 2, 3, 4]
+    assert [round(p, 3) for _, p, _ in trend_steps(estimated, "mi_ksg", "a", "b")] == [0.004, 0.06, 0.6, 0.6]
+
+
+@pytest.mark.parametrize("init", ["per-run", "fixed"])
+def test_a_sampled_tables_family_verdicts_are_the_findings_and_leave_out_the_start(init, tmp_path):
+    """On a sampled dump (a shared start, or a fixed one with constant parameters) the table's
+    family_verdict of every step a finding reads is the finding's, and the step out of the
+    start is in no family (it would count as a test and make the correction stricter)."""
+    from mianalysis import ParameterSampler
+    from mianalysis.tasks import GaussianSGDTask
+
+    task = GaussianSGDTask(d=2, n_iterations=3)
+    dump = ParameterSampler(task, seed=0, progress=False, init=init, shared=("noise",)).sample(200, tmp_path / "d")
+    table = analyze(dump, estimators=("gaussian",), metrics=("euclidean",), n_permutations=0, random_state=0)
+    start = min(r["checkpoint"] for r in table)
+    for q in ("mi_gaussian", "euclidean"):
+        for a, b in {(r["client_a"], r["client_b"]) for r in table if r["quantity"] == f"delta_{q}"}:
+            steps = trend_steps(table, q, a, b)
+            deltas = table.select(f"delta_{q}", a, b)
+            assert [r["checkpoint"] for r, _, _ in steps] == [r["checkpoint"] for r in deltas if r["checkpoint"] > start + 1]
+            for r, p, v in steps:
+                assert (v, p) == (r["family_verdict"], r["p_adjusted"]) or (np.isnan(p) and np.isnan(r["p_adjusted"])
+                                                                            and v == r["family_verdict"])
+            first = next(r for r in deltas if r["checkpoint"] == start + 1)
+            assert first["family_verdict"].startswith("not made: a step out of an exact value"), first
+            assert np.isnan(first["p_adjusted"])
+

@@ -25,7 +25,14 @@ question. Pair is the default family: the findings are stated per pair, and a cl
 every pair rises needs no correction over pairs (each pair must pass on its own).
 
 A change row without a p-value (no interval) or made from a Ledoit-Wolf shrinkage estimate
-is not in any family and keeps the per-step verdict's "not made: ...". An MI row's null
+is not in any family and keeps the per-step verdict's "not made: ...". Nor is a step out of
+a value that is exact by rule (:func:`exact_by_rule`: the clients identical in every run,
+as at a shared start, where the MI is infinite and every distance 0; or a client's
+parameters constant over runs, as at a fixed start, where the MI is 0): the design, not
+training, fixes where such a step starts, so it is no test of training, and its row's
+verdict is "not made: a step out of an exact value (...)". An exact MI row is no test
+either. These are the steps every finding leaves out (:mod:`mianalysis.experiment` reads
+the same families), so a table's ``family_verdict`` and a finding agree. An MI row's null
 test is adjusted over the same family of its checkpoints; with permutation p-values,
 which are never below 1 / (n_permutations + 1), a family can be too large for any
 corrected rejection, and the row's ``family_verdict`` says so.
@@ -41,15 +48,19 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .._validation import check_choice, check_real
+from ..distances import UPDATE_METRICS
 from .intervals import BOUND, NO_CHANGE, SHRINKAGE
+from .reading import CONSTANT
 
 __all__ = ["METHODS", "FAMILIES", "METHOD_NAMES", "holm", "benjamini_hochberg", "adjust", "describe",
-           "FamilywiseVerdicts", "familywise_verdicts", "apply_familywise", "familywise_settings"]
+           "FamilywiseVerdicts", "familywise_verdicts", "apply_familywise", "familywise_settings", "exact_by_rule",
+           "FROM_EXACT"]
 
 METHODS = ("holm", "bh", "none")
 FAMILIES = ("pair", "cell")
 METHOD_NAMES = {"holm": "Holm", "bh": "Benjamini-Hochberg", "none": "no correction"}
 ABOVE, NOT_ABOVE = "above null", "not above null"
+FROM_EXACT = "not made: a step out of an exact value"  # the start of a family verdict; the reason follows
 
 
 def _p_array(p: ArrayLike) -> np.ndarray:
@@ -196,6 +207,59 @@ def _is_level(row):
     return q.startswith("mi_") and q != "mi_exact" and row.get("client_b", "") != ""
 
 
+def exact_by_rule(row: Mapping[str, Any]) -> str:
+    """Why a client pair's MI or distance row is exact by rule, or "" when it is an estimate.
+
+    Exact: an infinite MI (the clients' samples identical: a shared start), an MI of 0 from
+    constant parameters (a client's parameters do not vary over runs: a fixed start), a
+    distance of 0 with spread 0 (the clients identical in every run), or an update cosine
+    that is undefined (NaN: at the start every update is zero). Change rows, per-client rows
+    and the ground truth ``mi_exact`` are never exact by rule.
+
+    Examples
+    --------
+    >>> from mianalysis.analysis.familywise import exact_by_rule
+    >>> exact_by_rule({"quantity": "mi_ksg", "client_a": "0", "client_b": "1", "value": float("inf")})
+    'identical clients: MI infinite'
+    >>> exact_by_rule({"quantity": "euclidean", "client_a": "0", "client_b": "1", "value": 0.0, "spread": 0.0})
+    'identical clients: distance 0 in every run'
+    >>> exact_by_rule({"quantity": "euclidean", "client_a": "0", "client_b": "1", "value": 0.2, "spread": 0.1})
+    ''
+    """
+    q = str(row["quantity"])
+    if q.startswith("delta_") or q == "mi_exact" or row.get("client_b", "") == "":
+        return ""
+    value = _p(row, "value")
+    if q in UPDATE_METRICS:
+        return "zero updates: the cosine is undefined" if np.isnan(value) else ""
+    if q.startswith("mi_"):
+        if np.isinf(value):
+            return "identical clients: MI infinite"
+        return "constant parameters: MI 0" if CONSTANT in str(row.get("note", "")) else ""
+    return "identical clients: distance 0 in every run" if value == 0 and _p(row, "spread") == 0 else ""
+
+
+def _level_key(row, quantity):
+    return (quantity, row.get("layer", ""), row["client_a"], row["client_b"], row.get("checkpoint"))
+
+
+def _out_of_exact(rows):
+    """Per row: for a change row whose previous checkpoint's row (among `rows`) is exact by
+    rule, why; "" otherwise."""
+    exact = {_level_key(r, str(r["quantity"])): why for r in rows if (why := exact_by_rule(r))}
+    out = [""] * len(rows)
+    if not exact:
+        return out
+    for i, row in enumerate(rows):
+        checkpoint = row.get("checkpoint")
+        if _is_change(row) and isinstance(checkpoint, (int, np.integer)):
+            why = exact.get((str(row["quantity"])[len("delta_"):], row.get("layer", ""), row["client_a"],
+                             row["client_b"], checkpoint - 1))
+            if why:
+                out[i] = f"{FROM_EXACT} ({why} at checkpoint {checkpoint - 1})"
+    return out
+
+
 def _key(row, family, kind):
     base = (kind, row["quantity"], row.get("layer", ""))
     return base + ((row["client_a"], row["client_b"]) if family == "pair" else ())
@@ -222,6 +286,8 @@ def familywise_verdicts(rows: Sequence[Mapping[str, Any]], *, method: str = "hol
         a selection of its rows: the families are made of the rows given, so pass only the
         steps a finding reads to correct over exactly those). Change rows need
         ``change_p`` (a table of any version has it: :func:`~mianalysis.analysis.table.complete_row`).
+        A step is known to start from an exact value (and left out) when the rows hold its
+        previous checkpoint's row (same quantity, layer and pair; ``checkpoint`` one less).
     method : {"holm", "bh", "none"}, default="holm"
     family : {"pair", "cell"}, default="pair"
         "pair": one client pair's rows of one quantity (and layer); "cell": every pair's
@@ -258,8 +324,11 @@ def familywise_verdicts(rows: Sequence[Mapping[str, Any]], *, method: str = "hol
     size = np.zeros(n, dtype=np.int64)
     verdicts = [""] * n
     members: dict[tuple[Any, ...], list[int]] = {}
+    from_exact = _out_of_exact(rows)
     for i, row in enumerate(rows):
-        if _is_change(row):
+        if from_exact[i]:
+            verdicts[i] = from_exact[i]
+        elif _is_change(row):
             if row.get("estimate_kind") == "shrinkage":
                 verdicts[i] = SHRINKAGE
             elif row.get("estimate_kind") == "bound":
@@ -268,6 +337,8 @@ def familywise_verdicts(rows: Sequence[Mapping[str, Any]], *, method: str = "hol
                 verdicts[i] = "not made: no interval"
             else:
                 members.setdefault(_key(row, family, "change"), []).append(i)
+        elif _is_level(row) and (why := exact_by_rule(row)):
+            verdicts[i] = f"not made: exact ({why}), no test"
         elif _is_level(row) and np.isfinite(_p(row, "p_value")):
             members.setdefault(_key(row, family, "level"), []).append(i)
     for key, idx in members.items():
