@@ -17,7 +17,7 @@ CONFIGS = {
     # existed). The paper used 26,400 runs; 8,000 keeps KSG on 850 + 850 dimensions to
     # minutes per checkpoint.
     "random_head": {"preset": "paper", "settings": {"head_start": "random"}, "runs": 8000, "every": 1,
-                    "permutations": {"gaussian": 50, "ksg": 2}},
+                    "permutations": {"gaussian": 100, "ksg": 100}},
     # 1000 examples, Adam 1e-2: 20 iterations that visibly train the head.
     "long": {"preset": "long", "runs": 2000, "every": 2, "permutations": {"gaussian": 20, "ksg": 10}},
     "quick": {"preset": "long", "runs": 400, "every": 4, "permutations": {"gaussian": 10, "ksg": 10}},

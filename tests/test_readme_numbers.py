@@ -190,3 +190,31 @@ def test_core_paper_fixed_start_shows_no_dependence_and_no_change():
     for pair in pairs:
         steps = [r["change_p"] for r in table.select("delta_mi_ksg", *pair) if r["iteration"] > first_trained]
         assert len(steps) == 3 and min(adjust(steps, "holm")) > 0.05
+
+
+def test_core_paper_random_head_ksg_above_null_but_no_change():
+    """docs/results/core-paper.md's random_head numbers, figures/digits_lenet_random_head.csv:
+    Gaussian 683 -> 689 bits (pair range at the first and last trained checkpoints), null
+    means 0.16-0.24, KSG above its null at every trained checkpoint by Holm over the pair's
+    4 checkpoints (4 x 1/101, recomputed from the p-values), no KSG step detected and every
+    distance step rising (Holm over each pair's 3 steps after iteration 1)."""
+    table = AnalysisTable.read(FIGURES / "digits_lenet_random_head.csv")
+    page = _flat((ROOT / "docs" / "results" / "core-paper.md").read_text())
+    gauss = {it: [r["value"] for r in table if r["quantity"] == "mi_gaussian" and r["iteration"] == it] for it in (1, 4)}
+    assert f"Gaussian {min(gauss[1]):.0f} -> {max(gauss[4]):.0f} bits" in page
+    nulls = [r["null_mean"] for r in table if r["quantity"] == "mi_gaussian" and r["iteration"] > 0]
+    assert f"null means of {min(nulls):.2f}-{max(nulls):.2f}" in page
+    pairs = sorted({(r["client_a"], r["client_b"]) for r in table.select("delta_mi_ksg")})
+    assert len(pairs) == 3
+    for pair in pairs:
+        ksg = [r for r in table.select("mi_ksg", *pair) if r["iteration"] > 0]
+        assert len(ksg) == 4 and all(r["outside_calibration"] for r in ksg)
+        adjusted = adjust([r["p_value"] for r in ksg], "holm")
+        assert np.allclose(adjusted, 4 / 101) and np.allclose([r["p_adjusted"] for r in ksg], adjusted)
+        assert all(r["family_verdict"] == "above null" for r in ksg)
+        steps = [r["change_p"] for r in table.select("delta_mi_ksg", *pair) if r["iteration"] > 1]
+        assert len(steps) == 3 and min(adjust(steps, "holm")) >= 0.7
+        for q in ("euclidean", "manhattan", "chebyshev"):
+            moved = [r for r in table.select(f"delta_{q}", *pair) if r["iteration"] > 1]
+            assert len(moved) == 3 and all(r["family_verdict"] == "rising" for r in moved)
+    assert "p = 0.0099, Holm over the pair's 4 checkpoints 0.040" in page
