@@ -8,7 +8,9 @@ For each size it times
 - one estimate, `gaussian_mi(x, y, **settings)` (the best of `--repeats`);
 - `mi_permutation_test(x, y, estimator="gaussian", n_permutations=P, **settings)`: the
   estimate and P shuffles, each from the factors of the marginal blocks computed once
-  (the best of `--repeats`);
+  (the best of `--repeats`), with the cross products in float64 and in float32
+  (`cross_precision`; "auto" takes float32 from 2,000 runs on), their largest difference
+  and whether the p-values agree;
 - `--reference` shuffles recomputed by `gaussian_mi` (what every shuffle cost before),
   checked against the same shuffles of the permutation test (largest relative difference);
 
@@ -55,7 +57,11 @@ def measure(n, d, permutations, repeats, reference):
     settings, _ = gaussian_settings(n, 2 * d)
     single, estimate = best_of(repeats, lambda: gaussian_mi(x, y, **settings))
     test_seconds, res = best_of(repeats, lambda: mi_permutation_test(
-        x, y, estimator="gaussian", n_permutations=permutations, random_state=0, **settings))
+        x, y, estimator="gaussian", n_permutations=permutations, random_state=0, cross_precision="float64",
+        **settings))
+    single_seconds, single_res = best_of(repeats, lambda: mi_permutation_test(
+        x, y, estimator="gaussian", n_permutations=permutations, random_state=0, cross_precision="float32",
+        **settings))
     rng = np.random.default_rng(0)  # the test's shuffles, in its order
     perms = [rng.permutation(n) for _ in range(min(reference, permutations))]
     start = time.perf_counter()
@@ -69,6 +75,13 @@ def measure(n, d, permutations, repeats, reference):
         "single_estimate_seconds": round(single, 4), "permutation_test_seconds": round(test_seconds, 3),
         "permutations": permutations,
         "cost_in_single_estimates": round(test_seconds / single, 1),
+        "float32_cross_products": {
+            "permutation_test_seconds": round(single_seconds, 3),
+            "cost_in_single_estimates": round(single_seconds / single, 1),
+            "speedup_over_float64": round(test_seconds / single_seconds, 2),
+            "max_abs_difference_of_null_values_bits": float(np.abs(single_res.null_distribution
+                                                                   - res.null_distribution).max()),
+            "p_value": single_res.p_value, "same_p_value": single_res.p_value == res.p_value},
         "recomputed_shuffle_seconds": round(per_shuffle, 4) if perms else None,
         "recomputed_shuffles": len(perms),
         "recomputing_cost_in_single_estimates_estimated": round(1 + permutations * per_shuffle / single, 1)

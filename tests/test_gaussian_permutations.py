@@ -181,3 +181,48 @@ def test_a_generator_of_permutations_gives_the_same_values():
     assert np.array_equal(values, gaussian_permutation_estimates(x, y, perms)) and len(drawn) == 30
     with pytest.raises(ValueError, match=r"permutations\[30\] is not"):
         gaussian_permutation_estimates(x, y, perms + [np.arange(99)])
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"shrinkage": "ledoit-wolf"}, {"bias_correction": False, "units": "nats"}])
+def test_single_precision_cross_products_agree_with_float64_and_with_threads(monkeypatch, kwargs):
+    x, y, perms = dependent(2500, 30, 20, seed=14, strength=0.2)
+    exact = gaussian_permutation_estimates(x, y, perms, **kwargs)
+    single = gaussian_permutation_estimates(x, y, perms, cross_precision="float32", **kwargs)
+    assert not np.array_equal(single, exact)  # summed in float32: not the float64 values to the bit
+    # float32 sums of 2,500 unit-norm products: the values agree to ~1e-6 of the estimate
+    np.testing.assert_allclose(single, exact, rtol=1e-4, atol=1e-6)
+    monkeypatch.setattr(gaussian_module.os, "cpu_count", lambda: 3)
+    assert np.array_equal(gaussian_permutation_estimates(x, y, perms, cross_precision="float32", **kwargs), single)
+    with pytest.raises(ValueError, match="`cross_precision` must be one of 'float64', 'float32'; got 'half'"):
+        gaussian_permutation_estimates(x, y, perms, cross_precision="half")
+
+
+@pytest.mark.parametrize("estimator", ["gaussian", "copula"])
+@pytest.mark.parametrize("strength", [0.0, 0.05])
+def test_a_single_precision_test_compares_the_data_computed_as_its_shuffles(estimator, strength):
+    """From 2,000 runs on the test sums its cross products in float32 ("auto"); the p-value
+    then counts the shuffles at or above the unshuffled data's float32 statistic (an exact
+    permutation test of that statistic), the estimate stays float64, and the p-value is the
+    float64 test's wherever no shuffle lies within float32 rounding of the data."""
+    from mianalysis.estimators.significance import SINGLE_PRECISION_RUNS
+
+    n = SINGLE_PRECISION_RUNS
+    x, y, _ = dependent(n, 12, 10, seed=15, strength=strength)
+    auto = mi_permutation_test(x, y, estimator=estimator, n_permutations=40, random_state=3)
+    exact = mi_permutation_test(x, y, estimator=estimator, n_permutations=40, random_state=3, cross_precision="float64")
+    assert auto.estimate == exact.estimate
+    np.testing.assert_allclose(auto.null_distribution, exact.null_distribution, rtol=1e-4, atol=1e-6)
+    assert not np.array_equal(auto.null_distribution, exact.null_distribution)
+    data = normal_scores(x) if estimator == "copula" else x, normal_scores(y) if estimator == "copula" else y
+    statistic = gaussian_permutation_estimates(*data, [np.arange(n)], cross_precision="float32")[0]
+    assert auto.p_value == (1 + np.count_nonzero(auto.null_distribution >= statistic)) / 41
+    gap = np.min(np.abs(exact.null_distribution - exact.estimate))
+    assert gap > 1e-6 and auto.p_value == exact.p_value  # float32 moves the values by ~1e-8 here
+    if strength:
+        assert auto.p_value == 1 / 41
+    below = mi_permutation_test(x[:n - 1], y[:n - 1], estimator=estimator, n_permutations=5, random_state=3)
+    assert np.array_equal(below.null_distribution, mi_permutation_test(
+        x[:n - 1], y[:n - 1], estimator=estimator, n_permutations=5, random_state=3,
+        cross_precision="float64").null_distribution)
+    with pytest.raises(ValueError, match="`cross_precision` must be one of 'auto', 'float64', 'float32'"):
+        mi_permutation_test(x, y, estimator=estimator, cross_precision="float16")

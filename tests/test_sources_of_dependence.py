@@ -90,7 +90,9 @@ def test_familywise_errors_counts_each_procedure_from_the_cell_tables(tmp_path):
     spec = importlib.util.spec_from_file_location("experiment_familywise", ROOT / "experiments" / "familywise_errors.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    level = [{"quantity": q, "client_a": "0", "client_b": "1", "iteration": it, "checkpoint": c, "value": 0.0, "n_runs": 9}
+    # a fixed start: at checkpoint 0 the parameters are constant, the MI 0 by rule (no test)
+    level = [{"quantity": q, "client_a": "0", "client_b": "1", "iteration": it, "checkpoint": c, "value": 0.0, "n_runs": 9,
+              "note": "client_a's parameters are constant across runs: MI is 0" if c == 0 else ""}
              for q in ("mi_exact", "mi_ksg") for c, it in enumerate((0, 10, 20, 30))]
     steps = [{"quantity": "delta_mi_ksg", "client_a": "0", "client_b": "1", "iteration": it, "checkpoint": c,
               "value": 0.3, "ci_low": np.nan, "ci_high": np.nan, "change_p": p, "change_se": 0.1, "n_runs": 9}

@@ -19,7 +19,8 @@ from .._validation import (ConstantFeatureWarning, check_choice, check_flag, che
 
 __all__ = [
     "gaussian_mi", "gaussian_cmi", "SHRINKAGE", "check_gaussian_settings", "wishart_logdet_bias",
-    "gram_matrix", "ledoit_wolf_covariance", "ledoit_wolf_intensity", "gaussian_permutation_estimates"
+    "gram_matrix", "ledoit_wolf_covariance", "ledoit_wolf_intensity", "gaussian_permutation_estimates",
+    "CROSS_PRECISIONS"
 ]
 
 SHRINKAGE = (None, "ledoit-wolf")
@@ -465,9 +466,12 @@ _ROW_BLOCK = 512
 _EPS = float(np.finfo(np.float64).eps)
 
 
+CROSS_PRECISIONS = ("float64", "float32")
+
+
 def gaussian_permutation_estimates(x: ArrayLike, y: ArrayLike, permutations: Iterable[ArrayLike], *,
                                    units: str = "bits", bias_correction: bool = True,
-                                   shrinkage: str | None = None) -> np.ndarray:
+                                   shrinkage: str | None = None, cross_precision: str = "float64") -> np.ndarray:
     r"""``gaussian_mi(x, y[perm])`` for each `perm` of `permutations`, from factors of the
     marginal blocks computed once.
 
@@ -524,6 +528,16 @@ def gaussian_permutation_estimates(x: ArrayLike, y: ArrayLike, permutations: Ite
         memory for all at once.
     units, bias_correction, shrinkage
         As in :func:`gaussian_mi`.
+    cross_precision : {"float64", "float32"}, default="float64"
+        The precision of each shuffle's cross product, the one step that costs
+        ``n d_x d_y``. "float32": the whitened (or rotated) samples are rounded to single
+        precision once and each cross product is summed by single-precision BLAS (about 3x
+        faster on x86-64 at 22,000 runs); everything after it stays float64. The values
+        then agree with float64 to about 1e-5 of the estimate (not to the bit), so compare
+        them only with the unshuffled data's value computed the same way (the identity
+        permutation among `permutations`), as :func:`mianalysis.mi_permutation_test` does:
+        a permutation test is exact for any statistic applied alike to the data and every
+        shuffle.
 
     Returns
     -------
@@ -565,6 +579,7 @@ def gaussian_permutation_estimates(x: ArrayLike, y: ArrayLike, permutations: Ite
     True
     """
     factor = check_gaussian_settings(units, bias_correction, shrinkage)
+    single = check_choice(cross_precision, "cross_precision", CROSS_PRECISIONS) == "float32"
     x, y = check_paired(x, y)
     n = x.shape[0]
     perms = (_check_permutation(perm, n, b) for b, perm in enumerate(permutations))
@@ -584,7 +599,8 @@ def gaussian_permutation_estimates(x: ArrayLike, y: ArrayLike, permutations: Ite
         # A few shuffles per thread at a time: an iterable is read as it is used.
         while chunk := list(islice(perms, 4 * workers)):
             if not planned:  # once, when there is a shuffle to compute
-                planned, plan = True, _plain_plan(x, y, pool) if shrinkage is None else _shrunk_plan(x, y, pool)
+                planned = True
+                plan = _plain_plan(x, y, pool, single) if shrinkage is None else _shrunk_plan(x, y, pool, single)
             nats = list(pool.map(plan, chunk)) if plan is not None else [None] * len(chunk)
             for perm, value in zip(chunk, nats):
                 if value is None:  # near the edge: as gaussian_mi computes it, or its error
@@ -633,9 +649,19 @@ def _cholesky_diagonal(m):
     return diag if np.all(diag > 0) else None
 
 
-def _plain_plan(x, y, pool):
+def _cross_product(a, b, single):
+    """``perm -> a^T b[perm]`` as float64, summed in single precision when `single` (a and
+    b rounded to float32 once, here)."""
+    if single:
+        a, b = a.astype(np.float32), b.astype(np.float32)
+        return lambda perm: (a.T @ b[perm]).astype(np.float64)
+    return lambda perm: a.T @ b[perm]
+
+
+def _plain_plan(x, y, pool, single=False):
     """For the sample covariance: the function ``perm -> plug-in MI in nats`` of x and
-    y[perm], or None when each shuffle must be recomputed."""
+    y[perm], or None when each shuffle must be recomputed; `single`: the cross products
+    in float32 (:func:`_cross_product`)."""
     zx, zy = _standardized(x), _standardized(y)
     if zx is None or zy is None:
         return None
@@ -660,9 +686,10 @@ def _plain_plan(x, y, pool):
     # factor's diagonal are diag(L_y) * diag(chol(I - C^T C)).
     ly2 = np.diag(ly) ** 2
     limit = _PD_MARGIN * max(dx + dy, n) * _EPS
+    cross = _cross_product(wx, wy, single)
 
     def plugin(perm):
-        c = wx.T @ wy[perm]
+        c = cross(perm)
         m = -(c.T @ c)
         m.flat[:: dy + 1] += 1.0
         diag = _cholesky_diagonal(m)
@@ -673,9 +700,9 @@ def _plain_plan(x, y, pool):
     return plugin
 
 
-def _shrunk_plan(x, y, pool):
+def _shrunk_plan(x, y, pool, single=False):
     """For Ledoit-Wolf shrinkage: the function ``perm -> MI in nats`` of x and y[perm], or
-    None when each shuffle must be recomputed."""
+    None when each shuffle must be recomputed; `single`: the cross products in float32."""
     zx, zy = _standardized(x), _standardized(y)
     if zx is None or zy is None:
         return None
@@ -694,9 +721,10 @@ def _shrunk_plan(x, y, pool):
     frob2_marginal = float(np.einsum("ij,ij->", grams[0], grams[0]) + np.einsum("ij,ij->", grams[1], grams[1]))
     norms_x, norms_y = np.einsum("ij,ij->i", zx, zx), np.einsum("ij,ij->i", zy, zy)
     small_x = rx.shape[1] <= ry.shape[1]
+    cross = _cross_product(rx, ry, single)
 
     def mi(perm):
-        c = rx.T @ ry[perm]
+        c = cross(perm)
         # Ledoit-Wolf intensity, the terms of ledoit_wolf_covariance for the joint samples [zx, zy[perm]]
         frob2 = (frob2_marginal + 2.0 * float(np.einsum("ij,ij->", c, c))) / n**2
         fourth = float(np.sum((norms_x + norms_y[perm]) ** 2))
