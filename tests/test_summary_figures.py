@@ -76,7 +76,7 @@ def test_replot_draws_both_summary_figures_from_the_committed_tables(tmp_path):
     assert all(p.stat().st_size > 10_000 for p in done)
 
 
-def test_digits_paper_figure_keeps_a_wide_accuracy_axis_and_no_gaussian():
+def test_digits_paper_figure_keeps_a_wide_accuracy_axis_and_no_shrinkage_gaussian():
     import matplotlib.pyplot as plt
 
     dlp = _load("digits_lenet_paper")
@@ -84,9 +84,14 @@ def test_digits_paper_figure_keeps_a_wide_accuracy_axis_and_no_gaussian():
     for cell in ("fixed-nothing", "per-run-nothing"):
         for it in range(3):
             for pair in ("0-1", "0-2", "1-2"):
-                for q, v in (("mi_ksg", 0.1 * it), ("mi_gaussian", 50.0), ("euclidean", it * 1e-4)):
+                # the Gaussian MI: plain from the fixed start (0.7, 1.7 above a null of 0.2), a
+                # shrinkage number (50) from the per-run start
+                gaussian = (0.9 + it, "") if cell.startswith("fixed") else (50.0, "ledoit-wolf shrinkage: 100 runs")
+                for q, (v, note) in (("mi_ksg", (0.1 * it, "")), ("mi_gaussian", gaussian),
+                                     ("euclidean", (it * 1e-4, ""))):
                     summary.append({"cell": cell, "runs": 100, "quantity": q, "pair": pair, "iteration": it, "value": v,
-                                    "ci_low": v - 0.01, "ci_high": v + 0.01, "null_mean": 0.0, "note": ""})
+                                    "ci_low": v - 0.01, "ci_high": v + 0.01,
+                                    "null_mean": 0.2 if q == "mi_gaussian" else 0.0, "note": note})
             for c in "012":
                 summary.append({"cell": cell, "runs": 100, "quantity": "test_accuracy", "pair": c, "iteration": it,
                                 "value": 0.9444 - 1e-4 * it, "ci_low": np.nan, "ci_high": np.nan,
@@ -104,10 +109,14 @@ def test_digits_paper_figure_keeps_a_wide_accuracy_axis_and_no_gaussian():
     finally:
         plt.Figure.savefig = original
     fig = captured["fig"]
-    low, high = fig.axes[3].get_ylim()
+    (accuracy,) = [ax for ax in fig.axes if ax.get_title().startswith("client test accuracy")]
+    low, high = accuracy.get_ylim()
     assert high - low >= dlp.ACCURACY_SPAN_PP  # a 0.02 pp change is not drawn as a decline
     lines = [ln for ax in fig.axes for ln in ax.get_lines()]
-    assert not any(np.allclose(ln.get_ydata(), 50.0) for ln in lines if len(ln.get_ydata()))  # no Gaussian curve
+    assert not any(np.allclose(ln.get_ydata(), 50.0) for ln in lines if len(ln.get_ydata()))  # no shrinkage curve
+    (gaussian,) = [ax for ax in fig.axes if ax.get_title().startswith("Gaussian MI")]
+    drawn = [ln.get_ydata() for ln in gaussian.get_lines() if len(ln.get_ydata()) > 2 or ln.get_marker() == "o"]
+    assert any(np.allclose(y, [0.7 + 1, 0.7 + 2]) for y in drawn)  # the plain estimates, minus their null, from 1
 
 
 def test_aggregator_trends_draws_no_shrinkage_curve_and_one_legend_off_the_panels(tmp_path):
