@@ -226,3 +226,21 @@ def test_a_single_precision_test_compares_the_data_computed_as_its_shuffles(esti
         cross_precision="float64").null_distribution)
     with pytest.raises(ValueError, match="`cross_precision` must be one of 'auto', 'float64', 'float32'"):
         mi_permutation_test(x, y, estimator=estimator, cross_precision="float16")
+
+
+@pytest.mark.parametrize("n, dx, kwargs", [(2000, 12, {}), (300, 5, {"units": "nats"}),
+                                           (60, 40, {"shrinkage": "ledoit-wolf"})])
+def test_the_test_of_a_known_estimate_is_mi_permutation_test_without_the_estimate(n, dx, kwargs):
+    from mianalysis.estimators.significance import gaussian_permutation_test
+
+    x, y, _ = dependent(n, dx, 10, seed=16, strength=0.1)
+    for estimator, (a, b) in (("gaussian", (x, y)), ("copula", (normal_scores(x), normal_scores(y)))):
+        want = mi_permutation_test(x, y, estimator=estimator, n_permutations=12, random_state=4, **kwargs)
+        got = gaussian_permutation_test(a, b, gaussian_mi(a, b, **kwargs), n_permutations=12, random_state=4,
+                                        estimator=estimator, **kwargs)
+        assert np.array_equal(got.null_distribution, want.null_distribution)
+        assert (got.estimate, got.p_value, got.estimator) == (want.estimate, want.p_value, estimator)
+    with pytest.raises(ValueError, match="`shrinkage` must be one of"):
+        gaussian_permutation_test(x, y, 0.0, shrinkage="oas")
+    with pytest.raises(TypeError, match="unexpected keyword arguments \\['k'\\]"):
+        gaussian_permutation_test(x, y, 0.0, k=3)

@@ -15,6 +15,7 @@ from .._validation import varying_columns
 from ..distances import UPDATE_METRICS, paired_distances, update_cosines
 from ..sampling import CENTRAL
 from ..estimators import KSG_NOISE, MarginalDistances, gaussian_mi, gaussian_mi_null, mi_permutation_test
+from ..estimators.significance import gaussian_permutation_test
 from ..estimators.bound import bound_min_runs
 from ..estimators.ksg import ksg_ties, standardize_columns
 from ..estimators.registry import DISTANCE_STREAM, LEVEL_INTERVALS, get_estimator
@@ -181,6 +182,10 @@ def _estimate(x, y, estimator, k, permutations, rng, distances, distance_cache, 
             kwargs = {"k": k, "distance_cache": distance_cache, "standardize": standardize}
         test_as, function = estimator, entry.function
     shrinkage = bool(kwargs.get("shrinkage"))
+    if permutations and value is not None:  # the estimate made above: the shuffles alone
+        res = gaussian_permutation_test(x, y, value, n_permutations=permutations, random_state=rng, estimator=test_as,
+                                        **kwargs)
+        return _Estimate(res.estimate, res.null_mean, res.null_std, res.p_value, shrinkage, "permutation")
     if permutations:
         res = mi_permutation_test(x, y, estimator=test_as, n_permutations=permutations, random_state=rng, **kwargs)
         return _Estimate(res.estimate, res.null_mean, res.null_std, res.p_value, shrinkage, "permutation")

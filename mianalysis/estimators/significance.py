@@ -19,12 +19,12 @@ from .._validation import (
     drop_constant_features,
 )
 from ._neighbours import check_torch_device, list_bytes, use_distance_cache, use_lists
-from .gaussian import CROSS_PRECISIONS, gaussian_mi, gaussian_permutation_estimates
+from .gaussian import CROSS_PRECISIONS, check_gaussian_settings, gaussian_mi, gaussian_permutation_estimates
 from .ksg import (BACKENDS, KSG_NOISE, MarginalDistances, add_tie_breaking_noise, check_ksg_settings,
                   ksg_estimates_from_marginals, ksg_permutation_estimates, standardize_columns)
 from .registry import estimator_names, get_estimator
 
-__all__ = ["PermutationTestResult", "mi_permutation_test", "SINGLE_PRECISION_RUNS"]
+__all__ = ["PermutationTestResult", "mi_permutation_test", "gaussian_permutation_test", "SINGLE_PRECISION_RUNS"]
 
 # From this many runs on, the Gaussian and copula shuffles sum their cross products in
 # float32 by default (cross_precision="auto"): the cross products are then most of a test's
@@ -273,19 +273,81 @@ def mi_permutation_test(
         values = ksg_permutation_estimates(x, y, perms, k, algorithm, dtype) * factor
         observed, null = float(values[0]), values[1:]
     elif estimate_mi is gaussian_mi:  # the shuffles from the marginal blocks' factors, computed once
-        observed = gaussian_mi(x, y, **kwargs)
-        shuffles = (rng.permutation(n) for _ in range(n_permutations))  # drawn as they are used
-        if precision == "float32":  # the unshuffled data's statistic as the shuffles' (a permutation of its own)
-            values = gaussian_permutation_estimates(x, y, itertools.chain([np.arange(n)], shuffles),
-                                                    cross_precision="float32", **kwargs)
-            return PermutationTestResult.from_null(observed, values[1:], estimator, statistic=float(values[0]))
-        null = gaussian_permutation_estimates(x, y, shuffles, **kwargs)
+        return _gaussian_shuffles(x, y, gaussian_mi(x, y, **kwargs), n_permutations, rng, precision, kwargs, estimator)
     else:
         observed = estimate_mi(x, y, **kwargs)
         null = np.empty(n_permutations)
         for b in range(n_permutations):
             null[b] = estimate_mi(x, y[rng.permutation(y.shape[0])], **kwargs)
     return PermutationTestResult.from_null(observed, null, estimator)
+
+
+def gaussian_permutation_test(x: ArrayLike, y: ArrayLike, estimate: float, *, n_permutations: int = 100,
+                              random_state: int | np.random.Generator | None = None, cross_precision: str = "auto",
+                              estimator: str = "gaussian", **gaussian_kwargs) -> PermutationTestResult:
+    """:func:`mi_permutation_test` of the Gaussian estimate for a caller that has it already.
+
+    ``gaussian_permutation_test(x, y, gaussian_mi(x, y, **kw), ...)`` is
+    ``mi_permutation_test(x, y, estimator="gaussian", ..., **kw)`` (the same shuffles from
+    `random_state`, the same values) without computing the estimate a second time: `estimate`
+    is reported as given, so it must be ``gaussian_mi(x, y, **gaussian_kwargs)`` (of the
+    transformed samples, for an estimator with a transform such as the copula's; `estimator`
+    then names it in the result). The analysis, which estimates every pair before testing
+    it, calls this.
+
+    Parameters
+    ----------
+    x, y : array-like of shape (n_samples, n_features) or (n_samples,)
+    estimate : float
+        ``gaussian_mi(x, y, **gaussian_kwargs)``.
+    n_permutations, random_state, cross_precision
+        As in :func:`mi_permutation_test`.
+    estimator : str, default="gaussian"
+        The name the result carries.
+    **gaussian_kwargs
+        Of :func:`mianalysis.gaussian_mi` (``units``, ``bias_correction``, ``shrinkage``).
+
+    Returns
+    -------
+    PermutationTestResult
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mianalysis import gaussian_mi, mi_permutation_test
+    >>> from mianalysis.estimators.significance import gaussian_permutation_test
+    >>> rng = np.random.default_rng(0)
+    >>> x = rng.standard_normal((300, 2)); y = x + rng.standard_normal((300, 2))
+    >>> a = gaussian_permutation_test(x, y, gaussian_mi(x, y), n_permutations=20, random_state=1)
+    >>> b = mi_permutation_test(x, y, estimator="gaussian", n_permutations=20, random_state=1)
+    >>> bool(np.array_equal(a.null_distribution, b.null_distribution)), a.p_value == b.p_value
+    (True, True)
+    """
+    n_permutations = check_int(n_permutations, "n_permutations", low=1)
+    rng = check_random_state(random_state)
+    check_choice(cross_precision, "cross_precision", ("auto", *CROSS_PRECISIONS))
+    x, y = check_paired(x, y)
+    _check_arguments("gaussian", gaussian_kwargs)
+    check_gaussian_settings(**gaussian_kwargs)
+    n = x.shape[0]
+    precision = cross_precision if cross_precision != "auto" else \
+        "float32" if n >= SINGLE_PRECISION_RUNS else "float64"
+    x, y = drop_constant_features(x, y)
+    if x.shape[1] == 0 or y.shape[1] == 0:
+        return PermutationTestResult.from_null(0.0, np.zeros(n_permutations), estimator)
+    return _gaussian_shuffles(x, y, float(estimate), n_permutations, rng, precision, gaussian_kwargs, estimator)
+
+
+def _gaussian_shuffles(x, y, observed, n_permutations, rng, precision, kwargs, estimator):
+    """The Gaussian permutation test of checked, varying x and y whose estimate is `observed`."""
+    n = x.shape[0]
+    shuffles = (rng.permutation(n) for _ in range(n_permutations))  # drawn as they are used
+    if precision == "float32":  # the unshuffled data's statistic as the shuffles' (a permutation of its own)
+        values = gaussian_permutation_estimates(x, y, itertools.chain([np.arange(n)], shuffles),
+                                                cross_precision="float32", **kwargs)
+        return PermutationTestResult.from_null(observed, values[1:], estimator, statistic=float(values[0]))
+    return PermutationTestResult.from_null(observed, gaussian_permutation_estimates(x, y, shuffles, **kwargs),
+                                           estimator)
 
 
 def _test_from_marginals(x, y, estimator, n_permutations, rng, kwargs):
