@@ -65,6 +65,7 @@ STAGES = (
     ("distances (paired, per run)", "paired_distances", "distances.py"),
     ("MI estimates and their permutation nulls", "_mi_row", "analysis/compute.py"),
     ("permutation tests", "mi_permutation_test", "estimators/significance.py"),
+    ("permutation tests of estimates made (Gaussian, copula)", "gaussian_permutation_test", "estimators/significance.py"),
     ("resampled MI (bootstrap / half-subsampling replicates)", "mi_replicates", "analysis/intervals.py"),
     ("level standard errors (Wishart formula)", "level_se", "analysis/intervals.py"),
     ("influence values (se of changes, delta method)", "mi_influence", "analysis/intervals.py"),
