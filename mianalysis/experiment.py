@@ -208,8 +208,8 @@ def trend_steps(rows: Sequence[dict], quantity: str, client_a: str, client_b: st
 def step_verdicts(rows: Sequence[dict], quantity: str, client_a: str, client_b: str, *,
                   familywise: str = FAMILYWISE, family: str = FAMILY,
                   alpha: float | None = None) -> list[tuple[int, str]]:
-    """[(iteration, verdict)] of one pair's steps after the first trained checkpoint, the
-    verdicts corrected over a family (Holm over the pair's steps by default; see
+    """[(iteration, verdict)] of one pair's steps (those out of an exact value left out: for a
+    sampled dump, the steps after the first trained checkpoint), the verdicts corrected over a family (Holm over the pair's steps by default; see
     :func:`trend_steps`; ``familywise="none"`` gives the per-step interval verdicts)."""
     return [(r["iteration"], v) for r, _, v in trend_steps(rows, quantity, client_a, client_b,
                                                             familywise=familywise, family=family, alpha=alpha)]
@@ -248,7 +248,7 @@ def overall_trend(verdicts: Iterable[str]) -> str:
 
 def trend_summary(rows: Sequence[dict], *, familywise: str = FAMILYWISE, family: str = FAMILY) -> str:
     """Text lines: per MI, distance and update-cosine quantity and client pair, the overall
-    trend over the checkpoints after the first trained one, and the verdict and adjusted
+    trend over its steps (those out of an exact value, the shared start, left out), and the verdict and adjusted
     p-value of every step, under a first line naming the correction (:func:`correction_text`)."""
     pairs = sorted({(r["client_a"], r["client_b"]) for r in rows if r["client_b"] != ""})
     quantities = [q for q in (*(f"mi_{e}" for e in estimator_names()), "euclidean", "manhattan", "chebyshev",
@@ -284,7 +284,7 @@ def finding(rows: Sequence[dict], n_permutations: int | Mapping[str, int] | None
     is made from a Ledoit-Wolf shrinkage estimate, nor where a row has no null or no estimate.
 
     Rising and growing are read from the steps' p-values corrected over each pair's steps
-    (:func:`step_verdicts`: Holm over the steps after the first trained checkpoint, at 1 -
+    (:func:`step_verdicts`: Holm over the steps not out of an exact value, at 1 -
     the table's interval level), never from comparing point estimates: for every pair,
     some step's change is a rise after the correction and none a fall (:func:`overall_trend`
     is "rising"). "Every pair" needs no correction over pairs: each must pass on its own.

@@ -259,10 +259,11 @@ def test_committed_tables_family_columns_follow_their_stored_p_values(monkeypatc
 
     for name in ("signal_rnn_paper.csv", "signal_rnn_paper.csv.json"):
         shutil.copy(FIGURES / name, tmp_path / name)
-    text = (tmp_path / "signal_rnn_paper.csv").read_text()
-    stale = text.replace(",falling\n", ",no detectable change\n", 1)
-    assert stale != text
-    (tmp_path / "signal_rnn_paper.csv").write_text(stale)
+    data = (tmp_path / "signal_rnn_paper.csv").read_bytes()  # bytes: line endings included
+    newline = b"\r\n" if b"\r\n" in data else b"\n"
+    stale = data.replace(b",falling" + newline, b",no detectable change" + newline, 1)
+    assert stale != data
+    (tmp_path / "signal_rnn_paper.csv").write_bytes(stale)
     assert refamily.main(["--check", "--out", str(tmp_path)]) == 1
     assert refamily.main(["--out", str(tmp_path)]) == 0
-    assert (tmp_path / "signal_rnn_paper.csv").read_text() == text
+    assert (tmp_path / "signal_rnn_paper.csv").read_bytes() == data

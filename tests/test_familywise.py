@@ -283,3 +283,21 @@ def test_a_sampled_tables_family_verdicts_are_the_findings_and_leave_out_the_sta
             assert first["family_verdict"].startswith("not made: a step out of an exact value"), first
             assert np.isnan(first["p_adjusted"])
 
+
+
+def test_the_exact_start_rule_reads_checkpoints_as_integers_and_only_distances_as_distances():
+    def table(checkpoints, quantity="euclidean"):
+        level = [{"quantity": quantity, "client_a": "a", "client_b": "b", "checkpoint": c, "iteration": i,
+                  "value": 0.0 if i == 0 else 1.0, "spread": 0.0 if i == 0 else 0.1} for i, c in enumerate(checkpoints)]
+        steps = [{"quantity": f"delta_{quantity}", "client_a": "a", "client_b": "b", "checkpoint": c, "iteration": i,
+                  "value": 1.0, "change_p": 0.01, "estimate_kind": "plain"} for i, c in enumerate(checkpoints) if i]
+        return level + steps
+
+    for checkpoints in ([0, 1], [0.0, 1.0], ["0", "1"], [np.int64(0), np.int64(1)]):
+        verdicts = familywise_verdicts(table(checkpoints)).verdicts
+        assert verdicts[-1].startswith("not made: a step out of an exact value (identical clients: distance 0"), \
+            checkpoints
+    # a pair quantity that is not a distance (e.g. a diagnostic) at 0 with spread 0 is no exact start
+    assert familywise_verdicts(table([0, 1], "copula_disagrees")).verdicts[-1] == "rising"
+    with pytest.raises(ValueError, match="a row's `checkpoint` must be an integer; got 0.5"):
+        familywise_verdicts(table([0.5, 1]))

@@ -244,3 +244,41 @@ def test_the_test_of_a_known_estimate_is_mi_permutation_test_without_the_estimat
         gaussian_permutation_test(x, y, 0.0, shrinkage="oas")
     with pytest.raises(TypeError, match="unexpected keyword arguments \\['k'\\]"):
         gaussian_permutation_test(x, y, 0.0, k=3)
+
+
+class _IdentityFirst(np.random.Generator):
+    """A Generator whose first permutation is the identity: that shuffle is the data itself."""
+
+    def __init__(self, seed):
+        super().__init__(np.random.PCG64(seed))
+        self.first = True
+
+    def permutation(self, x):
+        if self.first and isinstance(x, (int, np.integer)):
+            self.first = False
+            return np.arange(x)
+        return super().permutation(x)
+
+
+def test_the_p_value_compares_the_shuffles_with_the_statistic_not_the_estimate():
+    from mianalysis.estimators.significance import PermutationTestResult
+
+    # a null value between the statistic and the estimate counts against the statistic only
+    result = PermutationTestResult.from_null(1.0, [0.999999, 0.5], "gaussian", statistic=0.999998)
+    assert result.p_value == 2 / 3 and result.estimate == 1.0
+    assert PermutationTestResult.from_null(1.0, [0.999999, 0.5], "gaussian").p_value == 1 / 3
+    # A shuffle that is the data has the data's float32 statistic exactly: it ties and counts
+    # (p >= 2 / 13), which comparing with the float64 estimate need not give.
+    # Data whose float32 statistic falls below the float64 estimate (the sign of the rounding
+    # depends on the data and the CPU's kernels: the first such seed is taken), where
+    # comparing with the estimate would not count the tie.
+    for seed in range(17, 60):
+        x, y, _ = dependent(2000, 12, 10, seed=seed, strength=0.3)
+        statistic = gaussian_permutation_estimates(x, y, [np.arange(2000)], cross_precision="float32")[0]
+        if statistic < gaussian_mi(x, y):
+            break
+    else:
+        pytest.fail("no data with the float32 statistic below the estimate")
+    res = mi_permutation_test(x, y, estimator="gaussian", n_permutations=12, random_state=_IdentityFirst(5))
+    assert res.null_distribution[0] == statistic < res.estimate
+    assert res.p_value == 2 / 13  # the identity ties; no real shuffle reaches dependent data

@@ -48,7 +48,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .._validation import check_choice, check_real
-from ..distances import UPDATE_METRICS
+from ..distances import METRICS, UPDATE_METRICS
 from .intervals import BOUND, NO_CHANGE, SHRINKAGE
 from .reading import CONSTANT
 
@@ -236,11 +236,28 @@ def exact_by_rule(row: Mapping[str, Any]) -> str:
         if np.isinf(value):
             return "identical clients: MI infinite"
         return "constant parameters: MI 0" if CONSTANT in str(row.get("note", "")) else ""
-    return "identical clients: distance 0 in every run" if value == 0 and _p(row, "spread") == 0 else ""
+    if q in METRICS and value == 0 and _p(row, "spread") == 0:
+        return "identical clients: distance 0 in every run"
+    return ""
+
+
+def _checkpoint(row):
+    """A row's checkpoint index as int (from an int, an integral float or its text), or None
+    where the row has none."""
+    value = row.get("checkpoint")
+    if value is None or value == "":
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"a row's `checkpoint` must be an integer; got {value!r}") from None
+    if not number.is_integer():
+        raise ValueError(f"a row's `checkpoint` must be an integer; got {value!r}")
+    return int(number)
 
 
 def _level_key(row, quantity):
-    return (quantity, row.get("layer", ""), row["client_a"], row["client_b"], row.get("checkpoint"))
+    return (quantity, row.get("layer", ""), row["client_a"], row["client_b"], _checkpoint(row))
 
 
 def _out_of_exact(rows):
@@ -251,8 +268,8 @@ def _out_of_exact(rows):
     if not exact:
         return out
     for i, row in enumerate(rows):
-        checkpoint = row.get("checkpoint")
-        if _is_change(row) and isinstance(checkpoint, (int, np.integer)):
+        checkpoint = _checkpoint(row)
+        if _is_change(row) and checkpoint is not None:
             why = exact.get((str(row["quantity"])[len("delta_"):], row.get("layer", ""), row["client_a"],
                              row["client_b"], checkpoint - 1))
             if why:
