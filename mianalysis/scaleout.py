@@ -186,16 +186,38 @@ def _local_cluster(distributed, n_workers):
     """A LocalCluster of `n_workers` single-threaded processes on loopback. One whose start
     fails or is interrupted (Ctrl-C) is closed here, quietly, and forgotten, so that Dask
     does not try again at exit and print the tracebacks of its half-started workers."""
+    import multiprocessing
+
     from distributed.deploy.spec import SpecCluster
 
     before = set(SpecCluster._instances)
+    children = set(multiprocessing.active_children())
     try:
         return distributed.LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, host="127.0.0.1",
                                         dashboard_address=None, silence_logs=logging.ERROR)
     except BaseException:
+        # First the worker processes this start spawned: one still unpickling its start-up
+        # state when the cluster's semaphores are removed fails loudly, and its traceback
+        # (on the stderr it shares) would follow the command's one line. SIGTERM ends it
+        # silently; processes that were there before are not touched.
+        _terminate(set(multiprocessing.active_children()) - children)
         for cluster in set(SpecCluster._instances) - before:
             _close_quietly(cluster)
         raise
+
+
+def _terminate(processes):
+    """Terminate `processes` (multiprocessing children) and reap them, 5 s each at most."""
+    for process in processes:
+        try:
+            process.terminate()
+        except (OSError, ValueError):  # already gone, or closed
+            pass
+    for process in processes:
+        try:
+            process.join(timeout=5)
+        except (OSError, ValueError, AssertionError):
+            pass
 
 
 def _close_quietly(cluster):

@@ -329,3 +329,40 @@ def test_ctrl_c_while_local_workers_start_is_one_line(tmp_path):
                 pass
     assert code == 130 and err == "mianalysis sample: interrupted; nothing was written\n", err
     assert not (tmp_path / "d").exists()
+
+
+def _sleep(seconds):
+    import time
+
+    time.sleep(seconds)
+
+
+def test_a_start_interrupted_ends_the_worker_processes_it_spawned_and_no_others(monkeypatch):
+    """A LocalCluster start that raises (Ctrl-C) leaves no process of its own starting:
+    those it spawned are terminated before the cluster is closed; one spawned before is not
+    touched."""
+    import multiprocessing
+
+    distributed = pytest.importorskip("distributed")
+    from mianalysis import scaleout
+
+    context = multiprocessing.get_context("spawn")
+    earlier = context.Process(target=_sleep, args=(60,))
+    earlier.start()
+    spawned = []
+
+    def start_then_interrupt(**kwargs):
+        process = context.Process(target=_sleep, args=(60,))
+        process.start()
+        spawned.append(process)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(distributed, "LocalCluster", start_then_interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            scaleout._local_cluster(distributed, 2)
+        assert spawned and not spawned[0].is_alive() and spawned[0].exitcode == -signal.SIGTERM
+        assert earlier.is_alive()
+    finally:
+        earlier.terminate()
+        earlier.join(timeout=10)
