@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -41,9 +40,9 @@ def analysis_tables(folder: Path) -> list[Path]:
     return out
 
 
-def refamily(path: Path) -> tuple[list[dict], int]:
-    """The rows of the table at `path` with their family-wise columns derived again, and how
-    many rows' ``family_verdict`` or ``p_adjusted`` differ from the stored ones."""
+def refamily(path: Path) -> tuple[AnalysisTable, int]:
+    """The table at `path` with its family-wise columns derived again, and how many rows'
+    ``family_verdict`` or ``p_adjusted`` differ from the stored ones."""
     table = AnalysisTable.read(path)
     sidecar = json.loads(sidecar_path(path).read_text()) if sidecar_path(path).exists() else {}
     recorded = table.settings.get("familywise") or {}
@@ -52,19 +51,7 @@ def refamily(path: Path) -> tuple[list[dict], int]:
                            alpha=recorded.get("alpha"), n_permutations=permutations)
     changed = sum(1 for a, b in zip(table, new) if a["family_verdict"] != b["family_verdict"]
                   or not (a["p_adjusted"] == b["p_adjusted"] or (np.isnan(a["p_adjusted"]) and np.isnan(b["p_adjusted"]))))
-    return list(new), changed
-
-
-def write_rows(path: Path, rows: list[dict]) -> None:
-    """Write `rows` as the analysis table CSV at `path` (as AnalysisTable.write does, without
-    its sidecar), through a temporary file renamed into place."""
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=COLUMNS)
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: ("" if isinstance(v, float) and np.isnan(v) else v) for k, v in row.items()})
-    os.replace(tmp, path)
+    return new, changed
 
 
 def main(argv=None) -> int:
@@ -74,12 +61,12 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     stale = 0
     for path in analysis_tables(Path(args.out)):
-        rows, changed = refamily(path)
+        table, changed = refamily(path)
         print(f"{path.name}: {changed} rows' family-wise columns {'differ' if args.check else 'rewritten'}")
         if changed:
             stale += 1
             if not args.check:
-                write_rows(path, rows)
+                table.write_rows(path)  # the CSV alone: its sidecar stays as it is
     return 1 if args.check and stale else 0
 
 

@@ -308,6 +308,20 @@ class AnalysisTable(Sequence[dict[str, Any]]):
         record and provenance to its sidecar (:func:`sidecar_path`), each through a new
         temporary file renamed into place (never written through a link found there)."""
         path = Path(path)
+        self.write_rows(path)
+        sidecar = sidecar_path(path)
+        tmp = sidecar.with_name(sidecar.name + ".tmp")
+        record = self.sidecar
+        with new_file(tmp) as fh:
+            fh.write(json.dumps({"format_version": record.pop("format_version"), "table": path.name, **record},
+                                indent=1) + "\n")
+        os.replace(tmp, sidecar)
+
+    def write_rows(self, path: str | os.PathLike) -> None:
+        """Write the rows alone as the CSV :meth:`write` writes (NaN as an empty field) to
+        `path`, through a new temporary file renamed into place; a sidecar there is left as
+        it is (for a table whose sidecar another writer made, such as an experiment's)."""
+        path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(str(path) + ".tmp")
         with new_file(tmp) as fh:
@@ -316,13 +330,6 @@ class AnalysisTable(Sequence[dict[str, Any]]):
             for row in self._rows:
                 writer.writerow({k: ("" if isinstance(v, float) and np.isnan(v) else v) for k, v in row.items()})
         os.replace(tmp, path)
-        sidecar = sidecar_path(path)
-        tmp = sidecar.with_name(sidecar.name + ".tmp")
-        record = self.sidecar
-        with new_file(tmp) as fh:
-            fh.write(json.dumps({"format_version": record.pop("format_version"), "table": path.name, **record},
-                                indent=1) + "\n")
-        os.replace(tmp, sidecar)
 
     @classmethod
     def read(cls, path: str | os.PathLike) -> AnalysisTable:

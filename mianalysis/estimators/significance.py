@@ -225,14 +225,13 @@ def mi_permutation_test(
     n_permutations = check_int(n_permutations, "n_permutations", low=1)
     rng = check_random_state(random_state)
     use_distance_cache(distance_cache, 0)  # only checks the argument
-    check_choice(cross_precision, "cross_precision", ("auto", *CROSS_PRECISIONS))
+    _check_precision(cross_precision)
     if isinstance(x, MarginalDistances) or isinstance(y, MarginalDistances):
         return _test_from_marginals(x, y, estimator, n_permutations, rng, estimator_kwargs)
     x, y = check_paired(x, y)
     kwargs = dict(estimator_kwargs)
     n = x.shape[0]
-    precision = cross_precision if cross_precision != "auto" else \
-        "float32" if n >= SINGLE_PRECISION_RUNS else "float64"
+    precision = _precision(cross_precision, n)
     # Every argument of the estimator is checked here, before any work, whichever path runs below.
     _check_arguments(estimator, kwargs)
     if entry.distance_cache:
@@ -325,17 +324,27 @@ def gaussian_permutation_test(x: ArrayLike, y: ArrayLike, estimate: float, *, n_
     """
     n_permutations = check_int(n_permutations, "n_permutations", low=1)
     rng = check_random_state(random_state)
-    check_choice(cross_precision, "cross_precision", ("auto", *CROSS_PRECISIONS))
+    _check_precision(cross_precision)
     x, y = check_paired(x, y)
     _check_arguments("gaussian", gaussian_kwargs)
     check_gaussian_settings(**gaussian_kwargs)
-    n = x.shape[0]
-    precision = cross_precision if cross_precision != "auto" else \
-        "float32" if n >= SINGLE_PRECISION_RUNS else "float64"
+    precision = _precision(cross_precision, x.shape[0])
     x, y = drop_constant_features(x, y)
     if x.shape[1] == 0 or y.shape[1] == 0:
         return PermutationTestResult.from_null(0.0, np.zeros(n_permutations), estimator)
     return _gaussian_shuffles(x, y, float(estimate), n_permutations, rng, precision, gaussian_kwargs, estimator)
+
+
+def _check_precision(cross_precision):
+    """ValueError unless `cross_precision` is "auto" or one of CROSS_PRECISIONS."""
+    check_choice(cross_precision, "cross_precision", ("auto", *CROSS_PRECISIONS))
+
+
+def _precision(cross_precision, n):
+    """The cross products' precision for `n` runs: "auto" is float32 from SINGLE_PRECISION_RUNS on."""
+    if cross_precision != "auto":
+        return cross_precision
+    return "float32" if n >= SINGLE_PRECISION_RUNS else "float64"
 
 
 def _gaussian_shuffles(x, y, observed, n_permutations, rng, precision, kwargs, estimator):
