@@ -11,8 +11,8 @@ from the pretrained head (preset `paper`, ``head_start="pretrained"``):
 - per-run start: the pretrained head plus N(0, 0.01^2) per weight and bias, drawn per run
   (``head_noise``), the same for a run's clients; nothing else shared;
 - per-run start and augmentation shared: both sources of dependence at once;
-- fixed start, augmentation shared, at 10,000 runs: the one cell where shared randomness
-  can create dependence, with 2.5 times the runs.
+- fixed start, augmentation shared, at 10,000 runs and at the paper's 26,400 runs: the one
+  cell where shared randomness can create dependence, with 2.5 and 6.6 times the runs.
 
 4,000 runs per cell otherwise (the paper sampled 26,400; benchmarks/results/digits_paper.json
 and docs/results/digits-lenet.md give the measured times that decided it).
@@ -26,8 +26,13 @@ detectable change, from the intervals), and the clients' test accuracy. Estimate
 the regime where the estimators were calibrated are flagged (`mianalysis.analysis.regime`).
 
     python experiments/digits_lenet_paper.py [--quick] [--runs N] [--only fixed-nothing,...]
+        [--carry-over figures/digits_lenet_paper.csv]
 
-(--quick: the first three cells at 300 runs with 10 permutations; --runs N: every cell at N.)
+(--quick: the first three cells at 300 runs with 10 permutations; --runs N: every cell at N;
+--carry-over CSV: the cells of an earlier summary table that this run does not make are
+copied into the new one, named as carried over in the page and the sidecar, which keeps
+that table's provenance, so that one cell can be added or remade without rerunning the
+others.)
 
 Resumable per cell: dumps and tables go to runs/digits_lenet_paper/ (a finished cell is
 read back, an interrupted one resumed). Writes figures/digits_lenet_paper.{csv,png}
@@ -54,7 +59,7 @@ from mianalysis.tasks import get_task
 
 # The paper sampled 26,400 runs; benchmarks/results/digits_paper.json says why 4,000 here.
 RUNS = 4000
-CELL_RUNS = {"fixed-augmentation-10000": 10000}
+CELL_RUNS = {"fixed-augmentation-10000": 10000, "fixed-augmentation-26400": 26400}
 QUICK_RUNS = 300
 PERMUTATIONS = {"gaussian": 100, "ksg": 100}
 QUICK_PERMUTATIONS = {"gaussian": 10, "ksg": 10}
@@ -66,6 +71,7 @@ CELLS = {
     "per-run-nothing": ("per-run", (), {}),
     "per-run-augmentation": ("per-run", ("augmentation",), {}),
     "fixed-augmentation-10000": ("fixed", ("augmentation",), {}),
+    "fixed-augmentation-26400": ("fixed", ("augmentation",), {}),
 }
 QUICK_CELLS = ("fixed-nothing", "fixed-augmentation", "per-run-nothing")
 QUANTITIES = ("mi_gaussian", "mi_ksg", "euclidean", "manhattan", "chebyshev")
@@ -352,6 +358,63 @@ def read_summary(path):
         return list(csv.DictReader(fh))
 
 
+# The summary's columns that hold numbers (the rest are text), and its flag column.
+INT_COLUMNS = ("runs", "iteration")
+FLOAT_COLUMNS = ("head_noise", "value", "ci_low", "ci_high", "null_mean", "p_value", "p_adjusted", "step_change",
+                 "step_se", "step_p", "step_p_adjusted")
+
+
+def typed_row(row):
+    """A summary row read back (strings) as :func:`cell_rows` makes it: numbers as numbers
+    (an empty iteration stays "": a trend row), the calibration flag as a bool ("" on trend
+    and accuracy rows)."""
+    out = dict(row)
+    for k in INT_COLUMNS:
+        out[k] = int(row[k]) if row[k] != "" else ""
+    for k in FLOAT_COLUMNS:
+        out[k] = float(row[k]) if row[k] != "" else np.nan
+    flag = row["outside_calibration"]
+    if flag not in ("True", "False", ""):
+        raise ValueError(f"outside_calibration must be True, False or empty; got {flag!r} (cell {row['cell']})")
+    out["outside_calibration"] = {"True": True, "False": False}.get(flag, "")
+    return out
+
+
+def carried_cells(carried, made, quick):
+    """The cells of an earlier summary table (rows as read back) to copy into this run's
+    table: every cell this script knows that this run does not make, in the script's cell
+    order, with its rows typed (:func:`typed_row`). A cell whose runs are not the ones this
+    script gives it (the --quick size in a full table, or the other way round) is refused,
+    as is an unknown cell."""
+    by_cell = {}
+    for row in carried:
+        by_cell.setdefault(row["cell"], []).append(typed_row(row))
+    unknown = set(by_cell) - set(CELLS)
+    if unknown:
+        raise ValueError(f"cells {sorted(unknown)} are not cells of this script; known: {list(CELLS)}")
+    out = {}
+    for cell in CELLS:
+        if cell in by_cell and cell not in made:
+            runs = {r["runs"] for r in by_cell[cell]}
+            expected = QUICK_RUNS if quick else CELL_RUNS.get(cell, RUNS)
+            if runs != {expected}:
+                raise ValueError(f"cell {cell} has {sorted(runs)} runs there; this run's {cell} has {expected} "
+                                 f"(--quick and full tables do not mix)")
+            out[cell] = by_cell[cell]
+    return out
+
+
+def assemble(made, carried):
+    """The cells of one summary table and its rows, in the script's cell order: `made` and
+    `carried` map a cell to its rows (:func:`cell_rows`, :func:`carried_cells`); a cell in
+    both is refused."""
+    both = set(made) & set(carried)
+    if both:
+        raise ValueError(f"cells {sorted(both)} are both made and carried over")
+    cells = [c for c in CELLS if c in made or c in carried]
+    return cells, [r for c in cells for r in (made[c] if c in made else carried[c])]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_RUNS} runs per cell and "
@@ -363,6 +426,10 @@ def main():
     parser.add_argument("--work", default=str(WORK / "digits_lenet_paper"))
     parser.add_argument("--out", default=str(FIGURES))
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--carry-over", metavar="CSV",
+                        help="an earlier summary table of this script (e.g. figures/digits_lenet_paper.csv): its cells "
+                             "that this run does not make are copied into the new table; the page and the sidecar "
+                             "name them and the sidecar keeps that table's provenance")
     parser.add_argument("--replot", metavar="CSV", help="only draw the figure of this summary table (e.g. "
                         "figures/digits_lenet_paper.csv) next to it; nothing is sampled or analysed")
     args = parser.parse_args()
@@ -380,7 +447,22 @@ def main():
     if unknown:
         parser.error(f"--only: unknown cells {sorted(unknown)}; known: {list(CELLS)}")
     cell_runs = {c: args.runs or (QUICK_RUNS if args.quick else CELL_RUNS.get(c, RUNS)) for c in cells}
-    summary, tables, seconds = [], {}, {}
+    carried, earlier = {}, {}
+    if args.carry_over:  # read before anything is written: the earlier table may be the one this run replaces
+        if args.runs:
+            parser.error("--carry-over takes the cells' own runs; give no --runs with it")
+        try:
+            carried = carried_cells(read_summary(args.carry_over), cells, args.quick)
+        except (OSError, KeyError, ValueError) as err:
+            parser.error(f"--carry-over {args.carry_over}: {err}")
+        earlier = sidecar_path(Path(args.carry_over))
+        earlier = json.loads(earlier.read_text()) if earlier.exists() else {}
+        made_with = {"permutations": permutations, "gaussian_null": GAUSSIAN_NULL, "seed": SEED}
+        differ = {k: earlier.get(k) for k, v in made_with.items() if carried and earlier.get(k) != v}
+        if differ:
+            parser.error(f"--carry-over {args.carry_over}: its cells were made with {differ} (sidecar), this run's "
+                         f"with {({k: made_with[k] for k in differ})}; one table holds one setting")
+    made, tables, seconds = {}, {}, {}
     for cell in cells:
         runs = cell_runs[cell]
         work = Path(args.work) / f"{'quick' if args.quick else 'full'}_{runs}"  # a finished cell is read back
@@ -389,20 +471,32 @@ def main():
         task, rows, timing = run_cell(cell, runs, permutations, work, not args.no_progress)
         seconds[cell] = timing or {"read back": round(time.perf_counter() - start, 1)}
         tables[cell] = (task, rows)
-        summary += cell_rows(cell, task, rows, runs)
+        made[cell] = cell_rows(cell, task, rows, runs)
         print(f"{cell:25s} {json.dumps(seconds[cell])}", flush=True)
+    for cell in carried:
+        print(f"{cell:25s} carried over from {args.carry_over}", flush=True)
+    cells, summary = assemble(made, carried)
+    cell_runs = {c: cell_runs[c] if c in made else carried[c][0]["runs"] for c in cells}
+    seconds = {c: seconds[c] if c in made else earlier.get("seconds", {}).get(c) for c in cells}
+    settings = {c: {"init": CELLS[c][0], "shared": list(CELLS[c][1]), "task_settings": tables[c][0].settings}
+                if c in made else earlier.get("cells", {}).get(c) for c in cells}
     suffix = "_quick" if args.quick else ""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     table = write_csv(summary, out / f"digits_lenet_paper{suffix}.csv", float_format=".6g", atomic=True)
     md = markdown(summary, cells, cell_runs, permutations, seconds)
+    if carried:
+        md += ("\n\nCells read from an earlier run of this script (`--carry-over`, its provenance in the sidecar), "
+               "not rerun: " + ", ".join(f"`{c}`" for c in carried) + ".")
     write_page(out, f"digits_lenet_paper{suffix}", md, atomic=True)
     summary_figure(summary, out / f"digits_lenet_paper{suffix}.png", permutations)
+    extra = {"carried_over": {"from": Path(args.carry_over).name, "cells": list(carried),
+                              "provenance": earlier.get("provenance"),  # and what that table itself carried over
+                              "carried_over": earlier.get("carried_over")}} if carried else {}
     write_sidecar(table, {
-        "table": table.name, "cells": {c: {"init": CELLS[c][0], "shared": list(CELLS[c][1]),
-                                           "task_settings": tables[c][0].settings} for c in cells},
-        "runs": cell_runs, "seed": SEED, "permutations": permutations, "gaussian_null": GAUSSIAN_NULL, "k": 3,
-        "seconds": seconds, "provenance": collect(started, finished=True)}, atomic=True)
+        "table": table.name, "cells": settings, "runs": cell_runs, "seed": SEED, "permutations": permutations,
+        "gaussian_null": GAUSSIAN_NULL, "k": 3, "seconds": seconds, **extra,
+        "provenance": collect(started, finished=True)}, atomic=True)
     print(md)
 
 

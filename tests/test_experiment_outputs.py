@@ -12,6 +12,7 @@ import csv
 import importlib.util
 import io
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -230,6 +231,45 @@ def test_digits_lenet_paper_reads_outside_calibration_from_the_typed_columns():
              "outside calibration: > 4 joint dims, < 2000 runs": True}
     for note, want in notes.items():
         assert script.outside(AnalysisTable([{**row, "note": note}])[0]) is want, note
+
+
+def test_digits_lenet_paper_carries_over_cells_of_the_committed_table_byte_for_byte(tmp_path):
+    # --carry-over reads an earlier summary back as cell_rows made it: the committed table,
+    # every cell carried (or one "made" from its own rows and the rest carried), is written
+    # again byte for byte, and its page's table is the committed page.
+    script = _load("digits_lenet_paper_carry", EXPERIMENTS / "digits_lenet_paper.py")
+    results = _load("experiment_results_carry", EXPERIMENTS / "_results.py")
+    committed = FIGURES / "digits_lenet_paper.csv"
+    sidecar = json.loads((FIGURES / "digits_lenet_paper.csv.json").read_text())
+    rows = script.read_summary(committed)
+    carried = script.carried_cells(rows, [], quick=False)
+    assert list(carried) == list(sidecar["runs"])  # the script's cell order
+    cells, summary = script.assemble({}, carried)
+    written = results.write_csv(summary, tmp_path / "again.csv", float_format=".6g")
+    assert written.read_bytes() == committed.read_bytes()
+    page = (ROOT / "docs" / "results" / "tables" / "digits_lenet_paper.md").read_text()
+    md = script.markdown(summary, cells, sidecar["runs"], sidecar["permutations"], sidecar["seconds"])
+    assert page.rstrip("\n") == md
+    made = {"fixed-augmentation": carried.pop("fixed-augmentation")}
+    assert "fixed-augmentation" not in script.carried_cells(rows, ["fixed-augmentation"], quick=False)
+    cells_again, again = script.assemble(made, script.carried_cells(rows, ["fixed-augmentation"], quick=False))
+    assert cells_again == cells
+    assert results.write_csv(again, tmp_path / "made.csv", float_format=".6g").read_bytes() == committed.read_bytes()
+    with pytest.raises(ValueError, match="both made and carried"):
+        script.assemble(made, {**carried, **made})
+
+
+def test_digits_lenet_paper_carry_over_refuses_what_does_not_fit():
+    script = _load("digits_lenet_paper_refuse", EXPERIMENTS / "digits_lenet_paper.py")
+    rows = script.read_summary(FIGURES / "digits_lenet_paper.csv")
+    with pytest.raises(ValueError, match=r"cell fixed-nothing has \[4000\] runs there; this run's fixed-nothing has 300"):
+        script.carried_cells(rows, [], quick=True)
+    with pytest.raises(ValueError, match="not cells of this script"):
+        script.carried_cells([{**rows[0], "cell": "elsewhere"}], [], quick=False)
+    with pytest.raises(ValueError, match="outside_calibration must be True, False or empty; got 'yes'"):
+        script.carried_cells([{**rows[0], "outside_calibration": "yes"}], [], quick=False)
+    typed = script.typed_row(next(r for r in rows if r["note"] == "trend row"))
+    assert typed["iteration"] == "" and typed["outside_calibration"] == "" and math.isnan(typed["value"])
 
 
 def test_rows_by_design_runs_each_design_in_a_scratch_folder_it_removes(results, capsys):
