@@ -249,7 +249,9 @@ def test_digits_lenet_paper_carries_over_cells_of_the_committed_table_byte_for_b
     assert written.read_bytes() == committed.read_bytes()
     page = (ROOT / "docs" / "results" / "tables" / "digits_lenet_paper.md").read_text()
     md = script.markdown(summary, cells, sidecar["runs"], sidecar["permutations"], sidecar["seconds"])
-    assert page.rstrip("\n") == md
+    assert page.rstrip("\n").startswith(md)  # and then the cells carried into it, if any
+    if sidecar.get("carried_over"):
+        assert page.rstrip("\n").endswith(", ".join(f"`{c}`" for c in sidecar["carried_over"]["cells"]) + ".")
     made = {"fixed-augmentation": carried.pop("fixed-augmentation")}
     assert "fixed-augmentation" not in script.carried_cells(rows, ["fixed-augmentation"], quick=False)
     cells_again, again = script.assemble(made, script.carried_cells(rows, ["fixed-augmentation"], quick=False))

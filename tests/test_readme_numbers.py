@@ -257,3 +257,37 @@ def test_core_paper_random_head_ksg_above_null_but_no_change():
             moved = [r for r in table.select(f"delta_{q}", *pair) if r["iteration"] > 1]
             assert len(moved) == 3 and all(r["family_verdict"] == "rising" for r in moved)
     assert "p = 0.0099, Holm over the pair's 4 checkpoints 0.040" in page
+
+
+def test_digits_lenet_10000_runs_ksg_rises_in_every_pair():
+    """README and docs/results/digits-lenet.md on figures/digits_lenet_paper.csv's
+    fixed-augmentation-10000 cell: KSG rising at iteration 4 in all 3 pairs (Holm over each
+    pair's 3 steps), the Gaussian MI rising at every step of every pair; the quoted ranges
+    and means recomputed from the rows."""
+    with open(FIGURES / "digits_lenet_paper.csv", newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["cell"] == "fixed-augmentation-10000"]
+    readme, page = _flat(README), _flat((ROOT / "docs" / "results" / "digits-lenet.md").read_text())
+
+    def at(q, it):
+        return [float(r["value"]) for r in rows if r["quantity"] == q and r["iteration"] == str(it)]
+
+    def step(q, pair, it):
+        return next(r for r in rows if r["quantity"] == q and r["pair"] == pair and r["iteration"] == str(it))
+
+    pairs = ("0-1", "0-2", "1-2")
+    assert {r["pair"]: r["trend"] for r in rows if r["quantity"] == "mi_ksg" and r["iteration"] == ""} == \
+        dict.fromkeys(pairs, "rising")
+    assert all(step("mi_ksg", p, 4)["step_family_verdict"] == "rising" for p in pairs)
+    assert all(step("mi_ksg", p, it)["step_family_verdict"] == "no detectable change" for p in pairs for it in (2, 3))
+    adjusted = [float(step("mi_ksg", p, 4)["step_p_adjusted"]) for p in pairs]
+    assert f"adjusted p {adjusted[0]:.4f}, {adjusted[1]:.3f} and {adjusted[2]:.3f}" in page
+    assert all(step("mi_gaussian", p, it)["step_family_verdict"] == "rising" for p in pairs for it in (2, 3, 4))
+    assert max(float(step("mi_gaussian", p, it)["step_p_adjusted"]) for p in pairs for it in (2, 3, 4)) <= 0.005
+    assert all(step("mi_gaussian", p, it)["family_verdict"] == "above null" for p in pairs for it in (1, 2, 3, 4))
+    g1, g4 = at("mi_gaussian", 1), at("mi_gaussian", 4)
+    quoted = f"{min(g1):.2f}-{max(g1):.2f} -> {min(g4):.2f}-{max(g4):.2f} bits"
+    ksg = f"{np.mean(at('mi_ksg', 1)):.3f} -> {np.mean(at('mi_ksg', 4)):.3f} bits"
+    for text in (readme, page):
+        assert quoted in text and ksg in text, (quoted, ksg)
+    above = {p: [it for it in (1, 2, 3, 4) if step("mi_ksg", p, it)["family_verdict"] == "above null"] for p in pairs}
+    assert above == {"0-1": [3, 4], "0-2": [3, 4], "1-2": [2, 4]}
