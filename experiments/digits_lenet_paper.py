@@ -26,13 +26,14 @@ detectable change, from the intervals), and the clients' test accuracy. Estimate
 the regime where the estimators were calibrated are flagged (`mianalysis.analysis.regime`).
 
     python experiments/digits_lenet_paper.py [--quick] [--runs N] [--only fixed-nothing,...]
-        [--carry-over figures/digits_lenet_paper.csv]
+        [--carry-over figures/digits_lenet_paper.csv] [--seed S]
 
 (--quick: the first three cells at 300 runs with 10 permutations; --runs N: every cell at N;
 --carry-over CSV: the cells of an earlier summary table that this run does not make are
 copied into the new one, named as carried over in the page and the sidecar, which keeps
 that table's provenance, so that one cell can be added or remade without rerunning the
-others.)
+others; --seed S: the sampler's seed and the analysis' random_state, default 0, another
+seed's tables in digits_lenet_paper_seedS.* beside the seed-0 ones.)
 
 Resumable per cell: dumps and tables go to runs/digits_lenet_paper/ (a finished cell is
 read back, an interrupted one resumed). Writes figures/digits_lenet_paper.{csv,png}
@@ -86,7 +87,7 @@ def describe(cell, task):
     return f"{start}; shared: {', '.join(shared) or 'nothing'}"
 
 
-def run_cell(cell, runs, permutations, work, progress):
+def run_cell(cell, runs, permutations, work, progress, seed=SEED):
     """Sample and analyse one cell (resumed where it stopped): its task, table and timings."""
     init, shared, settings = CELLS[cell]
     task = get_task("digits-lenet", "paper", **settings)
@@ -95,11 +96,11 @@ def run_cell(cell, runs, permutations, work, progress):
     if not (table.exists() and sidecar_path(table).exists()):
         seconds = {}
         start = time.perf_counter()
-        dump = ParameterSampler(task, seed=SEED, init=init, shared=shared, progress=progress).sample(
+        dump = ParameterSampler(task, seed=seed, init=init, shared=shared, progress=progress).sample(
             runs, work / "dumps" / cell)
         seconds["sampling"] = round(time.perf_counter() - start, 1)
         start = time.perf_counter()
-        analyze(dump, estimators=LEGACY_ESTIMATORS, n_permutations=permutations, gaussian_null=GAUSSIAN_NULL, random_state=SEED, out=table,
+        analyze(dump, estimators=LEGACY_ESTIMATORS, n_permutations=permutations, gaussian_null=GAUSSIAN_NULL, random_state=seed, out=table,
                 progress=progress)
         seconds["analysis"] = round(time.perf_counter() - start, 1)
         write_atomic(timings, json.dumps(seconds) + "\n")
@@ -196,12 +197,12 @@ def _runs_text(cell_runs):
     return f"{main:,} runs per cell (" + ", ".join(f"`{c}`: {n:,}" for c, n in cell_runs.items() if n != main) + ")"
 
 
-def markdown(summary, cells, cell_runs, permutations, seconds):
+def markdown(summary, cells, cell_runs, permutations, seconds, seed=SEED):
     its = sorted({r["iteration"] for r in summary if r["iteration"] != ""})
     first, last = (its[1], its[-1]) if len(its) > 1 else (its[0], its[0])
     lines = [f"digits-lenet, preset `paper` (pretrained LeNet; the last layer, 850 parameters, retrained by Adam lr "
              f"1e-5 on 200 augmented digits per client, batch 50: {its[-1]} iterations), 3 clients, "
-             f"{_runs_text(cell_runs)}, seed {SEED}. Gaussian MI, {permutations['gaussian']} permutations; KSG k = 3, standardised, "
+             f"{_runs_text(cell_runs)}, seed {seed}. Gaussian MI, {permutations['gaussian']} permutations; KSG k = 3, standardised, "
              f"{permutations['ksg']} permutations. Values in bits, mean over the 3 client pairs (range when they "
              f"differ); `null` = the null's mean; † = outside the calibrated regime (`mianalysis.analysis.regime`, or a Ledoit-Wolf "
              f"shrinkage estimate). Trends: "
@@ -271,7 +272,7 @@ def _mi_panel(ax, summary, cells, colours, runs, quantity, title):
     return drawn
 
 
-def summary_figure(summary, path, permutations=None):
+def summary_figure(summary, path, permutations=None, seed=SEED):
     """The figure of the summary table, readable at page width: per cell (a line each), the
     MI minus its permutation null's mean with the 95 % interval (mean over the 3 client
     pairs of each pair's bounds, shifted by the same null mean): the Gaussian MI where it is
@@ -342,7 +343,7 @@ def summary_figure(summary, path, permutations=None):
     else:
         perms = ""
     fig.suptitle("digits-lenet, paper preset: the pretrained LeNet's last layer (850 parameters) retrained, 3 "
-                 f"clients, seed {SEED}; KSG k=3, standardised{perms}.\nThe Gaussian MI is drawn where it is a plain "
+                 f"clients, seed {seed}; KSG k=3, standardised{perms}.\nThe Gaussian MI is drawn where it is a plain "
                  "estimate (fixed start); from a per-run start it is a Ledoit-Wolf shrinkage number (biased), in the "
                  "table only", fontsize=10)
     fig.tight_layout(rect=(0, 0, 1, 0.95))
@@ -423,6 +424,9 @@ def main():
                                                  f"{', '.join(f'{c} {n}' for c, n in CELL_RUNS.items())}; "
                                                  f"--quick {QUICK_RUNS})")
     parser.add_argument("--only", help="comma-separated cells: " + ", ".join(CELLS))
+    parser.add_argument("--seed", type=int, default=SEED,
+                        help=f"the sampler's seed and the analysis' random_state (default {SEED}); another seed's "
+                             f"cells go to their own work folder and to digits_lenet_paper_seedS.* files")
     parser.add_argument("--work", default=str(WORK / "digits_lenet_paper"))
     parser.add_argument("--out", default=str(FIGURES))
     parser.add_argument("--no-progress", action="store_true")
@@ -437,7 +441,7 @@ def main():
         table = Path(args.replot)
         sidecar = sidecar_path(table)
         meta = json.loads(sidecar.read_text()) if sidecar.exists() else {}
-        summary_figure(read_summary(table), table.with_suffix(".png"), meta.get("permutations"))
+        summary_figure(read_summary(table), table.with_suffix(".png"), meta.get("permutations"), meta.get("seed", SEED))
         print(f"wrote {table.with_suffix('.png')}")
         return
     started = utc_now()
@@ -457,7 +461,7 @@ def main():
             parser.error(f"--carry-over {args.carry_over}: {err}")
         earlier = sidecar_path(Path(args.carry_over))
         earlier = json.loads(earlier.read_text()) if earlier.exists() else {}
-        made_with = {"permutations": permutations, "gaussian_null": GAUSSIAN_NULL, "seed": SEED}
+        made_with = {"permutations": permutations, "gaussian_null": GAUSSIAN_NULL, "seed": args.seed}
         differ = {k: earlier.get(k) for k, v in made_with.items() if carried and earlier.get(k) != v}
         if differ:
             parser.error(f"--carry-over {args.carry_over}: its cells were made with {differ} (sidecar), this run's "
@@ -465,10 +469,11 @@ def main():
     made, tables, seconds = {}, {}, {}
     for cell in cells:
         runs = cell_runs[cell]
-        work = Path(args.work) / f"{'quick' if args.quick else 'full'}_{runs}"  # a finished cell is read back
+        work = Path(args.work) / (f"{'quick' if args.quick else 'full'}_{runs}"  # a finished cell is read back
+                                  + (f"_seed{args.seed}" if args.seed != SEED else ""))
         (work / "dumps").mkdir(parents=True, exist_ok=True)
         start = time.perf_counter()
-        task, rows, timing = run_cell(cell, runs, permutations, work, not args.no_progress)
+        task, rows, timing = run_cell(cell, runs, permutations, work, not args.no_progress, args.seed)
         seconds[cell] = timing or {"read back": round(time.perf_counter() - start, 1)}
         tables[cell] = (task, rows)
         made[cell] = cell_rows(cell, task, rows, runs)
@@ -480,21 +485,21 @@ def main():
     seconds = {c: seconds[c] if c in made else earlier.get("seconds", {}).get(c) for c in cells}
     settings = {c: {"init": CELLS[c][0], "shared": list(CELLS[c][1]), "task_settings": tables[c][0].settings}
                 if c in made else earlier.get("cells", {}).get(c) for c in cells}
-    suffix = "_quick" if args.quick else ""
+    suffix = ("_quick" if args.quick else "") + (f"_seed{args.seed}" if args.seed != SEED else "")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     table = write_csv(summary, out / f"digits_lenet_paper{suffix}.csv", float_format=".6g", atomic=True)
-    md = markdown(summary, cells, cell_runs, permutations, seconds)
+    md = markdown(summary, cells, cell_runs, permutations, seconds, args.seed)
     if carried:
         md += ("\n\nCells read from an earlier run of this script (`--carry-over`, its provenance in the sidecar), "
                "not rerun: " + ", ".join(f"`{c}`" for c in carried) + ".")
     write_page(out, f"digits_lenet_paper{suffix}", md, atomic=True)
-    summary_figure(summary, out / f"digits_lenet_paper{suffix}.png", permutations)
+    summary_figure(summary, out / f"digits_lenet_paper{suffix}.png", permutations, args.seed)
     extra = {"carried_over": {"from": Path(args.carry_over).name, "cells": list(carried),
                               "provenance": earlier.get("provenance"),  # and what that table itself carried over
                               "carried_over": earlier.get("carried_over")}} if carried else {}
     write_sidecar(table, {
-        "table": table.name, "cells": settings, "runs": cell_runs, "seed": SEED, "permutations": permutations,
+        "table": table.name, "cells": settings, "runs": cell_runs, "seed": args.seed, "permutations": permutations,
         "gaussian_null": GAUSSIAN_NULL, "k": 3, "seconds": seconds, **extra,
         "provenance": collect(started, finished=True)}, atomic=True)
     print(md)

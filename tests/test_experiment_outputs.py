@@ -274,6 +274,23 @@ def test_digits_lenet_paper_carry_over_refuses_what_does_not_fit():
     assert typed["iteration"] == "" and typed["outside_calibration"] == "" and math.isnan(typed["value"])
 
 
+def test_digits_lenet_paper_refuses_to_carry_another_seed_into_a_table(tmp_path):
+    # The committed table is seed 0's: a seed-1 run cannot carry its cells over, and says so
+    # before sampling or writing anything.
+    done = subprocess.run([sys.executable, str(EXPERIMENTS / "digits_lenet_paper.py"), "--seed", "1", "--only",
+                           "fixed-augmentation-26400", "--carry-over", str(FIGURES / "digits_lenet_paper.csv"),
+                           "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "{'seed': 0}" in done.stderr and "{'seed': 1}" in done.stderr, done.stderr
+    assert not (tmp_path / "work").exists() and not (tmp_path / "out").exists()
+    script = _load("digits_lenet_paper_seed", EXPERIMENTS / "digits_lenet_paper.py")
+    rows = script.read_summary(FIGURES / "digits_lenet_paper.csv")
+    cells, summary = script.assemble({}, script.carried_cells(rows, [], quick=False))
+    sidecar = json.loads((FIGURES / "digits_lenet_paper.csv.json").read_text())
+    md = script.markdown(summary, cells, sidecar["runs"], sidecar["permutations"], sidecar["seconds"], seed=2)
+    assert ", seed 2. Gaussian MI" in md and "seed 0" not in md
+
+
 def test_rows_by_design_runs_each_design_in_a_scratch_folder_it_removes(results, capsys):
     seen = []
 
