@@ -27,8 +27,9 @@ from pathlib import Path
 
 from mianalysis.analysis import sidecar_path
 
-__all__ = ["ROOT", "FIGURES", "PAGES", "WORK", "pages_for", "portable_sidecar", "repository_relative", "rows_by_design",
-           "timed_rows", "write_atomic", "write_csv", "write_sidecar", "write_page"]
+__all__ = ["ROOT", "FIGURES", "PAGES", "WORK", "carried_over_note", "carried_over_record", "pages_for",
+           "portable_record", "portable_sidecar", "read_sidecar", "repository_relative", "rows_by_design", "timed_rows", "write_atomic",
+           "write_csv", "write_sidecar", "write_page"]
 
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES = ROOT / "figures"
@@ -100,6 +101,20 @@ def repository_relative(record, root=ROOT):
     return record
 
 
+def portable_record(record, root=ROOT):
+    """`record` with :func:`repository_relative` paths, and every other absolute path (a
+    scratch folder outside the repository) replaced by ``<outside the repository>/NAME``:
+    what a committed file may say of where a run wrote."""
+    record = repository_relative(record, root)
+    if isinstance(record, dict):
+        return {k: portable_record(v, root) for k, v in record.items()}
+    if isinstance(record, list):
+        return [portable_record(v, root) for v in record]
+    if isinstance(record, str) and Path(record).is_absolute():
+        return f"<outside the repository>/{Path(record).name}"
+    return record
+
+
 def portable_sidecar(table, root=ROOT):
     """Rewrite the sidecar of the CSV `table` (if it has one) with :func:`repository_relative`
     paths, the rest unchanged (same indentation). Returns the sidecar's path or None."""
@@ -111,6 +126,31 @@ def portable_sidecar(table, root=ROOT):
     if portable != record:
         path.write_text(json.dumps(portable, indent=1) + "\n")
     return path
+
+
+def read_sidecar(table):
+    """The JSON sidecar of the CSV `table` as a dict ({} where it has none)."""
+    path = sidecar_path(table)
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def carried_over_note(cells):
+    """The sentence a script's page ends with when `cells` (names) were read from an
+    earlier summary table (``--carry-over``) instead of being rerun; "" for none."""
+    if not cells:
+        return ""
+    return ("\n\nCells read from an earlier run of this script (`--carry-over`, its provenance in the sidecar), "
+            "not rerun: " + ", ".join(cells) + ".")
+
+
+def carried_over_record(table, cells, earlier):
+    """The sidecar entry naming the `cells` copied from the summary table `table` (path),
+    whose sidecar is `earlier`: its provenance and what it had itself carried over;
+    {} for no cells."""
+    if not cells:
+        return {}
+    return {"carried_over": {"from": Path(table).name, "cells": list(cells), "provenance": earlier.get("provenance"),
+                             "carried_over": earlier.get("carried_over")}}
 
 
 def write_page(out, name, text, *, atomic=False):

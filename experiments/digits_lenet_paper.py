@@ -45,11 +45,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
-from _results import FIGURES, WORK, write_atomic, write_csv, write_page, write_sidecar
+from _results import (FIGURES, WORK, carried_over_note, carried_over_record, portable_record, read_sidecar,
+                      write_atomic, write_csv, write_page, write_sidecar)
 from _runner import LEGACY_ESTIMATORS  # the estimators of the committed tables
 
 from mianalysis import ParameterSampler, analyze
@@ -197,7 +199,13 @@ def _runs_text(cell_runs):
     return f"{main:,} runs per cell (" + ", ".join(f"`{c}`: {n:,}" for c, n in cell_runs.items() if n != main) + ")"
 
 
-def markdown(summary, cells, cell_runs, permutations, seconds, seed=SEED):
+def made_by(argv):
+    """The command that made a table, for its page: the script with the arguments that
+    shape the table (`argv` without --no-progress)."""
+    return " ".join(["python experiments/digits_lenet_paper.py", *(a for a in argv if a != "--no-progress")])
+
+
+def markdown(summary, cells, cell_runs, permutations, seconds, seed=SEED, command=made_by([])):
     its = sorted({r["iteration"] for r in summary if r["iteration"] != ""})
     first, last = (its[1], its[-1]) if len(its) > 1 else (its[0], its[0])
     lines = [f"digits-lenet, preset `paper` (pretrained LeNet; the last layer, 850 parameters, retrained by Adam lr "
@@ -211,8 +219,7 @@ def markdown(summary, cells, cell_runs, permutations, seconds, seed=SEED):
              f"a checkpoint row's `step_verdict` is its step's own 95 % interval verdict, `step_p` its p-value, "
              f"`step_p_adjusted` and `step_family_verdict` the same after the correction; `p_adjusted` and "
              f"`family_verdict` the MI null test's, Holm over the pair's checkpoints). "
-             f"Made by "
-             f"`python experiments/digits_lenet_paper.py`.", ""]
+             f"Made by `{command}`.", ""]
     lines += ["| cell | quantity | iteration 0 | iteration " + str(first) + " | iteration " + str(last) + " | trend |",
               "|---|---|---|---|---|---|"]
     for cell in cells:
@@ -221,7 +228,7 @@ def markdown(summary, cells, cell_runs, permutations, seconds, seed=SEED):
             lines.append(f"| {cell} | {q} | {_at(summary, cell, q, 0)} | {_at(summary, cell, q, first)} | "
                          f"{_at(summary, cell, q, last)} | {trend} |")
     lines += ["", "Cells: " + "; ".join(f"`{c}` = {CELLS[c][0]} start, shared {', '.join(CELLS[c][1]) or 'nothing'}"
-                                         for c in cells) + ". Seconds of sampling and analysis per cell (2 shared cores, niced): "
+                                         for c in cells) + ". Seconds of sampling and analysis per cell (2 cores): "
               + json.dumps(seconds)]
     return "\n".join(lines)
 
@@ -388,6 +395,9 @@ def carried_cells(carried, made, quick):
     script gives it (the --quick size in a full table, or the other way round) is refused,
     as is an unknown cell."""
     by_cell = {}
+    missing = [k for k in (*INT_COLUMNS, *FLOAT_COLUMNS, "cell", "outside_calibration") if carried and k not in carried[0]]
+    if missing:
+        raise ValueError(f"missing columns {missing}: not a summary table of this script")
     for row in carried:
         by_cell.setdefault(row["cell"], []).append(typed_row(row))
     unknown = set(by_cell) - set(CELLS)
@@ -459,8 +469,7 @@ def main():
             carried = carried_cells(read_summary(args.carry_over), cells, args.quick)
         except (OSError, KeyError, ValueError) as err:
             parser.error(f"--carry-over {args.carry_over}: {err}")
-        earlier = sidecar_path(Path(args.carry_over))
-        earlier = json.loads(earlier.read_text()) if earlier.exists() else {}
+        earlier = read_sidecar(Path(args.carry_over))
         made_with = {"permutations": permutations, "gaussian_null": GAUSSIAN_NULL, "seed": args.seed}
         differ = {k: earlier.get(k) for k, v in made_with.items() if carried and earlier.get(k) != v}
         if differ:
@@ -483,21 +492,19 @@ def main():
     cells, summary = assemble(made, carried)
     cell_runs = {c: cell_runs[c] if c in made else carried[c][0]["runs"] for c in cells}
     seconds = {c: seconds[c] if c in made else earlier.get("seconds", {}).get(c) for c in cells}
-    settings = {c: {"init": CELLS[c][0], "shared": list(CELLS[c][1]), "task_settings": tables[c][0].settings}
+    # a made cell's analysis may come from an earlier session (read back): its own provenance goes with it
+    settings = {c: {"init": CELLS[c][0], "shared": list(CELLS[c][1]), "task_settings": tables[c][0].settings,
+                    "analysis_provenance": portable_record(tables[c][1].sidecar.get("provenance"))}
                 if c in made else earlier.get("cells", {}).get(c) for c in cells}
     suffix = ("_quick" if args.quick else "") + (f"_seed{args.seed}" if args.seed != SEED else "")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     table = write_csv(summary, out / f"digits_lenet_paper{suffix}.csv", float_format=".6g", atomic=True)
-    md = markdown(summary, cells, cell_runs, permutations, seconds, args.seed)
-    if carried:
-        md += ("\n\nCells read from an earlier run of this script (`--carry-over`, its provenance in the sidecar), "
-               "not rerun: " + ", ".join(f"`{c}`" for c in carried) + ".")
+    md = markdown(summary, cells, cell_runs, permutations, seconds, args.seed, made_by(sys.argv[1:])) + \
+        carried_over_note(list(carried))
     write_page(out, f"digits_lenet_paper{suffix}", md, atomic=True)
     summary_figure(summary, out / f"digits_lenet_paper{suffix}.png", permutations, args.seed)
-    extra = {"carried_over": {"from": Path(args.carry_over).name, "cells": list(carried),
-                              "provenance": earlier.get("provenance"),  # and what that table itself carried over
-                              "carried_over": earlier.get("carried_over")}} if carried else {}
+    extra = carried_over_record(args.carry_over, list(carried), earlier)
     write_sidecar(table, {
         "table": table.name, "cells": settings, "runs": cell_runs, "seed": args.seed, "permutations": permutations,
         "gaussian_null": GAUSSIAN_NULL, "k": 3, "seconds": seconds, **extra,

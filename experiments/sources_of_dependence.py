@@ -46,7 +46,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _results import FIGURES, WORK, write_csv, write_page, write_sidecar
+from _results import (FIGURES, WORK, carried_over_note, carried_over_record, read_sidecar, write_csv, write_page,
+                      write_sidecar)
 from _runner import LEGACY_ESTIMATORS  # the estimators of the committed tables
 
 from mianalysis import ParameterDump, ParameterSampler, analyze
@@ -468,8 +469,7 @@ def main():
     summary, seconds = [], {}
     carried, carried_names = (read_summary(args.carry_over) if args.carry_over else {}), []
     if args.carry_over:  # read before anything is written: the earlier table may be the one this run replaces
-        earlier = sidecar_path(Path(args.carry_over))
-        earlier = json.loads(earlier.read_text()) if earlier.exists() else {}
+        earlier = read_sidecar(Path(args.carry_over))
         for (part, *_), cell in carried.items():
             if part in specs and any((r["task"], r["preset"], r["runs"]) != (specs[part][0], specs[part][1],
                                                                              specs[part][4]) for r in cell):
@@ -498,15 +498,10 @@ def main():
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     table = write_csv(summary, out / f"sources_of_dependence{suffix}.csv", float_format=".6g")
-    md = markdown(summary, parts, specs)
-    if carried_names:
-        md += ("\n\nCells read from an earlier run of this script (`--carry-over`, its provenance in the sidecar), "
-               "not rerun: " + ", ".join(carried_names) + ".")
+    md = markdown(summary, parts, specs) + carried_over_note(carried_names)
     write_page(out, f"sources_of_dependence{suffix}", md)
     figure(summary, out / f"sources_of_dependence{suffix}.png", parts, specs)
-    extra = {"carried_over": {"from": Path(args.carry_over).name, "cells": carried_names,
-                              "provenance": earlier.get("provenance"),  # and what that table itself carried over
-                              "carried_over": earlier.get("carried_over")}} if carried_names else {}
+    extra = carried_over_record(args.carry_over, carried_names, earlier) if carried_names else {}
     write_sidecar(table, {"table": table.name, "parts": parts, "seconds": seconds, **extra,
                           "provenance": collect(started, finished=True)})
     print(md)

@@ -203,6 +203,10 @@ def test_portable_sidecar_makes_paths_in_the_repository_relative(tmp_path):
     assert _results.portable_sidecar(tmp_path / "none.csv", root=tmp_path) is None
     assert _absolute_paths(record) and not _absolute_paths(_results.repository_relative(record, tmp_path)[
         "settings"])
+    portable = _results.portable_record(record, root=tmp_path)
+    assert portable == {"settings": {"dump": "runs/x", "k": 3},
+                        "list": ["a.csv", "<outside the repository>/b", "<outside the repository>/c"]}
+    assert not _absolute_paths(portable)
 
 
 def test_no_tracked_file_is_ignored():
@@ -248,10 +252,12 @@ def test_digits_lenet_paper_carries_over_cells_of_the_committed_table_byte_for_b
     written = results.write_csv(summary, tmp_path / "again.csv", float_format=".6g")
     assert written.read_bytes() == committed.read_bytes()
     page = (ROOT / "docs" / "results" / "tables" / "digits_lenet_paper.md").read_text()
-    md = script.markdown(summary, cells, sidecar["runs"], sidecar["permutations"], sidecar["seconds"])
+    command = script.made_by(sidecar["provenance"]["argv"][1:])  # the command that wrote it, on its page
+    md = script.markdown(summary, cells, sidecar["runs"], sidecar["permutations"], sidecar["seconds"], 0, command)
+    assert f"Made by `{command}`." in md
     assert page.rstrip("\n").startswith(md)  # and then the cells carried into it, if any
     if sidecar.get("carried_over"):
-        assert page.rstrip("\n").endswith(", ".join(f"`{c}`" for c in sidecar["carried_over"]["cells"]) + ".")
+        assert page.rstrip("\n").endswith(", ".join(sidecar["carried_over"]["cells"]) + ".")
     made = {"fixed-augmentation": carried.pop("fixed-augmentation")}
     assert "fixed-augmentation" not in script.carried_cells(rows, ["fixed-augmentation"], quick=False)
     cells_again, again = script.assemble(made, script.carried_cells(rows, ["fixed-augmentation"], quick=False))
@@ -261,11 +267,44 @@ def test_digits_lenet_paper_carries_over_cells_of_the_committed_table_byte_for_b
         script.assemble(made, {**carried, **made})
 
 
+@pytest.mark.filterwarnings("ignore")
+def test_digits_lenet_paper_rows_read_back_as_cell_rows_made_them(tmp_path):
+    # A cell made now and a cell carried over from a written table must be the same rows:
+    # cell_rows of a real analysis table, written and read back through typed_row, have the
+    # same types (int iterations, bool flags, "" on trend rows) and the same values to the 6
+    # significant digits written, so a table of both is written byte for byte the same.
+    from mianalysis import ParameterSampler, analyze
+    from mianalysis.tasks import get_task
+
+    script = _load("digits_lenet_paper_rows", EXPERIMENTS / "digits_lenet_paper.py")
+    results = _load("experiment_results_rows", EXPERIMENTS / "_results.py")
+    task = get_task("gaussian-sgd", d=2, n_iterations=4)
+    dump = ParameterSampler(task, seed=0, init="fixed", shared=("data",), every=2, progress=False).sample(
+        80, tmp_path / "dump")
+    made = script.cell_rows("fixed-augmentation", task, analyze(dump, estimators=("gaussian", "ksg"),
+                                                                n_permutations=5), 80)
+    assert {r["quantity"] for r in made} >= {"mi_gaussian", "mi_ksg", "euclidean"}
+    written = results.write_csv(made, tmp_path / "made.csv", float_format=".6g")
+    back = [script.typed_row(r) for r in script.read_summary(written)]
+    assert len(back) == len(made)
+    for a, b in zip(made, back):
+        assert a.keys() == b.keys()
+        for k in a:
+            if isinstance(a[k], float):
+                assert isinstance(b[k], float) and (math.isclose(a[k], b[k], rel_tol=1e-5, abs_tol=1e-300)
+                                                    or (math.isnan(a[k]) and math.isnan(b[k]))), (k, a[k], b[k])
+            else:
+                assert type(b[k]) is type(a[k]) and b[k] == a[k], (k, a[k], b[k])
+    assert results.write_csv(back, tmp_path / "back.csv", float_format=".6g").read_bytes() == written.read_bytes()
+
+
 def test_digits_lenet_paper_carry_over_refuses_what_does_not_fit():
     script = _load("digits_lenet_paper_refuse", EXPERIMENTS / "digits_lenet_paper.py")
     rows = script.read_summary(FIGURES / "digits_lenet_paper.csv")
     with pytest.raises(ValueError, match=r"cell fixed-nothing has \[4000\] runs there; this run's fixed-nothing has 300"):
         script.carried_cells(rows, [], quick=True)
+    with pytest.raises(ValueError, match=r"missing columns \['step_p'\]: not a summary table of this script"):
+        script.carried_cells([{k: v for k, v in rows[0].items() if k != "step_p"}], [], quick=False)
     with pytest.raises(ValueError, match="not cells of this script"):
         script.carried_cells([{**rows[0], "cell": "elsewhere"}], [], quick=False)
     with pytest.raises(ValueError, match="outside_calibration must be True, False or empty; got 'yes'"):
