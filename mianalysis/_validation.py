@@ -136,7 +136,7 @@ def varying_columns(a) -> np.ndarray:
     Examples
     --------
     >>> import numpy as np
-    >>> from mianalysis._validation import varying_columns
+    >>> from mianalysis.analysis import varying_columns
     >>> rng = np.random.default_rng(0)
     >>> rounding = np.float32(1e3) + np.spacing(np.float32(1e3)) * rng.integers(0, 2, 8).astype(np.float32)
     >>> a = np.column_stack([np.full(8, 2.0), rounding, 1e-8 + 1e-12 * rng.standard_normal(8)])

@@ -10,8 +10,11 @@
   (:mod:`.design`), and the additive-noise model's prediction of MI changes
   (:mod:`.additive`, :mod:`.additive_table`), and how far the samples are from Gaussian
   (:mod:`.gaussianity`: which MI row to read).
+- :func:`varying_columns`: which parameters vary, by the one relative rule for
+  near-constant parameters that every estimator and the analysis apply.
 """
 
+from .._validation import varying_columns
 from .assemble import analyze
 from .compute import gaussian_settings
 from .table import (BASE_COLUMNS, COLUMNS, ESTIMATE_KINDS, FORMAT_VERSION, NULL_METHODS, OPTIONAL_COLUMNS,
@@ -20,5 +23,6 @@ from .validate import BY, ESTIMATORS, GAUSSIAN_NULLS
 
 __all__ = [
     "analyze", "AnalysisTable", "sidecar_path", "gaussian_settings", "ESTIMATORS", "GAUSSIAN_NULLS", "BY", "COLUMNS",
-    "BASE_COLUMNS", "TYPED_COLUMNS", "OPTIONAL_COLUMNS", "ESTIMATE_KINDS", "NULL_METHODS", "FORMAT_VERSION"
+    "BASE_COLUMNS", "TYPED_COLUMNS", "OPTIONAL_COLUMNS", "ESTIMATE_KINDS", "NULL_METHODS", "FORMAT_VERSION",
+    "varying_columns"
 ]
