@@ -291,3 +291,59 @@ def test_digits_lenet_10000_runs_ksg_rises_in_every_pair():
         assert quoted in text and ksg in text, (quoted, ksg)
     above = {p: [it for it in (1, 2, 3, 4) if step("mi_ksg", p, it)["family_verdict"] == "above null"] for p in pairs}
     assert above == {"0-1": [3, 4], "0-2": [3, 4], "1-2": [2, 4]}
+
+
+def test_digits_lenet_paper_size_and_control_at_10000():
+    """README and docs/results/digits-lenet.md on figures/digits_lenet_paper.csv: at 26,400
+    runs KSG rises in all 3 pairs (adjusted p at iteration 4 as quoted), the Gaussian MI rises
+    from iteration 1 to 2 in every pair and is a shrinkage estimate at iterations 3-4 in the
+    pairs with client 2; the 10,000-run control has no step verdict and no level above its
+    null; the quoted runs per second from the sidecar's seconds."""
+    import json
+
+    with open(FIGURES / "digits_lenet_paper.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    readme, page = _flat(README), _flat((ROOT / "docs" / "results" / "digits-lenet.md").read_text())
+    pairs = ("0-1", "0-2", "1-2")
+
+    def row(cell, q, pair, it):
+        return next(r for r in rows if r["cell"] == cell and r["quantity"] == q and r["pair"] == pair
+                    and r["iteration"] == str(it))
+
+    cell = "fixed-augmentation-26400"
+    adjusted = [float(row(cell, "mi_ksg", p, 4)["step_p_adjusted"]) for p in pairs]
+    assert all(row(cell, "mi_ksg", p, 4)["step_family_verdict"] == "rising" for p in pairs)
+    quoted = f"adjusted p {adjusted[0]:.4f}, {adjusted[1]:.4f} and {adjusted[2]:.4f}"
+    assert quoted in readme and quoted in page, quoted
+    k1 = np.mean([float(row(cell, "mi_ksg", p, 1)["value"]) for p in pairs])
+    k4 = np.mean([float(row(cell, "mi_ksg", p, 4)["value"]) for p in pairs])
+    assert f"{k1:.3f} -> {k4:.3f} bits" in readme and f"{k1:.3f} -> {k4:.3f} bits" in page
+    assert [row(cell, "mi_ksg", p, 3)["step_family_verdict"] for p in pairs] == ["rising", "rising",
+                                                                                  "no detectable change"]
+    assert all(row(cell, "mi_gaussian", p, 2)["step_family_verdict"] == "rising" for p in pairs)
+    assert max(float(row(cell, "mi_gaussian", p, 2)["step_p_adjusted"]) for p in pairs) <= 1e-32
+    g1, g2 = ([float(row(cell, "mi_gaussian", p, it)["value"]) for p in pairs] for it in (1, 2))
+    assert f"{min(g1):.2f}-{max(g1):.2f} -> {min(g2):.2f}-{max(g2):.2f} bits; adjusted p <= 1e-32" in page
+    assert [row(cell, "mi_gaussian", "0-1", it)["step_family_verdict"] for it in (3, 4)] == ["rising", "rising"]
+    for p in ("0-2", "1-2"):
+        for it in (3, 4):
+            r = row(cell, "mi_gaussian", p, it)
+            assert "ledoit-wolf shrinkage" in r["note"].lower() and r["step_family_verdict"].startswith("not made")
+    assert f"pair 0-1 ({float(row(cell, 'mi_gaussian', '0-1', 4)['value']):.2f} bits)" in page
+    control = [r for r in rows if r["cell"] == "fixed-nothing-10000" and r["quantity"] in ("mi_gaussian", "mi_ksg")
+               and r["iteration"] not in ("", "0")]
+    assert len(control) == 24
+    assert all(r["step_verdict"] == "no detectable change" for r in control if r["iteration"] != "1")
+    assert all(r["step_family_verdict"] in ("no detectable change", "") or r["step_family_verdict"].startswith(
+        "not made: a step out of an exact value") for r in control)
+    assert all(r["family_verdict"] == "not above null" for r in control)
+    gp = [float(r["p_value"]) for r in control if r["quantity"] == "mi_gaussian"]
+    kp = {pair: [float(r["p_value"]) for r in control if r["quantity"] == "mi_ksg" and r["pair"] == pair]
+          for pair in pairs}
+    smallest = min(min(v) for v in kp.values())
+    after = min(adjust(v, "holm").min() for v in kp.values())
+    quoted = f"Gaussian p {min(gp):.2f}-{max(gp):.2f}; KSG's smallest p {smallest:.3f}, {after:.3f} after Holm"
+    assert quoted in page, quoted
+    seconds = json.loads((FIGURES / "digits_lenet_paper.csv.json").read_text())["seconds"][cell]
+    assert f"samples at {26400 / seconds['sampling']:.0f} runs per second" in page
+    assert f"takes {seconds['analysis'] / 60:.0f} minutes" in page
