@@ -13,8 +13,8 @@ from the pretrained head (preset `paper`, ``head_start="pretrained"``):
 - per-run start and augmentation shared: both sources of dependence at once;
 - fixed start, augmentation shared, at 10,000 runs and at the paper's 26,400 runs: the one
   cell where shared randomness can create dependence, with 2.5 and 6.6 times the runs;
-- fixed start, nothing shared, at 10,000 runs: the independent control at the run count
-  where the shared-augmentation cell's KSG rise reaches every pair.
+- fixed start, nothing shared, at 10,000 and 26,400 runs: the independent control at the
+  run counts where the shared-augmentation cell's KSG rise reaches every pair.
 
 4,000 runs per cell otherwise (the paper sampled 26,400; benchmarks/results/digits_paper.json
 and docs/results/digits-lenet.md give the measured times that decided it).
@@ -64,7 +64,8 @@ from mianalysis.tasks import get_task
 
 # The paper sampled 26,400 runs; benchmarks/results/digits_paper.json says why 4,000 here.
 RUNS = 4000
-CELL_RUNS = {"fixed-nothing-10000": 10000, "fixed-augmentation-10000": 10000, "fixed-augmentation-26400": 26400}
+CELL_RUNS = {"fixed-nothing-10000": 10000, "fixed-augmentation-10000": 10000, "fixed-nothing-26400": 26400,
+             "fixed-augmentation-26400": 26400}
 QUICK_RUNS = 300
 PERMUTATIONS = {"gaussian": 100, "ksg": 100}
 QUICK_PERMUTATIONS = {"gaussian": 10, "ksg": 10}
@@ -77,6 +78,7 @@ CELLS = {
     "per-run-augmentation": ("per-run", ("augmentation",), {}),
     "fixed-nothing-10000": ("fixed", (), {}),
     "fixed-augmentation-10000": ("fixed", ("augmentation",), {}),
+    "fixed-nothing-26400": ("fixed", (), {}),
     "fixed-augmentation-26400": ("fixed", ("augmentation",), {}),
 }
 QUICK_CELLS = ("fixed-nothing", "fixed-augmentation", "per-run-nothing")
