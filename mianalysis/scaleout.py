@@ -199,11 +199,41 @@ def _local_cluster(distributed, n_workers):
         # First the worker processes this start spawned: one still unpickling its start-up
         # state when the cluster's semaphores are removed fails loudly, and its traceback
         # (on the stderr it shares) would follow the command's one line. SIGTERM ends it
-        # silently; processes that were there before are not touched.
-        _terminate(set(multiprocessing.active_children()) - children)
+        # silently; processes that were there before are not touched. Distributed starts a
+        # worker's process from a thread of its own, which may still do so after the first
+        # pass and even after the cluster is closed: so again after closing, until no new
+        # process has appeared for a moment.
+        _terminate_spawned(children)
         for cluster in set(SpecCluster._instances) - before:
             _close_quietly(cluster)
+        _terminate_spawned(children, settle=SPAWN_SETTLE_S)
         raise
+
+
+# After an interrupted cluster start: how long no new worker process may appear before the
+# start counts as over, and the most the wait may take.
+SPAWN_SETTLE_S = 0.5
+SPAWN_SETTLE_LIMIT_S = 10.0
+
+
+def _terminate_spawned(before, *, settle=0.0, limit=SPAWN_SETTLE_LIMIT_S):
+    """Terminate and reap the multiprocessing children of this process that are not in
+    `before`, passing again until none has appeared for `settle` seconds (or `limit`
+    seconds have gone by)."""
+    import multiprocessing
+
+    start = quiet_since = time.monotonic()
+    while True:
+        spawned = set(multiprocessing.active_children()) - set(before)
+        now = time.monotonic()
+        if spawned:
+            _terminate(spawned)
+            quiet_since = time.monotonic()
+        elif now - quiet_since >= settle or now - start >= limit:
+            return
+        if now - start >= limit:
+            return
+        time.sleep(0.02)
 
 
 def _terminate(processes):

@@ -366,3 +366,42 @@ def test_a_start_interrupted_ends_the_worker_processes_it_spawned_and_no_others(
     finally:
         earlier.terminate()
         earlier.join(timeout=10)
+
+
+def test_a_worker_process_spawned_after_an_interrupted_start_is_ended_too(monkeypatch):
+    """Distributed starts worker processes from a thread of its own, which can still do so
+    after the start was interrupted and the cluster closed (seen in CI: a worker unpickling
+    its start-up state after the command's exit printed a traceback). A process spawned by
+    such a thread 0.2 s after the interruption is ended by SIGTERM before _local_cluster
+    returns; one spawned before the start is not touched."""
+    import multiprocessing
+    import threading
+
+    distributed = pytest.importorskip("distributed")
+    from mianalysis import scaleout
+
+    context = multiprocessing.get_context("spawn")
+    earlier = context.Process(target=_sleep, args=(60,))
+    earlier.start()
+    late = []
+
+    def spawn_later():
+        _sleep(0.2)
+        process = context.Process(target=_sleep, args=(60,))
+        process.start()
+        late.append(process)
+
+    def interrupted_with_a_start_pending(**kwargs):
+        threading.Thread(target=spawn_later, daemon=True).start()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(distributed, "LocalCluster", interrupted_with_a_start_pending)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            scaleout._local_cluster(distributed, 2)
+        assert late and not late[0].is_alive() and late[0].exitcode == -signal.SIGTERM
+        assert earlier.is_alive()
+    finally:
+        for process in (earlier, *late):
+            process.terminate()
+            process.join(timeout=10)
