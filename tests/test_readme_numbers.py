@@ -330,13 +330,17 @@ def test_digits_lenet_paper_size_and_control_at_10000():
             r = row(cell, "mi_gaussian", p, it)
             assert "ledoit-wolf shrinkage" in r["note"].lower() and r["step_family_verdict"].startswith("not made")
     assert f"pair 0-1 ({float(row(cell, 'mi_gaussian', '0-1', 4)['value']):.2f} bits)" in page
+    for cell_name in ("fixed-nothing-10000", "fixed-nothing-26400"):
+        control = [r for r in rows if r["cell"] == cell_name and r["quantity"] in ("mi_gaussian", "mi_ksg")
+                   and r["iteration"] not in ("", "0")]
+        assert len(control) == 24
+        made = [r for r in control if r["iteration"] != "1" and "shrinkage" not in r["note"].lower()]
+        assert made and all(r["step_verdict"] == "no detectable change" for r in made)
+        assert all(r["step_family_verdict"] in ("no detectable change", "not made: shrinkage estimate")
+                   or r["step_family_verdict"].startswith("not made: a step out of an exact value") for r in control)
+        assert all(r["family_verdict"] == "not above null" for r in control)
     control = [r for r in rows if r["cell"] == "fixed-nothing-10000" and r["quantity"] in ("mi_gaussian", "mi_ksg")
                and r["iteration"] not in ("", "0")]
-    assert len(control) == 24
-    assert all(r["step_verdict"] == "no detectable change" for r in control if r["iteration"] != "1")
-    assert all(r["step_family_verdict"] in ("no detectable change", "") or r["step_family_verdict"].startswith(
-        "not made: a step out of an exact value") for r in control)
-    assert all(r["family_verdict"] == "not above null" for r in control)
     gp = [float(r["p_value"]) for r in control if r["quantity"] == "mi_gaussian"]
     kp = {pair: [float(r["p_value"]) for r in control if r["quantity"] == "mi_ksg" and r["pair"] == pair]
           for pair in pairs}
@@ -347,3 +351,16 @@ def test_digits_lenet_paper_size_and_control_at_10000():
     seconds = json.loads((FIGURES / "digits_lenet_paper.csv.json").read_text())["seconds"][cell]
     assert f"samples at {26400 / seconds['sampling']:.0f} runs per second" in page
     assert f"takes {seconds['analysis'] / 60:.0f} minutes" in page
+
+
+def test_digits_lenet_control_at_26400_quoted_p_values():
+    """docs/results/digits-lenet.md on figures/digits_lenet_paper.csv's fixed-nothing-26400
+    cell: the plain Gaussian p-value range and KSG's smallest p, alone and after Holm over
+    each pair's 4 checkpoints."""
+    with open(FIGURES / "digits_lenet_paper.csv", newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["cell"] == "fixed-nothing-26400" and r["iteration"] not in ("", "0")]
+    gp = [float(r["p_value"]) for r in rows if r["quantity"] == "mi_gaussian" and "shrinkage" not in r["note"].lower()]
+    kp = [[float(r["p_value"]) for r in rows if r["quantity"] == "mi_ksg" and r["pair"] == p] for p in ("0-1", "0-2", "1-2")]
+    quoted = (f"plain Gaussian p {min(gp):.2f}-{max(gp):.2f}; KSG's smallest p {min(map(min, kp)):.3f}, "
+              f"{min(adjust(v, 'holm').min() for v in kp):.3f} after Holm")
+    assert quoted in _flat((ROOT / "docs" / "results" / "digits-lenet.md").read_text()), quoted
