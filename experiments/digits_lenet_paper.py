@@ -454,8 +454,7 @@ def main():
     args = parser.parse_args()
     if args.replot:
         table = Path(args.replot)
-        sidecar = sidecar_path(table)
-        meta = json.loads(sidecar.read_text()) if sidecar.exists() else {}
+        meta = read_sidecar(table)
         summary_figure(read_summary(table), table.with_suffix(".png"), meta.get("permutations"), meta.get("seed", SEED))
         print(f"wrote {table.with_suffix('.png')}")
         return

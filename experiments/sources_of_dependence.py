@@ -467,7 +467,7 @@ def main():
     work = Path(args.work) / ("quick" if args.quick else "full")
     (work / "dumps").mkdir(parents=True, exist_ok=True)
     summary, seconds = [], {}
-    carried, carried_names = (read_summary(args.carry_over) if args.carry_over else {}), []
+    carried, carried_names, earlier = (read_summary(args.carry_over) if args.carry_over else {}), [], {}
     if args.carry_over:  # read before anything is written: the earlier table may be the one this run replaces
         earlier = read_sidecar(Path(args.carry_over))
         for (part, *_), cell in carried.items():
@@ -501,7 +501,7 @@ def main():
     md = markdown(summary, parts, specs) + carried_over_note(carried_names)
     write_page(out, f"sources_of_dependence{suffix}", md)
     figure(summary, out / f"sources_of_dependence{suffix}.png", parts, specs)
-    extra = carried_over_record(args.carry_over, carried_names, earlier) if carried_names else {}
+    extra = carried_over_record(args.carry_over, carried_names, earlier)
     write_sidecar(table, {"table": table.name, "parts": parts, "seconds": seconds, **extra,
                           "provenance": collect(started, finished=True)})
     print(md)

@@ -229,7 +229,7 @@ def _terminate_spawned(before, *, settle=0.0, limit=SPAWN_SETTLE_LIMIT_S):
         if spawned:
             _terminate(spawned)
             quiet_since = time.monotonic()
-        elif now - quiet_since >= settle or now - start >= limit:
+        elif now - quiet_since >= settle:
             return
         if now - start >= limit:
             return

@@ -337,7 +337,19 @@ def _sleep(seconds):
     time.sleep(seconds)
 
 
-def test_a_start_interrupted_ends_the_worker_processes_it_spawned_and_no_others(monkeypatch):
+@pytest.fixture
+def earlier_process():
+    """A spawned process started before the test's cluster start (ended after the test)."""
+    import multiprocessing
+
+    process = multiprocessing.get_context("spawn").Process(target=_sleep, args=(60,))
+    process.start()
+    yield process
+    process.terminate()
+    process.join(timeout=10)
+
+
+def test_a_start_interrupted_ends_the_worker_processes_it_spawned_and_no_others(monkeypatch, earlier_process):
     """A LocalCluster start that raises (Ctrl-C) leaves no process of its own starting:
     those it spawned are terminated before the cluster is closed; one spawned before is not
     touched."""
@@ -347,8 +359,6 @@ def test_a_start_interrupted_ends_the_worker_processes_it_spawned_and_no_others(
     from mianalysis import scaleout
 
     context = multiprocessing.get_context("spawn")
-    earlier = context.Process(target=_sleep, args=(60,))
-    earlier.start()
     spawned = []
 
     def start_then_interrupt(**kwargs):
@@ -358,17 +368,13 @@ def test_a_start_interrupted_ends_the_worker_processes_it_spawned_and_no_others(
         raise KeyboardInterrupt
 
     monkeypatch.setattr(distributed, "LocalCluster", start_then_interrupt)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            scaleout._local_cluster(distributed, 2)
-        assert spawned and not spawned[0].is_alive() and spawned[0].exitcode == -signal.SIGTERM
-        assert earlier.is_alive()
-    finally:
-        earlier.terminate()
-        earlier.join(timeout=10)
+    with pytest.raises(KeyboardInterrupt):
+        scaleout._local_cluster(distributed, 2)
+    assert spawned and not spawned[0].is_alive() and spawned[0].exitcode == -signal.SIGTERM
+    assert earlier_process.is_alive()
 
 
-def test_a_worker_process_spawned_after_an_interrupted_start_is_ended_too(monkeypatch):
+def test_a_worker_process_spawned_after_an_interrupted_start_is_ended_too(monkeypatch, earlier_process):
     """Distributed starts worker processes from a thread of its own, which can still do so
     after the start was interrupted and the cluster closed (seen in CI: a worker unpickling
     its start-up state after the command's exit printed a traceback). A process spawned by
@@ -381,8 +387,6 @@ def test_a_worker_process_spawned_after_an_interrupted_start_is_ended_too(monkey
     from mianalysis import scaleout
 
     context = multiprocessing.get_context("spawn")
-    earlier = context.Process(target=_sleep, args=(60,))
-    earlier.start()
     late = []
 
     def spawn_later():
@@ -400,8 +404,8 @@ def test_a_worker_process_spawned_after_an_interrupted_start_is_ended_too(monkey
         with pytest.raises(KeyboardInterrupt):
             scaleout._local_cluster(distributed, 2)
         assert late and not late[0].is_alive() and late[0].exitcode == -signal.SIGTERM
-        assert earlier.is_alive()
+        assert earlier_process.is_alive()
     finally:
-        for process in (earlier, *late):
+        for process in late:
             process.terminate()
             process.join(timeout=10)
