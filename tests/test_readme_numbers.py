@@ -289,6 +289,10 @@ def test_digits_lenet_10000_runs_ksg_rises_in_every_pair():
     ksg = f"{np.mean(at('mi_ksg', 1)):.3f} -> {np.mean(at('mi_ksg', 4)):.3f} bits"
     for text in (readme, page):
         assert quoted in text and ksg in text, (quoted, ksg)
+    changes = [float(step("mi_ksg", p, 4)["step_change"]) for p in pairs]
+    ses = [float(step("mi_ksg", p, 4)["step_se"]) for p in pairs]
+    quoted = f"a step of +{min(changes):.3f} to +{max(changes):.3f} bits, se {min(ses):.3f}-{max(ses):.3f}"
+    assert quoted in readme, quoted
     above = {p: [it for it in (1, 2, 3, 4) if step("mi_ksg", p, it)["family_verdict"] == "above null"] for p in pairs}
     assert above == {"0-1": [3, 4], "0-2": [3, 4], "1-2": [2, 4]}
 
@@ -315,6 +319,10 @@ def test_digits_lenet_paper_size_and_control_at_10000():
     assert all(row(cell, "mi_ksg", p, 4)["step_family_verdict"] == "rising" for p in pairs)
     quoted = f"adjusted p {adjusted[0]:.4f}, {adjusted[1]:.4f} and {adjusted[2]:.4f}"
     assert quoted in readme and quoted in page, quoted
+    changes = [float(row(cell, "mi_ksg", p, 4)["step_change"]) for p in pairs]
+    ses = [float(row(cell, "mi_ksg", p, 4)["step_se"]) for p in pairs]
+    quoted = f"the step into iteration 4 +{min(changes):.3f} to +{max(changes):.3f} bits, se {min(ses):.3f}-{max(ses):.3f}"
+    assert quoted in readme, quoted
     k1 = np.mean([float(row(cell, "mi_ksg", p, 1)["value"]) for p in pairs])
     k4 = np.mean([float(row(cell, "mi_ksg", p, 4)["value"]) for p in pairs])
     assert f"{k1:.3f} -> {k4:.3f} bits" in readme and f"{k1:.3f} -> {k4:.3f} bits" in page
