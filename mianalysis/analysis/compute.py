@@ -17,7 +17,7 @@ from ..sampling import CENTRAL
 from ..estimators import KSG_NOISE, MarginalDistances, gaussian_mi, gaussian_mi_null, mi_permutation_test
 from ..estimators.significance import gaussian_permutation_test
 from ..estimators.bound import bound_min_runs
-from ..estimators.ksg import ksg_ties, standardize_columns
+from ..estimators.ksg import ksg_estimates_of_subsets, ksg_ties, standardize_columns
 from ..estimators.registry import DISTANCE_STREAM, LEVEL_INTERVALS, get_estimator
 from .choice import EXTRA, FALLBACK, PRIMARY, Choice, choose, fallback_note, omitted_note
 from .design import design_note
@@ -236,9 +236,12 @@ class CheckpointAnalysis:
         self.start = start_checkpoint(dump) if any(m in UPDATE_METRICS for m in self.metrics) else None
         self._indices: dict[str, np.ndarray] | None = None
         self._starts: dict[str, list[np.ndarray]] = {}
+        # KSG replicates made from a pair's own distances while they existed (pair_distances),
+        # (t, a, b, estimator) -> replicates, until with_intervals takes them
+        self._pair_replicates: dict[tuple[int, int, int, str], np.ndarray] = {}
 
     def __getstate__(self):  # drawn or read again where it runs: settings travel, not arrays
-        return {**self.__dict__, "_indices": None, "_starts": {}}
+        return {**self.__dict__, "_indices": None, "_starts": {}, "_pair_replicates": {}}
 
     @property
     def indices(self) -> dict[str, np.ndarray]:
@@ -286,19 +289,7 @@ class CheckpointAnalysis:
             # estimate and interval drops the others (the constant rule is per column).
             varying = [varying_columns(s) for s in samples]
             transformed = TransformedSamples(samples, varying)  # the copula's normal scores: once per client
-            distances = None
-            cache_users = [e for e in self.estimators if get_estimator(e).distance_cache]
-            if self.request.auto:  # KSG only where the rule runs it on some pair
-                cache_users = [e for e in cache_users if any(
-                    e in [c.estimator for c in _choose(self.n_runs, varying[a], varying[b])]
-                    for a, b in self.pairs)]
-            if cache_users and self.request.reuse_distances:
-                # Each client's marginal distances serve every pair it is in, the estimate and
-                # all its permutations; tie-breaking noise is drawn per (checkpoint, client).
-                distances = [MarginalDistances.of(s, noise=KSG_NOISE, standardize=self.request.standardize,
-                                                  random_state=np.random.default_rng([self.random_state, t, c,
-                                                                                      DISTANCE_STREAM]))
-                             for c, s in enumerate(samples)]
+            distances = self.marginal_distances(t, samples, varying)
             rows = []
             for a, b in self.pairs:
                 x, y = samples[a], samples[b]
@@ -321,11 +312,55 @@ class CheckpointAnalysis:
                     rows.append(self.row(t, a, b, "mi_exact", exact(dump.checkpoints[t], a, b)))
                 if progress is not None:
                     progress(1)
-            resampled = self.with_intervals(t, samples, self.of_checkpoint(rows, t, group), varying, transformed)
+            resampled = self.with_intervals(t, samples, self.of_checkpoint(rows, t, group), varying, transformed,
+                                            distances)
             if self.request.gaussianity:
                 rows += self.gaussianity_rows(t, group, samples, rows)
             per_group.append((group, rows, resampled))
         return metric_rows, per_group
+
+    def marginal_distances(self, t: int, samples: Sequence[np.ndarray],
+                           varying: Sequence[np.ndarray]) -> list[MarginalDistances] | None:
+        """Each client's KSG marginal distances at checkpoint t, where the analysis keeps them
+        (``reuse_distances``, and a distance-cache estimator runs on some pair): they serve
+        every pair the client is in, the estimate, all its permutations and its
+        half-subsampling replicates; the tie-breaking noise is drawn per (checkpoint,
+        client), so the same matrices are made again wherever they are needed. None otherwise."""
+        cache_users = [e for e in self.estimators if get_estimator(e).distance_cache]
+        if self.request.auto:  # KSG only where the rule runs it on some pair
+            cache_users = [e for e in cache_users if any(
+                e in [c.estimator for c in _choose(self.n_runs, varying[a], varying[b])] for a, b in self.pairs)]
+        if not (cache_users and self.request.reuse_distances):
+            return None
+        return [self._client_distances(t, c, s) for c, s in enumerate(samples)]
+
+    def _client_distances(self, t: int, c: int, samples: np.ndarray) -> MarginalDistances:
+        """Client c's KSG marginal distances at checkpoint t, its noise drawn per (checkpoint, client)."""
+        return MarginalDistances.of(samples, noise=KSG_NOISE, standardize=self.request.standardize,
+                                    random_state=np.random.default_rng([self.random_state, t, c, DISTANCE_STREAM]))
+
+    def pair_distances(self, t: int, a: int, b: int, x: np.ndarray,
+                       y: np.ndarray) -> tuple[MarginalDistances, MarginalDistances] | None:
+        """Clients a and b's distances at checkpoint t (samples x, y) where the analysis keeps
+        no client's but two fit in memory (``distance_cache`` "auto" or True): the matrices
+        :meth:`marginal_distances` would hold, made for this pair alone, so that the estimate,
+        its permutations and replicates are the same whichever way (and whatever the memory).
+        None where not."""
+        request = self.request
+        if request.reuse_distances or request.distance_cache is False or not MarginalDistances.cache_fits(
+                self.n_runs, count=2, distance_cache=request.distance_cache):
+            return None
+        return self._client_distances(t, a, x), self._client_distances(t, b, y)
+
+    def _subset_replicates(self, estimator: str, distances: Sequence[MarginalDistances]) -> np.ndarray | None:
+        """KSG's half-subsampling replicates from two clients' distances (the halves of the
+        samples the estimate saw, noise included; nothing recomputed), or None where the
+        estimator's interval is not made that way or there is no interval to make."""
+        entry = get_estimator(estimator)
+        if not (entry.distance_cache and entry.interval == "half-subsampling" and len(self.indices[estimator]) >= 2
+                and self.n_runs // 2 > self.k):
+            return None
+        return ksg_estimates_of_subsets(distances[0], distances[1], self.indices[estimator], k=self.k)
 
     def start_samples(self, group: str) -> list[np.ndarray]:
         """Every client's samples of tensor `group` at each run's start (the checkpoint at
@@ -379,6 +414,11 @@ class CheckpointAnalysis:
         entry, request = get_estimator(estimator), self.request
         rng = np.random.default_rng([self.random_state, t, a, b, _stream(estimator)])
         cached = (distances[a], distances[b]) if entry.distance_cache and distances is not None else None
+        if cached is None and entry.distance_cache and (keep is None or (keep[0].any() and keep[1].any())):
+            cached = self.pair_distances(t, a, b, x, y)
+            replicates = None if cached is None else self._subset_replicates(estimator, cached)
+            if replicates is not None:  # the interval's, made while the pair's distances exist
+                self._pair_replicates[t, a, b, estimator] = replicates
         pair = transformed.pair(estimator, a, b) if transformed is not None else None
         return _mi_row(x, y, estimator, self.k, request.permutations[estimator], rng, cached,
                        request.distance_cache, request.standardize, request.gaussian_null, keep, pair)
@@ -454,13 +494,24 @@ class CheckpointAnalysis:
     def with_intervals(self, t: int, samples: Sequence[np.ndarray],
                        of_t: Mapping[tuple[int, int, str], dict[str, Any]],
                        varying: Sequence[np.ndarray] | None = None,
-                       transformed: TransformedSamples | None = None) -> dict[tuple[int, int, str], ChangeInputs]:
+                       transformed: TransformedSamples | None = None,
+                       distances: Sequence[MarginalDistances] | None | bool = False,
+                       ) -> dict[tuple[int, int, str], ChangeInputs]:
         """Fill the interval of every MI and distance row of checkpoint t (`of_t`: (a, b,
         quantity) -> row); return what their changes' intervals need. `varying`: each
         client's varying columns (:func:`varying_columns` of its samples) where known;
-        `transformed`: the clients' transformed samples where made already."""
+        `transformed`: the clients' transformed samples where made already; `distances`:
+        the clients' :meth:`marginal_distances` where made already (None: not kept; False,
+        the default: made here where the analysis keeps them, as for a resumed checkpoint).
+        KSG's half-subsampling replicates come from those distances where they are kept
+        (each half of the samples the estimate saw, noise included), else from the halves'
+        samples, each with its own tie-breaking noise."""
         out: dict[tuple[int, int, str], ChangeInputs] = {}
         n_runs, k, incomplete, ci_level = self.n_runs, self.k, self.incomplete, self.ci_level
+        if varying is None:
+            varying = [varying_columns(s) for s in samples]
+        if distances is False and any(get_estimator(q[3:]).distance_cache for _, _, q in of_t if q.startswith("mi_")):
+            distances = self.marginal_distances(t, samples, varying)
         for (a, b, q), row in of_t.items():
             if q in self.metrics:  # a distance or update metric: per-run values, normal interval of their mean
                 values = out[a, b, q] = self.per_run(a, b, q, row.get("layer", ""), samples)
@@ -481,9 +532,13 @@ class CheckpointAnalysis:
                                                                 f"few {too_few}", incomplete]))
                     continue
                 shrunk = {"shrinkage": "ledoit-wolf"} if row["estimate_kind"] == "shrinkage" else None
+                kept = self._kept_replicates(t, a, b, e, samples, varying, distances)
+                if kept is not None:  # KSG's halves from the distances the estimate used
+                    out[a, b, q] = kept
+                    row["ci_low"], row["ci_high"] = normal_interval(row["value"], kept.std(ddof=1), ci_level,
+                                                                    df=len(kept) - 1)
+                    continue
                 x, y = samples[a], samples[b]
-                if varying is None:
-                    varying = [varying_columns(s) for s in samples]
                 # As the estimate: the rule on the unscaled parameters.
                 x, y = _drop_constant(x, y, (varying[a], varying[b]))[:2]
                 if entry.distance_cache and self.request.standardize:  # as the estimate itself (MI does not change with scale)
@@ -505,7 +560,27 @@ class CheckpointAnalysis:
                     continue
                 row["ci_low"], row["ci_high"] = normal_interval(row["value"], replicates.std(ddof=1), ci_level,
                                                                 df=len(replicates) - 1)
+        self._pair_replicates.clear()  # any not taken (a row without an interval) is of no later use
         return out
+
+    def _kept_replicates(self, t: int, a: int, b: int, estimator: str, samples: Sequence[np.ndarray],
+                         varying: Sequence[np.ndarray],
+                         distances: Sequence[MarginalDistances] | None | bool) -> np.ndarray | None:
+        """Pair (a, b)'s replicates of `estimator` from kept distances: the clients'
+        (`distances`), those made with the pair's estimate, or the pair's made again (a
+        checkpoint resumed from the journal); None where distances are not kept (the
+        replicates are then estimated on each half's samples)."""
+        if not get_estimator(estimator).distance_cache:
+            return None
+        if isinstance(distances, Sequence) and distances:
+            return self._subset_replicates(estimator, (distances[a], distances[b]))
+        made = self._pair_replicates.pop((t, a, b, estimator), None)
+        if made is not None:
+            return made
+        if not (varying[a].any() and varying[b].any()):
+            return None
+        pair = self.pair_distances(t, a, b, samples[a], samples[b])
+        return None if pair is None else self._subset_replicates(estimator, pair)
 
     def changes(self, t: int, group: str, of_t: Mapping[tuple[int, int, str], dict[str, Any]],
                 of_prev: Mapping[tuple[int, int, str], dict[str, Any]], prev: Mapping[tuple[int, int, str], ChangeInputs],

@@ -372,3 +372,34 @@ def permuted_neighbour_counts(dx, dy, perms, k, algorithm):
                 nx[p, i] = cx
                 ny[p, i] = cy
     return nx, ny
+
+
+@numba.njit(parallel=True, cache=True)
+def subset_neighbour_counts(dx, dy, rows, k, algorithm):
+    """Neighbour counts of the samples `rows` among themselves (distinct indices), from the
+    marginal distance matrices of all samples: O(m^2) for m rows, no distance recomputed.
+
+    Row position a of the subset reads ``dx[rows[a], rows[b]]`` for every b (gathered into
+    float64, which holds a float32 distance exactly) and counts as :func:`row_counts` does,
+    so the counts equal those of :func:`ksg_neighbour_counts` on the subset's samples exactly.
+
+    Returns nx, ny of shape (m,).
+    """
+    m = rows.shape[0]
+    nx = np.empty(m, dtype=np.int64)
+    ny = np.empty(m, dtype=np.int64)
+    n_blocks = (m + PERMUTED_BLOCK - 1) // PERMUTED_BLOCK
+    for blk in prange(n_blocks):
+        gx = np.empty(m, dtype=np.float64)
+        gy = np.empty(m, dtype=np.float64)
+        scratch = np.empty(m if k > INSERTION_MAX_K else k, dtype=np.float64)
+        for a in range(blk * PERMUTED_BLOCK, min((blk + 1) * PERMUTED_BLOCK, m)):
+            row_x = dx[rows[a]]
+            row_y = dy[rows[a]]
+            for b in range(m):
+                gx[b] = row_x[rows[b]]
+                gy[b] = row_y[rows[b]]
+            cx, cy = row_counts(gx, gy, a, k, algorithm, scratch)
+            nx[a] = cx
+            ny[a] = cy
+    return nx, ny
