@@ -67,6 +67,7 @@ STAGES = (
     ("permutation tests", "mi_permutation_test", "estimators/significance.py"),
     ("permutation tests of estimates made (Gaussian, copula)", "gaussian_permutation_test", "estimators/significance.py"),
     ("resampled MI (bootstrap / half-subsampling replicates)", "mi_replicates", "analysis/intervals.py"),
+    ("KSG half-subsampling replicates from kept distances", "ksg_estimates_of_subsets", "estimators/ksg.py"),
     ("level standard errors (Wishart formula)", "level_se", "analysis/intervals.py"),
     ("influence values (se of changes, delta method)", "mi_influence", "analysis/intervals.py"),
     ("KSG marginal distance matrices", "marginal_distances", ""),

@@ -8,6 +8,8 @@ script crosses the start (per-run, fixed) with what the clients of a run share, 
 
 - signal-rnn, preset `paper` (2 iterations per epoch), 2,000 runs per cell, seeds 0-2;
   shared: nothing / order + dropout / data + order + dropout;
+- the same at the core paper's scale (part `signal-paper-22000`): 22,000 runs per cell,
+  seed 0 (about 10 minutes of sampling and 2-4 of analysis per cell on 2 cores);
 - gaussian-sgd, preset `paper` (d = 20, 40 steps, checkpoints every 10), 2,000 runs per
   cell, seeds 0-2; shared: nothing / noise / data + noise; its exact MI is drawn beside the
   estimates;
@@ -24,8 +26,8 @@ holds, for every quantity, the overall trend over the steps after the first trai
 checkpoint and the verdict of each step for each client pair, and the additive-noise
 model's predicted MI change (see mianalysis.analysis.additive, where present).
 
-    python experiments/sources_of_dependence.py [--quick] [--only signal-paper,gaussian,signal-long]
-        [--carry-over figures/sources_of_dependence.csv]
+    python experiments/sources_of_dependence.py [--quick] [--only signal-paper,signal-paper-22000,gaussian,signal-long]
+        [--carry-over figures/sources_of_dependence.csv] [--skip-missing]
 
 Resumable per cell: dumps and tables go to runs/sources_of_dependence/ (a finished cell is
 read back, an interrupted one resumed). Writes figures/sources_of_dependence.{csv,png}
@@ -63,6 +65,8 @@ INITS = ("per-run", "fixed")
 PARTS = {
     "signal-paper": ("signal-rnn", "paper", {}, 1, 2000, (0, 1, 2),
                      ((), ("order", "dropout"), ("data", "order", "dropout"))),
+    "signal-paper-22000": ("signal-rnn", "paper", {}, 1, 22000, (0,),
+                           ((), ("order", "dropout"), ("data", "order", "dropout"))),
     "gaussian": ("gaussian-sgd", "paper", {}, 10, 2000, (0, 1, 2), ((), ("noise",), ("data", "noise"))),
     "signal-long": ("signal-rnn", "long", {}, 4, 1000, (0, 1, 2),
                     ((), ("order", "dropout"), ("data", "order", "dropout"))),
@@ -437,6 +441,14 @@ def figure(summary, path, parts, specs):
     plt.close(fig)
 
 
+def not_run_note(cells):
+    """The sentence the page ends with when `cells` (names) of the parts asked for were left
+    out (``--skip-missing``); "" for none."""
+    if not cells:
+        return ""
+    return "\n\nCells not run yet (left out with `--skip-missing`; no row in the table): " + ", ".join(cells) + "."
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny cells (a minute), into *_quick files")
@@ -446,6 +458,10 @@ def main():
                         help="an earlier summary table of this script (e.g. figures/sources_of_dependence.csv): its "
                              "cells that --work has not finished are read from it instead of rerun; the sidecar and "
                              "the markdown name them and the sidecar keeps that table's provenance")
+    parser.add_argument("--skip-missing", action="store_true",
+                        help="leave out the cells of the parts asked for that --work has not finished and "
+                             "--carry-over does not hold, instead of sampling them (the page and the sidecar name "
+                             "them): a summary of what is done while a long part is still being run")
     parser.add_argument("--out", default=str(FIGURES))
     parser.add_argument("--replot", metavar="CSV", help="only draw the figure of this summary table (e.g. "
                         "figures/sources_of_dependence.csv) next to it; nothing is sampled or analysed")
@@ -466,7 +482,7 @@ def main():
         parser.error(f"--only: unknown parts {sorted(unknown)}; known: {list(specs)}")
     work = Path(args.work) / ("quick" if args.quick else "full")
     (work / "dumps").mkdir(parents=True, exist_ok=True)
-    summary, seconds = [], {}
+    summary, seconds, skipped = [], {}, []
     carried, carried_names, earlier = (read_summary(args.carry_over) if args.carry_over else {}), [], {}
     if args.carry_over:  # read before anything is written: the earlier table may be the one this run replaces
         earlier = read_sidecar(Path(args.carry_over))
@@ -490,6 +506,10 @@ def main():
                         carried_names.append(name)
                         print(f"{name:55s} carried over from {args.carry_over}", flush=True)
                         continue
+                    if args.skip_missing and not cell_finished(work, name):
+                        skipped.append(name)
+                        print(f"{name:55s} not run (--skip-missing)", flush=True)
+                        continue
                     rows, dump, seconds[name] = run_cell(part, spec, init, shared, seed, work)
                     summary += cell_rows(part, spec, init, shared, seed, rows, dump)
                     print(f"{name:55s} " + (f"{seconds[name]:7.1f} s" if seconds[name] is not None else "      - s"),
@@ -498,11 +518,12 @@ def main():
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     table = write_csv(summary, out / f"sources_of_dependence{suffix}.csv", float_format=".6g")
-    md = markdown(summary, parts, specs) + carried_over_note(carried_names)
+    md = markdown(summary, parts, specs) + carried_over_note(carried_names) + not_run_note(skipped)
     write_page(out, f"sources_of_dependence{suffix}", md)
     figure(summary, out / f"sources_of_dependence{suffix}.png", parts, specs)
     extra = carried_over_record(args.carry_over, carried_names, earlier)
     write_sidecar(table, {"table": table.name, "parts": parts, "seconds": seconds, **extra,
+                          **({"not_run": skipped} if skipped else {}),
                           "provenance": collect(started, finished=True)})
     print(md)
 

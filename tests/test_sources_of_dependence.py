@@ -36,6 +36,29 @@ def test_carried_over_cells_give_the_same_table(tmp_path):
     assert sidecar["seconds"] == made["seconds"] and None not in made["seconds"].values()  # the cells' own times
 
 
+@pytest.mark.filterwarnings("ignore")
+def test_skip_missing_leaves_out_unfinished_cells_and_names_them(tmp_path):
+    pytest.importorskip("matplotlib")
+    work = tmp_path / "work"
+    _run("--work", work, "--out", tmp_path / "first")
+    gone = ["gaussian_fixed_noise_seed0", "gaussian_per-run_data+noise_seed0"]
+    for name in gone:
+        (work / "quick" / f"{name}.csv").unlink()
+    out = _run("--work", work, "--out", tmp_path / "second", "--skip-missing")
+    assert all(f"{name}" in out.stdout and "not run (--skip-missing)" in out.stdout for name in gone)
+    assert not any((work / "quick" / f"{name}.csv").exists() for name in gone)  # nothing sampled or analysed
+    rows = (tmp_path / "second" / "sources_of_dependence_quick.csv").read_text().splitlines()
+    first = (tmp_path / "first" / "sources_of_dependence_quick.csv").read_text().splitlines()
+    kept = [r for r in first[1:] if not any(f"gaussian-sgd,paper,{i},{sh},0," in r
+                                             for i, sh in (("fixed", "noise"), ("per-run", "data+noise")))]
+    assert rows[1:] == kept and len(kept) < len(first) - 1
+    page = (tmp_path / "second" / "sources_of_dependence_quick.md").read_text()
+    assert page.rstrip().endswith("Cells not run yet (left out with `--skip-missing`; no row in the table): "
+                                  "gaussian_per-run_data+noise_seed0, gaussian_fixed_noise_seed0.")
+    sidecar = json.loads((tmp_path / "second" / "sources_of_dependence_quick.csv.json").read_text())
+    assert sorted(sidecar["not_run"]) == sorted(gone)
+
+
 def _row(quantity, steps, init="fixed", shared="nothing", part="gaussian"):
     return {"part": part, "init": init, "shared": shared, "seed": 0, "pair": "0-1", "quantity": quantity,
             "steps": "; ".join(f"{it}: {v}" for it, v in steps.items())}

@@ -327,7 +327,8 @@ def ksg_estimates_from_marginals(x, y, *, n_permutations=0, random_state=None, k
 
 
 
-def ksg_estimates_of_subsets(x, y, subsets, *, k=3, algorithm=1, units="bits"):
+def ksg_estimates_of_subsets(x: MarginalDistances, y: MarginalDistances, subsets: Iterable[ArrayLike], *, k: int = 3,
+                             algorithm: int = 1, units: str = "bits") -> np.ndarray:
     """KSG estimates in `units` of subsets of the samples, from two :class:`MarginalDistances`:
     for each array of distinct sample indices in `subsets`, the estimate of those samples
     alone, read from the distances already made (O(m^2) for m samples; nothing recomputed).
