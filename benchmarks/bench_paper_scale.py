@@ -4,6 +4,11 @@
     python benchmarks/bench_paper_scale.py --sizes 4000x850,8000x850 --profile
     python benchmarks/bench_paper_scale.py --sizes 22000x394 --estimators auto --gaussian-null analytic --merge
     python benchmarks/bench_paper_scale.py --quick --out check.json   # < 1 minute (the smoke test)
+    python benchmarks/bench_paper_scale.py --dump DUMP --runs 10000 --estimators legacy --profile --merge
+
+With ``--dump`` it analyses the first ``--runs`` runs of a sampled dump (copied with the
+public writer) instead of a synthetic one: real parameters, with their ties and constant
+columns, which the synthetic design has none of; the record names the dump and its task.
 
 For each size RUNSxPARAMS it writes a synthetic dump of 3 clients x RUNS runs x PARAMS
 parameters x `--checkpoints` checkpoints (float32) with the public writer
@@ -55,7 +60,8 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "paper_scale.json"
 SIZES = "26400x850,22000x394"  # the core paper's runs x the LeNet head; signal-rnn's size
 QUICK_SIZES = "300x20"
-ESTIMATOR_SETS = {"auto": "auto", "explicit": ["gaussian", "ksg", "copula"]}
+ESTIMATOR_SETS = {"auto": "auto", "explicit": ["gaussian", "ksg", "copula"],
+                  "legacy": ["gaussian", "ksg"]}  # the last: the experiment scripts' (experiments/_runner.py)
 RHOS = (0.1, 0.2, 0.3, 0.4, 0.5)  # the correlation of each parameter between two clients, per checkpoint
 CLIENTS = ("0", "1", "2")
 TARGETS = {"26400x850": {"wall_seconds": 300, "peak_rss_gib": 16}, "22000x394": {"wall_seconds": 120}}
@@ -86,6 +92,21 @@ def rho(t: int, checkpoints: int) -> float:
 def exact_mi_bits(t: int, checkpoints: int, params: int) -> float:
     """The exact MI of any two clients at checkpoint t (monotone maps of a coordinate leave it unchanged)."""
     return float(-params / 2 * np.log2(1 - rho(t, checkpoints) ** 2))
+
+
+def copy_first_runs(source: Path, path: Path, runs: int) -> tuple[int, int, int]:
+    """The first `runs` completed runs of the dump `source` as a new dump at `path`, chunk by
+    chunk with the public writer; (runs, params, checkpoints) of the copy."""
+    dump = ParameterDump.open(source)
+    runs = min(runs, dump.completed_runs)
+    copy = ParameterDump.create(path, clients=list(dump.clients), checkpoints=list(dump.checkpoints), n_runs=runs,
+                                layout=dump.layout)
+    chunk = max(1, min(1000, 2**26 // (8 * dump.n_params * len(dump.checkpoints) * len(dump.clients))))
+    for start in range(0, runs, chunk):
+        stop = min(start + chunk, runs)
+        copy.write_chunk(start, stop, {c: np.stack([np.asarray(dump.samples(c, index=t)[start:stop])
+                                                    for t in range(len(dump.checkpoints))]) for c in dump.clients})
+    return runs, dump.n_params, len(dump.checkpoints)
 
 
 def write_dump(path: Path, runs: int, params: int, checkpoints: int, seed: int = 0) -> int:
@@ -168,8 +189,9 @@ def stage_seconds(profile: list) -> dict:
                               "cumulative_seconds": round(cum, 2)} for f, line, name, calls, own, cum in top]}
 
 
-def summarize(record: dict, checkpoints: int, params: int) -> dict:
-    """The record without its rows: MI per estimator and checkpoint (mean over pairs) beside the exact MI."""
+def summarize(record: dict, checkpoints: int, params: int, synthetic: bool = True) -> dict:
+    """The record without its rows: MI per estimator and checkpoint (mean over pairs) beside the
+    exact MI (of the synthetic design; None for a real dump)."""
     rows = record.pop("rows")
     mi = {}
     for r in rows:
@@ -177,7 +199,8 @@ def summarize(record: dict, checkpoints: int, params: int) -> dict:
             mi.setdefault(r["quantity"], {}).setdefault(int(r["iteration"]), []).append(r)
     out = {}
     for quantity, by_t in sorted(mi.items()):
-        out[quantity] = [{"iteration": t, "exact_bits": round(exact_mi_bits(t, checkpoints, params), 3),
+        out[quantity] = [{"iteration": t,
+                          "exact_bits": round(exact_mi_bits(t, checkpoints, params), 3) if synthetic else None,
                           "mean_bits": round(float(np.mean([r["value"] for r in rs])), 3),
                           "pairs": len(rs), "kinds": sorted({r["estimate_kind"] for r in rs}),
                           "null_methods": sorted({r["null_method"] for r in rs}),
@@ -216,6 +239,9 @@ def main(argv=None) -> None:
                         help=f"sizes {QUICK_SIZES}, 3 checkpoints, 5 permutations, profiled (< 1 minute)")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--tmp", type=Path, default=None, help="folder for the dumps (default: a temporary one)")
+    parser.add_argument("--dump", type=Path, default=None,
+                        help="analyse the first --runs runs of this sampled dump instead of synthetic ones")
+    parser.add_argument("--runs", type=int, default=None, help="with --dump: how many of its runs (default all)")
     parser.add_argument("--merge", action="store_true",
                         help="add the results to those already in --out (each result names its command)")
     args = parser.parse_args(argv)
@@ -223,7 +249,11 @@ def main(argv=None) -> None:
         args.sizes = args.sizes or QUICK_SIZES
         args.checkpoints, args.permutations, args.profile = 3, 5, True
     sizes = []
-    for size in (args.sizes or SIZES).split(","):
+    if args.dump is not None and args.sizes:
+        raise SystemExit("--dump analyses that dump's runs: give --runs, not --sizes")
+    for size in ("" if args.dump is not None else args.sizes or SIZES).split(","):
+        if not size:
+            continue
         try:
             runs, params = (int(v) for v in size.lower().split("x"))
         except ValueError:
@@ -244,17 +274,23 @@ def main(argv=None) -> None:
         "results": []}
     tmp = Path(tempfile.mkdtemp(prefix="mianalysis-paper-scale-", dir=args.tmp))
     try:
-        for runs, params in sizes:
-            path = tmp / f"{runs}x{params}"
+        for runs, params in sizes or [(args.runs, None)]:
+            path = tmp / ("dump" if args.dump is not None else f"{runs}x{params}")
             t0 = time.perf_counter()
-            size = write_dump(path, runs, params, args.checkpoints)
+            if args.dump is not None:
+                runs, params, checkpoints = copy_first_runs(args.dump, path, args.runs or 2**62)
+                size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+            else:
+                size, checkpoints = write_dump(path, runs, params, args.checkpoints), args.checkpoints
             written = time.perf_counter() - t0
             for name in sets:
                 record = run_analysis(path, ESTIMATOR_SETS[name], args.permutations, args.gaussian_null, args.profile)
-                record = summarize(record, args.checkpoints, params)
+                record = summarize(record, checkpoints, params, synthetic=args.dump is None)
                 if "profile" in record:
                     record["profile"] = stage_seconds(record["profile"])
-                row = {"command": results["command"], "checkpoints": args.checkpoints,
+                row = {"command": results["command"], "checkpoints": checkpoints,
+                       **({"dump": args.dump.name, "dump_task": ParameterDump.open(args.dump).meta.get("task")}
+                          if args.dump is not None else {}),
                        "permutations": args.permutations, "gaussian_null": args.gaussian_null,
                        "size": f"{runs}x{params}", "runs": runs, "params": params, "estimators": name,
                        "estimator_list": ESTIMATOR_SETS[name], "dump_mib": round(size / 2**20, 1),

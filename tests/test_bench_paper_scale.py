@@ -95,3 +95,29 @@ def test_bad_sizes_are_refused_in_one_line(tmp_path):
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "--sizes: '300by20' is not RUNSxPARAMS" in done.stderr
     assert not (tmp_path / "x.json").exists()
+
+
+def test_a_sampled_dump_is_analysed_from_its_first_runs(tmp_path):
+    """--dump: the first --runs runs of a real dump, copied with the public writer (the
+    values of those runs, every checkpoint), analysed; no exact MI is claimed for it."""
+    from mianalysis import ParameterDump
+
+    rng = np.random.default_rng(0)
+    arrays = {c: rng.standard_normal((2, 50, 4)).astype(np.float32) for c in ("a", "b", "c")}
+    ParameterDump.from_arrays(tmp_path / "mine", arrays, checkpoints=[0, 3])
+    copy = _bench().copy_first_runs(tmp_path / "mine", tmp_path / "copy", 30)
+    assert copy == (30, 4, 2)
+    copied = ParameterDump.open(tmp_path / "copy")
+    assert copied.checkpoints == [0, 3] and np.array_equal(copied.samples("b", iteration=3), arrays["b"][1, :30])
+    out = tmp_path / "real.json"
+    done = subprocess.run([sys.executable, str(SCRIPT), "--dump", str(tmp_path / "mine"), "--runs", "40",
+                           "--estimators", "legacy", "--permutations", "2", "--out", str(out), "--tmp", str(tmp_path)],
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (r,) = json.loads(out.read_text())["results"]
+    assert (r["dump"], r["runs"], r["params"], r["checkpoints"], r["estimators"]) == ("mine", 40, 4, 2, "legacy")
+    assert set(r["mi"]) == {"mi_gaussian", "mi_ksg"} and all(c["exact_bits"] is None for c in r["mi"]["mi_ksg"])
+    refused = subprocess.run([sys.executable, str(SCRIPT), "--dump", str(tmp_path / "mine"), "--sizes", "300x20",
+                              "--out", str(tmp_path / "x.json")], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode != 0 and "give --runs, not --sizes" in refused.stderr
