@@ -248,12 +248,10 @@ def main(argv=None) -> None:
     if args.quick:
         args.sizes = args.sizes or QUICK_SIZES
         args.checkpoints, args.permutations, args.profile = 3, 5, True
-    sizes = []
     if args.dump is not None and args.sizes:
         raise SystemExit("--dump analyses that dump's runs: give --runs, not --sizes")
-    for size in ("" if args.dump is not None else args.sizes or SIZES).split(","):
-        if not size:
-            continue
+    sizes = []
+    for size in [] if args.dump is not None else (args.sizes or SIZES).split(","):
         try:
             runs, params = (int(v) for v in size.lower().split("x"))
         except ValueError:

@@ -9,7 +9,8 @@ script crosses the start (per-run, fixed) with what the clients of a run share, 
 - signal-rnn, preset `paper` (2 iterations per epoch), 2,000 runs per cell, seeds 0-2;
   shared: nothing / order + dropout / data + order + dropout;
 - the same at the core paper's scale (part `signal-paper-22000`): 22,000 runs per cell,
-  seed 0 (about 10 minutes of sampling and 2-4 of analysis per cell on 2 cores);
+  seed 0 (24-30 minutes per cell, sampling and analysis, on 2 cores shared with other
+  work; `seconds` in the sidecar);
 - gaussian-sgd, preset `paper` (d = 20, 40 steps, checkpoints every 10), 2,000 runs per
   cell, seeds 0-2; shared: nothing / noise / data + noise; its exact MI is drawn beside the
   estimates;

@@ -36,9 +36,9 @@ NeighbourLists = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 __all__ = [
     "ksg_mi", "MarginalDistances", "KSG_NOISE", "standardize_columns", "add_tie_breaking_noise",
-    "ksg_estimates_from_distances", "ksg_estimates_of_subsets", "ksg_permutation_estimates", "BACKENDS", "DISTANCE_CACHE_BLOCK",
-    "DISTANCE_CACHE_MIN_FEATURES", "KSGTies", "TiedSamplesWarning", "ksg_ties", "duplicate_share", "TIE_THRESHOLD",
-    "TIE_CHECK_ROWS", "exact_float32", "neighbour_list_length"
+    "ksg_estimates_from_distances", "ksg_estimates_of_subsets", "ksg_permutation_estimates", "BACKENDS",
+    "DISTANCE_CACHE_BLOCK", "DISTANCE_CACHE_MIN_FEATURES", "KSGTies", "TiedSamplesWarning", "ksg_ties",
+    "duplicate_share", "TIE_THRESHOLD", "TIE_CHECK_ROWS", "exact_float32", "neighbour_list_length"
 ]
 
 # Tie-breaking noise, in units of each feature's standard deviation: the default of every
@@ -299,16 +299,11 @@ def ksg_estimates_from_marginals(x, y, *, n_permutations=0, random_state=None, k
     n_permutations = check_int(n_permutations, "n_permutations", low=0)
     rng = check_random_state(random_state)
     factor, algorithm, _ = check_ksg_settings(units, algorithm, "float64")
-    for name, value in (("x", x), ("y", y)):
-        if not isinstance(value, MarginalDistances):
-            raise TypeError(f"`{name}` must be MarginalDistances like the other argument (precomputed distances "
-                            f"pair only with precomputed distances); got {type(value).__name__}")
+    _check_distance_pair(x, y)
     if extra:
         raise ValueError(f"{', '.join(f'`{e}`' for e in sorted(extra))} cannot be applied to MarginalDistances: "
                          "the samples were made ready by MarginalDistances.of (standardize, noise) in float64 "
                          "for the Numba kernels; give the settings there, or pass arrays")
-    if x.n_samples != y.n_samples:
-        raise ValueError(f"`x` and `y` must have the same number of samples; got {x.n_samples} and {y.n_samples}")
     k = check_k(k, x.n_samples)
     if x.n_features == 0 or y.n_features == 0:  # I(c; Y) = 0 (see ksg_mi's Notes)
         return np.zeros(1 + n_permutations)
@@ -325,6 +320,15 @@ def ksg_estimates_from_marginals(x, y, *, n_permutations=0, random_state=None, k
     # on this path (the array path multiplies by 1 / log(2); the two may differ in the last bit).
     return nats if factor == 1.0 else nats / np.log(2)
 
+
+def _check_distance_pair(x, y):
+    """Refuse `x`, `y` unless both are :class:`MarginalDistances` of the same samples' count."""
+    for name, value in (("x", x), ("y", y)):
+        if not isinstance(value, MarginalDistances):
+            raise TypeError(f"`{name}` must be MarginalDistances like the other argument (precomputed distances "
+                            f"pair only with precomputed distances); got {type(value).__name__}")
+    if x.n_samples != y.n_samples:
+        raise ValueError(f"`x` and `y` must have the same number of samples; got {x.n_samples} and {y.n_samples}")
 
 
 def ksg_estimates_of_subsets(x: MarginalDistances, y: MarginalDistances, subsets: Iterable[ArrayLike], *, k: int = 3,
@@ -358,11 +362,7 @@ def ksg_estimates_of_subsets(x: MarginalDistances, y: MarginalDistances, subsets
     from ._kernels import subset_neighbour_counts
 
     factor, algorithm, _ = check_ksg_settings(units, algorithm, "float64")
-    for name, value in (("x", x), ("y", y)):
-        if not isinstance(value, MarginalDistances):
-            raise TypeError(f"`{name}` must be MarginalDistances; got {type(value).__name__}")
-    if x.n_samples != y.n_samples:
-        raise ValueError(f"`x` and `y` must have the same number of samples; got {x.n_samples} and {y.n_samples}")
+    _check_distance_pair(x, y)
     rows = []
     for subset in subsets:
         subset = np.asarray(subset)
