@@ -414,3 +414,7 @@ def test_signal_rnn_at_22000_runs_rises_with_shared_order_and_dropout():
     text = _flat(README)
     assert "At the paper's 22,000 runs (seed 0, fixed start) sharing minibatch order and dropout alone is enough: " \
            "Gaussian and KSG MI rise in all 3 pairs" in text
+    assert "KSG's adjusted p with order and dropout alone " + ", ".join(f"{p:.2g}" for p in alone[:-1]) \
+           + f" and {alone[-1]:.2g}, one seed" in text
+    for shared in ("order+dropout", "data+order+dropout"):  # each rising step's interval excludes 0
+        assert all(float(r["step_ci_low"].split(": ")[1]) > 0 for q in ("mi_gaussian", "mi_ksg") for r in cell(shared, q))
