@@ -23,8 +23,8 @@ each with `--permutations` permutations (100) for every estimate, the default in
 (``ci_resamples`` None: the registry's) and all three distances. It records the wall
 seconds of ``analyze``, the process's CPU seconds (user + system, all threads, and any
 children), its peak resident memory (``ru_maxrss``, of the process and of its children),
-the load average before and after (the machine may be shared), and the rows' MI beside
-the design's exact MI. With ``--profile`` the same analysis runs under cProfile and the
+the load average before and after (the machine may be shared), its minor page faults, and
+the rows' MI beside the design's exact MI. With ``--profile`` the same analysis runs under cProfile and the
 record holds the cumulative seconds of each stage (:data:`STAGES`) and the functions with
 the most own time; profile a smaller size and scale where the full size is too slow.
 
@@ -150,7 +150,10 @@ if profiler:
 wall = time.perf_counter() - start
 after = [usage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
 cpu = sum(a.ru_utime + a.ru_stime - b.ru_utime - b.ru_stime for a, b in zip(after, before))
-record = {"wall_seconds": wall, "cpu_seconds": cpu, "peak_rss_kib_self": after[0].ru_maxrss,
+faults = sum(a.ru_minflt - b.ru_minflt for a, b in zip(after, before))
+record = {"wall_seconds": wall, "cpu_seconds": cpu, "minor_page_faults": faults,
+          "malloc_environment": {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")},
+          "peak_rss_kib_self": after[0].ru_maxrss,
           "peak_rss_kib_children": after[1].ru_maxrss, "load_average_before": list(load_before),
           "load_average_after": list(os.getloadavg()),
           "rows": [{k: r[k] for k in ("iteration", "client_a", "client_b", "quantity", "value", "ci_low", "ci_high",

@@ -47,7 +47,8 @@ def test_the_design_has_the_exact_mi_it_claims(tmp_path):
 
 def test_quick_mode_runs_and_records_what_it_promises(tmp_path):
     out = tmp_path / "quick.json"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}, "MALLOC_ARENA_MAX": "4",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     done = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--out", str(out), "--tmp", str(tmp_path)],
                           env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -57,6 +58,8 @@ def test_quick_mode_runs_and_records_what_it_promises(tmp_path):
     for r in record["results"]:
         assert r["wall_seconds"] > 0 and r["cpu_seconds"] > 0 and 0 < r["peak_rss_gib"] < 8
         assert len(r["load_average_before"]) == 3 and r["rows"] > 0
+        # page faults (the cost of fresh memory on a virtual machine) and the allocator's settings
+        assert r["minor_page_faults"] > 0 and r["malloc_environment"] == {"MALLOC_ARENA_MAX": "4"}
         stages = r["profile"]["cumulative_seconds"]
         assert stages["MI estimates and their permutation nulls"] > 0
         # 300 runs >= 4 x 40 joint dims: the covariance changes' se from influence values

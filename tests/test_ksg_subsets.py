@@ -2,6 +2,7 @@
 (`ksg_estimates_of_subsets`), and analyze's half-subsampling replicates made that way."""
 
 import warnings
+import weakref
 
 import numpy as np
 import pytest
@@ -176,3 +177,39 @@ def test_without_room_for_every_client_the_pair_distances_give_the_same_table(tm
         table.write_rows(tmp_path / f"{name}.csv")
     assert (tmp_path / "pairs.csv").read_bytes() == (tmp_path / "every.csv").read_bytes()
     assert [r["ci_low"] for r in none.select("mi_ksg", "0", "1")] != [r["ci_low"] for r in every.select("mi_ksg", "0", "1")]
+
+
+def test_pair_distances_keep_a_client_for_the_next_pair(tmp_path, rng, monkeypatch):
+    """Where only a pair's distances fit, a client's matrix serves the next pair it is in:
+    3 clients make 4 matrices per checkpoint (not 6), never more than 2 at once, and per
+    tensor (by="layer") each group makes its own; the tables equal those with every
+    client's distances kept."""
+    n = 120
+    base = rng.standard_normal((2, n, 5))
+    dump = ParameterDump.from_arrays(tmp_path / "d", {c: 0.7 * base + 0.7 * rng.standard_normal((2, n, 5))
+                                                      for c in "abc"}, layout=[("w", (2, 2)), ("bias", (1,))])
+    kw = dict(estimators=("ksg",), metrics=(), n_permutations=2, random_state=3)
+    every = {by: analyze(dump, distance_cache=True, by=by, **kw) for by in (None, "layer")}
+    made, alive, most = [], set(), [0]
+    original = MarginalDistances.of.__func__
+
+    def counted(cls, samples, **options):
+        distances = original(cls, samples, **options)
+        made.append(distances.matrix.shape)
+        alive.add(id(distances.matrix))
+        weakref.finalize(distances.matrix, alive.discard, id(distances.matrix))
+        most[0] = max(most[0], len(alive))
+        return distances
+
+    monkeypatch.setattr(MarginalDistances, "cache_fits", staticmethod(
+        lambda n_samples, *, count=1, distance_cache="auto": count <= 2))
+    monkeypatch.setattr(MarginalDistances, "of", classmethod(counted))
+    for by, groups in ((None, 1), ("layer", 2)):
+        made.clear()
+        most[0] = 0
+        pairs = analyze(dump, by=by, **kw)
+        assert len(made) == 2 * groups * 4  # checkpoints x groups x 4
+        assert most[0] <= 2
+        every[by].write_rows(tmp_path / "every.csv")
+        pairs.write_rows(tmp_path / "pairs.csv")
+        assert (tmp_path / "pairs.csv").read_bytes() == (tmp_path / "every.csv").read_bytes()

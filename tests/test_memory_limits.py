@@ -161,6 +161,26 @@ def test_use_distance_cache_follows_the_available_memory(monkeypatch):
     assert not use_distance_cache("auto", 1)
 
 
+def test_estimates_without_a_cache_do_not_read_the_memory(monkeypatch):
+    """Checking the `distance_cache` argument reads no memory files (which cost ~0.5 ms per
+    call, a tenth of a small estimate): only a cache's size is measured against the room."""
+    from mianalysis import mi_permutation_test
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("available memory read for an estimate that keeps no distances")
+
+    monkeypatch.setattr(_memory, "available_memory_bytes", refuse)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((200, 3))
+    y = x + rng.standard_normal((200, 3))
+    assert ksg_mi(x, y, random_state=0) > 0.5
+    assert mi_permutation_test(x, y, estimator="gaussian", n_permutations=9, random_state=0).p_value == 0.1
+    with pytest.raises(ValueError, match="distance_cache"):
+        ksg_mi(x, y, distance_cache="always")
+    with pytest.raises(AssertionError, match="memory read"):  # a cache's size is measured
+        ksg_mi(rng.standard_normal((200, 60)), rng.standard_normal((200, 60)), random_state=0)
+
+
 def test_this_process_sees_its_own_rlimit():
     code = ("import resource; from mianalysis._memory import available_memory_bytes as a; "
             "print(a())")

@@ -239,9 +239,12 @@ class CheckpointAnalysis:
         # KSG replicates made from a pair's own distances while they existed (pair_distances),
         # (t, a, b, estimator) -> replicates, until with_intervals takes them
         self._pair_replicates: dict[tuple[int, int, int, str], np.ndarray] = {}
+        # Clients' distances that pair_distances made and may serve the next pair with them,
+        # (t, client) -> distances; at most a pair's, within one group's pairs
+        self._held: dict[tuple[int, int], MarginalDistances] = {}
 
     def __getstate__(self):  # drawn or read again where it runs: settings travel, not arrays
-        return {**self.__dict__, "_indices": None, "_starts": {}, "_pair_replicates": {}}
+        return {**self.__dict__, "_indices": None, "_starts": {}, "_pair_replicates": {}, "_held": {}}
 
     @property
     def indices(self) -> dict[str, np.ndarray]:
@@ -312,6 +315,7 @@ class CheckpointAnalysis:
                     rows.append(self.row(t, a, b, "mi_exact", exact(dump.checkpoints[t], a, b)))
                 if progress is not None:
                     progress(1)
+            self._held.clear()  # the next group's samples are other columns
             resampled = self.with_intervals(t, samples, self.of_checkpoint(rows, t, group), varying, transformed,
                                             distances)
             if self.request.gaussianity:
@@ -345,12 +349,24 @@ class CheckpointAnalysis:
         no client's but two fit in memory (``distance_cache`` "auto" or True): the matrices
         :meth:`marginal_distances` would hold, made for this pair alone, so that the estimate,
         its permutations and replicates are the same whichever way (and whatever the memory).
-        None where not."""
+        None where not.
+
+        A client's matrix is kept for the next pair while it is in that pair too (pairs in
+        order: (0, 1), (0, 2), (1, 2) make 4 matrices, not 6), never more than the two that
+        were found to fit: the one outside the next pair is let go before a new one is made."""
         request = self.request
-        if request.reuse_distances or request.distance_cache is False or not MarginalDistances.cache_fits(
-                self.n_runs, count=2, distance_cache=request.distance_cache):
+        if request.reuse_distances or request.distance_cache is False:
             return None
-        return self._client_distances(t, a, x), self._client_distances(t, b, y)
+        for key in [key for key in self._held if key[0] != t or key[1] not in (a, b)]:
+            del self._held[key]
+        # Held matrices were made where two fitted (the rule is asked before any is held).
+        if not self._held and not MarginalDistances.cache_fits(self.n_runs, count=2,
+                                                              distance_cache=request.distance_cache):
+            return None
+        for c, samples in ((a, x), (b, y)):
+            if (t, c) not in self._held:
+                self._held[t, c] = self._client_distances(t, c, samples)
+        return self._held[t, a], self._held[t, b]
 
     def _subset_replicates(self, estimator: str, distances: Sequence[MarginalDistances]) -> np.ndarray | None:
         """KSG's half-subsampling replicates from two clients' distances (the halves of the
@@ -561,6 +577,7 @@ class CheckpointAnalysis:
                 row["ci_low"], row["ci_high"] = normal_interval(row["value"], replicates.std(ddof=1), ci_level,
                                                                 df=len(replicates) - 1)
         self._pair_replicates.clear()  # any not taken (a row without an interval) is of no later use
+        self._held.clear()
         return out
 
     def _kept_replicates(self, t: int, a: int, b: int, estimator: str, samples: Sequence[np.ndarray],

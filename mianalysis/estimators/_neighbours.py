@@ -94,13 +94,19 @@ def ksg_counts_torch(x, y, k, algorithm, dtype="float64", device=None, block=102
     return nx.cpu().numpy(), ny.cpu().numpy()
 
 
+def check_distance_cache(distance_cache):
+    """`distance_cache` itself if it is "auto", True or False; else ValueError naming it."""
+    if distance_cache not in ("auto", True, False):
+        raise ValueError(f"`distance_cache` must be 'auto', True or False; got {distance_cache!r}")
+    return distance_cache
+
+
 def use_distance_cache(distance_cache, n_bytes):
     """Whether to keep `n_bytes` of distances in memory: always for True, never for False,
     for "auto" when they take at most half the memory this process can still allocate
     (:func:`mianalysis._memory.available_memory_bytes`: physical memory, cgroup limits, ``ulimit -v``); else
     the caller computes in O(n) memory."""
-    if distance_cache not in ("auto", True, False):
-        raise ValueError(f"`distance_cache` must be 'auto', True or False; got {distance_cache!r}")
+    check_distance_cache(distance_cache)
     if distance_cache == "auto" and n_bytes > 0:
         # The kernels that will use the cache first: loading Numba and LLVM takes some 200 MB of
         # address space, which counts against `ulimit -v` and must not be taken for free room.

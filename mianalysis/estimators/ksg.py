@@ -27,7 +27,7 @@ from .._validation import (
     varying_columns,
 )
 from ._neighbours import SYMMETRIC_MIN_FEATURES as DISTANCE_CACHE_MIN_FEATURES
-from ._neighbours import (check_torch_device, ksg_counts, ksg_counts_torch, marginal_distances,
+from ._neighbours import (check_distance_cache, check_torch_device, ksg_counts, ksg_counts_torch, marginal_distances,
                           neighbour_list_length, neighbour_lists, permuted_counts, use_distance_cache, use_lists)
 
 # One variable's sorted near-neighbour lists (values, indices, cover): see
@@ -212,7 +212,7 @@ def ksg_mi(
     if isinstance(x, MarginalDistances) or isinstance(y, MarginalDistances):
         extra = {name for name, value, default in (("dtype", dtype, "float64"), ("backend", backend, "numba"),
                                                    ("standardize", standardize, False)) if value != default}
-        use_distance_cache(distance_cache, 0)  # only checks the argument
+        check_distance_cache(distance_cache)
         return float(ksg_estimates_from_marginals(x, y, k=k, algorithm=algorithm, units=units, extra=extra)[0])
     noise = check_nonnegative_float(noise, "noise")
     x, y = check_paired(x, y)
@@ -221,7 +221,7 @@ def ksg_mi(
     check_choice(backend, "backend", BACKENDS)
     if backend == "torch":
         check_torch_device(device)
-    use_distance_cache(distance_cache, 0)  # only checks the argument
+    check_distance_cache(distance_cache)
     standardize = check_flag(standardize, "standardize")
     x, y = drop_constant_features(x, y)
     if x.shape[1] == 0 or y.shape[1] == 0:

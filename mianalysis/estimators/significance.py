@@ -18,7 +18,7 @@ from .._validation import (
     check_random_state,
     drop_constant_features,
 )
-from ._neighbours import check_torch_device, list_bytes, use_distance_cache, use_lists
+from ._neighbours import check_distance_cache, check_torch_device, list_bytes, use_distance_cache, use_lists
 from .gaussian import CROSS_PRECISIONS, check_gaussian_settings, gaussian_mi, gaussian_permutation_estimates
 from .ksg import (BACKENDS, KSG_NOISE, MarginalDistances, add_tie_breaking_noise, check_ksg_settings,
                   ksg_estimates_from_marginals, ksg_permutation_estimates, standardize_columns)
@@ -224,7 +224,7 @@ def mi_permutation_test(
     entry = get_estimator(estimator)
     n_permutations = check_int(n_permutations, "n_permutations", low=1)
     rng = check_random_state(random_state)
-    use_distance_cache(distance_cache, 0)  # only checks the argument
+    check_distance_cache(distance_cache)
     _check_precision(cross_precision)
     if isinstance(x, MarginalDistances) or isinstance(y, MarginalDistances):
         return _test_from_marginals(x, y, estimator, n_permutations, rng, estimator_kwargs)
