@@ -24,7 +24,11 @@ each with `--permutations` permutations (100) for every estimate, the default in
 seconds of ``analyze``, the process's CPU seconds (user + system, all threads, and any
 children), its peak resident memory (``ru_maxrss``, of the process and of its children),
 the load average before and after (the machine may be shared), its minor page faults, and
-the rows' MI beside the design's exact MI. With ``--profile`` the same analysis runs under cProfile and the
+the rows' MI beside the design's exact MI. On a virtual machine whose host takes freed
+memory back within seconds, every large temporary array is fresh pages again, and their
+first touch can cost more than the work done on them (docs/results/benchmarks.md);
+``--keep-freed-memory`` runs each analysis with glibc's allocator told to keep what it
+frees (``MALLOC_MMAP_MAX_=0``, ``MALLOC_TRIM_THRESHOLD_`` 2^62), as a user can. With ``--profile`` the same analysis runs under cProfile and the
 record holds the cumulative seconds of each stage (:data:`STAGES`) and the functions with
 the most own time; profile a smaller size and scale where the full size is too slow.
 
@@ -166,9 +170,16 @@ print("RECORD " + json.dumps(record, default=float))
 """
 
 
-def run_analysis(dump: Path, estimators, permutations: int, gaussian_null: str, profile: bool) -> dict:
+# glibc's allocator kept from handing freed memory back to the system (``--keep-freed-memory``):
+# no block by mmap (each large array would be fresh pages again), no trimming of the heap.
+KEEP_FREED_MEMORY = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**62)}
+
+
+def run_analysis(dump: Path, estimators, permutations: int, gaussian_null: str, profile: bool,
+                 keep_freed_memory: bool = False) -> dict:
     """One analysis of `dump` in a fresh process: its record (see :data:`CHILD`)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+           **(KEEP_FREED_MEMORY if keep_freed_memory else {})}
     payload = json.dumps({"dump": str(dump), "estimators": estimators, "permutations": permutations,
                           "gaussian_null": gaussian_null, "profile": profile})
     done = subprocess.run([sys.executable, "-c", CHILD, payload], env=env, capture_output=True, text=True)
@@ -245,6 +256,9 @@ def main(argv=None) -> None:
     parser.add_argument("--dump", type=Path, default=None,
                         help="analyse the first --runs runs of this sampled dump instead of synthetic ones")
     parser.add_argument("--runs", type=int, default=None, help="with --dump: how many of its runs (default all)")
+    parser.add_argument("--keep-freed-memory", action="store_true",
+                        help="run each analysis with glibc's allocator keeping the memory it frees (see the module "
+                             "docstring; the record's malloc_environment says so)")
     parser.add_argument("--merge", action="store_true",
                         help="add the results to those already in --out (each result names its command)")
     args = parser.parse_args(argv)
@@ -285,7 +299,8 @@ def main(argv=None) -> None:
                 size, checkpoints = write_dump(path, runs, params, args.checkpoints), args.checkpoints
             written = time.perf_counter() - t0
             for name in sets:
-                record = run_analysis(path, ESTIMATOR_SETS[name], args.permutations, args.gaussian_null, args.profile)
+                record = run_analysis(path, ESTIMATOR_SETS[name], args.permutations, args.gaussian_null, args.profile,
+                                      args.keep_freed_memory)
                 record = summarize(record, checkpoints, params, synthetic=args.dump is None)
                 if "profile" in record:
                     record["profile"] = stage_seconds(record["profile"])

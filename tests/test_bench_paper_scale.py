@@ -83,13 +83,15 @@ def test_quick_mode_runs_and_records_what_it_promises(tmp_path):
     assert all(r["command"] == record["command"] and r["checkpoints"] == 3 for r in record["results"])
     # --merge adds a command's results to those in the file
     done = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--estimators", "auto", "--gaussian-null",
-                           "analytic", "--merge", "--out", str(out)], env=env, capture_output=True, text=True,
-                          timeout=600)
+                           "analytic", "--keep-freed-memory", "--merge", "--out", str(out)], env=env,
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     merged = json.loads(out.read_text())
     assert merged["results"][:2] == record["results"] and len(merged["provenance"]) == 2
     last = merged["results"][2]
     assert last["estimators"] == "auto" and last["gaussian_null"] == "analytic"
+    assert last["malloc_environment"] == {"MALLOC_ARENA_MAX": "4", "MALLOC_MMAP_MAX_": "0",
+                                          "MALLOC_TRIM_THRESHOLD_": str(2**62)}
     assert all(c["null_methods"] == ["analytic"] for c in last["mi"]["mi_copula"])
 
 
