@@ -9,8 +9,8 @@ script crosses the start (per-run, fixed) with what the clients of a run share, 
 - signal-rnn, preset `paper` (2 iterations per epoch), 2,000 runs per cell, seeds 0-2;
   shared: nothing / order + dropout / data + order + dropout;
 - the same at the core paper's scale (part `signal-paper-22000`): 22,000 runs per cell,
-  seed 0 (24-30 minutes per cell, sampling and analysis, on 2 cores shared with other
-  work; `seconds` in the sidecar);
+  seeds 0-2 (24-30 minutes per cell, sampling and analysis, on 2 cores shared with other
+  work; `seconds` in the sidecar; `--skip-missing` assembles the cells done so far);
 - gaussian-sgd, preset `paper` (d = 20, 40 steps, checkpoints every 10), 2,000 runs per
   cell, seeds 0-2; shared: nothing / noise / data + noise; its exact MI is drawn beside the
   estimates;
@@ -66,7 +66,7 @@ INITS = ("per-run", "fixed")
 PARTS = {
     "signal-paper": ("signal-rnn", "paper", {}, 1, 2000, (0, 1, 2),
                      ((), ("order", "dropout"), ("data", "order", "dropout"))),
-    "signal-paper-22000": ("signal-rnn", "paper", {}, 1, 22000, (0,),
+    "signal-paper-22000": ("signal-rnn", "paper", {}, 1, 22000, (0, 1, 2),
                            ((), ("order", "dropout"), ("data", "order", "dropout"))),
     "gaussian": ("gaussian-sgd", "paper", {}, 10, 2000, (0, 1, 2), ((), ("noise",), ("data", "noise"))),
     "signal-long": ("signal-rnn", "long", {}, 4, 1000, (0, 1, 2),
