@@ -298,7 +298,8 @@ def markdown(summary, parts, specs):
              "whose clients share noise, or whose training maps the start differently per client, breaks it by design. "
              "Made by `python experiments/sources_of_dependence.py`.", ""]
     for part in parts:
-        task_name, preset, settings, every, runs, seeds, _ = specs[part]
+        task_name, preset, settings, every, runs, _, _ = specs[part]
+        seeds = seeds_in(summary, part, specs)
         lines += [f"### {task_name}, preset {preset}{' ' + json.dumps(settings) if settings else ''}: {runs} runs "
                   f"per cell, checkpoints every {every}, seeds {', '.join(map(str, seeds))}", "",
                   "| start | shared | seed | MI Gaussian | MI KSG | exact MI | Euclidean | Manhattan | Chebyshev | "
@@ -376,7 +377,8 @@ def figure(summary, path, parts, specs):
 
     fig, axes = plt.subplots(2, len(parts), figsize=(5.6 * len(parts), 8.6), squeeze=False)
     for col, part in enumerate(parts):
-        task_name, preset, _, _, runs, seeds, levels = specs[part]
+        task_name, preset, _, _, runs, _, levels = specs[part]
+        seeds = seeds_in(summary, part, specs)
         points = change_points(summary, part)
         cells = [(i_, "+".join(s_) or "nothing") for i_ in INITS for s_ in levels]
         for row, (names, scale) in enumerate(((("mi_gaussian", "mi_exact"), "symlog"), (("mi_ksg",), "linear"))):
@@ -440,6 +442,12 @@ def figure(summary, path, parts, specs):
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def seeds_in(summary, part, specs):
+    """The seeds of `part` that `summary` holds rows of (the part's seeds where it holds none):
+    what a heading or a panel title names, where --skip-missing left some seeds out."""
+    return sorted({int(r["seed"]) for r in summary if r["part"] == part}) or list(specs[part][5])
 
 
 def not_run_note(cells):

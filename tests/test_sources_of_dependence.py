@@ -87,6 +87,24 @@ def test_verdict_errors_count_false_steps_against_the_truth():
     assert "0 of 1 step verdicts" in text and "1 cells (carried over from a table made before" in text
 
 
+def test_headings_and_titles_name_the_seeds_the_table_holds():
+    """A part assembled with --skip-missing before all its seeds ran: its heading and panel
+    title name the seeds it has rows of, not every seed it lists."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("experiment_sources", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rows = [{**_row("mi_ksg", {2: "rising"}, part="signal-paper-22000"), "seed": seed} for seed in (0, 2)]
+    assert module.seeds_in(rows, "signal-paper-22000", module.PARTS) == [0, 2]
+    assert module.seeds_in(rows, "gaussian", module.PARTS) == [0, 1, 2]  # none yet: the part's own
+    page = module.markdown([{**r, "task": "signal-rnn", "preset": "paper", "runs": 22000, "first_iteration": 1,
+                             "last_iteration": 2, "first_value": 0.1, "last_value": 0.2, "last_ci_low": 0.1,
+                             "last_ci_high": 0.3, "trend": "rising"} for r in rows],
+                           ["signal-paper-22000"], module.PARTS)
+    assert "22000 runs per cell, checkpoints every 1, seeds 0, 2" in page
+
+
 def test_a_quick_table_is_not_carried_into_the_full_run(tmp_path):
     first = tmp_path / "first"
     _run("--work", tmp_path / "work", "--out", first)
