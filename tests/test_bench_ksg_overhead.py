@@ -1,4 +1,5 @@
-"""benchmarks/bench_ksg_overhead.py: it runs, times what it names, and refuses bad sizes."""
+"""benchmarks/bench_ksg_overhead.py and bench_fresh_memory.py: they run, time what they name, and
+refuse bad arguments."""
 
 from __future__ import annotations
 
@@ -36,3 +37,22 @@ def test_bad_sizes_are_refused_in_one_line(tmp_path):
                           env=ENV, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "'300by2' is not NxD" in done.stderr
     assert not (tmp_path / "x.json").exists()
+
+
+FRESH = ROOT / "benchmarks" / "bench_fresh_memory.py"
+
+
+def test_fresh_memory_times_each_allocation_both_ways(tmp_path):
+    out = tmp_path / "fresh.json"
+    done = subprocess.run([sys.executable, str(FRESH), "--mib", "8", "--times", "2", "--pause", "0", "--out", str(out)],
+                          env=ENV, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads(out.read_text())
+    assert record["command"] == "python benchmarks/bench_fresh_memory.py --mib 8 --times 2 --pause 0"
+    default, keep = record["runs"]
+    assert default["malloc_environment"] == {} and keep["malloc_environment"]["MALLOC_MMAP_MAX_"] == "0"
+    for r in (default, keep):
+        assert len(r["seconds"]) == 2 and all(s > 0 for s in r["seconds"]) and r["minor_page_faults"] > 0
+    bad = subprocess.run([sys.executable, str(FRESH), "--times", "1", "--out", str(tmp_path / "x.json")], env=ENV,
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "--times >= 2" in bad.stderr and not (tmp_path / "x.json").exists()
