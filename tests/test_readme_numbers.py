@@ -438,7 +438,18 @@ def test_signal_rnn_at_22000_runs_rises_with_shared_order_and_dropout():
     text = _flat(README)
     assert "At the paper's 22,000 runs (seed 0, fixed start) sharing minibatch order and dropout alone is enough: " \
            "Gaussian and KSG MI rise in all 3 pairs" in text
+    seed1 = [r for r in _summary() if (r["part"], r["init"], r["shared"], r["seed"], r["quantity"]) == (
+        "signal-paper-22000", "fixed", "order+dropout", "1", "mi_ksg")]
+    again = sorted(float(r["step_p_adjusted"].split(": ")[1]) for r in seed1)
+    assert len(seed1) == 3 and {r["steps"] for r in seed1} == {"2: rising"}
     assert "KSG's adjusted p with order and dropout alone " + ", ".join(f"{p:.2g}" for p in alone[:-1]) \
-           + f" and {alone[-1]:.2g}, one seed" in text
+           + f" and {alone[-1]:.2g} at seed 0, and " + ", ".join(f"{p:.2g}" for p in again[:-1]) \
+           + f" and {again[-1]:.2g} at seed 1, which reproduces the rise in all 3 pairs" in text
+    assert "KSG's adjusted p " + ", ".join(f"{p:.2g}" for p in again[:-1]) + f" and {again[-1]:.2g}" in doc
+    for quantity, digits in (("mi_gaussian", 2), ("mi_ksg", 3)):
+        change = [float(r["step_change"].split(": ")[1]) for r in _summary() if (
+            r["part"], r["init"], r["shared"], r["seed"], r["quantity"]) == (
+            "signal-paper-22000", "fixed", "order+dropout", "1", quantity)]
+        assert f"+{min(change):.{digits}f} to +{max(change):.{digits}f}" in doc
     for shared in ("order+dropout", "data+order+dropout"):  # each rising step's interval excludes 0
         assert all(float(r["step_ci_low"].split(": ")[1]) > 0 for q in ("mi_gaussian", "mi_ksg") for r in cell(shared, q))
