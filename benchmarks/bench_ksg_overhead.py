@@ -102,9 +102,8 @@ def main(argv=None) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # continuous data: no tie or constant warning may fire
         runs = [measure(n, d, args.repeats) for n, d in sizes]
-    record = {"command": "python benchmarks/bench_ksg_overhead.py" + (f" --sizes {args.sizes}" if args.sizes != SIZES
-                                                                     else "")
-              + (f" --repeats {args.repeats}" if args.repeats != 7 else ""),
+    given = [f"--{k} {getattr(args, k)}" for k, v in {"sizes": SIZES, "repeats": 7}.items() if getattr(args, k) != v]
+    record = {"command": " ".join(["python benchmarks/bench_ksg_overhead.py", *given]),
               "load_average_before": [round(v, 2) for v in load_before],
               "load_average_after": [round(v, 2) for v in os.getloadavg()],
               "runs": runs, "provenance": collect(started, finished=True)}
@@ -112,8 +111,9 @@ def main(argv=None) -> None:
     args.out.write_text(json.dumps(record, indent=1) + "\n")
     for r in runs:
         best = r["best_seconds"]
-        print(f"{r['n']}x{r['d']}: call {best['call'] * 1e3:.2f} ms, kernel {best['kernel (ksg_counts)'] * 1e3:.2f} ms, "
-              f"outside the kernel {r['outside_kernel_share']:.0%}", flush=True)
+        print(f"{r['n']}x{r['d']}: call {best['call'] * 1e3:.2f} ms, "
+              f"kernel {best['kernel (ksg_counts)'] * 1e3:.2f} ms, outside the kernel {r['outside_kernel_share']:.0%}",
+              flush=True)
     print(f"wrote {args.out}")
 
 
