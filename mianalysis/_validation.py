@@ -13,6 +13,8 @@ import warnings
 
 import numpy as np
 
+from ._scaling import SAFE_LOW, column_std
+
 UNITS = {"nats": 1.0, "bits": 1.0 / np.log(2.0)}
 
 
@@ -143,22 +145,32 @@ def varying_columns(a) -> np.ndarray:
     >>> varying_columns(a)
     array([False, False,  True])
     """
-    a = np.asarray(a, dtype=np.float64)
+    a = np.asarray(a)
+    if a.dtype != np.float32:  # float32 values are float64 ones exactly: read them as they are
+        a = np.asarray(a, dtype=np.float64)
     if a.ndim != 2:
         raise ValueError(f"`a` must be a 2-D array of samples x features; got {a.ndim} dimensions")
     if a.shape[0] == 0:
         return np.zeros(a.shape[1], dtype=bool)
-    lo, hi = a.min(axis=0), a.max(axis=0)
+    lo, hi = a.min(axis=0).astype(np.float64), a.max(axis=0).astype(np.float64)
     varying = hi > lo
-    if varying.any():
-        from ._scaling import column_std
-
-        cols = a[:, varying]
+    _, exponent = np.frexp(np.maximum(np.abs(lo), np.abs(hi)))
+    # A column whose values span R has sd >= R / sqrt(2 n) (two values at its ends, the rest
+    # at their mean). Where that bound exceeds twice the threshold at float32's coarser
+    # resolution, the rule's answer is "varies" whatever the computed sd's rounding, so only
+    # the other columns need the full rule (sd, float32 check): one pass over the data instead
+    # of several full-size copies, which matters at paper scale where every estimator asks.
+    with np.errstate(over="ignore", under="ignore"):
+        spread = hi - lo
+        clear = varying & (spread > SAFE_LOW) & (
+            spread / np.sqrt(2.0 * a.shape[0]) > 2.0 * CONSTANT_SPACINGS * np.ldexp(1.0, exponent - 24))
+    check = varying & ~clear
+    if check.any():
+        cols = np.asarray(a[:, check], dtype=np.float64)
         with np.errstate(over="ignore"):
             single = (cols.astype(np.float32).astype(np.float64) == cols).all(axis=0)
-        _, exponent = np.frexp(np.maximum(np.abs(lo), np.abs(hi))[varying])
-        resolution = np.ldexp(1.0, exponent - np.where(single, 24, 53))
-        varying[varying] = column_std(cols) > CONSTANT_SPACINGS * resolution
+        resolution = np.ldexp(1.0, exponent[check] - np.where(single, 24, 53))
+        varying[check] = column_std(cols) > CONSTANT_SPACINGS * resolution
     return varying
 
 

@@ -68,6 +68,42 @@ def test_a_huge_magnitude_beyond_float32_is_judged_without_overflow():
         assert varying_columns(a).tolist() == [True, False]
 
 
+def _full_rule(a):
+    """The rule as CONSTANT_RULE states it, every column through the sd and the float32 check."""
+    a = np.asarray(a, dtype=np.float64)
+    lo, hi = a.min(axis=0), a.max(axis=0)
+    single = (a.astype(np.float32).astype(np.float64) == a).all(axis=0)
+    _, exponent = np.frexp(np.maximum(np.abs(lo), np.abs(hi)))
+    return (hi > lo) & (a.std(axis=0) > CONSTANT_SPACINGS * np.ldexp(1.0, exponent - np.where(single, 24, 53)))
+
+
+@pytest.mark.parametrize("n", [2, 3, 50, 2001])
+def test_the_range_shortcut_gives_the_full_rules_answer_at_the_threshold(n):
+    # varying_columns decides a column from its range alone where the range forces an sd far above
+    # the threshold; the least sd a range R allows is R / sqrt(2 n) (its two ends, the rest at
+    # their mean). Columns of that least-sd shape and of a single outlier, with sds from 1/4 to 4
+    # times the threshold, float32 and float64, at several magnitudes, get the full rule's answer.
+    rng = np.random.default_rng(n)
+    columns = []
+    for magnitude in (1.5 * 2.0**-100, 0.75, 1.5e3, 1.5e30):
+        spacing = float(np.spacing(np.float32(magnitude)))
+        for factor in np.geomspace(0.25, 4.0, 23) * (1 + 0.01 * rng.standard_normal(23)):
+            least = np.full(n, float(magnitude))
+            half_range = factor * CONSTANT_SPACINGS * spacing * np.sqrt(2.0 * n) / 2
+            least[0], least[-1] = magnitude - half_range, magnitude + half_range
+            outlier = np.full(n, float(magnitude))
+            outlier[n // 2] += factor * CONSTANT_SPACINGS * spacing * np.sqrt(n)
+            columns += [least, outlier, least.astype(np.float32).astype(np.float64)]
+    a = np.column_stack(columns)
+    decided = _full_rule(a)
+    assert decided.any() and not decided.all()  # both answers occur
+    np.testing.assert_array_equal(varying_columns(a), decided)
+    single = a.astype(np.float32)
+    np.testing.assert_array_equal(varying_columns(single), _full_rule(single))
+    integers = rng.integers(-2, 3, (n, 4))
+    np.testing.assert_array_equal(varying_columns(integers), _full_rule(integers))
+
+
 def test_bad_input_is_named():
     with pytest.raises(ValueError, match="`a` must be a 2-D array"):
         varying_columns(np.zeros(3))

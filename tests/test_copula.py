@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from scipy import stats  # noqa: E402
-from scipy.special import digamma, gammaln  # noqa: E402
+from scipy.special import digamma, gammaln, ndtri  # noqa: E402
 
 import mianalysis  # noqa: E402
 from mianalysis import (ConstantFeatureWarning, ParameterDump, analyze, gaussian_copula_mi, gaussian_mi,  # noqa: E402
@@ -59,6 +59,45 @@ def test_normal_scores_rank_each_column_with_average_ranks_for_ties():
     x = np.array([[3.0, 0.0], [1.0, 5.0], [3.0, 1.0], [2.0, 2.0]])
     ranks = np.array([[3.5, 1.0], [1.0, 4.0], [3.5, 2.0], [2.0, 3.0]])
     np.testing.assert_allclose(normal_scores(x), stats.norm.ppf(ranks / 5), rtol=0, atol=1e-15)
+
+
+def _scores_by_rankdata(samples):
+    """The definition: ndtri of each column's average ranks over n + 1 (SciPy's rankdata)."""
+    samples = np.asarray(samples, dtype=np.float64)
+    return ndtri(stats.rankdata(samples, method="average", axis=0) / (samples.shape[0] + 1))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64])
+def test_normal_scores_equal_the_rankdata_definition_bit_for_bit_ties_and_shapes_included(dtype):
+    # One sort per column and a table of ndtri at twice the average rank (_rank_kernels) give the
+    # same bits as ranking with rankdata and calling ndtri: distinct values, tie groups of every
+    # size (a column of 3 values among 301 runs; one of two values; -0.0 == 0.0), 1-D input,
+    # a single run, and non-finite values (NaN propagates as rankdata makes it).
+    rng = np.random.default_rng(5)
+    n = 301
+    a = np.column_stack([rng.standard_normal(n), rng.integers(0, 3, n), np.repeat([0.0, 1.0], [150, 151]),
+                         rng.standard_normal(n).round(1), np.where(rng.random(n) < 0.5, -0.0, 0.0)])
+    a = (10 * a if dtype is np.int64 else a).astype(dtype)
+    for samples in (a, a[:, 1], a[:1], np.asfortranarray(a), a[:, ::2]):
+        got = normal_scores(samples)
+        assert got.shape == samples.shape and got.dtype == np.float64
+        np.testing.assert_array_equal(got, _scores_by_rankdata(samples))
+    nan = a.astype(np.float64)
+    nan[3, 0] = np.nan
+    np.testing.assert_array_equal(normal_scores(nan), _scores_by_rankdata(nan))
+
+
+def test_normal_scores_do_not_depend_on_the_number_of_threads():
+    import numba
+
+    x = np.random.default_rng(6).standard_normal((500, 9)).round(1)
+    before = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        one = normal_scores(x)
+    finally:
+        numba.set_num_threads(before)
+    np.testing.assert_array_equal(normal_scores(x), one)
 
 
 @pytest.mark.parametrize("maps", [(np.sinh, lambda v: v**3), (lambda v: v**3 + v, np.exp)])

@@ -8,6 +8,7 @@ from scipy.special import ndtri
 from scipy.stats import rankdata
 
 from .._validation import check_paired, drop_constant_features
+from ._rank_kernels import scores_from_table
 from .gaussian import check_gaussian_settings, gaussian_mi
 
 __all__ = ["gaussian_copula_mi", "normal_scores"]
@@ -28,9 +29,18 @@ def normal_scores(samples: np.ndarray) -> np.ndarray:
     >>> normal_scores(np.array([[10.0], [-3.0], [10.0]])).round(3).ravel().tolist()
     [0.319, -0.674, 0.319]
     """
-    samples = np.asarray(samples, dtype=np.float64)
-    ranks = rankdata(samples, method="average", axis=0)
-    return ndtri(ranks / (samples.shape[0] + 1))
+    samples = np.asarray(samples)
+    if samples.dtype != np.float32:  # float32 values rank as their float64 values do
+        samples = np.asarray(samples, dtype=np.float64)
+    n = samples.shape[0] if samples.ndim else 0
+    if samples.ndim not in (1, 2) or n == 0 or not np.isfinite(samples).all():
+        ranks = rankdata(np.asarray(samples, dtype=np.float64), method="average", axis=0)
+        return ndtri(ranks / (n + 1))
+    # One sort per column; each score read from the table of ndtri at twice the average rank
+    # over 2 (n + 1): the same bits as ndtri(rankdata(...) / (n + 1)) (_rank_kernels).
+    table = ndtri(np.arange(2 * n + 1) / 2 / (n + 1))
+    scores = scores_from_table(samples.reshape(n, -1), table)
+    return scores.reshape(samples.shape)
 
 
 def gaussian_copula_mi(x: ArrayLike, y: ArrayLike, *, units: str = "bits", bias_correction: bool = True,

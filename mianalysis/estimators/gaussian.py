@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import warnings
 from collections.abc import Iterable
 from itertools import islice
@@ -10,7 +11,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.linalg import LinAlgError, cholesky, eigh, solve_triangular
+from scipy.linalg import LinAlgError, cholesky, eigh, get_blas_funcs
 from scipy.special import digamma
 
 from .._scaling import SAFE_HIGH, SAFE_LOW, pow2_scale
@@ -340,7 +341,7 @@ def _centre_columns(z):
     ~1e135 or below ~1e-135 are first brought to [1, 2) by a power of two (exact), so that
     neither the mean's sum nor the squares overflow or underflow. Other columns are left as
     they are (the same bits as without this step)."""
-    top = np.abs(z).max(axis=0)
+    top = np.maximum(z.max(axis=0), -z.min(axis=0))  # max |z| without a full-size temporary
     extreme = (top > SAFE_HIGH) | (top < SAFE_LOW)
     if extreme.any():
         z[:, extreme] /= pow2_scale(top[extreme])
@@ -632,11 +633,25 @@ def _standardized(a):
     return z
 
 
-def _by_row_blocks(function, z, pool):
-    """``function(z[rows])`` for blocks of rows of `z`, stacked: each block one
-    single-threaded call, the blocks side by side on `pool`."""
-    starts = range(0, z.shape[0], _ROW_BLOCK)
-    return np.vstack(list(pool.map(lambda s: function(z[s:s + _ROW_BLOCK]), starts)))
+def _by_row_blocks(function, z, pool, width):
+    """``function(z[rows])`` (`width` columns) for blocks of rows of `z`, stacked: each block
+    one single-threaded call, the blocks side by side on `pool`, each written into its rows
+    of the result (no list of blocks to stack)."""
+    out = np.empty((z.shape[0], width))
+
+    def block(start):
+        out[start:start + _ROW_BLOCK] = function(z[start:start + _ROW_BLOCK])
+
+    list(pool.map(block, range(0, z.shape[0], _ROW_BLOCK)))
+    return out
+
+
+def _whitened(lower, z, scale, pool):
+    """``solve_triangular(lower, z.T, lower=True).T / scale`` by blocks of rows, with BLAS
+    trsm itself: the call LAPACK's trtrs (solve_triangular) makes once the diagonal is
+    checked, which a Cholesky factor passes, so the same bits without trtrs's copies."""
+    trsm = get_blas_funcs("trsm", (lower, z))
+    return _by_row_blocks(lambda rows: trsm(1.0, lower, rows.T, lower=1).T / scale, z, pool, z.shape[1])
 
 
 def _cholesky_diagonal(m):
@@ -651,11 +666,22 @@ def _cholesky_diagonal(m):
 
 def _cross_product(a, b, single):
     """``perm -> a^T b[perm]`` as float64, summed in single precision when `single` (a and
-    b rounded to float32 once, here)."""
+    b rounded to float32 once, here). Each thread gathers ``b[perm]`` into a buffer of its
+    own, made once: at paper scale a fresh n x d array per shuffle costs its first touch of
+    every page (more than the copy itself on a machine that returns freed memory at once)."""
     if single:
         a, b = a.astype(np.float32), b.astype(np.float32)
-        return lambda perm: (a.T @ b[perm]).astype(np.float64)
-    return lambda perm: a.T @ b[perm]
+    rows = threading.local()
+
+    def cross(perm):
+        gathered = getattr(rows, "buffer", None)
+        if gathered is None:
+            gathered = rows.buffer = np.empty_like(b)
+        np.take(b, perm, axis=0, out=gathered)
+        c = a.T @ gathered
+        return c.astype(np.float64) if single else c
+
+    return cross
 
 
 def _plain_plan(x, y, pool, single=False):
@@ -680,8 +706,7 @@ def _plain_plan(x, y, pool, single=False):
         factors.append(chol)
     lx, ly = factors
     scale = np.sqrt(n - 1.0)
-    wx = _by_row_blocks(lambda rows: solve_triangular(lx, rows.T, lower=True, check_finite=False).T / scale, zx, pool)
-    wy = _by_row_blocks(lambda rows: solve_triangular(ly, rows.T, lower=True, check_finite=False).T / scale, zy, pool)
+    wx, wy = _whitened(lx, zx, scale, pool), _whitened(ly, zy, scale, pool)
     # gaussian_mi factors the joint matrix with x first: the last d_y entries of its
     # factor's diagonal are diag(L_y) * diag(chol(I - C^T C)).
     ly2 = np.diag(ly) ** 2
@@ -714,8 +739,8 @@ def _shrunk_plan(x, y, pool, single=False):
     eig = list(pool.map(lambda g: eigh(g, driver="evd", check_finite=False), grams))
     (lx, ux), (ly, uy) = [(w[-min(g.shape[0], n - 1):], u[:, -min(g.shape[0], n - 1):])
                           for (w, u), g in zip(eig, grams)]
-    rx = _by_row_blocks(lambda rows: rows @ ux, zx, pool)
-    ry = _by_row_blocks(lambda rows: rows @ uy, zy, pool)
+    rx = _by_row_blocks(lambda rows: rows @ ux, zx, pool, ux.shape[1])
+    ry = _by_row_blocks(lambda rows: rows @ uy, zy, pool, uy.shape[1])
     trace = (np.trace(grams[0]) + np.trace(grams[1])) / n
     mu = trace / p
     frob2_marginal = float(np.einsum("ij,ij->", grams[0], grams[0]) + np.einsum("ij,ij->", grams[1], grams[1]))
