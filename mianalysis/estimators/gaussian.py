@@ -677,7 +677,7 @@ def _cross_product(a, b, single):
         gathered = getattr(rows, "buffer", None)
         if gathered is None:
             gathered = rows.buffer = np.empty_like(b)
-        np.take(b, perm, axis=0, out=gathered)
+        np.take(b, perm, axis=0, out=gathered, mode="clip")  # "raise" would gather into a temporary first
         c = a.T @ gathered
         return c.astype(np.float64) if single else c
 

@@ -99,12 +99,12 @@ def canonical_correlations(x: ArrayLike, y: ArrayLike) -> np.ndarray:
     """
     x, y = check_paired(x, y)
     p = x.shape[1]
-    z = np.hstack([x, y])
-    z = z - z.mean(axis=0)
+    z = np.hstack([x, y])  # a copy: centred and scaled in place (no more n x (p + q) arrays)
+    z -= z.mean(axis=0)
     sd = np.sqrt(np.einsum("ij,ij->j", z, z))
     if np.any(sd == 0):
         raise ValueError("canonical correlations need non-constant columns; drop the constant ones")
-    z = z / sd
+    z /= sd
     corr = z.T @ z
     try:
         lx = np.linalg.cholesky(corr[:p, :p])
