@@ -666,20 +666,25 @@ def _cholesky_diagonal(m):
 
 def _cross_product(a, b, single):
     """``perm -> a^T b[perm]`` as float64, summed in single precision when `single` (a and
-    b rounded to float32 once, here). Each thread gathers ``b[perm]`` into a buffer of its
-    own, made once: at paper scale a fresh n x d array per shuffle costs its first touch of
-    every page (more than the copy itself on a machine that returns freed memory at once)."""
+    b rounded to float32 once, here). Each thread gathers ``b[perm]`` and writes the product
+    into buffers of its own, made once: at paper scale a fresh n x d array per shuffle costs
+    its first touch of every page (more than the copy itself on a machine that returns freed
+    memory at once)."""
     if single:
         a, b = a.astype(np.float32), b.astype(np.float32)
-    rows = threading.local()
+    held = threading.local()
 
     def cross(perm):
-        gathered = getattr(rows, "buffer", None)
-        if gathered is None:
-            gathered = rows.buffer = np.empty_like(b)
-        np.take(b, perm, axis=0, out=gathered, mode="clip")  # "raise" would gather into a temporary first
-        c = a.T @ gathered
-        return c.astype(np.float64) if single else c
+        """The product in this thread's buffer, valid until the thread's next call."""
+        if not hasattr(held, "rows"):
+            held.rows = np.empty_like(b)
+            held.product = np.empty((a.shape[1], b.shape[1]), dtype=b.dtype)
+            held.wide = np.empty(held.product.shape) if single else held.product
+        np.take(b, perm, axis=0, out=held.rows, mode="clip")  # "raise" would gather into a temporary first
+        np.matmul(a.T, held.rows, out=held.product)
+        if single:
+            held.wide[...] = held.product
+        return held.wide
 
     return cross
 
@@ -712,10 +717,14 @@ def _plain_plan(x, y, pool, single=False):
     ly2 = np.diag(ly) ** 2
     limit = _PD_MARGIN * max(dx + dy, n) * _EPS
     cross = _cross_product(wx, wy, single)
+    held = threading.local()
 
     def plugin(perm):
         c = cross(perm)
-        m = -(c.T @ c)
+        if not hasattr(held, "square"):  # one d_y x d_y buffer per thread (Cholesky overwrites it)
+            held.square = np.empty((dy, dy))
+        m = np.matmul(c.T, c, out=held.square)
+        np.negative(m, out=m)
         m.flat[:: dy + 1] += 1.0
         diag = _cholesky_diagonal(m)
         if diag is None or np.min(ly2 * diag**2) <= limit:
