@@ -162,7 +162,7 @@ def varying_columns(a) -> np.ndarray:
     # of several full-size copies, which matters at paper scale where every estimator asks.
     with np.errstate(over="ignore", under="ignore"):
         spread = hi - lo
-        clear = varying & (spread > SAFE_LOW) & (
+        clear = varying & np.isfinite(spread) & (spread > SAFE_LOW) & (
             spread / np.sqrt(2.0 * a.shape[0]) > 2.0 * CONSTANT_SPACINGS * np.ldexp(1.0, exponent - 24))
     check = varying & ~clear
     if check.any():

@@ -104,6 +104,15 @@ def test_the_range_shortcut_gives_the_full_rules_answer_at_the_threshold(n):
     np.testing.assert_array_equal(varying_columns(integers), _full_rule(integers))
 
 
+def test_the_range_shortcut_leaves_infinite_and_overflowing_ranges_to_the_full_rule():
+    # An infinite value gives an sd of NaN, so the rule calls the column constant, as it always
+    # did; a finite column whose range overflows float64 (-1e308 to 1e308) varies.
+    a = np.array([[0.0, -np.inf, 1.0, -1e308], [np.inf, np.inf, 1.0, 1e308], [0.0, 0.0, 1.0, 0.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        assert varying_columns(a).tolist() == [False, False, False, True]
+
+
 def test_bad_input_is_named():
     with pytest.raises(ValueError, match="`a` must be a 2-D array"):
         varying_columns(np.zeros(3))

@@ -193,3 +193,22 @@ def test_the_coverage_experiment_counts_coverage_against_the_exact_mi(monkeypatc
         assert r["estimator"] == "copula" or r["null_rejects"] == 1.0  # strong dependence: the null always rejects
     wishart = [r for r in rows if r["estimator"] == "gaussian" and r["method"] == "wishart"][0]
     assert wishart["coverage"] >= 0.8 and wishart["disagree"] == 0.0
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("p", [1, 7, 300])
+def test_lower_solve_gives_solve_triangulars_bits_for_either_layout(order, p):
+    # The whitening of the influence values and of the shuffles calls BLAS trsm itself, arranged
+    # as solve_triangular arranges it for the factor's layout (np.linalg.cholesky's factor is
+    # C-ordered, scipy's F-ordered): the same bits, on whatever BLAS this machine has.
+    from scipy.linalg import solve_triangular
+
+    from mianalysis.estimators.gaussian import lower_solve
+
+    rng = np.random.default_rng(p)
+    z = rng.standard_normal((2 * p + 40, p))
+    lower = np.asarray(np.linalg.cholesky(z.T @ z / z.shape[0]), order=order)
+    rhs = rng.standard_normal((z.shape[0], p)).T  # F-ordered, as the callers pass rows.T
+    kept = rhs.copy()
+    np.testing.assert_array_equal(lower_solve(lower, rhs), solve_triangular(lower, rhs, lower=True, check_finite=False))
+    np.testing.assert_array_equal(rhs, kept)  # the right-hand side is not overwritten

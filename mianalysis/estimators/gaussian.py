@@ -646,12 +646,23 @@ def _by_row_blocks(function, z, pool, width):
     return out
 
 
+def lower_solve(lower, b):
+    """``solve_triangular(lower, b, lower=True, check_finite=False)`` for a lower triangular
+    `lower` with a positive diagonal (a Cholesky factor), with BLAS trsm itself.
+
+    LAPACK's trtrs, behind solve_triangular, checks the diagonal for zeros and then makes
+    one trsm call; solve_triangular copies `b` for it (and a C-ordered `lower` is passed as
+    its transpose, upper triangular, solved transposed). The same trsm call here, arranged
+    the same way for either layout of `lower`, gives the same bits without trtrs's copies."""
+    trsm = get_blas_funcs("trsm", (lower, b))
+    if lower.flags.f_contiguous:
+        return trsm(1.0, lower, b, lower=1)
+    return trsm(1.0, lower.T, b, lower=0, trans_a=1)
+
+
 def _whitened(lower, z, scale, pool):
-    """``solve_triangular(lower, z.T, lower=True).T / scale`` by blocks of rows, with BLAS
-    trsm itself: the call LAPACK's trtrs (solve_triangular) makes once the diagonal is
-    checked, which a Cholesky factor passes, so the same bits without trtrs's copies."""
-    trsm = get_blas_funcs("trsm", (lower, z))
-    return _by_row_blocks(lambda rows: trsm(1.0, lower, rows.T, lower=1).T / scale, z, pool, z.shape[1])
+    """``solve_triangular(lower, z.T, lower=True).T / scale`` by blocks of rows (:func:`lower_solve`)."""
+    return _by_row_blocks(lambda rows: lower_solve(lower, rows.T).T / scale, z, pool, z.shape[1])
 
 
 def _cholesky_diagonal(m):

@@ -76,7 +76,7 @@ from numpy.typing import ArrayLike
 from scipy.special import polygamma
 
 from .._validation import check_choice, check_paired, check_units, drop_constant_features
-from .gaussian import wishart_logdet_bias
+from .gaussian import lower_solve, wishart_logdet_bias
 
 __all__ = ["SE_METHODS", "gaussian_mi_se", "wishart_mi_se", "canonical_correlations", "gaussian_mi_influence",
            "influence_change_se"]
@@ -271,8 +271,6 @@ def gaussian_mi_influence(x: ArrayLike, y: ArrayLike, *, units: str = "bits") ->
     >>> round(float(h.std()), 2), abs(float(h.mean())) < 1e-12
     (0.6, True)
     """
-    from scipy.linalg import get_blas_funcs
-
     factor = check_units(units)
     x, y = check_paired(x, y)
     x, y = drop_constant_features(x, y)
@@ -292,9 +290,7 @@ def gaussian_mi_influence(x: ArrayLike, y: ArrayLike, *, units: str = "bits") ->
         except np.linalg.LinAlgError:
             raise ValueError("influence values need positive definite covariance blocks (no linearly dependent "
                              "columns)") from None
-        # BLAS trsm itself: the call LAPACK's trtrs (solve_triangular) makes after checking the
-        # diagonal, which a Cholesky factor passes; same bits, without trtrs's extra copies.
-        w = get_blas_funcs("trsm", (lower, block))(1.0, lower, block.T, lower=1)
+        w = lower_solve(lower, block.T)  # solve_triangular's bits, without its copies
         return np.einsum("ji,ji->i", w, w), w
 
     joint, w = quadratic_forms(z)
