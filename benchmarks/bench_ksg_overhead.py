@@ -31,8 +31,8 @@ from bench_estimators import data  # the same correlated Gaussians
 from mianalysis import ksg_mi
 from mianalysis.analysis import varying_columns
 from mianalysis.estimators import KSG_NOISE
-from mianalysis.estimators.ksg import (TIE_VALUE_ROWS, add_tie_breaking_noise, duplicate_share, kernel_input,
-                                       ksg_counts, ksg_from_counts)
+from mianalysis.estimators.ksg import (add_tie_breaking_noise, kernel_input, ksg_counts, ksg_from_counts,
+                                       value_tie_shares)
 from mianalysis.provenance import collect, utc_now
 
 SIZES = "2000x1,2000x10,5000x50,10000x100"
@@ -50,13 +50,6 @@ def timed(func, repeats):
     return min(times), statistics.median(times)
 
 
-def tie_check(x, y):
-    """What ksg_mi's tie check computes: the share of repeated values of x and y together and
-    of the paired differences, on at most TIE_VALUE_ROWS evenly spaced rows."""
-    rows = np.unique(np.linspace(0, x.shape[0] - 1, min(x.shape[0], TIE_VALUE_ROWS)).round().astype(np.int64))
-    return duplicate_share(np.hstack([x[rows], y[rows]])), duplicate_share(y[rows] - x[rows])
-
-
 def measure(n, d, repeats):
     """The record of one size (see the module docstring)."""
     x, y = data(n, d)
@@ -69,7 +62,7 @@ def measure(n, d, repeats):
         "call": lambda: ksg_mi(x, y, random_state=0),
         "kernel (ksg_counts)": lambda: ksg_counts(xk, yk, 3, 1, "float64", "auto"),
         "constant columns": lambda: (varying_columns(x), varying_columns(y)),
-        "tie check": lambda: tie_check(xs, ys),
+        "tie check": lambda: value_tie_shares(xs, ys),
         "tie-breaking noise": lambda: (add_tie_breaking_noise(xs, KSG_NOISE, rng),
                                        add_tie_breaking_noise(ys, KSG_NOISE, rng)),
         "kernel input": lambda: kernel_input(xn, yn, "float64"),

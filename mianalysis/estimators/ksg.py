@@ -38,7 +38,7 @@ __all__ = [
     "ksg_mi", "MarginalDistances", "KSG_NOISE", "standardize_columns", "add_tie_breaking_noise",
     "ksg_estimates_from_distances", "ksg_estimates_of_subsets", "ksg_permutation_estimates", "BACKENDS",
     "DISTANCE_CACHE_BLOCK", "DISTANCE_CACHE_MIN_FEATURES", "KSGTies", "TiedSamplesWarning", "ksg_ties",
-    "duplicate_share", "TIE_THRESHOLD", "TIE_CHECK_ROWS", "exact_float32", "neighbour_list_length"
+    "duplicate_share", "value_tie_shares", "TIE_THRESHOLD", "TIE_CHECK_ROWS", "exact_float32", "neighbour_list_length"
 ]
 
 # Tie-breaking noise, in units of each feature's standard deviation: the default of every
@@ -807,15 +807,27 @@ def _value_rows(x, y):
     return x[rows], y[rows]
 
 
-def _value_shares(x, y):
-    """(share of repeated values, share of repeated differences y - x) among _value_rows."""
+def value_tie_shares(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """The two value shares of KSG's tie check (:func:`ksg_mi`'s warning, :func:`ksg_ties`):
+    the :func:`duplicate_share` of x's and y's values together, and that of the paired
+    differences ``y - x`` (NaN unless x and y have as many columns), both among at most
+    :data:`TIE_VALUE_ROWS` evenly spaced runs of the 2-D arrays `x` and `y`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mianalysis.estimators.ksg import value_tie_shares
+    >>> x = np.array([[0.0], [1.0], [2.0], [3.0]])
+    >>> value_tie_shares(x, x + np.array([[0.5], [0.5], [0.7], [0.9]]))
+    (0.0, 0.5)
+    """
     x, y = _value_rows(x, y)
     return duplicate_share(np.hstack([x, y])), _difference_share(x, y)
 
 
 def _warn_if_tied(x, y, threshold=TIE_THRESHOLD):
     """A TiedSamplesWarning when the values (or the paired differences) of `x` and `y` are tied."""
-    shares = _value_shares(x, y)
+    shares = value_tie_shares(x, y)
     if any(v > threshold for v in shares if not np.isnan(v)):
         differences = "" if np.isnan(shares[1]) else f" and {shares[1]:.0%} of their paired differences y - x"
         warnings.warn(f"{shares[0]:.0%} of the samples' values{differences} repeat within their coordinate: the "
@@ -884,7 +896,7 @@ def ksg_ties(x: ArrayLike, y: ArrayLike, k: int = 3, *, threshold: float = TIE_T
     if n < k + 2:
         raise ValueError(f"`x` and `y` need at least k + 2 = {k + 2} samples to compare the k-th and (k + 1)-th "
                          f"neighbour distances; got {n}")
-    values, differences = _value_shares(x, y)
+    values, differences = value_tie_shares(x, y)
     rows = np.unique(np.linspace(0, n - 1, min(n, max_rows)).round().astype(np.int64))
     joint = np.hstack([x, y])
     dist = np.zeros((rows.size, n))
