@@ -405,6 +405,48 @@ def test_digits_lenet_control_at_26400_quoted_p_values():
     assert quoted in _flat((ROOT / "docs" / "results" / "digits-lenet.md").read_text()), quoted
 
 
+def test_digits_lenet_seed1_at_26400_reproduces_the_ksg_rise():
+    """docs/results/digits-lenet.md on figures/digits_lenet_paper_seed1.csv's
+    fixed-augmentation-26400 cell: KSG rises into iteration 4 in all 3 pairs after Holm (the
+    adjusted p, steps and means quoted), is above its null at iteration 4 in every pair, rises
+    into iteration 3 in pair 0-1 only; the Gaussian MI rises at every step of pair 0-1 and is
+    a shrinkage estimate from iteration 2 on in the pairs with client 2; the analysis time."""
+    import json
+
+    with open(FIGURES / "digits_lenet_paper_seed1.csv", newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["cell"] == "fixed-augmentation-26400"]
+    page = _flat((ROOT / "docs" / "results" / "digits-lenet.md").read_text())
+    readme = _flat(README)
+    pairs = ("0-1", "0-2", "1-2")
+
+    def row(q, pair, it):
+        return next(r for r in rows if r["quantity"] == q and r["pair"] == pair and r["iteration"] == str(it))
+
+    assert {r["runs"] for r in rows} == {"26400"}
+    assert all(row("mi_ksg", p, 4)["step_family_verdict"] == "rising" for p in pairs)
+    adjusted = ", ".join(f"{float(row('mi_ksg', p, 4)['step_p_adjusted']):.1g}" for p in pairs[:2])
+    quoted = f"adjusted p {adjusted} and {float(row('mi_ksg', '1-2', 4)['step_p_adjusted']):.1g}"
+    assert quoted in page and quoted in readme, quoted
+    changes = [float(row("mi_ksg", p, 4)["step_change"]) for p in pairs]
+    assert f"the step into iteration 4 +{min(changes):.3f} to +{max(changes):.3f} bits" in page
+    means = [np.mean([float(row("mi_ksg", p, it)["value"]) for p in pairs]) for it in (1, 4)]
+    assert f"mean over pairs {means[0]:.3f} -> {means[1]:.3f} bits" in page
+    assert f"mean over pairs {means[0]:.3f} -> {means[1]:.3f} bits, figures/digits_lenet_paper_seed1.csv" in readme
+    assert all(row("mi_ksg", p, 4)["family_verdict"] == "above null" for p in pairs)
+    assert all(f"{float(row('mi_ksg', p, 4)['p_adjusted']):.3f}" == "0.040" for p in pairs)
+    assert [row("mi_ksg", p, 3)["step_family_verdict"] for p in pairs] == ["rising", "no detectable change",
+                                                                          "no detectable change"]
+    assert all(row("mi_gaussian", "0-1", it)["step_family_verdict"] == "rising" for it in (2, 3, 4))
+    g = [float(row("mi_gaussian", "0-1", it)["value"]) for it in (1, 4)]
+    assert f"every step of pair 0-1 ({g[0]:.2f} -> {g[1]:.2f} bits)" in page
+    for p in ("0-2", "1-2"):
+        for it in (2, 3, 4):
+            r = row("mi_gaussian", p, it)
+            assert "ledoit-wolf shrinkage" in r["note"].lower() and r["step_family_verdict"].startswith("not made")
+    seconds = json.loads((FIGURES / "digits_lenet_paper_seed1.csv.json").read_text())["seconds"]
+    assert f"analysis took {seconds['fixed-augmentation-26400']['analysis']:,.0f} s" in page
+
+
 def test_signal_rnn_at_22000_runs_rises_with_shared_order_and_dropout():
     """figures/sources_of_dependence.csv, part signal-paper-22000 (seed 0, fixed start; one
     step per pair, Holm over the pair's steps a family of one): both estimates rise in all 3
