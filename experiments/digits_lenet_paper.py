@@ -309,8 +309,10 @@ def summary_figure(summary, path, permutations=None, seed=SEED):
         axes[0][0].text(0.5, 0.5, "no plain Gaussian estimate\n(Ledoit-Wolf shrinkage numbers: in the table)",
                         ha="center", va="center", transform=axes[0][0].transAxes, fontsize=9, color="0.3")
     for init, ax in (("fixed", axes[0][1]), ("per-run", axes[0][2])):
-        _mi_panel(ax, summary, [c for c in cells if CELLS.get(c, (None,))[0] == init], colours, runs, "mi_ksg",
-                  f"KSG MI minus its permutation null's mean, {init} start")
+        if not _mi_panel(ax, summary, [c for c in cells if CELLS.get(c, (None,))[0] == init], colours, runs,
+                         "mi_ksg", f"KSG MI minus its permutation null's mean, {init} start"):
+            ax.text(0.5, 0.5, f"no {init}-start cell in this table", ha="center", va="center",
+                    transform=ax.transAxes, fontsize=9, color="0.3")
     ax = axes[1][0]
     for cell in cells:
         value = dict(_series(summary, cell, "euclidean"))

@@ -117,6 +117,15 @@ def test_digits_paper_figure_keeps_a_wide_accuracy_axis_and_no_shrinkage_gaussia
     (gaussian,) = [ax for ax in fig.axes if ax.get_title().startswith("Gaussian MI")]
     drawn = [ln.get_ydata() for ln in gaussian.get_lines() if len(ln.get_ydata()) > 2 or ln.get_marker() == "o"]
     assert any(np.allclose(y, [0.7 + 1, 0.7 + 2]) for y in drawn)  # the plain estimates, minus their null, from 1
+    plt.Figure.savefig = keep
+    try:  # a table of fixed-start cells only (another seed's): the per-run panel says why it is empty
+        dlp.summary_figure([r for r in summary if r["cell"] == "fixed-nothing"], "/dev/null"
+                           if sys.platform != "win32" else "nul", {"ksg": 100})
+    finally:
+        plt.Figure.savefig = original
+    (per_run,) = [ax for ax in captured["fig"].axes if "mean, per-run start" in ax.get_title()]
+    assert [t.get_text() for t in per_run.texts] == ["no per-run-start cell in this table"]
+    assert not [t.get_text() for t in gaussian.texts]
 
 
 def test_aggregator_trends_draws_no_shrinkage_curve_and_one_legend_off_the_panels(tmp_path):
