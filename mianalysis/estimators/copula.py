@@ -8,7 +8,6 @@ from scipy.special import ndtri
 from scipy.stats import rankdata
 
 from .._validation import check_paired, drop_constant_features
-from ._rank_kernels import scores_from_table
 from .gaussian import check_gaussian_settings, gaussian_mi
 
 __all__ = ["gaussian_copula_mi", "normal_scores"]
@@ -37,7 +36,10 @@ def normal_scores(samples: np.ndarray) -> np.ndarray:
         ranks = rankdata(np.asarray(samples, dtype=np.float64), method="average", axis=0)
         return ndtri(ranks / (n + 1))
     # One sort per column; each score read from the table of ndtri at twice the average rank
-    # over 2 (n + 1): the same bits as ndtri(rankdata(...) / (n + 1)) (_rank_kernels).
+    # over 2 (n + 1): the same bits as ndtri(rankdata(...) / (n + 1)) (_rank_kernels; imported
+    # here, so that importing the package does not load numba).
+    from ._rank_kernels import scores_from_table
+
     table = ndtri(np.arange(2 * n + 1) / 2 / (n + 1))
     scores = scores_from_table(samples.reshape(n, -1), table)
     return scores.reshape(samples.shape)
