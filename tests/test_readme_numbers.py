@@ -447,6 +447,37 @@ def test_digits_lenet_seed1_at_26400_reproduces_the_ksg_rise():
     assert f"analysis took {seconds['fixed-augmentation-26400']['analysis']:,.0f} s" in page
 
 
+def test_digits_lenet_seed1_control_at_26400_is_clean_after_holm():
+    """docs/results/digits-lenet.md on figures/digits_lenet_paper_seed1.csv's
+    fixed-nothing-26400 cell: no step verdict after Holm, no level above its null after Holm,
+    the quoted p-values, the one step with a verdict alone, and the analysis time."""
+    import json
+
+    with open(FIGURES / "digits_lenet_paper_seed1.csv", newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["cell"] == "fixed-nothing-26400" and r["iteration"] not in ("", "0")
+                and r["quantity"] in ("mi_gaussian", "mi_ksg")]
+    page = _flat((ROOT / "docs" / "results" / "digits-lenet.md").read_text())
+    assert len(rows) == 24
+    assert all(r["family_verdict"] == "not above null" for r in rows)
+    assert all(r["step_family_verdict"] == "no detectable change" or r["step_family_verdict"].startswith("not made")
+               for r in rows)
+    made = [r for r in rows if r["iteration"] != "1" and not r["step_verdict"].startswith("not made")]
+    alone = [r for r in made if r["step_verdict"] != "no detectable change"]
+    assert [(r["quantity"], r["pair"], r["iteration"], r["step_verdict"]) for r in alone] == [
+        ("mi_ksg", "0-1", "2", "falling")]
+    assert f"falls into iteration 2 (p {float(alone[0]['step_p']):.3f}; {float(alone[0]['step_p_adjusted']):.3f} " \
+           "after Holm)" in page
+    gp = [float(r["p_value"]) for r in rows if r["quantity"] == "mi_gaussian" and "shrinkage" not in r["note"].lower()]
+    kp = [[float(r["p_value"]) for r in rows if r["quantity"] == "mi_ksg" and r["pair"] == p] for p in ("0-1", "0-2", "1-2")]
+    quoted = (f"plain Gaussian p {min(gp):.2f}-{max(gp):.2f}; KSG's smallest p {min(map(min, kp)):.3f}, "
+              f"{min(adjust(v, 'holm').min() for v in kp):.3f} after Holm")
+    assert quoted in page, quoted
+    assert [r["iteration"] for r in rows if r["quantity"] == "mi_gaussian" and "shrinkage" in r["note"].lower()] == [
+        "4", "4"]
+    seconds = json.loads((FIGURES / "digits_lenet_paper_seed1.csv.json").read_text())["seconds"]
+    assert f"{seconds['fixed-nothing-26400']['analysis']:,.0f} s of analysis" in page
+
+
 def test_signal_rnn_at_22000_runs_rises_with_shared_order_and_dropout():
     """figures/sources_of_dependence.csv, part signal-paper-22000 (seed 0, fixed start; one
     step per pair, Holm over the pair's steps a family of one): both estimates rise in all 3
