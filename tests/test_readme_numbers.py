@@ -478,6 +478,45 @@ def test_digits_lenet_seed1_control_at_26400_is_clean_after_holm():
     assert f"{seconds['fixed-nothing-26400']['analysis']:,.0f} s of analysis" in page
 
 
+def test_digits_lenet_seed2_at_26400_reproduces_the_ksg_rise_again():
+    """docs/results/digits-lenet.md on figures/digits_lenet_paper_seed2.csv's
+    fixed-augmentation-26400 cell: KSG rises into iteration 4 in all 3 pairs after Holm and is
+    above its null there, rises into iteration 3 in pairs 0-2 and 1-2; the Gaussian MI rises
+    at every step of pair 0-1 and into iteration 2 in the others, shrinkage at 3-4 there."""
+    import json
+
+    with open(FIGURES / "digits_lenet_paper_seed2.csv", newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["cell"] == "fixed-augmentation-26400"]
+    page = _flat((ROOT / "docs" / "results" / "digits-lenet.md").read_text())
+    pairs = ("0-1", "0-2", "1-2")
+
+    def row(q, pair, it):
+        return next(r for r in rows if r["quantity"] == q and r["pair"] == pair and r["iteration"] == str(it))
+
+    assert {r["runs"] for r in rows} == {"26400"}
+    assert all(row("mi_ksg", p, 4)["step_family_verdict"] == "rising" for p in pairs)
+    assert all(row("mi_ksg", p, 4)["family_verdict"] == "above null" for p in pairs)
+    adjusted = [f"{float(row('mi_ksg', p, 4)['step_p_adjusted']):.1g}" for p in pairs]
+    assert f"adjusted p {adjusted[0]}, {adjusted[1]} and {adjusted[2]}; the step into iteration 4" in page
+    means_text = " -> ".join(f"{np.mean([float(row('mi_ksg', p, it)['value']) for p in pairs]):.3f}" for it in (1, 4))
+    assert (f"seed 2 again: adjusted p {adjusted[0]}, {adjusted[1]} and {adjusted[2]}, {means_text} bits, "
+            "figures/digits_lenet_paper_seed2.csv") in _flat(README)
+    changes = [float(row("mi_ksg", p, 4)["step_change"]) for p in pairs]
+    means = [np.mean([float(row("mi_ksg", p, it)["value"]) for p in pairs]) for it in (1, 4)]
+    assert (f"+{min(changes):.3f} to +{max(changes):.3f} bits; mean over pairs {means[0]:.3f} -> "
+            f"{means[1]:.3f} bits) and is") in page
+    assert [row("mi_ksg", p, 3)["step_family_verdict"] for p in pairs] == ["no detectable change", "rising",
+                                                                          "rising"]
+    assert all(row("mi_gaussian", "0-1", it)["step_family_verdict"] == "rising" for it in (2, 3, 4))
+    g = [float(row("mi_gaussian", "0-1", it)["value"]) for it in (1, 4)]
+    assert f"every step of pair 0-1 ({g[0]:.2f} -> {g[1]:.2f} bits) and into iteration 2" in page
+    for p in ("0-2", "1-2"):
+        assert row("mi_gaussian", p, 2)["step_family_verdict"] == "rising"
+        assert all("ledoit-wolf shrinkage" in row("mi_gaussian", p, it)["note"].lower() for it in (3, 4))
+    seconds = json.loads((FIGURES / "digits_lenet_paper_seed2.csv.json").read_text())["seconds"]
+    assert f"{seconds['fixed-augmentation-26400']['analysis']:,.0f} s of analysis" in page
+
+
 def test_signal_rnn_at_22000_runs_rises_with_shared_order_and_dropout():
     """figures/sources_of_dependence.csv, part signal-paper-22000 (seed 0, fixed start; one
     step per pair, Holm over the pair's steps a family of one): both estimates rise in all 3
