@@ -405,36 +405,45 @@ def test_digits_lenet_control_at_26400_quoted_p_values():
     assert quoted in _flat((ROOT / "docs" / "results" / "digits-lenet.md").read_text()), quoted
 
 
-def test_digits_lenet_seed1_at_26400_reproduces_the_ksg_rise():
-    """docs/results/digits-lenet.md on figures/digits_lenet_paper_seed1.csv's
-    fixed-augmentation-26400 cell: KSG rises into iteration 4 in all 3 pairs after Holm (the
-    adjusted p, steps and means quoted), is above its null at iteration 4 in every pair, rises
-    into iteration 3 in pair 0-1 only; the Gaussian MI rises at every step of pair 0-1 and is
-    a shrinkage estimate from iteration 2 on in the pairs with client 2; the analysis time."""
-    import json
-
-    with open(FIGURES / "digits_lenet_paper_seed1.csv", newline="") as fh:
+def _augmentation_26400(seed):
+    """Seed `seed`'s fixed-augmentation-26400 cell (figures/digits_lenet_paper_seedS.csv): its
+    row lookup, after checking that KSG rises into iteration 4 in all 3 pairs after Holm and is
+    above its null there; the step's adjusted p (as quoted), changes, and the mean KSG level
+    over pairs at iterations 1 and 4."""
+    with open(FIGURES / f"digits_lenet_paper_seed{seed}.csv", newline="") as fh:
         rows = [r for r in csv.DictReader(fh) if r["cell"] == "fixed-augmentation-26400"]
-    page = _flat((ROOT / "docs" / "results" / "digits-lenet.md").read_text())
-    readme = _flat(README)
-    pairs = ("0-1", "0-2", "1-2")
+    assert {r["runs"] for r in rows} == {"26400"}
 
     def row(q, pair, it):
         return next(r for r in rows if r["quantity"] == q and r["pair"] == pair and r["iteration"] == str(it))
 
-    assert {r["runs"] for r in rows} == {"26400"}
-    assert all(row("mi_ksg", p, 4)["step_family_verdict"] == "rising" for p in pairs)
-    adjusted = ", ".join(f"{float(row('mi_ksg', p, 4)['step_p_adjusted']):.1g}" for p in pairs[:2])
-    quoted = f"adjusted p {adjusted} and {float(row('mi_ksg', '1-2', 4)['step_p_adjusted']):.1g}"
+    step = [row("mi_ksg", p, 4) for p in PAIRS]
+    assert all(r["step_family_verdict"] == "rising" and r["family_verdict"] == "above null" for r in step)
+    adjusted = [f"{float(r['step_p_adjusted']):.1g}" for r in step]
+    means = [np.mean([float(row("mi_ksg", p, it)["value"]) for p in PAIRS]) for it in (1, 4)]
+    return row, adjusted, [float(r["step_change"]) for r in step], means
+
+
+PAIRS = ("0-1", "0-2", "1-2")
+
+
+def test_digits_lenet_seed1_at_26400_reproduces_the_ksg_rise():
+    """docs/results/digits-lenet.md and README on seed 1's fixed-augmentation-26400 cell: KSG
+    rises into iteration 4 in all 3 pairs after Holm (the adjusted p, steps and means quoted),
+    above its null there (0.040 after Holm), rising into iteration 3 in pair 0-1 only; the
+    Gaussian MI rises at every step of pair 0-1 and is a shrinkage estimate from iteration 2
+    on in the pairs with client 2; the analysis time."""
+    import json
+
+    row, adjusted, changes, means = _augmentation_26400(1)
+    page, readme = _flat((ROOT / "docs" / "results" / "digits-lenet.md").read_text()), _flat(README)
+    quoted = f"adjusted p {adjusted[0]}, {adjusted[1]} and {adjusted[2]}"
     assert quoted in page and quoted in readme, quoted
-    changes = [float(row("mi_ksg", p, 4)["step_change"]) for p in pairs]
     assert f"the step into iteration 4 +{min(changes):.3f} to +{max(changes):.3f} bits" in page
-    means = [np.mean([float(row("mi_ksg", p, it)["value"]) for p in pairs]) for it in (1, 4)]
     assert f"mean over pairs {means[0]:.3f} -> {means[1]:.3f} bits" in page
     assert f"mean over pairs {means[0]:.3f} -> {means[1]:.3f} bits, figures/digits_lenet_paper_seed1.csv" in readme
-    assert all(row("mi_ksg", p, 4)["family_verdict"] == "above null" for p in pairs)
-    assert all(f"{float(row('mi_ksg', p, 4)['p_adjusted']):.3f}" == "0.040" for p in pairs)
-    assert [row("mi_ksg", p, 3)["step_family_verdict"] for p in pairs] == ["rising", "no detectable change",
+    assert all(f"{float(row('mi_ksg', p, 4)['p_adjusted']):.3f}" == "0.040" for p in PAIRS)
+    assert [row("mi_ksg", p, 3)["step_family_verdict"] for p in PAIRS] == ["rising", "no detectable change",
                                                                           "no detectable change"]
     assert all(row("mi_gaussian", "0-1", it)["step_family_verdict"] == "rising" for it in (2, 3, 4))
     g = [float(row("mi_gaussian", "0-1", it)["value"]) for it in (1, 4)]
@@ -479,33 +488,20 @@ def test_digits_lenet_seed1_control_at_26400_is_clean_after_holm():
 
 
 def test_digits_lenet_seed2_at_26400_reproduces_the_ksg_rise_again():
-    """docs/results/digits-lenet.md on figures/digits_lenet_paper_seed2.csv's
-    fixed-augmentation-26400 cell: KSG rises into iteration 4 in all 3 pairs after Holm and is
-    above its null there, rises into iteration 3 in pairs 0-2 and 1-2; the Gaussian MI rises
-    at every step of pair 0-1 and into iteration 2 in the others, shrinkage at 3-4 there."""
+    """docs/results/digits-lenet.md and README on seed 2's fixed-augmentation-26400 cell: KSG
+    rises into iteration 4 in all 3 pairs after Holm and is above its null there, rises into
+    iteration 3 in pairs 0-2 and 1-2; the Gaussian MI rises at every step of pair 0-1 and into
+    iteration 2 in the others, shrinkage at 3-4 there; the analysis time."""
     import json
 
-    with open(FIGURES / "digits_lenet_paper_seed2.csv", newline="") as fh:
-        rows = [r for r in csv.DictReader(fh) if r["cell"] == "fixed-augmentation-26400"]
+    row, adjusted, changes, means = _augmentation_26400(2)
     page = _flat((ROOT / "docs" / "results" / "digits-lenet.md").read_text())
-    pairs = ("0-1", "0-2", "1-2")
-
-    def row(q, pair, it):
-        return next(r for r in rows if r["quantity"] == q and r["pair"] == pair and r["iteration"] == str(it))
-
-    assert {r["runs"] for r in rows} == {"26400"}
-    assert all(row("mi_ksg", p, 4)["step_family_verdict"] == "rising" for p in pairs)
-    assert all(row("mi_ksg", p, 4)["family_verdict"] == "above null" for p in pairs)
-    adjusted = [f"{float(row('mi_ksg', p, 4)['step_p_adjusted']):.1g}" for p in pairs]
     assert f"adjusted p {adjusted[0]}, {adjusted[1]} and {adjusted[2]}; the step into iteration 4" in page
-    means_text = " -> ".join(f"{np.mean([float(row('mi_ksg', p, it)['value']) for p in pairs]):.3f}" for it in (1, 4))
-    assert (f"seed 2 again: adjusted p {adjusted[0]}, {adjusted[1]} and {adjusted[2]}, {means_text} bits, "
-            "figures/digits_lenet_paper_seed2.csv") in _flat(README)
-    changes = [float(row("mi_ksg", p, 4)["step_change"]) for p in pairs]
-    means = [np.mean([float(row("mi_ksg", p, it)["value"]) for p in pairs]) for it in (1, 4)]
+    assert (f"seed 2 again: adjusted p {adjusted[0]}, {adjusted[1]} and {adjusted[2]}, {means[0]:.3f} -> "
+            f"{means[1]:.3f} bits, figures/digits_lenet_paper_seed2.csv") in _flat(README)
     assert (f"+{min(changes):.3f} to +{max(changes):.3f} bits; mean over pairs {means[0]:.3f} -> "
             f"{means[1]:.3f} bits) and is") in page
-    assert [row("mi_ksg", p, 3)["step_family_verdict"] for p in pairs] == ["no detectable change", "rising",
+    assert [row("mi_ksg", p, 3)["step_family_verdict"] for p in PAIRS] == ["no detectable change", "rising",
                                                                           "rising"]
     assert all(row("mi_gaussian", "0-1", it)["step_family_verdict"] == "rising" for it in (2, 3, 4))
     g = [float(row("mi_gaussian", "0-1", it)["value"]) for it in (1, 4)]
