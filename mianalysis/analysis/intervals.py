@@ -92,6 +92,7 @@ from scipy.special import ndtr, ndtri, stdtr, stdtrit
 
 from .._normal_interval import check_level, normal_interval
 from .._validation import check_choice, check_int, check_random_state, varying_columns
+from ..estimators.copula import twice_rank_scores
 from ..estimators.registry import INTERVALS, LEVEL_INTERVALS, get_estimator
 
 __all__ = ["DISTANCE_METHOD", "UPDATE_METHOD", "INFLUENCE_MIN_RUNS_PER_DIMENSION", "change_method", "mi_influence",
@@ -511,8 +512,7 @@ class ResampleScores:
         position = np.full(n, -1, dtype=np.int64)
         position[distinct] = np.arange(distinct.size)
         m = int(counts.sum())
-        table = ndtri((np.arange(2 * m + 2) / 2.0) / (m + 1))  # the score of each twice-rank
-        out_t = resample_scores_t(self.order_t, counts, position, table, self.start_t, self.stop_t,
+        out_t = resample_scores_t(self.order_t, counts, position, twice_rank_scores(m), self.start_t, self.stop_t,
                                   self.ties, columns, distinct.size)
         return np.ascontiguousarray(out_t.T)
 

@@ -13,6 +13,13 @@ from .gaussian import check_gaussian_settings, gaussian_mi
 __all__ = ["gaussian_copula_mi", "normal_scores"]
 
 
+def twice_rank_scores(n: int) -> np.ndarray:
+    """The normal score of each twice-rank among `n` samples: entry t is
+    ``ndtri(t / 2 / (n + 1))`` for t in [0, 2 n + 1] (twice an average rank is an integer),
+    so that a score read from it has the bits of ``ndtri(rank / (n + 1))``."""
+    return ndtri((np.arange(2 * n + 2) / 2.0) / (n + 1))
+
+
 def normal_scores(samples: np.ndarray) -> np.ndarray:
     r"""Each column of `samples` (n, d) replaced by its normal scores
     :math:`\Phi^{-1}(r_i / (n + 1))`, with :math:`r_i` the rank of row ``i`` in that column
@@ -40,8 +47,7 @@ def normal_scores(samples: np.ndarray) -> np.ndarray:
     # here, so that importing the package does not load numba).
     from ._rank_kernels import scores_from_table
 
-    table = ndtri(np.arange(2 * n + 1) / 2 / (n + 1))
-    scores = scores_from_table(samples.reshape(n, -1), table)
+    scores = scores_from_table(samples.reshape(n, -1), twice_rank_scores(n))
     return scores.reshape(samples.shape)
 
 
