@@ -29,8 +29,9 @@ memory back within seconds, every large temporary array is fresh pages again, an
 first touch can cost more than the work done on them (docs/results/benchmarks.md);
 ``--keep-freed-memory`` runs each analysis with glibc's allocator told to keep what it
 frees (``MALLOC_MMAP_MAX_=0``, ``MALLOC_TRIM_THRESHOLD_`` 2^62), as a user can. With
-``--profile`` the same analysis runs under cProfile and the record holds the cumulative seconds of each stage (:data:`STAGES`) and the functions with
-the most own time; profile a smaller size and scale where the full size is too slow.
+``--profile`` the same analysis runs under cProfile and the record holds the cumulative
+seconds of each stage (:data:`STAGES`) and the functions with the most own time; profile a
+smaller size and scale where the full size is too slow.
 
 The design: client c at checkpoint t is ``sqrt(rho_t) S + sqrt(1 - rho_t) E_ct``, with
 S (runs x params) shared by the clients and E_ct independent standard normals, so each

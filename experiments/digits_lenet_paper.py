@@ -304,15 +304,16 @@ def summary_figure(summary, path, permutations=None, seed=SEED):
     runs = {c: int(next(r["runs"] for r in summary if r["cell"] == c)) for c in cells}
     fig, axes = plt.subplots(2, 3, figsize=(14, 8.2))
     fixed = [c for c in cells if CELLS.get(c, (None,))[0] == "fixed"]
+    def say_empty(ax, text):  # a panel with nothing to draw says why
+        ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=9, color="0.3")
+
     if not _mi_panel(axes[0][0], summary, fixed, colours, runs, "mi_gaussian",
                      "Gaussian MI minus its permutation null's mean, fixed start"):
-        axes[0][0].text(0.5, 0.5, "no plain Gaussian estimate\n(Ledoit-Wolf shrinkage numbers: in the table)",
-                        ha="center", va="center", transform=axes[0][0].transAxes, fontsize=9, color="0.3")
+        say_empty(axes[0][0], "no plain Gaussian estimate\n(Ledoit-Wolf shrinkage numbers: in the table)")
     for init, ax in (("fixed", axes[0][1]), ("per-run", axes[0][2])):
         if not _mi_panel(ax, summary, [c for c in cells if CELLS.get(c, (None,))[0] == init], colours, runs,
                          "mi_ksg", f"KSG MI minus its permutation null's mean, {init} start"):
-            ax.text(0.5, 0.5, f"no {init}-start cell in this table", ha="center", va="center",
-                    transform=ax.transAxes, fontsize=9, color="0.3")
+            say_empty(ax, f"no {init}-start cell in this table")
     ax = axes[1][0]
     for cell in cells:
         value = dict(_series(summary, cell, "euclidean"))
