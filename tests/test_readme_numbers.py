@@ -420,8 +420,12 @@ def _augmentation_26400(seed):
     step = [row("mi_ksg", p, 4) for p in PAIRS]
     assert all(r["step_family_verdict"] == "rising" and r["family_verdict"] == "above null" for r in step)
     adjusted = [f"{float(r['step_p_adjusted']):.1g}" for r in step]
+    changes, ses = [float(r["step_change"]) for r in step], [float(r["step_se"]) for r in step]
+    quoted = (f"the step +{min(changes):.3f} to +{max(changes):.3f} bits, se {min(ses):.3f}-{max(ses):.3f}, "
+              f"adjusted p {adjusted[0]}, {adjusted[1]} and {adjusted[2]}")
+    assert quoted in _flat(README), quoted  # the README names each seed's steps with their se
     means = [np.mean([float(row("mi_ksg", p, it)["value"]) for p in PAIRS]) for it in (1, 4)]
-    return row, adjusted, [float(r["step_change"]) for r in step], means
+    return row, adjusted, changes, means
 
 
 PAIRS = ("0-1", "0-2", "1-2")
@@ -497,7 +501,9 @@ def test_digits_lenet_seed2_at_26400_reproduces_the_ksg_rise_again():
     row, adjusted, changes, means = _augmentation_26400(2)
     page = _flat((ROOT / "docs" / "results" / "digits-lenet.md").read_text())
     assert f"adjusted p {adjusted[0]}, {adjusted[1]} and {adjusted[2]}; the step into iteration 4" in page
-    assert (f"seed 2 again: adjusted p {adjusted[0]}, {adjusted[1]} and {adjusted[2]}, {means[0]:.3f} -> "
+    assert (f"seed 2 again: the step +{min(changes):.3f} to +{max(changes):.3f} bits, se "
+            in _flat(README))
+    assert (f"adjusted p {adjusted[0]}, {adjusted[1]} and {adjusted[2]}, {means[0]:.3f} -> "
             f"{means[1]:.3f} bits, figures/digits_lenet_paper_seed2.csv") in _flat(README)
     assert (f"+{min(changes):.3f} to +{max(changes):.3f} bits; mean over pairs {means[0]:.3f} -> "
             f"{means[1]:.3f} bits) and is") in page
