@@ -65,7 +65,7 @@ from mianalysis.tasks import get_task
 # The paper sampled 26,400 runs; benchmarks/results/digits_paper.json says why 4,000 here.
 RUNS = 4000
 CELL_RUNS = {"fixed-nothing-10000": 10000, "fixed-augmentation-10000": 10000, "fixed-nothing-26400": 26400,
-             "fixed-augmentation-26400": 26400}
+             "fixed-augmentation-26400": 26400, "per-run-nothing-26400": 26400, "per-run-augmentation-26400": 26400}
 QUICK_RUNS = 300
 PERMUTATIONS = {"gaussian": 100, "ksg": 100}
 QUICK_PERMUTATIONS = {"gaussian": 10, "ksg": 10}
@@ -80,6 +80,8 @@ CELLS = {
     "fixed-augmentation-10000": ("fixed", ("augmentation",), {}),
     "fixed-nothing-26400": ("fixed", (), {}),
     "fixed-augmentation-26400": ("fixed", ("augmentation",), {}),
+    "per-run-nothing-26400": ("per-run", (), {}),
+    "per-run-augmentation-26400": ("per-run", ("augmentation",), {}),
 }
 QUICK_CELLS = ("fixed-nothing", "fixed-augmentation", "per-run-nothing")
 QUANTITIES = ("mi_gaussian", "mi_ksg", "euclidean", "manhattan", "chebyshev")

@@ -1,0 +1,256 @@
+"""digits-lenet's 26,400-run cells across seeds: each step's change, its test and its power.
+
+    python experiments/digits_lenet_seeds.py
+
+No new analysis: it reads the committed summary tables of ``digits_lenet_paper.py``, one per
+seed (figures/digits_lenet_paper.csv for seed 0, figures/digits_lenet_paper_seedS.csv for
+seed S), and puts each cell's made steps of every seed and client pair side by side:
+
+- the step's change, its se and its p-value, and the table's own verdict (Holm over the
+  pair's steps, as the analysis corrects);
+- the same p-values corrected over the replication (Holm over every made step of one cell
+  and quantity, all seeds and pairs together: one family per cell and quantity), so "the
+  rise reproduces" is a verdict whose family-wise error is controlled over every seed and
+  pair looked at;
+- the power of each step's test: the smallest change it detects with probability 0.8 at
+  the replication family's strictest level (Bonferroni's alpha / m, Holm's first step) and
+  alone (alpha), from the step's se and its test's law (normal, or t with the resamples'
+  degrees of freedom: noncentral t under a change). Where a control finds nothing, this
+  says how large a step it would have found.
+
+Writes figures/digits_lenet_seeds.csv (one row per made step), its sidecar (the tables
+read, the correction, the power), figures/digits_lenet_seeds.png and
+docs/results/tables/digits_lenet_seeds.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+from _results import FIGURES, portable_record, write_csv, write_page, write_sidecar
+from scipy import stats
+from scipy.optimize import brentq
+from scipy.special import ndtr, ndtri
+
+from mianalysis.analysis.familywise import holm
+from mianalysis.analysis.intervals import change_method, change_test
+from mianalysis.estimators.registry import get_estimator
+from mianalysis.provenance import collect
+
+CELLS = ("fixed-augmentation-26400", "fixed-nothing-26400")
+QUANTITIES = ("mi_ksg", "mi_gaussian")
+ALPHA = 0.05
+POWER = 0.8
+NAME = "digits_lenet_seeds"
+JOINT_DIMENSION = 2 * 850  # the two clients' head parameters: the most a pair keeps
+
+
+def seed_tables(folder: Path = FIGURES) -> dict[int, Path]:
+    """seed -> the summary table of digits_lenet_paper.py for that seed in `folder`."""
+    tables = {0: folder / "digits_lenet_paper.csv"}
+    for path in sorted(folder.glob("digits_lenet_paper_seed*.csv")):
+        seed = re.fullmatch(r"digits_lenet_paper_seed(\d+)", path.stem)
+        if seed:
+            tables[int(seed.group(1))] = path
+    return tables
+
+
+def made_steps(tables: dict[int, Path], cells=CELLS, quantities=QUANTITIES) -> list[dict]:
+    """The made steps (a finite step p-value) of `cells` and `quantities` in each seed's
+    table: seed, cell, quantity, pair, the iteration stepped into, the change, its se and p,
+    the table's Holm-over-the-pair p and verdict, and the MI minus its null's mean there."""
+    out = []
+    for seed, path in sorted(tables.items()):
+        with Path(path).open(newline="") as fh:
+            rows = list(csv.DictReader(fh))
+        missing = {"cell", "runs", "quantity", "pair", "iteration", "step_change", "step_se", "step_p",
+                   "step_p_adjusted", "step_family_verdict", "value", "null_mean"} - set(rows[0] if rows else ())
+        if missing:
+            raise ValueError(f"{path}: missing columns {sorted(missing)}: not a table of digits_lenet_paper.py")
+        for r in rows:
+            if r["cell"] not in cells or r["quantity"] not in quantities or r["iteration"] == "":
+                continue
+            p = float(r["step_p"])
+            if not math.isfinite(p) or not math.isfinite(float(r["step_p_adjusted"])):
+                continue  # not made: a step out of an exact value, or from a shrinkage estimate
+            out.append({"seed": seed, "cell": r["cell"], "runs": int(r["runs"]), "quantity": r["quantity"],
+                        "pair": r["pair"], "iteration": int(r["iteration"]), "change": float(r["step_change"]),
+                        "se": float(r["step_se"]), "p": p, "p_pair": float(r["step_p_adjusted"]),
+                        "verdict_pair": r["step_family_verdict"],
+                        "mi_minus_null": float(r["value"]) - float(r["null_mean"])})
+    return out
+
+
+def _quantile(q: float, df: int | None) -> float:
+    return float(ndtri(q) if df is None else stats.t.ppf(q, df))
+
+
+def expected_law(quantity: str, runs: int) -> int | None:
+    """The law of a step's test in an analysis with the default intervals: normal (None)
+    where the change's se comes from influence values (the Gaussian MI with n_runs >= 4 x
+    the joint dimension, JOINT_DIMENSION the most a pair keeps), else Student's t with the
+    estimator's resamples - 1 degrees of freedom (KSG's 10 halves: 9)."""
+    estimator = quantity.removeprefix("mi_")
+    if change_method(estimator, runs, JOINT_DIMENSION) == "influence":
+        return None
+    return get_estimator(estimator).ci_resamples - 1
+
+
+def check_law(step: dict, df: int | None) -> None:
+    """A ValueError unless the step's p is the two-sided test of its change and se under
+    the law with `df` degrees of freedom (None: normal), to the tables' 6 digits."""
+    again = change_test(step["change"], step["se"], df)
+    if not math.isclose(again, step["p"], rel_tol=1e-2, abs_tol=1e-12):
+        law = "normal" if df is None else f"t with {df} degrees of freedom"
+        raise ValueError(f"seed {step['seed']}, {step['cell']}, {step['quantity']}, pair {step['pair']}, into "
+                         f"iteration {step['iteration']}: p = {step['p']:.6g} is not the {law} test of its change and "
+                         f"se (that gives {again:.6g}); the table was not made with the analysis' default intervals")
+
+
+def detectable(se: float, level: float, df: int | None, power: float = POWER) -> float:
+    """The smallest |change| that the two-sided test at `level` (normal, or t with `df`
+    degrees of freedom: a change of delta se makes the statistic noncentral t) detects with
+    probability `power`, given the change's se."""
+    crit = _quantile(1 - level / 2, df)
+
+    def shortfall(delta):
+        if df is None:
+            got = ndtr(delta - crit) + ndtr(-delta - crit)
+        else:
+            got = stats.nct.sf(crit, df, delta) + stats.nct.sf(crit, df, -delta)  # both tails (cdf: NaN far out)
+        return got - power
+
+    return float(brentq(shortfall, 0.0, 2 * crit + 5, xtol=1e-10)) * se  # power is above 0.99 there
+
+
+def replication(steps: list[dict], alpha: float = ALPHA) -> list[dict]:
+    """`steps` with the replication family's Holm p (over every made step of the same cell
+    and quantity, all seeds and pairs), its verdict, and the detectable changes alone and
+    at Bonferroni's alpha / m."""
+    out = [dict(s) for s in steps]
+    for key in sorted({(s["cell"], s["quantity"]) for s in out}):
+        family = [s for s in out if (s["cell"], s["quantity"]) == key]
+        df = expected_law(key[1], max(s["runs"] for s in family))
+        for s in family:
+            check_law(s, df)
+        adjusted = holm([s["p"] for s in family])
+        for s, p in zip(family, adjusted):
+            s["family_size"] = len(family)
+            s["df"] = "normal" if df is None else df
+            s["p_replication"] = float(p)
+            s["verdict_replication"] = ("no detectable change" if p > alpha
+                                        else "rising" if s["change"] > 0 else "falling")
+            s["detectable_alone"] = detectable(s["se"], alpha, df)
+            s["detectable_in_family"] = detectable(s["se"], alpha / len(family), df)
+            s["interval_half_width_in_family"] = _quantile(1 - alpha / len(family) / 2, df) * s["se"]
+    return out
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.2g}" if abs(v) < 1e-3 else f"{v:.3f}" if abs(v) < 1 else f"{v:.2f}"
+
+
+def markdown(rows: list[dict], tables: dict[int, Path], alpha: float = ALPHA) -> str:
+    """The page: per cell and quantity, every made step of every seed and pair."""
+    seeds = sorted(tables)
+    lines = [f"Made steps of digits-lenet's 26,400-run cells, seeds {', '.join(map(str, seeds))} "
+             f"(`python experiments/{NAME}.py`, from the committed tables "
+             f"{', '.join(f'`figures/{Path(p).name}`' for _, p in sorted(tables.items()))}). "
+             f"Each cell: change of the MI into the iteration (bits), its se, p, the table's verdict after Holm over "
+             f"the pair's steps (p_pair), and after Holm over every made step of the cell and quantity, all seeds and "
+             f"pairs (p_rep, family-wise error {alpha:g}). *Detectable*: the change found with probability {POWER:g} "
+             f"at alpha / m (m the replication family's size), from the step's se and its test's law (normal for "
+             f"the Gaussian MI's influence values, t with 9 degrees of freedom for KSG's 10 halves)."]
+    for cell in CELLS:
+        for quantity in QUANTITIES:
+            family = [r for r in rows if r["cell"] == cell and r["quantity"] == quantity]
+            if not family:
+                continue
+            rising = sum(r["verdict_replication"] == "rising" for r in family)
+            falling = sum(r["verdict_replication"] == "falling" for r in family)
+            reach = [r["detectable_in_family"] for r in family]
+            lines += ["", f"**{cell}, {quantity}** ({len(family)} made steps; after Holm over all of them: {rising} "
+                          f"rising, {falling} falling; detectable {_fmt(min(reach))}-{_fmt(max(reach))} bits)", "",
+                      "| seed | pair | into | change (se) | p | p_pair | verdict (pair) | p_rep "
+                      "| verdict (replication) | detectable |", "|---|---|---|---|---|---|---|---|---|---|"]
+            for r in sorted(family, key=lambda r: (r["seed"], r["pair"], r["iteration"])):
+                lines.append(f"| {r['seed']} | {r['pair']} | {r['iteration']} | {r['change']:+.3f} ({r['se']:.3f}) "
+                             f"| {_fmt(r['p'])} | {_fmt(r['p_pair'])} | {r['verdict_pair']} "
+                             f"| {_fmt(r['p_replication'])} | {r['verdict_replication']} "
+                             f"| {_fmt(r['detectable_in_family'])} |")
+    return "\n".join(lines)
+
+
+def figure(rows: list[dict], path: Path, alpha: float = ALPHA) -> None:
+    """KSG steps of every seed and pair with their intervals at the replication family's
+    Bonferroni level (an interval excludes 0 where Bonferroni's test rejects; Holm's
+    verdicts, filled markers, reject at least those), one panel per cell."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ksg = [r for r in rows if r["quantity"] == "mi_ksg"]
+    fig, axes = plt.subplots(1, len(CELLS), figsize=(12, 4.4), sharey=True)
+    for ax, cell in zip(axes, CELLS):
+        family = sorted((r for r in ksg if r["cell"] == cell), key=lambda r: (r["iteration"], r["seed"], r["pair"]))
+        if not family:
+            ax.text(0.5, 0.5, "no table holds this cell", ha="center", va="center", transform=ax.transAxes)
+            ax.set_title(cell, fontsize=10)
+            continue
+        pairs = sorted({r["pair"] for r in family})
+        for i, r in enumerate(family):
+            x = i + 0.6 * (r["iteration"] - 2)  # a gap between the iterations' groups
+            colour = f"C{r['seed']}"
+            ax.errorbar(x, r["change"], yerr=r["interval_half_width_in_family"], fmt="o", color=colour, ms=5, capsize=2,
+                        mfc=colour if r["verdict_replication"] != "no detectable change" else "white")
+        ax.axhline(0, color="0.5", lw=0.8)
+        steps = sorted({r["iteration"] for r in family})
+        ax.set_xticks([np.mean([i + 0.6 * (r["iteration"] - 2) for i, r in enumerate(family) if r["iteration"] == t])
+                       for t in steps], [f"into iteration {t}" for t in steps])
+        ax.set_title(f"{cell}: KSG step per seed (colour) and pair ({', '.join(pairs)}, in order)\n"
+                     f"bars: {100 * (1 - alpha / len(family)):.2f} % intervals (Bonferroni over {len(family)} steps); "
+                     "filled: Holm's verdict", fontsize=8.5)
+    axes[0].set_ylabel("change of the KSG MI (bits)")
+    handles = [plt.Line2D([], [], marker="o", ls="", color=f"C{s}", label=f"seed {s}")
+               for s in sorted({r["seed"] for r in ksg})]
+    axes[-1].legend(handles=handles, fontsize=8, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tables", type=Path, default=FIGURES, help="folder of the seeds' summary tables")
+    parser.add_argument("--out", type=Path, default=FIGURES, help="where the table and figure go")
+    args = parser.parse_args(argv)
+    tables = seed_tables(args.tables)
+    absent = [str(p) for p in tables.values() if not p.exists()]
+    if absent:
+        parser.error(f"no summary table at {', '.join(absent)}: run experiments/digits_lenet_paper.py first")
+    rows = replication(made_steps(tables))
+    if not rows:
+        parser.error(f"no made step of {', '.join(CELLS)} in {', '.join(map(str, tables.values()))}")
+    fields = ["seed", "cell", "runs", "quantity", "pair", "iteration", "change", "se", "p", "p_pair", "verdict_pair",
+              "family_size", "df", "p_replication", "verdict_replication", "detectable_alone", "detectable_in_family",
+              "interval_half_width_in_family", "mi_minus_null"]
+    csv_path = write_csv(rows, args.out / f"{NAME}.csv", fieldnames=fields, float_format=".6g")
+    write_sidecar(csv_path, portable_record({
+        "command": f"python experiments/{NAME}.py", "tables": {str(s): str(p) for s, p in tables.items()},
+        "cells": list(CELLS), "quantities": list(QUANTITIES), "alpha": ALPHA, "power": POWER,
+        "replication_family": "Holm over every made step of one cell and quantity, all seeds and pairs",
+        "provenance": collect(finished=True)}))
+    write_page(args.out, NAME, markdown(rows, tables))
+    figure(rows, args.out / f"{NAME}.png")
+    print(f"wrote {csv_path} and its figure and page")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
