@@ -460,22 +460,29 @@ def test_digits_lenet_seed1_at_26400_reproduces_the_ksg_rise():
     assert f"analysis took {seconds['fixed-augmentation-26400']['analysis']:,.0f} s" in page
 
 
+def _clean_control_26400(seed):
+    """The MI rows of a seed's fixed-nothing-26400 cell (trained checkpoints), checked clean
+    after the corrections (no step verdict after Holm over the pair's steps, no level above
+    its null after Holm over its checkpoints), and its made steps with a verdict alone."""
+    with open(FIGURES / f"digits_lenet_paper_seed{seed}.csv", newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["cell"] == "fixed-nothing-26400" and r["iteration"] not in ("", "0")
+                and r["quantity"] in ("mi_gaussian", "mi_ksg")]
+    assert len(rows) == 24
+    assert all(r["family_verdict"] == "not above null" for r in rows)
+    assert all(r["step_family_verdict"] == "no detectable change" or r["step_family_verdict"].startswith("not made")
+               for r in rows)
+    made = [r for r in rows if r["iteration"] != "1" and not r["step_verdict"].startswith("not made")]
+    return rows, [r for r in made if r["step_verdict"] != "no detectable change"]
+
+
 def test_digits_lenet_seed1_control_at_26400_is_clean_after_holm():
     """docs/results/digits-lenet.md on figures/digits_lenet_paper_seed1.csv's
     fixed-nothing-26400 cell: no step verdict after Holm, no level above its null after Holm,
     the quoted p-values, the one step with a verdict alone, and the analysis time."""
     import json
 
-    with open(FIGURES / "digits_lenet_paper_seed1.csv", newline="") as fh:
-        rows = [r for r in csv.DictReader(fh) if r["cell"] == "fixed-nothing-26400" and r["iteration"] not in ("", "0")
-                and r["quantity"] in ("mi_gaussian", "mi_ksg")]
+    rows, alone = _clean_control_26400(1)
     page = _flat((ROOT / "docs" / "results" / "digits-lenet.md").read_text())
-    assert len(rows) == 24
-    assert all(r["family_verdict"] == "not above null" for r in rows)
-    assert all(r["step_family_verdict"] == "no detectable change" or r["step_family_verdict"].startswith("not made")
-               for r in rows)
-    made = [r for r in rows if r["iteration"] != "1" and not r["step_verdict"].startswith("not made")]
-    alone = [r for r in made if r["step_verdict"] != "no detectable change"]
     assert [(r["quantity"], r["pair"], r["iteration"], r["step_verdict"]) for r in alone] == [
         ("mi_ksg", "0-1", "2", "falling")]
     assert f"falls into iteration 2 (p {float(alone[0]['step_p']):.3f}; {float(alone[0]['step_p_adjusted']):.3f} " \
@@ -568,3 +575,61 @@ def test_signal_rnn_at_22000_runs_rises_with_shared_order_and_dropout():
         assert f"+{min(change):.{digits}f} to +{max(change):.{digits}f}" in doc
     for shared in ("order+dropout", "data+order+dropout"):  # each rising step's interval excludes 0
         assert all(float(r["step_ci_low"].split(": ")[1]) > 0 for q in ("mi_gaussian", "mi_ksg") for r in cell(shared, q))
+
+
+def test_digits_lenet_seed2_control_at_26400_is_clean_after_holm():
+    """docs/results/digits-lenet.md on figures/digits_lenet_paper_seed2.csv's
+    fixed-nothing-26400 cell: no step verdict after Holm, no level above its null after Holm,
+    the quoted p-values, the two steps with a verdict alone, client 2's shrinkage from
+    iteration 1, and the analysis time."""
+    import json
+
+    rows, alone = _clean_control_26400(2)
+    page = _flat((ROOT / "docs" / "results" / "digits-lenet.md").read_text())
+    assert [(r["quantity"], r["pair"], r["iteration"], r["step_verdict"]) for r in alone] == [
+        ("mi_ksg", "0-2", "2", "falling"), ("mi_ksg", "0-2", "3", "rising")]
+    p, adj = [float(r["step_p"]) for r in alone], [float(r["step_p_adjusted"]) for r in alone]
+    assert (f"falling into iteration 2 (p {p[0]:.3f}) and rising into iteration 3 (p {p[1]:.3f}), {adj[0]:.3f} and "
+            f"{adj[1]:.3f} after Holm") in page
+    plain = [r for r in rows if r["quantity"] == "mi_gaussian" and "shrinkage" not in r["note"].lower()]
+    assert {r["pair"] for r in plain} == {"0-1"}
+    gp = [float(r["p_value"]) for r in plain]
+    kp = [[float(r["p_value"]) for r in rows if r["quantity"] == "mi_ksg" and r["pair"] == p] for p in PAIRS]
+    quoted = (f"plain Gaussian p {min(gp):.2f}-{max(gp):.2f} in pair 0-1; KSG's smallest p {min(map(min, kp)):.3f}, "
+              f"{min(adjust(v, 'holm').min() for v in kp):.3f} after Holm")
+    assert quoted in page, quoted
+    seconds = json.loads((FIGURES / "digits_lenet_paper_seed2.csv.json").read_text())["seconds"]["fixed-nothing-26400"]
+    assert f"{seconds['analysis']:,.0f} s of analysis, {seconds['sampling']:,.0f} s of sampling" in page
+
+
+def test_digits_lenet_rise_and_control_across_seeds():
+    """README and docs/results/digits-lenet.md on figures/digits_lenet_seeds.csv: with Holm
+    over the 27 made KSG steps of each 26,400-run cell (3 seeds x 3 pairs x 3 steps), the step
+    into iteration 4 rises in all 9 seed-pairs of the shared-augmentation cell and none of the
+    control's 27 has a verdict; the control's power against the rise's median and smallest
+    step."""
+    with open(FIGURES / "digits_lenet_seeds.csv", newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["quantity"] == "mi_ksg"]
+    aug = [r for r in rows if r["cell"] == "fixed-augmentation-26400"]
+    control = [r for r in rows if r["cell"] == "fixed-nothing-26400"]
+    assert len(aug) == len(control) == 27 and {r["family_size"] for r in aug + control} == {"27"}
+    into4 = [r for r in aug if r["iteration"] == "4"]
+    assert len(into4) == 9 and all(r["verdict_replication"] == "rising" for r in into4)
+    worst = max(float(r["p_replication"]) for r in into4)
+    assert np.isclose(worst, max(adjust([float(r["p"]) for r in aug], "holm")[[r["iteration"] == "4" for r in aug]]))
+    readme, page = _flat(README), _flat((ROOT / "docs" / "results" / "digits-lenet.md").read_text())
+    assert f"rises in all 9 seed-pairs, adjusted p at most {worst:.2g}, figures/digits_lenet_seeds.csv" in readme
+    changes = sorted(float(r["change"]) for r in into4)
+    assert f"all 9 seed-pairs (+{changes[0]:.3f} to +{changes[-1]:.3f} bits, adjusted p at most {worst:.2g})" in page
+    assert [(r["seed"], r["pair"]) for r in aug if r["iteration"] == "3" and r["verdict_replication"] == "rising"] == [
+        ("2", "0-2"), ("2", "1-2")]
+    assert all(r["verdict_replication"] == "no detectable change" for r in control)
+    reach = [float(r["detectable_in_family"]) for r in control if r["iteration"] == "4"]
+    median = float(np.median(changes))
+    found_median, found_smallest = sum(d <= median for d in reach), sum(d <= changes[0] for d in reach)
+    assert f"step into iteration 4 of {min(reach):.3f}-{max(reach):.3f} bits (by seed and pair)" in page
+    assert (f"median (+{median:.3f} bits) in {found_median} of the 9 seed-pairs, its smallest (+{changes[0]:.3f} bits) "
+            f"in {found_smallest}") in page
+    assert (f"none of the 27 made KSG steps has a verdict after Holm over them, where a step of the "
+            f"shared-augmentation cell's median size, +{median:.3f} bits, was detectable with probability 0.8 in "
+            f"{found_median} of the 9 seed-pairs") in readme
