@@ -171,7 +171,8 @@ def _cmd_analyze(args):
                     distance_cache=False if args.no_distance_cache else "auto",
                     verify=not args.no_verify, force=args.force, gaussian_null=args.gaussian_null,
                     ci_resamples=args.ci_resamples, ci_level=args.ci_level, familywise=args.familywise,
-                    family=args.family, gaussianity=args.gaussianity, **_dask_options(args))
+                    family=args.family, gaussianity=args.gaussianity, min_moving_runs=args.min_moving_runs,
+                    **_dask_options(args))
     verified = ("dump checksums NOT verified (--no-verify)" if args.no_verify
                 else f"dump checksums of {table.settings['n_runs']} runs verified")
     _say(args, f"wrote {len(table)} rows to {args.out} ({verified}; settings and provenance: {sidecar_path(args.out)})")
@@ -473,6 +474,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "Holm (family-wise error), Benjamini-Hochberg (false discovery rate) or none")
     ana.add_argument("--gaussianity", action="store_true",
                      help="also rows nongaussian_share (per client) and copula_disagrees (per pair): which MI row to read")
+    ana.add_argument("--min-moving-runs", type=int, default=1, metavar="M",
+                     help="hold each client's parameters moving in fewer than M runs at their most common value for "
+                          "the MI estimates (the notes bound what they can add; default 1: none)")
     ana.add_argument("--family", choices=FAMILIES, default="pair",
                      help="family corrected over: one client pair's steps, or every pair's steps of a quantity")
     ana.add_argument("--no-distance-cache", action="store_true",

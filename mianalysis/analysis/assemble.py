@@ -43,7 +43,7 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: str | Sequen
             gaussian_null: str = "permutation", ci_resamples: int | Mapping[str, int] | None = None,
             ci_level: float = 0.95, scheduler: str | None = None, client: distributed.Client | None = None,
             timeout: float | None = None, familywise: str = "holm", family: str = "pair",
-            gaussianity: bool = False) -> AnalysisTable:
+            gaussianity: bool = False, min_moving_runs: int = 1) -> AnalysisTable:
     """MI and distances between every pair of clients at every checkpoint of a dump.
 
     A client named "central" (the reference client of ``ParameterSampler(reference=
@@ -200,6 +200,15 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: str | Sequen
         costs 1.3-1.8 s per client and checkpoint at 26,400 runs x 850 parameters, and the
         default table keeps its rows. Recorded in the sidecar's settings (``gaussianity``)
         only when on.
+    min_moving_runs : int, default=1
+        Hold each client's parameters that leave their most common value in fewer than this
+        many runs at that value for the MI estimates (:mod:`mianalysis.analysis.movers`):
+        a few such parameters moving in the same runs make a client's covariance singular
+        (its Gaussian estimates then shrinkage numbers without a verdict), while the MI they
+        can carry is at most their entropy, which each MI row's note bounds ("held 5
+        parameters moving in fewer than 2 runs ...; they can add at most 0.0012 bits").
+        Distances use every parameter. 1 (the default) holds none; at most half the runs.
+        Recorded in the sidecar's settings (``constant_rule["min_moving_runs"]``) when above 1.
     scheduler : str, optional
         Compute the checkpoints on Dask workers (the ``dask`` extra): ``"local:N"``,
         ``"tcp://HOST:PORT"`` or a scheduler file (see :mod:`mianalysis.scaleout`). Each
@@ -317,7 +326,7 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: str | Sequen
                             layer=layer, by=by, standardize=standardize, random_state=random_state,
                             distance_cache=distance_cache, verify=verify, force=force, gaussian_null=gaussian_null,
                             ci_resamples=ci_resamples, ci_level=ci_level, familywise=familywise, family=family,
-                            gaussianity=gaussianity)
+                            gaussianity=gaussianity, min_moving_runs=min_moving_runs)
     settings = table_settings(dump, request)
     if out is not None:
         check_out(out, settings, force)  # before the lock: a refused `out` leaves nothing behind

@@ -22,6 +22,7 @@ from ..estimators.registry import DISTANCE_STREAM, LEVEL_INTERVALS, get_estimato
 from .choice import EXTRA, FALLBACK, PRIMARY, Choice, choose, fallback_note, omitted_note
 from .design import design_note
 from .gaussianity import copula_disagreement, nongaussian_share
+from .movers import RareMovers, hold_rare_movers
 from .intervals import (InfluenceValues, change_method, change_test, level_method, level_se, mean_interval,
                         mi_influence, mi_replicates, normal_interval, resample_indices, trend_verdict)
 from .regime import estimate_regime_note
@@ -288,11 +289,13 @@ class CheckpointAnalysis:
         for group, cols in self.groups:
             samples = [np.asarray(dump.samples(c, index=t)[:, cols], dtype=np.float64) for c in range(n_clients)]
             _check_finite(dump, t, samples, cols)
-            # Each client's varying parameters, once: the auto choice counts them, and every
+            # The samples the MI estimates see (rare movers held, where asked), and each
+            # client's varying parameters, once: the auto choice counts them, and every
             # estimate and interval drops the others (the constant rule is per column).
-            varying = [varying_columns(s) for s in samples]
-            transformed = TransformedSamples(samples, varying)  # the copula's normal scores: once per client
-            distances = self.marginal_distances(t, samples, varying)
+            mi_samples, movers = self.mi_samples(samples)
+            varying = [varying_columns(s) for s in mi_samples]
+            transformed = TransformedSamples(mi_samples, varying)  # the copula's normal scores: once per client
+            distances = self.marginal_distances(t, mi_samples, varying)
             rows = []
             for a, b in self.pairs:
                 x, y = samples[a], samples[b]
@@ -303,13 +306,15 @@ class CheckpointAnalysis:
                     d = paired_distances(x, y, metric)
                     rows.append(self.row(t, a, b, metric, d.mean(), d.std(ddof=1), group=group))
                 keep = (varying[a], varying[b])
+                x, y = mi_samples[a], mi_samples[b]
                 if self.request.auto:
                     chosen = self._auto_fields(t, a, b, x, y, distances, keep, transformed)
                 else:
                     chosen = [(e, self._fields(t, a, b, x, y, e, distances, keep, transformed)) for e in self.estimators]
+                held = _movers_note(movers, a, b, self.request.min_moving_runs)
                 for estimator, fields in chosen:
                     fields.pop("regime")
-                    fields["note"] = "; ".join(n for n in (fields["note"], self.design) if n)
+                    fields["note"] = "; ".join(n for n in (fields["note"], held, self.design) if n)
                     rows.append(self.row(t, a, b, f"mi_{estimator}", group=group, **fields))
                 if exact is not None and group == "":  # the exact MI is that of the whole vector
                     rows.append(self.row(t, a, b, "mi_exact", exact(dump.checkpoints[t], a, b)))
@@ -317,11 +322,21 @@ class CheckpointAnalysis:
                     progress(1)
             self._held.clear()  # the next group's samples are other columns
             resampled = self.with_intervals(t, samples, self.of_checkpoint(rows, t, group), varying, transformed,
-                                            distances)
+                                            distances, mi_samples)
             if self.request.gaussianity:
-                rows += self.gaussianity_rows(t, group, samples, rows)
+                rows += self.gaussianity_rows(t, group, mi_samples, rows)
             per_group.append((group, rows, resampled))
         return metric_rows, per_group
+
+    def mi_samples(self, samples: Sequence[np.ndarray]) -> tuple[Sequence[np.ndarray], list[RareMovers] | None]:
+        """The clients' samples as the MI estimates see them: each client's parameters moving
+        in fewer than ``min_moving_runs`` runs held at their most common value
+        (:mod:`mianalysis.analysis.movers`), and those movers; `samples` and None where the
+        request holds none (the default)."""
+        if self.request.min_moving_runs <= 1:
+            return samples, None
+        made = [hold_rare_movers(s, self.request.min_moving_runs) for s in samples]
+        return [held for held, _ in made], [movers for _, movers in made]
 
     def marginal_distances(self, t: int, samples: Sequence[np.ndarray],
                            varying: Sequence[np.ndarray]) -> list[MarginalDistances] | None:
@@ -512,6 +527,7 @@ class CheckpointAnalysis:
                        varying: Sequence[np.ndarray] | None = None,
                        transformed: TransformedSamples | None = None,
                        distances: Sequence[MarginalDistances] | None | bool = False,
+                       mi_samples: Sequence[np.ndarray] | None = None,
                        ) -> dict[tuple[int, int, str], ChangeInputs]:
         """Fill the interval of every MI and distance row of checkpoint t (`of_t`: (a, b,
         quantity) -> row); return what their changes' intervals need. `varying`: each
@@ -521,13 +537,17 @@ class CheckpointAnalysis:
         the default: made here where the analysis keeps them, as for a resumed checkpoint).
         KSG's half-subsampling replicates come from those distances where they are kept
         (each half of the samples the estimate saw, noise included), else from the halves'
-        samples, each with its own tie-breaking noise."""
+        samples, each with its own tie-breaking noise. `mi_samples`: the samples the MI
+        estimates saw (:meth:`mi_samples`) where made already; `varying`, `transformed`
+        and `distances` are theirs."""
         out: dict[tuple[int, int, str], ChangeInputs] = {}
         n_runs, k, incomplete, ci_level = self.n_runs, self.k, self.incomplete, self.ci_level
+        if mi_samples is None:
+            mi_samples = self.mi_samples(samples)[0]
         if varying is None:
-            varying = [varying_columns(s) for s in samples]
+            varying = [varying_columns(s) for s in mi_samples]
         if distances is False and any(get_estimator(q[3:]).distance_cache for _, _, q in of_t if q.startswith("mi_")):
-            distances = self.marginal_distances(t, samples, varying)
+            distances = self.marginal_distances(t, mi_samples, varying)
         for (a, b, q), row in of_t.items():
             if q in self.metrics:  # a distance or update metric: per-run values, normal interval of their mean
                 values = out[a, b, q] = self.per_run(a, b, q, row.get("layer", ""), samples)
@@ -548,13 +568,13 @@ class CheckpointAnalysis:
                                                                 f"few {too_few}", incomplete]))
                     continue
                 shrunk = {"shrinkage": "ledoit-wolf"} if row["estimate_kind"] == "shrinkage" else None
-                kept = self._kept_replicates(t, a, b, e, samples, varying, distances)
+                kept = self._kept_replicates(t, a, b, e, mi_samples, varying, distances)
                 if kept is not None:  # KSG's halves from the distances the estimate used
                     out[a, b, q] = kept
                     row["ci_low"], row["ci_high"] = normal_interval(row["value"], kept.std(ddof=1), ci_level,
                                                                     df=len(kept) - 1)
                     continue
-                x, y = samples[a], samples[b]
+                x, y = mi_samples[a], mi_samples[b]
                 # As the estimate: the rule on the unscaled parameters.
                 x, y = _drop_constant(x, y, (varying[a], varying[b]))[:2]
                 if entry.distance_cache and self.request.standardize:  # as the estimate itself (MI does not change with scale)
@@ -562,7 +582,7 @@ class CheckpointAnalysis:
                 if (shrunk is None and level_method(e) in LEVEL_INTERVALS and entry.change_interval is not None
                         and change_method(e, n_runs, samples[a].shape[1] + samples[b].shape[1]) == entry.change_interval):
                     if transformed is None:
-                        transformed = TransformedSamples(samples, varying)
+                        transformed = TransformedSamples(mi_samples, varying)
                     scores = transformed.pair(e, a, b)
                     # the change's se by the delta method: no resamples
                     out[a, b, q] = mi_influence(x, y, e, transformed=scores)
@@ -657,6 +677,17 @@ class CheckpointAnalysis:
             return defined, [f"paired over the {defined.size} of {change.size} runs whose updates are non-zero at both "
                              "checkpoints"]
         return defined, []
+
+def _movers_note(movers, a, b, min_runs):
+    """What a pair's MI rows say of the rare movers held (:meth:`CheckpointAnalysis.mi_samples`):
+    how many per client, in how many runs they move, and the bound on the MI they can add."""
+    if movers is None or not (movers[a].count or movers[b].count):
+        return ""
+    parts = [f"{side} {m.count} moving in {m.moving_runs} of {m.n_runs} runs"
+             for side, m in (("client_a", movers[a]), ("client_b", movers[b])) if m.count]
+    return (f"held parameters moving in fewer than {min_runs} runs at their most common value ({'; '.join(parts)}): "
+            f"they can add at most {movers[a].bound_bits + movers[b].bound_bits:.2g} bits")
+
 
 def _no_estimate(estimator):
     """The row fields of an estimate that could not be made (value NaN)."""

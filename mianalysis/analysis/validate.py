@@ -63,6 +63,9 @@ class AnalysisRequest:
     gaussianity : bool
         Whether the checkpoint's rows include the Gaussianity diagnostic
         (:mod:`mianalysis.analysis.gaussianity`).
+    min_moving_runs : int
+        Parameters moving in fewer runs are held at their most common value for the MI
+        estimates (:mod:`mianalysis.analysis.movers`); 1 holds none.
     """
 
     estimators: tuple[str, ...]
@@ -86,6 +89,7 @@ class AnalysisRequest:
     family: str = "pair"
     gaussianity: bool = False
     auto: bool = False
+    min_moving_runs: int = 1
 
 
 def check_request(dump: ParameterDump, *, estimators: str | Sequence[str], metrics: Sequence[str], k: int,
@@ -93,7 +97,7 @@ def check_request(dump: ParameterDump, *, estimators: str | Sequence[str], metri
                   standardize: bool, random_state: int, distance_cache: bool | str, verify: bool, force: bool,
                   gaussian_null: str, ci_resamples: int | Mapping[str, int] | None,
                   ci_level: float, familywise: str = "holm", family: str = "pair",
-                  gaussianity: bool = False) -> AnalysisRequest:
+                  gaussianity: bool = False, min_moving_runs: int = 1) -> AnalysisRequest:
     """Every argument of :func:`mianalysis.analyze` checked against `dump`, before any work
     or file (a ValueError or TypeError naming the argument)."""
     from ..dumps import layout_columns, select_layout
@@ -127,6 +131,10 @@ def check_request(dump: ParameterDump, *, estimators: str | Sequence[str], metri
     n_runs = dump.completed_runs
     if n_runs < 2:
         raise ValueError(f"dump {dump.path} has {n_runs} completed runs; analysis needs at least 2")
+    min_moving_runs = check_int(min_moving_runs, "min_moving_runs", low=1)
+    if min_moving_runs > max(n_runs // 2, 1):
+        raise ValueError(f"min_moving_runs={min_moving_runs} is more than half of the dump's {n_runs} completed runs: "
+                         "a parameter moving in at least half the runs has no most common value to hold it at")
     # Once on the path, before any work or file: against the runs (each run is one sample) for KSG.
     # "auto" may run KSG: `k` is checked as for KSG, whatever the runs (as the old default did).
     k = check_k(k, n_runs, samples="the number of runs") if estimators_taking("k", estimators) else \
@@ -137,7 +145,7 @@ def check_request(dump: ParameterDump, *, estimators: str | Sequence[str], metri
         n_runs=n_runs, standardize=standardize, verify=bool(verify), force=bool(force), random_state=random_state,
         distance_cache=distance_cache, reuse_distances=reuse, gaussian_null=gaussian_null, ci_resamples=resamples,
         ci_level=ci_level, familywise=familywise, family=family, gaussianity=bool(gaussianity),
-        auto=auto)
+        auto=auto, min_moving_runs=min_moving_runs)
 
 
 def _is_auto(estimators):
@@ -211,6 +219,8 @@ def table_settings(dump: ParameterDump, request: AnalysisRequest) -> dict[str, A
         settings["gaussianity"] = True
     settings["familywise"] = familywise_settings(request.familywise, request.family, round(1 - request.ci_level, 12))
     settings["constant_rule"] = dict(CONSTANT_RULE)  # which parameters were dropped as constant
+    if request.min_moving_runs > 1:  # only a table that holds rare movers records it (default tables keep theirs)
+        settings["constant_rule"]["min_moving_runs"] = request.min_moving_runs
     return json.loads(json.dumps(settings))
 
 
