@@ -5,7 +5,6 @@ from the notes, and a clear refusal where the dump is missing."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -18,11 +17,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("digits_lenet_movers_script", ROOT / "experiments" /
-                                                  "digits_lenet_movers.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The script, imported from experiments/ (on the path: tests/conftest.py)."""
+    import digits_lenet_movers
+
+    return digits_lenet_movers
 
 
 def _cell(work, n_runs=240, seed=0):

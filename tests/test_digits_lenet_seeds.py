@@ -5,7 +5,6 @@ committed tables."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 import math
 from pathlib import Path
 
@@ -18,11 +17,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("digits_lenet_seeds_script", ROOT / "experiments" /
-                                                  "digits_lenet_seeds.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The script, imported from experiments/ (on the path: tests/conftest.py)."""
+    import digits_lenet_seeds
+
+    return digits_lenet_seeds
 
 
 def test_detectable_change_has_the_stated_power(script):
