@@ -22,9 +22,9 @@ from ..estimators.registry import DISTANCE_STREAM, LEVEL_INTERVALS, get_estimato
 from .choice import EXTRA, FALLBACK, PRIMARY, Choice, choose, fallback_note, omitted_note
 from .design import design_note
 from .gaussianity import copula_disagreement, nongaussian_share
-from .movers import RareMovers, hold_rare_movers
 from .intervals import (InfluenceValues, change_method, change_test, level_method, level_se, mean_interval,
                         mi_influence, mi_replicates, normal_interval, resample_indices, trend_verdict)
+from .movers import RareMovers, hold_rare_movers
 from .regime import estimate_regime_note
 from .validate import AnalysisRequest, start_checkpoint
 
@@ -677,6 +677,7 @@ class CheckpointAnalysis:
             return defined, [f"paired over the {defined.size} of {change.size} runs whose updates are non-zero at both "
                              "checkpoints"]
         return defined, []
+
 
 def _movers_note(movers, a, b, min_runs):
     """What a pair's MI rows say of the rare movers held (:meth:`CheckpointAnalysis.mi_samples`):
