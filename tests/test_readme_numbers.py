@@ -633,3 +633,30 @@ def test_digits_lenet_rise_and_control_across_seeds():
     assert (f"none of the 27 made KSG steps has a verdict after Holm over them, where a step of the "
             f"shared-augmentation cell's median size, +{median:.3f} bits, was detectable with probability 0.8 in "
             f"{found_median} of the 9 seed-pairs") in readme
+
+
+def test_digits_lenet_per_run_start_at_26400_falls_at_every_step():
+    """docs/results/digits-lenet.md on figures/digits_lenet_paper.csv's per-run-augmentation-26400
+    cell: KSG falls at every step of every pair after Holm over each pair's 3 steps, with the
+    quoted levels, steps, ses and largest adjusted p per step; the Gaussian estimate a
+    shrinkage number; the times."""
+    import json
+
+    with open(FIGURES / "digits_lenet_paper.csv", newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["cell"] == "per-run-augmentation-26400"]
+    page = _flat((ROOT / "docs" / "results" / "digits-lenet.md").read_text())
+    ksg = [r for r in rows if r["quantity"] == "mi_ksg" and r["iteration"] in ("2", "3", "4")]
+    assert len(ksg) == 9 and all(r["step_family_verdict"] == "falling" for r in ksg)
+    level = [np.mean([float(r["value"]) for r in rows if r["quantity"] == "mi_ksg" and r["iteration"] == it])
+             for it in ("1", "4")]
+    assert f"({level[0]:.2f} -> {level[1]:.2f} bits, mean over pairs;" in page
+    assert f"| falling, all pairs ({level[0]:.2f} -> {level[1]:.2f}) |" in page
+    worst = [max(float(r["step_p_adjusted"]) for r in ksg if r["iteration"] == it) for it in ("2", "3", "4")]
+    assert f"adjusted p at most {worst[0]:.0e}, {worst[1]:.1g} and {worst[2]:.2g})" in page
+    se = [float(r["step_se"]) for r in ksg]
+    assert f"se {min(se):.1g}-{max(se):.1g};" in page
+    gaussian = [r for r in rows if r["quantity"] == "mi_gaussian" and r["iteration"] in ("1", "2", "3", "4")]
+    assert all("shrinkage" in r["note"].lower() for r in gaussian)
+    assert {f"{float(r['value']):.1f}" for r in gaussian} == {"1304.9"} and "(1,304.9 bits)" in page
+    seconds = json.loads((FIGURES / "digits_lenet_paper.csv.json").read_text())["seconds"]["per-run-augmentation-26400"]
+    assert f"{seconds['sampling']:,.0f} s of sampling and {seconds['analysis']:,.0f} s of analysis" in page
