@@ -647,6 +647,8 @@ def test_digits_lenet_per_run_start_at_26400_falls_at_every_step():
     page = _flat((ROOT / "docs" / "results" / "digits-lenet.md").read_text())
     ksg = [r for r in rows if r["quantity"] == "mi_ksg" and r["iteration"] in ("2", "3", "4")]
     assert len(ksg) == 9 and all(r["step_family_verdict"] == "falling" for r in ksg)
+    assert ("falls with or without shared augmentation (with it at 26,400 runs too, at every step of every pair "
+            "after Holm over each pair's 3 steps)") in _flat(README)
     level = [np.mean([float(r["value"]) for r in rows if r["quantity"] == "mi_ksg" and r["iteration"] == it])
              for it in ("1", "4")]
     assert f"({level[0]:.2f} -> {level[1]:.2f} bits, mean over pairs;" in page
