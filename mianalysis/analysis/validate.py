@@ -218,9 +218,10 @@ def table_settings(dump: ParameterDump, request: AnalysisRequest) -> dict[str, A
     if request.gaussianity:  # likewise: only a table with the diagnostic records it
         settings["gaussianity"] = True
     settings["familywise"] = familywise_settings(request.familywise, request.family, round(1 - request.ci_level, 12))
-    settings["constant_rule"] = dict(CONSTANT_RULE)  # which parameters were dropped as constant
+    rule: dict[str, Any] = dict(CONSTANT_RULE)  # which parameters were dropped as constant
     if request.min_moving_runs > 1:  # only a table that holds rare movers records it (default tables keep theirs)
-        settings["constant_rule"]["min_moving_runs"] = request.min_moving_runs
+        rule["min_moving_runs"] = request.min_moving_runs
+    settings["constant_rule"] = rule
     return json.loads(json.dumps(settings))
 
 
