@@ -219,10 +219,22 @@ def figure(rows: list[dict], path: Path, alpha: float = ALPHA) -> None:
     axes[0].set_ylabel("change of the KSG MI (bits)")
     handles = [plt.Line2D([], [], marker="o", ls="", color=f"C{s}", label=f"seed {s}")
                for s in sorted({r["seed"] for r in ksg})]
-    axes[-1].legend(handles=handles, fontsize=8, loc="upper left")
-    fig.tight_layout()
+    fig.legend(handles=handles, fontsize=8, loc="lower center", ncol=len(handles), frameon=False)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))  # the legend below the panels, clear of the data
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def read_rows(path: Path) -> list[dict]:
+    """The rows of a table this script wrote, with numbers as numbers (for the figure)."""
+    with Path(path).open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    for r in rows:
+        for key in ("seed", "iteration", "family_size"):
+            r[key] = int(r[key])
+        for key in ("change", "se", "p", "p_replication", "interval_half_width_in_family"):
+            r[key] = float(r[key])
+    return rows
 
 
 def main(argv=None) -> int:

@@ -16,7 +16,8 @@ Draws, from each table and its record:
   accuracy curves are not in the table; runs before it was written must be redone), with the
   range over replicates where it holds each replicate's curve;
 - ``sources_of_dependence.png`` and ``digits_lenet_paper.png`` from their summary tables
-  (what their scripts' ``--replot`` draws).
+  (what their scripts' ``--replot`` draws), and ``digits_lenet_seeds.png`` from its table
+  (``digits_lenet_movers*`` tables have no figure).
 
 Other files named ``*_quick*``, and ``exact_dependence_curves*`` and ``gaussian_sgd_truth*``
 (their scripts recompute them in seconds), are left alone.
@@ -34,7 +35,8 @@ from _results import FIGURES  # noqa: E402
 from mianalysis.analysis import AnalysisTable, sidecar_path  # noqa: E402
 from mianalysis.plots import save_figure  # noqa: E402
 
-SKIP = ("_quick", "sources_of_dependence", "exact_dependence_curves", "gaussian_sgd_truth", "digits_lenet_paper")
+SKIP = ("_quick", "sources_of_dependence", "exact_dependence_curves", "gaussian_sgd_truth", "digits_lenet_paper",
+        "digits_lenet_seeds", "digits_lenet_movers")
 CORE = ("signal_rnn_", "digits_lenet_")
 
 
@@ -137,7 +139,7 @@ def replot_fedavg_vs_fedsgd(figures):
 
 
 def replot_summaries(figures):
-    """The figures of the two summary tables (not analysis tables), as their scripts' --replot."""
+    """The figures of the summary tables (not analysis tables), as their scripts draw them."""
     done = []
     if (figures / "sources_of_dependence.csv").exists():
         import sources_of_dependence as sod
@@ -154,6 +156,11 @@ def replot_summaries(figures):
         dlp.summary_figure(dlp.read_summary(figures / "digits_lenet_paper.csv"), figures / "digits_lenet_paper.png",
                            meta.get("permutations"))
         done.append(figures / "digits_lenet_paper.png")
+    if (figures / "digits_lenet_seeds.csv").exists():
+        import digits_lenet_seeds as dls
+
+        dls.figure(dls.read_rows(figures / "digits_lenet_seeds.csv"), figures / "digits_lenet_seeds.png")
+        done.append(figures / "digits_lenet_seeds.png")
     return done
 
 
