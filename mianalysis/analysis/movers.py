@@ -18,14 +18,14 @@ clients' bounds, which the analysis reports in each MI row's note.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from .._validation import check_int, varying_columns
 
-__all__ = ["RareMovers", "rare_movers", "hold_rare_movers", "movers_entropy_bound"]
+__all__ = ["RareMovers", "rare_movers", "hold_rare_movers", "movers_entropy_bound", "check_min_moving_runs"]
 
 
 @dataclass(frozen=True)
@@ -43,17 +43,31 @@ class RareMovers:
     bound_bits : float
         The bound on their joint entropy, hence on the MI they can add to any pair the
         client is in (module docstring); 0 where no column is held.
+    values : ndarray
+        The most common value of each held column, in column order.
     """
 
     columns: np.ndarray
     moving_runs: int
     n_runs: int
     bound_bits: float
+    values: np.ndarray = field(default_factory=lambda: np.empty(0))
 
     @property
     def count(self) -> int:
         """How many columns are held."""
         return int(self.columns.sum())
+
+
+def check_min_moving_runs(value: int, n_runs: int, name: str = "min_runs", runs: str = "") -> int:
+    """`value` as an int, or an error naming `name` unless it is at least 1 and at most half
+    of `n_runs` (or 1): a parameter moving in at least half the runs has no most common
+    value to hold it at. `runs`: how the message names the runs (default "the N runs")."""
+    value = check_int(value, name, low=1)
+    if n_runs and value > max(n_runs // 2, 1):
+        raise ValueError(f"{name}={value} is more than half of {runs or f'the {n_runs} runs'}: a parameter that "
+                         "moves in at least half the runs has no most common value to hold it at")
+    return value
 
 
 def movers_entropy_bound(moving_runs: int, n_runs: int) -> float:
@@ -103,21 +117,19 @@ def rare_movers(samples: ArrayLike, min_runs: int) -> RareMovers:
     if a.ndim != 2:
         raise ValueError(f"`samples` must be a 2-D array of runs x parameters; got {a.ndim} dimensions")
     n = a.shape[0]
-    min_runs = check_int(min_runs, "min_runs", low=1)
-    if n and min_runs > max(n // 2, 1):
-        raise ValueError(f"min_runs={min_runs} is more than half of the {n} runs: a parameter that moves in at least "
-                         "half the runs has no most common value to hold it at")
+    min_runs = check_min_moving_runs(min_runs, n)
     varying = varying_columns(a)
     held = np.zeros(a.shape[1], dtype=bool)
     if min_runs == 1 or not varying.any():
         return RareMovers(held, 0, n, 0.0)
     cols = np.flatnonzero(varying)
-    middle = np.partition(a[:, cols], n // 2, axis=0)[n // 2]
-    moved = a[:, cols] != middle
+    columns = a[:, cols]
+    middle = np.partition(columns, n // 2, axis=0)[n // 2]
+    moved = columns != middle
     rare = moved.sum(axis=0) < min_runs
     held[cols[rare]] = True
     runs = int(moved[:, rare].any(axis=1).sum())
-    return RareMovers(held, runs, n, movers_entropy_bound(runs, n))
+    return RareMovers(held, runs, n, movers_entropy_bound(runs, n), middle[rare])
 
 
 def hold_rare_movers(samples: np.ndarray, min_runs: int) -> tuple[np.ndarray, RareMovers]:
@@ -127,6 +139,5 @@ def hold_rare_movers(samples: np.ndarray, min_runs: int) -> tuple[np.ndarray, Ra
     if not movers.count:
         return samples, movers
     held = np.array(samples, copy=True)
-    cols = np.flatnonzero(movers.columns)
-    held[:, cols] = np.partition(held[:, cols], held.shape[0] // 2, axis=0)[held.shape[0] // 2]
+    held[:, movers.columns] = movers.values  # each column's most common value, found by rare_movers
     return held, movers

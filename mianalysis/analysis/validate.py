@@ -17,6 +17,7 @@ from ..estimators.registry import estimator_names, estimators_taking, get_estima
 from .choice import AUTO, AUTO_ESTIMATORS, choice_settings
 from .familywise import FAMILIES, METHODS, familywise_settings
 from .intervals import DISTANCE_METHOD, UPDATE_METHOD, change_method, check_level, interval_method, level_method
+from .movers import check_min_moving_runs
 
 if TYPE_CHECKING:  # names used only in type hints
     from ..dumps import ParameterDump
@@ -131,10 +132,8 @@ def check_request(dump: ParameterDump, *, estimators: str | Sequence[str], metri
     n_runs = dump.completed_runs
     if n_runs < 2:
         raise ValueError(f"dump {dump.path} has {n_runs} completed runs; analysis needs at least 2")
-    min_moving_runs = check_int(min_moving_runs, "min_moving_runs", low=1)
-    if min_moving_runs > max(n_runs // 2, 1):
-        raise ValueError(f"min_moving_runs={min_moving_runs} is more than half of the dump's {n_runs} completed runs: "
-                         "a parameter moving in at least half the runs has no most common value to hold it at")
+    min_moving_runs = check_min_moving_runs(min_moving_runs, n_runs, "min_moving_runs",
+                                            f"the dump's {n_runs} completed runs")
     # Once on the path, before any work or file: against the runs (each run is one sample) for KSG.
     # "auto" may run KSG: `k` is checked as for KSG, whatever the runs (as the old default did).
     k = check_k(k, n_runs, samples="the number of runs") if estimators_taking("k", estimators) else \
