@@ -710,7 +710,8 @@ def test_digits_lenet_rare_movers_held_make_every_gaussian_estimate_plain():
     bound = {r["held_bound_bits"] for r in rows if r["held"]}
     assert (f"`analyze(..., min_moving_runs=5)`, which bounds what they can carry by {bound.pop()} bits, every pair's "
             f"estimate is plain and rises at every step, {min(low):.2f}-{max(low):.2f} -> {min(high):.2f}-"
-            f"{max(high):.2f} bits, while the control stays clean, figures/digits_lenet_movers.csv") in _flat(README)
+            f"{max(high):.2f} bits (Holm over each pair's 3 steps; 95 % intervals in the table), while the control "
+            "stays clean, figures/digits_lenet_movers.csv") in _flat(README)
     assert not bound  # one bound in seed 0
     assert seeds == [0, 1, 2] and "figures/digits_lenet_movers.csv, and so in seeds 1 and 2);" in _flat(README)
     assert ("the Gaussian MI of the fixed-start, shared-augmentation design rises at every step in all 9 "
