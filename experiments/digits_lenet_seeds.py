@@ -42,7 +42,8 @@ from mianalysis.analysis.intervals import change_method, change_test
 from mianalysis.estimators.registry import get_estimator
 from mianalysis.provenance import collect
 
-CELLS = ("fixed-augmentation-26400", "fixed-nothing-26400")
+# fixed start (the row of panels above), per-run start (below): a cell absent from a seed's table is skipped
+CELLS = ("fixed-augmentation-26400", "fixed-nothing-26400", "per-run-augmentation-26400", "per-run-nothing-26400")
 QUANTITIES = ("mi_ksg", "mi_gaussian")
 ALPHA = 0.05
 POWER = 0.8
@@ -171,11 +172,13 @@ def markdown(rows: list[dict], tables: dict[int, Path], alpha: float = ALPHA) ->
             family = [r for r in rows if r["cell"] == cell and r["quantity"] == quantity]
             if not family:
                 continue
+            held = sorted({r["seed"] for r in family})
             rising = sum(r["verdict_replication"] == "rising" for r in family)
             falling = sum(r["verdict_replication"] == "falling" for r in family)
             reach = [r["detectable_in_family"] for r in family]
-            lines += ["", f"**{cell}, {quantity}** ({len(family)} made steps; after Holm over all of them: {rising} "
-                          f"rising, {falling} falling; detectable {_fmt(min(reach))}-{_fmt(max(reach))} bits)", "",
+            seeds_held = f"seed{'s' if len(held) > 1 else ''} {', '.join(map(str, held))}"
+            lines += ["", f"**{cell}, {quantity}** ({seeds_held}: {len(family)} made steps; after Holm over all of "
+                          f"them: {rising} rising, {falling} falling; detectable {_fmt(min(reach))}-{_fmt(max(reach))} bits)", "",
                       "| seed | pair | into | change (se) | p | p_pair | verdict (pair) | p_rep "
                       "| verdict (replication) | detectable |", "|---|---|---|---|---|---|---|---|---|---|"]
             for r in sorted(family, key=lambda r: (r["seed"], r["pair"], r["iteration"])):
@@ -196,12 +199,13 @@ def figure(rows: list[dict], path: Path, alpha: float = ALPHA) -> None:
     import matplotlib.pyplot as plt
 
     ksg = [r for r in rows if r["quantity"] == "mi_ksg"]
-    fig, axes = plt.subplots(1, len(CELLS), figsize=(12, 4.4), sharey=True)
-    for ax, cell in zip(axes, CELLS):
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8.6), sharey="row")  # a row's steps on one scale
+    for ax, cell in zip(axes.flat, CELLS):
         family = sorted((r for r in ksg if r["cell"] == cell), key=lambda r: (r["iteration"], r["seed"], r["pair"]))
         if not family:
             ax.text(0.5, 0.5, "no table holds this cell", ha="center", va="center", transform=ax.transAxes)
             ax.set_title(cell, fontsize=10)
+            ax.set_xticks([])
             continue
         pairs = sorted({r["pair"] for r in family})
         for i, r in enumerate(family):
@@ -216,11 +220,12 @@ def figure(rows: list[dict], path: Path, alpha: float = ALPHA) -> None:
         ax.set_title(f"{cell}: KSG step per seed (colour) and pair ({', '.join(pairs)}, in order)\n"
                      f"bars: {100 * (1 - alpha / len(family)):.2f} % intervals (Bonferroni over {len(family)} steps); "
                      "filled: Holm's verdict", fontsize=8.5)
-    axes[0].set_ylabel("change of the KSG MI (bits)")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("change of the KSG MI (bits)")
     handles = [plt.Line2D([], [], marker="o", ls="", color=f"C{s}", label=f"seed {s}")
                for s in sorted({r["seed"] for r in ksg})]
     fig.legend(handles=handles, fontsize=8, loc="lower center", ncol=len(handles), frameon=False)
-    fig.tight_layout(rect=(0, 0.06, 1, 1))  # the legend below the panels, clear of the data
+    fig.tight_layout(rect=(0, 0.04, 1, 1))  # the legend below the panels, clear of the data
     fig.savefig(path, dpi=110)
     plt.close(fig)
 

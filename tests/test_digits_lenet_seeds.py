@@ -107,3 +107,12 @@ def test_committed_table_recomputes_from_the_seeds_committed_tables(script, tmp_
     control = [r for r in made if r["cell"] == "fixed-nothing-26400"]
     assert control and all(r["verdict_replication"] == "no detectable change" for r in control)
     assert all(math.isfinite(float(r["detectable_in_family"])) for r in made)
+    # From a per-run start (a start shared within a run, nothing else or the augmentation):
+    # the KSG MI falls at every made step of every seed and pair, the loss the design forces.
+    per_run = [r for r in made if r["cell"].startswith("per-run-") and r["quantity"] == "mi_ksg"]
+    assert {r["cell"] for r in per_run} == {"per-run-augmentation-26400", "per-run-nothing-26400"}
+    assert all(r["verdict_replication"] == "falling" for r in per_run)
+    for cell in ("per-run-augmentation-26400", "per-run-nothing-26400"):
+        steps = sum(r["cell"] == cell for r in per_run)
+        assert f"**{cell}, mi_ksg** (" in page and f"{steps} made steps; after Holm over all of them: 0 rising, " \
+            f"{steps} falling" in page
