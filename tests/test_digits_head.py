@@ -75,6 +75,18 @@ def test_no_head_noise_makes_per_run_the_fixed_start():
     assert np.array_equal(per_run, fixed)
 
 
+def test_per_run_start_does_not_depend_on_the_shared_streams():
+    """Two cells of one seed, with and without the augmentation shared, start each run from
+    the same point (so their estimates are not independent samples of each other's), and
+    train apart from there."""
+    task = DigitsLeNetTask(**SMALL, head_noise=0.01)
+    apart = ParameterSampler(task, seed=3, progress=False).train_chunk(range(3)).samples
+    shared = ParameterSampler(task, seed=3, progress=False, shared=("augmentation",)).train_chunk(range(3)).samples
+    assert np.array_equal(apart[:, 0], shared[:, 0])
+    assert not np.array_equal(apart[:, 0, 0], apart[:, 0, 1])  # one start per run
+    assert not np.array_equal(apart[:, -1], shared[:, -1])
+
+
 @pytest.mark.parametrize("init", ["per-run", "fixed"])
 def test_pretrained_start_does_not_depend_on_the_chunk(init):
     task = DigitsLeNetTask(**SMALL)
