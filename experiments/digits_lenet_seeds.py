@@ -178,7 +178,8 @@ def markdown(rows: list[dict], tables: dict[int, Path], alpha: float = ALPHA) ->
             reach = [r["detectable_in_family"] for r in family]
             seeds_held = f"seed{'s' if len(held) > 1 else ''} {', '.join(map(str, held))}"
             lines += ["", f"**{cell}, {quantity}** ({seeds_held}: {len(family)} made steps; after Holm over all of "
-                          f"them: {rising} rising, {falling} falling; detectable {_fmt(min(reach))}-{_fmt(max(reach))} bits)", "",
+                          f"them: {rising} rising, {falling} falling; detectable {_fmt(min(reach))}-"
+                          f"{_fmt(max(reach))} bits)", "",
                       "| seed | pair | into | change (se) | p | p_pair | verdict (pair) | p_rep "
                       "| verdict (replication) | detectable |", "|---|---|---|---|---|---|---|---|---|---|"]
             for r in sorted(family, key=lambda r: (r["seed"], r["pair"], r["iteration"])):

@@ -406,13 +406,20 @@ def test_digits_lenet_control_at_26400_quoted_p_values():
     assert quoted in _flat((ROOT / "docs" / "results" / "digits-lenet.md").read_text()), quoted
 
 
+def _cell_rows(seed, cell):
+    """The rows of `cell` in seed `seed`'s summary table of digits_lenet_paper.py
+    (figures/digits_lenet_paper.csv for seed 0, figures/digits_lenet_paper_seedS.csv else)."""
+    name = "digits_lenet_paper" + ("" if seed == 0 else f"_seed{seed}")
+    with open(FIGURES / f"{name}.csv", newline="") as fh:
+        return [r for r in csv.DictReader(fh) if r["cell"] == cell]
+
+
 def _augmentation_26400(seed):
     """Seed `seed`'s fixed-augmentation-26400 cell (figures/digits_lenet_paper_seedS.csv): its
     row lookup, after checking that KSG rises into iteration 4 in all 3 pairs after Holm and is
     above its null there; the step's adjusted p (as quoted), changes, and the mean KSG level
     over pairs at iterations 1 and 4."""
-    with open(FIGURES / f"digits_lenet_paper_seed{seed}.csv", newline="") as fh:
-        rows = [r for r in csv.DictReader(fh) if r["cell"] == "fixed-augmentation-26400"]
+    rows = _cell_rows(seed, "fixed-augmentation-26400")
     assert {r["runs"] for r in rows} == {"26400"}
 
     def row(q, pair, it):
@@ -465,9 +472,8 @@ def _clean_control_26400(seed):
     """The MI rows of a seed's fixed-nothing-26400 cell (trained checkpoints), checked clean
     after the corrections (no step verdict after Holm over the pair's steps, no level above
     its null after Holm over its checkpoints), and its made steps with a verdict alone."""
-    with open(FIGURES / f"digits_lenet_paper_seed{seed}.csv", newline="") as fh:
-        rows = [r for r in csv.DictReader(fh) if r["cell"] == "fixed-nothing-26400" and r["iteration"] not in ("", "0")
-                and r["quantity"] in ("mi_gaussian", "mi_ksg")]
+    rows = [r for r in _cell_rows(seed, "fixed-nothing-26400") if r["iteration"] not in ("", "0")
+            and r["quantity"] in ("mi_gaussian", "mi_ksg")]
     assert len(rows) == 24
     assert all(r["family_verdict"] == "not above null" for r in rows)
     assert all(r["step_family_verdict"] == "no detectable change" or r["step_family_verdict"].startswith("not made")
@@ -636,9 +642,10 @@ def test_digits_lenet_rise_and_control_across_seeds():
             f"{found_median} of the 9 seed-pairs") in readme
 
 
-def _per_run_ksg_steps(rows):
-    """The KSG steps into iterations 2-4 of one cell's rows, by (pair, iteration)."""
-    return {(r["pair"], r["iteration"]): r for r in rows if r["quantity"] == "mi_ksg" and r["iteration"] in ("2", "3", "4")}
+def _ksg_steps(seed, cell):
+    """The KSG rows of the steps into iterations 2-4 of a seed's cell, by (pair, iteration)."""
+    return {(r["pair"], r["iteration"]): r for r in _cell_rows(seed, cell)
+            if r["quantity"] == "mi_ksg" and r["iteration"] in ("2", "3", "4")}
 
 
 @pytest.mark.parametrize("cell, label", [("per-run-augmentation-26400", "With the augmentation shared"),
@@ -650,10 +657,9 @@ def test_digits_lenet_per_run_start_at_26400_falls_at_every_step(cell, label):
     shrinkage number; the times."""
     import json
 
-    with open(FIGURES / "digits_lenet_paper.csv", newline="") as fh:
-        rows = [r for r in csv.DictReader(fh) if r["cell"] == cell]
+    rows = _cell_rows(0, cell)
     page = _flat((ROOT / "docs" / "results" / "digits-lenet.md").read_text())
-    ksg = list(_per_run_ksg_steps(rows).values())
+    ksg = list(_ksg_steps(0, cell).values())
     assert len(ksg) == 9 and all(r["step_family_verdict"] == "falling" for r in ksg)
     assert ("falls with or without shared augmentation (at 26,400 runs too, seeds 0 and 1: in both cells at every "
             "step of every pair after Holm over each pair's 3 steps)") in _flat(README)
@@ -662,7 +668,8 @@ def test_digits_lenet_per_run_start_at_26400_falls_at_every_step(cell, label):
     i = page.index(f"{label} (`{cell}`): ")
     quoted = page[i:page.index("adjusted p at most", i) + 60]
     assert f"{level[0]:.2f} -> {level[1]:.2f} bits, mean over pairs;" in quoted
-    assert f"| `{cell}` | not made (1304.9 bits, shrinkage) | falling, all pairs ({level[0]:.2f} -> {level[1]:.2f}) |" in page
+    assert (f"| `{cell}` | not made (1304.9 bits, shrinkage) | falling, all pairs ({level[0]:.2f} -> {level[1]:.2f}) "
+            "|") in page
     steps = []
     for it in ("2", "3", "4"):
         change = sorted(float(r["step_change"]) for r in ksg if r["iteration"] == it)
@@ -675,7 +682,8 @@ def test_digits_lenet_per_run_start_at_26400_falls_at_every_step(cell, label):
     assert f"se {min(se):.1g}-{max(se):.1g};" in quoted
     gaussian = [r for r in rows if r["quantity"] == "mi_gaussian" and r["iteration"] in ("1", "2", "3", "4")]
     assert all("shrinkage" in r["note"].lower() for r in gaussian)
-    assert {f"{float(r['value']):.1f}" for r in gaussian} == {"1304.9"} and "(1,304.9 bits in both cells of seed 0)" in page
+    assert {f"{float(r['value']):.1f}" for r in gaussian} == {"1304.9"}
+    assert "(1,304.9 bits in both cells of seed 0)" in page
     seconds = json.loads((FIGURES / "digits_lenet_paper.csv.json").read_text())["seconds"][cell]
     assert f"{seconds['sampling']:,.0f} s of sampling and {seconds['analysis']:,.0f} s of analysis" in page
 
@@ -685,10 +693,7 @@ def test_digits_lenet_per_run_start_falls_less_with_augmentation_shared_in_seed_
     per-run-augmentation-26400 is smaller than per-run-nothing-26400's, by the quoted range
     and multiples of the combined se (a pattern, no test); in seed 1 only the steps into
     iterations 3 and 4 are."""
-    with open(FIGURES / "digits_lenet_paper.csv", newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    aug = _per_run_ksg_steps([r for r in rows if r["cell"] == "per-run-augmentation-26400"])
-    none = _per_run_ksg_steps([r for r in rows if r["cell"] == "per-run-nothing-26400"])
+    aug, none = _ksg_steps(0, "per-run-augmentation-26400"), _ksg_steps(0, "per-run-nothing-26400")
     assert sorted(aug) == sorted(none) and len(aug) == 9
     gap = [float(aug[k]["step_change"]) - float(none[k]["step_change"]) for k in aug]
     z = [g / np.hypot(float(aug[k]["step_se"]), float(none[k]["step_se"])) for g, k in zip(gap, aug)]
@@ -698,10 +703,7 @@ def test_digits_lenet_per_run_start_falls_less_with_augmentation_shared_in_seed_
             f"{min(gap):.4f}-{max(gap):.4f} bits ({min(z):.1f}-{max(z):.1f} times the two steps' combined se); no test "
             f"compares the two cells, so this is a pattern in one seed, not a verdict.") in page
     # Seed 1: both cells fall at every step after Holm; the pattern holds into iterations 3-4 only.
-    with open(FIGURES / "digits_lenet_paper_seed1.csv", newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    aug = _per_run_ksg_steps([r for r in rows if r["cell"] == "per-run-augmentation-26400"])
-    none = _per_run_ksg_steps([r for r in rows if r["cell"] == "per-run-nothing-26400"])
+    aug, none = _ksg_steps(1, "per-run-augmentation-26400"), _ksg_steps(1, "per-run-nothing-26400")
     assert len(aug) == len(none) == 9
     assert all(r["step_family_verdict"] == "falling" for r in list(aug.values()) + list(none.values()))
     worst = [max(float(r["step_p_adjusted"]) for r in cell.values()) for cell in (aug, none)]
@@ -709,11 +711,10 @@ def test_digits_lenet_per_run_start_falls_less_with_augmentation_shared_in_seed_
     gap = {k: float(aug[k]["step_change"]) - float(none[k]["step_change"]) for k in aug}
     assert sorted(k for k, g in gap.items() if g > 0) == [(p, it) for p in ("0-1", "0-2", "1-2") for it in ("3", "4")]
     into2 = sorted(-g for k, g in gap.items() if k[1] == "2")
-    with open(FIGURES / "digits_lenet_paper_seed2.csv", newline="") as fh:
-        seed2 = _per_run_ksg_steps([r for r in csv.DictReader(fh) if r["cell"] == "per-run-augmentation-26400"])
+    seed2 = _ksg_steps(2, "per-run-augmentation-26400")
     assert len(seed2) == 9 and all(r["step_family_verdict"] == "falling" for r in seed2.values())
-    assert f"every pair after Holm (adjusted p at most {max(float(r['step_p_adjusted']) for r in seed2.values()):.2g})" \
-        in page
+    worst = max(float(r["step_p_adjusted"]) for r in seed2.values())
+    assert f"every pair after Holm (adjusted p at most {worst:.2g})" in page
     assert (f"holds in 6 of the 9 pair-steps only: every step into iterations 3 and 4, none into iteration 2, where "
             f"the shared-augmentation cell falls more in all 3 pairs (by {into2[0]:.4f}-{into2[-1]:.4f} bits)") in page
 
