@@ -12,8 +12,8 @@ steps' se combined. This script tests the difference paired by run:
 
 - for each client pair, checkpoint and cell, the KSG estimate (k = 3) from the pair's
   standardised distance matrices (:meth:`mianalysis.MarginalDistances.of`, as
-  :func:`mianalysis.analyze` makes them; the tie-breaking noise seeded by seed, checkpoint
-  and client, the same in both cells), and the estimates of `halves` random halves of the
+  :func:`mianalysis.analyze` makes them, but with the tie-breaking noise seeded by seed,
+  checkpoint and client only, the same in both cells), and the estimates of `halves` random halves of the
   runs, the same halves in both cells and at every checkpoint
   (:func:`mianalysis.analysis.intervals.resample_indices`);
 - the difference of the two cells' steps into iteration t (shared augmentation minus
@@ -21,8 +21,11 @@ steps' se combined. This script tests the difference paired by run:
   the sd of that difference over the halves (half-subsampling, as the analysis' KSG
   intervals: the halves' variance is the variance estimate), Student's t with halves - 1
   degrees of freedom;
-- Holm over every pair-step of every seed made (one family), with the smallest difference
-  each test detects with probability 0.8 at Holm's first level and alone;
+- the same for the whole change from the first trained checkpoint to the last (the single
+  statistic of "the fall is smaller with the augmentation shared", one per seed and pair);
+- Holm over every pair-step of every seed made (one family) and over the whole changes
+  (another), with the smallest difference each test detects with probability 0.8 at Holm's
+  first level and alone;
 - for comparison, the unpaired se (the two cells' step se combined as if independent) and
   the correlation of the two cells' steps over the halves: what the pairing changes.
 
@@ -93,34 +96,43 @@ def cell_estimates(dump: ParameterDump, pair: str, iterations, halves: np.ndarra
     return out
 
 
+def _paired(change_s: np.ndarray, change_n: np.ndarray) -> dict:
+    """Two cells' changes (all runs first, then the halves) and their difference, paired and unpaired."""
+    diff = change_s - change_n
+    halves = diff.size - 1
+    se_s, se_n = change_s[1:].std(ddof=1), change_n[1:].std(ddof=1)
+    se = float(diff[1:].std(ddof=1))
+    corr = float(np.corrcoef(change_s[1:], change_n[1:])[0, 1]) if se_s > 0 and se_n > 0 else math.nan
+    return {"step_shared": float(change_s[0]), "step_nothing": float(change_n[0]), "difference": float(diff[0]),
+            "se_paired": se, "se_unpaired": float(math.hypot(se_s, se_n)), "correlation": corr, "df": halves - 1,
+            "p": change_test(diff[0], se, halves - 1)}
+
+
 def paired_steps(shared: np.ndarray, nothing: np.ndarray, iterations) -> list[dict]:
-    """The steps of two cells' estimates (from :func:`cell_estimates`, the same halves) and
-    their difference, paired and unpaired: one row per step, into each iteration but the first."""
-    out = []
-    for i in range(1, len(iterations)):
-        step_s, step_n = shared[i] - shared[i - 1], nothing[i] - nothing[i - 1]
-        diff = step_s - step_n
-        halves = diff.size - 1
-        se_s, se_n = step_s[1:].std(ddof=1), step_n[1:].std(ddof=1)
-        se = float(diff[1:].std(ddof=1))
-        corr = float(np.corrcoef(step_s[1:], step_n[1:])[0, 1]) if se_s > 0 and se_n > 0 else math.nan
-        out.append({"iteration": int(iterations[i]), "step_shared": float(step_s[0]), "step_nothing": float(step_n[0]),
-                    "difference": float(diff[0]), "se_paired": se, "se_unpaired": float(math.hypot(se_s, se_n)),
-                    "correlation": corr, "df": halves - 1, "p": change_test(diff[0], se, halves - 1)})
+    """The changes of two cells' estimates (from :func:`cell_estimates`, the same halves) and
+    their difference, paired and unpaired: one row per step (family "steps") and, with more
+    than one step, one for the whole change from the first iteration to the last (family
+    "whole": the single statistic of "the fall is smaller with the augmentation shared")."""
+    out = [{"family": "steps", "from_iteration": int(iterations[i - 1]), "iteration": int(iterations[i]),
+            **_paired(shared[i] - shared[i - 1], nothing[i] - nothing[i - 1])} for i in range(1, len(iterations))]
+    if len(iterations) > 2:
+        out.append({"family": "whole", "from_iteration": int(iterations[0]), "iteration": int(iterations[-1]),
+                    **_paired(shared[-1] - shared[0], nothing[-1] - nothing[0])})
     return out
 
 
 def verdicts(rows: list[dict], alpha: float = ALPHA) -> list[dict]:
-    """`rows` with Holm's p over all of them, the verdict and the detectable differences."""
+    """`rows` with Holm's p over the rows of each family, the verdict and the detectable differences."""
     out = [dict(r) for r in rows]
-    adjusted = holm([r["p"] for r in out]) if out else []
-    for r, p in zip(out, adjusted):
-        r["p_holm"] = float(p)
-        r["verdict"] = ("no detectable difference" if not p <= alpha else
-                        "smaller fall with the augmentation shared" if r["difference"] > 0 else
-                        "larger fall with the augmentation shared")
-        r["detectable_alone"] = detectable(r["se_paired"], alpha, r["df"], POWER)
-        r["detectable_in_family"] = detectable(r["se_paired"], alpha / len(out), r["df"], POWER)
+    for family in sorted({r["family"] for r in out}):
+        members = [r for r in out if r["family"] == family]
+        for r, p in zip(members, holm([r["p"] for r in members])):
+            r["p_holm"] = float(p)
+            r["verdict"] = ("no detectable difference" if not p <= alpha else
+                            "smaller fall with the augmentation shared" if r["difference"] > 0 else
+                            "larger fall with the augmentation shared")
+            r["detectable_alone"] = detectable(r["se_paired"], alpha, r["df"], POWER)
+            r["detectable_in_family"] = detectable(r["se_paired"], alpha / len(members), r["df"], POWER)
     return out
 
 
@@ -134,28 +146,39 @@ def table_steps(path: Path, pair: str) -> dict[int, dict[str, float]]:
     return out
 
 
+def _cached(path: Path) -> bool:
+    """Whether `path` holds the estimates of this script's settings (else they are made again)."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return (isinstance(record, dict) and {"runs", "iterations", "estimates_bits", "seconds"} <= set(record)
+            and record.get("k", K) == K and min(record["iterations"]) >= FIRST_ITERATION)
+
+
 def run_pair(seed: int, pair: str, n_halves: int, work: Path, cache: Path) -> list[dict]:
-    """The paired steps of one seed and pair (read back from `cache` when made before)."""
+    """The paired rows of one seed and pair, from its estimates (read back from `cache`
+    when made before: the estimates of all runs and of each half, and the seconds they took)."""
     done = cache / f"seed{seed}_{pair}_{n_halves}.json"
-    if done.exists():
-        return json.loads(done.read_text())
-    dumps = {c: ParameterDump.open(dump_folder(seed, work) / c) for c in CELLS}
-    n_runs = {c: d.n_runs for c, d in dumps.items()}
-    if len(set(n_runs.values())) != 1 or not all(d.complete for d in dumps.values()):
-        raise ValueError(f"seed {seed}: the two cells' dumps are not complete dumps of as many runs ({n_runs})")
-    iterations = [it for it in dumps[SHARED].checkpoints if it >= FIRST_ITERATION]
-    if dumps[NOTHING].checkpoints != dumps[SHARED].checkpoints:
-        raise ValueError(f"seed {seed}: the two cells' dumps have other checkpoints")
-    halves = resample_indices(n_runs[SHARED], n_halves, "ksg", random_state=seed)
-    start = time.perf_counter()
-    estimates = {c: cell_estimates(dumps[c], pair, iterations, halves, seed) for c in CELLS}
-    rows = [{"seed": seed, "pair": pair, "runs": n_runs[SHARED], **r}
-            for r in paired_steps(estimates[SHARED], estimates[NOTHING], iterations)]
-    for r in rows:
-        r["seconds_for_pair"] = round(time.perf_counter() - start, 1)
-    cache.mkdir(parents=True, exist_ok=True)
-    write_atomic(done, json.dumps(rows) + "\n")
-    return rows
+    if not _cached(done):
+        dumps = {c: ParameterDump.open(dump_folder(seed, work) / c) for c in CELLS}
+        n_runs = {c: d.n_runs for c, d in dumps.items()}
+        if len(set(n_runs.values())) != 1 or not all(d.complete for d in dumps.values()):
+            raise ValueError(f"seed {seed}: the two cells' dumps are not complete dumps of as many runs ({n_runs})")
+        if dumps[NOTHING].checkpoints != dumps[SHARED].checkpoints:
+            raise ValueError(f"seed {seed}: the two cells' dumps have other checkpoints")
+        iterations = [it for it in dumps[SHARED].checkpoints if it >= FIRST_ITERATION]
+        halves = resample_indices(n_runs[SHARED], n_halves, "ksg", random_state=seed)
+        start = time.perf_counter()
+        estimates = {c: cell_estimates(dumps[c], pair, iterations, halves, seed).tolist() for c in CELLS}
+        record = {"runs": n_runs[SHARED], "iterations": iterations, "estimates_bits": estimates, "k": K,
+                  "seconds": round(time.perf_counter() - start, 1)}
+        cache.mkdir(parents=True, exist_ok=True)
+        write_atomic(done, json.dumps(record) + "\n")
+    record = json.loads(done.read_text())
+    est = {c: np.array(v) for c, v in record["estimates_bits"].items()}
+    return [{"seed": seed, "pair": pair, "runs": record["runs"], **r, "seconds_for_pair": record["seconds"]}
+            for r in paired_steps(est[SHARED], est[NOTHING], record["iterations"])]
 
 
 def _g(v, digits=2):
@@ -163,18 +186,24 @@ def _g(v, digits=2):
 
 
 def markdown(rows: list[dict], checks: dict) -> str:
-    """The page: one line per seed, pair and step."""
+    """The page: one line per seed, pair and step, then the whole falls."""
+    steps = [r for r in rows if r["family"] == "steps"]
+    whole = [r for r in rows if r["family"] == "whole"]
     lines = [
-        "Each step of the KSG MI (bits) in the two per-run cells at 26,400 runs, and their difference (shared "
+        f"The change of the KSG MI (bits) in the two per-run cells at {rows[0]['runs']:,} runs (seeds "
+        f"{', '.join(sorted({str(r['seed']) for r in rows}))}; pairs {', '.join(sorted({r['pair'] for r in rows}))}), "
+        "and their difference (shared "
         "augmentation minus nothing shared: > 0 where the fall is smaller with the augmentation shared), tested "
-        f"paired by run over {rows[0]['df'] + 1} halves (t, {rows[0]['df']} df); Holm over all {len(rows)} "
-        "pair-steps below. `python experiments/digits_lenet_paired.py`; figures/digits_lenet_paired.csv.", "",
-        "| seed | pair | into iteration | step, augmentation shared | step, nothing shared | difference | "
+        f"paired by run over {rows[0]['df'] + 1} halves (t, {rows[0]['df']} df): each step (Holm over the "
+        f"{len(steps)} steps below) and the whole change from the first trained checkpoint to the last (Holm over "
+        f"the {len(whole)} below). `python experiments/digits_lenet_paired.py`; figures/digits_lenet_paired.csv.", "",
+        "| seed | pair | iterations | change, augmentation shared | change, nothing shared | difference | "
         "se paired | se unpaired | correlation | p | p (Holm) | verdict | detectable at 0.8 power (alone / in "
         "family) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['seed']} | {r['pair']} | {r['iteration']} | {r['step_shared']:.4f} | "
+    for r in steps + whole:
+        span = f"{r['from_iteration']} -> {r['iteration']}" + (" (whole)" if r["family"] == "whole" else "")
+        lines.append(f"| {r['seed']} | {r['pair']} | {span} | {r['step_shared']:.4f} | "
                      f"{r['step_nothing']:.4f} | {r['difference']:+.4f} | {r['se_paired']:.4f} | "
                      f"{r['se_unpaired']:.4f} | {r['correlation']:.2f} | {_g(r['p'])} | {_g(r['p_holm'])} | "
                      f"{r['verdict']} | {r['detectable_alone']:.4f} / {r['detectable_in_family']:.4f} |")
@@ -200,9 +229,10 @@ def main(argv=None) -> int:
     if args.halves < 3:
         parser.error(f"--halves must be at least 3 (got {args.halves})")
     missing = [f"{dump_folder(s, args.work) / c}" for s in seeds for c in CELLS if not (dump_folder(s, args.work) / c).exists()]
+    missing += [str(summary_table(s, args.tables)) for s in seeds if not summary_table(s, args.tables).exists()]
     if missing:
-        parser.error(f"no dump at {', '.join(missing)}: run experiments/digits_lenet_paper.py --only {SHARED} "
-                     f"and --only {NOTHING} with the seed first")
+        parser.error(f"no dump or summary table at {', '.join(missing)}: run experiments/digits_lenet_paper.py "
+                     f"--only {SHARED} and --only {NOTHING} with the seed first")
     cache = args.work / NAME
     rows = []
     for s in seeds:
@@ -214,19 +244,21 @@ def main(argv=None) -> int:
     for s in seeds:
         for p in pairs:
             steps = table_steps(summary_table(s, args.tables), p)
-            for r in (r for r in rows if r["seed"] == s and r["pair"] == p):
+            for r in (r for r in rows if r["seed"] == s and r["pair"] == p and r["family"] == "steps"):
                 table = steps.get(r["iteration"], {})
                 discrepancies += [abs(r[column] - table[cell]) for column, cell in
                                   (("step_shared", SHARED), ("step_nothing", NOTHING)) if cell in table]
     checks = {"max_step_discrepancy": max(discrepancies, default=math.nan), "steps_compared": len(discrepancies)}
-    fields = ["seed", "pair", "runs", "iteration", "step_shared", "step_nothing", "difference", "se_paired",
+    fields = ["seed", "pair", "runs", "family", "from_iteration", "iteration", "step_shared", "step_nothing", "difference", "se_paired",
               "se_unpaired", "correlation", "df", "p", "p_holm", "verdict", "detectable_alone", "detectable_in_family",
               "seconds_for_pair"]
     csv_path = write_csv(rows, args.out / f"{NAME}.csv", fieldnames=fields, float_format=".6g")
     write_sidecar(csv_path, portable_record({
         "command": f"python experiments/{NAME}.py --seeds {args.seeds} --pairs {args.pairs} --halves {args.halves}",
         "cells": list(CELLS), "k": K, "halves": args.halves, "alpha": ALPHA, "power": POWER,
-        "family": "Holm over every seed, pair and step in the table", "checks": checks,
+        "families": {"steps": "Holm over every seed, pair and step in the table",
+                     "whole": "Holm over every seed and pair's whole change (first trained checkpoint to last)"},
+        "checks": checks,
         "provenance": collect(finished=True)}))
     write_page(args.out, NAME, markdown(rows, checks))
     print(f"wrote {csv_path} and its page")

@@ -705,8 +705,8 @@ def test_digits_lenet_per_run_start_falls_less_with_augmentation_shared_in_seeds
     assert min(gap) > 0
     page = _flat((ROOT / "docs" / "results" / "digits-lenet.md").read_text())
     assert (f"In each of the 9 pair-steps the fall with the augmentation shared is the smaller one, by "
-            f"{min(gap):.4f}-{max(gap):.4f} bits ({min(z):.1f}-{max(z):.1f} times the two steps' combined se); no test "
-            f"compares the two cells, so this is a pattern in one seed, not a verdict.") in page
+            f"{min(gap):.4f}-{max(gap):.4f} bits ({min(z):.1f}-{max(z):.1f} times the two steps' combined se): a "
+            f"pattern in the cells' own tables, not a verdict.") in page
     # Seed 1: both cells fall at every step after Holm; the pattern holds into iterations 3-4 only.
     aug, none = _ksg_steps(1, "per-run-augmentation-26400"), _ksg_steps(1, "per-run-nothing-26400")
     assert len(aug) == len(none) == 9
