@@ -36,7 +36,7 @@ from mianalysis.analysis import AnalysisTable, sidecar_path  # noqa: E402
 from mianalysis.plots import save_figure  # noqa: E402
 
 SKIP = ("_quick", "sources_of_dependence", "exact_dependence_curves", "gaussian_sgd_truth", "digits_lenet_paper",
-        "digits_lenet_seeds", "digits_lenet_movers")
+        "digits_lenet_seeds", "digits_lenet_movers", "digits_lenet_paired")
 CORE = ("signal_rnn_", "digits_lenet_")
 
 

@@ -205,6 +205,7 @@ def _local_cluster(distributed, n_workers):
         # process has appeared for a moment.
         _terminate_spawned(children)
         for cluster in set(SpecCluster._instances) - before:
+            _drop_unretrieved_task_errors(cluster)
             _close_quietly(cluster)
         _terminate_spawned(children, settle=SPAWN_SETTLE_S)
         raise
@@ -248,6 +249,23 @@ def _terminate(processes):
             process.join(timeout=5)
         except (OSError, ValueError, AssertionError):
             pass
+
+
+def _drop_unretrieved_task_errors(cluster):
+    """Keep the event loop of a cluster whose start was interrupted from reporting the
+    errors of its own start-up tasks that nobody awaits any more (a worker's Nanny failing
+    to start: "Task exception was never retrieved"). asyncio reports them when the task is
+    collected, which may be after the command's one line and after distributed's loggers
+    are restored; the cluster is abandoned, so what its loop reports says nothing more."""
+    loop = getattr(getattr(cluster, "loop", None), "asyncio_loop", None)
+    if loop is None:
+        return
+
+    def handler(loop, context):
+        if "exception" not in context or "never retrieved" not in str(context.get("message", "")):
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
 
 
 def _close_quietly(cluster):

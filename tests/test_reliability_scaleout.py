@@ -5,13 +5,16 @@ scheduler killed mid-run, a bad scheduler file, Ctrl-C while local workers start
 The tcp tests start a real ``dask scheduler`` and ``dask worker`` as subprocesses on
 127.0.0.1 (each test its own, killed when it ends) with a bounded wait everywhere."""
 
+import asyncio
 import json
+import logging
 import os
 import pickle
 import signal
 import subprocess
 import sys
 import time
+import types
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -409,3 +412,61 @@ def test_a_worker_process_spawned_after_an_interrupted_start_is_ended_too(monkey
         for process in late:
             process.terminate()
             process.join(timeout=10)
+
+
+def _unretrieved_failure(loop):
+    """Run a task on `loop` that fails, never retrieve its error, and collect it (what
+    asyncio reports as "Task exception was never retrieved")."""
+    import gc
+
+    async def fail():
+        raise RuntimeError("Nanny failed to start.")
+
+    task = loop.create_task(fail())
+    loop.run_until_complete(asyncio.sleep(0.01))
+    assert task.done()
+    del task
+    gc.collect()
+
+
+def test_an_interrupted_start_keeps_its_loops_unretrieved_task_errors_quiet(monkeypatch, caplog):
+    """Ctrl-C while a LocalCluster starts can leave a worker's Nanny start failing on the
+    cluster's loop after the command's one line (seen in a full run: "Task exception was
+    never retrieved" and a traceback before the line). The interrupted cluster's loop drops
+    those reports; other loops, and its other reports, still reach asyncio's logger."""
+    distributed = pytest.importorskip("distributed")
+    from distributed.deploy.spec import SpecCluster
+
+    from mianalysis import scaleout
+
+    class HalfStarted:
+        def __init__(self):
+            self.loop = types.SimpleNamespace(asyncio_loop=asyncio.new_event_loop())
+
+        def close(self, timeout=None):
+            pass
+
+    made = []
+
+    def start_then_interrupt(**kwargs):
+        made.append(HalfStarted())
+        SpecCluster._instances.add(made[-1])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(distributed, "LocalCluster", start_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        scaleout._local_cluster(distributed, 2)
+    other = asyncio.new_event_loop()
+    try:
+        with caplog.at_level(logging.ERROR, logger="asyncio"):
+            _unretrieved_failure(made[0].loop.asyncio_loop)
+            assert not caplog.records
+            _unretrieved_failure(other)  # the control: without the handler asyncio reports it
+            assert [r.getMessage().splitlines()[0] for r in caplog.records] == ["Task exception was never retrieved"]
+            caplog.clear()
+            made[0].loop.asyncio_loop.call_exception_handler({"message": "something else"})
+            assert [r.getMessage() for r in caplog.records] == ["something else"]
+    finally:
+        other.close()
+        made[0].loop.asyncio_loop.close()
+    assert made[0] not in SpecCluster._instances
