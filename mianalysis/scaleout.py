@@ -203,9 +203,13 @@ def _local_cluster(distributed, n_workers):
         # worker's process from a thread of its own, which may still do so after the first
         # pass and even after the cluster is closed: so again after closing, until no new
         # process has appeared for a moment.
-        _terminate_spawned(children)
-        for cluster in set(SpecCluster._instances) - before:
+        # Its loop's reports of start-up tasks left failing are dropped before anything is
+        # terminated: a worker process ended while its Nanny starts fails that task at once.
+        started = set(SpecCluster._instances) - before
+        for cluster in started:
             _drop_unretrieved_task_errors(cluster)
+        _terminate_spawned(children)
+        for cluster in started:
             _close_quietly(cluster)
         _terminate_spawned(children, settle=SPAWN_SETTLE_S)
         raise

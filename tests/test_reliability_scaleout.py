@@ -433,7 +433,8 @@ def test_an_interrupted_start_keeps_its_loops_unretrieved_task_errors_quiet(monk
     """Ctrl-C while a LocalCluster starts can leave a worker's Nanny start failing on the
     cluster's loop after the command's one line (seen in a full run: "Task exception was
     never retrieved" and a traceback before the line). The interrupted cluster's loop drops
-    those reports; other loops, and its other reports, still reach asyncio's logger."""
+    those reports, from before its worker processes are ended (ending one fails its Nanny's
+    start); other loops, and its other reports, still reach asyncio's logger."""
     distributed = pytest.importorskip("distributed")
     from distributed.deploy.spec import SpecCluster
 
@@ -453,9 +454,18 @@ def test_an_interrupted_start_keeps_its_loops_unretrieved_task_errors_quiet(monk
         SpecCluster._instances.add(made[-1])
         raise KeyboardInterrupt
 
+    handled_when_terminating = []
+    terminate = scaleout._terminate_spawned
+
+    def record_then_terminate(before, **kwargs):  # ending a worker fails its Nanny's start at once
+        handled_when_terminating.append(made[0].loop.asyncio_loop.get_exception_handler() is not None)
+        return terminate(before, **kwargs)
+
     monkeypatch.setattr(distributed, "LocalCluster", start_then_interrupt)
+    monkeypatch.setattr(scaleout, "_terminate_spawned", record_then_terminate)
     with pytest.raises(KeyboardInterrupt):
         scaleout._local_cluster(distributed, 2)
+    assert handled_when_terminating and all(handled_when_terminating)
     other = asyncio.new_event_loop()
     try:
         with caplog.at_level(logging.ERROR, logger="asyncio"):
