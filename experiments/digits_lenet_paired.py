@@ -51,6 +51,7 @@ from pathlib import Path
 
 import numpy as np
 from _results import FIGURES, WORK, portable_record, write_atomic, write_csv, write_page, write_sidecar
+from digits_lenet_movers import dump_path, suffix
 from digits_lenet_seeds import detectable
 
 from mianalysis import MarginalDistances
@@ -72,14 +73,14 @@ POWER = 0.8
 NAME = "digits_lenet_paired"
 
 
-def dump_folder(seed: int, work: Path = WORK) -> Path:
-    """Where digits_lenet_paper.py keeps the 26,400-run dumps of `seed`."""
-    return work / "digits_lenet_paper" / ("full_26400" if seed == 0 else f"full_26400_seed{seed}") / "dumps"
+def cell_dump(seed: int, cell: str, work: Path = WORK) -> Path:
+    """Where digits_lenet_paper.py sampled `cell` of `seed` (its folder under `work`)."""
+    return dump_path(work / "digits_lenet_paper", cell, seed)
 
 
 def summary_table(seed: int, folder: Path = FIGURES) -> Path:
     """The committed summary table of digits_lenet_paper.py for `seed`."""
-    return folder / ("digits_lenet_paper.csv" if seed == 0 else f"digits_lenet_paper_seed{seed}.csv")
+    return folder / f"digits_lenet_paper{suffix(seed)}.csv"
 
 
 def cell_estimates(dump: ParameterDump, pair: str, iterations, halves: np.ndarray, seed: int) -> np.ndarray:
@@ -146,22 +147,26 @@ def table_steps(path: Path, pair: str) -> dict[int, dict[str, float]]:
     return out
 
 
-def _cached(path: Path) -> bool:
-    """Whether `path` holds the estimates of this script's settings (else they are made again)."""
+def _cached(path: Path) -> dict | None:
+    """The record at `path` if it holds the estimates of this script's settings (else None:
+    they are made again)."""
     try:
         record = json.loads(path.read_text())
     except (OSError, ValueError):
-        return False
-    return (isinstance(record, dict) and {"runs", "iterations", "estimates_bits", "seconds"} <= set(record)
-            and record.get("k", K) == K and min(record["iterations"]) >= FIRST_ITERATION)
+        return None
+    if (isinstance(record, dict) and {"runs", "iterations", "estimates_bits", "seconds"} <= set(record)
+            and record.get("k", K) == K and min(record["iterations"]) >= FIRST_ITERATION):
+        return record
+    return None
 
 
 def run_pair(seed: int, pair: str, n_halves: int, work: Path, cache: Path) -> list[dict]:
     """The paired rows of one seed and pair, from its estimates (read back from `cache`
     when made before: the estimates of all runs and of each half, and the seconds they took)."""
     done = cache / f"seed{seed}_{pair}_{n_halves}.json"
-    if not _cached(done):
-        dumps = {c: ParameterDump.open(dump_folder(seed, work) / c) for c in CELLS}
+    record = _cached(done)
+    if record is None:
+        dumps = {c: ParameterDump.open(cell_dump(seed, c, work)) for c in CELLS}
         n_runs = {c: d.n_runs for c, d in dumps.items()}
         if len(set(n_runs.values())) != 1 or not all(d.complete for d in dumps.values()):
             raise ValueError(f"seed {seed}: the two cells' dumps are not complete dumps of as many runs ({n_runs})")
@@ -175,7 +180,6 @@ def run_pair(seed: int, pair: str, n_halves: int, work: Path, cache: Path) -> li
                   "seconds": round(time.perf_counter() - start, 1)}
         cache.mkdir(parents=True, exist_ok=True)
         write_atomic(done, json.dumps(record) + "\n")
-    record = json.loads(done.read_text())
     est = {c: np.array(v) for c, v in record["estimates_bits"].items()}
     return [{"seed": seed, "pair": pair, "runs": record["runs"], **r, "seconds_for_pair": record["seconds"]}
             for r in paired_steps(est[SHARED], est[NOTHING], record["iterations"])]
@@ -228,7 +232,7 @@ def main(argv=None) -> int:
         parser.error(f"unknown pair(s) {', '.join(bad)}: the clients are 0, 1 and 2 ({', '.join(PAIRS)})")
     if args.halves < 3:
         parser.error(f"--halves must be at least 3 (got {args.halves})")
-    missing = [f"{dump_folder(s, args.work) / c}" for s in seeds for c in CELLS if not (dump_folder(s, args.work) / c).exists()]
+    missing = [str(cell_dump(s, c, args.work)) for s in seeds for c in CELLS if not cell_dump(s, c, args.work).exists()]
     missing += [str(summary_table(s, args.tables)) for s in seeds if not summary_table(s, args.tables).exists()]
     if missing:
         parser.error(f"no dump or summary table at {', '.join(missing)}: run experiments/digits_lenet_paper.py "

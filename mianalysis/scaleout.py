@@ -262,14 +262,9 @@ def _drop_unretrieved_task_errors(cluster):
     collected, which may be after the command's one line and after distributed's loggers
     are restored; the cluster is abandoned, so what its loop reports says nothing more."""
     loop = getattr(getattr(cluster, "loop", None), "asyncio_loop", None)
-    if loop is None:
-        return
-
-    def handler(loop, context):
-        if "exception" not in context or "never retrieved" not in str(context.get("message", "")):
-            loop.default_exception_handler(context)
-
-    loop.set_exception_handler(handler)
+    if loop is not None:
+        _drop_loop_reports(loop, lambda context: "exception" in context
+                           and "never retrieved" in str(context.get("message", "")))
 
 
 def _close_quietly(cluster):
@@ -405,11 +400,16 @@ def _ignore_abandoned_fetches(client):
     from distributed.client import AllExit
 
     loop = client.loop.asyncio_loop
-    if loop.get_exception_handler() is not None:
-        return
+    if loop.get_exception_handler() is None:
+        _drop_loop_reports(loop, lambda context: isinstance(context.get("exception"), AllExit))
+
+
+def _drop_loop_reports(loop, drop):
+    """Have `loop` pass every report (error of a task or callback) to asyncio's default
+    handler except those whose context `drop` matches."""
 
     def handler(loop, context):
-        if not isinstance(context.get("exception"), AllExit):
+        if not drop(context):
             loop.default_exception_handler(context)
 
     loop.set_exception_handler(handler)

@@ -101,8 +101,8 @@ def _summary_table(path, seed_rows):
 def test_main_writes_the_table_and_compares_with_the_committed_steps(script, tmp_path):
     arrays = _clients(np.random.default_rng(2), [0.0, 0.1, 0.3, 0.6])
     work, figures = tmp_path / "runs", tmp_path / "figures"
-    _write_cells(script.dump_folder(0, work), arrays, arrays)
-    dumps = {c: ParameterDump.open(script.dump_folder(0, work) / c) for c in script.CELLS}
+    _write_cells(script.cell_dump(0, script.SHARED, work).parent, arrays, arrays)
+    dumps = {c: ParameterDump.open(script.cell_dump(0, c, work)) for c in script.CELLS}
     halves = np.empty((0, RUNS // 2), dtype=np.int64)
     full = script.cell_estimates(dumps[script.SHARED], "0-1", [1, 2, 3], halves, seed=0)[:, 0]
     figures.mkdir()
@@ -175,7 +175,7 @@ def test_each_row_is_its_t_test_and_holm_pools_every_pair_and_seed(script, tmp_p
 def test_a_cache_of_another_format_is_made_again(script, tmp_path):
     arrays = _clients(np.random.default_rng(5), [0.0, 0.1, 0.3, 0.4])
     work = tmp_path / "runs"
-    _write_cells(script.dump_folder(2, work), arrays, arrays)
+    _write_cells(script.cell_dump(2, script.SHARED, work).parent, arrays, arrays)
     cache = work / "digits_lenet_paired"
     cache.mkdir(parents=True)
     (cache / "seed2_0-2_3.json").write_text(json.dumps([{"difference": 9.0}]))  # rows, as an earlier version kept
