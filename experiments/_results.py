@@ -28,8 +28,9 @@ from pathlib import Path
 from mianalysis.analysis import sidecar_path
 
 __all__ = ["ROOT", "FIGURES", "PAGES", "WORK", "carried_over_note", "carried_over_record", "pages_for",
-           "portable_record", "portable_sidecar", "read_sidecar", "repository_relative", "rows_by_design", "timed_rows", "write_atomic",
-           "write_csv", "write_sidecar", "write_page"]
+           "portable_record", "portable_sidecar", "read_earlier", "read_sidecar", "read_summary_table",
+           "repository_relative", "rows_by_design", "timed_rows", "write_atomic", "write_csv", "write_sidecar",
+           "write_page"]
 
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES = ROOT / "figures"
@@ -132,6 +133,59 @@ def read_sidecar(table):
     """The JSON sidecar of the CSV `table` as a dict ({} where it has none)."""
     path = sidecar_path(table)
     return json.loads(path.read_text()) if path.exists() else {}
+
+
+def read_summary_table(path, columns=()):
+    """The rows of a script's summary table (dicts of strings, as written), after checking
+    that its header holds every name of `columns`.
+
+    Raises
+    ------
+    ValueError
+        One line naming the problem: the file cannot be read (missing, a folder, no
+        permission), is not CSV text, or lacks some of `columns` (a table of another script).
+    """
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            header = list(reader.fieldnames or [])
+            rows = list(reader)
+    except OSError as err:
+        raise ValueError(f"cannot read it ({err.strerror or err})") from None
+    except (csv.Error, UnicodeDecodeError) as err:
+        raise ValueError(f"not a CSV table ({err})") from None
+    missing = [c for c in columns if c not in header]
+    if missing:
+        raise ValueError(f"missing columns {missing}: not a summary table of this script")
+    return rows
+
+
+def read_earlier(parser, option, path, columns=(), parse=None):
+    """``(parse(rows), sidecar)`` of the earlier summary table `path` that a script's option
+    `option` names (``--carry-over``, ``--replot``): its rows (:func:`read_summary_table`
+    with `columns`) given to `parse` (default: the rows as read), and its sidecar
+    (:func:`read_sidecar`). What every script reading an earlier table uses, before it
+    writes anything.
+
+    A table that cannot be read, is not a summary of the script (a column of `columns`
+    missing) or that `parse` refuses (ValueError, or KeyError for a missing column) ends the
+    script through ``parser.error`` (exit status 2) with one line naming the option, the
+    path and the problem, never a traceback.
+    """
+    try:
+        rows = read_summary_table(path, columns)
+        parsed = rows if parse is None else parse(rows)
+    except KeyError as err:
+        parser.error(f"{option} {path}: missing column {err.args[0]!r}: not a summary table of this script")
+    except ValueError as err:
+        parser.error(f"{option} {path}: {err}")
+    try:
+        sidecar = read_sidecar(path)
+    except (OSError, ValueError) as err:
+        parser.error(f"{option} {path}: its sidecar {sidecar_path(path).name} cannot be read ({err})")
+    if not isinstance(sidecar, dict):
+        parser.error(f"{option} {path}: its sidecar {sidecar_path(path).name} is not a JSON object")
+    return parsed, sidecar
 
 
 def carried_over_note(cells):

@@ -52,8 +52,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _results import (FIGURES, WORK, carried_over_note, carried_over_record, portable_record, read_sidecar,
-                      write_atomic, write_csv, write_page, write_sidecar)
+from _results import (FIGURES, WORK, carried_over_note, carried_over_record, portable_record, read_earlier,
+                      read_summary_table, write_atomic, write_csv, write_page, write_sidecar)
 from _runner import LEGACY_ESTIMATORS  # the estimators of the committed tables
 
 from mianalysis import ParameterSampler, analyze
@@ -369,17 +369,17 @@ def summary_figure(summary, path, permutations=None, seed=SEED):
 
 
 def read_summary(path):
-    """The rows of a summary table of this script (strings, as written)."""
-    import csv
-
-    with open(path, newline="") as fh:
-        return list(csv.DictReader(fh))
+    """The rows of a summary table of this script (strings, as written); ValueError, one
+    line, where it cannot be read (:func:`_results.read_summary_table`)."""
+    return read_summary_table(path)
 
 
 # The summary's columns that hold numbers (the rest are text), and its flag column.
 INT_COLUMNS = ("runs", "iteration")
 FLOAT_COLUMNS = ("head_noise", "value", "ci_low", "ci_high", "null_mean", "p_value", "p_adjusted", "step_change",
                  "step_se", "step_p", "step_p_adjusted")
+# What a summary table of this script holds at least (--carry-over and --replot check it).
+SUMMARY_COLUMNS = ("cell", *INT_COLUMNS, *FLOAT_COLUMNS, "outside_calibration")
 
 
 def typed_row(row):
@@ -459,8 +459,8 @@ def main():
     args = parser.parse_args()
     if args.replot:
         table = Path(args.replot)
-        meta = read_sidecar(table)
-        summary_figure(read_summary(table), table.with_suffix(".png"), meta.get("permutations"), meta.get("seed", SEED))
+        rows, meta = read_earlier(parser, "--replot", table, SUMMARY_COLUMNS)
+        summary_figure(rows, table.with_suffix(".png"), meta.get("permutations"), meta.get("seed", SEED))
         print(f"wrote {table.with_suffix('.png')}")
         return
     started = utc_now()
@@ -474,11 +474,8 @@ def main():
     if args.carry_over:  # read before anything is written: the earlier table may be the one this run replaces
         if args.runs:
             parser.error("--carry-over takes the cells' own runs; give no --runs with it")
-        try:
-            carried = carried_cells(read_summary(args.carry_over), cells, args.quick)
-        except (OSError, KeyError, ValueError) as err:
-            parser.error(f"--carry-over {args.carry_over}: {err}")
-        earlier = read_sidecar(Path(args.carry_over))
+        carried, earlier = read_earlier(parser, "--carry-over", args.carry_over, SUMMARY_COLUMNS,
+                                        lambda rows: carried_cells(rows, cells, args.quick))
         made_with = {"permutations": permutations, "gaussian_null": GAUSSIAN_NULL, "seed": args.seed}
         differ = {k: earlier.get(k) for k, v in made_with.items() if carried and earlier.get(k) != v}
         if differ:

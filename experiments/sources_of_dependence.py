@@ -41,7 +41,6 @@ into DIR).
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import re
 import textwrap
@@ -49,8 +48,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _results import (FIGURES, WORK, carried_over_note, carried_over_record, read_sidecar, write_csv, write_page,
-                      write_sidecar)
+from _results import (FIGURES, WORK, carried_over_note, carried_over_record, read_earlier, read_summary_table,
+                      write_csv, write_page, write_sidecar)
 from _runner import LEGACY_ESTIMATORS  # the estimators of the committed tables
 
 from mianalysis import ParameterDump, ParameterSampler, analyze
@@ -89,18 +88,28 @@ CORRECTION = f"{FAMILYWISE}/{FAMILY}"
 UNCORRECTED = "none"
 
 
+# What a summary table of this script holds at least, in every version (--carry-over and --replot check it).
+SUMMARY_COLUMNS = ("part", "task", "preset", "init", "shared", "runs", "quantity", "pair", *INT_FIELDS,
+                   *FLOAT_FIELDS, "trend", "steps")
+
+
 def read_summary(path):
     """An earlier summary table of this script: (part, init, shared, seed) -> its rows, with
     numbers as numbers (6 significant digits, as written). Rows of a summary written
     before the per-step columns get them empty, and ``correction`` "none" (their verdicts
-    are the per-step interval verdicts)."""
+    are the per-step interval verdicts). ValueError, one line, for a file that cannot be
+    read or is not such a table (:func:`_results.read_summary_table`)."""
+    return summary_cells(read_summary_table(path, SUMMARY_COLUMNS))
+
+
+def summary_cells(rows):
+    """The rows of a summary table (strings, as read) by cell, typed: see :func:`read_summary`."""
     cells = {}
-    with open(path, newline="") as fh:
-        for row in csv.DictReader(fh):
-            if "correction" not in row:
-                row.update({k: "" for k in STEP_FIELDS}, correction=UNCORRECTED, steps_uncorrected=row["steps"])
-            row.update({k: int(row[k]) for k in INT_FIELDS}, **{k: float(row[k]) for k in FLOAT_FIELDS})
-            cells.setdefault((row["part"], row["init"], row["shared"], row["seed"]), []).append(row)
+    for row in rows:
+        if "correction" not in row:
+            row.update({k: "" for k in STEP_FIELDS}, correction=UNCORRECTED, steps_uncorrected=row["steps"])
+        row.update({k: int(row[k]) for k in INT_FIELDS}, **{k: float(row[k]) for k in FLOAT_FIELDS})
+        cells.setdefault((row["part"], row["init"], row["shared"], row["seed"]), []).append(row)
     return cells
 
 
@@ -477,7 +486,8 @@ def main():
     args = parser.parse_args()
     if args.replot:
         table = Path(args.replot)
-        summary = [r for cell in read_summary(table).values() for r in cell]
+        summary = [r for cell in read_earlier(parser, "--replot", table, SUMMARY_COLUMNS, summary_cells)[0].values()
+                   for r in cell]
         drawn = [p for p in PARTS if any(r["part"] == p for r in summary)]
         specs = QUICK if table.stem.endswith("_quick") else PARTS
         figure(summary, table.with_suffix(".png"), [p for p in drawn if p in specs], specs)
@@ -490,11 +500,10 @@ def main():
     if unknown:
         parser.error(f"--only: unknown parts {sorted(unknown)}; known: {list(specs)}")
     work = Path(args.work) / ("quick" if args.quick else "full")
-    (work / "dumps").mkdir(parents=True, exist_ok=True)
     summary, seconds, skipped = [], {}, []
-    carried, carried_names, earlier = (read_summary(args.carry_over) if args.carry_over else {}), [], {}
+    carried, carried_names, earlier = {}, [], {}
     if args.carry_over:  # read before anything is written: the earlier table may be the one this run replaces
-        earlier = read_sidecar(Path(args.carry_over))
+        carried, earlier = read_earlier(parser, "--carry-over", args.carry_over, SUMMARY_COLUMNS, summary_cells)
         for (part, *_), cell in carried.items():
             if part in specs and any((r["task"], r["preset"], r["runs"]) != (specs[part][0], specs[part][1],
                                                                              specs[part][4]) for r in cell):
@@ -502,6 +511,7 @@ def main():
                 parser.error(f"--carry-over: {args.carry_over} holds part {part} as {r['task']} preset {r['preset']} "
                              f"with {r['runs']} runs per cell; this run's part {part} is {specs[part][0]} preset "
                              f"{specs[part][1]} with {specs[part][4]} runs (--quick and full tables do not mix)")
+    (work / "dumps").mkdir(parents=True, exist_ok=True)
     for part in parts:
         spec = specs[part]
         for seed in spec[5]:

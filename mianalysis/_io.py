@@ -7,15 +7,25 @@ from pathlib import Path
 
 
 def write_rows(rows, path):
-    """Write a list of dicts with the same keys as CSV."""
+    """Write a list of dicts with the same keys as CSV to `path`, through a new temporary
+    file (``PATH.tmp``) renamed into place: a file or a symbolic link at `path` is replaced
+    itself, never written through, and an interrupted write leaves `path` as it was."""
     import csv
 
     if not rows:
         raise ValueError(f"nothing to write to {path}")
-    with open(path, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with new_file(tmp) as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.lexists(tmp) and not os.path.isdir(tmp):
+            tmp.unlink()
+        raise
 
 
 def new_file(path, mode="w"):

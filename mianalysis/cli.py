@@ -96,7 +96,16 @@ def _cmd_estimate(args):
             f"sd {res.null_std:.6g}; p = {res.p_value:.4g} ({res.n_permutations} permutations)"
         )
     else:
-        value = entry.function(x, y, **kwargs, **({"random_state": args.seed} if entry.random_state else {}))
+        from ._validation import check_paired, varying_columns
+        from .estimators.repeats import check_repeated_runs, runs_checked
+
+        x, y = check_paired(x, y)  # the estimators' own checks, first
+        keep_x, keep_y = varying_columns(x), varying_columns(y)
+        if keep_x.any() and keep_y.any():  # (else the MI is exactly 0, whatever repeats)
+            # Every estimator alike (gaussian_mi leaves this to its callers: bootstraps repeat runs on purpose).
+            check_repeated_runs(x[:, keep_x], y[:, keep_y], f"--estimator {args.estimator}")
+        with runs_checked():
+            value = entry.function(x, y, **kwargs, **({"random_state": args.seed} if entry.random_state else {}))
         print(f"{args.estimator} {relation} {value:.6g} {args.units}")
 
 
@@ -320,11 +329,17 @@ def _cmd_import(args):
 
 def _cmd_headroom(args):
     from ._io import write_rows
+    from .analysis.validate import check_table_out
     from .headroom import headroom
 
+    def check_out():  # analyze's rule for a table: never into a dump or onto a folder; a file only with --force
+        check_table_out(args.out, args.force, writer="headroom", name="--out", force_hint="--force")
+
+    check_out()  # before any work: a refused --out computes and writes nothing
     rows = headroom(args.dump, reference=args.reference, rules=args.rules, iterations=args.iterations,
                     folds=args.folds, level=args.ci_level)
-    write_rows(rows, args.out)
+    check_out()  # again: the file may have appeared meanwhile
+    write_rows(rows, args.out)  # a new file renamed into place: a link at --out is replaced, never written through
     _say(args, f"wrote {len(rows)} rows to {args.out} (MSE to the reference {rows[0]['reference']!r}, "
           f"summed over parameters; fitted rules cross-fitted over {args.folds} folds)")
     last = max(r["iteration"] for r in rows)
@@ -346,6 +361,7 @@ def _cmd_verify(args):
 # Python options that messages of the library suggest, and the flags that set them here.
 CLI_WORDS = (
     ("use shrinkage='ledoit-wolf'", "use --shrinkage ledoit-wolf"),
+    ("estimator='bound'", "--estimator bound"),
     ("`placement`='step'", "--placement step"),
     ("set `algorithm`='fedsgd'", "use --algorithm fedsgd"),
 )
@@ -562,16 +578,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     hdr = sub.add_parser("headroom", help="MSE of combination rules to the federation's reference, vs the average")
     hdr.add_argument("dump")
-    hdr.add_argument("--out", required=True, help="CSV table to write")
+    hdr.add_argument("--out", required=True,
+                     help="CSV table to write: never in a dump, and an existing file only with --force")
     hdr.add_argument("--reference", default="auto",
                      help="'task' (gaussian-sgd's minimiser of the summed losses), a client of the dump that holds "
                           "it, or 'auto' (the client 'central' if any, else 'task')")
-    hdr.add_argument("--rules", nargs="+", default=["mean", "weighted_mean", "inverse_variance", "blue_coordinate",
-                                                    "blue"],
-                     help="combination rules (also 'curvature' on gaussian-sgd)")
+    hdr.add_argument("--rules", nargs="+",
+                     help="combination rules (also 'curvature' on gaussian-sgd); default: mean weighted_mean "
+                          "inverse_variance blue_coordinate blue, less blue (with a note) where clients x parameters "
+                          "> 4096")
     hdr.add_argument("--iterations", nargs="+", type=int, help="checkpoints (iterations) to measure; all by default")
     hdr.add_argument("--folds", type=int, default=2, help="cross-fitting folds of the fitted rules (default 2)")
     hdr.add_argument("--ci-level", type=float, default=0.95, help="level of the intervals (default 0.95)")
+    hdr.add_argument("--force", action="store_true", help="replace an existing --out (never a link's target)")
     hdr.set_defaults(func=_cmd_headroom)
 
     ver = sub.add_parser("verify", help="check a dump's files and checksums")

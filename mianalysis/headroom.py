@@ -20,6 +20,7 @@ the reference and the exact answer).
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -33,8 +34,11 @@ from .analysis.intervals import check_level, mean_interval, normal_interval
 if TYPE_CHECKING:  # names used only in type hints
     from .dumps import ParameterDump
 
-__all__ = ["RULES", "FITTED_RULES", "MAX_BLUE_DIMENSION", "fitting_inflation", "rule_weights", "oracle_weights",
-           "best_linear_weights", "combine_errors", "combination_mse", "ratio_interval", "headroom_rows", "headroom"]
+__all__ = ["RULES", "FITTED_RULES", "MAX_BLUE_DIMENSION", "default_rules", "fitting_inflation", "rule_weights",
+           "oracle_weights", "best_linear_weights", "combine_errors", "combination_mse", "ratio_interval",
+           "headroom_rows", "headroom"]
+
+log = logging.getLogger(__name__)
 
 # Combination rules: fixed weights ("mean": 1/K; "weighted_mean": client sizes) and weights
 # fitted from the errors of the fitting runs (per coordinate: "inverse_variance", each
@@ -46,6 +50,38 @@ FITTED_RULES = ("inverse_variance", "blue_coordinate", "blue")
 TASK_RULES = ("curvature",)
 # "blue" solves a system of size K d: beyond this, use "blue_coordinate" or fewer parameters.
 MAX_BLUE_DIMENSION = 4096
+# "blue_coordinate" solves (R + RIDGE I) x = D^-1/2 1 per coordinate, R the clients' correlation
+# matrix (unit diagonal): a relative ridge, so that a singular R (clients whose errors are the
+# same, or cancel) still gets weights; it moves the weights of a well-conditioned R by ~1e-12.
+RIDGE = 1e-12
+
+
+def default_rules(n_clients: int, n_params: int) -> list[str]:
+    """The rules measured when none are named: :data:`RULES`, less "blue" where its
+    (n_clients n_params) x (n_clients n_params) system exceeds :data:`MAX_BLUE_DIMENSION`.
+
+    Examples
+    --------
+    >>> from mianalysis.headroom import default_rules
+    >>> default_rules(3, 2000)
+    ['mean', 'weighted_mean', 'inverse_variance', 'blue_coordinate']
+    """
+    fits = check_int(n_clients, "n_clients", low=1) * check_int(n_params, "n_params", low=1) <= MAX_BLUE_DIMENSION
+    return [r for r in RULES if r != "blue" or fits]
+
+
+def _resolve_rules(rules, n_clients, n_params):
+    """`rules` as a list; None: :func:`default_rules`, saying (logger ``mianalysis.headroom``,
+    level INFO) when "blue" is left out."""
+    if rules is not None:
+        return list(rules)
+    chosen = default_rules(n_clients, n_params)
+    if "blue" not in chosen:
+        size = n_clients * n_params
+        log.info(f"rule 'blue' left out of the default rules: it needs a ({size} x {size}) error second moment "
+                 f"(n_clients x n_params = {n_clients} x {n_params} > {MAX_BLUE_DIMENSION}); 'blue_coordinate' is "
+                 "measured (name 'blue' among the rules to be refused instead, or measure a layer)")
+    return chosen
 
 
 # ---------------------------------------------------------------------- weights
@@ -56,6 +92,14 @@ def _as_errors(errors):
     if not np.all(np.isfinite(e)):
         raise ValueError("`errors` must be finite (a client's parameters or the reference hold NaN or infinity)")
     return e
+
+
+def _unit_scale(e):
+    """`e` divided by its largest absolute value (unchanged if all 0): every rule's weights
+    are the same for errors in any units, and their second moments neither overflow nor
+    underflow."""
+    scale = float(np.max(np.abs(e)))
+    return e / scale if scale > 0 else e
 
 
 def _sizes_weights(sizes, n_clients):
@@ -76,13 +120,22 @@ def _inverse_variance(diag):
 
 
 def _blue_coordinate(blocks):
-    """Per-coordinate weights (K, d) ``C^-1 1 / (1' C^-1 1)`` from second moments (d, K, K)."""
-    inv = np.linalg.pinv(blocks, rcond=1e-12, hermitian=True)
-    w = inv.sum(axis=2)  # C^-1 1, (d, K)
-    total = w.sum(axis=1, keepdims=True)
-    k = blocks.shape[1]
-    w = np.where(np.abs(total) > 0, w / np.where(total == 0, 1.0, total), 1.0 / k)
-    return w.T
+    """Per-coordinate weights (K, d) ``C^-1 1 / (1' C^-1 1)`` from second moments (d, K, K).
+
+    Solved in the clients' own units: ``C^-1 1 = D^-1/2 R^-1 D^-1/2 1`` with ``D`` the
+    diagonal of ``C`` and ``R`` the correlation matrix, ridged by :data:`RIDGE` (so clients
+    whose errors differ by many orders of magnitude keep their weights, and a singular ``R``
+    still gets weights: identical clients share the weight equally). Clients without error
+    in a coordinate (a zero diagonal) share all of its weight, as in "inverse_variance"."""
+    c = np.asarray(blocks, dtype=np.float64)
+    d, k, _ = c.shape
+    diag = np.einsum("ikk->ik", c)  # (d, K)
+    zero = diag <= 0
+    root = np.sqrt(np.where(zero, 1.0, diag))
+    corr = c / (root[:, :, None] * root[:, None, :]) + RIDGE * np.eye(k)
+    x = np.linalg.solve(corr, (1.0 / root)[:, :, None])[:, :, 0] / root  # C^-1 1, (d, K)
+    w = np.where(zero.any(axis=1, keepdims=True), zero.astype(float), x)
+    return (w / w.sum(axis=1, keepdims=True)).T
 
 
 def best_linear_weights(second_moment: ArrayLike, n_clients: int) -> np.ndarray:
@@ -91,7 +144,8 @@ def best_linear_weights(second_moment: ArrayLike, n_clients: int) -> np.ndarray:
     ``W = (J' M^-1 J)^-1 J' M^-1`` for ``M`` the (K d) x (K d) second moment of the stacked
     errors and ``J`` the K stacked identities; solved from the Lagrange system by least
     squares, so a singular ``M`` (e.g. every client holding the same start before any step)
-    still gets weights.
+    still gets weights. ``M`` is first divided by the mean of its diagonal, so the weights
+    are the same in any units (the least-squares cutoff is relative to that system).
 
     Parameters
     ----------
@@ -117,6 +171,10 @@ def best_linear_weights(second_moment: ArrayLike, n_clients: int) -> np.ndarray:
         raise ValueError(f"`second_moment` must be square of a size divisible by `n_clients` ({n_clients}); "
                          f"got shape {m.shape}")
     d = m.shape[0] // n_clients
+    if not np.all(np.isfinite(m)):
+        raise ValueError("`second_moment` must be finite")
+    scale = float(np.mean(np.abs(np.diag(m))))
+    m = m / scale if scale > 0 else m  # the constraint's identities and M alike of order 1: no unit sets the cutoff
     j = np.tile(np.eye(d), (n_clients, 1))
     kkt = np.block([[m, j], [j.T, np.zeros((d, d))]])
     rhs = np.vstack([np.zeros((n_clients * d, d)), np.eye(d)])
@@ -159,15 +217,19 @@ def rule_weights(rule: str, errors: ArrayLike, *, client_sizes: ArrayLike | None
     -------
     ndarray
         (n_clients, n_params) per-coordinate weights, or (n_clients, n_params, n_params)
-        for "blue"; the weights sum to 1 (to I) over clients.
+        for "blue"; the weights sum to 1 (to I) over clients. They are the same for the
+        errors in any units, and a client without error in a coordinate takes all of its
+        weight ("blue_coordinate", "inverse_variance"; "blue" in the directions it has none).
     """
     rule = check_choice(rule, "rule", RULES)
-    e = _as_errors(errors)
+    e = _unit_scale(_as_errors(errors))
     k, n, d = e.shape
     if rule == "mean":
         return np.full((k, d), 1.0 / k)
     if rule == "weighted_mean":
         return np.repeat(_sizes_weights(client_sizes, k)[:, None], d, axis=1)
+    if k == 1:  # nothing to combine: nothing to fit
+        return np.eye(d)[None] if rule == "blue" else np.ones((1, d))
     if rule == "inverse_variance":
         return _inverse_variance(np.mean(e**2, axis=1))
     if rule == "blue_coordinate":
@@ -341,7 +403,9 @@ def fitting_inflation(rule: str, n_clients: int, n_params: int, n_fit: int, *,
 def _difference_rank(rule, e):
     """The number of regressors a fit of `rule` really has: the rank of the clients' error
     differences ``e_1 - e_k`` (all coordinates together for "blue", the mean over coordinates
-    of the per-coordinate rank for "blue_coordinate")."""
+    of the per-coordinate rank for "blue_coordinate"); 0 for one client."""
+    if e.shape[0] < 2:
+        return 0.0
     diff = e[:1] - e[1:]  # (K - 1, n, d)
     if rule == "blue":
         flat = diff.transpose(1, 0, 2).reshape(diff.shape[1], -1)
@@ -366,7 +430,7 @@ def _cross_fitted(rule, e, folds, client_sizes):
     return out
 
 
-def headroom_rows(errors: ArrayLike, *, rules: Sequence[str] = RULES, folds: int = 2, level: float = 0.95,
+def headroom_rows(errors: ArrayLike, *, rules: Sequence[str] | None = None, folds: int = 2, level: float = 0.95,
                   client_sizes: ArrayLike | None = None, exact: tuple[ArrayLike, ArrayLike] | None = None,
                   fixed_weights: Mapping[str, ArrayLike] | None = None) -> list[dict[str, Any]]:
     """MSE of each combination rule at one checkpoint, its interval and its ratio to the mean's.
@@ -375,8 +439,11 @@ def headroom_rows(errors: ArrayLike, *, rules: Sequence[str] = RULES, folds: int
     ----------
     errors : array-like of shape (n_clients, n_runs, n_params)
         ``theta_k - theta*`` per client and run.
-    rules : sequence of str, default=RULES
-        Rules of :data:`RULES`, and names of `fixed_weights`.
+    rules : sequence of str, optional
+        Rules of :data:`RULES`, and names of `fixed_weights`. By default
+        :func:`default_rules`: every rule of :data:`RULES`, less "blue" (with a note on the
+        logger ``mianalysis.headroom``) where its system would exceed
+        :data:`MAX_BLUE_DIMENSION`; "blue" named here is refused there instead.
     folds : int, default=2
         Cross-fitting folds for the fitted rules: run r is scored with weights fitted on the
         runs of the other folds (run r in fold ``r % folds``); every run is scored once.
@@ -402,13 +469,14 @@ def headroom_rows(errors: ArrayLike, *, rules: Sequence[str] = RULES, folds: int
         ``mse_corrected_low``, ``mse_corrected_high``, ``ratio_corrected``,
         ``ratio_corrected_low``, ``ratio_corrected_high`` (the estimates and their intervals
         divided by it: estimates of the MSE of the rule's oracle weights), ``mse_exact``,
-        ``ratio_exact``, ``exact_note``, ``n_runs``, ``note``.
+        ``ratio_exact``, ``exact_note``, ``n_runs``, ``note``. With one client there is
+        nothing to combine: every rule's weight is 1, its ratio 1, and its note says so.
     """
     e = _as_errors(errors)
     folds = check_int(folds, "folds", low=2)
     level = check_level(level, "level")
     fixed_weights = dict(fixed_weights or {})
-    rules = list(rules)
+    rules = _resolve_rules(rules, e.shape[0], e.shape[2])
     for rule in rules:
         if rule not in fixed_weights:
             check_choice(rule, "rule", [*RULES, *fixed_weights])
@@ -431,10 +499,12 @@ def headroom_rows(errors: ArrayLike, *, rules: Sequence[str] = RULES, folds: int
         ratio, r_low, r_high = ratio_interval(per_run, base, level)
         n_fit = n - -(-n // folds)  # the fewest runs any fold's weights are fitted on
         note = ""
-        if rule == "blue":
+        if k == 1:
+            note = "one client: nothing to combine (every rule's weight is 1)"
+        elif rule == "blue":
             note = (f"ledoit-wolf shrinkage: {n_fit} fitting runs <= 2 x {k * d}" if _shrunk(n_fit, k * d)
                     else f"sample second moment ({k * d} x {k * d}) of >= {n_fit} fitting runs")
-        inflation = 1.0 if not fitted or rule in fixed_weights else fitting_inflation(
+        inflation = 1.0 if not fitted or rule in fixed_weights or k == 1 else fitting_inflation(
             rule, k, d, n_fit, regressors=_difference_rank(rule, e) if rule in ("blue", "blue_coordinate") else None)
         row = {"rule": rule, "weights": f"cross-fitted, {folds} folds" if fitted else "fixed",
                "mse": mse, "mse_low": low, "mse_high": high, "ratio": ratio, "ratio_low": r_low,
@@ -477,7 +547,7 @@ def _sampling_of(dump):
 
 
 def headroom(dump: ParameterDump | str | os.PathLike, *, reference: str | ArrayLike = "auto",
-             rules: Sequence[str] = RULES, iterations: Sequence[int] | None = None, folds: int = 2,
+             rules: Sequence[str] | None = None, iterations: Sequence[int] | None = None, folds: int = 2,
              level: float = 0.95, client_sizes: ArrayLike | None = None) -> list[dict[str, Any]]:
     """Per checkpoint and combination rule: MSE to the reference over runs, and its ratio to the average's.
 
@@ -490,9 +560,12 @@ def headroom(dump: ParameterDump | str | os.PathLike, *, reference: str | ArrayL
         client of the dump that holds it (e.g. "central"; it is then not combined), or an
         array (n_runs, n_params) for every checkpoint or (n_checkpoints, n_runs, n_params).
         "auto" is the client "central" if the dump has one, else "task".
-    rules : sequence of str, default=RULES
+    rules : sequence of str, optional
         Combination rules (:data:`RULES`), and "curvature" for gaussian-sgd (the weights
-        ``(sum_j A_j)^-1 A_k`` of the reference).
+        ``(sum_j A_j)^-1 A_k`` of the reference). By default :func:`default_rules`: every
+        rule of :data:`RULES`, less "blue" where n_clients x n_params exceeds
+        :data:`MAX_BLUE_DIMENSION` (a note on the logger ``mianalysis.headroom`` says so);
+        "blue" named explicitly is refused there instead.
     iterations : sequence of int, optional
         Iterations (checkpoints) to measure; all by default.
     folds, level, client_sizes
@@ -525,6 +598,9 @@ def headroom(dump: ParameterDump | str | os.PathLike, *, reference: str | ArrayL
 
     dump = dump if isinstance(dump, ParameterDump) else ParameterDump.open(dump)
     n = dump.completed_runs
+    if n == 0:
+        raise ValueError(f"{dump.path} has no completed runs (0 of {dump.n_runs}): nothing to measure; run the "
+                         f"sampler on until at least {2 * check_int(folds, 'folds', low=2)} runs are in")
     task = _task_of(dump)
     seed, init, shared = _sampling_of(dump)
     clients = list(dump.clients)
@@ -564,6 +640,7 @@ def headroom(dump: ParameterDump | str | os.PathLike, *, reference: str | ArrayL
         raise ValueError(f"`iterations` {missing} are not checkpoints of {dump.path}: {dump.checkpoints}")
     exact_ok = (ref_name.startswith("task") and task is not None and hasattr(task, "exact_error_moments")
                 and len(clients) == task.n_clients)
+    rules = _resolve_rules(rules, len(clients), dump.n_params)
     fixed = {}
     if "curvature" in rules:
         if not exact_ok:

@@ -14,11 +14,16 @@ A report never replaces a file it did not write: `DIR` is new, empty, or holds a
 report (only its files, with a ``report.md`` starting with :data:`HEADING`), which is then
 replaced; ``report.md`` is written first, so that a report interrupted at any moment is
 finished by the same call. Without that file only the table's journal and temporary
-files (an analysis interrupted at once) may be there.
+files (an analysis interrupted at once) may be there. Every file is written new: a file or
+symbolic link found in its place is removed first, never written through (a link's
+target outside the folder is left as it is). A report whose analysis is refused (a dump
+with no completed runs, or with one client) leaves nothing behind: no placeholder
+``report.md``, no folder it made, and an earlier report's files as they were.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import time
 from collections.abc import Sequence
@@ -170,8 +175,9 @@ def report(dump: ParameterDump | str | os.PathLike, out_dir: str | os.PathLike, 
     Raises
     ------
     ValueError
-        A path that is not a dump (DumpError), or an `out_dir` that may not be written;
-        nothing is written then.
+        A path that is not a dump (DumpError), an `out_dir` that may not be written, or a
+        dump the analysis refuses (no completed runs, fewer than two clients); nothing is
+        left behind then (an earlier report in `out_dir` stays as it was).
 
     Examples
     --------
@@ -196,13 +202,20 @@ def report(dump: ParameterDump | str | os.PathLike, out_dir: str | os.PathLike, 
     out = Path(out_dir)
     earlier = check_report_folder(out, dump.path)
     options: dict[str, Any] = {} if estimators is None else {"estimators": tuple(estimators)}
+    made = [p for p in (out, *out.parents) if not os.path.lexists(p)]  # the folders this report creates
     out.mkdir(parents=True, exist_ok=True)
+    placeholder = out / SUMMARY
     if not earlier:  # first, so that a report interrupted at any later moment is known as ours when rerun
-        with new_file(out / SUMMARY, "w") as fh:
+        with new_file(placeholder, "w") as fh:
             fh.write(f"{HEADING}\n\nBeing written (or interrupted): run the same report again to finish it.\n")
     table_path = out / TABLE
-    table = analyze(dump, n_permutations=n_permutations, random_state=random_state, out=table_path,
-                    progress=progress, force=earlier, **options)
+    try:
+        table = analyze(dump, n_permutations=n_permutations, random_state=random_state, out=table_path,
+                        progress=progress, force=earlier, **options)
+    except (ValueError, TypeError):  # refused (no runs, one client, ...): nothing of this report is left
+        if not earlier:
+            _remove_placeholder(placeholder, made)
+        raise
     record: dict[str, Any] = {**table.sidecar, "dump_meta": {"shared": [], **dict(dump.meta)}}
     files = [table_path, Path(str(table_path) + ".json")]
     files += _figures(table, out, record)
@@ -214,28 +227,62 @@ def report(dump: ParameterDump | str | os.PathLike, out_dir: str | os.PathLike, 
     return Report(table=table, out_dir=out, files=tuple(files), summary=summary, seconds=seconds)
 
 
-def _figures(table: AnalysisTable, out: Path, record: dict) -> list[Path]:
-    """Draw the report's figures; remove an earlier report's figure that this table has
-    nothing for (so that the folder shows this report only)."""
+def _remove_placeholder(placeholder: Path, made: Sequence[Path]) -> None:
+    """Remove what a refused report wrote before its analysis was refused: the placeholder
+    ``report.md`` (while it is still the placeholder) and the folders it made, while empty."""
+    try:
+        if placeholder.is_file() and not placeholder.is_symlink() and "Being written" in placeholder.read_text(
+                encoding="utf-8"):
+            placeholder.unlink()
+        for folder in made:  # the report's folder first, then the parents it made
+            folder.rmdir()
+    except OSError:  # a folder another process wrote into meanwhile: left, with what is in it
+        pass
+
+
+def _new_binary(path: Path, data: bytes) -> Path:
+    """Write `data` to `path` as a new regular file: a file or symbolic link found there is
+    removed first (the link itself, never its target), and the file is opened with
+    O_EXCL | O_NOFOLLOW, so nothing is ever written through a link."""
+    if os.path.lexists(path) and not os.path.isdir(path):
+        path.unlink()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    return path
+
+
+def _save_png(fig: Any, path: Path, **options: Any) -> Path:
+    """Draw `fig` as PNG in memory, close it, and write it to `path` by :func:`_new_binary`."""
     import matplotlib.pyplot as plt
 
-    from .plots import FIGURE_QUANTITIES, figure_metrics, metric_names, save_figure
+    image = io.BytesIO()
+    try:
+        fig.savefig(image, format="png", **options)
+    finally:
+        plt.close(fig)
+    return _new_binary(path, image.getvalue())
+
+
+def _figures(table: AnalysisTable, out: Path, record: dict) -> list[Path]:
+    """Draw the report's figures, each written as a new file (never through a link found in
+    its place); remove an earlier report's figure (or a link in its place) that this table
+    has nothing for, so that the folder shows this report only."""
+    from .plots import FIGURE_QUANTITIES, FIGURES as DRAW, figure_metrics, metric_names
 
     written = []
     quantities = {r["quantity"] for r in table}
     for kind in ("mi", "distances"):
         path = out / FIGURES[kind]
         if any(q in quantities for q in FIGURE_QUANTITIES[kind]) or (kind == "mi" and _mi_quantities(table)):
-            written.append(save_figure(table, kind, path, record=record))
-        elif path.exists():
+            # as plots.save_figure draws it: nothing cut off, the legends below the panels included
+            written.append(_save_png(DRAW[kind](table, None, record=record), path, dpi=120, bbox_inches="tight"))
+        elif os.path.lexists(path):
             path.unlink()
     path = out / FIGURES["metrics"]
     if metric_names(table):
-        fig = figure_metrics(table, record=record)
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        written.append(path)
-    elif path.exists():
+        written.append(_save_png(figure_metrics(table, record=record), path, dpi=120))
+    elif os.path.lexists(path):
         path.unlink()
     return written
 

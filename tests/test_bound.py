@@ -96,6 +96,36 @@ def test_invariances_scaling_shift_swap_and_units():
     assert projection_mi_bound(x, y, units="nats") == pytest.approx(value * np.log(2), rel=1e-12)
 
 
+@pytest.mark.parametrize("scale", [1e155, 1e200, 1e300, 1e-150, 1e-300])
+def test_the_bound_is_the_same_at_any_magnitude(scale):
+    """Data scaled by 1e155 or more used to give 0.0 (squares overflowed in the fit, and the
+    projections came out constant: "no feature varies"); Gaussian and copula estimates did
+    not change. The bound is scale invariant and now computed so at any finite magnitude."""
+    x, y = correlated(200, 3, 0.7)
+    value = projection_mi_bound(x, y)
+    assert value > 1.0  # exact 3 x 0.485 = 1.46 bits
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no overflow, no constant-feature warning
+        assert projection_mi_bound(x * scale, y * scale) == pytest.approx(value, rel=1e-9)
+        assert projection_mi_bound(x * scale, y) == pytest.approx(value, rel=1e-9)  # one side extreme
+        assert projection_bound(x * scale, y * scale, repeats=2).value == pytest.approx(
+            projection_bound(x, y, repeats=2).value, rel=1e-9)
+        assert projection_mi_bound(x * scale, y * scale, copula=True) == pytest.approx(
+            projection_mi_bound(x, y, copula=True), rel=1e-12)
+
+
+def test_identical_x_and_y_are_refused_in_the_bounds_own_words():
+    """y a copy of x: the held-out projections are exactly dependent (the MI is infinite).
+    The error names the projections and the data, not a covariance block of an internal
+    estimate, and recommends nothing (shrinkage used to be offered, which the bound refuses)."""
+    x, _ = correlated(100, 3, 0.7)
+    with pytest.raises(ValueError, match=r"^the projections of x and y \(2 canonical pairs\) are linearly "
+                                         r"dependent \(or nearly so\) on 50 held-out runs: y is a linear function "
+                                         r"of x") as caught:
+        projection_mi_bound(x, x.copy())
+    assert "shrinkage" not in str(caught.value) and "covariance matrix" not in str(caught.value)
+
+
 def test_copula_bound_is_unchanged_by_monotone_maps_and_recovers_a_gaussian_copula():
     x, y = correlated(120, 30, 0.7)
     value = projection_mi_bound(x, y, copula=True)

@@ -3,9 +3,15 @@
 - mi_permutation_test with backend="torch" works (the same null as the Numba path), and an
   argument of the other estimator, or a torch device this machine does not have, is named
   as such, before any work.
-- The Gaussian estimator's "not positive definite" error suggests shrinkage; from the
-  command line it names the CLI flag (``--shrinkage ledoit-wolf``), which exists.
+- The Gaussian estimator's "not positive definite" error names what works in the words of
+  the interface: with fewer runs than dimensions the bound (``estimator='bound'``, on the
+  command line ``--estimator bound``), never shrinkage (a shrunk number is neither an
+  estimate nor a bound); for features of one side linearly dependent, shrinkage
+  (``--shrinkage ledoit-wolf``). No message of ``estimate`` recommends an option that the
+  same command refuses.
 """
+
+import re
 
 import numpy as np
 import pytest
@@ -105,20 +111,61 @@ def wide(tmp_path):
     return tmp_path / "x.npy", tmp_path / "y.npy", x, y
 
 
-def test_python_error_suggests_the_python_keyword(wide):
-    _, _, x, y = wide
-    with pytest.raises(ValueError, match=r"n_samples=6 <= 8 features; use shrinkage='ledoit-wolf'"):
+@pytest.fixture
+def few_runs(tmp_path):
+    """12 samples of 8 + 8 features: fewer runs than the joint dimension (16), enough for the bound (8)."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((12, 8))
+    y = x + rng.standard_normal((12, 8))
+    np.save(tmp_path / "fx.npy", x)
+    np.save(tmp_path / "fy.npy", y)
+    return tmp_path / "fx.npy", tmp_path / "fy.npy", x, y
+
+
+def test_python_error_names_the_bound_not_shrinkage(few_runs):
+    _, _, x, y = few_runs
+    with pytest.raises(ValueError, match=r"n_samples=12 <= 16 features \(fewer runs than dimensions: the sample "
+                                         r"covariance is singular, so there is no plain Gaussian estimate\); "
+                                         r"estimator='bound' gives a lower bound on the MI from these runs, or "
+                                         r"estimate fewer features \(e\.g\. one layer at a time\)$"):
+        gaussian_mi(x, y)
+
+
+def test_python_error_with_too_few_runs_for_the_bound_names_neither(wide):
+    _, _, x, y = wide  # 6 runs: the bound needs 8
+    with pytest.raises(ValueError, match=r"n_samples=6 <= 8 features .*; estimate fewer features \(e\.g\. one layer "
+                                         r"at a time\) or sample more runs$"):
         gaussian_mi(x, y)
 
 
 @pytest.mark.parametrize("extra", [[], ["--permutations", "5", "--seed", "0"]], ids=["estimate", "permutations"])
-def test_cli_error_suggests_the_cli_flag(wide, capsys, extra):
-    xp, yp, _, _ = wide
+def test_cli_error_suggests_the_cli_flag(few_runs, capsys, extra):
+    xp, yp, _, _ = few_runs
     assert main(["estimate", str(xp), str(yp), "--estimator", "gaussian"] + extra) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("mianalysis estimate: error: ")
-    assert "n_samples=6 <= 8 features; use --shrinkage ledoit-wolf" in err
-    assert "shrinkage='ledoit-wolf'" not in err  # no Python-only option on the command line
+    assert "n_samples=12 <= 16 features" in err and "; --estimator bound gives a lower bound" in err
+    assert "estimator='bound'" not in err and "shrinkage" not in err  # no Python-only option, no shrinkage
+    # ... and the command takes what it recommends
+    assert main(["estimate", str(xp), str(yp), "--estimator", "bound"] + extra) == 0
+    assert capsys.readouterr().out.startswith("bound MI >= ")
+
+
+@pytest.mark.parametrize("estimator", ["gaussian", "copula"])
+def test_cli_error_of_dependent_features_suggests_the_cli_shrinkage_flag(tmp_path, capsys, estimator):
+    """A feature of x that is a multiple of another: the x block is singular whatever the
+    runs; the hint is the command line's flag, which these estimators take."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((60, 2))
+    x = np.column_stack([x, 2 * x[:, 0]])
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", x[:, :2] + rng.standard_normal((60, 2)))
+    assert main(["estimate", str(tmp_path / "x.npy"), str(tmp_path / "y.npy"), "--estimator", estimator]) == 2
+    err = capsys.readouterr().err
+    assert "the x covariance matrix (3x3) is not positive definite: features are linearly dependent" in err
+    assert err.rstrip().endswith("use --shrinkage ledoit-wolf") and "shrinkage='ledoit-wolf'" not in err
+    assert main(["estimate", str(tmp_path / "x.npy"), str(tmp_path / "y.npy"), "--estimator", estimator,
+                 "--shrinkage", "ledoit-wolf"]) == 0
 
 
 @pytest.mark.parametrize("extra", [[], ["--permutations", "5", "--seed", "0"]], ids=["estimate", "permutations"])
@@ -144,3 +191,57 @@ def test_cli_federate_placement_error_names_the_flags(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--placement step applies the rule" in err and "use --algorithm fedsgd" in err
     assert "`algorithm`=" not in err and "`placement`=" not in err
+
+
+# ------------------------------------------------------------------ what `estimate` recommends, it takes
+RECOMMENDED = re.compile(r"(--[a-z][a-z-]*)(?: ([a-z0-9][a-z0-9-]*))?")
+
+
+def _with(argv, flag, value):
+    """`argv` with `flag` set to `value` (replaced where present, appended otherwise)."""
+    argv = list(argv)
+    if flag in argv:
+        argv[argv.index(flag) + 1] = value
+        return argv
+    return argv + [flag] + ([value] if value is not None else [])
+
+
+@pytest.fixture
+def refusals(tmp_path):
+    """Samples that some estimators refuse: y identical to x (100 runs of 3), and fewer runs
+    than dimensions (30 runs of 40 + 40)."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((100, 3))
+    np.save(tmp_path / "x.npy", x)
+    wide = rng.standard_normal((2, 30, 40))
+    np.save(tmp_path / "a.npy", wide[0])
+    np.save(tmp_path / "b.npy", wide[1])
+    return {"identical": (tmp_path / "x.npy", tmp_path / "x.npy"),
+            "fewer-runs": (tmp_path / "a.npy", tmp_path / "b.npy")}
+
+
+@pytest.mark.parametrize("data", ["identical", "fewer-runs"])
+@pytest.mark.parametrize("estimator", ["gaussian", "copula", "bound", "ksg"])
+@pytest.mark.parametrize("extra", [[], ["--permutations", "3", "--seed", "0"]], ids=["estimate", "permutations"])
+def test_estimate_never_recommends_what_it_refuses(refusals, capsys, data, estimator, extra):
+    """Issue 50: `estimate --estimator bound` on identical x and y recommended `--shrinkage
+    ledoit-wolf`, which `--estimator bound` refuses. For every estimator, a refusal names
+    only options that the same command then takes (and never shrinkage for fewer runs than
+    dimensions, nor a Python spelling)."""
+    xp, yp = refusals[data]
+    argv = ["estimate", str(xp), str(yp), "--estimator", estimator] + extra
+    if main(argv) == 0:
+        return  # nothing refused (KSG on both, the bound on fewer runs than dimensions)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("mianalysis estimate: error: ")
+    message = err.split(": error: ", 1)[1]
+    assert "='" not in message  # no Python keyword on the command line
+    if data == "fewer-runs":
+        assert "shrinkage" not in message and "--estimator bound gives a lower bound" in message
+    if data == "identical":  # the MI is infinite: nothing to recommend, and the bound speaks of its projections
+        assert not RECOMMENDED.findall(message)
+        assert "infinite" in message
+    for flag, value in RECOMMENDED.findall(message):
+        again = _with(argv, flag, value or None)
+        assert main(again) == 0, (message, again, capsys.readouterr().err)
+        capsys.readouterr()

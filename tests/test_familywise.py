@@ -301,3 +301,23 @@ def test_the_exact_start_rule_reads_checkpoints_as_integers_and_only_distances_a
     assert familywise_verdicts(table([0, 1], "copula_disagrees")).verdicts[-1] == "rising"
     with pytest.raises(ValueError, match="a row's `checkpoint` must be an integer; got 0.5"):
         familywise_verdicts(table([0.5, 1]))
+
+
+def test_a_step_out_of_held_parameters_is_no_estimate_not_a_step_out_of_an_exact_value():
+    # Issue 50: an MI row whose every varying parameter of a client was held (min_moving_runs)
+    # is no exact value; the step out of it keeps its "not made: no estimate" verdict, while the
+    # step out of constant parameters is still one out of an exact value.
+    from mianalysis.analysis.familywise import FROM_EXACT, exact_by_rule, familywise_verdicts
+    from mianalysis.analysis.reading import held_note
+
+    pair = {"client_a": "a", "client_b": "b", "layer": ""}
+    held = {**pair, "quantity": "mi_gaussian", "checkpoint": 0, "value": float("nan"), "p_value": float("nan"),
+            "note": held_note("client_a", 5)}
+    constant = {**held, "value": 0.0, "note": "client_a's parameters are constant across runs: MI is 0"}
+    step = {**pair, "quantity": "delta_mi_gaussian", "checkpoint": 1, "value": float("nan"),
+            "change_p": float("nan"), "estimate_kind": "plain",
+            "verdict": "not made: no estimate (every varying parameter of client_a held, each moving in fewer "
+                       "than 5 runs)"}
+    assert exact_by_rule(held) == "" and exact_by_rule(constant) == "constant parameters: MI 0"
+    assert familywise_verdicts([held, step]).verdicts[1] == step["verdict"]
+    assert familywise_verdicts([constant, {**step, "value": 2.0, "change_p": 0.001}]).verdicts[1].startswith(FROM_EXACT)

@@ -607,6 +607,43 @@ def test_record_deployment_refuses_a_written_run(tmp_path):
         run_as_deployed(deployed_style_server(), hand_made_app(), config)
 
 
+def test_record_deployment_refuses_the_seed_of_a_written_run(tmp_path):
+    # Issue 50: two `flwr run`s with one seed at different run indices wrote the same run twice;
+    # record_runs refuses a repeated seed, and so does record_deployment, before the app trains.
+    out = tmp_path / "d"
+    config = {"rounds": 2, "seed": 3, "mianalysis.dump": str(out), "mianalysis.runs": 3}
+    run_as_deployed(deployed_style_server(), hand_made_app(), {**config, "mianalysis.run": 0})
+    manifest = (out / "manifest.json").read_bytes()
+    grids: list = []
+    with pytest.raises(ValueError, match=r"the run config's 'seed' 3 is the seed of run 0 of the dump .*d, already "
+                                         r"written \(a repeated seed records the same run twice\): give this `flwr "
+                                         r"run` another seed"):
+        run_as_deployed(deployed_style_server(grids=grids), hand_made_app(), {**config, "mianalysis.run": 2}, 2)
+    assert grids == [] and (out / "manifest.json").read_bytes() == manifest  # refused before training, unchanged
+    # Another seed is recorded, and each run's seed is in its session's provenance record.
+    run_as_deployed(deployed_style_server(), hand_made_app(), {**config, "seed": 5, "mianalysis.run": 2}, 3)
+    dump = ParameterDump.open(out)
+    assert dump.written_runs == 2
+    assert [(s["flower"], s["runs_written"]) for s in dump.provenance] == [({"run": 0, "seed": 3}, [0, 1]),
+                                                                           ({"run": 2, "seed": 5}, [2, 3])]
+    with pytest.raises(ValueError, match=r"'seed' 5 is the seed of run 2 of the dump"):
+        run_as_deployed(deployed_style_server(), hand_made_app(), {**config, "seed": 5, "mianalysis.run": 1}, 4)
+    # Run 1 with a seed of its own completes the dump.
+    run_as_deployed(deployed_style_server(), hand_made_app(), {**config, "seed": 7, "mianalysis.run": 1}, 5)
+    assert ParameterDump.open(out).complete
+
+
+def test_repeated_seeds_is_the_check_of_record_runs_and_record_deployment():
+    from mianalysis.flower.recorder import repeated_seeds
+
+    assert repeated_seeds({0: 0, 1: 1, 2: 2}) == {}
+    assert repeated_seeds({4: 7, 0: 7, 1: None, 2: None}) == {7: [0, 4]}  # None: no seed known
+    assert repeated_seeds({0: "a", 1: 2, 2: "a", 3: 2}) == {2: [1, 3], "a": [0, 2]}  # sorted by text when mixed
+    with pytest.raises(ValueError, match=r"`seeds` must not repeat a seed .*1, 3 are repeated in \[3, 1, 3, 1\]"):
+        record_runs(hand_made_server(), hand_made_app(), "/nonexistent/never-written", num_partitions=2, rounds=1,
+                    seeds=[3, 1, 3, 1])
+
+
 # ---------------------------------------------------------------------------- the example
 
 

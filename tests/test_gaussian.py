@@ -85,16 +85,40 @@ def test_shrinkage_close_to_plain_estimate_with_many_samples(rng):
 @pytest.mark.parametrize(
     "which, make, match",
     [
-        ("x", lambda x, y: (np.hstack([x, x[:, :1] * 2]), y), "the x covariance matrix .* linearly dependent"),
-        ("y", lambda x, y: (x, np.hstack([y, y[:, :1] + y[:, 1:2]])), "the y covariance matrix .* linearly dependent"),
-        ("joint", lambda x, y: (x, x.copy()), "the joint covariance matrix .* linearly dependent"),
+        ("x", lambda x, y: (np.hstack([x, x[:, :1] * 2]), y),
+         r"the x covariance matrix .* linearly dependent.*shrinkage='ledoit-wolf'"),
+        ("y", lambda x, y: (x, np.hstack([y, y[:, :1] + y[:, 1:2]])),
+         r"the y covariance matrix .* linearly dependent.*shrinkage='ledoit-wolf'"),
+        # x and y dependent on each other (a copy): the MI is infinite, and no shrunk number is offered as a fix
+        ("joint", lambda x, y: (x, x.copy()),
+         r"the joint covariance matrix \(6x6\) .* linearly dependent \(or nearly so\) across x and y: y is a linear "
+         r"function of x \(a copy of it, say\) or nearly, so the Gaussian MI is infinite or beyond what the runs "
+         r"resolve$"),
     ],
 )
 def test_singular_block_is_named(which, make, match, rng):
     x, y, _ = correlated_gaussians(500, 3, 3, 0.5, rng)
     x, y = make(x, y)
-    with pytest.raises(ValueError, match=match + r".*shrinkage='ledoit-wolf'"):
+    with pytest.raises(ValueError, match=match) as caught:
         gaussian_mi(x, y)
+    assert caught.value.block == which  # a SingularCovarianceError naming its block
+
+
+def test_fewer_runs_than_dimensions_names_what_works_not_shrinkage(rng):
+    """n <= d: the message says why there is no plain estimate and names the bound (and
+    fewer features), never shrinkage (a shrunk number is neither an estimate nor a bound)."""
+    x, y, _ = correlated_gaussians(10, 6, 6, 0.5, rng)
+    with pytest.raises(ValueError) as caught:
+        gaussian_mi(x, y)
+    message = str(caught.value)
+    assert "n_samples=10 <= 12 features (fewer runs than dimensions" in message
+    assert "estimator='bound' gives a lower bound" in message and "one layer at a time" in message
+    assert "shrinkage" not in message
+    # Too few runs even for the bound (it needs 8): the bound is not offered.
+    with pytest.raises(ValueError) as caught:
+        gaussian_mi(x[:6], y[:6])
+    assert "bound" not in str(caught.value) and "shrinkage" not in str(caught.value)
+    assert "sample more runs" in str(caught.value)
 
 
 def test_too_few_samples_for_joint_block(rng):

@@ -116,3 +116,64 @@ def test_cli_min_moving_runs_is_analyze_s(tmp_path):
     direct = analyze(dump, estimators=["gaussian"], metrics=["euclidean"], min_moving_runs=2)
     assert [r["value"] for r in table] == pytest.approx([r["value"] for r in direct])
     assert next(r for r in table if r["quantity"] == "mi_gaussian")["estimate_kind"] == "plain"
+
+
+def _held_dump(path, first):
+    """Clients a and b, 60 runs of 2 parameters, 3 checkpoints, a close to b (MI about 4
+    bits) from checkpoint 1 on; client a's parameters at checkpoint 0 are `first`."""
+    rng = np.random.default_rng(0)
+    b = rng.standard_normal((3, 60, 2))
+    a = b + 0.3 * rng.standard_normal((3, 60, 2))
+    a[0] = first
+    return ParameterDump.from_arrays(path, {"a": a, "b": b})
+
+
+def test_a_client_whose_every_parameter_is_held_has_no_estimate_never_an_exact_zero(tmp_path):
+    # At checkpoint 0 client a's two parameters move in runs 3 and 9 only: with
+    # min_moving_runs=5 both are held, so nothing of a is left to estimate from. Held
+    # parameters are not constant by design: the row is no exact MI of 0, and the +4-bit
+    # step out of it is "not made: no estimate", not "a step out of an exact value".
+    from mianalysis.analysis.familywise import FROM_EXACT, exact_by_rule
+    from mianalysis.analysis.reading import CONSTANT, mi_rows_by_trust, reading_guide
+
+    first = np.zeros((60, 2))
+    first[[3, 9]] = [[1.0, 2.0], [0.5, -1.0]]
+    table = analyze(_held_dump(tmp_path / "d", first), min_moving_runs=5, **FAST)
+    mi = {r["checkpoint"]: r for r in table if r["quantity"] == "mi_gaussian"}
+    step = {r["checkpoint"]: r for r in table if r["quantity"] == "delta_mi_gaussian"}
+    held = "every varying parameter of client_a held, each moving in fewer than 5 runs"
+    assert math.isnan(mi[0]["value"]) and math.isnan(mi[0]["ci_low"]) and math.isnan(mi[0]["p_value"])
+    assert mi[0]["note"].startswith(held + ": no estimate") and CONSTANT not in mi[0]["note"]
+    assert "they can add at most 0.24 bits" in mi[0]["note"]  # the movers' bound: the MI is at most that
+    assert exact_by_rule(mi[0]) == ""
+    assert mi[1]["value"] > 3.5 and mi[2]["value"] > 3.0  # the estimates once a moves in every run
+    assert step[1]["verdict"] == step[1]["family_verdict"] == f"not made: no estimate ({held})"
+    assert not step[1]["family_verdict"].startswith(FROM_EXACT)
+    assert step[1]["note"] == f"no estimate at checkpoint 0: {held}"
+    assert step[2]["family_verdict"] in ("rising", "falling", "no detectable change")
+    groups = mi_rows_by_trust(table)
+    assert groups["held"] == [mi[0]] and not groups["constant"] and not groups["none"]
+    assert any(line.startswith("No estimate, parameters held (1 rows: `mi_gaussian` at iteration 0)")
+               for line in reading_guide(table))
+
+
+def test_a_client_whose_parameters_are_constant_is_still_exact_with_movers_held(tmp_path):
+    # The other case: constant parameters (no run moves) make the MI 0 exactly, held movers or
+    # not, and the step out of it is one out of an exact value.
+    from mianalysis.analysis.familywise import FROM_EXACT
+
+    table = analyze(_held_dump(tmp_path / "d", np.zeros((60, 2))), min_moving_runs=5, **FAST)
+    mi0 = next(r for r in table if r["quantity"] == "mi_gaussian" and r["checkpoint"] == 0)
+    assert mi0["value"] == 0.0 and "client_a's parameters are constant across runs: MI is 0" in mi0["note"]
+    step = next(r for r in table if r["quantity"] == "delta_mi_gaussian" and r["checkpoint"] == 1)
+    assert step["family_verdict"].startswith(FROM_EXACT)
+
+
+def test_a_held_client_under_auto_has_one_row_without_an_estimate(tmp_path):
+    first = np.zeros((60, 2))
+    first[[3, 9]] = [[1.0, 2.0], [0.5, -1.0]]
+    table = analyze(_held_dump(tmp_path / "d", first), min_moving_runs=5, metrics=["euclidean"], ci_resamples=4,
+                    verify=False)
+    rows = [r for r in table if r["checkpoint"] == 0 and r["quantity"].startswith("mi_")]
+    assert [r["quantity"] for r in rows] == ["mi_copula"] and math.isnan(rows[0]["value"])
+    assert "every varying parameter of client_a held" in rows[0]["note"]

@@ -166,7 +166,8 @@ def test_mi_rows_are_grouped_by_what_they_can_be_read_as():
     groups = mi_rows_by_trust(ROWS)
     assert {k: [(r["quantity"], r["iteration"]) for r in v] for k, v in groups.items()} == {
         "calibrated": [("mi_gaussian", 1)], "outside": [("mi_ksg", 1)], "bound": [("mi_bound", 2)],
-        "shrinkage": [("mi_gaussian", 2)], "infinite": [("mi_gaussian", 0)], "constant": [("mi_ksg", 5)]}
+        "shrinkage": [("mi_gaussian", 2)], "infinite": [("mi_gaussian", 0)], "constant": [("mi_ksg", 5)],
+        "held": [], "none": []}
     guide = "\n".join(reading_guide(ROWS, "round"))
     assert "Read first: the 1 MI rows" in guide and "`mi_gaussian` at round 1" in guide
     assert "Outside calibration (1 rows: `mi_ksg` at round 1)" in guide
@@ -222,3 +223,87 @@ def test_metrics_figure_needs_a_metric():
 def test_p_value_floor():
     assert p_value_floor(20) == "1/21 = 0.048"
     assert p_value_floor({"gaussian": 0, "ksg": 100}) == "no p-value (no permutations) for gaussian, 1/101 = 0.010 for ksg"
+
+
+# ------------------------------------------------------------- issue 50: links, refusals, empty rows
+
+
+def test_a_rerun_replaces_links_in_place_of_its_figures_never_their_targets(made, tmp_path):
+    # A report never writes through a link: mi.png, distances.png and metrics.png planted as
+    # links to files outside the folder are replaced by the figures, the targets left as they were.
+    dump, _ = made
+    out = tmp_path / "linked"
+    report(dump, out, n_permutations=9, estimators=["gaussian"])
+    targets = {}
+    for name in ("mi.png", "distances.png", "metrics.png"):
+        target = tmp_path / f"precious-{name}"
+        target.write_bytes(b"not yours: " + name.encode())
+        (out / name).unlink()
+        (out / name).symlink_to(target)
+        targets[name] = target
+    done = report(dump, out, n_permutations=9, estimators=["gaussian"])
+    for name, target in targets.items():
+        assert target.read_bytes() == b"not yours: " + name.encode(), name
+        assert not (out / name).is_symlink() and (out / name).read_bytes().startswith(b"\x89PNG"), name
+    assert sorted(p.name for p in out.iterdir()) == sorted(f.name for f in done.files)
+
+
+def test_a_refused_report_leaves_nothing_behind(made, tmp_path):
+    from mianalysis.dumps import layout_from_shapes
+
+    empty = ParameterDump.create(tmp_path / "empty", clients=["a", "b"], checkpoints=[0, 1, 2], n_runs=10,
+                                 layout=layout_from_shapes([("w", (2,))]))
+    assert empty.completed_runs == 0
+    with pytest.raises(ValueError, match="0 completed runs"):
+        report(empty, tmp_path / "new" / "deeper", n_permutations=9)
+    assert not (tmp_path / "new").exists()  # no placeholder report.md, no folder made
+    (tmp_path / "bare").mkdir()
+    with pytest.raises(ValueError, match="0 completed runs"):
+        report(empty, tmp_path / "bare", n_permutations=9)
+    assert list((tmp_path / "bare").iterdir()) == []
+    # an earlier report's files stay as they were
+    dump, _ = made
+    earlier = tmp_path / "earlier"
+    report(dump, earlier, n_permutations=9, estimators=["gaussian"])
+    before = {p.name: p.read_bytes() for p in earlier.iterdir()}
+    with pytest.raises(ValueError, match="0 completed runs"):
+        report(empty, earlier, n_permutations=9)
+    assert {p.name: p.read_bytes() for p in earlier.iterdir()} == before
+
+
+def test_a_one_client_dump_is_refused_by_analyze_and_report(tmp_path, cli):
+    from mianalysis import analyze
+
+    rng = np.random.default_rng(0)
+    one = ParameterDump.from_arrays(tmp_path / "one", {"a": rng.standard_normal((3, 20, 2))})
+    message = "the analysis needs at least two clients; the dump has one: a"
+    with pytest.raises(ValueError, match=message):
+        analyze(one)
+    with pytest.raises(ValueError, match=message):
+        report(one, tmp_path / "r", n_permutations=9)
+    assert not (tmp_path / "r").exists()
+    central = ParameterDump.from_arrays(tmp_path / "central", {"a": rng.standard_normal((3, 20, 2)),
+                                                               "central": rng.standard_normal((3, 20, 2))})
+    with pytest.raises(ValueError, match=r"has one: a \(besides the reference 'central', which is in no pair\)"):
+        analyze(central, estimators=["gaussian"])
+    bad = cli(["report", one.path, "--out", tmp_path / "s", "--no-progress"])
+    assert bad.returncode == 2 and bad.stdout == "" and not (tmp_path / "s").exists()
+    assert len(bad.stderr.strip().splitlines()) == 1 and message in bad.stderr, bad.stderr
+
+
+def test_a_report_of_five_runs_calls_its_empty_bound_rows_no_estimate(tmp_path):
+    # 5 runs are too few for the bound (two folds of 4 runs): its rows are empty (NaN), and
+    # the report says so, not that they are lower bounds, nor that their steps are a bound's.
+    rng = np.random.default_rng(1)
+    dump = ParameterDump.from_arrays(tmp_path / "d5", {c: rng.standard_normal((3, 5, 2)) for c in "ab"})
+    done = report(dump, tmp_path / "r5", n_permutations=9)
+    bound = [r for r in done.table if r["quantity"] == "mi_bound"]
+    assert len(bound) == 3 and all(np.isnan(r["value"]) for r in bound)
+    text = done.summary
+    assert "Lower bounds" not in text and "`value` is a lower bound" not in text
+    assert "No estimate (3 rows: `mi_bound` at iterations 0, 1, 2)" in text
+    assert "no bound: 5 runs < 8 (two folds of 4 runs)" in text
+    assert "empty (NaN) in every row: no estimate was made" in text
+    assert "mi_bound a-b: not made: no estimate (no bound: 5 runs < 8 (two folds of 4 runs)) (every step)" in text
+    groups = mi_rows_by_trust(done.table)
+    assert [r["iteration"] for r in groups["none"]] == [0, 1, 2] and not groups["bound"]

@@ -392,3 +392,29 @@ def test_a_folder_a_dump_cannot_be_made_in_is_refused_on_entry(tmp_path):
 def test_before_the_block_every_run_is_missing(tmp_path):
     w = DumpWriter(tmp_path / "d", clients=["a"], checkpoints=[0], runs=5, chunk_size=2)
     assert w.missing_runs() == [0, 1, 2, 3, 4] and not w.is_written(4)
+
+
+def test_provenance_entries_go_with_the_session_that_writes(tmp_path):
+    # Each session's own entries (e.g. the seed of the run a `flwr run` records) in its record only.
+    for runs, entries in (([0], {"flower": {"run": 0, "seed": 3}}), ([1], None), ([2], {"note": "third"})):
+        with DumpWriter(tmp_path / "d", clients=["a"], checkpoints=[0, 1], runs=3, chunk_size=1,
+                        provenance=entries) as w:
+            for run in runs:
+                for t in (0, 1):
+                    w.record(run=run, client="a", checkpoint=t, params=[float(run), float(t)])
+    sessions = ParameterDump.open(tmp_path / "d").provenance
+    assert [s["runs_written"] for s in sessions] == [[0, 1], [1, 2], [2, 3]]
+    assert sessions[0]["flower"] == {"run": 0, "seed": 3} and sessions[2]["note"] == "third"
+    assert "flower" not in sessions[1] and "note" not in sessions[1] and "flower" not in sessions[2]
+
+
+@pytest.mark.parametrize("provenance, error, pattern", [
+    ({"runs_written": [0, 1]}, ValueError, r"`provenance` must not set \['runs_written'\]: the dump fills"),
+    ({"started": "now", "argv": []}, ValueError, r"`provenance` must not set \['argv', 'started'\]"),
+    ({"f": object()}, TypeError, "`provenance` must be JSON-serialisable"),
+    ([("seed", 1)], TypeError, "`provenance` must be a dict or None; got list"),
+])
+def test_bad_provenance_entries_are_named(tmp_path, provenance, error, pattern):
+    with pytest.raises(error, match=pattern):
+        DumpWriter(tmp_path / "d", clients=["a"], checkpoints=[0], runs=1, provenance=provenance)
+    assert not (tmp_path / "d").exists()

@@ -48,6 +48,7 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: str | Sequen
 
     A client named "central" (the reference client of ``ParameterSampler(reference=
     "central")``, where the federation should be) is in no pair; its metric rows are kept.
+    A dump with fewer than two other clients has no pair and is refused (ValueError).
 
     Parameters
     ----------
@@ -209,6 +210,11 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: str | Sequen
         parameters moving in fewer than 2 runs ...; they can add at most 0.0012 bits").
         Distances use every parameter. 1 (the default) holds none; at most half the runs.
         Recorded in the sidecar's settings (``constant_rule["min_moving_runs"]``) when above 1.
+        Where every varying parameter of a client is held, its pairs' MI rows have no
+        estimate (NaN, the note "every varying parameter of client_a held ...: no
+        estimate"): held parameters are not constant by design, so such a row is never an
+        exact MI of 0, and the steps from or to it have the verdict "not made: no estimate
+        (...)".
     scheduler : str, optional
         Compute the checkpoints on Dask workers (the ``dask`` extra): ``"local:N"``,
         ``"tcp://HOST:PORT"`` or a scheduler file (see :mod:`mianalysis.scaleout`). Each

@@ -25,6 +25,7 @@ from .gaussianity import copula_disagreement, nongaussian_share
 from .intervals import (InfluenceValues, change_method, change_test, level_method, level_se, mean_interval,
                         mi_influence, mi_replicates, normal_interval, resample_indices, trend_verdict)
 from .movers import RareMovers, hold_rare_movers
+from .reading import NO_ESTIMATE, held_note, no_estimate_reason
 from .regime import estimate_regime_note
 from .validate import AnalysisRequest, start_checkpoint
 
@@ -294,6 +295,7 @@ class CheckpointAnalysis:
             # estimate and interval drops the others (the constant rule is per column).
             mi_samples, movers = self.mi_samples(samples)
             varying = [varying_columns(s) for s in mi_samples]
+            held_out = _held_out(movers, varying)
             transformed = TransformedSamples(mi_samples, varying)  # the copula's normal scores: once per client
             distances = self.marginal_distances(t, mi_samples, varying)
             rows = []
@@ -307,7 +309,11 @@ class CheckpointAnalysis:
                     rows.append(self.row(t, a, b, metric, d.mean(), d.std(ddof=1), group=group))
                 keep = (varying[a], varying[b])
                 x, y = mi_samples[a], mi_samples[b]
-                if self.request.auto:
+                no_estimate = _held_pair(held_out, varying, a, b, self.request.min_moving_runs)
+                if no_estimate:  # every varying parameter of a client held: nothing of it to estimate from
+                    estimators = [_choose(self.n_runs, *keep)[0].estimator] if self.request.auto else self.estimators
+                    chosen = [(e, {**_no_estimate(e), "note": no_estimate}) for e in estimators]
+                elif self.request.auto:
                     chosen = self._auto_fields(t, a, b, x, y, distances, keep, transformed)
                 else:
                     chosen = [(e, self._fields(t, a, b, x, y, e, distances, keep, transformed)) for e in self.estimators]
@@ -659,10 +665,18 @@ class CheckpointAnalysis:
             shrinkage = [f"ledoit-wolf shrinkage at checkpoint {c}" for c, r in ((t - 1, old), (t, row))
                          if r["estimate_kind"] == "shrinkage"]
             bound = any(r["estimate_kind"] == "bound" for r in (old, row))
-            note = "; ".join(shrinkage + notes)  # the change is always since checkpoint t - 1
             kind = "shrinkage" if shrinkage else "bound" if bound else "plain"
-            added.append(self.row(t, a, b, f"delta_{q}", delta, note=note, group=group, ci=ci,
-                                  verdict=trend_verdict(*ci, shrinkage=bool(shrinkage), bound=bound),
+            verdict = trend_verdict(*ci, shrinkage=bool(shrinkage), bound=bound)
+            # An MI row without an estimate (NaN: parameters held, too few runs for a bound) has no change:
+            # its verdict says so, not what the estimator's rows would be (a bound's, a shrinkage number's).
+            empty = [(c, r) for c, r in ((t - 1, old), (t, row)) if q.startswith("mi_") and np.isnan(r["value"])]
+            if empty:
+                c, r = empty[0]
+                why = no_estimate_reason(r)
+                verdict = f"{NO_ESTIMATE} ({why})" if why else NO_ESTIMATE
+                notes.append(f"no estimate at checkpoint {c}" + (f": {why}" if why else ""))
+            note = "; ".join(shrinkage + notes)  # the change is always since checkpoint t - 1
+            added.append(self.row(t, a, b, f"delta_{q}", delta, note=note, group=group, ci=ci, verdict=verdict,
                                   estimate_kind=kind, change_se=se, change_p=p))
         return added
 
@@ -688,6 +702,27 @@ def _movers_note(movers, a, b, min_runs):
              for side, m in (("client_a", movers[a]), ("client_b", movers[b])) if m.count]
     return (f"held parameters moving in fewer than {min_runs} runs at their most common value ({'; '.join(parts)}): "
             f"they can add at most {movers[a].bound_bits + movers[b].bound_bits:.2g} bits")
+
+
+def _held_out(movers: list[RareMovers] | None, varying: Sequence[np.ndarray]) -> list[bool]:
+    """Per client: whether every parameter of it that varies was held as a rare mover
+    (:meth:`CheckpointAnalysis.mi_samples`), so that none is left varying; False for a client
+    whose parameters do not vary at all (constant: exact) or where nothing is held."""
+    if movers is None:
+        return [False] * len(varying)
+    return [bool(m.count) and not v.any() for m, v in zip(movers, varying)]
+
+
+def _held_pair(held_out: Sequence[bool], varying: Sequence[np.ndarray], a: int, b: int, min_runs: int) -> str:
+    """The note of pair (a, b)'s MI rows where they have no estimate because every varying
+    parameter of a client is held (:func:`mianalysis.analysis.reading.held_note`), else "".
+    A client whose parameters are constant makes the MI 0 exactly, held parameters or not:
+    "" then (the constant rule's row)."""
+    constant = [not varying[c].any() and not held_out[c] for c in (a, b)]
+    if any(constant) or not (held_out[a] or held_out[b]):
+        return ""
+    who = " and ".join(side for side, c in (("client_a", a), ("client_b", b)) if held_out[c])
+    return held_note(who, min_runs)
 
 
 def _no_estimate(estimator):

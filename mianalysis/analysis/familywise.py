@@ -25,7 +25,10 @@ question. Pair is the default family: the findings are stated per pair, and a cl
 every pair rises needs no correction over pairs (each pair must pass on its own).
 
 A change row without a p-value (no interval) or made from a Ledoit-Wolf shrinkage estimate
-is not in any family and keeps the per-step verdict's "not made: ...". Nor is a step out of
+is not in any family and keeps the per-step verdict's "not made: ...", as does a step from
+or to an MI row without an estimate ("not made: no estimate (...)": value NaN, e.g. every
+varying parameter of a client held by ``min_moving_runs``, which is never an exact value:
+the rule, not the design, holds them). Nor is a step out of
 a value that is exact by rule (:func:`exact_by_rule`: the clients identical in every run,
 as at a shared start, where the MI is infinite and every distance 0; or a client's
 parameters constant over runs, as at a fixed start, where the MI is 0): the design, not
@@ -50,7 +53,7 @@ from numpy.typing import ArrayLike
 from .._validation import check_choice, check_real
 from ..distances import METRICS, UPDATE_METRICS
 from .intervals import BOUND, NO_CHANGE, SHRINKAGE
-from .reading import CONSTANT
+from .reading import CONSTANT, NO_ESTIMATE
 
 __all__ = ["METHODS", "FAMILIES", "METHOD_NAMES", "holm", "benjamini_hochberg", "adjust", "describe",
            "FamilywiseVerdicts", "familywise_verdicts", "apply_familywise", "familywise_settings", "exact_by_rule",
@@ -346,7 +349,9 @@ def familywise_verdicts(rows: Sequence[Mapping[str, Any]], *, method: str = "hol
         if from_exact[i]:
             verdicts[i] = from_exact[i]
         elif _is_change(row):
-            if row.get("estimate_kind") == "shrinkage":
+            if str(row.get("verdict", "")).startswith(NO_ESTIMATE):  # from or to an MI row without an estimate
+                verdicts[i] = str(row["verdict"])
+            elif row.get("estimate_kind") == "shrinkage":
                 verdicts[i] = SHRINKAGE
             elif row.get("estimate_kind") == "bound":
                 verdicts[i] = BOUND

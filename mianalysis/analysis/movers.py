@@ -14,6 +14,10 @@ clients' bounds, which the analysis reports in each MI row's note.
 
 ``analyze(..., min_moving_runs=m)`` applies the rule to the samples its MI estimators see
 (distances between clients use every parameter); the default ``m = 1`` holds nothing.
+Held parameters are not constant by design: where every varying parameter of a client is
+held, nothing of it is left to estimate from, and its pairs' MI rows have no estimate (NaN,
+:func:`mianalysis.analysis.reading.held_note`), never the exact 0 of a client whose
+parameters are constant across runs.
 """
 
 from __future__ import annotations

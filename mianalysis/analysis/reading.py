@@ -5,8 +5,8 @@ prints it (:func:`mianalysis.report`'s ``report.md``, the ``mianalysis demo`` co
 
 - :func:`row_kinds`: one line per quantity the table holds, saying what its rows are;
 - :func:`reading_guide`: the MI rows grouped by how far they can be trusted (inside the
-  estimator's calibrated regime, outside it, lower bounds, shrinkage numbers) and the
-  checkpoints where the MI is infinite or zero by construction;
+  estimator's calibrated regime, outside it, lower bounds, shrinkage numbers, rows without
+  an estimate) and the checkpoints where the MI is infinite or zero by construction;
 - :func:`start_notes`: why the MI is infinite (or 0) at the start;
 - :func:`p_value_floor`: the smallest p-value a number of permutations can give.
 
@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from ..estimators.registry import estimator_names, get_estimator
 
 __all__ = ["row_kinds", "reading_guide", "start_notes", "p_value_floor", "mi_rows_by_trust", "metric_names",
-           "CLIENT_DIAGNOSTICS"]
+           "CLIENT_DIAGNOSTICS", "CONSTANT", "HELD", "NO_ESTIMATE", "held_note", "no_estimate_reason"]
 
 _DISTANCES = {"euclidean": "L2", "manhattan": "L1", "chebyshev": "max-norm"}
 _DIAGNOSTICS = {
@@ -35,6 +35,59 @@ _DIAGNOSTICS = {
 CLIENT_DIAGNOSTICS = ("nongaussian_share",)
 CONSTANT = "constant across runs: MI is 0"
 IDENTICAL = "identical samples"
+# An MI row of a pair in which a client's varying parameters all move in fewer than
+# `min_moving_runs` runs (mianalysis.analysis.movers): all are held at their most common
+# value, so the MI of the held samples is 0 by the rule, not by design; no estimate (NaN),
+# never an exact value (it is not CONSTANT).
+HELD = "every varying parameter of"
+# The start of the verdict of a step from or to an MI row without an estimate (value NaN).
+NO_ESTIMATE = "not made: no estimate"
+
+
+def held_note(who: str, min_runs: int) -> str:
+    """The note of an MI row with no estimate because every varying parameter of `who`
+    ("client_a", "client_b" or both) is held (:data:`HELD`).
+
+    Examples
+    --------
+    >>> from mianalysis.analysis.reading import held_note
+    >>> held_note("client_a", 5)
+    'every varying parameter of client_a held, each moving in fewer than 5 runs: no estimate'
+    """
+    return f"{HELD} {who} held, each moving in fewer than {min_runs} runs: no estimate"
+
+
+def no_estimate_reason(row: Mapping) -> str:
+    """Why an MI row has no estimate (value NaN), from its note: the part naming the held
+    parameters (:func:`held_note`) or another "no ..." part (e.g. "no bound: 5 runs < 8
+    (two folds of 4 runs)"); "" where the note says nothing of it.
+
+    Examples
+    --------
+    >>> from mianalysis.analysis.reading import no_estimate_reason
+    >>> no_estimate_reason({"note": "auto: bound, a lower bound; no bound: 5 runs < 8 (two folds of 4 runs)"})
+    'no bound: 5 runs < 8 (two folds of 4 runs)'
+    >>> no_estimate_reason({"note": "every varying parameter of client_b held, each moving in fewer than 3 runs: "
+    ...                             "no estimate"})
+    'every varying parameter of client_b held, each moving in fewer than 3 runs'
+    """
+    parts = str(row.get("note", "")).split("; ")
+    for part in parts:
+        if part.startswith(HELD):
+            return part.removesuffix(": no estimate")
+    return next((part for part in parts if part.startswith("no ")), "")
+
+
+def _is_nan(value: object) -> bool:
+    try:
+        return math.isnan(float(value))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+
+
+def _reasons(rows: Sequence[Mapping]) -> str:
+    """The distinct reasons (:func:`no_estimate_reason`) of rows without an estimate, or a pointer to their notes."""
+    return "; ".join(dict.fromkeys(why for r in rows if (why := no_estimate_reason(r)))) or "the note says why"
 
 
 def _is_inf(value: object) -> bool:
@@ -80,6 +133,11 @@ def _describe(quantity: str, rows: Sequence[Mapping], metrics: Sequence[str] = (
         entry = get_estimator(estimator)
         nulls = sorted({str(r.get("null_method", "")) for r in rows} - {"", "none"})
         what = "a lower bound on the MI, not an estimate of it" if entry.kind == "bound" else "the MI estimate"
+        empty = [r for r in rows if _is_nan(r.get("value"))]
+        if empty and len(empty) == len(rows):
+            what = f"empty (NaN) in every row: no estimate was made ({_reasons(empty)})"
+        elif empty:
+            what += f", or empty (NaN) in {len(empty)} rows where no estimate was made ({_reasons(empty)})"
         null = f"its {' or '.join(nulls)} null" if nulls else "its null (none was computed)"
         return (f"MI between the two clients' parameter vectors by {entry.display_name}, in bits: `value` is "
                 f"{what}, `ci_low`-`ci_high` its {entry.interval} interval over runs, `null_mean`, `null_std` and "
@@ -137,9 +195,11 @@ def mi_rows_by_trust(rows: Sequence[Mapping]) -> dict[str, list[Mapping]]:
 
     Keys, in reading order: "calibrated" (a plain estimate inside its estimator's calibrated
     regime), "outside" (a plain estimate outside it), "bound" (a lower bound), "shrinkage"
-    (a Ledoit-Wolf shrinkage number), "infinite" (identical samples: a shared start) and
-    "constant" (a client's parameters do not vary over runs: MI 0 by definition). Every MI
-    row is in exactly one list.
+    (a Ledoit-Wolf shrinkage number), "infinite" (identical samples: a shared start),
+    "constant" (a client's parameters do not vary over runs: MI 0 by definition), "held"
+    (every varying parameter of a client held by ``min_moving_runs``: no estimate, not 0 by
+    design) and "none" (no estimate for another reason, e.g. too few runs for a bound: value
+    NaN). Every MI row is in exactly one list.
 
     Parameters
     ----------
@@ -151,7 +211,7 @@ def mi_rows_by_trust(rows: Sequence[Mapping]) -> dict[str, list[Mapping]]:
     dict of str -> list of dict
     """
     groups: dict[str, list[Mapping]] = {k: [] for k in ("calibrated", "outside", "bound", "shrinkage", "infinite",
-                                                          "constant")}
+                                                          "constant", "held", "none")}
     for r in rows:
         if _estimator_of(str(r["quantity"])) is None:
             continue
@@ -160,6 +220,10 @@ def mi_rows_by_trust(rows: Sequence[Mapping]) -> dict[str, list[Mapping]]:
             groups["infinite"].append(r)
         elif CONSTANT in note:
             groups["constant"].append(r)
+        elif HELD in note and _is_nan(r["value"]):
+            groups["held"].append(r)
+        elif _is_nan(r["value"]):
+            groups["none"].append(r)
         elif r.get("estimate_kind") == "shrinkage":
             groups["shrinkage"].append(r)
         elif r.get("estimate_kind") == "bound":
@@ -288,6 +352,15 @@ def reading_guide(rows: Sequence[Mapping], label: str = "iteration") -> list[str
                      "fewer runs than twice the joint dimension, so the Gaussian formula was applied to a Ledoit-Wolf "
                      "shrunk covariance; that number is neither an estimate nor a bound of the MI, and no above-null "
                      "or trend verdict is made from it (\"not made: shrinkage estimate\").")
+    if groups["held"]:
+        lines.append(f"No estimate, parameters held ({len(groups['held'])} rows: {_where(groups['held'], label)}): "
+                     "every varying parameter of a client moves in fewer than `min_moving_runs` runs and was held at "
+                     "its most common value, so nothing of the client is left to estimate from; the MI is not 0 by "
+                     "design, only at most the bits the note gives, and no verdict is made from these rows.")
+    if groups["none"]:
+        lines.append(f"No estimate ({len(groups['none'])} rows: {_where(groups['none'], label)}): the value is empty "
+                     f"(NaN), neither an estimate nor a bound ({_reasons(groups['none'])}); no verdict is made from "
+                     "these rows.")
     if any(r["quantity"] == "mi_exact" for r in rows):
         lines.append("`mi_exact` is the truth of this design: compare each estimator's rows with it.")
     lines += start_notes(rows, label)

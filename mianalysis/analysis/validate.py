@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # names used only in type hints
     from ..dumps import ParameterDump
 
 __all__ = ["ESTIMATORS", "GAUSSIAN_NULLS", "BY", "AnalysisRequest", "check_request", "table_settings", "check_dump",
-           "check_out", "dump_around", "rows_settings", "start_checkpoint"]
+           "check_out", "check_table_place", "check_table_out", "dump_around", "rows_settings", "start_checkpoint"]
 
 # Analysed by default: the automatic choice per pair and checkpoint (mianalysis.analysis.choice);
 # any list of registered estimators may be asked for instead.
@@ -129,6 +129,7 @@ def check_request(dump: ParameterDump, *, estimators: str | Sequence[str], metri
     cols = dump.layer_columns(layer)
     groups = [("", cols)] if by is None else [
         (e.name, layout_columns([e])) for e in (dump.layout if layer is None else select_layout(dump.layout, layer))]
+    _check_clients(dump)
     n_runs = dump.completed_runs
     if n_runs < 2:
         raise ValueError(f"dump {dump.path} has {n_runs} completed runs; analysis needs at least 2")
@@ -145,6 +146,18 @@ def check_request(dump: ParameterDump, *, estimators: str | Sequence[str], metri
         distance_cache=distance_cache, reuse_distances=reuse, gaussian_null=gaussian_null, ci_resamples=resamples,
         ci_level=ci_level, familywise=familywise, family=family, gaussianity=bool(gaussianity),
         auto=auto, min_moving_runs=min_moving_runs)
+
+
+def _check_clients(dump: ParameterDump) -> None:
+    """ValueError unless the dump has two clients to pair (the reference client "central"
+    is in no pair): every distance and MI is of a client pair."""
+    from ..sampling import CENTRAL
+
+    clients = [c for c in dump.clients if c != CENTRAL]
+    if len(clients) < 2:
+        has = f"one: {clients[0]}" if clients else "none"
+        reference = f" (besides the reference {CENTRAL!r}, which is in no pair)" if CENTRAL in dump.clients else ""
+        raise ValueError(f"dump {dump.path}: the analysis needs at least two clients; the dump has {has}{reference}")
 
 
 def _is_auto(estimators):
@@ -295,14 +308,7 @@ def check_out(out: str | os.PathLike, settings: Mapping[str, Any], force: bool) 
     dump made when that held fewer runs), or with `force`."""
     from .table import sidecar_path
 
-    out = Path(out)
-    dump = dump_around(out)
-    if dump is not None:
-        where = "is the dump" if os.path.realpath(out) == os.path.realpath(dump) else "is inside the dump"
-        raise ValueError(f"`out` {out} {where} {dump}: an analysis never writes into a dump (it would damage it); "
-                         "choose an `out` outside it")
-    if os.path.isdir(out):
-        raise ValueError(f"`out` {out} is a folder; give a file name for the table, e.g. {out / 'table.csv'}")
+    out = check_table_place(out)
     if force:
         return
     sidecar = sidecar_path(out)
@@ -321,8 +327,49 @@ def check_out(out: str | os.PathLike, settings: Mapping[str, Any], force: bool) 
         diff = {k: (saved.get(k), v) for k, v in requested.items() if saved.get(k) != v}
         problem = f"{out} exists and holds an analysis with other settings (saved, requested): {diff}"
     if problem is not None:
-        raise ValueError(f"{problem}; it was left as it is: choose another `out`, or pass force=True "
-                         "(mianalysis analyze --force) to replace it")
+        _refuse_replacing(problem, "`out`", "force=True (mianalysis analyze --force)")
+
+
+# The rule of every command that writes a table (analyze, headroom): never into a dump or onto
+# a folder, even when told to replace; an existing file only when told to (analyze also
+# replaces a table whose sidecar records the same analysis); the table is written through a
+# new temporary file renamed into place, so a link found at `out` is replaced, never written
+# through (mianalysis._io.write_rows, AnalysisTable.write).
+def check_table_place(out: str | os.PathLike, *, writer: str = "an analysis", name: str = "`out`") -> Path:
+    """`out` as a Path; ValueError if it can never hold a table, even when told to replace it:
+    the dump folder, a path inside a dump (as given or with links resolved: a link into a
+    dump included) or a folder. `writer` and `name` (the option) word the message."""
+    out = Path(out)
+    dump = dump_around(out)
+    if dump is not None:
+        where = "is the dump" if os.path.realpath(out) == os.path.realpath(dump) else "is inside the dump"
+        raise ValueError(f"{name} {out} {where} {dump}: {writer} never writes into a dump (it would damage it); "
+                         f"choose an {name} outside it")
+    if os.path.isdir(out):
+        raise ValueError(f"{name} {out} is a folder; give a file name for the table, e.g. {out / 'table.csv'}")
+    return out
+
+
+def check_table_out(out: str | os.PathLike, force: bool, *, writer: str, name: str = "`out`",
+                    force_hint: str = "force=True") -> Path:
+    """`out` as a Path; ValueError unless a table (without a sidecar) may be written there:
+    :func:`check_table_place`, and an existing `out` (a file or a link) is replaced only with
+    `force`; `force_hint` says how to give it (e.g. "--force").
+
+    Examples
+    --------
+    >>> from mianalysis.analysis.validate import check_table_out
+    >>> check_table_out("new_table.csv", False, writer="headroom").name
+    'new_table.csv'
+    """
+    out = check_table_place(out, writer=writer, name=name)
+    if os.path.lexists(out) and not force:
+        _refuse_replacing(f"{out} exists", name, force_hint)
+    return out
+
+
+def _refuse_replacing(problem, name, force_hint):
+    raise ValueError(f"{problem}; it was left as it is: choose another {name}, or pass {force_hint} to replace it")
 
 
 def _superseded(saved, requested):

@@ -62,7 +62,7 @@ from numpy.typing import ArrayLike
 from .._locking import WriterLock
 from ..provenance import collect
 from .layout import LayoutEntry, find_nonfinite, layout_columns, layout_from_shapes, select_layout
-from .manifest import (DTYPE, FORMAT_VERSION, MANIFEST, DumpError, check_checkpoint, check_meta, check_metric_names,
+from .manifest import (DTYPE, FORMAT_VERSION, MANIFEST, DumpError, check_checkpoints, check_meta, check_metric_names,
                        parse_manifest)
 
 __all__ = ["ParameterDump", "CREATING", "unwritten_dump_discarded", "discard_unwritten_dump", "check_creatable"]
@@ -397,7 +397,7 @@ class ParameterDump:
             raise ValueError("`clients` must name at least one client")
         if len(set(clients)) != len(clients):
             raise ValueError(f"`clients` must be unique; got {clients}")
-        checkpoints = [check_checkpoint(int(c)) for c in checkpoints]
+        checkpoints = check_checkpoints(checkpoints)  # unique integers: a checkpoint is read by its iteration
         if not checkpoints:
             raise ValueError("`checkpoints` must not be empty")
         if int(n_runs) < 1:
@@ -543,7 +543,9 @@ class ParameterDump:
             For each client, an array of shape (n_checkpoints, n_runs, n_params), or
             (n_runs, n_params) for a single checkpoint. All clients the same shape.
         checkpoints : sequence of int, optional
-            Iteration of each checkpoint; default 0, 1, 2, ...
+            Iteration of each checkpoint, unique; default 0, 1, 2, ... An integral float
+            (2.0) is taken as its integer; see
+            :func:`~mianalysis.dumps.manifest.check_checkpoints`.
         layout : sequence of (name, shape), optional
             Tensors making up the parameter vector; default one tensor "params".
         metrics : dict of client -> dict of metric name -> array (n_checkpoints, n_runs), optional
@@ -559,6 +561,8 @@ class ParameterDump:
             samples = {str(i): a for i, a in enumerate(samples)}
         if not samples:
             raise ValueError("`samples` must hold at least one client")
+        if checkpoints is not None:  # unique integers, before a message about the samples names them
+            checkpoints = check_checkpoints(checkpoints)
         arrays: dict[str, np.ndarray] = {}
         for name, a in samples.items():
             a = np.asarray(a)
@@ -585,7 +589,7 @@ class ParameterDump:
         if len(shapes) != 1:
             raise ValueError(f"every client's samples must have the same shape; got {sorted(shapes)}")
         n_ckpt, n_runs, n_params = shapes.pop()
-        checkpoints = list(range(n_ckpt)) if checkpoints is None else [check_checkpoint(int(c)) for c in checkpoints]
+        checkpoints = list(range(n_ckpt)) if checkpoints is None else checkpoints
         if len(checkpoints) != n_ckpt:
             raise ValueError(f"`checkpoints` has {len(checkpoints)} entries for {n_ckpt} checkpoints")
         layout = layout_from_shapes(layout if layout is not None else [("params", (n_params,))])
@@ -963,7 +967,8 @@ class ParameterDump:
         if self._session is None:  # a dump opened with open() and written to
             self._session = collect()
         first, last = self._session.get("runs_written") or [start, stop]  # out of order: the span written
-        record = {**collect(self._session["started"], finished=True),
+        # A writer's own entries (DumpWriter(provenance=...)) stay; collect's are renewed.
+        record = {**self._session, **collect(self._session["started"], finished=True),
                   "runs_written": [int(min(first, start)), int(max(last, stop))]}
         if self._session_index is None:
             sessions.append(record)

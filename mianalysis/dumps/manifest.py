@@ -7,7 +7,7 @@ A manifest is one JSON object::
     format_version   FORMAT_VERSION (a reader refuses a newer one)
     meta             free-form description: task, its settings, seed (decides a resume)
     clients          unique client names, at least one
-    checkpoints      training iteration of each checkpoint (integers within int64)
+    checkpoints      training iteration of each checkpoint (unique integers within int64)
     n_runs           runs the dump holds when complete
     n_params         length of the flattened parameter vector
     layout           tensors {name, shape, offset, size}, in order, covering 0 to n_params - 1
@@ -18,7 +18,7 @@ A manifest is one JSON object::
 
 :func:`check_manifest` checks a parsed manifest field by field and :func:`parse_manifest`
 parses one from the file's bytes; :func:`check_meta`, :func:`check_metric_names` and
-:func:`check_checkpoint` are the rules a writer applies to what it stores.
+:func:`check_checkpoints` are the rules a writer applies to what it stores.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import numpy as np
 
 __all__ = [
     "FORMAT_VERSION", "MANIFEST", "DTYPE", "DumpError", "METRIC_NAME", "RESERVED_METRIC_NAMES",
-    "check_meta", "check_metric_names", "check_checkpoint", "check_manifest", "parse_manifest"
+    "check_meta", "check_metric_names", "check_checkpoint", "check_checkpoints", "check_manifest", "parse_manifest"
 ]
 
 FORMAT_VERSION = 1
@@ -90,16 +90,113 @@ def check_metric_names(names: Iterable[str]) -> list[str]:
 INT64 = (-(2**63), 2**63 - 1)  # the range of checkpoints: stored and exported as 64-bit integers
 
 
-def check_checkpoint(value: object, name: str = "checkpoints") -> int:
-    """`value` as an int if it is an integer within int64 (how a dump stores checkpoints);
-    TypeError or ValueError naming `name` and the value."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"`{name}` must be integers; got {value!r}")
+def check_checkpoint(value: object, name: str = "checkpoints", index: int | None = None) -> int:
+    """`value` as an int if it is an integer within int64 (how a dump stores checkpoints).
+
+    An integral float (``2.0``, ``np.float32(5)``) is taken as that integer.
+
+    Parameters
+    ----------
+    value : object
+        One checkpoint: the training iteration (or round) it was taken at.
+    name : str, default "checkpoints"
+        What the messages call it.
+    index : int, optional
+        Its position among the checkpoints, named in the messages.
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    TypeError
+        If `value` is a bool or not a number; the message names `name` and the value.
+    ValueError
+        If `value` is a float that is not an integer (``0.4``, NaN, inf) or an integer
+        outside int64; the message names `name` and the value.
+    """
+    at = "" if index is None else f" at {name}[{index}]"
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"`{name}` must be integers; got {value!r}{at} (a bool)")
+    if isinstance(value, (float, np.floating)):
+        if not math.isfinite(value) or not float(value).is_integer():
+            raise ValueError(f"`{name}` must be integers (training iterations); got {value!r}{at}, which is not one "
+                             "(a checkpoint is not rounded)")
+        value = int(value)
+    if not isinstance(value, (int, np.integer)):
+        raise TypeError(f"`{name}` must be integers; got {value!r}{at}")
     value = int(value)
     if not INT64[0] <= value <= INT64[1]:
         raise ValueError(f"`{name}` must be integers within int64 ([-2**63, 2**63 - 1]: a dump and its exports store "
-                         f"checkpoints as 64-bit integers); got {value}")
+                         f"checkpoints as 64-bit integers); got {value}{at}")
     return value
+
+
+def _repeated(values: list) -> list:
+    """The values that occur more than once in `values`, sorted (empty if none)."""
+    seen: set = set()
+    repeated: set = set()
+    for v in values:
+        (repeated if v in seen else seen).add(v)
+    return sorted(repeated)
+
+
+def check_checkpoints(values: Iterable[object], name: str = "checkpoints") -> list[int]:
+    """`values` as a list of unique int64 integers: the rule for the checkpoints of a dump,
+    applied wherever checkpoints enter one (:meth:`ParameterDump.create
+    <mianalysis.dumps.format.ParameterDump.create>`, ``from_arrays``,
+    :class:`~mianalysis.dumps.writer.DumpWriter` and so the importers; a manifest is
+    held to it by :func:`check_manifest`).
+
+    Each value is checked by :func:`check_checkpoint` (an integral float such as ``2.0``
+    is taken as ``2``; negative iterations within int64 are kept). A checkpoint is looked
+    up by its value (``samples(iteration=t)``), so two equal values would make one of
+    them unreachable and report the other twice: they are refused.
+
+    Parameters
+    ----------
+    values : iterable
+        The checkpoints (training iterations), in the order of the dump.
+    name : str, default "checkpoints"
+        What the messages call them.
+
+    Returns
+    -------
+    list of int
+
+    Raises
+    ------
+    TypeError
+        If `values` is a string, or a value is a bool or not a number (named with its
+        position).
+    ValueError
+        If a value is not an integer (``0.4``) or outside int64 (named with its
+        position), or a value occurs more than once (the repeated values are named).
+
+    Examples
+    --------
+    >>> from mianalysis.dumps.manifest import check_checkpoints
+    >>> check_checkpoints([0, 5.0, 10])
+    [0, 5, 10]
+    >>> check_checkpoints([0, 0.4])
+    Traceback (most recent call last):
+        ...
+    ValueError: `checkpoints` must be integers (training iterations); got 0.4 at checkpoints[1], which is not one (a checkpoint is not rounded)
+    >>> check_checkpoints([0, 5, 0])
+    Traceback (most recent call last):
+        ...
+    ValueError: `checkpoints` must be unique; got [0, 5, 0] (0 more than once): each checkpoint is read by its iteration
+    """
+    if isinstance(values, (str, bytes)):
+        raise TypeError(f"`{name}` must be a sequence of integers; got the string {values!r}")
+    checked = [check_checkpoint(v, name, i) for i, v in enumerate(values)]
+    repeated = _repeated(checked)
+    if repeated:
+        shown = ", ".join(map(str, repeated[:5])) + (", ..." if len(repeated) > 5 else "")
+        raise ValueError(f"`{name}` must be unique; got {_shown(checked, 120)} ({shown} more than once): each "
+                         "checkpoint is read by its iteration")
+    return checked
 
 
 def check_manifest(manifest: object, mpath: str | os.PathLike) -> None:
@@ -107,7 +204,7 @@ def check_manifest(manifest: object, mpath: str | os.PathLike) -> None:
     first field that is missing, of the wrong type or inconsistent with the others.
 
     Checked: the format version; meta (an object); clients (unique strings, at least one);
-    checkpoints (integers, at least one); n_runs and n_params (integers >= 1); the layout
+    checkpoints (unique integers, at least one); n_runs and n_params (integers >= 1); the layout
     (objects with a string name, unique, a shape of integers >= 0, an integer offset, each
     tensor starting where the one before ends and the last ending at n_params); metrics
     (unique strings); dtype; chunks (objects with integer start and stop, 0 <= start <
@@ -151,6 +248,9 @@ def check_manifest(manifest: object, mpath: str | os.PathLike) -> None:
     for i, c in enumerate(checkpoints):
         if not _is_int(c) or not INT64[0] <= c <= INT64[1]:
             bad(f"checkpoints[{i}]", "an integer iteration within int64", c)
+    repeated = _repeated(checkpoints)
+    if repeated:
+        bad("checkpoints", "unique iterations", f"{repeated} more than once")
     for field in ("n_runs", "n_params"):
         if not _is_int(manifest[field]) or manifest[field] < 1:
             bad(field, "an integer >= 1", manifest[field])

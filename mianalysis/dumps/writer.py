@@ -24,9 +24,10 @@ from numpy.typing import ArrayLike
 
 from .._locking import WriterLock
 from .._validation import check_int
+from ..provenance import collect
 from .format import ParameterDump, check_creatable, discard_unwritten_dump, unwritten_dump_discarded
 from .layout import find_nonfinite, layout_from_shapes
-from .manifest import MANIFEST, DumpError, check_checkpoint, check_meta, check_metric_names
+from .manifest import MANIFEST, DumpError, check_checkpoints, check_meta, check_metric_names
 
 if TYPE_CHECKING:  # names used only in type hints (this module never imports PyTorch)
     import torch
@@ -150,6 +151,28 @@ class _Chunk:
         return block
 
 
+# The entries of a session's provenance record that the dump fills (collect() and runs_written).
+SESSION_FIELDS = ("started", "ended", "argv", "mianalysis", "python", "packages", "platform", "cpu", "threads",
+                  "runs_written")
+
+
+def _check_provenance(provenance):
+    """`provenance` (a dict or None) as it reads back from the manifest; TypeError naming
+    `provenance` if it is not a dict of JSON values, ValueError naming an entry the dump fills."""
+    if provenance is None:
+        return {}
+    if not isinstance(provenance, Mapping):
+        raise TypeError(f"`provenance` must be a dict or None; got {type(provenance).__name__}")
+    taken = sorted(str(k) for k in provenance if str(k) in SESSION_FIELDS)
+    if taken:
+        raise ValueError(f"`provenance` must not set {taken}: the dump fills {', '.join(SESSION_FIELDS)} of a "
+                         "session's record itself; choose other names")
+    try:
+        return check_meta(dict(provenance))
+    except TypeError as exc:
+        raise TypeError(str(exc).replace("`meta`", "`provenance`")) from None
+
+
 class DumpWriter:
     """Writes the records of a training loop into a dump, one chunk of runs at a time.
 
@@ -205,6 +228,12 @@ class DumpWriter:
         in later runs. A name is ASCII letters, digits, "_", "-" and "." (no "/"), and not
         one of the reserved names samples, client, checkpoint, run, parameter, layer
         (ValueError otherwise).
+    provenance : dict, optional
+        More entries for this writer's record in the dump's provenance (JSON values, under
+        names other than those of :func:`mianalysis.provenance.collect` and
+        ``runs_written``), stored with the first chunk it writes. Unlike `meta` they may
+        differ from session to session and never decide a resume: e.g. the seed of the run
+        one ``flwr run`` records (:func:`mianalysis.flower.record_deployment`).
 
     Examples
     --------
@@ -227,22 +256,21 @@ class DumpWriter:
 
     def __init__(self, path: str | os.PathLike, *, clients: Sequence[str], checkpoints: Sequence[int], runs: int,
                  layout: Sequence | None = None, chunk_size: int = 64, meta: dict | None = None,
-                 metrics: str | Sequence[str] | None = None) -> None:
+                 metrics: str | Sequence[str] | None = None, provenance: Mapping[str, Any] | None = None) -> None:
         self.path = Path(path)
         self.clients = [str(c) for c in clients]
         if not self.clients:
             raise ValueError("`clients` must name at least one client")
         if len(set(self.clients)) != len(self.clients):
             raise ValueError(f"`clients` must be unique; got {self.clients}")
-        self.checkpoints = [check_checkpoint(c) for c in checkpoints]
+        self.checkpoints = check_checkpoints(checkpoints)  # unique integers (an integral float taken as one)
         if not self.checkpoints:
             raise ValueError("`checkpoints` must not be empty")
-        if len(set(self.checkpoints)) != len(self.checkpoints):
-            raise ValueError(f"`checkpoints` must be unique; got {self.checkpoints}")
         self.n_runs = check_int(runs, "runs", low=1)
         self.chunk_size = check_int(chunk_size, "chunk_size", low=1)
         self.layout = None if layout is None else layout_from_shapes(_as_pairs(layout))
         self.meta = check_meta(meta)
+        self.provenance = _check_provenance(provenance)
         if isinstance(metrics, str):
             metrics = [metrics]
         self.metric_names = None if metrics is None else check_metric_names(metrics)
@@ -309,6 +337,8 @@ class DumpWriter:
 
     def _attach(self, dump):
         self.dump = dump
+        if self.provenance:  # this session's record, written with its first chunk
+            dump._session = {**(dump._session if dump._session is not None else collect()), **self.provenance}
         self._missing = dump.missing_chunks(self.chunk_size)
 
     def _create(self):

@@ -13,9 +13,11 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
+from .._scaling import SAFE_HIGH, SAFE_LOW, pow2_scale
 from .._validation import check_flag, check_int, check_paired, check_random_state, check_units, drop_constant_features
 from .copula import normal_scores
-from .gaussian import gaussian_mi, ledoit_wolf_intensity
+from .gaussian import SingularCovarianceError, bound_min_runs, gaussian_mi, ledoit_wolf_intensity
+from .repeats import check_repeated_runs
 
 __all__ = ["ProjectionBound", "projection_bound", "projection_mi_bound", "canonical_directions", "default_components",
            "bound_regime", "bound_resample_settings", "bound_min_runs", "RUNS_PER_DIMENSION"]
@@ -128,7 +130,24 @@ def _projection_bound_iv(x, y, n_components, folds, repeats, copula, units, rand
     if n_components is not None and x.shape[1] and y.shape[1] and n_components > min(x.shape[1], y.shape[1]):
         raise ValueError(f"`n_components` must be at most the varying features of the smaller side, "
                          f"min({x.shape[1]}, {y.shape[1]}); got {n_components}")
-    return x, y, n_components, folds, repeats, copula, factor, rng
+    if x.shape[1] and y.shape[1]:
+        check_repeated_runs(x, y, "the projection bound", stacklevel=4)  # copies would sit on both sides of a split
+    return _in_safe_range(x), _in_safe_range(y), n_components, folds, repeats, copula, factor, rng
+
+
+def _in_safe_range(a):
+    """`a` with each column whose largest magnitude is beyond SAFE_HIGH (~1e135) or below SAFE_LOW
+    (~1e-135) divided by a power of two near it (a copy; `a` itself when none is), so that the
+    standard deviations and squares of the canonical fit neither overflow nor underflow. The
+    bound does not change with a column's scale, and a power of two scales exactly: data
+    inside the range are left as they are (the same bits)."""
+    top = np.abs(a).max(axis=0)
+    extreme = (top > SAFE_HIGH) | (top < SAFE_LOW)
+    if not extreme.any():
+        return a
+    a = a.copy()
+    a[:, extreme] /= pow2_scale(top[extreme])
+    return a
 
 
 def projection_bound(x: ArrayLike, y: ArrayLike, *, n_components: int | None = None, folds: int = 2,
@@ -179,14 +198,22 @@ def projection_bound(x: ArrayLike, y: ArrayLike, *, n_components: int | None = N
     Raises
     ------
     ValueError
-        If the folds are too small for the components (see `n_components`), or
-        `n_components` exceeds the smaller side's varying features.
+        If the folds are too small for the components (see `n_components`),
+        `n_components` exceeds the smaller side's varying features, runs are stored twice
+        (identical rows of x and y alike, :func:`mianalysis.estimators.repeats.check_repeated_runs`:
+        copies of one run in the fitting and the evaluation folds make the bound exceed the
+        MI), or
+        the held-out projections are linearly dependent (y a linear function of x, such as
+        a copy: the MI is infinite).
 
     Warns
     -----
     ConstantFeatureWarning
         If a feature is constant; it is dropped (it carries no information). If no feature
         of `x` or of `y` varies the bound is 0.0, the exact MI.
+    RepeatedRunsWarning
+        If runs coincide on a lattice (identical rows, and no feature tells the distinct
+        runs apart: discrete or quantised samples).
 
     Notes
     -----
@@ -217,6 +244,11 @@ def projection_bound(x: ArrayLike, y: ArrayLike, *, n_components: int | None = N
     bound (:func:`mianalysis.mi_permutation_test` with ``estimator="bound"``) is valid.
     Its intervals resample random halves of the runs (:mod:`mianalysis.analysis.intervals`): a
     bootstrap resample would put copies of one run on both sides of a split.
+
+    *Magnitudes.* The bound does not change with the scale of a column, and is computed so
+    at any finite magnitude: columns beyond ~1e135 or below ~1e-135 are first divided by a
+    power of two near their largest value (exact), so that no standard deviation or square
+    overflows or underflows.
 
     The regularised canonical directions follow Vinod (1976) and the shrinkage intensity
     Ledoit and Wolf (2004); cross-fitting is the sample splitting of Chernozhukov et al.
@@ -267,9 +299,26 @@ def projection_bound(x: ArrayLike, y: ArrayLike, *, n_components: int | None = N
             if copula:
                 xf, yf, xe, ye = normal_scores(xf), normal_scores(yf), normal_scores(xe), normal_scores(ye)
             a, b = canonical_directions(xf, yf, r)
-            values.append(gaussian_mi(xe @ a, ye @ b, units="nats"))
+            try:
+                values.append(gaussian_mi(xe @ a, ye @ b, units="nats"))
+            except SingularCovarianceError as exc:
+                raise _singular_projections(exc, r, held_out.size) from None
     fold_values = np.asarray(values) * factor
     return ProjectionBound(float(fold_values.mean()), fold_values, r, n_eval, units)
+
+
+def _singular_projections(exc, n_components, n_eval):
+    """The bound's own error for a held-out fold whose projections have a singular covariance
+    (the Gaussian estimate's error names the projections' blocks, not the user's data)."""
+    pairs = f"{n_components} canonical pair{'s' if n_components > 1 else ''}"
+    if exc.block == "joint":
+        return ValueError(
+            f"the projections of x and y ({pairs}) are linearly dependent (or nearly so) on {n_eval} held-out runs: "
+            "y is a linear function of x (a copy of it, say) or nearly, so the MI is infinite or beyond what the "
+            "runs resolve, and the bound has no finite value")
+    return ValueError(
+        f"the projections of {exc.block} ({pairs}) are linearly dependent (or nearly so) on {n_eval} held-out "
+        f"runs: the held-out runs do not resolve {pairs}, and the bound has no value")
 
 
 def projection_mi_bound(x: ArrayLike, y: ArrayLike, *, n_components: int | None = None, folds: int = 2,
@@ -294,19 +343,6 @@ def projection_mi_bound(x: ArrayLike, y: ArrayLike, *, n_components: int | None 
     """
     return projection_bound(x, y, n_components=n_components, folds=folds, repeats=repeats, copula=copula,
                             units=units, random_state=random_state).value
-
-
-def bound_min_runs(folds: int = 2) -> int:
-    """The fewest samples :func:`projection_bound` takes with `folds` folds: 4 per
-    evaluation fold (one canonical pair's bias-corrected estimate needs more than 3).
-
-    Examples
-    --------
-    >>> from mianalysis.estimators.bound import bound_min_runs
-    >>> bound_min_runs(), bound_min_runs(4)
-    (8, 16)
-    """
-    return 4 * folds
 
 
 def default_components(n_eval: int, n_features_x: int, n_features_y: int) -> int:

@@ -8,7 +8,8 @@ from scipy.special import ndtri
 from scipy.stats import rankdata
 
 from .._validation import check_paired, drop_constant_features
-from .gaussian import check_gaussian_settings, gaussian_mi
+from .gaussian import check_covariance_fits, check_gaussian_settings, gaussian_mi
+from .repeats import check_repeated_runs
 
 __all__ = ["gaussian_copula_mi", "normal_scores"]
 
@@ -88,12 +89,23 @@ def gaussian_copula_mi(x: ArrayLike, y: ArrayLike, *, units: str = "bits", bias_
     ------
     ValueError
         If a covariance block of the scores is not numerically positive definite (as
-        :func:`mianalysis.gaussian_mi`).
+        :func:`mianalysis.gaussian_mi`), or if runs are stored twice: identical rows of x
+        and y alike, of runs that some feature tells apart
+        (:func:`mianalysis.estimators.repeats.check_repeated_runs`; a copy is not an
+        independent run, and a permutation test of copies finds dependence where there is
+        none). Values repeated within a column (ties) are allowed.
+    CovarianceMemoryError
+        (a MemoryError and a ValueError) Before ranking anything, if the correlation
+        matrices of the scores need more memory than this process can allocate
+        (:func:`mianalysis.estimators.gaussian.covariance_bytes`).
 
     Warns
     -----
     ConstantFeatureWarning
         If a feature is constant; it is dropped (it carries no information).
+    RepeatedRunsWarning
+        If runs coincide on a lattice (identical rows, and no feature tells the distinct
+        runs apart: discrete or quantised samples).
 
     Notes
     -----
@@ -142,5 +154,7 @@ def gaussian_copula_mi(x: ArrayLike, y: ArrayLike, *, units: str = "bits", bias_
     x, y = drop_constant_features(x, y)
     if x.shape[1] == 0 or y.shape[1] == 0:
         return 0.0  # I(c; Y) = 0
+    check_covariance_fits(x.shape[0], x.shape[1] + y.shape[1], "the Gaussian copula estimate")  # before ranking
+    check_repeated_runs(x, y, "the Gaussian copula estimate")
     return gaussian_mi(normal_scores(x), normal_scores(y), units=units, bias_correction=bias_correction,
                        shrinkage=shrinkage)

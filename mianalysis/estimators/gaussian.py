@@ -21,7 +21,8 @@ from .._validation import (ConstantFeatureWarning, check_choice, check_flag, che
 __all__ = [
     "gaussian_mi", "gaussian_cmi", "SHRINKAGE", "check_gaussian_settings", "wishart_logdet_bias",
     "gram_matrix", "ledoit_wolf_covariance", "ledoit_wolf_intensity", "gaussian_permutation_estimates",
-    "CROSS_PRECISIONS"
+    "CROSS_PRECISIONS", "SingularCovarianceError", "CovarianceMemoryError", "covariance_bytes",
+    "check_covariance_fits", "COVARIANCE_MATRICES"
 ]
 
 SHRINKAGE = (None, "ledoit-wolf")
@@ -67,8 +68,10 @@ def gaussian_mi(x: ArrayLike, y: ArrayLike, *, units: str = "bits", bias_correct
         applies the Ledoit-Wolf estimator (as scikit-learn's
         :class:`~sklearn.covariance.LedoitWolf`, computed from one Gram matrix) to the
         standardised joint samples and takes the X and Y blocks from that one matrix (so
-        the estimate stays >= 0); use it when ``n_samples <= n_features_x + n_features_y`` or the covariance is
-        near-singular. Shrinkage pulls correlations towards zero, so it biases MI downwards.
+        the estimate stays >= 0), defined for any ``n_samples``. Shrinkage pulls
+        correlations towards zero, so it biases MI downwards: the result is the MI of a
+        shrunk covariance, neither an estimate nor a bound (for fewer runs than dimensions
+        :func:`mianalysis.projection_mi_bound` gives a lower bound).
 
     Returns
     -------
@@ -78,9 +81,15 @@ def gaussian_mi(x: ArrayLike, y: ArrayLike, *, units: str = "bits", bias_correct
 
     Raises
     ------
-    ValueError
-        If a covariance block (x, y or joint) is not numerically positive definite, naming
-        the block and the reason (too few samples, linearly dependent features).
+    SingularCovarianceError
+        (a ValueError) If a covariance block (x, y or joint) is not numerically positive
+        definite, naming the block and the reason: fewer runs than dimensions (the message
+        names what works: ``estimator='bound'``, fewer features), linearly dependent
+        features within x or y, or x and y linearly dependent on each other (y a copy of x,
+        say: the Gaussian MI is infinite).
+    CovarianceMemoryError
+        (a MemoryError and a ValueError) Before any allocation, if the joint correlation
+        matrices (:func:`covariance_bytes`) need more memory than this process can allocate.
 
     Warns
     -----
@@ -103,6 +112,13 @@ def gaussian_mi(x: ArrayLike, y: ArrayLike, *, units: str = "bits", bias_correct
     varies, the result is 0.0, the exact ``I(c; Y)``, which is also what the formula gives
     for an empty block. :func:`ksg_mi`, :func:`mi_permutation_test` and
     :func:`mianalysis.analyze` follow the same rule.
+
+    The rows are taken as independent runs, but this function does not check for runs
+    stored twice (:func:`mianalysis.estimators.repeats.repeated_runs`): a bootstrap resample
+    repeats runs on purpose and is estimated by this function. The plug-in part of the
+    estimate is that of the distinct runs weighted by their copies; the bias correction
+    counts every row as a run. :func:`mi_permutation_test` and the command line's
+    ``estimate`` refuse repeated runs for this estimator.
 
     References
     ----------
@@ -133,12 +149,14 @@ def gaussian_mi(x: ArrayLike, y: ArrayLike, *, units: str = "bits", bias_correct
     n, dx = x.shape
     dy = y.shape[1]
     d = dx + dy
+    check_covariance_fits(n, d)
 
     corr = _joint_correlation(x, y, shrinkage)
     blocks = (("x", slice(0, dx)), ("y", slice(dx, d)), ("joint", slice(0, d)))
     logdet = {}
     for name, sl in blocks:
-        logdet[name] = _logdet_pd(corr[sl, sl], name, n, shrinkage)
+        logdet[name] = _logdet_pd(corr[sl, sl], name, n, shrinkage,
+                                  joint_why=_JOINT_DEPENDENT if name == "joint" else "")
 
     mi = 0.5 * (logdet["x"] + logdet["y"] - logdet["joint"])
     if bias_correction and shrinkage is None:
@@ -198,7 +216,11 @@ def gaussian_cmi(x: ArrayLike, y: ArrayLike, z: ArrayLike, *, units: str = "bits
     ValueError
         If `z` does not have as many rows as `x` and `y`, if any input is not finite, or if
         a covariance block (x,z; y,z; z or joint) is not numerically positive definite,
-        naming the block and the reason (too few samples, linearly dependent features).
+        naming the block and the reason (too few samples, linearly dependent features):
+        a :class:`SingularCovarianceError`.
+    CovarianceMemoryError
+        (a MemoryError and a ValueError) Before any allocation, if the joint correlation
+        matrices need more memory than this process can allocate (as :func:`gaussian_mi`).
 
     Warns
     -----
@@ -255,10 +277,13 @@ def gaussian_cmi(x: ArrayLike, y: ArrayLike, z: ArrayLike, *, units: str = "bits
     n, dx = x.shape
     dy, dz = y.shape[1], z.shape[1]
     d = dx + dy + dz
+    check_covariance_fits(n, d, "the Gaussian conditional estimate")
     corr = _joint_correlation(x, np.hstack([y, z]), shrinkage)
     ix, iy, iz = np.arange(dx), np.arange(dx, dx + dy), np.arange(dx + dy, d)
     blocks = {"x,z": np.r_[ix, iz], "y,z": np.r_[iy, iz], "z": iz, "joint": np.arange(d)}
-    logdet = {name: _logdet_pd(corr[np.ix_(idx, idx)], name, n, shrinkage) for name, idx in blocks.items()}
+    logdet = {name: _logdet_pd(corr[np.ix_(idx, idx)], name, n, shrinkage, conditional=True,
+                               joint_why=_JOINT_DEPENDENT_GIVEN_Z if name == "joint" else "")
+              for name, idx in blocks.items()}
     cmi = 0.5 * (logdet["x,z"] + logdet["y,z"] - logdet["z"] - logdet["joint"])
     if bias_correction and shrinkage is None:
         # Reached only when the joint covariance is positive definite, so n > d.
@@ -430,10 +455,47 @@ def ledoit_wolf_intensity(z: np.ndarray, trace: float, frob2: float) -> tuple[fl
     return intensity, mu
 
 
-def _logdet_pd(corr, block, n_samples, shrinkage):
-    """log det of a correlation matrix by Cholesky, or a ValueError naming the block."""
+class SingularCovarianceError(ValueError):
+    """A covariance block of a Gaussian estimate is not numerically positive definite
+    (:func:`gaussian_mi`, :func:`gaussian_cmi`): fewer runs than the block's dimensions, or
+    linearly dependent features. A ValueError; `block` names the block ("x", "y", "joint",
+    "x,z", ...) and `few_runs` says whether the runs were too few (``n_samples <= p``)."""
+
+    def __init__(self, message: str, block: str = "", few_runs: bool = False) -> None:
+        super().__init__(message)
+        self.block = block
+        self.few_runs = few_runs
+
+
+def bound_min_runs(folds: int = 2) -> int:
+    """The fewest samples :func:`mianalysis.estimators.bound.projection_bound` takes with `folds` folds: 4 per
+    evaluation fold (one canonical pair's bias-corrected estimate needs more than 3).
+
+    Examples
+    --------
+    >>> from mianalysis.estimators.bound import bound_min_runs
+    >>> bound_min_runs(), bound_min_runs(4)
+    (8, 16)
+    """
+    return 4 * folds
+
+
+def _fewer_runs_hint(n_samples, conditional=False):
+    """What works when there are fewer runs than dimensions (no recommendation of shrinkage:
+    a shrunk estimate is the MI of another covariance, neither an estimate nor a bound)."""
+    if conditional:
+        return "; condition on or estimate fewer features, or sample more runs"
+    if n_samples >= bound_min_runs():
+        return ("; estimator='bound' gives a lower bound on the MI from these runs, or estimate fewer features "
+                "(e.g. one layer at a time)")
+    return "; estimate fewer features (e.g. one layer at a time) or sample more runs"
+
+
+def _logdet_pd(corr, block, n_samples, shrinkage, joint_why="", conditional=False):
+    """log det of a correlation matrix by Cholesky, or a SingularCovarianceError naming the
+    block. `joint_why`: the reason given when this is the joint block, whose parts are
+    positive definite (x and y themselves linearly dependent)."""
     p = corr.shape[0]
-    hint = "" if shrinkage else "; use shrinkage='ledoit-wolf'"
     try:
         with _single_threaded_blas():  # the same bits for any thread count
             chol = cholesky(corr, lower=True, check_finite=False)
@@ -445,14 +507,81 @@ def _logdet_pd(corr, block, n_samples, shrinkage):
     # features before it: below this tolerance the matrix is singular to working precision.
     tol = max(p, n_samples) * np.finfo(np.float64).eps
     if not ok or np.min(diag**2) <= tol:
-        if n_samples <= p:
+        few = n_samples <= p
+        if few:
             why = f"n_samples={n_samples} <= {p} features"
+            if not shrinkage:
+                why += (" (fewer runs than dimensions: the sample covariance is singular, so there is no plain "
+                        "Gaussian estimate)" + _fewer_runs_hint(n_samples, conditional))
+        elif joint_why:
+            why = joint_why
         else:
             why = "features are linearly dependent (or nearly so)"
-        raise ValueError(
-            f"the {block} covariance matrix ({p}x{p}) is not positive definite: {why}{hint}"
-        )
+            if not shrinkage:  # kept as it was: the analysis quotes this error in its tables' notes
+                why += "; use shrinkage='ledoit-wolf'"
+        raise SingularCovarianceError(
+            f"the {block} covariance matrix ({p}x{p}) is not positive definite: {why}", block=block, few_runs=few)
     return 2.0 * float(np.log(diag).sum())
+
+
+# The reason of a singular joint block whose x and y blocks are positive definite.
+_JOINT_DEPENDENT = ("features are linearly dependent (or nearly so) across x and y: y is a linear function of x "
+                    "(a copy of it, say) or nearly, so the Gaussian MI is infinite or beyond what the runs resolve")
+_JOINT_DEPENDENT_GIVEN_Z = ("features are linearly dependent (or nearly so) across x and y given z: the Gaussian "
+                            "conditional MI is infinite or beyond what the runs resolve")
+
+
+#: Bytes of float64 p x p matrices that a Gaussian estimate of p joint dimensions holds at
+#: once at most (the Gram matrix, its mirrored copies, the correlation matrix and a block's
+#: Cholesky factor): checked against the memory the process can allocate before any of them
+#: is made (:func:`check_covariance_fits`).
+COVARIANCE_MATRICES = 4
+# Below this many bytes the check is skipped (reading the cgroup limits costs more than the estimate).
+_MEMORY_CHECK_BYTES = 2**30
+
+
+class CovarianceMemoryError(MemoryError, ValueError):
+    """The covariance matrices of a Gaussian estimate do not fit in memory (:func:`check_covariance_fits`).
+
+    A MemoryError, and a ValueError (a setting to change) that the command line prints as one line."""
+
+
+def covariance_bytes(n_samples: int, n_features: int) -> int:
+    """The memory (bytes) a Gaussian estimate of `n_features` joint dimensions from
+    `n_samples` runs needs at most: :data:`COVARIANCE_MATRICES` float64 matrices of
+    ``n_features x n_features`` and the standardised samples (``n_samples x n_features``).
+
+    Examples
+    --------
+    >>> from mianalysis.estimators.gaussian import covariance_bytes
+    >>> round(covariance_bytes(20, 120_000) / 2**30)   # 20 runs of 60,000 + 60,000 parameters
+    429
+    """
+    return 8 * (COVARIANCE_MATRICES * n_features * n_features + n_samples * n_features)
+
+
+def check_covariance_fits(n_samples: int, n_features: int, what: str = "the Gaussian estimate") -> None:
+    """A :class:`CovarianceMemoryError` naming the memory needed and what fits, before any
+    allocation, when :func:`covariance_bytes` exceeds the memory this process can allocate
+    (:func:`mianalysis._memory.available_memory_bytes`: physical memory, cgroup limits,
+    ``ulimit -v``); nothing when that is unknown or the need is below 1 GiB."""
+    need = covariance_bytes(n_samples, n_features)
+    if need <= _MEMORY_CHECK_BYTES:
+        return
+    from .. import _memory
+
+    room = _memory.available_memory_bytes()
+    if not room or need <= room:
+        return
+    fits = int(np.sqrt(room / 8 / COVARIANCE_MATRICES))
+    few = n_samples <= n_features
+    hint = _fewer_runs_hint(n_samples) if few else "; estimate fewer features (e.g. one layer at a time)"
+    raise CovarianceMemoryError(
+        f"{what} on {n_features:,} joint dimensions needs about {need / 2**30:.3g} GiB ({COVARIANCE_MATRICES} "
+        f"float64 matrices of {n_features:,} x {n_features:,}), more than the {room / 2**30:.3g} GiB this process "
+        f"can allocate (about {fits:,} joint dimensions fit)"
+        + (f"; with {n_samples} runs <= {n_features:,} dimensions there is no plain estimate anyway" if few else "")
+        + hint)
 
 
 # ---------------------------------------------------------------- permutation nulls

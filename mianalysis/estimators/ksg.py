@@ -29,6 +29,7 @@ from .._validation import (
 from ._neighbours import SYMMETRIC_MIN_FEATURES as DISTANCE_CACHE_MIN_FEATURES
 from ._neighbours import (check_distance_cache, check_torch_device, ksg_counts, ksg_counts_torch, marginal_distances,
                           neighbour_list_length, neighbour_lists, permuted_counts, use_distance_cache, use_lists)
+from .repeats import check_repeated_runs
 
 # One variable's sorted near-neighbour lists (values, indices, cover): see
 # mianalysis.estimators._neighbours.neighbour_lists.
@@ -175,7 +176,12 @@ def ksg_mi(
     y of equal size, of the paired differences ``y - x`` (a lattice of one relative to the
     other), get a :class:`TiedSamplesWarning`: the tie-breaking noise then decides the
     neighbours, and the estimate says little about the MI. :func:`ksg_ties` measures this
-    and the ties of the neighbour distances themselves.
+    and the ties of the neighbour distances themselves. Runs that repeat an earlier run
+    exactly (identical rows of x and y alike) are refused with a ValueError naming how many
+    when they are copies of continuous runs (each copy would be its twin's neighbour at the
+    noise's scale, which inflates the estimate), and get a
+    :class:`mianalysis.estimators.repeats.RepeatedRunsWarning` when the samples lie on a
+    lattice where runs coincide (:func:`mianalysis.estimators.repeats.check_repeated_runs`).
 
     Constant features are dropped with a :class:`mianalysis.ConstantFeatureWarning` naming
     them: a constant carries no information, ``I((X, c); Y) = I(X; Y)`` exactly (it adds 0
@@ -226,6 +232,7 @@ def ksg_mi(
     x, y = drop_constant_features(x, y)
     if x.shape[1] == 0 or y.shape[1] == 0:
         return 0.0  # I(c; Y) = 0 (see Notes)
+    check_repeated_runs(x, y, "the KSG estimate")
     _warn_if_tied(x, y)
     if standardize:
         x, y = standardize_columns(x), standardize_columns(y)

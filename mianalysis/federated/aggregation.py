@@ -247,14 +247,23 @@ def _precision_weighted(x, precision, w):
     """sum_k w_k p_k x_k / sum_k w_k p_k per coordinate, with p scaled by its largest value
     over the clients (equal precisions are weight 1 exactly, so the rule is the weighted
     mean); where some precision is infinite, the weighted mean of those clients; where all
-    are 0, the weighted mean of all."""
+    are 0, the weighted mean of all.
+
+    A client of weight 0 is absent (as an integer weight is that many copies of the client),
+    whatever its precision: the largest precision and the clients of infinite precision are
+    those of the clients of weight > 0. So a coordinate whose only certain (or only informed)
+    client has weight 0 is the rule over the others, never 0 / 0 (NaN)."""
     import torch
 
+    if w is not None:  # precision of an absent client: 0 (0 * inf would be NaN)
+        precision = torch.where(w[:, None] > 0, precision, torch.zeros_like(precision))
     top = precision.amax(-2, keepdim=True)
     infinite = torch.isinf(top)
     scaled = torch.where(top > 0, precision / torch.where(top > 0, top, torch.ones_like(top)),
                          torch.ones_like(precision))
     scaled = torch.where(infinite, torch.isinf(precision).to(x.dtype), scaled)
+    # Every coordinate has a client of weight > 0 and scaled precision 1 (the largest, one of
+    # the infinite ones, or all where all are 0): the denominator is > 0.
     q = scaled if w is None else w[:, None] * scaled
     return (q * x).sum(-2) / q.sum(-2)
 
@@ -280,6 +289,11 @@ def fisher_weighted(stacked: ArrayLike | torch.Tensor, precisions: ArrayLike | t
         F_k >= 0 per client and coordinate; ``inf`` means certain (the clients with infinite
         precision at a coordinate share it, weighted by `weights`).
     weights : array (n_clients,), optional
+        w_k >= 0, not all 0. A client of weight 0 is left out, whatever its precision (an
+        integer weight is that many copies of the client, 0 none): where the only clients
+        with infinite (or any nonzero) precision at a coordinate have weight 0, that
+        coordinate is the rule over the other clients (their precision-weighted mean, or
+        their weighted mean where all their precisions there are 0), not NaN.
     eps : float >= 0, default 1e-8
         Damping added to every precision, ``F_k + eps``: where all clients' F_k are much
         below `eps` the rule is the plain weighted mean (where they are all exactly 0 it is
@@ -313,6 +327,9 @@ def inverse_variance(stacked: ArrayLike | torch.Tensor, variances: ArrayLike | t
     variances : array of the shape of `stacked`
         var_k >= 0 per client and coordinate.
     weights : array (n_clients,), optional
+        w_k >= 0, not all 0; a client of weight 0 is left out, as in
+        :func:`fisher_weighted` (a coordinate where only clients of weight 0 have variance
+        0 with ``eps=0`` is the inverse-variance mean of the others, not NaN).
     eps : float >= 0, default 1e-12
         A floor added to every variance. With ``eps=0`` a client with variance 0 at a
         coordinate has infinite precision there and takes it alone (shared with the

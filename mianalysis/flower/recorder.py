@@ -201,6 +201,56 @@ class RecordingGrid(Grid):
         return replies
 
 
+def repeated_seeds(seeds: Mapping[int, Any]) -> dict[Any, list[int]]:
+    """The seeds that more than one run of a dump has: the check :func:`record_runs` (its
+    `seeds`) and :func:`record_deployment` (the seeds of the runs written, and this one's)
+    apply, as a repeated seed records the same run twice.
+
+    Parameters
+    ----------
+    seeds : mapping of run -> seed
+        The seed of each run (None: not known, never a repeat).
+
+    Returns
+    -------
+    dict of seed -> list of int
+        Each repeated seed with its runs, in increasing order; seeds sorted (by their text
+        where they are not comparable). Empty if no seed repeats.
+
+    Examples
+    --------
+    >>> from mianalysis.flower.recorder import repeated_seeds
+    >>> repeated_seeds({0: 3, 1: 1, 2: 3, 3: 1, 4: 2})
+    {1: [1, 3], 3: [0, 2]}
+    """
+    runs: dict[Any, list[int]] = {}
+    for run, seed in seeds.items():
+        if seed is not None:
+            runs.setdefault(seed, []).append(int(run))
+    repeated = [seed for seed, of in runs.items() if len(of) > 1]
+    try:
+        repeated.sort()
+    except TypeError:  # seeds of several types (a run config's values)
+        repeated.sort(key=repr)
+    return {seed: sorted(runs[seed]) for seed in repeated}
+
+
+def _seeds_written(writer: DumpWriter) -> dict[int, Any]:
+    """run -> seed of the written runs of the writer's dump that record_deployment recorded,
+    from their sessions' provenance records (``"flower": {"run": r, "seed": s}``)."""
+    found: dict[int, Any] = {}
+    sessions: list[dict] = writer.dump.provenance if writer.dump is not None else []
+    for session in sessions:
+        entry = session.get("flower")
+        if not isinstance(entry, dict) or "seed" not in entry:
+            continue
+        run = entry.get("run")
+        if isinstance(run, int) and not isinstance(run, bool) and 0 <= run < writer.n_runs \
+                and writer.is_written(run):
+            found[run] = entry["seed"]
+    return found
+
+
 def record_runs(server_app: ServerApp, client_app: ClientApp, out: str | os.PathLike, *, num_partitions: int,
                 rounds: int, seeds: Sequence[int], run_config: Mapping[str, Any] | None = None,
                 seed_key: str = "seed", meta: Mapping[str, Any] | None = None, verbose: bool = False) -> ParameterDump:
@@ -260,7 +310,7 @@ def record_runs(server_app: ServerApp, client_app: ClientApp, out: str | os.Path
     seeds = [check_int(s, "seeds", low=0) for s in seeds]
     if not seeds:
         raise ValueError("`seeds` must hold at least one seed")
-    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+    repeated = repeated_seeds(dict(enumerate(seeds)))
     if repeated:
         raise ValueError(f"`seeds` must not repeat a seed (a repeated seed records the same run twice); "
                          f"{', '.join(map(str, repeated))} {'is' if len(repeated) == 1 else 'are'} repeated in {seeds}")
@@ -315,7 +365,11 @@ def record_deployment(grid: Grid, context: Context, *, rounds: int, seed_key: st
     draws of an app relying on the global generators (which record_runs seeds) are not
     reproducible here. The dump's meta is `meta`
     plus the settings (nodes, rounds, and the run config without the seed and these
-    entries): every run of one dump must have the same ones. The ClientApp's replies must
+    entries): every run of one dump must have the same ones. Each run's seed (the run
+    config's `seed_key`) is kept in the provenance record of the session that wrote it
+    (``"flower": {"run": r, "seed": s}``), and a ``flwr run`` whose seed is that of a
+    written run is refused before it trains (two runs of one seed would be the same run
+    twice); a run config without `seed_key` is not checked. The ClientApp's replies must
     carry their partition id (:func:`mianalysis.flower.with_partition_id`), and every
     node must take part in every round.
 
@@ -341,8 +395,10 @@ def record_deployment(grid: Grid, context: Context, *, rounds: int, seed_key: st
     Raises
     ------
     ValueError
-        For a relative dump path, a run out of range or already written, and (after the
-        strategy) a run with a missing (client, round) record, naming them.
+        For a relative dump path, a run out of range or already written, a seed that a
+        written run of the dump already has (as :func:`record_runs` refuses a repeated
+        seed), and (after the strategy) a run with a missing (client, round) record,
+        naming them; all but the last before the app trains.
 
     Examples
     --------
@@ -374,11 +430,19 @@ def record_deployment(grid: Grid, context: Context, *, rounds: int, seed_key: st
     settings = {k: v for k, v in config.items() if k != seed_key and not k.startswith("mianalysis.")}
     meta = {**dict(meta or {}), "flower": {"num_partitions": num_partitions, "rounds": rounds, "seed_key": seed_key,
                                             "run_config": settings, "deployment": True}}
+    seed = config.get(seed_key)  # None: the run config has no seed, so nothing to compare
+    # The seed goes with this session's provenance record (meta is the same for every run).
     with DumpWriter(out, clients=range(num_partitions), checkpoints=range(rounds + 1), runs=runs, chunk_size=1,
-                    meta=meta) as writer:
+                    meta=meta, provenance={"flower": {"run": run, "seed": seed}}) as writer:
         if writer.is_written(run):
             raise ValueError(f"run {run} of the dump {out} is already written: give this `flwr run` another "
                              f"'mianalysis.run' (runs not written yet: {writer.missing_runs()})")
+        same = repeated_seeds({**_seeds_written(writer), run: seed}).get(seed, []) if seed is not None else []
+        if same:  # as record_runs refuses a repeated seed
+            other = next(r for r in same if r != run)
+            raise ValueError(f"the run config's {seed_key!r} {seed!r} is the seed of run {other} of the dump {out}, "
+                             f"already written (a repeated seed records the same run twice): give this `flwr run` "
+                             f"another seed")
         recorder = RunRecorder(writer, run)
         yield RecordingGrid(grid, recorder)
         recorder.check_complete()
@@ -397,4 +461,4 @@ def _flower_messages(verbose):
         log.setLevel(level)
 
 
-__all__ = ["RunRecorder", "RecordingGrid", "record_runs", "record_deployment", "DEPLOYMENT_CONFIG"]
+__all__ = ["RunRecorder", "RecordingGrid", "record_runs", "record_deployment", "repeated_seeds", "DEPLOYMENT_CONFIG"]
