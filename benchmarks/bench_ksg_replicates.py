@@ -33,7 +33,7 @@ from bench_estimators import data  # the same correlated Gaussians
 from bench_ksg_permutations import timed
 
 from mianalysis import MarginalDistances, ksg_mi
-from mianalysis.analysis.intervals import resample_indices
+from mianalysis.analysis.inference.intervals import resample_indices
 from mianalysis.estimators.ksg import ksg_estimates_of_subsets, standardize_columns
 from mianalysis.provenance import collect, utc_now
 

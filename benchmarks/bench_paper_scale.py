@@ -16,7 +16,7 @@ parameters x `--checkpoints` checkpoints (float32) with the public writer
 :func:`mianalysis.analyze` in a fresh process per estimator set:
 
 - ``auto``: the defaults (``estimators="auto"``; at these sizes the Gaussian copula
-  estimate per pair, :mod:`mianalysis.analysis.choice`);
+  estimate per pair, :mod:`mianalysis.analysis.inference.choice`);
 - ``explicit``: every estimator issue 29 names, ``["gaussian", "ksg", "copula"]``;
 
 each with `--permutations` permutations (100) for every estimate, the default intervals
@@ -73,14 +73,14 @@ TARGETS = {"26400x850": {"wall_seconds": 300, "peak_rss_gib": 16}, "22000x394": 
 # What the profile attributes time to: (stage, function name as cProfile reports it, file it is in).
 STAGES = (
     ("read samples", "samples", "dumps/format.py"),
-    ("distances (paired, per run)", "paired_distances", "distances.py"),
+    ("distances (paired, per run)", "paired_distances", "estimators/distances.py"),
     ("MI estimates and their permutation nulls", "_mi_row", "analysis/compute.py"),
     ("permutation tests", "mi_permutation_test", "estimators/significance.py"),
     ("permutation tests of estimates made (Gaussian, copula)", "gaussian_permutation_test", "estimators/significance.py"),
-    ("resampled MI (bootstrap / half-subsampling replicates)", "mi_replicates", "analysis/intervals.py"),
+    ("resampled MI (bootstrap / half-subsampling replicates)", "mi_replicates", "analysis/inference/intervals.py"),
     ("KSG half-subsampling replicates from kept distances", "ksg_estimates_of_subsets", "estimators/ksg.py"),
-    ("level standard errors (Wishart formula)", "level_se", "analysis/intervals.py"),
-    ("influence values (se of changes, delta method)", "mi_influence", "analysis/intervals.py"),
+    ("level standard errors (Wishart formula)", "level_se", "analysis/inference/intervals.py"),
+    ("influence values (se of changes, delta method)", "mi_influence", "analysis/inference/intervals.py"),
     ("KSG marginal distance matrices", "marginal_distances", ""),
     ("normal scores (copula ranks)", "normal_scores", "estimators/copula.py"),
     ("Gram matrices", "gram_matrix", "estimators/gaussian.py"),

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from mianalysis.analysis import sidecar_path
-from mianalysis.analysis.intervals import normal_interval
+from mianalysis.analysis.inference.intervals import normal_interval
 
 __all__ = ["Diverged", "DidNotTrain", "command_line", "read_results", "search", "tune", "tune_rule", "tried_text", "first_round", "paired", "paired_columns",
            "bonferroni", "interval"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from _results import FIGURES, WORK, portable_sidecar
 
-from mianalysis.experiment import TRENDS, finding, run_experiment, summary_table, trend_summary
+from mianalysis.report.experiment import TRENDS, finding, run_experiment, summary_table, trend_summary
 from mianalysis.tasks import get_task
 
 

@@ -13,7 +13,7 @@ intervals of the change between rounds (never from comparing point estimates).
 What the aggregation itself leaves: the server's global model is recorded too (client
 "global" of each dump: at checkpoint t the model after round t, so round t started from
 checkpoint t - 1). That MI is dominated by each replicate's shared global model, so per
-rule, round and client pair `mianalysis.federated.global_dependence.dependence_given_global` gives,
+rule, round and client pair `mianalysis.analysis.studies.global_dependence.dependence_given_global` gives,
 on the output layer's bias, the Gaussian MI of the local models, their conditional MI
 given the global model the round started from (`gaussian_cmi`) and the MI of the clients'
 updates (local model minus that global model). The bias is used because the estimate then
@@ -50,10 +50,10 @@ from _runner import LEGACY_ESTIMATORS  # the estimators of the committed tables
 
 from mianalysis.provenance import collect, utc_now
 from mianalysis.analysis import AnalysisTable, analyze
-from mianalysis.experiment import TRENDS, overall_trend, step_verdicts
+from mianalysis.report.experiment import TRENDS, overall_trend, step_verdicts
 from mianalysis.federated import FederatedConfig, FederatedData, FederatedSimulation, record_replicates, write_rows
-from mianalysis.federated.global_dependence import QUANTITIES as GLOBAL_QUANTITIES
-from mianalysis.federated.global_dependence import dependence_given_global
+from mianalysis.analysis.studies.global_dependence import QUANTITIES as GLOBAL_QUANTITIES
+from mianalysis.analysis.studies.global_dependence import dependence_given_global
 from mianalysis.federated.registry import get_rule
 
 RULES = {"fedavg": {}, "median": {}, "and_mask": {"threshold": 0.2}, "geometric_mask": {"threshold": 0.2}}
@@ -199,7 +199,7 @@ def plot_global(given_global, path, subtitle, ci_level=CI_LEVEL):
     Parameters
     ----------
     given_global : dict of str to list of dict
-        Each rule's rows (:func:`mianalysis.federated.global_dependence.dependence_given_global`,
+        Each rule's rows (:func:`mianalysis.analysis.studies.global_dependence.dependence_given_global`,
         or read back from the CSV table: strings are converted).
     path : path-like
     subtitle : str
@@ -212,7 +212,7 @@ def plot_global(given_global, path, subtitle, ci_level=CI_LEVEL):
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    from mianalysis.plots import legend_below
+    from mianalysis.report.plots import legend_below
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 6.6), layout="constrained")
     colours = {rule: f"C{i}" for i, rule in enumerate(given_global)}
@@ -295,7 +295,7 @@ def plot(tables, accuracy, path, subtitle):
     from matplotlib.patches import Patch
     from matplotlib.ticker import MaxNLocator
 
-    from mianalysis.plots import estimator_variant
+    from mianalysis.report.plots import estimator_variant
 
     fig, axes = plt.subplots(2, 3, figsize=(15, 9.2))
     some = next(iter(tables.values()))

@@ -23,7 +23,7 @@ test them where the truth is known: monotone maps of each coordinate (sinh, x + 
 Gaussian copula, same MI) and the multivariate Student t (closed-form MI, not a Gaussian
 copula; column ``family``). Writes figures/calibration_regimes.csv
 (``_quick`` with --quick, at most a minute or two on 2 cores) and its ``.csv.json``
-sidecar; :mod:`mianalysis.analysis.regime` takes its thresholds from the full table.
+sidecar; :mod:`mianalysis.analysis.inference.regime` takes its thresholds from the full table.
 """
 
 import argparse

@@ -6,7 +6,7 @@ Gaussian and Gaussian copula estimates are compared here, at 95 %:
 
 - "bootstrap": the sd of the changes over 20 bootstrap resamples of the runs, the same
   resamples at both checkpoints, with Student's t quantile (19 degrees of freedom):
-  :func:`mianalysis.analysis.intervals.mi_replicates`, what analyze did for every change;
+  :func:`mianalysis.analysis.inference.intervals.mi_replicates`, what analyze did for every change;
 - "influence": the delta method on the runs' influence values,
   ``sd(h_after - h_before) / sqrt(n)`` with the normal quantile
   (:func:`mianalysis.estimators.gaussian_se.gaussian_mi_influence`; the copula's of the
@@ -46,7 +46,7 @@ from scipy.special import ndtri
 from scipy.stats import t as student_t
 
 from mianalysis import gaussian_copula_mi, gaussian_mi
-from mianalysis.analysis.intervals import mi_replicates, resample_indices
+from mianalysis.analysis.inference.intervals import mi_replicates, resample_indices
 from mianalysis.estimators.copula import normal_scores
 from mianalysis.estimators.gaussian_se import gaussian_mi_influence, influence_change_se
 from mianalysis.provenance import collect, utc_now

@@ -11,7 +11,7 @@ by ``digits_lenet_paper.py --only CELL --seed S``, under runs/digits_lenet_paper
 Gaussian estimator alone, its 100-permutation null and the analysis' default intervals and
 Holm verdicts, holding each client's parameters that move in fewer than ``--min-moving-runs``
 runs (default 5: the blocks that make client 2's covariance singular move in 1-4 runs) at their
-most common value (``analyze(..., min_moving_runs=m)``, :mod:`mianalysis.analysis.movers`); each row's note
+most common value (``analyze(..., min_moving_runs=m)``, :mod:`mianalysis.analysis.diagnostics.movers`); each row's note
 bounds the MI they could add. Beside each row: the committed table's estimate and its kind
 (figures/digits_lenet_paper.csv, or _seedS.csv).
 
@@ -34,7 +34,7 @@ from _results import FIGURES, WORK, portable_record, write_csv, write_page, writ
 
 from mianalysis import analyze
 from mianalysis.analysis import AnalysisTable
-from mianalysis.experiment import overall_trend, step_verdicts
+from mianalysis.report.experiment import overall_trend, step_verdicts
 from mianalysis.provenance import collect, utc_now
 
 CELLS = ("fixed-augmentation-26400", "fixed-nothing-26400")

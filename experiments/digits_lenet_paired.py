@@ -15,7 +15,7 @@ steps' se combined. This script tests the difference paired by run:
   :func:`mianalysis.analyze` makes them, but with the tie-breaking noise seeded by seed,
   checkpoint and client only, the same in both cells), and the estimates of `halves` random halves of the
   runs, the same halves in both cells and at every checkpoint
-  (:func:`mianalysis.analysis.intervals.resample_indices`);
+  (:func:`mianalysis.analysis.inference.intervals.resample_indices`);
 - the difference of the two cells' steps into iteration t (shared augmentation minus
   nothing shared: positive where the fall is smaller with the augmentation shared), its se
   the sd of that difference over the halves (half-subsampling, as the analysis' KSG
@@ -55,8 +55,8 @@ from digits_lenet_movers import dump_path, suffix
 from digits_lenet_seeds import detectable
 
 from mianalysis import MarginalDistances
-from mianalysis.analysis.familywise import holm
-from mianalysis.analysis.intervals import change_test, resample_indices
+from mianalysis.analysis.inference.familywise import holm
+from mianalysis.analysis.inference.intervals import change_test, resample_indices
 from mianalysis.dumps import ParameterDump
 from mianalysis.estimators.ksg import ksg_estimates_of_subsets
 from mianalysis.provenance import collect

@@ -25,7 +25,7 @@ runs per joint dimension, where the analytic null rejects too often, docs/concep
 KSG MI (k = 3, standardised, 100 permutations), the three distances, a confidence interval on every estimate and on every
 change between consecutive checkpoints, a verdict per step (rising / falling / no
 detectable change, from the intervals), and the clients' test accuracy. Estimates outside
-the regime where the estimators were calibrated are flagged (`mianalysis.analysis.regime`).
+the regime where the estimators were calibrated are flagged (`mianalysis.analysis.inference.regime`).
 
     python experiments/digits_lenet_paper.py [--quick] [--runs N] [--only fixed-nothing,...]
         [--carry-over figures/digits_lenet_paper.csv] [--seed S]
@@ -59,7 +59,7 @@ from _runner import LEGACY_ESTIMATORS  # the estimators of the committed tables
 from mianalysis import ParameterSampler, analyze
 from mianalysis.provenance import collect, utc_now
 from mianalysis.analysis import AnalysisTable, sidecar_path
-from mianalysis.experiment import correction_text, overall_trend, step_verdicts
+from mianalysis.report.experiment import correction_text, overall_trend, step_verdicts
 from mianalysis.tasks import get_task
 
 # The paper sampled 26,400 runs; benchmarks/results/digits_paper.json says why 4,000 here.
@@ -219,7 +219,7 @@ def markdown(summary, cells, cell_runs, permutations, seconds, seed=SEED, comman
              f"1e-5 on 200 augmented digits per client, batch 50: {its[-1]} iterations), 3 clients, "
              f"{_runs_text(cell_runs)}, seed {seed}. Gaussian MI, {permutations['gaussian']} permutations; KSG k = 3, standardised, "
              f"{permutations['ksg']} permutations. Values in bits, mean over the 3 client pairs (range when they "
-             f"differ); `null` = the null's mean; † = outside the calibrated regime (`mianalysis.analysis.regime`, or a Ledoit-Wolf "
+             f"differ); `null` = the null's mean; † = outside the calibrated regime (`mianalysis.analysis.inference.regime`, or a Ledoit-Wolf "
              f"shrinkage estimate). Trends: "
              f"over the steps after the first trained checkpoint (iteration {first}), from the p-values of the paired "
              f"changes (from their intervals), {correction_text()} (identical for the 3 pairs, else per pair; "

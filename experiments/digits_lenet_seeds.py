@@ -37,8 +37,8 @@ from scipy import stats
 from scipy.optimize import brentq
 from scipy.special import ndtr, ndtri
 
-from mianalysis.analysis.familywise import holm
-from mianalysis.analysis.intervals import change_method, change_test
+from mianalysis.analysis.inference.familywise import holm
+from mianalysis.analysis.inference.intervals import change_method, change_test
 from mianalysis.estimators.registry import get_estimator
 from mianalysis.provenance import collect
 

@@ -7,7 +7,7 @@ No experiment is rerun: this script reads what the sources-of-dependence experim
   half a minute each): every step's change with its p-value (``change_p``; tables made
   before that column get it from their intervals). For these cells each procedure's
   verdicts are computed from the p-values, over the steps after the first trained
-  checkpoint, as the findings read them (:func:`mianalysis.experiment.trend_steps`).
+  checkpoint, as the findings read them (:func:`mianalysis.report.experiment.trend_steps`).
 - Its committed summary (``--summary``, figures/sources_of_dependence.csv) for the cells
   that have no table here (the signal-rnn cells, minutes each): their step p-values
   (``step_p``) where every row of the quantity holds them, from which each procedure's
@@ -40,8 +40,8 @@ import numpy as np
 from _results import FIGURES, WORK, write_csv, write_page, write_sidecar
 
 from mianalysis.analysis import AnalysisTable
-from mianalysis.analysis.familywise import adjust
-from mianalysis.experiment import trend_steps
+from mianalysis.analysis.inference.familywise import adjust
+from mianalysis.report.experiment import trend_steps
 from mianalysis.provenance import collect, utc_now
 
 ESTIMATORS = (("mi_gaussian", "Gaussian"), ("mi_ksg", "KSG"))

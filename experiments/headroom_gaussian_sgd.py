@@ -1,7 +1,7 @@
 """Is averaging the right way to combine the clients? Headroom on gaussian-sgd, estimated vs exact.
 
 Samples gaussian-sgd (default settings: 3 clients, d = 20, 40 iterations, checkpoints every
-10) in three designs and a negative control, and measures with `mianalysis.headroom` the
+10) in three designs and a negative control, and measures with `mianalysis.analysis.studies.headroom` the
 mean squared error (summed over the 20 parameters) of each combination rule to the run's
 reference theta* = (sum A_k)^-1 sum A_k mu_k, with its ratio to the plain average's. The
 fitted rules (inverse_variance, blue_coordinate, blue) are cross-fitted over 2 folds of runs;
@@ -31,8 +31,8 @@ from _results import FIGURES, rows_by_design, write_csv, write_page, write_sidec
 
 from mianalysis import ParameterSampler, headroom
 from mianalysis.provenance import collect, utc_now
-from mianalysis.headroom import RULES
-from mianalysis.plots import figure_headroom
+from mianalysis.analysis.studies.headroom import RULES
+from mianalysis.report.plots import figure_headroom
 from mianalysis.tasks import get_task
 
 # design -> (init, shared streams, task settings)
@@ -62,7 +62,7 @@ def markdown(rows, runs, command):
              "half of the runs, scored on the other, halves swapped); their exact column is the exact MSE of the "
              "rule's *oracle* weights; mean, weighted_mean (equal client sizes) and curvature ((sum A)^-1 A_k) have "
              "fixed weights. The **corrected** MSE divides a fitted rule's cross-fitted MSE by what fitting "
-             "costs on jointly Gaussian errors (`mianalysis.headroom.fitting_inflation`: 1 + q / (n_fit - q - 1), "
+             "costs on jointly Gaussian errors (`mianalysis.analysis.studies.headroom.fitting_inflation`: 1 + q / (n_fit - q - 1), "
              "q = 40 regressors for blue, 2 for blue_coordinate, n_fit = half the runs); it estimates the MSE of "
              f"the oracle weights (none for inverse_variance). Made by `{command}`.", "",
              "| design | iteration | rule | weights | MSE [95 %] | corrected MSE [95 %] | exact MSE "

@@ -3,7 +3,7 @@
 Neither task knows where the federation should be, so every run also trains the central
 reference client (``ParameterSampler(reference="central")``, ``--reference central``): from
 the run's start, the same number of Adam steps as each client, each step on the union of
-the three clients' batches of that step (see docs/concepts/headroom.md). `mianalysis.headroom`
+the three clients' batches of that step (see docs/concepts/headroom.md). `mianalysis.analysis.studies.headroom`
 then measures, per checkpoint, the mean squared error (summed over the parameters) of each
 combination rule of the three clients to the central client, with its ratio to the plain
 average's, paired by run. The fitted rules (inverse_variance, blue_coordinate) are
@@ -229,7 +229,7 @@ def markdown(rows, summary, runs, seeds, missing, command, origin=None, checked=
              "intervals, ratios to the mean's MSE paired by run (delta method). inverse_variance and "
              "blue_coordinate are **cross-fitted** (weights fitted on one half of the runs, scored on the other, "
              "halves swapped); the corrected ratio divides blue_coordinate's by what fitting costs on jointly "
-             "Gaussian errors (`mianalysis.headroom.fitting_inflation`); weighted_mean is the mean here (equal "
+             "Gaussian errors (`mianalysis.analysis.studies.headroom.fitting_inflation`); weighted_mean is the mean here (equal "
              f"client sizes). Made by `{command}`."]
     reused = (origin or {}).get("reused")
     if reused:

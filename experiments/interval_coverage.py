@@ -4,7 +4,7 @@ gaussian-sgd (mianalysis.tasks.GaussianSGDTask) knows the exact joint law of two
 parameters at every checkpoint: Gaussian, with the covariance `exact_covariance` gives.
 Every replication here draws n runs directly from that law (the sampler's dumps hold
 draws of the same law, rounded to float32, at far more cost: equivalent for this
-purpose), estimates the MI with `mianalysis.analysis.intervals.mi_interval` by each
+purpose), estimates the MI with `mianalysis.analysis.inference.intervals.mi_interval` by each
 level-interval method at 95 % and records whether the interval covers the exact MI
 (`exact_mi`). The copula estimator sees the samples through sinh, coordinate by
 coordinate (the task's `transform="sinh"`: the MI is unchanged, the samples are not
@@ -47,7 +47,7 @@ from scipy.special import ndtri
 from scipy.stats import beta
 
 from mianalysis import gaussian_mi_null
-from mianalysis.analysis.intervals import mi_interval
+from mianalysis.analysis.inference.intervals import mi_interval
 from mianalysis.provenance import collect, utc_now
 from mianalysis.tasks import get_task
 

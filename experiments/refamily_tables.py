@@ -5,7 +5,7 @@
 
 A table's ``p_adjusted`` and ``family_verdict`` are a function of its own rows (the steps'
 ``change_p``, the MI rows' ``p_value``) and of the correction it records
-(:func:`mianalysis.analysis.familywise.apply_familywise`). When that function changes (as
+(:func:`mianalysis.analysis.inference.familywise.apply_familywise`). When that function changes (as
 when steps out of a value exact by rule, the shared start, left every family), the tables
 need no new analysis: this rewrites those two columns of each CSV in place, with the
 correction and permutation counts its sidecar records (Holm over each pair's steps, the
@@ -25,7 +25,7 @@ import numpy as np
 from _results import FIGURES
 
 from mianalysis.analysis import AnalysisTable, sidecar_path
-from mianalysis.analysis.familywise import apply_familywise
+from mianalysis.analysis.inference.familywise import apply_familywise
 from mianalysis.analysis.table import COLUMNS
 
 

@@ -4,7 +4,7 @@
 
 Draws, from each table and its record:
 
-- ``signal_rnn_*`` and ``digits_lenet_*``: the MI and distance figures (mianalysis.plots),
+- ``signal_rnn_*`` and ``digits_lenet_*``: the MI and distance figures (mianalysis.report.plots),
   titled from the experiment's record, the table's sidecar ``NAME.csv.json`` (task, init, shared streams, k,
   permutations) and the table (runs, estimator variant);
 - ``aggregator_trends.png`` from the four rules' tables (the accuracy is their
@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling scripts,
 from _results import FIGURES  # noqa: E402
 
 from mianalysis.analysis import AnalysisTable, sidecar_path  # noqa: E402
-from mianalysis.plots import save_figure  # noqa: E402
+from mianalysis.report.plots import save_figure  # noqa: E402
 
 SKIP = ("_quick", "sources_of_dependence", "exact_dependence_curves", "gaussian_sgd_truth", "digits_lenet_paper",
         "digits_lenet_seeds", "digits_lenet_movers", "digits_lenet_paired")

@@ -25,7 +25,7 @@ change between consecutive checkpoints, and a verdict per step (rising / falling
 detectable change, from the intervals; none from a shrinkage estimate). Per cell the table
 holds, for every quantity, the overall trend over the steps after the first trained
 checkpoint and the verdict of each step for each client pair, and the additive-noise
-model's predicted MI change (see mianalysis.analysis.additive, where present).
+model's predicted MI change (see mianalysis.analysis.studies.additive, where present).
 
     python experiments/sources_of_dependence.py [--quick] [--only signal-paper,signal-paper-22000,gaussian,signal-long]
         [--carry-over figures/sources_of_dependence.csv] [--skip-missing]
@@ -54,9 +54,9 @@ from _runner import LEGACY_ESTIMATORS  # the estimators of the committed tables
 
 from mianalysis import ParameterDump, ParameterSampler, analyze
 from mianalysis.provenance import collect, utc_now
-from mianalysis.analysis.additive_table import additive_prediction_rows
+from mianalysis.analysis.studies.additive_table import additive_prediction_rows
 from mianalysis.analysis import AnalysisTable, sidecar_path
-from mianalysis.experiment import FAMILY, FAMILYWISE, correction_text, overall_trend, trend_steps
+from mianalysis.report.experiment import FAMILY, FAMILYWISE, correction_text, overall_trend, trend_steps
 from mianalysis.tasks import get_task
 
 QUANTITIES = ("mi_gaussian", "mi_ksg", "mi_exact", "euclidean", "manhattan", "chebyshev")
@@ -196,7 +196,7 @@ def cell_rows(part, spec, init, shared, seed, rows, dump):
                 steps, trend = _exact_steps(series), _exact_trend(series)
                 detail["step_change"] = "; ".join(f"{now['iteration']}: {now['value'] - old['value']:.6g}"
                                                   for old, now in zip(series, series[1:]))
-            else:  # corrected over the pair's steps (mianalysis.experiment.trend_steps)
+            else:  # corrected over the pair's steps (mianalysis.report.experiment.trend_steps)
                 corrected = trend_steps(rows, q, a, b)
                 steps = [(r["iteration"], v) for r, _, v in corrected]
                 trend = overall_trend(v for _, v in steps)

@@ -18,29 +18,28 @@ import logging as _logging
 # (the command line prints them on stderr, -v/-q).
 _logging.getLogger(__name__).addHandler(_logging.NullHandler())
 
-from ._locking import LockedError
-from ._validation import ConstantFeatureWarning
-from .analysis.additive import (AdditivePrediction, AdditiveTest, additive_model_mi, additive_model_test,
+from ._internal.locking import LockedError
+from ._internal.validation import ConstantFeatureWarning
+from .analysis.studies.additive import (AdditivePrediction, AdditiveTest, additive_model_mi, additive_model_test,
                        additive_model_verdict, isotropic_additive_mi)
 from .analysis import AnalysisTable, analyze
-from .distances import mean_paired_distance, mean_update_cosine, paired_distances, update_cosines
+from .estimators.distances import mean_paired_distance, mean_update_cosine, paired_distances, update_cosines
 from .dumps import DumpError, DumpWriter, ParameterDump
 from .estimators import (GaussianMINull, MarginalDistances, PermutationTestResult, TiedSamplesWarning, gaussian_cmi,
                          gaussian_copula_mi, gaussian_mi, gaussian_mi_null, ksg_mi, ksg_ties, mi_permutation_test,
                          projection_mi_bound)
-from .headroom import headroom
+from .analysis.studies.headroom import headroom
 from .report import report
 from .sampling import ParameterSampler
 
 # Modules use one another through public names (tests/test_layout.py checks it). A
 # folder's private modules (estimators/_kernels.py, estimators/_neighbours.py) serve that
-# folder only; these private modules are the package's shared internals, which any module
+# folder only; the folder _internal holds the package's shared internals, which any module
 # may import: argument checks and their messages, writer locks, thread settings,
 # overflow-safe scaling, the memory left to the process, and the normal interval of an
 # estimate and its se. (Provenance records are the
 # public module mianalysis.provenance: scripts outside the package record them too.)
-SHARED_INTERNALS = ("mianalysis._validation", "mianalysis._locking", "mianalysis._threads", "mianalysis._scaling",
-                    "mianalysis._seeding", "mianalysis._io", "mianalysis._memory", "mianalysis._normal_interval")
+SHARED_INTERNALS = ("mianalysis._internal",)
 
 __all__ = [
     "gaussian_mi",

@@ -56,7 +56,7 @@ def _load_array(path, name):
 
 def _cmd_demo(args):
     if args.estimators_only:
-        from .demo import estimator_table, format_table
+        from .report.demo import estimator_table, format_table
 
         print("Mutual information (bits) of correlated Gaussians: exact vs estimated")
         print(format_table(estimator_table(seed=args.seed)))
@@ -66,7 +66,7 @@ def _cmd_demo(args):
             " (20 shuffles of the pairing; the smallest possible is 1/21)."
         )
         return
-    from .demo import demo_report, run_demo
+    from .report.demo import demo_report, run_demo
 
     started = time.perf_counter()
     rows = run_demo(out_dir=args.out, runs=args.runs, seed=args.seed, progress=_progress(args))
@@ -96,7 +96,7 @@ def _cmd_estimate(args):
             f"sd {res.null_std:.6g}; p = {res.p_value:.4g} ({res.n_permutations} permutations)"
         )
     else:
-        from ._validation import check_paired, varying_columns
+        from ._internal.validation import check_paired, varying_columns
         from .estimators.repeats import check_repeated_runs, runs_checked
 
         x, y = check_paired(x, y)  # the estimators' own checks, first
@@ -202,7 +202,7 @@ def _cmd_report(args):
 
 
 def _print_trends(rows, level):
-    from .experiment import TRENDS, trend_summary
+    from .report.experiment import TRENDS, trend_summary
 
     summary = trend_summary(rows)
     if summary:
@@ -212,7 +212,7 @@ def _print_trends(rows, level):
 
 def _cmd_plot(args):
     from .analysis import AnalysisTable
-    from .plots import check_drawable, save_figure
+    from .report.plots import check_drawable, save_figure
 
     table = AnalysisTable.read(args.table)
     try:
@@ -258,7 +258,7 @@ def _cmd_federate(args):
     from pathlib import Path
 
     from .provenance import collect, utc_now
-    from ._locking import WriterLock, lock_path
+    from ._internal.locking import WriterLock, lock_path
     from .federated import (FederatedConfig, FederatedData, FederatedSimulation, history_table,
                             record_replicates, write_rows)
 
@@ -328,9 +328,9 @@ def _cmd_import(args):
 
 
 def _cmd_headroom(args):
-    from ._io import write_rows
+    from ._internal.io import write_rows
     from .analysis.validate import check_table_out
-    from .headroom import headroom
+    from .analysis.studies.headroom import headroom
 
     def check_out():  # analyze's rule for a table: never into a dump or onto a folder; a file only with --force
         check_table_out(args.out, args.force, writer="headroom", name="--out", force_hint="--force")
@@ -418,9 +418,9 @@ def build_parser() -> argparse.ArgumentParser:
     est = sub.add_parser("estimate", help="MI between two sample arrays (.npy, .csv or whitespace-separated text; rows = samples)")
     est.add_argument("x")
     est.add_argument("y")
-    from .analysis.familywise import FAMILIES
-    from .analysis.familywise import METHODS as FAMILYWISE_METHODS
-    from .analysis.choice import describe_rule
+    from .analysis.inference.familywise import FAMILIES
+    from .analysis.inference.familywise import METHODS as FAMILYWISE_METHODS
+    from .analysis.inference.choice import describe_rule
     from .estimators.registry import estimator_names
 
     est.add_argument("--estimator", choices=estimator_names(), default="ksg")

@@ -1,4 +1,4 @@
-"""The additive-noise model's prediction (mianalysis.analysis.additive) against closed forms.
+"""The additive-noise model's prediction (mianalysis.analysis.studies.additive) against closed forms.
 
 Data drawn exactly from X_t = theta0 + e_X(t), Y_t = theta0 + e_Y(t) (Gaussian, shared start,
 independent noises that grow from one checkpoint to the next) have a known MI at every
@@ -289,7 +289,7 @@ def dump_of(tmp_path, clients):
 
 def test_prediction_rows_for_every_pair_and_step(tmp_path):
     from mianalysis import analyze
-    from mianalysis.analysis.additive_table import PREDICTION_COLUMNS, additive_prediction_rows
+    from mianalysis.analysis.studies.additive_table import PREDICTION_COLUMNS, additive_prediction_rows
 
     rng = np.random.default_rng(14)
     theta0 = rng.standard_normal((400, 3))
@@ -312,7 +312,7 @@ def test_prediction_rows_for_every_pair_and_step(tmp_path):
 
 def test_prediction_rows_fallback_constants_and_misfits(tmp_path):
     from mianalysis import analyze
-    from mianalysis.analysis.additive_table import additive_prediction_rows
+    from mianalysis.analysis.studies.additive_table import additive_prediction_rows
 
     rng = np.random.default_rng(15)
     theta0 = rng.standard_normal((8, 5))            # 8 runs <= 2 x 5 parameters: isotropic
@@ -340,7 +340,7 @@ def test_table_rows_carry_the_interval_of_the_estimated_change_and_the_verdict(t
     """With an analysis table that has intervals, each step's row holds the paired interval
     of the estimated change (the table's delta row) and the additive model's verdict."""
     from mianalysis import ParameterDump, analyze
-    from mianalysis.analysis.additive_table import additive_prediction_rows
+    from mianalysis.analysis.studies.additive_table import additive_prediction_rows
 
     rng = np.random.default_rng(3)
     n, d = 3000, 3
@@ -418,7 +418,7 @@ def test_calibrated_test_parts():
 
 
 def test_calibrated_test_not_decided_when_most_resamples_fail(monkeypatch):
-    import mianalysis.analysis.additive as additive
+    import mianalysis.analysis.studies.additive as additive
 
     samples = fixed_start_case(3, 300, 2)
     real, calls = additive.additive_model_mi, []

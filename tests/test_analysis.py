@@ -88,7 +88,7 @@ def test_bad_arguments(tmp_path, rng):
 
 
 def test_plots_from_table(tmp_path, rng):
-    from mianalysis.plots import save_figure
+    from mianalysis.report.plots import save_figure
 
     samples = correlated_clients(rng, n_runs=300)
     dump = ParameterDump.from_arrays(tmp_path / "d", samples, metrics={c: {"accuracy": np.full((3, 300), 0.5)} for c in samples})

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from mianalysis import ParameterDump, analyze
-from mianalysis.analysis import regime
-from mianalysis.analysis.choice import AUTO_ESTIMATORS, choose
-from mianalysis.experiment import summary_table
+from mianalysis.analysis.inference import regime
+from mianalysis.analysis.inference.choice import AUTO_ESTIMATORS, choose
+from mianalysis.report.experiment import summary_table
 
 FAST = {"metrics": [], "ci_resamples": 4, "verify": False}
 
@@ -168,8 +168,8 @@ def test_demo_shaped_dump_default_rows_are_calibrated_or_bounds_and_draw_no_holl
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from mianalysis.demo import DEMO_PERMUTATIONS
-    from mianalysis.plots import OUTSIDE_LABEL, figure_mi
+    from mianalysis.report.demo import DEMO_PERMUTATIONS
+    from mianalysis.report.plots import OUTSIDE_LABEL, figure_mi
 
     rng = np.random.default_rng(0)
     start = rng.standard_normal((40, 358))
@@ -222,7 +222,7 @@ def test_a_bounds_change_gives_no_trend_verdict(tmp_path):
 def test_each_clients_varying_columns_are_found_once_per_checkpoint_and_serve_every_pair(tmp_path, monkeypatch):
     """The auto choice counts a pair's varying parameters and each estimate (and its
     interval) drops the others: one mask per client and checkpoint serves all of them."""
-    from mianalysis._validation import varying_columns
+    from mianalysis._internal.validation import varying_columns
     from mianalysis.analysis import compute
 
     rng = np.random.default_rng(4)

@@ -120,7 +120,7 @@ def test_unknown_estimator_argument():
 
 
 # ---------------------------------------------------------------- the shared checks themselves
-from mianalysis._validation import InvalidParameterError, check_flag, check_real  # noqa: E402
+from mianalysis._internal.validation import InvalidParameterError, check_flag, check_real  # noqa: E402
 
 
 @pytest.mark.parametrize("value, bounds, expected", [
@@ -161,7 +161,7 @@ def test_a_flag_error_is_both_value_and_type_error(value):
 def test_entry_points_use_the_shared_checks():
     from mianalysis import gaussian_mi
     from mianalysis.federated.registry import get_rule
-    from mianalysis.analysis.intervals import check_level
+    from mianalysis.analysis.inference.intervals import check_level
     from mianalysis.scaleout import connect
 
     with pytest.raises(ValueError, match="`bias_correction` must be True or False"):

@@ -10,7 +10,7 @@ from mianalysis import ConstantFeatureWarning, ParameterDump, analyze, mi_permut
 from mianalysis.estimators.bound import RUNS_PER_DIMENSION, bound_regime, canonical_directions, projection_bound
 from mianalysis.estimators.gaussian import ledoit_wolf_covariance
 from mianalysis.estimators.registry import Estimator, get_estimator
-from mianalysis.analysis.intervals import mi_interval
+from mianalysis.analysis.inference.intervals import mi_interval
 
 
 def correlated(n, d, rho, seed=0):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from mianalysis import ParameterDump, analyze, gaussian_mi
-from mianalysis.analysis.intervals import (INFLUENCE_MIN_RUNS_PER_DIMENSION, change_method, level_se, mi_influence,
+from mianalysis.analysis.inference.intervals import (INFLUENCE_MIN_RUNS_PER_DIMENSION, change_method, level_se, mi_influence,
                                            mi_replicates, normal_interval, resample_indices)
 from mianalysis.estimators.gaussian_se import gaussian_mi_influence, influence_change_se
 from mianalysis.estimators.registry import get_estimator

@@ -97,7 +97,7 @@ def test_sample_analyze_plot_verify(tmp_path, capsys):
     assert main(["plot", str(tmp_path / "r.csv"), "--out", str(tmp_path / "f.png"), "--kind", "distances"]) == 0
     assert (tmp_path / "f.png").stat().st_size > 1000
     from mianalysis.analysis import AnalysisTable
-    from mianalysis.plots import figure_title
+    from mianalysis.report.plots import figure_title
 
     table = AnalysisTable.read(tmp_path / "r.csv")
     title = figure_title(table, table.record_with_dump())
@@ -192,7 +192,8 @@ def test_analyze_without_distance_cache_gives_the_same_table(tmp_path):
 
 
 def test_plot_draws_a_chosen_metric_of_a_federated_dump_against_rounds(tmp_path, capsys, monkeypatch):
-    from mianalysis import DumpWriter, plots
+    from mianalysis import DumpWriter
+    from mianalysis.report import plots
 
     rng = np.random.default_rng(0)
     with DumpWriter(tmp_path / "d", clients=["0", "1"], checkpoints=[0, 1, 2], runs=12, chunk_size=12,

@@ -1,4 +1,4 @@
-"""The one rule by which a parameter counts as constant (mianalysis._validation.varying_columns):
+"""The one rule by which a parameter counts as constant (mianalysis._internal.validation.varying_columns):
 exactly constant, or an sd of at most c float32 spacings of its magnitude. It is relative,
 every estimator and the analysis apply it alike, and an analysis table's sidecar records it.
 
@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from mianalysis import ConstantFeatureWarning, MarginalDistances, ParameterDump, analyze, gaussian_mi, ksg_mi
-from mianalysis._validation import CONSTANT_RULE, CONSTANT_SPACINGS, varying_columns
+from mianalysis._internal.validation import CONSTANT_RULE, CONSTANT_SPACINGS, varying_columns
 from mianalysis.analysis import sidecar_path
-from mianalysis.analysis.gaussianity import nongaussian_share
-from mianalysis.analysis.intervals import mi_replicates
+from mianalysis.analysis.diagnostics.gaussianity import nongaussian_share
+from mianalysis.analysis.inference.intervals import mi_replicates
 from mianalysis import gaussian_copula_mi as copula_mi
 
 RNG = np.random.default_rng(30)

@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from mianalysis._threads import without_onednn  # noqa: E402
+from mianalysis._internal.threads import without_onednn  # noqa: E402
 
 
 def _nnpack_flag():

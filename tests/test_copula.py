@@ -17,9 +17,9 @@ from mianalysis.analysis import AnalysisTable  # noqa: E402
 from mianalysis.cli import main  # noqa: E402
 from mianalysis.estimators.copula import normal_scores  # noqa: E402
 from mianalysis.estimators.repeats import runs_checked  # noqa: E402
-from mianalysis.analysis.intervals import mi_interval, mi_replicates, resample_indices  # noqa: E402
-from mianalysis.plots import figure_mi, figure_title  # noqa: E402
-from mianalysis.analysis.regime import estimate_regime_note  # noqa: E402
+from mianalysis.analysis.inference.intervals import mi_interval, mi_replicates, resample_indices  # noqa: E402
+from mianalysis.report.plots import figure_mi, figure_title  # noqa: E402
+from mianalysis.analysis.inference.regime import estimate_regime_note  # noqa: E402
 
 LN2 = np.log(2.0)
 

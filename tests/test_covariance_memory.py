@@ -18,9 +18,9 @@ GIB = 2**30
 @pytest.fixture
 def one_gib(monkeypatch):
     """This process may allocate 1 GiB (whatever the machine has)."""
-    import mianalysis._memory
+    import mianalysis._internal.memory
 
-    monkeypatch.setattr(mianalysis._memory, "available_memory_bytes", lambda *args, **kwargs: GIB)
+    monkeypatch.setattr(mianalysis._internal.memory, "available_memory_bytes", lambda *args, **kwargs: GIB)
 
 
 def test_the_memory_a_gaussian_estimate_needs():
@@ -77,9 +77,9 @@ def test_a_shape_no_machine_holds_is_refused_without_patching():
 
 def test_the_command_line_refuses_in_one_line(tmp_path, capsys, monkeypatch):
     """The issue's case: 20 runs x 60,000 parameters per client, estimate --estimator copula."""
-    import mianalysis._memory
+    import mianalysis._internal.memory
 
-    monkeypatch.setattr(mianalysis._memory, "available_memory_bytes", lambda *args, **kwargs: 16 * GIB)
+    monkeypatch.setattr(mianalysis._internal.memory, "available_memory_bytes", lambda *args, **kwargs: 16 * GIB)
     rng = np.random.default_rng(4)
     for name in ("x", "y"):
         np.save(tmp_path / f"{name}.npy", rng.standard_normal((20, 60_000)).astype(np.float32))

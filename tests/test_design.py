@@ -1,12 +1,12 @@
 """What the sampling design forces on the MI between clients, written into the analysis
-table's MI rows (mianalysis.analysis.design)."""
+table's MI rows (mianalysis.analysis.diagnostics.design)."""
 
 import numpy as np
 import pytest
 
 from mianalysis import ParameterDump, ParameterSampler, analyze
-from mianalysis.analysis.design import design_note
-from mianalysis.analysis.regime import is_outside
+from mianalysis.analysis.diagnostics.design import design_note
+from mianalysis.analysis.inference.regime import is_outside
 from mianalysis.tasks import GaussianSGDTask
 
 

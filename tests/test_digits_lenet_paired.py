@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 
 from mianalysis import ParameterDump
-from mianalysis.analysis.familywise import holm
+from mianalysis.analysis.inference.familywise import holm
 
 
 @pytest.fixture(scope="module")

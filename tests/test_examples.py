@@ -94,7 +94,7 @@ def test_docstring_examples_are_found():
     names = {t.name for t in DOCSTRING_EXAMPLES}
     for expected in ("mianalysis.estimators.gaussian.gaussian_mi", "mianalysis.estimators.ksg.ksg_mi",
                      "mianalysis.estimators.significance.mi_permutation_test",
-                     "mianalysis.distances.paired_distances", "mianalysis.distances.mean_paired_distance",
+                     "mianalysis.estimators.distances.paired_distances", "mianalysis.estimators.distances.mean_paired_distance",
                      "mianalysis.dumps.format.ParameterDump", "mianalysis.analysis.assemble.analyze",
                      "mianalysis.federated.aggregation.and_mask"):
         assert expected in names, sorted(names)

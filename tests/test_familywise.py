@@ -1,4 +1,4 @@
-"""Family-wise trend verdicts (mianalysis.analysis.familywise): Holm and Benjamini-Hochberg
+"""Family-wise trend verdicts (mianalysis.analysis.inference.familywise): Holm and Benjamini-Hochberg
 against hand-computed examples and scipy, verdicts of tables with known p-values, the
 change's se and p-value of the analysis and of old tables, and the findings that read them."""
 
@@ -11,11 +11,11 @@ from scipy.stats import false_discovery_control
 
 from mianalysis import ParameterDump, analyze
 from mianalysis.analysis import AnalysisTable, sidecar_path
-from mianalysis.analysis.familywise import (adjust, apply_familywise, benjamini_hochberg, describe,
+from mianalysis.analysis.inference.familywise import (adjust, apply_familywise, benjamini_hochberg, describe,
                                             familywise_verdicts, holm)
-from mianalysis.analysis.intervals import change_test, normal_interval, se_from_interval
+from mianalysis.analysis.inference.intervals import change_test, normal_interval, se_from_interval
 from mianalysis.analysis.table import INFERENCE_COLUMNS
-from mianalysis.experiment import correction_text, finding, step_verdicts, trend_steps, trend_summary
+from mianalysis.report.experiment import correction_text, finding, step_verdicts, trend_steps, trend_summary
 
 from test_table import OLD_TABLE
 
@@ -307,7 +307,7 @@ def test_a_step_out_of_held_parameters_is_no_estimate_not_a_step_out_of_an_exact
     # Issue 50: an MI row whose every varying parameter of a client was held (min_moving_runs)
     # is no exact value; the step out of it keeps its "not made: no estimate" verdict, while the
     # step out of constant parameters is still one out of an exact value.
-    from mianalysis.analysis.familywise import FROM_EXACT, exact_by_rule, familywise_verdicts
+    from mianalysis.analysis.inference.familywise import FROM_EXACT, exact_by_rule, familywise_verdicts
     from mianalysis.analysis.reading import held_note
 
     pair = {"client_a": "a", "client_b": "b", "layer": ""}

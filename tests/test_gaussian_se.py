@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from mianalysis import ParameterDump, analyze, gaussian_mi, gaussian_mi_null
-from mianalysis.analysis.intervals import level_method, level_se, mi_interval, normal_interval
+from mianalysis.analysis.inference.intervals import level_method, level_se, mi_interval, normal_interval
 from mianalysis.estimators.copula import normal_scores
 from mianalysis.estimators.gaussian_se import canonical_correlations, gaussian_mi_se
 from mianalysis.estimators.registry import Estimator, get_estimator

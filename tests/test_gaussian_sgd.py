@@ -137,7 +137,7 @@ def test_shared_noise_alone_never_exceeds_its_first_step_when_curvatures_commute
 
 # ------------------------------------------------------------------ sample -> analyze -> plot
 def test_sample_analyze_plot_with_exact_rows(tmp_path):
-    from mianalysis.plots import figure_mi, save_figure
+    from mianalysis.report.plots import figure_mi, save_figure
 
     task = GaussianSGDTask(d=2, n_iterations=3)
     dump = ParameterSampler(task, seed=0, init="fixed", shared=("data",), chunk_size=16,

@@ -1,4 +1,4 @@
-"""The Gaussianity diagnostic (mianalysis.analysis.gaussianity): the share of parameters whose
+"""The Gaussianity diagnostic (mianalysis.analysis.diagnostics.gaussianity): the share of parameters whose
 marginal rejects normality, against samples whose answer is known, and its rows in the
 analysis table (``nongaussian_share``, ``copula_disagrees``)."""
 
@@ -11,8 +11,8 @@ import pytest  # noqa: E402
 
 from mianalysis import ParameterDump, analyze  # noqa: E402
 from mianalysis.analysis import COLUMNS, AnalysisTable  # noqa: E402
-from mianalysis.analysis.gaussianity import MIN_RUNS, copula_disagreement, nongaussian_share  # noqa: E402
-from mianalysis.plots import figure_mi  # noqa: E402
+from mianalysis.analysis.diagnostics.gaussianity import MIN_RUNS, copula_disagreement, nongaussian_share  # noqa: E402
+from mianalysis.report.plots import figure_mi  # noqa: E402
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -7,7 +7,7 @@ from scipy import stats
 
 from mianalysis import gaussian_cmi, gaussian_mi, gaussian_mi_null
 from mianalysis.estimators.gaussian_se import gaussian_mi_se, wishart_mi_se
-from mianalysis.federated.global_dependence import (QUANTITIES, UNCERTAINTY_COLUMNS, conditional_mi_uncertainty,
+from mianalysis.analysis.studies.global_dependence import (QUANTITIES, UNCERTAINTY_COLUMNS, conditional_mi_uncertainty,
                                                     dependence_given_global)
 
 

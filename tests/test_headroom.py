@@ -1,4 +1,4 @@
-"""Headroom of combination rules over the plain average (mianalysis.headroom).
+"""Headroom of combination rules over the plain average (mianalysis.analysis.studies.headroom).
 
 The exact error moments of gaussian-sgd are checked against the issue's numbers and
 against an independent NumPy simulation of the recursion; the weights of every rule on
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mianalysis.headroom import (RULES, best_linear_weights, combination_mse, combine_errors, headroom_rows,
+from mianalysis.analysis.studies.headroom import (RULES, best_linear_weights, combination_mse, combine_errors, headroom_rows,
                                  oracle_weights, ratio_interval, rule_weights)
 from mianalysis.tasks import get_task
 
@@ -200,7 +200,7 @@ def test_fitting_inflation_is_what_cross_fitting_costs_on_gaussian_errors(rule):
     # clients); 150 fitting runs per fold: blue fits q = 8 regressors (inflation 1.06),
     # blue_coordinate q = 2 (1.014). Averaged over repeats, the cross-fitted MSE is the
     # oracle's times the inflation, and the corrected MSE is the oracle's.
-    from mianalysis.headroom import fitting_inflation
+    from mianalysis.analysis.studies.headroom import fitting_inflation
 
     rng = np.random.default_rng(3)
     k, d, n = 3, 4, 300
@@ -221,7 +221,7 @@ def test_fitting_inflation_is_what_cross_fitting_costs_on_gaussian_errors(rule):
 
 
 def test_fitting_inflation_is_one_for_fixed_weights_and_nan_without_a_formula():
-    from mianalysis.headroom import fitting_inflation
+    from mianalysis.analysis.studies.headroom import fitting_inflation
 
     assert fitting_inflation("mean", 3, 20, 100) == 1.0
     assert np.isnan(fitting_inflation("inverse_variance", 3, 20, 2000))
@@ -297,7 +297,7 @@ def test_headroom_command_writes_the_table_and_errors_in_one_line(tmp_path, caps
 
 def test_figure_headroom_draws_one_panel_per_design(tmp_path):
     pytest.importorskip("matplotlib")
-    from mianalysis.plots import figure_headroom
+    from mianalysis.report.plots import figure_headroom
 
     rng = np.random.default_rng(0)
     e = rng.standard_normal((3, 40, 2)) * np.array([1.0, 2.0, 3.0])[:, None, None]

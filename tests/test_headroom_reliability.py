@@ -21,7 +21,7 @@ import pytest
 from mianalysis import ParameterDump, headroom
 from mianalysis.cli import main
 from mianalysis.dumps import layout_from_shapes
-from mianalysis.headroom import MAX_BLUE_DIMENSION, best_linear_weights, headroom_rows, rule_weights
+from mianalysis.analysis.studies.headroom import MAX_BLUE_DIMENSION, best_linear_weights, headroom_rows, rule_weights
 
 # Orthogonal sign patterns (rows of an 8 x 8 Hadamard matrix), the same in both folds of
 # 2-fold cross-fitting (fold = run % 2): run 2 j + f holds pattern entry j. Eight fitting

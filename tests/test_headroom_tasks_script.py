@@ -1,6 +1,6 @@
 """experiments/headroom_tasks.py's seeds: the summary across seeds, and the reuse of a table
 it wrote (rows read back as the table holds them; another table's settings refused).
-The sampling itself is mianalysis.headroom's and the sampler's, tested beside them."""
+The sampling itself is mianalysis.analysis.studies.headroom's and the sampler's, tested beside them."""
 
 from __future__ import annotations
 

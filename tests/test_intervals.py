@@ -14,8 +14,8 @@ import pytest
 
 from mianalysis import ParameterDump, analyze, paired_distances
 from mianalysis.analysis import COLUMNS, OPTIONAL_COLUMNS, AnalysisTable
-from mianalysis.experiment import finding, overall_trend, trend_summary
-from mianalysis.analysis.intervals import mean_interval, mi_interval, trend_verdict
+from mianalysis.report.experiment import finding, overall_trend, trend_summary
+from mianalysis.analysis.inference.intervals import mean_interval, mi_interval, trend_verdict
 
 RHO = 0.5
 
@@ -175,7 +175,7 @@ def test_bad_interval_settings_are_named(tmp_path, kwargs, match):
 
 def test_old_tables_without_intervals_still_load_and_plot(tmp_path):
     pytest.importorskip("matplotlib")
-    from mianalysis.plots import save_figure
+    from mianalysis.report.plots import save_figure
 
     dump = _two_checkpoints(tmp_path / "d", 0.3, 0.5, 100)
     rows = analyze(dump, estimators=["gaussian", "ksg"], metrics=["euclidean"], ci_resamples={"gaussian": 10, "ksg": 2})
@@ -290,7 +290,7 @@ def _wide_samples(seed, n=240, d=40):
 
 
 def test_resample_scores_are_the_normal_scores_of_the_resample_bit_for_bit():
-    from mianalysis.analysis.intervals import ResampleScores, resample_indices
+    from mianalysis.analysis.inference.intervals import ResampleScores, resample_indices
     from mianalysis.estimators.copula import normal_scores
 
     x, _ = _wide_samples(0)
@@ -320,7 +320,7 @@ def test_wide_resamples_give_the_estimate_of_each_resample(estimator):
     # Above 64 joint dimensions the replicates come from the distinct runs of each resample,
     # weighted by their copies: the estimator on the resample itself, to rounding.
     from mianalysis import gaussian_copula_mi, gaussian_mi
-    from mianalysis.analysis.intervals import WEIGHTED_MIN_DIMS, mi_replicates, resample_indices
+    from mianalysis.analysis.inference.intervals import WEIGHTED_MIN_DIMS, mi_replicates, resample_indices
     from mianalysis.estimators.repeats import runs_checked
 
     x, y = _wide_samples(1)
@@ -342,7 +342,7 @@ def test_wide_resamples_too_few_for_the_plain_estimate_fall_back_to_shrinkage():
     # dimensions: the Gram matrix of the distinct runs is singular, and the replicate is the
     # shrinkage estimate of the resample, as on the resample itself.
     from mianalysis import gaussian_mi
-    from mianalysis.analysis.intervals import mi_replicates, resample_indices
+    from mianalysis.analysis.inference.intervals import mi_replicates, resample_indices
 
     x, y = _wide_samples(2, n=100)
     idx = resample_indices(len(x), 3, "gaussian", 5)
@@ -355,7 +355,7 @@ def test_resample_scores_do_not_depend_on_the_number_of_threads():
     # The kernel gives each column to one thread: one thread or all, the same bits.
     import numba
 
-    from mianalysis.analysis.intervals import ResampleScores, resample_indices
+    from mianalysis.analysis.inference.intervals import ResampleScores, resample_indices
 
     x, _ = _wide_samples(2)
     rows = resample_indices(len(x), 1, "copula", 5)[0]

@@ -211,7 +211,7 @@ def test_public_distance_cache_constants_are_the_kernels():
 
 
 def test_auto_distance_cache_needs_enough_features_and_memory(monkeypatch, rng):
-    from mianalysis import _memory
+    from mianalysis._internal import memory as _memory
     from mianalysis.estimators import _neighbours
 
     def refuse(*args):

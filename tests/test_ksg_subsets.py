@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from mianalysis import ParameterDump, analyze, ksg_mi
-from mianalysis.analysis.intervals import normal_interval, resample_indices
+from mianalysis.analysis.inference.intervals import normal_interval, resample_indices
 from mianalysis.estimators import KSG_NOISE
 from mianalysis.estimators.ksg import (MarginalDistances, add_tie_breaking_noise, ksg_estimates_of_subsets,
                                        standardize_columns)

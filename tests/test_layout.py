@@ -100,7 +100,7 @@ MODULES = sorted(PACKAGE.rglob("*.py"))
 # - distributed's registry of clusters, which its exit hook closes: a LocalCluster whose start
 #   was interrupted must leave it, or the hook prints the half-started workers' tracebacks
 #   (tests/test_reliability_scaleout.py::test_ctrl_c_while_local_workers_start_is_one_line).
-THIRD_PARTY_PRIVATES = {"mianalysis/scaleout.py": {"SpecCluster._instances"}}
+THIRD_PARTY_PRIVATES = {"mianalysis/scaleout/__init__.py": {"SpecCluster._instances"}}
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE.parent)))
@@ -125,7 +125,7 @@ def test_the_check_finds_what_it_forbids(tmp_path):
     assert foreign_private_attributes(path, tree) == ["mianalysis/analysis/compute.py:4: uses dump._manifest"]
     # Allowed: shared internals, a folder's own private modules, a module's own privates.
     ksg = PACKAGE / "estimators" / "ksg.py"
-    tree = ast.parse("from .._validation import check_k\nfrom ._neighbours import ksg_counts\n"
+    tree = ast.parse("from .._internal.validation import check_k\nfrom ._neighbours import ksg_counts\n"
                      "from . import _kernels\nfrom ..estimators._kernels import BLOCK\n"
                      "class A:\n    def f(self, other):\n        self._x = 1\n        return other._x\n")
     assert private_imports(ksg, tree) == [] and foreign_private_attributes(ksg, tree) == []
@@ -201,12 +201,12 @@ def test_scripts_use_public_names_only(path):
 def test_the_script_check_finds_what_it_forbids():
     assert all(any(p.parent.relative_to(ROOT).parts[0] == folder for p in SCRIPTS) for folder in SCRIPT_FOLDERS)
     path = ROOT / "benchmarks" / "bench_x.py"
-    tree = ast.parse("import mianalysis\nimport mianalysis._io\nfrom mianalysis._provenance import collect\n"
+    tree = ast.parse("import mianalysis\nimport mianalysis._internal.io\nfrom mianalysis._provenance import collect\n"
                      "from mianalysis.estimators._kernels import BLOCK\nfrom mianalysis.dumps import _dump_around\n"
                      "from mianalysis.dumps import format as f\nf._write_json_atomically(p, {})\n"
                      "n = mianalysis.estimators._neighbours.SYMMETRIC_MIN_FEATURES\n")
     assert script_private_names(path, tree) == [
-        "benchmarks/bench_x.py:2: imports mianalysis._io",
+        "benchmarks/bench_x.py:2: imports mianalysis._internal.io",
         "benchmarks/bench_x.py:3: imports mianalysis._provenance.collect",
         "benchmarks/bench_x.py:4: imports mianalysis.estimators._kernels.BLOCK",
         "benchmarks/bench_x.py:5: imports mianalysis.dumps._dump_around",

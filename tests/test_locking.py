@@ -17,8 +17,9 @@ import sys
 import numpy as np
 import pytest
 
-from mianalysis import LockedError, ParameterDump, _locking
-from mianalysis._locking import WriterLock, command_line, lock_path
+from mianalysis import LockedError, ParameterDump
+from mianalysis._internal import locking as _locking
+from mianalysis._internal.locking import WriterLock, command_line, lock_path
 from mianalysis.dumps import import_checkpoints, layout_from_shapes
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
@@ -58,7 +59,7 @@ if sys.argv[2:] == ["raw"]:
     print("paused", flush=True)
     sys.stdin.read()
 else:
-    from mianalysis._locking import WriterLock
+    from mianalysis._internal.locking import WriterLock
     with WriterLock(sys.argv[1]):
         print("paused", flush=True)
         sys.stdin.read()
@@ -284,8 +285,9 @@ def test_command_line_is_shown_as_typed():
 CONTENDER = r"""
 import sys, time
 from pathlib import Path
-from mianalysis import LockedError, _locking
-from mianalysis._locking import WriterLock
+from mianalysis import LockedError
+from mianalysis._internal import locking as _locking
+from mianalysis._internal.locking import WriterLock
 
 _locking.HOLDER_WAIT_S = 0
 counter = Path(sys.argv[1])

@@ -14,7 +14,7 @@ import pytest
 
 from mianalysis import ParameterDump, ksg_mi
 from mianalysis.analysis import AnalysisTable
-from mianalysis import _memory
+from mianalysis._internal import memory as _memory
 from mianalysis.estimators._neighbours import symmetric_cache_bytes, use_distance_cache
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -182,7 +182,7 @@ def test_estimates_without_a_cache_do_not_read_the_memory(monkeypatch):
 
 
 def test_this_process_sees_its_own_rlimit():
-    code = ("import resource; from mianalysis._memory import available_memory_bytes as a; "
+    code = ("import resource; from mianalysis._internal.memory import available_memory_bytes as a; "
             "print(a())")
     limited = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, check=True,
                              preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (2 * GiB, 2 * GiB)))

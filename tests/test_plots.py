@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from mianalysis.plots import (CI_LABEL, NULL_LABEL, OUTSIDE_LABEL, PAIR_BAND, RUN_SD_LABEL,  # noqa: E402
+from mianalysis.report.plots import (CI_LABEL, NULL_LABEL, OUTSIDE_LABEL, PAIR_BAND, RUN_SD_LABEL,  # noqa: E402
                               estimator_variant, figure_distances, figure_mi, figure_title, pair_summary,
                               plot_distance_panel, plot_metric_panel, plot_mi_panel)
 
@@ -209,7 +209,7 @@ def metric_rows(name, its=(0, 1, 2), clients="01", missing=()):
     ([], None),
 ])
 def test_the_default_metric_is_the_loss_like_one(names, expected):
-    from mianalysis.plots import default_metric, metric_names
+    from mianalysis.report.plots import default_metric, metric_names
 
     rows = mi_rows() + metric_rows("nongaussian_share") + [r for n in names for r in metric_rows(n)]
     assert metric_names(rows) == names and default_metric(rows) == expected  # a diagnostic is not a metric
@@ -242,7 +242,7 @@ def test_a_flower_dumps_train_loss_gets_a_loss_panel_with_rounds():
 
 
 def test_an_unknown_metric_is_refused_naming_the_recorded_ones(tmp_path):
-    from mianalysis.plots import save_figure
+    from mianalysis.report.plots import save_figure
 
     rows = mi_rows() + metric_rows("train_loss")
     with pytest.raises(ValueError, match=r"`metric` must be one of the table's recorded metrics \['train_loss'\]; "
@@ -295,7 +295,7 @@ def test_save_figure_labels_rounds_from_the_dump_a_table_read_from_disk_names(tm
 
     from mianalysis import DumpWriter, analyze
     from mianalysis.analysis import AnalysisTable
-    from mianalysis.plots import save_figure
+    from mianalysis.report.plots import save_figure
 
     rng = np.random.default_rng(1)
     with DumpWriter(tmp_path / "d", clients=["a", "b"], checkpoints=[0, 1, 2], runs=30, chunk_size=30,
@@ -322,7 +322,7 @@ def test_save_figure_labels_rounds_from_the_dump_a_table_read_from_disk_names(tm
 
 
 def test_a_null_of_too_few_permutations_draws_no_band_and_says_so(ax):
-    from mianalysis.plots import MIN_BAND_PERMUTATIONS, permutations_of
+    from mianalysis.report.plots import MIN_BAND_PERMUTATIONS, permutations_of
 
     rows = [{**r, "null_method": "permutation"} for r in mi_rows()]
     plot_mi_panel(ax, rows, "ksg", permutations=2)
@@ -348,7 +348,7 @@ def test_figure_mi_reads_the_permutations_from_the_record():
 
 
 def test_estimates_far_above_their_null_get_an_axis_that_shows_their_change(ax):
-    from mianalysis.plots import CUT_LABEL
+    from mianalysis.report.plots import CUT_LABEL
 
     far = [{**r, **{k: r[k] + 1000 for k in ("value", "ci_low", "ci_high")}} for r in mi_rows()]
     plot_mi_panel(ax, far, "ksg")  # 1050 to 1074 bits above a null of sd <= 2.5: the axis is cut to them
@@ -362,7 +362,7 @@ def test_estimates_far_above_their_null_get_an_axis_that_shows_their_change(ax):
 
 
 def test_a_table_without_intervals_says_so(ax):
-    from mianalysis.plots import NO_CI_LABEL
+    from mianalysis.report.plots import NO_CI_LABEL
 
     plot_mi_panel(ax, [{**r, "ci_low": np.nan, "ci_high": np.nan} for r in mi_rows()], "ksg")
     assert NO_CI_LABEL in legend_texts(ax) and CI_LABEL not in legend_texts(ax)

@@ -24,7 +24,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.path import Path as MplPath  # noqa: E402
 from matplotlib.transforms import Bbox  # noqa: E402
 
-from mianalysis.plots import figure_distances, figure_mi, legend_below, plot_mi_panel  # noqa: E402
+from mianalysis.report.plots import figure_distances, figure_mi, legend_below, plot_mi_panel  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIRS = [("0", "1"), ("0", "2"), ("1", "2")]
@@ -335,7 +335,7 @@ def _global_rows(with_uncertainty):
     """aggregator_trends_global's shape: 4 rules x 3 rounds x 3 pairs x 3 quantities, as
     dependence_given_global writes them (or, without `with_uncertainty`, as tables before
     the intervals and nulls, read back from CSV: strings, no such columns)."""
-    from mianalysis.federated.global_dependence import QUANTITIES
+    from mianalysis.analysis.studies.global_dependence import QUANTITIES
 
     given = {}
     for k, rule in enumerate(("fedavg", "median", "and_mask", "geometric_mask")):

@@ -233,7 +233,7 @@ def test_federate_settings_and_dump_record_provenance(tmp_path, monkeypatch):
 
 
 def test_experiment_record_has_provenance(tmp_path):
-    from mianalysis.experiment import run_experiment
+    from mianalysis.report.experiment import run_experiment
     from mianalysis.tasks import SignalRNNTask
 
     run_experiment(SignalRNNTask(**TINY_SIGNAL), runs=6, out_dir=tmp_path, name="e", chunk_size=3, progress=False)

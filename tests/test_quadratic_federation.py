@@ -243,7 +243,7 @@ def test_stream_words_are_distinct_and_non_zero():
     words = [quadratic._START, quadratic._DATA, quadratic._NOISE, quadratic._SHARED_NOISE, quadratic._PROBES,
              quadratic._PROBE_NOISE]
     assert len(set(words)) == 6 and all(w > 100 for w in words)
-    from mianalysis._seeding import replica_seed
+    from mianalysis._internal.seeding import replica_seed
     assert replica_seed(3) == replica_seed(3, 0)  # why a stream word must not be 0
     fed = QuadraticFederation(task(), QuadraticConfig(), replicates=1)
     draws = [fed._normal(3, w, 0, 0, (6,)) for w in words]  # every stream draws its own numbers

@@ -1,4 +1,4 @@
-"""Parameters that move in very few runs (mianalysis.analysis.movers) and analyze's
+"""Parameters that move in very few runs (mianalysis.analysis.diagnostics.movers) and analyze's
 `min_moving_runs`: which columns are held, the entropy bound on the MI they can carry, and
 an analysis whose Gaussian estimate stays plain where the default one is a shrinkage number."""
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from mianalysis import ParameterDump, analyze, gaussian_mi
-from mianalysis.analysis.movers import hold_rare_movers, movers_entropy_bound, rare_movers
+from mianalysis.analysis.diagnostics.movers import hold_rare_movers, movers_entropy_bound, rare_movers
 
 FAST = {"metrics": ["euclidean"], "ci_resamples": 4, "verify": False, "estimators": ["gaussian"]}
 
@@ -133,7 +133,7 @@ def test_a_client_whose_every_parameter_is_held_has_no_estimate_never_an_exact_z
     # min_moving_runs=5 both are held, so nothing of a is left to estimate from. Held
     # parameters are not constant by design: the row is no exact MI of 0, and the +4-bit
     # step out of it is "not made: no estimate", not "a step out of an exact value".
-    from mianalysis.analysis.familywise import FROM_EXACT, exact_by_rule
+    from mianalysis.analysis.inference.familywise import FROM_EXACT, exact_by_rule
     from mianalysis.analysis.reading import CONSTANT, mi_rows_by_trust, reading_guide
 
     first = np.zeros((60, 2))
@@ -160,7 +160,7 @@ def test_a_client_whose_every_parameter_is_held_has_no_estimate_never_an_exact_z
 def test_a_client_whose_parameters_are_constant_is_still_exact_with_movers_held(tmp_path):
     # The other case: constant parameters (no run moves) make the MI 0 exactly, held movers or
     # not, and the step out of it is one out of an exact value.
-    from mianalysis.analysis.familywise import FROM_EXACT
+    from mianalysis.analysis.inference.familywise import FROM_EXACT
 
     table = analyze(_held_dump(tmp_path / "d", np.zeros((60, 2))), min_moving_runs=5, **FAST)
     mi0 = next(r for r in table if r["quantity"] == "mi_gaussian" and r["checkpoint"] == 0)

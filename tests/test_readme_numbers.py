@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from mianalysis.analysis import AnalysisTable
-from mianalysis.analysis.familywise import adjust
+from mianalysis.analysis.inference.familywise import adjust
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()

@@ -12,7 +12,7 @@ import pytest
 
 from mianalysis import ParameterDump, analyze, ksg_mi, mi_permutation_test
 from mianalysis.analysis import AnalysisTable
-from mianalysis.analysis.regime import (COPULA_MAX_BITS, COPULA_MIN_RUNS_PER_DIM, GAUSSIAN_MAX_BITS,
+from mianalysis.analysis.inference.regime import (COPULA_MAX_BITS, COPULA_MIN_RUNS_PER_DIM, GAUSSIAN_MAX_BITS,
                                         GAUSSIAN_MIN_RUNS_PER_DIM, KSG_MAX_BITS, KSG_MAX_JOINT_DIMS, KSG_MIN_RUNS,
                                         estimate_regime_note, is_outside)
 
@@ -277,7 +277,7 @@ def test_plot_draws_flagged_points_hollow():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from mianalysis.plots import OUTSIDE_LABEL, plot_mi_panel
+    from mianalysis.report.plots import OUTSIDE_LABEL, plot_mi_panel
 
     def row(t, note):
         return {"checkpoint": t, "iteration": 10 * t, "client_a": "a", "client_b": "b", "quantity": "mi_ksg",

@@ -13,9 +13,9 @@ from mianalysis.analysis import AnalysisTable  # noqa: E402
 from mianalysis.cli import build_parser, main  # noqa: E402
 from mianalysis.estimators.registry import (Estimator, estimator_names, get_estimator,  # noqa: E402
                                             register_estimator, unregister_estimator)
-from mianalysis.analysis.intervals import mi_interval, resample_indices  # noqa: E402
-from mianalysis.plots import estimator_variant, figure_mi, figure_title  # noqa: E402
-from mianalysis.analysis.regime import estimate_regime_note  # noqa: E402
+from mianalysis.analysis.inference.intervals import mi_interval, resample_indices  # noqa: E402
+from mianalysis.report.plots import estimator_variant, figure_mi, figure_title  # noqa: E402
+from mianalysis.analysis.inference.regime import estimate_regime_note  # noqa: E402
 
 
 def first_coordinates_mi(x, y):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from mianalysis import DumpWriter, LockedError, ParameterDump
-from mianalysis._locking import WriterLock, lock_path
+from mianalysis._internal.locking import WriterLock, lock_path
 from mianalysis.dumps import DumpError, layout_from_shapes, to_xarray
 
 torch = pytest.importorskip("torch")
@@ -216,7 +216,7 @@ def test_an_old_dump_with_a_path_like_metric_name_is_not_exported_as_a_group(tmp
 # ---------------------------------------------------------------------- 6. two exports to one store
 HOLDER = r"""
 import sys
-from mianalysis._locking import WriterLock
+from mianalysis._internal.locking import WriterLock
 with WriterLock(sys.argv[1]):
     print("paused", flush=True)
     sys.stdin.read()

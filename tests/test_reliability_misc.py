@@ -98,7 +98,7 @@ def test_record_runs_refuses_repeated_seeds(tmp_path, seeds, repeated):
 @pytest.mark.parametrize("bad", ["no", "False", 0, 1, None])
 def test_rescale_must_be_true_or_false(rule, bad):
     pytest.importorskip("torch")
-    from mianalysis._validation import InvalidParameterError
+    from mianalysis._internal.validation import InvalidParameterError
     from mianalysis.federated import aggregation
 
     grads = np.array([[1.0, 3, 5], [0, 3, -5]])
@@ -119,7 +119,7 @@ def test_rescale_must_be_true_or_false(rule, bad):
 def test_federated_flags_are_checked_as_booleans(make, message):
     pytest.importorskip("torch")
     import mianalysis.federated as F
-    from mianalysis._validation import InvalidParameterError
+    from mianalysis._internal.validation import InvalidParameterError
 
     with pytest.raises(InvalidParameterError, match=message):
         make(F)

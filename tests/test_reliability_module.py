@@ -23,7 +23,7 @@ import module_factories as mf  # noqa: E402
 from mianalysis import sampling  # noqa: E402
 from mianalysis.cli import main  # noqa: E402
 from mianalysis.dumps import DumpError, ParameterDump  # noqa: E402
-from mianalysis import _memory  # noqa: E402
+from mianalysis._internal import memory as _memory  # noqa: E402
 from mianalysis.sampling import ChunkMemoryError, ParameterSampler  # noqa: E402
 from mianalysis.tasks import ModuleSpec, ModuleTask  # noqa: E402
 

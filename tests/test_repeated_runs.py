@@ -197,7 +197,7 @@ def test_a_bootstrap_of_the_gaussian_estimate_still_runs():
     """gaussian_mi itself does not check: bootstrap resamples (mi_replicates, the additive
     test) repeat runs on purpose; its checked entry points (permutation tests, the command
     line) refuse them."""
-    from mianalysis.analysis.intervals import mi_interval
+    from mianalysis.analysis.inference.intervals import mi_interval
 
     rng = np.random.default_rng(6)
     x = rng.standard_normal((200, 2))

@@ -195,7 +195,7 @@ def test_start_notes_call_only_iteration_0_the_start():
 def test_recorded_metrics_are_the_figures_metrics():
     """row_kinds calls a quantity a recorded metric exactly when the figures draw it as one
     (metric_names): a quantity with some per-client rows is one for both."""
-    from mianalysis.plots import metric_names
+    from mianalysis.report.plots import metric_names
 
     rows = ROWS + [{"quantity": "score", "iteration": 1, "client_a": "a", "client_b": "", "value": 1.0},
                    {"quantity": "score", "iteration": 1, "client_a": "a", "client_b": "b", "value": 1.0},
@@ -214,7 +214,7 @@ def test_row_kinds_describe_every_quantity_once():
 
 
 def test_metrics_figure_needs_a_metric():
-    from mianalysis.plots import figure_metrics
+    from mianalysis.report.plots import figure_metrics
 
     with pytest.raises(ValueError, match="no recorded metric"):
         figure_metrics(ROWS[:1])

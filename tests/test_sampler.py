@@ -198,7 +198,7 @@ def _completed(manifest):
 
 
 def _write_tiny_mnist(folder, rng, per_digit_train=3, per_digit_test=2):
-    from mianalysis.datasets import write_idx
+    from mianalysis.tasks.datasets import write_idx
 
     folder.mkdir()
     for prefix, per in (("train", per_digit_train), ("t10k", per_digit_test)):
@@ -211,7 +211,7 @@ def _write_tiny_mnist(folder, rng, per_digit_train=3, per_digit_test=2):
 
 
 def test_idx_round_trip_and_errors(tmp_path, rng):
-    from mianalysis.datasets import read_idx, write_idx
+    from mianalysis.tasks.datasets import read_idx, write_idx
 
     a = rng.integers(0, 256, size=(4, 5, 6)).astype(np.uint8)
     write_idx(tmp_path / "a", a)

@@ -231,7 +231,7 @@ def test_marginal_distances_bad_input():
 
 def test_cache_fits_is_the_distance_cache_rule(monkeypatch):
     from mianalysis import MarginalDistances
-    from mianalysis import _memory
+    from mianalysis._internal import memory as _memory
 
     monkeypatch.setattr(_memory, "available_memory_bytes", lambda: 2 * 3 * 100 * 100 * 8)
     assert MarginalDistances.cache_fits(100, count=3)

@@ -156,8 +156,8 @@ def test_reading_refuses_bad_typed_values_and_newer_formats(tmp_path, new_rows):
 
 
 def test_plots_and_findings_read_the_columns_not_the_notes(new_rows):
-    from mianalysis.experiment import finding
-    from mianalysis.plots import estimator_variant, pair_summary
+    from mianalysis.report.experiment import finding
+    from mianalysis.report.plots import estimator_variant, pair_summary
 
     mi = [r for r in new_rows if r["quantity"] == "mi_ksg" and r["layer"] == ""][:2]
     assert all(r["outside_calibration"] for r in mi)

@@ -10,7 +10,7 @@ from scipy import stats
 from scipy.spatial import distance
 
 from mianalysis import ParameterDump, analyze, mean_update_cosine, update_cosines
-from mianalysis.analysis.intervals import mean_interval
+from mianalysis.analysis.inference.intervals import mean_interval
 from mianalysis.cli import main
 
 
@@ -331,7 +331,7 @@ def test_figure_draws_the_cosine_beside_the_distances_on_minus_one_to_one(tmp_pa
     pytest.importorskip("matplotlib")
     import matplotlib.pyplot as plt
 
-    from mianalysis.plots import check_drawable, figure_distances
+    from mianalysis.report.plots import check_drawable, figure_distances
 
     n = 40
     start = rng.standard_normal((n, 4))

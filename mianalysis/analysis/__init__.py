@@ -14,7 +14,7 @@
   near-constant parameters that every estimator and the analysis apply.
 """
 
-from .._validation import varying_columns
+from .._internal.validation import varying_columns
 from .assemble import analyze
 from .compute import gaussian_settings
 from .table import (BASE_COLUMNS, COLUMNS, ESTIMATE_KINDS, FORMAT_VERSION, NULL_METHODS, OPTIONAL_COLUMNS,

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from .._io import progress_bar
-from .._locking import WriterLock
-from ..distances import METRICS
+from .._internal.io import progress_bar
+from .._internal.locking import WriterLock
+from ..estimators.distances import METRICS
 from .compute import ChangeInputs, CheckpointAnalysis, Part
-from .familywise import apply_familywise
+from .inference.familywise import apply_familywise
 from .journal import Journal
 from .table import AnalysisTable, complete_row
 from .validate import ESTIMATORS, check_dump, check_out, check_request, table_settings
@@ -57,10 +57,10 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: str | Sequen
         or stopped) is analysed as far as it goes, and every row's ``note`` says so
         ("dump incomplete: 40 of 200 runs"), as does the sidecar (``dump_runs``).
     estimators : "auto" or sequence of str, default="auto"
-        "auto" (:mod:`mianalysis.analysis.choice`): per pair, checkpoint and tensor, an
+        "auto" (:mod:`mianalysis.analysis.inference.choice`): per pair, checkpoint and tensor, an
         estimate inside its calibrated regime or a labelled lower bound. The Gaussian copula
         estimate (rows ``mi_copula``) where there are at least 2.2 runs per varying joint
-        dimension (its calibrated regime, :mod:`mianalysis.analysis.regime`) and the estimate
+        dimension (its calibrated regime, :mod:`mianalysis.analysis.inference.regime`) and the estimate
         lies inside that regime; else the cross-fitted projection lower bound (``mi_bound``,
         ``estimate_kind`` "bound"); KSG too (``mi_ksg``) where joint dims <= 4 and runs >=
         2000 and its estimate is inside its regime. Each such row's note starts with
@@ -160,14 +160,14 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: str | Sequen
         which trained networks need not be, while shuffling the pairing assumes nothing.
     ci_resamples : int or dict of estimator -> int, optional
         Resamples of the runs behind each MI estimate's confidence interval: bootstrap
-        resamples for "gaussian", random halves for "ksg" (:mod:`mianalysis.analysis.intervals`
+        resamples for "gaussian", random halves for "ksg" (:mod:`mianalysis.analysis.inference.intervals`
         says why; the registry entry's ``interval`` and ``ci_resamples``). Default
         ``{"gaussian": 20, "ksg": 10, "copula": 20}``; 0 (or 1) gives no MI interval.
         The Gaussian and copula estimates use them only for shrinkage estimates and for
         changes between checkpoints below 4 runs per joint dimension: their level
         intervals come from the Wishart formula and, from 4 runs per joint dimension on,
         their changes' from the runs' influence values
-        (:func:`mianalysis.analysis.intervals.change_method`).
+        (:func:`mianalysis.analysis.inference.intervals.change_method`).
         A bootstrap resample costs one Gaussian estimate and a half about 1/4 of a KSG
         estimate; the interval uses Student's t quantile for the standard error of so few
         resamples (2.09 for 20 and 2.26 for 10 at 95 %, instead of 1.96). Distance intervals
@@ -177,7 +177,7 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: str | Sequen
         the sidecar's settings (``ci_level``, ``ci_resamples``, ``ci_method``).
     familywise : {"holm", "bh", "none"}, default="holm"
         The correction behind the columns ``p_adjusted`` and ``family_verdict``
-        (:mod:`mianalysis.analysis.familywise`): Holm (family-wise error rate),
+        (:mod:`mianalysis.analysis.inference.familywise`): Holm (family-wise error rate),
         Benjamini-Hochberg (false discovery rate) or none (each test alone), at the error
         rate 1 - `ci_level`. Holm by default: it holds under any dependence between the
         tests, and consecutive changes of a pair are negatively correlated, which BH's
@@ -191,7 +191,7 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: str | Sequen
         over pairs; a statement counting pairs ("2 of 3 pairs rise") needs "cell".
     gaussianity : bool, default=False
         Also give, per checkpoint (and layer), how far the samples are from Gaussian, so
-        that a reader knows which MI row to read (:mod:`mianalysis.analysis.gaussianity`):
+        that a reader knows which MI row to read (:mod:`mianalysis.analysis.diagnostics.gaussianity`):
         per client in a pair a row ``nongaussian_share`` (``client_b`` empty; the share of
         its varying parameters whose marginal rejects normality, D'Agostino-Pearson with
         Holm's correction over the parameters at 1 - `ci_level`; the note gives the test,
@@ -203,7 +203,7 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: str | Sequen
         only when on.
     min_moving_runs : int, default=1
         Hold each client's parameters that leave their most common value in fewer than this
-        many runs at that value for the MI estimates (:mod:`mianalysis.analysis.movers`):
+        many runs at that value for the MI estimates (:mod:`mianalysis.analysis.diagnostics.movers`):
         a few such parameters moving in the same runs make a client's covariance singular
         (its Gaussian estimates then shrinkage numbers without a verdict), while the MI they
         can carry is at most their entropy, which each MI row's note bounds ("held 5
@@ -261,7 +261,7 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: str | Sequen
         (the estimate lies outside the calibrated regime) and ``null_method`` ("none",
         "permutation" or "analytic"). Each change row also has its standard error
         ``change_se`` and the two-sided p-value ``change_p`` of "no change", from the same
-        law as its interval (:func:`~mianalysis.analysis.intervals.change_test`), and
+        law as its interval (:func:`~mianalysis.analysis.inference.intervals.change_test`), and
         ``p_adjusted`` and ``family_verdict``: the p-value adjusted over its family
         (`familywise`, `family`) and the verdict from it ("rising", "falling", "no
         detectable change", or the per-step "not made: ..."). An MI row with a null has
@@ -276,7 +276,7 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: str | Sequen
     dimension, and uses Ledoit-Wolf shrinkage otherwise; parameters that are constant over
     runs are dropped (they carry no information; the estimators drop them the same way):
     exactly constant, or with an sd over runs of at most 4 float32 spacings of their
-    magnitude (rounding noise; :func:`mianalysis._validation.varying_columns`), the rule the
+    magnitude (rounding noise; :func:`mianalysis._internal.validation.varying_columns`), the rule the
     sidecar records (``settings["constant_rule"]``).
     Each such choice is written in the row's ``note`` (and a shrinkage estimate's
     ``estimate_kind`` is "shrinkage"). When all of a client's parameters
@@ -290,11 +290,11 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: str | Sequen
     An MI estimate outside the regime where the estimator was calibrated against known MI
     (``python experiments/calibration.py --regimes``) says so in its note, e.g.
     "outside calibration: shrinkage estimate (400 runs <= 2 x 200 joint dims)" or
-    "outside calibration: > 4 joint dims" (see :func:`mianalysis.analysis.regime.estimate_regime_note`),
-    and its ``outside_calibration`` is True; :mod:`mianalysis.plots` draws such points hollow.
+    "outside calibration: > 4 joint dims" (see :func:`mianalysis.analysis.inference.regime.estimate_regime_note`),
+    and its ``outside_calibration`` is True; :mod:`mianalysis.report.plots` draws such points hollow.
 
     The MI rows of a dump the sampler wrote also say what its sampling design forces on
-    the dependence between clients (:func:`mianalysis.analysis.design.design_note`), e.g. "design:
+    the dependence between clients (:func:`mianalysis.analysis.diagnostics.design.design_note`), e.g. "design:
     fixed start, no stream shared: the clients are independent (MI 0 in truth)".
 
     Examples

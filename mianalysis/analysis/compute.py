@@ -11,22 +11,22 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from .._validation import varying_columns
-from ..distances import UPDATE_METRICS, paired_distances, update_cosines
-from ..sampling import CENTRAL
+from .._internal.validation import varying_columns
+from ..estimators.distances import UPDATE_METRICS, paired_distances, update_cosines
+from ..dumps import CENTRAL
 from ..estimators import KSG_NOISE, MarginalDistances, gaussian_mi, gaussian_mi_null, mi_permutation_test
 from ..estimators.significance import gaussian_permutation_test
 from ..estimators.bound import bound_min_runs
 from ..estimators.ksg import ksg_estimates_of_subsets, ksg_ties, standardize_columns
 from ..estimators.registry import DISTANCE_STREAM, LEVEL_INTERVALS, get_estimator
-from .choice import EXTRA, FALLBACK, PRIMARY, Choice, choose, fallback_note, omitted_note
-from .design import design_note
-from .gaussianity import copula_disagreement, nongaussian_share
-from .intervals import (InfluenceValues, change_method, change_test, level_method, level_se, mean_interval,
+from .inference.choice import EXTRA, FALLBACK, PRIMARY, Choice, choose, fallback_note, omitted_note
+from .diagnostics.design import design_note
+from .diagnostics.gaussianity import copula_disagreement, nongaussian_share
+from .inference.intervals import (InfluenceValues, change_method, change_test, level_method, level_se, mean_interval,
                         mi_influence, mi_replicates, normal_interval, resample_indices, trend_verdict)
-from .movers import RareMovers, hold_rare_movers
+from .diagnostics.movers import RareMovers, hold_rare_movers
 from .reading import NO_ESTIMATE, held_note, no_estimate_reason
-from .regime import estimate_regime_note
+from .inference.regime import estimate_regime_note
 from .validate import AnalysisRequest, start_checkpoint
 
 if TYPE_CHECKING:  # names used only in type hints
@@ -108,7 +108,7 @@ def _mi_row(x, y, estimator, k, permutations, rng, distances=None, distance_cach
             gaussian_null="permutation", keep=None, transformed=None):
     """The fields of one estimator's row on one client pair: value, null_mean, null_std,
     p_value, note and the typed columns (estimate_kind, outside_calibration, null_method);
-    an estimate outside the calibrated regime says so (mianalysis.analysis.regime), and
+    an estimate outside the calibrated regime says so (mianalysis.analysis.inference.regime), and
     ``regime`` holds that note alone (not a column: the caller removes it).
 
     `distances`: the two clients' marginal distance matrices of their noised samples (KSG
@@ -264,7 +264,7 @@ class CheckpointAnalysis:
             change_p: float = np.nan) -> dict[str, Any]:
         """A table row of checkpoint t and clients a, b (b None: client a's recorded metric).
         Its family-wise columns are filled once the whole table is assembled
-        (:func:`mianalysis.analysis.familywise.apply_familywise`)."""
+        (:func:`mianalysis.analysis.inference.familywise.apply_familywise`)."""
         dump = self.dump
         return {"checkpoint": t, "iteration": dump.checkpoints[t], "client_a": dump.clients[a],
                 "client_b": "" if b is None else dump.clients[b], "quantity": quantity,
@@ -337,7 +337,7 @@ class CheckpointAnalysis:
     def mi_samples(self, samples: Sequence[np.ndarray]) -> tuple[Sequence[np.ndarray], list[RareMovers] | None]:
         """The clients' samples as the MI estimates see them: each client's parameters moving
         in fewer than ``min_moving_runs`` runs held at their most common value
-        (:mod:`mianalysis.analysis.movers`), and those movers; `samples` and None where the
+        (:mod:`mianalysis.analysis.diagnostics.movers`), and those movers; `samples` and None where the
         request holds none (the default)."""
         if self.request.min_moving_runs <= 1:
             return samples, None
@@ -465,7 +465,7 @@ class CheckpointAnalysis:
                      keep: tuple[np.ndarray, np.ndarray],
                      transformed: TransformedSamples | None = None) -> list[tuple[str, dict[str, Any]]]:
         """The rows ``estimators="auto"`` gives pair (a, b) at checkpoint t
-        (:mod:`mianalysis.analysis.choice`; `keep`: the varying columns of x and y, which the
+        (:mod:`mianalysis.analysis.inference.choice`; `keep`: the varying columns of x and y, which the
         rule counts and each estimate keeps): [(estimator, fields)], each note saying which
         estimator it is and why."""
         out = []
@@ -491,7 +491,7 @@ class CheckpointAnalysis:
     def gaussianity_rows(self, t: int, group: str, samples: Sequence[np.ndarray],
                          rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         """The Gaussianity diagnostic of checkpoint t and tensor `group`
-        (:mod:`mianalysis.analysis.gaussianity`): per client in a pair, ``nongaussian_share``
+        (:mod:`mianalysis.analysis.diagnostics.gaussianity`): per client in a pair, ``nongaussian_share``
         (the share of its varying parameters whose marginal rejects normality, Holm at 1 -
         ``ci_level``); per pair whose ``mi_gaussian`` and ``mi_copula`` rows (among `rows`,
         intervals filled) both have an interval, ``copula_disagrees`` (1 when the intervals
@@ -734,7 +734,7 @@ def _no_estimate(estimator):
 
 def _choose(n_runs, keep_x, keep_y):
     """The auto rule's choices (:func:`choose`) for a pair whose varying columns (by the constant
-    rule every estimator applies, :func:`mianalysis._validation.varying_columns`) are `keep_x`
+    rule every estimator applies, :func:`mianalysis._internal.validation.varying_columns`) are `keep_x`
     and `keep_y`: the joint dimension counts these."""
     return choose(n_runs, int(keep_x.sum() + keep_y.sum()))
 

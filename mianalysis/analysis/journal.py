@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .._io import new_file
+from .._internal.io import new_file
 from ..provenance import collect
 from .validate import rows_settings
 

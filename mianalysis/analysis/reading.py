@@ -36,7 +36,7 @@ CLIENT_DIAGNOSTICS = ("nongaussian_share",)
 CONSTANT = "constant across runs: MI is 0"
 IDENTICAL = "identical samples"
 # An MI row of a pair in which a client's varying parameters all move in fewer than
-# `min_moving_runs` runs (mianalysis.analysis.movers): all are held at their most common
+# `min_moving_runs` runs (mianalysis.analysis.diagnostics.movers): all are held at their most common
 # value, so the MI of the held samples is 0 by the rule, not by design; no estimate (NaN),
 # never an exact value (it is not CONSTANT).
 HELD = "every varying parameter of"
@@ -103,7 +103,7 @@ def metric_names(rows: Sequence[Mapping]) -> list[str]:
     """The recorded training metrics of a table (its per-client quantities: rows without a
     ``client_b``, other than the analysis' own diagnostics such as ``nongaussian_share``),
     in the order of their first rows: what the figures draw as metrics
-    (:func:`mianalysis.plots.metric_names`) and :func:`row_kinds` calls a recorded metric.
+    (:func:`mianalysis.report.plots.metric_names`) and :func:`row_kinds` calls a recorded metric.
 
     Parameters
     ----------
@@ -338,7 +338,7 @@ def reading_guide(rows: Sequence[Mapping], label: str = "iteration") -> list[str
         lines.append(f"Read first: the {len(groups['calibrated'])} MI rows inside their estimator's calibrated regime "
                      f"({_where(groups['calibrated'], label)}; `estimate_kind` plain, `outside_calibration` false): "
                      "there the estimator was within 5 % of the known MI of correlated Gaussians "
-                     "(mianalysis.analysis.regime).")
+                     "(mianalysis.analysis.inference.regime).")
     if groups["outside"]:
         lines.append(f"Outside calibration ({len(groups['outside'])} rows: {_where(groups['outside'], label)}): "
                      "the estimate may be far from the truth (the note says why, e.g. KSG in more than "

@@ -16,10 +16,10 @@ Format versions (the sidecar's ``format_version``):
   Later in version 2, the inference columns of :data:`INFERENCE_COLUMNS`: each change's
   standard error and p-value (``change_se``, ``change_p``), and the family-wise adjusted
   p-value and verdict (``p_adjusted``, ``family_verdict``; see
-  :mod:`mianalysis.analysis.familywise`). A table without them gets ``change_se`` and
+  :mod:`mianalysis.analysis.inference.familywise`). A table without them gets ``change_se`` and
   ``change_p`` from each change's interval and the level its sidecar records
-  (:func:`~mianalysis.analysis.intervals.se_from_interval`), and no family-wise columns
-  (:func:`~mianalysis.analysis.familywise.apply_familywise` gives them to any table).
+  (:func:`~mianalysis.analysis.inference.intervals.se_from_interval`), and no family-wise columns
+  (:func:`~mianalysis.analysis.inference.familywise.apply_familywise` gives them to any table).
   Later still, the rows of the Gaussianity diagnostic (``nongaussian_share``,
   ``copula_disagrees``; :func:`mianalysis.analyze`'s `gaussianity`): new quantities in the
   same columns, so tables without them read as before.
@@ -36,9 +36,9 @@ from typing import Any, overload
 
 import numpy as np
 
-from .._io import new_file
-from .intervals import change_df, change_test, se_from_interval
-from .regime import is_outside
+from .._internal.io import new_file
+from .inference.intervals import change_df, change_test, se_from_interval
+from .inference.regime import is_outside
 
 __all__ = [
     "AnalysisTable", "BASE_COLUMNS", "TYPED_COLUMNS", "COLUMNS", "OPTIONAL_COLUMNS", "ESTIMATE_KINDS", "NULL_METHODS",
@@ -52,11 +52,11 @@ BASE_COLUMNS = ("checkpoint", "iteration", "client_a", "client_b", "quantity", "
 # singular covariance; also a change from or to one) or "bound" (an estimator's bound on the
 # MI rather than an estimate of it; no registered estimator gives one yet).
 # outside_calibration: the estimate lies outside the regime where its estimator was calibrated
-# (mianalysis.analysis.regime). null_method: "none", "permutation" or "analytic".
+# (mianalysis.analysis.inference.regime). null_method: "none", "permutation" or "analytic".
 TYPED_COLUMNS = ("estimate_kind", "outside_calibration", "null_method")
 # change_se, change_p: a delta row's standard error and two-sided p-value of "no change"
-# (mianalysis.analysis.intervals.change_test). p_adjusted: a delta row's change_p, or an MI
-# row's null p-value, adjusted over its family (mianalysis.analysis.familywise);
+# (mianalysis.analysis.inference.intervals.change_test). p_adjusted: a delta row's change_p, or an MI
+# row's null p-value, adjusted over its family (mianalysis.analysis.inference.familywise);
 # family_verdict: a delta row's verdict from p_adjusted (empty on other rows).
 INFERENCE_COLUMNS = ("change_se", "change_p", "p_adjusted", "family_verdict")
 COLUMNS = BASE_COLUMNS + TYPED_COLUMNS + INFERENCE_COLUMNS
@@ -77,7 +77,7 @@ def sidecar_path(table: str | os.PathLike) -> Path:
     """The JSON sidecar of a CSV table: its full name plus ``.json`` (``t.csv`` -> ``t.csv.json``),
     so that any table name maps to one sidecar and it never clashes with another output
     (``NAME.json`` stays free for a file of its own). An experiment's record
-    (:func:`mianalysis.experiment.run_experiment`) is the sidecar of its table and holds the
+    (:func:`mianalysis.report.experiment.run_experiment`) is the sidecar of its table and holds the
     table's own sidecar under ``"analysis"``, which :meth:`AnalysisTable.read` reads."""
     return Path(str(table) + ".json")
 
@@ -126,10 +126,10 @@ def complete_row(row: Mapping[str, Any], *, level: float = 0.95,
     it is (the same dict).
 
     A change row (``delta_*``) without ``change_se`` and ``change_p`` gets them from its
-    interval: the se by :func:`~mianalysis.analysis.intervals.se_from_interval` at `level`
+    interval: the se by :func:`~mianalysis.analysis.inference.intervals.se_from_interval` at `level`
     (the table's ``ci_level``), with Student's t for an MI change when `ci_resamples` (the
     table's ``ci_resamples``) records its estimator's resamples, as the analysis made the
-    interval; the p-value by :func:`~mianalysis.analysis.intervals.change_test` around the
+    interval; the p-value by :func:`~mianalysis.analysis.inference.intervals.change_test` around the
     row's value (the midpoint of the interval). Other rows get NaN. (Tables without these
     columns predate the influence-value intervals of MI changes, so their MI changes are all
     from resamples.)"""
@@ -284,7 +284,7 @@ class AnalysisTable(Sequence[dict[str, Any]]):
 
     def record_with_dump(self) -> dict[str, Any] | None:
         """How the table was made, as a figure's title and axes read it
-        (:func:`mianalysis.plots.figure_title`, :func:`mianalysis.plots.checkpoint_label`): the
+        (:func:`mianalysis.report.plots.figure_title`, :func:`mianalysis.report.plots.checkpoint_label`): the
         entries of :attr:`sidecar` and, while the dump its settings name (``settings["dump"]``)
         is readable, that dump's meta (task, init, shared streams; ``flower`` or ``federated``
         for a dump of rounds) under ``dump_meta``, with ``shared`` [] where the dump records

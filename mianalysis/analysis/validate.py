@@ -10,14 +10,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._validation import CONSTANT_RULE, check_choice, check_flag, check_int, check_k
-from ..distances import METRICS, UPDATE_METRICS
+from .._internal.validation import CONSTANT_RULE, check_choice, check_flag, check_int, check_k
+from ..estimators.distances import METRICS, UPDATE_METRICS
 from ..estimators import MarginalDistances
 from ..estimators.registry import estimator_names, estimators_taking, get_estimator
-from .choice import AUTO, AUTO_ESTIMATORS, choice_settings
-from .familywise import FAMILIES, METHODS, familywise_settings
-from .intervals import DISTANCE_METHOD, UPDATE_METHOD, change_method, check_level, interval_method, level_method
-from .movers import check_min_moving_runs
+from .inference.choice import AUTO, AUTO_ESTIMATORS, choice_settings
+from .inference.familywise import FAMILIES, METHODS, familywise_settings
+from .inference.intervals import DISTANCE_METHOD, UPDATE_METHOD, change_method, check_level, interval_method, level_method
+from .diagnostics.movers import check_min_moving_runs
 
 if TYPE_CHECKING:  # names used only in type hints
     from ..dumps import ParameterDump
@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # names used only in type hints
 __all__ = ["ESTIMATORS", "GAUSSIAN_NULLS", "BY", "AnalysisRequest", "check_request", "table_settings", "check_dump",
            "check_out", "check_table_place", "check_table_out", "dump_around", "rows_settings", "start_checkpoint"]
 
-# Analysed by default: the automatic choice per pair and checkpoint (mianalysis.analysis.choice);
+# Analysed by default: the automatic choice per pair and checkpoint (mianalysis.analysis.inference.choice);
 # any list of registered estimators may be asked for instead.
 ESTIMATORS = AUTO
 GAUSSIAN_NULLS = ("permutation", "analytic")
@@ -60,13 +60,13 @@ class AnalysisRequest:
     ci_level : float
     familywise, family : str
         The correction of the family-wise columns and its family
-        (:mod:`mianalysis.analysis.familywise`), at error rate 1 - `ci_level`.
+        (:mod:`mianalysis.analysis.inference.familywise`), at error rate 1 - `ci_level`.
     gaussianity : bool
         Whether the checkpoint's rows include the Gaussianity diagnostic
-        (:mod:`mianalysis.analysis.gaussianity`).
+        (:mod:`mianalysis.analysis.diagnostics.gaussianity`).
     min_moving_runs : int
         Parameters moving in fewer runs are held at their most common value for the MI
-        estimates (:mod:`mianalysis.analysis.movers`); 1 holds none.
+        estimates (:mod:`mianalysis.analysis.diagnostics.movers`); 1 holds none.
     """
 
     estimators: tuple[str, ...]
@@ -151,7 +151,7 @@ def check_request(dump: ParameterDump, *, estimators: str | Sequence[str], metri
 def _check_clients(dump: ParameterDump) -> None:
     """ValueError unless the dump has two clients to pair (the reference client "central"
     is in no pair): every distance and MI is of a client pair."""
-    from ..sampling import CENTRAL
+    from ..dumps import CENTRAL
 
     clients = [c for c in dump.clients if c != CENTRAL]
     if len(clients) < 2:
@@ -334,7 +334,7 @@ def check_out(out: str | os.PathLike, settings: Mapping[str, Any], force: bool) 
 # a folder, even when told to replace; an existing file only when told to (analyze also
 # replaces a table whose sidecar records the same analysis); the table is written through a
 # new temporary file renamed into place, so a link found at `out` is replaced, never written
-# through (mianalysis._io.write_rows, AnalysisTable.write).
+# through (mianalysis._internal.io.write_rows, AnalysisTable.write).
 def check_table_place(out: str | os.PathLike, *, writer: str = "an analysis", name: str = "`out`") -> Path:
     """`out` as a Path; ValueError if it can never hold a table, even when told to replace it:
     the dump folder, a path inside a dump (as given or with links resolved: a link into a

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .._locking import WriterLock
+from .._internal.locking import WriterLock
 from .format import ParameterDump
 from .manifest import DTYPE, METRIC_NAME, RESERVED_METRIC_NAMES, DumpError
 

@@ -29,7 +29,7 @@ It is not part of `meta`, so it never decides whether a rerun resumes.
 
 One process writes a dump at a time: creating it, importing into it and writing chunks
 take its writer lock, the hidden file ``.NAME.lock`` beside the folder (see
-:mod:`mianalysis._locking`); a second writer gets a LockedError naming the first. Readers
+:mod:`mianalysis._internal.locking`); a second writer gets a LockedError naming the first. Readers
 take no lock.
 
 A dump's files are regular files inside its folder. A symbolic link, a folder or a fifo in
@@ -59,7 +59,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .._locking import WriterLock
+from .._internal.locking import WriterLock
 from ..provenance import collect
 from .layout import LayoutEntry, find_nonfinite, layout_columns, layout_from_shapes, select_layout
 from .manifest import (DTYPE, FORMAT_VERSION, MANIFEST, DumpError, check_checkpoints, check_meta, check_metric_names,
@@ -381,7 +381,7 @@ class ParameterDump:
                layout: Sequence, metric_names: Sequence[str] = (), meta: dict | None = None) -> ParameterDump:
         """Start an empty dump in a new (or empty) folder and return it.
 
-        The dump's writer lock (see :mod:`mianalysis._locking`) is held while it is built,
+        The dump's writer lock (see :mod:`mianalysis._internal.locking`) is held while it is built,
         so two processes creating the same dump cannot both build it.
 
         Raises
@@ -555,7 +555,7 @@ class ParameterDump:
         -------
         ParameterDump
         """
-        from .._validation import check_samples
+        from .._internal.validation import check_samples
 
         if not isinstance(samples, dict):
             samples = {str(i): a for i, a in enumerate(samples)}
@@ -742,7 +742,7 @@ class ParameterDump:
         """The runs not written yet, cut at multiples of `chunk_size`: the chunks a writer
         of runs [k * chunk_size, (k + 1) * chunk_size) has still to write, in order. Writing
         exactly these gives the manifest that writing every chunk in order gives."""
-        from .._validation import check_int
+        from .._internal.validation import check_int
 
         chunk_size = check_int(chunk_size, "chunk_size", low=1)
         chunks = []

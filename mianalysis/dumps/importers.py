@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .._io import progress_bar
-from .._locking import WriterLock
-from .._validation import check_int
+from .._internal.io import progress_bar
+from .._internal.locking import WriterLock
+from .._internal.validation import check_int
 from .writer import DumpWriter, IncompleteChunkWarning, layout_difference, named_arrays
 from .format import ParameterDump
 from .layout import find_nonfinite, layout_from_shapes, select_layout

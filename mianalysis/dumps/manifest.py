@@ -33,13 +33,16 @@ from typing import Any, NoReturn
 import numpy as np
 
 __all__ = [
-    "FORMAT_VERSION", "MANIFEST", "DTYPE", "DumpError", "METRIC_NAME", "RESERVED_METRIC_NAMES",
+    "FORMAT_VERSION", "MANIFEST", "DTYPE", "CENTRAL", "DumpError", "METRIC_NAME", "RESERVED_METRIC_NAMES",
     "check_meta", "check_metric_names", "check_checkpoint", "check_checkpoints", "check_manifest", "parse_manifest"
 ]
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 DTYPE = np.dtype("<f4")
+# The name of a dump's reference client (trained beside the clients in each run, e.g.
+# ParameterSampler(reference="central")): a dump convention, so it is in no client pair.
+CENTRAL = "central"
 
 
 class DumpError(ValueError):

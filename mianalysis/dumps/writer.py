@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .._locking import WriterLock
-from .._validation import check_int
+from .._internal.locking import WriterLock
+from .._internal.validation import check_int
 from ..provenance import collect
 from .format import ParameterDump, check_creatable, discard_unwritten_dump, unwritten_dump_discarded
 from .layout import find_nonfinite, layout_from_shapes

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import _memory
-from .._validation import check_k
+from .._internal import memory as _memory
+from .._internal.validation import check_k
 
 PERMUTATION_BATCH = 32  # pairings per pass over the distance matrices
 SYMMETRIC_MIN_FEATURES = 100  # below, computing each distance twice in O(n) memory is faster
@@ -104,7 +104,7 @@ def check_distance_cache(distance_cache):
 def use_distance_cache(distance_cache, n_bytes):
     """Whether to keep `n_bytes` of distances in memory: always for True, never for False,
     for "auto" when they take at most half the memory this process can still allocate
-    (:func:`mianalysis._memory.available_memory_bytes`: physical memory, cgroup limits, ``ulimit -v``); else
+    (:func:`mianalysis._internal.memory.available_memory_bytes`: physical memory, cgroup limits, ``ulimit -v``); else
     the caller computes in O(n) memory."""
     check_distance_cache(distance_cache)
     if distance_cache == "auto" and n_bytes > 0:

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .._scaling import SAFE_HIGH, SAFE_LOW, pow2_scale
-from .._validation import check_flag, check_int, check_paired, check_random_state, check_units, drop_constant_features
+from .._internal.scaling import SAFE_HIGH, SAFE_LOW, pow2_scale
+from .._internal.validation import check_flag, check_int, check_paired, check_random_state, check_units, drop_constant_features
 from .copula import normal_scores
 from .gaussian import SingularCovarianceError, bound_min_runs, gaussian_mi, ledoit_wolf_intensity
 from .repeats import check_repeated_runs
@@ -24,7 +24,7 @@ __all__ = ["ProjectionBound", "projection_bound", "projection_mi_bound", "canoni
 
 # The default number of canonical pairs keeps every held-out estimate at this many runs per
 # projected dimension or more (the plain bias-corrected estimate is calibrated from 2.2:
-# mianalysis.analysis.regime.GAUSSIAN_MIN_RUNS_PER_DIM), so that it sits well inside its regime.
+# mianalysis.analysis.inference.regime.GAUSSIAN_MIN_RUNS_PER_DIM), so that it sits well inside its regime.
 RUNS_PER_DIMENSION = 10
 
 
@@ -172,7 +172,7 @@ def projection_bound(x: ArrayLike, y: ArrayLike, *, n_components: int | None = N
         Canonical pairs kept. None: ``n_eval // (2 * RUNS_PER_DIMENSION)`` (at least 1, at
         most the smaller side's features), so that each held-out estimate has 10 runs or
         more per projected dimension, well inside the plain estimator's calibrated regime
-        (2.2 runs per dimension; :mod:`mianalysis.analysis.regime`). An explicit value needs
+        (2.2 runs per dimension; :mod:`mianalysis.analysis.inference.regime`). An explicit value needs
         evaluation folds of more than ``2 n_components + 1`` runs.
     folds : int, default=2
         Folds of each split (``2 <= folds <= n_samples // 4``). With 2 the halves swap
@@ -242,7 +242,7 @@ def projection_bound(x: ArrayLike, y: ArrayLike, *, n_components: int | None = N
     *Its null.* For independent ``x`` and ``y``, ``xA`` and ``yB`` are independent for any
     fixed ``A, B``, so the held-out estimates have mean about 0: a permutation test of the
     bound (:func:`mianalysis.mi_permutation_test` with ``estimator="bound"``) is valid.
-    Its intervals resample random halves of the runs (:mod:`mianalysis.analysis.intervals`): a
+    Its intervals resample random halves of the runs (:mod:`mianalysis.analysis.inference.intervals`): a
     bootstrap resample would put copies of one run on both sides of a split.
 
     *Magnitudes.* The bound does not change with the scale of a column, and is computed so

@@ -7,7 +7,7 @@ from numpy.typing import ArrayLike
 from scipy.special import ndtri
 from scipy.stats import rankdata
 
-from .._validation import check_paired, drop_constant_features
+from .._internal.validation import check_paired, drop_constant_features
 from .gaussian import check_covariance_fits, check_gaussian_settings, gaussian_mi
 from .repeats import check_repeated_runs
 

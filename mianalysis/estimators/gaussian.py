@@ -14,8 +14,8 @@ from numpy.typing import ArrayLike
 from scipy.linalg import LinAlgError, cholesky, eigh, get_blas_funcs
 from scipy.special import digamma
 
-from .._scaling import SAFE_HIGH, SAFE_LOW, pow2_scale
-from .._validation import (ConstantFeatureWarning, check_choice, check_flag, check_paired, check_samples, check_units,
+from .._internal.scaling import SAFE_HIGH, SAFE_LOW, pow2_scale
+from .._internal.validation import (ConstantFeatureWarning, check_choice, check_flag, check_paired, check_samples, check_units,
                            drop_constant_features, varying_columns)
 
 __all__ = [
@@ -306,7 +306,7 @@ def _check_conditioning(z, n_samples) -> np.ndarray:
 
 def _drop_constant_conditioning(z) -> np.ndarray:
     """`z` without its constant columns (conditioning on a constant is conditioning on
-    nothing; the rule of :func:`mianalysis._validation.varying_columns`), warning with
+    nothing; the rule of :func:`mianalysis._internal.validation.varying_columns`), warning with
     `ConstantFeatureWarning` if any."""
     keep = varying_columns(z)
     if keep.all():
@@ -563,12 +563,12 @@ def covariance_bytes(n_samples: int, n_features: int) -> int:
 def check_covariance_fits(n_samples: int, n_features: int, what: str = "the Gaussian estimate") -> None:
     """A :class:`CovarianceMemoryError` naming the memory needed and what fits, before any
     allocation, when :func:`covariance_bytes` exceeds the memory this process can allocate
-    (:func:`mianalysis._memory.available_memory_bytes`: physical memory, cgroup limits,
+    (:func:`mianalysis._internal.memory.available_memory_bytes`: physical memory, cgroup limits,
     ``ulimit -v``); nothing when that is unknown or the need is below 1 GiB."""
     need = covariance_bytes(n_samples, n_features)
     if need <= _MEMORY_CHECK_BYTES:
         return
-    from .. import _memory
+    from .._internal import memory as _memory
 
     room = _memory.available_memory_bytes()
     if not room or need <= room:

@@ -9,7 +9,7 @@ from numpy.typing import ArrayLike
 from scipy import stats
 from scipy.special import digamma, polygamma
 
-from .._validation import check_choice, check_int
+from .._internal.validation import check_choice, check_int
 from .gaussian import check_gaussian_settings, wishart_logdet_bias
 
 __all__ = ["gaussian_mi_null", "GaussianMINull"]

@@ -3,7 +3,7 @@
 Two formulas for the sd of :func:`mianalysis.gaussian_mi` (bias-corrected) of Gaussian
 data, in terms of n, the dimensions p and q and the canonical correlations:
 
-- ``"wishart"`` (the default of the level intervals of :mod:`mianalysis.analysis.intervals`):
+- ``"wishart"`` (the default of the level intervals of :mod:`mianalysis.analysis.inference.intervals`):
   with ``m = n - 1`` and ``W`` the scatter matrix, ``2 I = log det W_xx + log det W_yy - log det W``.
   By the Schur complement ``log det W = log det W_xx + log det W_y|x`` with ``W_y|x``
   independent of ``W_xx`` (Anderson 2003, Theorem 7.3.6), so every variance and covariance
@@ -75,7 +75,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.special import polygamma
 
-from .._validation import check_choice, check_paired, check_units, drop_constant_features
+from .._internal.validation import check_choice, check_paired, check_units, drop_constant_features
 from .gaussian import lower_solve, wishart_logdet_bias
 
 __all__ = ["SE_METHODS", "gaussian_mi_se", "wishart_mi_se", "canonical_correlations", "gaussian_mi_influence",

@@ -11,8 +11,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.special import digamma
 
-from .._scaling import column_std, pow2_scale
-from .._validation import (
+from .._internal.scaling import column_std, pow2_scale
+from .._internal.validation import (
     check_choice,
     check_flag,
     check_int,

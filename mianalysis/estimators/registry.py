@@ -4,8 +4,8 @@ Adding an estimator is one :func:`register_estimator` call (plus its tests): the
 says which function computes it, which keyword arguments it takes, how its confidence
 intervals resample the runs, which nulls apply, how a figure labels and colours it and
 where its calibrated regime is described. :func:`mianalysis.analyze`,
-:func:`mianalysis.mi_permutation_test`, :mod:`mianalysis.analysis.intervals`,
-:mod:`mianalysis.analysis.regime`, :mod:`mianalysis.plots` and the command line (``--estimator``,
+:func:`mianalysis.mi_permutation_test`, :mod:`mianalysis.analysis.inference.intervals`,
+:mod:`mianalysis.analysis.inference.regime`, :mod:`mianalysis.report.plots` and the command line (``--estimator``,
 ``--estimators``) read the entries and know no estimator by name otherwise.
 
 Examples
@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import check_choice, check_flag
+from .._internal.validation import check_choice, check_flag
 from .bound import bound_regime, bound_resample_settings, projection_mi_bound
 from .copula import gaussian_copula_mi, normal_scores
 from .gaussian import check_gaussian_settings, gaussian_mi
@@ -71,7 +71,7 @@ class Estimator:
     label : str
         Short name for figure titles ("KSG").
     interval : {"bootstrap", "half-subsampling"}, default="bootstrap"
-        How :mod:`mianalysis.analysis.intervals` resamples the runs for its confidence interval:
+        How :mod:`mianalysis.analysis.inference.intervals` resamples the runs for its confidence interval:
         bootstrap resamples (with replacement) or random halves (without: for estimators
         that duplicated runs bias, such as k-NN ones).
     ci_resamples : int, default=20
@@ -91,7 +91,7 @@ class Estimator:
         of the transformed samples), for `covariance` estimators; used by
         :func:`mianalysis.analyze` together with a `level_interval` formula (without one the
         resamples serve both) where the runs are at least
-        :data:`mianalysis.analysis.intervals.INFLUENCE_MIN_RUNS_PER_DIMENSION` times the
+        :data:`mianalysis.analysis.inference.intervals.INFLUENCE_MIN_RUNS_PER_DIMENSION` times the
         pair's joint dimension (the resamples below). The built-in Gaussian and copula
         estimators use "influence", chosen by coverage (docs/concepts/intervals.md).
     nulls : tuple of {"permutation", "analytic"}, default=("permutation",)
@@ -116,7 +116,7 @@ class Estimator:
         Whether `function` takes ``random_state`` (analyses pass the stream's generator).
     regime : str, callable or None, default=None
         Where the estimator was calibrated against known MI: a name of
-        :data:`mianalysis.analysis.regime.REGIMES` ("gaussian", "ksg", "copula") or a function
+        :data:`mianalysis.analysis.inference.regime.REGIMES` ("gaussian", "ksg", "copula") or a function
         ``(n_runs, n_features, value_bits, shrinkage) -> list of reasons`` (empty inside the
         regime). None: no calibration is recorded, and rows get no regime note.
     color : str, optional
@@ -137,7 +137,7 @@ class Estimator:
     resample_settings : callable, optional
         ``resample_settings(n_runs, n_features_x, n_features_y) -> dict``: keyword
         arguments that the estimate of all `n_runs` runs fixes and that every resample of
-        its interval keeps (:func:`mianalysis.analysis.intervals.mi_replicates`; the resample's
+        its interval keeps (:func:`mianalysis.analysis.inference.intervals.mi_replicates`; the resample's
         varying features are given), so that the resamples repeat the same statistic. The
         bound keeps the full sample's number of canonical pairs on every half.
     """

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .._validation import (
+from .._internal.validation import (
     check_choice,
     check_flag,
     check_int,

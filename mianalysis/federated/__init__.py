@@ -19,7 +19,7 @@ rules it compares, and recording of every client's model per round into a Parame
   (:class:`~mianalysis.federated.quadratic.QuadraticFederation`), where every rule's error
   to the exact optimum theta* is known.
 - :mod:`~mianalysis.federated.models`, :mod:`~mianalysis.federated.personalized`,
-  :mod:`~mianalysis.federated.diagnostics`, :mod:`~mianalysis.federated.global_dependence`:
+  :mod:`~mianalysis.federated.diagnostics`, :mod:`~mianalysis.analysis.studies.global_dependence`:
   the models, personalised FL (FedRep, FedGradNorm), the EB criterion, and dependence given
   the global model.
 
@@ -28,7 +28,7 @@ Importing this package loads NumPy only; PyTorch is loaded by the parts that tra
 
 from .data import FederatedData
 from .models import MODELS, build_model
-from .._io import write_rows
+from .._internal.io import write_rows
 from .recording import history_table, record_replicates
 from .registry import get_rule, placement_names, register_rule, rule_names, unregister_rule
 from .simulation import FederatedConfig, FederatedSimulation, SimulationResult, rounds_to_accuracy

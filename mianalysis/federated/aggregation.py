@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .._validation import check_flag, check_real
+from .._internal.validation import check_flag, check_real
 
 if TYPE_CHECKING:  # names used only in type hints
     import torch

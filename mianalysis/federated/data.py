@@ -26,7 +26,7 @@ class FederatedData:
     def digits(cls, n_clients: int, scheme: str = "iid", *, seed: int = 0, mnist_path: str | os.PathLike | None = None,
                **partition_args: Any) -> FederatedData:
         """Digits (scikit-learn 8x8, or MNIST IDX files) split between `n_clients` clients."""
-        from ..datasets import load_digit_images
+        from ..tasks.datasets import load_digit_images
         from .partition import partition
 
         xtr, ytr, xte, yte = load_digit_images(mnist_path, seed)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import check_flag, check_int
+from .._internal.validation import check_flag, check_int
 
 __all__ = ["make_environments"]
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .._validation import check_choice
+from .._internal.validation import check_choice
 
 if TYPE_CHECKING:  # names used only in type hints
     import torch

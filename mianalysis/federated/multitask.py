@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import check_int
+from .._internal.validation import check_int
 
 __all__ = ["DEFAULT_TASKS", "ALLOCATIONS", "make_multitask"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .._validation import check_choice, check_int
+from .._internal.validation import check_choice, check_int
 
 __all__ = ["PARTITIONS", "partition"]
 

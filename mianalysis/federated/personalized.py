@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .._io import progress_bar
-from .._validation import check_choice, check_int
+from .._internal.io import progress_bar
+from .._internal.validation import check_choice, check_int
 
 METHODS = ("fedrep", "fedgradnorm")
 

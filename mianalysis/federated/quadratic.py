@@ -68,8 +68,8 @@ from typing import Any
 
 import numpy as np
 
-from .._seeding import replica_seed
-from .._validation import check_choice, check_int, check_real
+from .._internal.seeding import replica_seed
+from .._internal.validation import check_choice, check_int, check_real
 from ..tasks import GaussianSGDTask
 from ..tasks.base import INIT_MODES, check_shared
 from .registry import get_rule

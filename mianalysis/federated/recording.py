@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._io import write_rows
-from .._validation import check_flag, check_int
+from .._internal.io import write_rows
+from .._internal.validation import check_flag, check_int
 
 if TYPE_CHECKING:  # names used only in type hints
     from ..dumps import ParameterDump
@@ -45,7 +45,7 @@ def record_replicates(simulation: FederatedSimulation, out: str | os.PathLike, *
     history : list of dict
         The global model's metrics per round and replicate.
     """
-    from .._locking import WriterLock
+    from .._internal.locking import WriterLock
     from ..dumps import (ParameterDump, find_nonfinite, layout_columns, layout_from_shapes, select_layout,
                         unwritten_dump_discarded)
 

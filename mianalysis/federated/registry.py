@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._validation import check_choice, check_flag
+from .._internal.validation import check_choice, check_flag
 from .aggregation import (and_mask, fedavg, fedsgd, fisher_weighted, geometric_mask, inverse_variance, median,
                           trimmed_mean)
 from .placement import step_round, update_round

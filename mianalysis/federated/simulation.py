@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._seeding import replica_seed
-from .._threads import torch_threads
-from .._io import progress_bar
-from .._validation import check_choice, check_flag, check_int
+from .._internal.seeding import replica_seed
+from .._internal.threads import torch_threads
+from .._internal.io import progress_bar
+from .._internal.validation import check_choice, check_flag, check_int
 from .diagnostics import eb_criterion
 from .models import MODELS, build_model
 from .data import FederatedData

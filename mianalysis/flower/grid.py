@@ -13,7 +13,7 @@ from flwr.serverapp import Grid
 from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 
-from .._validation import check_int
+from .._internal.validation import check_int
 from .records import PARTITION_KEY
 from .seeding import CLIENT_STREAM, seeded_globals
 

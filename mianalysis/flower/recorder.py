@@ -14,7 +14,7 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.run import Run
 
-from .._validation import check_int
+from .._internal.validation import check_int
 from ..dumps.writer import DumpWriter
 from ..dumps import ParameterDump
 from .grid import SERVER_NODE_ID, LocalGrid

@@ -11,7 +11,7 @@ from types import ModuleType
 
 import numpy as np
 
-from .._seeding import replica_seed
+from .._internal.seeding import replica_seed
 
 # The last word of the seed of a ServerApp call; a ClientApp call's are (partition, message).
 SERVER_STREAM = 0

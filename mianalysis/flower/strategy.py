@@ -11,7 +11,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 
-from .._validation import check_flag
+from .._internal.validation import check_flag
 from ..federated.registry import SIDE_INFORMATION, get_rule, rule_names
 from .records import flatten, named_arrays, partition_id, the_array_record, unflatten
 

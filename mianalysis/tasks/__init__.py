@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._validation import check_choice
+from .._internal.validation import check_choice
 from .base import ClientBatchData, Task
 from .digits import DigitsLeNetTask
 from .gaussian_sgd import GaussianSGDTask

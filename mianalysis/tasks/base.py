@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .._validation import RealSetting
+from .._internal.validation import RealSetting
 
 if TYPE_CHECKING:  # names used only in type hints
     import torch
@@ -77,7 +77,7 @@ class Task(ABC):
     name = "task"
     presets: dict[str, dict[str, Any]] = {}
     # Every setting's type and allowed range, declared once per task: setting name -> a rule
-    # from mianalysis._validation (IntSetting, RealSetting, RangeSetting, FolderSetting).
+    # from mianalysis._internal.validation (IntSetting, RealSetting, RangeSetting, FolderSetting).
     setting_rules: dict[str, Any] = {}
     # Random streams the sampler can share between the clients of a run; `data_stream` is
     # the one client_data draws from, `mask_stream` the one draw_masks draws from ("order",

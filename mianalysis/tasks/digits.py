@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._threads import torch_threads, without_onednn
-from .._validation import ChoiceSetting, FolderSetting, IntSetting, RealSetting
-from ..datasets import load_digit_images
+from .._internal.threads import torch_threads, without_onednn
+from .._internal.validation import ChoiceSetting, FolderSetting, IntSetting, RealSetting
+from .datasets import load_digit_images
 from .base import LEARNING_RATE, ClientBatchData, ReplicaGenerators, Task
 from .optimizers import Adam
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._validation import ChoiceSetting, IntSetting, RangeSetting, RealSetting
+from .._internal.validation import ChoiceSetting, IntSetting, RangeSetting, RealSetting
 from .base import INIT_MODES, ClientBatchData, ReplicaGenerators, Task, check_shared
 
 if TYPE_CHECKING:  # names used only in type hints
@@ -60,7 +60,7 @@ class GaussianSGDTask(Task):
     ``A_k <- (1 - h) mean_j A_j + h A_k`` and ``m_k <- (1 - h) mean_j m_j + h m_k``. With
     h = 1 (the default) the problems are the ones above, byte for byte; with h = 0 every
     client has the same curvature and mean (the negative control of
-    :mod:`mianalysis.headroom`). The eigenvalues of a blend stay within `eigenvalues`, so
+    :mod:`mianalysis.analysis.studies.headroom`). The eigenvalues of a blend stay within `eigenvalues`, so
     the descent stays stable. The setting is recorded in a task's settings only when it is
     not 1, so dumps made before it existed resume.
 
@@ -286,7 +286,7 @@ class GaussianSGDTask(Task):
                          shared: str | Sequence[str] = ()) -> np.ndarray:
         """Joint covariance (2d, 2d) of (theta_a, theta_b) after `iteration` steps, before
         `transform`, for the sampler's `init` and `shared` streams (float64)."""
-        from .._validation import check_choice, check_int
+        from .._internal.validation import check_choice, check_int
 
         init = check_choice(init, "init", INIT_MODES)
         shared = check_shared(shared, self)
@@ -314,11 +314,11 @@ class GaussianSGDTask(Task):
     # ---------------------------------------------------------------- the federation's reference
     def check_central(self) -> None:
         """Always a ValueError: gaussian-sgd knows its exact reference, the minimiser
-        :meth:`central_parameters` that ``mianalysis.headroom(dump, reference="task")`` (the
+        :meth:`central_parameters` that ``mianalysis.analysis.studies.headroom(dump, reference="task")`` (the
         default for a dump without a client "central") recomputes from the dump's seed; a
         trained central client would only approximate it."""
         raise ValueError("task 'gaussian-sgd' knows its exact reference (the minimiser of the summed losses of each "
-                         "run's targets, which mianalysis.headroom uses with reference='task', the default): sample "
+                         "run's targets, which mianalysis.analysis.studies.headroom uses with reference='task', the default): sample "
                          "it without `reference`='central' (--reference central)")
 
     def curvature_weights(self) -> np.ndarray:
@@ -358,7 +358,7 @@ class GaussianSGDTask(Task):
         and ``Cov(theta*, theta*) = tau^2 sum_ij c_ij W_i W_j'``, where ``c_ij`` is 1 when
         clients i and j draw the same z (i = j, or the "data" stream shared) and 0 otherwise.
         """
-        from .._validation import check_choice, check_int
+        from .._internal.validation import check_choice, check_int
 
         init = check_choice(init, "init", INIT_MODES)
         shared = check_shared(shared, self)

@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
-from .._validation import ChoiceSetting, IntSetting
+from .._internal.validation import ChoiceSetting, IntSetting
 from .base import LEARNING_RATE, ClientBatchData, ReplicaGenerators, Task
 
 if TYPE_CHECKING:  # names used only in type hints

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._validation import IntSetting, RangeSetting, RealSetting
+from .._internal.validation import IntSetting, RangeSetting, RealSetting
 from .base import LEARNING_RATE, ClientBatchData, ReplicaGenerators, Task
 
 if TYPE_CHECKING:  # names used only in type hints

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .analysis import AnalysisTable
-from .estimators import gaussian_mi, ksg_mi, mi_permutation_test
+from ..analysis import AnalysisTable
+from ..estimators import gaussian_mi, ksg_mi, mi_permutation_test
 
 if TYPE_CHECKING:  # names used only in type hints
-    from .tasks.base import Task
+    from ..tasks.base import Task
 
 __all__ = [
     "DEFAULT_CASES", "DEMO_PERMUTATIONS", "correlated_gaussian_samples", "estimator_table", "format_table",
@@ -111,7 +111,7 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", runs: int = 400, seed: in
 
 def demo_task() -> Task:
     """The demo's task: signal-rnn's long preset with 512 examples per client."""
-    from .tasks import get_task
+    from ..tasks import get_task
 
     return get_task("signal-rnn", "long", n_examples=512)
 
@@ -128,8 +128,8 @@ def demo_report(rows: Sequence[dict], out_dir: str | os.PathLike = "runs/demo", 
     paper's finding in this run, the trend per quantity and pair, the files written."""
     from pathlib import Path
 
-    from .analysis.design import design_note
-    from .analysis.reading import p_value_floor, start_notes
+    from ..analysis.diagnostics.design import design_note
+    from ..analysis.reading import p_value_floor, start_notes
     from .experiment import TRENDS, correction_text, finding, summary_table, trend_summary
 
     floors = p_value_floor(DEMO_PERMUTATIONS)

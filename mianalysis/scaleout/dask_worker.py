@@ -4,8 +4,12 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
+from typing import Any
 
 from distributed import WorkerPlugin
+
+__all__ = ["ImportPaths"]
 
 
 class ImportPaths(WorkerPlugin):
@@ -13,10 +17,10 @@ class ImportPaths(WorkerPlugin):
     driver's search path and working folder, so that local workers import what the driver
     imports (e.g. a model factory in the working folder)."""
 
-    def __init__(self, paths):
+    def __init__(self, paths: Iterable[str]) -> None:
         self.paths = list(paths)
 
-    def setup(self, worker):
+    def setup(self, worker: Any) -> None:
         for path in self.paths:
             if path not in sys.path:
                 sys.path.append(path)

@@ -17,10 +17,10 @@ from itertools import combinations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .._validation import check_choice, varying_columns
-from .._normal_interval import check_level, normal_interval
-from ..estimators import gaussian_cmi, gaussian_mi, gaussian_mi_null
-from ..estimators.gaussian_se import canonical_correlations, wishart_mi_se
+from ..._internal.validation import check_choice, varying_columns
+from ..._internal.normal_interval import check_level, normal_interval
+from ...estimators import gaussian_cmi, gaussian_mi, gaussian_mi_null
+from ...estimators.gaussian_se import canonical_correlations, wishart_mi_se
 
 QUANTITIES = ("mi_local", "cmi_given_global", "mi_update")
 NULLS = ("analytic", None)
@@ -113,7 +113,7 @@ def dependence_given_global(local: Mapping[str, ArrayLike], global_model: ArrayL
     0.29`` nats):
 
     >>> import numpy as np
-    >>> from mianalysis.federated.global_dependence import dependence_given_global
+    >>> from mianalysis.analysis.studies.global_dependence import dependence_given_global
     >>> rng = np.random.default_rng(0)
     >>> g = rng.standard_normal((2, 50_000, 1))          # checkpoints 0 and 1
     >>> shared, e1, e2 = rng.standard_normal((3, 50_000, 1))
@@ -202,7 +202,7 @@ def conditional_mi_uncertainty(x: ArrayLike, y: ArrayLike, z: ArrayLike | None, 
 
     >>> import numpy as np
     >>> from mianalysis import gaussian_cmi
-    >>> from mianalysis.federated.global_dependence import conditional_mi_uncertainty
+    >>> from mianalysis.analysis.studies.global_dependence import conditional_mi_uncertainty
     >>> rng = np.random.default_rng(0)
     >>> z, e1, e2 = rng.standard_normal((3, 200, 1))
     >>> x, y = z + e1, z + e2

@@ -1,7 +1,7 @@
 """The normal (or Student's t) interval ``estimate +- z se`` and the check of its level.
 
 Shared by the analysis tables and the numerical cores below them that report intervals
-(:mod:`mianalysis.federated.global_dependence`); :mod:`mianalysis.analysis.intervals`
+(:mod:`mianalysis.analysis.studies.global_dependence`); :mod:`mianalysis.analysis.inference.intervals`
 re-exports both.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from scipy.special import ndtri, stdtrit
 
-from ._validation import check_real
+from .validation import check_real
 
 __all__ = ["check_level", "normal_interval"]
 
@@ -30,7 +30,7 @@ def normal_interval(estimate: float, se: float, level: float = 0.95, df: int | N
 
     Examples
     --------
-    >>> from mianalysis.analysis.intervals import normal_interval
+    >>> from mianalysis.analysis.inference.intervals import normal_interval
     >>> [round(v, 3) for v in normal_interval(1.0, 0.5, 0.95)]
     [0.02, 1.98]
     """

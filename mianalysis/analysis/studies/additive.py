@@ -20,8 +20,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.linalg import LinAlgError, cholesky
 
-from .._validation import check_flag, check_real, check_samples, check_units
-from ..estimators.gaussian import wishart_logdet_bias
+from ..._internal.validation import check_flag, check_real, check_samples, check_units
+from ...estimators.gaussian import wishart_logdet_bias
 
 __all__ = [
     "AdditivePrediction",
@@ -399,7 +399,7 @@ def additive_model_test(x_start: ArrayLike, y_start: ArrayLike, x_next: ArrayLik
     each resample both the estimated change (bias-corrected :func:`mianalysis.gaussian_mi`
     at each end, as :func:`mianalysis.analyze` does) and the predicted change, and forms
     the normal interval of their difference from the bootstrap sd, with Student's t
-    quantile on ``B - 1`` degrees of freedom (:func:`mianalysis.analysis.intervals.normal_interval`),
+    quantile on ``B - 1`` degrees of freedom (:func:`mianalysis.analysis.inference.intervals.normal_interval`),
     B the resamples that gave a prediction. The sd is widened by :math:`\sqrt{1 + 1/B}`
     for the noise of the bias estimate. The predicted change is bias-corrected with the
     bootstrap (``2 * full - mean(resamples)``, Efron and Tibshirani 1993, ch. 10); the
@@ -439,7 +439,7 @@ def additive_model_test(x_start: ArrayLike, y_start: ArrayLike, x_next: ArrayLik
     See Also
     --------
     additive_model_mi : the prediction.
-    mianalysis.analysis.intervals.normal_interval : the interval.
+    mianalysis.analysis.inference.intervals.normal_interval : the interval.
 
     Examples
     --------
@@ -455,9 +455,9 @@ def additive_model_test(x_start: ArrayLike, y_start: ArrayLike, x_next: ArrayLik
     >>> bool(test.prediction.predicted_change < 0), test.verdict
     (True, 'not contradicted')
     """
-    from ..estimators.gaussian import gaussian_mi
-    from .intervals import check_level, normal_interval
-    from .._validation import check_int, check_random_state
+    from ...estimators.gaussian import gaussian_mi
+    from ..inference.intervals import check_level, normal_interval
+    from ..._internal.validation import check_int, check_random_state
 
     factor = check_units(units)
     level = check_level(level, "level")

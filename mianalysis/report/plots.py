@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._validation import check_choice
-from .analysis import AnalysisTable
-from .analysis.reading import CLIENT_DIAGNOSTICS, metric_names  # the table's recorded metrics: one definition
-from .estimators.registry import estimator_names, get_estimator
+from .._internal.validation import check_choice
+from ..analysis import AnalysisTable
+from ..analysis.reading import CLIENT_DIAGNOSTICS, metric_names  # the table's recorded metrics: one definition
+from ..estimators.registry import estimator_names, get_estimator
 
 if TYPE_CHECKING:  # names used only in type hints (Matplotlib is loaded where a figure is drawn)
     import matplotlib.axes
@@ -76,7 +76,7 @@ def default_metric(rows: Sequence[dict]) -> str | None:
 
     Examples
     --------
-    >>> from mianalysis.plots import default_metric
+    >>> from mianalysis.report.plots import default_metric
     >>> rows = [{"quantity": q, "client_a": "0", "client_b": ""} for q in ("accuracy", "train_loss")]
     >>> default_metric(rows)
     'train_loss'
@@ -345,7 +345,7 @@ def permutations_of(rows: Sequence[dict], estimator: str, record: Mapping[str, A
 
     Examples
     --------
-    >>> from mianalysis.plots import permutations_of
+    >>> from mianalysis.report.plots import permutations_of
     >>> permutations_of([], "ksg", {"permutations": {"gaussian": 50, "ksg": 2}})
     2
     """
@@ -645,7 +645,7 @@ def figure_title(rows: Sequence[dict], record: Mapping[str, Any] | None = None) 
 
     Examples
     --------
-    >>> from mianalysis.plots import figure_title
+    >>> from mianalysis.report.plots import figure_title
     >>> rows = [{"quantity": "mi_gaussian", "value": 1.0, "n_runs": 400, "note": "", "iteration": 1}]
     >>> figure_title(rows, {"task": "signal-rnn", "init": "per-run"})
     'signal-rnn; init per-run; shared streams: none; 400 runs; Gaussian MI bias-corrected'
@@ -899,7 +899,7 @@ def figure_headroom(rows: Sequence[dict], title: str | None = None, *, panel: st
     Parameters
     ----------
     rows : list of dict
-        A headroom table (:func:`mianalysis.headroom.headroom`), optionally with a column
+        A headroom table (:func:`mianalysis.analysis.studies.headroom.headroom`), optionally with a column
         `panel` naming the design of each row: one panel per design, in order of appearance.
     title : str, optional
         The figure's title.

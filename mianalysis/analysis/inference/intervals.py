@@ -77,7 +77,7 @@ z)`` (:func:`se_from_interval`; t when the number of resamples is known). The in
 a normal interval around the estimate, not a percentile interval, so this inverts it
 exactly; the p-value is as approximate as the interval's normality (a bootstrap or
 half-sample se of a log-determinant estimate near n ~ 2d is noisy, and the p-value then
-is too). :mod:`mianalysis.analysis.familywise` turns the p-values into verdicts that
+is too). :mod:`mianalysis.analysis.inference.familywise` turns the p-values into verdicts that
 control the error over a family of steps.
 """
 
@@ -90,10 +90,10 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.special import ndtr, ndtri, stdtr, stdtrit
 
-from .._normal_interval import check_level, normal_interval
-from .._validation import check_choice, check_int, check_random_state, varying_columns
-from ..estimators.copula import twice_rank_scores
-from ..estimators.registry import INTERVALS, LEVEL_INTERVALS, get_estimator
+from ..._internal.normal_interval import check_level, normal_interval
+from ..._internal.validation import check_choice, check_int, check_random_state, varying_columns
+from ...estimators.copula import twice_rank_scores
+from ...estimators.registry import INTERVALS, LEVEL_INTERVALS, get_estimator
 
 __all__ = ["DISTANCE_METHOD", "UPDATE_METHOD", "INFLUENCE_MIN_RUNS_PER_DIMENSION", "change_method", "mi_influence",
            "interval_method", "level_method", "level_se", "mean_interval",
@@ -120,7 +120,7 @@ def interval_method(estimator: str) -> str:
 
     Examples
     --------
-    >>> from mianalysis.analysis.intervals import interval_method
+    >>> from mianalysis.analysis.inference.intervals import interval_method
     >>> interval_method("gaussian"), interval_method("ksg")
     ('bootstrap', 'half-subsampling')
     """
@@ -134,7 +134,7 @@ def level_method(estimator: str) -> str:
 
     Examples
     --------
-    >>> from mianalysis.analysis.intervals import level_method
+    >>> from mianalysis.analysis.inference.intervals import level_method
     >>> level_method("gaussian"), level_method("copula"), level_method("ksg")
     ('wishart', 'wishart', 'half-subsampling')
     """
@@ -152,7 +152,7 @@ def change_method(estimator: str, n_runs: int | None = None, n_features: int | N
 
     Examples
     --------
-    >>> from mianalysis.analysis.intervals import change_method
+    >>> from mianalysis.analysis.inference.intervals import change_method
     >>> change_method("gaussian", 400, 100), change_method("gaussian", 300, 100), change_method("ksg", 400, 100)
     ('influence', 'bootstrap', 'half-subsampling')
     >>> change_method("copula")
@@ -176,7 +176,7 @@ class InfluenceValues:
 
     def change_se(self, before: InfluenceValues) -> float:
         """The se of the change of the estimate since `before` (the same runs)."""
-        from ..estimators.gaussian_se import influence_change_se
+        from ...estimators.gaussian_se import influence_change_se
 
         return influence_change_se(before.values, self.values)
 
@@ -193,7 +193,7 @@ def mi_influence(x: np.ndarray, y: np.ndarray, estimator: str, *,
     Examples
     --------
     >>> import numpy as np
-    >>> from mianalysis.analysis.intervals import mi_influence
+    >>> from mianalysis.analysis.inference.intervals import mi_influence
     >>> rng = np.random.default_rng(0)
     >>> x = rng.standard_normal((400, 1))
     >>> before = mi_influence(x, 0.6 * x + 0.8 * rng.standard_normal((400, 1)), "gaussian")
@@ -201,7 +201,7 @@ def mi_influence(x: np.ndarray, y: np.ndarray, estimator: str, *,
     >>> round(after.change_se(before), 3)
     0.072
     """
-    from ..estimators.gaussian_se import gaussian_mi_influence
+    from ...estimators.gaussian_se import gaussian_mi_influence
 
     entry = get_estimator(estimator)
     if not entry.covariance:
@@ -237,15 +237,15 @@ def level_se(x: np.ndarray, y: np.ndarray, estimator: str, method: str | None = 
     Examples
     --------
     >>> import numpy as np
-    >>> from mianalysis.analysis.intervals import level_se
+    >>> from mianalysis.analysis.inference.intervals import level_se
     >>> rng = np.random.default_rng(0)
     >>> x = rng.standard_normal((400, 1))
     >>> y = 0.6 * x + 0.8 * rng.standard_normal((400, 1))
     >>> round(level_se(x, y, "gaussian"), 3), round(level_se(x, y, "gaussian", "asymptotic"), 3)
     (0.046, 0.046)
     """
-    from ..estimators.gaussian_se import gaussian_mi_se
-    from ..estimators.registry import LEVEL_INTERVALS
+    from ...estimators.gaussian_se import gaussian_mi_se
+    from ...estimators.registry import LEVEL_INTERVALS
 
     entry = get_estimator(estimator)
     method = level_method(estimator) if method is None else method
@@ -270,7 +270,7 @@ def change_test(change: float, se: float, df: int | None = None) -> float:
 
     Examples
     --------
-    >>> from mianalysis.analysis.intervals import change_test
+    >>> from mianalysis.analysis.inference.intervals import change_test
     >>> round(change_test(1.96, 1.0), 4), round(change_test(2.262, 1.0, df=9), 4)
     (0.05, 0.05)
     """
@@ -291,7 +291,7 @@ def se_from_interval(low: float, high: float, level: float = 0.95, df: int | Non
 
     Examples
     --------
-    >>> from mianalysis.analysis.intervals import normal_interval, se_from_interval
+    >>> from mianalysis.analysis.inference.intervals import normal_interval, se_from_interval
     >>> round(se_from_interval(*normal_interval(1.0, 0.5, 0.9), level=0.9), 12)
     0.5
     """
@@ -310,7 +310,7 @@ def change_df(quantity: str, ci_resamples: Mapping[str, Any] | None) -> int | No
 
     Examples
     --------
-    >>> from mianalysis.analysis.intervals import change_df
+    >>> from mianalysis.analysis.inference.intervals import change_df
     >>> change_df("delta_mi_ksg", {"ksg": 10}), change_df("delta_euclidean", {"ksg": 10})
     (9, None)
     """
@@ -339,7 +339,7 @@ def mean_interval(values: ArrayLike, level: float = 0.95, *, t: bool = False,
 
     Examples
     --------
-    >>> from mianalysis.analysis.intervals import mean_interval
+    >>> from mianalysis.analysis.inference.intervals import mean_interval
     >>> [round(v, 3) for v in mean_interval([1.0, 2.0, 3.0, 4.0], 0.95)]
     [2.5, 1.235, 3.765]
     >>> [round(v, 3) for v in mean_interval([0.2, 0.9, 1.0, 1.0], 0.95, t=True, bounds=(-1, 1))]
@@ -365,7 +365,7 @@ def resample_indices(n: int, n_resamples: int, estimator: str,
 
     Examples
     --------
-    >>> from mianalysis.analysis.intervals import resample_indices
+    >>> from mianalysis.analysis.inference.intervals import resample_indices
     >>> resample_indices(10, 3, "ksg").shape
     (3, 5)
     """
@@ -388,19 +388,19 @@ def mi_replicates(x: np.ndarray, y: np.ndarray, estimator: str, indices: np.ndar
                   seed: Sequence[int] = (0,)) -> np.ndarray:
     """The MI estimate (bits) on each resample ``x[i], y[i]`` for the rows `i` of `indices`.
     Parameters constant within a resample are dropped (the estimators' rule,
-    :func:`mianalysis._validation.varying_columns`; MI 0 if one side has none left); a
+    :func:`mianalysis._internal.validation.varying_columns`; MI 0 if one side has none left); a
     resample whose covariance is singular even with shrinkage gives NaN.
     KSG's tie-breaking noise of resample j is seeded by ``[*seed, j]``.
 
     Examples
     --------
     >>> import numpy as np
-    >>> from mianalysis.analysis.intervals import mi_replicates
+    >>> from mianalysis.analysis.inference.intervals import mi_replicates
     >>> x = np.arange(8.0)[:, None]
     >>> mi_replicates(x, -x, "gaussian", np.array([[0, 0, 0, 0, 0, 0, 0, 0]]))
     array([0.])
     """
-    from ..estimators import gaussian_mi
+    from ...estimators import gaussian_mi
 
     entry = get_estimator(estimator)
     out = np.empty(len(indices))
@@ -450,7 +450,7 @@ def _weighted_resamples(entry, d, gaussian_kwargs):
     """Whether :func:`mi_replicates` takes the weighted path (:func:`_weighted_bits`) for a
     registered estimator `entry` on `d` joint dimensions: a plain (unshrunk) Gaussian
     estimate, of the samples or of their normal scores, on more than WEIGHTED_MIN_DIMS."""
-    from ..estimators.copula import normal_scores
+    from ...estimators.copula import normal_scores
 
     return (entry.covariance and not gaussian_kwargs and d > WEIGHTED_MIN_DIMS
             and entry.transform in (None, normal_scores))
@@ -472,7 +472,7 @@ class ResampleScores:
     Examples
     --------
     >>> import numpy as np
-    >>> from mianalysis.analysis.intervals import ResampleScores
+    >>> from mianalysis.analysis.inference.intervals import ResampleScores
     >>> from mianalysis.estimators.copula import normal_scores
     >>> x = np.array([[3.0], [1.0], [2.0], [1.0]])
     >>> rows = np.array([0, 0, 1, 2])  # run 0 twice, runs 1 and 2 once, run 3 not
@@ -523,7 +523,7 @@ def _weighted_bits(x, y, rows, keep_x, keep_y, scores):
     distinct runs: the centred Gram matrix ``sum_i c_i (z_i - m)(z_i - m)^T`` over the runs
     i with ``c_i`` copies (m the weighted mean) is the resample's, summed in another order;
     None where :func:`_gaussian_bits` would be (a block not positive definite)."""
-    from ..estimators.gaussian import gram_matrix
+    from ...estimators.gaussian import gram_matrix
 
     n = len(rows)
     dx = int(keep_x.sum())
@@ -546,7 +546,7 @@ def _gaussian_bits(x, y):
     """:func:`mianalysis.gaussian_mi` (bias-corrected, bits) without its input checks and
     thread-pool setup, which cost more than the estimate itself at the small sizes a
     resample loop meets; None when a covariance is not positive definite."""
-    from ..estimators.gaussian import gram_matrix
+    from ...estimators.gaussian import gram_matrix
 
     n, dx = x.shape
     d = dx + y.shape[1]
@@ -561,7 +561,7 @@ def _gaussian_bits(x, y):
 def _bits_from_gram(gram, dx, n):
     """The bias-corrected Gaussian MI (bits) of the first `dx` and the other coordinates from
     the Gram matrix `gram` of `n` centred samples; None when a block is not positive definite."""
-    from ..estimators.gaussian import wishart_logdet_bias
+    from ...estimators.gaussian import wishart_logdet_bias
 
     d = gram.shape[0]
     sd = np.sqrt(np.diag(gram))
@@ -611,7 +611,7 @@ def mi_interval(x: ArrayLike, y: ArrayLike, estimator: str = "gaussian", *, n_re
     Correlation 0.6 in each of 2 dimensions, exact MI -log2(1 - 0.36) = 0.644 bits:
 
     >>> import numpy as np
-    >>> from mianalysis.analysis.intervals import mi_interval
+    >>> from mianalysis.analysis.inference.intervals import mi_interval
     >>> rng = np.random.default_rng(0)
     >>> x = rng.standard_normal((1000, 2))
     >>> y = 0.6 * x + 0.8 * rng.standard_normal((1000, 2))
@@ -620,7 +620,7 @@ def mi_interval(x: ArrayLike, y: ArrayLike, estimator: str = "gaussian", *, n_re
     >>> [round(v, 3) for v in mi_interval(x, y, n_resamples=200, method="bootstrap")]
     [0.625, 0.557, 0.693]
     """
-    from .._validation import check_paired
+    from ..._internal.validation import check_paired
     entry = get_estimator(estimator)
     x, y = check_paired(x, y)
     level = check_level(level, "level")
@@ -652,7 +652,7 @@ def trend_verdict(low: float, high: float, *, shrinkage: bool = False, bound: bo
 
     Examples
     --------
-    >>> from mianalysis.analysis.intervals import trend_verdict
+    >>> from mianalysis.analysis.inference.intervals import trend_verdict
     >>> trend_verdict(0.1, 0.3), trend_verdict(-0.1, 0.3), trend_verdict(-0.3, -0.1)
     ('rising', 'no detectable change', 'falling')
     >>> trend_verdict(0.1, 0.3, shrinkage=True)

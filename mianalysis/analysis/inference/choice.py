@@ -1,7 +1,7 @@
 """The default estimator set of :func:`mianalysis.analyze`, ``estimators="auto"``: per client
 pair, checkpoint and tensor, an estimate inside its calibrated regime or a labelled lower bound.
 
-The rule, in order (the regimes are those of :mod:`mianalysis.analysis.regime`, measured by
+The rule, in order (the regimes are those of :mod:`mianalysis.analysis.inference.regime`, measured by
 ``python experiments/calibration.py --regimes``):
 
 1. The Gaussian copula estimate (``mi_copula``) where the runs and joint dimension lie in
@@ -60,7 +60,7 @@ def choose(n_runs: int, n_features: int) -> list[Choice]:
 
     Examples
     --------
-    >>> from mianalysis.analysis.choice import choose
+    >>> from mianalysis.analysis.inference.choice import choose
     >>> [c.note for c in choose(400, 716)]
     ['auto: bound, a lower bound (400 runs < 2.2 x 716 joint dims: no calibrated estimate)']
     >>> [c.estimator for c in choose(2000, 400)], [c.estimator for c in choose(2000, 4)]

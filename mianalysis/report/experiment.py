@@ -12,15 +12,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .analysis import AnalysisTable, analyze, sidecar_path
-from .analysis.choice import AUTO_PREFIX
-from .analysis.familywise import FROM_EXACT, describe, familywise_verdicts
-from .analysis.intervals import SHRINKAGE
-from .estimators.registry import estimator_names
+from ..analysis import AnalysisTable, analyze, sidecar_path
+from ..analysis.inference.choice import AUTO_PREFIX
+from ..analysis.inference.familywise import FROM_EXACT, describe, familywise_verdicts
+from ..analysis.inference.intervals import SHRINKAGE
+from ..estimators.registry import estimator_names
 from .plots import save_figure
 
 if TYPE_CHECKING:  # names used only in type hints
-    from .tasks.base import Task
+    from ..tasks.base import Task
 
 __all__ = [
     "run_experiment", "summary_table", "TRENDS", "FAMILYWISE", "FAMILY", "step_verdicts", "trend_steps",
@@ -48,8 +48,8 @@ def run_experiment(task: Task, *, runs: int, out_dir: str | os.PathLike, name: s
     table : AnalysisTable
         The analysis table.
     """
-    from .provenance import collect, utc_now
-    from .sampling import ParameterSampler
+    from ..provenance import collect, utc_now
+    from ..sampling import ParameterSampler
 
     started = utc_now()
     out_dir = Path(out_dir)
@@ -173,7 +173,7 @@ def _why(row):
 
 TRENDS = ("p-values of the paired change between consecutive checkpoints (from its interval), corrected over "
           "a family of steps")
-FAMILYWISE = "holm"  # the correction of the trend findings (mianalysis.analysis.familywise)
+FAMILYWISE = "holm"  # the correction of the trend findings (mianalysis.analysis.inference.familywise)
 FAMILY = "pair"
 
 
@@ -191,7 +191,7 @@ def trend_steps(rows: Sequence[dict], quantity: str, client_a: str, client_b: st
     the clients are identical and the design fixes every MI and distance; a fixed start's
     constant parameters) are no test of training and are left out, here and in the table's
     own ``family_verdict``, by one rule
-    (:func:`mianalysis.analysis.familywise.familywise_verdicts`): for a sampled dump these
+    (:func:`mianalysis.analysis.inference.familywise.familywise_verdicts`): for a sampled dump these
     are the steps after the first trained checkpoint. `alpha` defaults to 1 - the table's
     ``ci_level``."""
     table = AnalysisTable.of(rows)
@@ -230,7 +230,7 @@ def overall_trend(verdicts: Iterable[str]) -> str:
 
     Examples
     --------
-    >>> from mianalysis.experiment import overall_trend
+    >>> from mianalysis.report.experiment import overall_trend
     >>> overall_trend(["rising", "no detectable change"]), overall_trend(["rising", "falling"])
     ('rising', 'mixed')
     >>> overall_trend(["rising", "not made: shrinkage estimate"])

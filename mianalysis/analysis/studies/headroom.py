@@ -28,11 +28,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ._validation import check_choice, check_int
-from .analysis.intervals import check_level, mean_interval, normal_interval
+from ..._internal.validation import check_choice, check_int
+from ..inference.intervals import check_level, mean_interval, normal_interval
 
 if TYPE_CHECKING:  # names used only in type hints
-    from .dumps import ParameterDump
+    from ...dumps import ParameterDump
 
 __all__ = ["RULES", "FITTED_RULES", "MAX_BLUE_DIMENSION", "default_rules", "fitting_inflation", "rule_weights",
            "oracle_weights", "best_linear_weights", "combine_errors", "combination_mse", "ratio_interval",
@@ -62,7 +62,7 @@ def default_rules(n_clients: int, n_params: int) -> list[str]:
 
     Examples
     --------
-    >>> from mianalysis.headroom import default_rules
+    >>> from mianalysis.analysis.studies.headroom import default_rules
     >>> default_rules(3, 2000)
     ['mean', 'weighted_mean', 'inverse_variance', 'blue_coordinate']
     """
@@ -71,7 +71,7 @@ def default_rules(n_clients: int, n_params: int) -> list[str]:
 
 
 def _resolve_rules(rules, n_clients, n_params):
-    """`rules` as a list; None: :func:`default_rules`, saying (logger ``mianalysis.headroom``,
+    """`rules` as a list; None: :func:`default_rules`, saying (logger ``mianalysis.analysis.studies.headroom``,
     level INFO) when "blue" is left out."""
     if rules is not None:
         return list(rules)
@@ -161,7 +161,7 @@ def best_linear_weights(second_moment: ArrayLike, n_clients: int) -> np.ndarray:
     Two scalar clients with independent errors of variance 1 and 3: weights 3/4 and 1/4.
 
     >>> import numpy as np
-    >>> from mianalysis.headroom import best_linear_weights
+    >>> from mianalysis.analysis.studies.headroom import best_linear_weights
     >>> best_linear_weights(np.diag([1.0, 3.0]), 2).ravel().round(3).tolist()
     [0.75, 0.25]
     """
@@ -190,7 +190,7 @@ def _check_blue_size(n_clients, d):
 
 
 def _ledoit_wolf(z):
-    from .estimators.gaussian import ledoit_wolf_covariance
+    from ...estimators.gaussian import ledoit_wolf_covariance
 
     return ledoit_wolf_covariance(z)
 
@@ -243,7 +243,7 @@ def rule_weights(rule: str, errors: ArrayLike, *, client_sizes: ArrayLike | None
 def _shrunk(n_runs, dimension):
     """Whether "blue" shrinks its second moment: where the Gaussian MI estimator would
     (:func:`mianalysis.analysis.gaussian_settings`: no more runs than twice the dimension)."""
-    from .analysis import gaussian_settings
+    from .. import gaussian_settings
 
     return bool(gaussian_settings(n_runs, dimension)[0])
 
@@ -344,7 +344,7 @@ def ratio_interval(x: ArrayLike, y: ArrayLike, level: float = 0.95) -> tuple[flo
 
     Examples
     --------
-    >>> from mianalysis.headroom import ratio_interval
+    >>> from mianalysis.analysis.studies.headroom import ratio_interval
     >>> [round(v, 3) for v in ratio_interval([1.0, 2.0, 3.0], [2.0, 4.0, 6.0])]
     [0.5, 0.5, 0.5]
     """
@@ -379,7 +379,7 @@ def fitting_inflation(rule: str, n_clients: int, n_params: int, n_fit: int, *,
 
     Examples
     --------
-    >>> from mianalysis.headroom import fitting_inflation
+    >>> from mianalysis.analysis.studies.headroom import fitting_inflation
     >>> round(fitting_inflation("blue", 3, 20, 2000), 4)   # q = 40 regressors
     1.0204
     >>> round(fitting_inflation("blue_coordinate", 3, 20, 2000), 4)
@@ -442,7 +442,7 @@ def headroom_rows(errors: ArrayLike, *, rules: Sequence[str] | None = None, fold
     rules : sequence of str, optional
         Rules of :data:`RULES`, and names of `fixed_weights`. By default
         :func:`default_rules`: every rule of :data:`RULES`, less "blue" (with a note on the
-        logger ``mianalysis.headroom``) where its system would exceed
+        logger ``mianalysis.analysis.studies.headroom``) where its system would exceed
         :data:`MAX_BLUE_DIMENSION`; "blue" named here is refused there instead.
     folds : int, default=2
         Cross-fitting folds for the fitted rules: run r is scored with weights fitted on the
@@ -530,7 +530,7 @@ def _task_of(dump):
     meta = dump.meta
     if not isinstance(meta, dict) or not isinstance(meta.get("task_settings"), dict):
         return None
-    from .tasks import TASKS
+    from ...tasks import TASKS
 
     kind = TASKS.get(meta.get("task"))
     if kind is None:
@@ -564,7 +564,7 @@ def headroom(dump: ParameterDump | str | os.PathLike, *, reference: str | ArrayL
         Combination rules (:data:`RULES`), and "curvature" for gaussian-sgd (the weights
         ``(sum_j A_j)^-1 A_k`` of the reference). By default :func:`default_rules`: every
         rule of :data:`RULES`, less "blue" where n_clients x n_params exceeds
-        :data:`MAX_BLUE_DIMENSION` (a note on the logger ``mianalysis.headroom`` says so);
+        :data:`MAX_BLUE_DIMENSION` (a note on the logger ``mianalysis.analysis.studies.headroom`` says so);
         "blue" named explicitly is refused there instead.
     iterations : sequence of int, optional
         Iterations (checkpoints) to measure; all by default.
@@ -594,7 +594,7 @@ def headroom(dump: ParameterDump | str | os.PathLike, *, reference: str | ArrayL
 
     (Exactly ``(1 / (1 + 1 + 1/9)) / ((1 + 1 + 9) / 9) = 0.39``.)
     """
-    from .dumps import ParameterDump
+    from ...dumps import ParameterDump
 
     dump = dump if isinstance(dump, ParameterDump) else ParameterDump.open(dump)
     n = dump.completed_runs
@@ -615,7 +615,7 @@ def headroom(dump: ParameterDump | str | os.PathLike, *, reference: str | ArrayL
             if task.settings["transform"] != "none":
                 raise ValueError(f"`reference`='task' needs parameters recorded as they are (transform 'none'); "
                                  f"{dump.path} records them through {task.settings['transform']!r}")
-            from .sampling import ParameterSampler
+            from ...sampling import ParameterSampler
 
             sampler = ParameterSampler(task, seed=seed, init=init, shared=shared, progress=False)
             ref = task.central_parameters([sampler.data_generators(range(n), k) for k in range(task.n_clients)])

@@ -13,7 +13,7 @@ import warnings
 
 import numpy as np
 
-from ._scaling import SAFE_LOW, column_std
+from .scaling import SAFE_LOW, column_std
 
 UNITS = {"nats": 1.0, "bits": 1.0 / np.log(2.0)}
 

@@ -3,7 +3,7 @@
 Dask only distributes work here; it never writes. The sampler sends chunks of runs to the
 workers and writes every chunk itself as it comes back (one writer, the dump's writer
 lock held throughout); the analysis sends checkpoints and assembles the table itself.
-Every task runs single-threaded on its worker (:func:`mianalysis._threads.single_threaded`),
+Every task runs single-threaded on its worker (:func:`mianalysis._internal.threads.single_threaded`),
 so a result is the same bytes as the same call in a single-threaded local process.
 
 A scheduler is named by a string:
@@ -37,8 +37,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._threads import single_threaded
-from ._validation import check_real
+from .._internal.threads import single_threaded
+from .._internal.validation import check_real
 
 if TYPE_CHECKING:  # names used only in type hints (the dask extra)
     import distributed
@@ -135,7 +135,7 @@ def connect(scheduler: str | os.PathLike | None = None, *, client: distributed.C
         cluster = _local_cluster(distributed, value)
         try:
             with distributed.Client(cluster, timeout=timeout) as local:
-                from ._dask_worker import ImportPaths
+                from .dask_worker import ImportPaths
 
                 # What this process imports from (its working folder too: a factory there), on every worker.
                 local.register_plugin(ImportPaths(_import_paths()), name="mianalysis-import-paths")

@@ -48,7 +48,7 @@ def design_note(meta: Mapping[str, Any], streams: Sequence[str] | None = None) -
 
     Examples
     --------
-    >>> from mianalysis.analysis.design import design_note
+    >>> from mianalysis.analysis.diagnostics.design import design_note
     >>> design_note({"init": "fixed"})
     'design: fixed start, no stream shared: the clients are independent (MI 0 in truth)'
     >>> design_note({"init": "per-run", "shared": ["order", "dropout"], "task": "signal-rnn"})
@@ -74,7 +74,7 @@ def _reference(meta: Mapping[str, Any]) -> str:
 def _design(meta: Mapping[str, Any], init: str, streams: Sequence[str] | None) -> str:
     shared = [str(s) for s in meta.get("shared") or []]
     if streams is None:
-        from ..tasks import TASKS
+        from ...tasks import TASKS
 
         name = meta.get("task")
         task = TASKS.get(name) if isinstance(name, str) else None

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .._validation import check_int, varying_columns
+from ..._internal.validation import check_int, varying_columns
 
 __all__ = ["RareMovers", "rare_movers", "hold_rare_movers", "movers_entropy_bound", "check_min_moving_runs"]
 
@@ -80,7 +80,7 @@ def movers_entropy_bound(moving_runs: int, n_runs: int) -> float:
 
     Examples
     --------
-    >>> from mianalysis.analysis.movers import movers_entropy_bound
+    >>> from mianalysis.analysis.diagnostics.movers import movers_entropy_bound
     >>> round(movers_entropy_bound(1, 26400), 6), movers_entropy_bound(0, 26400)
     (0.000611, 0.0)
     """
@@ -106,7 +106,7 @@ def rare_movers(samples: ArrayLike, min_runs: int) -> RareMovers:
     Examples
     --------
     >>> import numpy as np
-    >>> from mianalysis.analysis.movers import rare_movers
+    >>> from mianalysis.analysis.diagnostics.movers import rare_movers
     >>> rng = np.random.default_rng(0)
     >>> samples = np.column_stack([rng.standard_normal(100), np.zeros(100), np.zeros(100), np.zeros(100)])
     >>> samples[7, 1] = samples[7, 2] = 0.5  # two columns that move in run 7 alone

@@ -16,8 +16,8 @@ import numbers
 
 import numpy as np
 
-from .._validation import check_int
-from ..estimators.registry import get_estimator
+from ..._internal.validation import check_int
+from ...estimators.registry import get_estimator
 
 __all__ = [
     "GAUSSIAN_MIN_RUNS_PER_DIM", "GAUSSIAN_MAX_BITS", "COPULA_MIN_RUNS_PER_DIM", "COPULA_MAX_BITS",
@@ -78,7 +78,7 @@ def estimate_regime_note(estimator: str, n_runs: int, n_features: int, value: fl
 
     Examples
     --------
-    >>> from mianalysis.analysis.regime import estimate_regime_note
+    >>> from mianalysis.analysis.inference.regime import estimate_regime_note
     >>> estimate_regime_note("gaussian", 2000, 200, 150.0)
     ''
     >>> estimate_regime_note("gaussian", 400, 200, 3.4)
@@ -150,7 +150,7 @@ def is_outside(note: object) -> bool:
 
     Examples
     --------
-    >>> from mianalysis.analysis.regime import is_outside
+    >>> from mianalysis.analysis.inference.regime import is_outside
     >>> is_outside("dropped 2 constant parameters; outside calibration: > 4 joint dims")
     True
     """

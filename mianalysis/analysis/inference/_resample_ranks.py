@@ -1,4 +1,4 @@
-"""Numba kernel of :meth:`mianalysis.analysis.intervals.ResampleScores.scores`: the normal
+"""Numba kernel of :meth:`mianalysis.analysis.inference.intervals.ResampleScores.scores`: the normal
 scores of a bootstrap resample from one sort of each column, one pass per column.
 
 A resample is given by each run's count of copies. Walking a column in its sorted order

@@ -4,7 +4,7 @@ Glue between a dump, an analysis table (rows as :func:`mianalysis.analysis.analy
 or :func:`mianalysis.analysis.read_table` reads) and :func:`mianalysis.additive_model_mi`:
 for each pair and each step between consecutive checkpoints of the table, the estimated MI
 change beside the change the additive model predicts. The numbers come from
-:mod:`mianalysis.analysis.additive`; this module only reads samples and arranges rows.
+:mod:`mianalysis.analysis.studies.additive`; this module only reads samples and arranges rows.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 from .additive import additive_model_test
 
 if TYPE_CHECKING:  # names used only in type hints
-    from ..dumps import ParameterDump
+    from ...dumps import ParameterDump
 
 __all__ = ["additive_prediction_rows", "PREDICTION_COLUMNS"]
 
@@ -77,7 +77,7 @@ def additive_prediction_rows(rows: Sequence[Mapping[str, Any]], dump: ParameterD
     --------
     >>> import numpy as np
     >>> from mianalysis import ParameterDump, analyze
-    >>> from mianalysis.analysis.additive_table import additive_prediction_rows
+    >>> from mianalysis.analysis.studies.additive_table import additive_prediction_rows
     >>> rng = np.random.default_rng(0)
     >>> theta0 = rng.standard_normal((2000, 3))
     >>> noise = lambda sd: sd * rng.standard_normal((2, 2000, 3))

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ._scaling import SAFE_HIGH, SAFE_LOW, pow2_scale
-from ._validation import check_choice, check_samples
+from .._internal.scaling import SAFE_HIGH, SAFE_LOW, pow2_scale
+from .._internal.validation import check_choice, check_samples
 
 __all__ = ["METRICS", "UPDATE_METRICS", "paired_distances", "mean_paired_distance", "update_cosines",
            "mean_update_cosine"]

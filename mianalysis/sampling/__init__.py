@@ -11,27 +11,25 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import _memory
-from ._io import progress_bar
-from ._locking import WriterLock
-from ._seeding import replica_seed
-from ._validation import check_choice, check_int
-from .dumps import DumpError, ParameterDump, layout_from_shapes, unwritten_dump_discarded
-from .tasks.base import INIT_MODES, ReplicaGenerators, check_shared
-from .tasks.optimizers import SGD, Adam  # imports no torch until one is made
+from .._internal import memory as _memory
+from .._internal.io import progress_bar
+from .._internal.locking import WriterLock
+from .._internal.seeding import replica_seed
+from .._internal.validation import check_choice, check_int
+from ..dumps import CENTRAL, DumpError, ParameterDump, layout_from_shapes, unwritten_dump_discarded
+from ..tasks.base import INIT_MODES, ReplicaGenerators, check_shared
+from ..tasks.optimizers import SGD, Adam  # imports no torch until one is made
 
 if TYPE_CHECKING:  # names used only in type hints
     import distributed
     import torch
 
-    from .tasks.base import Task
+    from ..tasks.base import Task
 
 __all__ = ["ParameterSampler", "replica_seed", "task_optimizer", "ChunkResult", "ChunkMemoryError", "CENTRAL",
            "REFERENCES"]
 
-# The name of the reference client in a dump (ParameterSampler(reference="central")), and the
-# references the sampler can train.
-CENTRAL = "central"
+# The references the sampler can train (CENTRAL: the dump convention for a reference client).
 REFERENCES = (CENTRAL,)
 
 
@@ -75,7 +73,7 @@ def task_optimizer(task: Task, params: Sequence[torch.Tensor]) -> Adam | SGD:
     -------
     mianalysis.tasks.optimizers.Adam or mianalysis.tasks.optimizers.SGD
     """
-    from .tasks.optimizers import SGD, Adam
+    from ..tasks.optimizers import SGD, Adam
 
     if task.optimizer == "sgd":
         return SGD(params, lr=task.lr)
@@ -145,7 +143,7 @@ class ParameterSampler:
         client named "central" (after the task's clients), where the federation should be:
         see Notes. It is recorded in the dump's settings (``"reference": "central"``), so a
         dump is resumed only with the same reference. gaussian-sgd refuses it: it knows its
-        exact reference (``mianalysis.headroom(dump, reference="task")``).
+        exact reference (``mianalysis.analysis.studies.headroom(dump, reference="task")``).
 
     Notes
     -----
@@ -253,7 +251,7 @@ class ParameterSampler:
                 dump = self._open_dump(runs, out)
                 self._write_chunks(dump, runs, self._chunks_here(dump))
             return dump
-        from .scaleout import CONNECT_TIMEOUT, SchedulerError, connect, run_unordered
+        from ..scaleout import CONNECT_TIMEOUT, SchedulerError, connect, run_unordered
 
         timeout = CONNECT_TIMEOUT if timeout is None else timeout
         with connect(scheduler, client=client, timeout=timeout) as dask:
@@ -378,7 +376,7 @@ class ParameterSampler:
         threads = self.task.sampling_threads
         if threads is None:
             return self._train_chunk(runs, vectorised)
-        from ._threads import torch_threads
+        from .._internal.threads import torch_threads
 
         with torch_threads(threads):
             return self._train_chunk(runs, vectorised)
@@ -408,7 +406,7 @@ class ParameterSampler:
         """Train `clients` in `runs` (and, with `central`, the runs' central clients, last)."""
         import torch
 
-        from .tasks.base import ClientBatchData
+        from ..tasks.base import ClientBatchData
 
         if vectorised and (len(runs) * len(clients) == 1 or (central and len(runs) == 1)):
             twice = self._train(runs * 2, clients, vectorised, central)  # see the class docstring
@@ -516,7 +514,7 @@ class ChunkJob:
         self.task, self.settings, self._sampler = state["task"], state["settings"], None
 
     def __call__(self, runs):
-        from ._threads import torch_threads
+        from .._internal.threads import torch_threads
 
         start, stop = runs
         if self._sampler is None:
@@ -539,7 +537,7 @@ def _recorded_meta(out):
 def _check_finite(result, start, stop, dump):
     """ValueError if a chunk's training produced a non-finite parameter: the earliest
     checkpoint where one did, with its client and runs."""
-    from .dumps import find_nonfinite
+    from ..dumps import find_nonfinite
 
     found = []
     for i, client in enumerate(dump.clients):

@@ -34,7 +34,7 @@ as at a shared start, where the MI is infinite and every distance 0; or a client
 parameters constant over runs, as at a fixed start, where the MI is 0): the design, not
 training, fixes where such a step starts, so it is no test of training, and its row's
 verdict is "not made: a step out of an exact value (...)". An exact MI row is no test
-either. These are the steps every finding leaves out (:mod:`mianalysis.experiment` reads
+either. These are the steps every finding leaves out (:mod:`mianalysis.report.experiment` reads
 the same families), so a table's ``family_verdict`` and a finding agree. An MI row's null
 test is adjusted over the same family of its checkpoints; with permutation p-values,
 which are never below 1 / (n_permutations + 1), a family can be too large for any
@@ -50,10 +50,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .._validation import check_choice, check_real
-from ..distances import METRICS, UPDATE_METRICS
+from ..._internal.validation import check_choice, check_real
+from ...estimators.distances import METRICS, UPDATE_METRICS
 from .intervals import BOUND, NO_CHANGE, SHRINKAGE
-from .reading import CONSTANT, NO_ESTIMATE
+from ..reading import CONSTANT, NO_ESTIMATE
 
 __all__ = ["METHODS", "FAMILIES", "METHOD_NAMES", "holm", "benjamini_hochberg", "adjust", "describe",
            "FamilywiseVerdicts", "familywise_verdicts", "apply_familywise", "familywise_settings", "exact_by_rule",
@@ -83,7 +83,7 @@ def holm(p: ArrayLike) -> np.ndarray:
 
     Examples
     --------
-    >>> from mianalysis.analysis.familywise import holm
+    >>> from mianalysis.analysis.inference.familywise import holm
     >>> holm([0.01, 0.04, 0.03, 0.005]).round(3).tolist()
     [0.03, 0.06, 0.06, 0.02]
     """
@@ -107,7 +107,7 @@ def benjamini_hochberg(p: ArrayLike) -> np.ndarray:
 
     Examples
     --------
-    >>> from mianalysis.analysis.familywise import benjamini_hochberg
+    >>> from mianalysis.analysis.inference.familywise import benjamini_hochberg
     >>> benjamini_hochberg([0.01, 0.04, 0.03, 0.005]).round(3).tolist()
     [0.02, 0.04, 0.04, 0.02]
     """
@@ -127,7 +127,7 @@ def adjust(p: ArrayLike, method: str = "holm") -> np.ndarray:
 
     Examples
     --------
-    >>> from mianalysis.analysis.familywise import adjust
+    >>> from mianalysis.analysis.inference.familywise import adjust
     >>> adjust([0.02, 0.5], "holm").tolist(), adjust([0.02, 0.5], "none").tolist()
     ([0.04, 0.5], [0.02, 0.5])
     """
@@ -145,7 +145,7 @@ def describe(method: str, family: str, alpha: float) -> str:
 
     Examples
     --------
-    >>> from mianalysis.analysis.familywise import describe
+    >>> from mianalysis.analysis.inference.familywise import describe
     >>> describe("bh", "cell", 0.05)
     "Benjamini-Hochberg over all client pairs' steps of one quantity (false discovery rate 0.05)"
     """
@@ -221,7 +221,7 @@ def exact_by_rule(row: Mapping[str, Any]) -> str:
 
     Examples
     --------
-    >>> from mianalysis.analysis.familywise import exact_by_rule
+    >>> from mianalysis.analysis.inference.familywise import exact_by_rule
     >>> exact_by_rule({"quantity": "mi_ksg", "client_a": "0", "client_b": "1", "value": float("inf")})
     'identical clients: MI infinite'
     >>> exact_by_rule({"quantity": "euclidean", "client_a": "0", "client_b": "1", "value": 0.0, "spread": 0.0})
@@ -327,7 +327,7 @@ def familywise_verdicts(rows: Sequence[Mapping[str, Any]], *, method: str = "hol
     Three steps of one pair, p-values 0.01, 0.04 and 0.30: each below 0.05 alone, but with
     Holm over the three only the first (0.01 x 3 = 0.03) is a verdict:
 
-    >>> from mianalysis.analysis.familywise import familywise_verdicts
+    >>> from mianalysis.analysis.inference.familywise import familywise_verdicts
     >>> rows = [{"quantity": "delta_mi_ksg", "client_a": "0", "client_b": "1", "value": v, "change_p": p,
     ...          "estimate_kind": "plain"} for v, p in ((0.5, 0.01), (-0.4, 0.04), (0.1, 0.30))]
     >>> result = familywise_verdicts(rows, method="holm")
@@ -422,7 +422,7 @@ def apply_familywise(rows: Sequence[Mapping[str, Any]], *, method: str = "holm",
     -------
     AnalysisTable
     """
-    from .table import AnalysisTable
+    from ..table import AnalysisTable
 
     table = AnalysisTable.of(rows)
     settings = dict(table.settings)

@@ -16,8 +16,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import stats
 
-from .._validation import check_choice, varying_columns
-from .familywise import adjust
+from ..._internal.validation import check_choice, varying_columns
+from ..inference.familywise import adjust
 
 __all__ = ["MIN_RUNS", "NORMALITY_METHODS", "Gaussianity", "nongaussian_share", "copula_disagreement"]
 
@@ -66,7 +66,7 @@ def nongaussian_share(samples: ArrayLike, *, alpha: float = 0.05, method: str = 
     Each column (parameter) of `samples` that varies over runs is tested by the
     D'Agostino-Pearson omnibus test of skewness and kurtosis (:func:`scipy.stats.normaltest`,
     vectorised over columns), and the p-values are adjusted over the tested columns
-    (:func:`mianalysis.analysis.familywise.adjust`).
+    (:func:`mianalysis.analysis.inference.familywise.adjust`).
 
     Parameters
     ----------
@@ -116,7 +116,7 @@ def nongaussian_share(samples: ArrayLike, *, alpha: float = 0.05, method: str = 
     Examples
     --------
     >>> import numpy as np
-    >>> from mianalysis.analysis.gaussianity import nongaussian_share
+    >>> from mianalysis.analysis.diagnostics.gaussianity import nongaussian_share
     >>> rng = np.random.default_rng(0)
     >>> nongaussian_share(rng.standard_normal((2000, 50))).share
     0.0
@@ -173,7 +173,7 @@ def copula_disagreement(gaussian: tuple[float, float], copula: tuple[float, floa
 
     Examples
     --------
-    >>> from mianalysis.analysis.gaussianity import copula_disagreement
+    >>> from mianalysis.analysis.diagnostics.gaussianity import copula_disagreement
     >>> copula_disagreement((1.0, 1.2), (1.5, 1.7)), copula_disagreement((1.0, 1.6), (1.5, 1.7))
     (True, False)
     """

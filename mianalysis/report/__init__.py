@@ -7,8 +7,8 @@
 - ``mi.png``, ``distances.png`` and, when the dump recorded metrics, ``metrics.png``;
 - ``report.md``: what each row of the table means, which rows to read
   (:mod:`mianalysis.analysis.reading`), what the sampling design forces on the MI
-  (:mod:`mianalysis.analysis.design`) and the trend verdicts with their family-wise
-  correction (:func:`mianalysis.experiment.trend_summary`).
+  (:mod:`mianalysis.analysis.diagnostics.design`) and the trend verdicts with their family-wise
+  correction (:func:`mianalysis.report.experiment.trend_summary`).
 
 A report never replaces a file it did not write: `DIR` is new, empty, or holds an earlier
 report (only its files, with a ``report.md`` starting with :data:`HEADING`), which is then
@@ -31,15 +31,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._io import new_file
-from ._validation import check_int
-from .analysis import AnalysisTable, analyze
-from .analysis.design import design_note
-from .analysis.reading import p_value_floor, reading_guide, row_kinds
-from .analysis.validate import dump_around
+from .._internal.io import new_file
+from .._internal.validation import check_int
+from ..analysis import AnalysisTable, analyze
+from ..analysis.diagnostics.design import design_note
+from ..analysis.reading import p_value_floor, reading_guide, row_kinds
+from ..analysis.validate import dump_around
 
 if TYPE_CHECKING:  # names used only in type hints
-    from .dumps import ParameterDump
+    from ..dumps import ParameterDump
 
 __all__ = ["report", "Report", "REPORT_PERMUTATIONS", "REPORT_FILES", "HEADING", "check_report_folder"]
 
@@ -194,7 +194,7 @@ def report(dump: ParameterDump | str | os.PathLike, out_dir: str | os.PathLike, 
     >>> print(done.summary.splitlines()[0])
     # mianalysis report
     """
-    from .dumps import ParameterDump
+    from ..dumps import ParameterDump
 
     started = time.perf_counter()
     check_int(n_permutations, "n_permutations", low=1)

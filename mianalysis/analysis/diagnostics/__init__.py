@@ -1,0 +1,3 @@
+"""Diagnostics of a dump before estimation: Gaussianity, rare movers, the sampling design."""
+
+__all__ = ()  # its modules are imported by name
