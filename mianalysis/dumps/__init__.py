@@ -14,7 +14,8 @@
   export to zarr (the ``dask`` and ``zarr`` extras).
 """
 
-from .manifest import (CENTRAL, DTYPE, FORMAT_VERSION, MANIFEST, DumpError, check_checkpoint, check_manifest, check_meta,
+from .manifest import (CENTRAL, DTYPE, FORMAT_VERSION, MANIFEST, OPTIMUM, DumpError, check_checkpoint,
+                       check_manifest, check_meta,
                        check_metric_names, parse_manifest)
 from .layout import LayoutEntry, NonFinite, find_nonfinite, layout_columns, layout_from_shapes, select_layout
 from .format import CREATING, ParameterDump, discard_unwritten_dump, unwritten_dump_discarded
@@ -26,6 +27,7 @@ __all__ = [
     "ParameterDump", "DumpWriter", "IncompleteChunkWarning", "DumpError", "LayoutEntry", "NonFinite",
     "import_checkpoints", "to_dask", "to_xarray", "export_zarr", "layout_from_shapes", "select_layout",
     "layout_columns", "find_nonfinite",
-    "check_manifest", "unwritten_dump_discarded", "discard_unwritten_dump", "FORMAT_VERSION", "MANIFEST", "DTYPE", "CENTRAL",
+    "check_manifest", "unwritten_dump_discarded", "discard_unwritten_dump", "FORMAT_VERSION", "MANIFEST", "DTYPE",
+    "CENTRAL", "OPTIMUM",
     "CREATING", "parse_manifest", "check_meta", "check_metric_names", "check_checkpoint",
 ]

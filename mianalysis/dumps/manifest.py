@@ -33,7 +33,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 __all__ = [
-    "FORMAT_VERSION", "MANIFEST", "DTYPE", "CENTRAL", "DumpError", "METRIC_NAME", "RESERVED_METRIC_NAMES",
+    "FORMAT_VERSION", "MANIFEST", "DTYPE", "CENTRAL", "OPTIMUM", "DumpError", "METRIC_NAME", "RESERVED_METRIC_NAMES",
     "check_meta", "check_metric_names", "check_checkpoint", "check_checkpoints", "check_manifest", "parse_manifest"
 ]
 
@@ -43,6 +43,10 @@ DTYPE = np.dtype("<f4")
 # The name of a dump's reference client (trained beside the clients in each run, e.g.
 # ParameterSampler(reference="central")): a dump convention, so it is in no client pair.
 CENTRAL = "central"
+# The name of a dump's optimum client: each run's exact minimiser theta* of the pooled objective
+# (every client's data with the run's draws), recorded beside the clients where the task can
+# compute it; like CENTRAL it is in no client pair.
+OPTIMUM = "optimum"
 
 
 class DumpError(ValueError):
