@@ -329,13 +329,15 @@ def _cmd_import(args):
 
 def _cmd_headroom(args):
     from ._internal.io import write_rows
+    from ._internal.validation import check_real
     from .analysis.validate import check_table_out
-    from .analysis.studies.headroom import headroom
+    from .analysis.studies.headroom import headroom, headroom_verdicts
 
     def check_out():  # analyze's rule for a table: never into a dump or onto a folder; a file only with --force
         check_table_out(args.out, args.force, writer="headroom", name="--out", force_hint="--force")
 
     check_out()  # before any work: a refused --out computes and writes nothing
+    check_real(args.near_optimal, "--near-optimal", low=0, high=1, low_open=True)
     rows = headroom(args.dump, reference=args.reference, rules=args.rules, iterations=args.iterations,
                     folds=args.folds, level=args.ci_level)
     check_out()  # again: the file may have appeared meanwhile
@@ -347,6 +349,10 @@ def _cmd_headroom(args):
         exact = "" if r["mse_exact"] != r["mse_exact"] else f", exact {r['mse_exact']:.4g}"
         print(f"iteration {last} {r['rule']}: MSE {r['mse']:.4g} [{r['mse_low']:.4g}, {r['mse_high']:.4g}]{exact}; "
               f"ratio to mean {r['ratio']:.3f} [{r['ratio_low']:.3f}, {r['ratio_high']:.3f}]")
+    print(f"verdicts (intervals Bonferroni over the checkpoints, family-wise {args.ci_level:g}; near-optimal: the best "
+          f"combination's fit-corrected ratio interval >= {args.near_optimal:g}):")
+    for line in headroom_verdicts(rows, level=args.ci_level, near_optimal=args.near_optimal):
+        print(line)
 
 
 def _cmd_verify(args):
@@ -395,6 +401,8 @@ def _placement_help(placement):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .sampling import REFERENCES
+
     parser = _OneLineParser(
         prog="mianalysis",
         description="Mutual information and distances between federated clients' parameter vectors.",
@@ -451,11 +459,12 @@ def build_parser() -> argparse.ArgumentParser:
     smp.add_argument("--shared", action="append", metavar="STREAM",
                      help="a random stream the clients of a run share (repeatable; the task's streams: signal-rnn "
                           "order, dropout; digits-lenet order, augmentation; gaussian-sgd data, noise; module order)")
-    smp.add_argument("--reference", choices=["central"], default=None,
-                     help="also train a reference client 'central' per run: the run's start, the union of the clients' "
-                          "batches at every step (the same number of steps); `mianalysis headroom` uses it, "
-                          "`mianalysis analyze` leaves it out of the client pairs (not gaussian-sgd: it knows its "
-                          "exact reference)")
+    smp.add_argument("--reference", choices=list(REFERENCES), default=None,
+                     help="also record a reference client per run: 'optimum', each run's exact optimum theta* of the "
+                          "pooled objective (tasks with a convex loss: softmax-regression, digits-head, gaussian-sgd), "
+                          "or 'central', the FedSGD reference (the run's start trained on the union of the clients' "
+                          "batches at every step; not gaussian-sgd), not the optimum; `mianalysis headroom` uses it, "
+                          "`mianalysis analyze` leaves it out of the client pairs")
     smp.add_argument("--no-progress", action="store_true")
     _add_scheduler_options(smp, "chunks of runs")
     smp.set_defaults(func=_cmd_sample)
@@ -576,20 +585,28 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--no-progress", action="store_true")
     imp.set_defaults(func=_cmd_import)
 
-    hdr = sub.add_parser("headroom", help="MSE of combination rules to the federation's reference, vs the average")
+    hdr = sub.add_parser("headroom", help="MSE of combination rules to a reference (the optimum theta*, the FedSGD "
+                                          "reference or your own), vs the average, and a verdict per checkpoint")
     hdr.add_argument("dump")
     hdr.add_argument("--out", required=True,
                      help="CSV table to write: never in a dump, and an existing file only with --force")
     hdr.add_argument("--reference", default="auto",
-                     help="'task' (gaussian-sgd's minimiser of the summed losses), a client of the dump that holds "
-                          "it, or 'auto' (the client 'central' if any, else 'task')")
+                     help="'optimum' (the dump's client 'optimum': each run's exact theta*), 'central' (the dump's "
+                          "client 'central': the FedSGD reference, not the optimum), another client of the dump (a "
+                          "reference of your own), 'task' (gaussian-sgd's exact theta*, recomputed), or 'auto' "
+                          "(the default: 'optimum' if the dump has it, else 'central', else 'task'); the clients "
+                          "'optimum' and 'central' are never combined")
     hdr.add_argument("--rules", nargs="+",
                      help="combination rules (also 'curvature' on gaussian-sgd); default: mean weighted_mean "
                           "inverse_variance blue_coordinate blue, less blue (with a note) where clients x parameters "
                           "> 4096")
     hdr.add_argument("--iterations", nargs="+", type=int, help="checkpoints (iterations) to measure; all by default")
     hdr.add_argument("--folds", type=int, default=2, help="cross-fitting folds of the fitted rules (default 2)")
-    hdr.add_argument("--ci-level", type=float, default=0.95, help="level of the intervals (default 0.95)")
+    hdr.add_argument("--ci-level", type=float, default=0.95,
+                     help="level of the intervals, and family-wise level of the verdicts (default 0.95)")
+    hdr.add_argument("--near-optimal", type=float, default=0.95,
+                     help="averaging is near-optimal at a checkpoint where the best combination's MSE, as a ratio "
+                          "to averaging's, is at least this at the verdicts' family-wise level (default 0.95)")
     hdr.add_argument("--force", action="store_true", help="replace an existing --out (never a link's target)")
     hdr.set_defaults(func=_cmd_headroom)
 

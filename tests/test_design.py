@@ -29,10 +29,10 @@ from mianalysis.tasks import GaussianSGDTask
      "design: fixed start, shared x: only the shared streams make clients dependent"),
     ({"init": "per-run", "reference": "central"}, ("data",),
      "design: per-run start, no stream shared: dependence comes from the start only and can only be lost; "
-     "client central (the reference) is not paired"),
+     "client central (the FedSGD reference) is not paired"),
     ({"init": "fixed", "shared": ["order"], "reference": "central"}, ("order", "dropout"),
      "design: fixed start, shared order (not dropout): only the shared streams make clients dependent; "
-     "client central (the reference) is not paired"),
+     "client central (the FedSGD reference) is not paired"),
     ({"init": "fixed", "reference": None}, None,
      "design: fixed start, no stream shared: the clients are independent (MI 0 in truth)"),
     ({}, None, ""),
@@ -85,6 +85,6 @@ def test_analysis_rows_of_a_dump_with_the_central_client_say_it_is_not_paired(tm
     rows = analyze(dump, estimators=("gaussian",), n_permutations=0, random_state=0)
     mi = [r for r in rows if r["quantity"] == "mi_gaussian"]
     assert mi and all(r["note"].endswith("design: per-run start, no stream shared: dependence comes from the start "
-                                         "only and can only be lost; client central (the reference) is not paired")
+                                         "only and can only be lost; client central (the FedSGD reference) is not paired")
                       for r in mi)
     assert all("central" not in (str(r.get("client_a")), str(r.get("client_b"))) for r in mi)

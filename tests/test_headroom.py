@@ -242,7 +242,7 @@ def test_headroom_of_a_dump_is_within_its_interval_of_the_exact_mse(tmp_path):
 
     _, dump = _sample(tmp_path, 800, d=3, n_iterations=10)
     rows = headroom(dump, rules=[*RULES, "curvature"], iterations=[5, 10])
-    assert {r["reference"] for r in rows} == {"task: (sum A_k)^-1 sum A_k mu_k"}
+    assert {r["reference"] for r in rows} == {"task (exact theta* = (sum A_k)^-1 sum A_k mu_k)"}
     for r in rows:  # 95 % intervals: each may miss 1 time in 20 (a seed is fixed)
         if r["rule"] in ("blue", "blue_coordinate"):
             assert r["mse_low"] <= r["mse_exact"] <= r["mse_high"], r
@@ -265,8 +265,10 @@ def test_headroom_reference_errors(tmp_path):
     dump = ParameterDump.from_arrays(tmp_path / "d", {"a": np.zeros((1, 8, 2)), "b": np.ones((1, 8, 2))})
     with pytest.raises(ValueError, match=r"`reference`='task' needs a dump of a task that knows"):
         headroom(dump)
-    with pytest.raises(ValueError, match=r"`reference` must be 'auto', 'task', a client of the dump"):
+    with pytest.raises(ValueError, match=r"`reference`='central' needs a client 'central' in "):
         headroom(dump, reference="central")
+    with pytest.raises(ValueError, match=r"`reference` must be 'auto', 'optimum', 'central', 'task', a client of"):
+        headroom(dump, reference="c")
     with pytest.raises(ValueError, match=r"`reference` must have shape \(8, 2\)"):
         headroom(dump, reference=np.zeros((7, 2)))
     rows = headroom(dump, reference="a", rules=["mean"])
@@ -289,7 +291,10 @@ def test_headroom_command_writes_the_table_and_errors_in_one_line(tmp_path, caps
     assert [(r["iteration"], r["rule"], r["weights"]) for r in rows] == [
         ("0", "mean", "fixed"), ("0", "inverse_variance", "cross-fitted, 2 folds"),
         ("5", "mean", "fixed"), ("5", "inverse_variance", "cross-fitted, 2 folds")]
-    assert "iteration 5 inverse_variance: MSE" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "iteration 5 inverse_variance: MSE" in out
+    assert "iteration 0, against the FedSGD reference (central client), not the optimum: no verdict: " in out
+    assert "iteration 5, against the FedSGD reference (central client), not the optimum: no verdict: none of " in out
     assert main(["headroom", str(tmp_path / "d"), "--out", str(tmp_path / "x.csv"), "--reference", "task"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("mianalysis headroom: error: `reference`='task' needs a dump of a task") and "\n" not in err

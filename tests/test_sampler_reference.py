@@ -154,7 +154,7 @@ def test_headroom_of_a_dump_with_the_central_client(tmp_path, name):
     task = TASKS[name]()
     dump = ParameterSampler(task, seed=0, progress=False, reference="central").sample(12, tmp_path / "d")
     rows = headroom(dump, rules=["mean", "inverse_variance", "blue_coordinate"])
-    assert {r["reference"] for r in rows} == {"client central"}
+    assert {r["reference"] for r in rows} == {"central (FedSGD reference, not the optimum)"}
     assert {r["n_clients"] for r in rows} == {task.n_clients}
     assert [r["iteration"] for r in rows if r["rule"] == "mean"] == dump.checkpoints
     last = [r for r in rows if r["iteration"] == dump.checkpoints[-1]]
@@ -177,7 +177,8 @@ def test_sample_command_reference_central_then_headroom(tmp_path, cli):
     assert done.returncode == 0, done.stderr
     with open(tmp_path / "h.csv") as fh:
         rows = list(csv.DictReader(fh))
-    assert {r["reference"] for r in rows} == {"client central"} and {r["n_clients"] for r in rows} == {"3"}
+    assert {r["reference"] for r in rows} == {"central (FedSGD reference, not the optimum)"}
+    assert {r["n_clients"] for r in rows} == {"3"}
 
 
 def test_reference_central_on_gaussian_sgd_is_a_clear_error(tmp_path, cli):
@@ -193,7 +194,7 @@ def test_reference_central_on_gaussian_sgd_is_a_clear_error(tmp_path, cli):
 
 def test_bad_reference_values_and_tasks_that_cannot_have_one():
     task = TASKS["signal"]()
-    with pytest.raises(ValueError, match=r"`reference` must be one of 'central'; got 'centre'"):
+    with pytest.raises(ValueError, match=r"`reference` must be one of 'central', 'optimum'; got 'centre'"):
         ParameterSampler(task, reference="centre")
 
     class MasksWithoutUnion(SignalRNNTask):

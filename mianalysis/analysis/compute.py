@@ -13,7 +13,7 @@ import numpy as np
 
 from .._internal.validation import varying_columns
 from ..estimators.distances import UPDATE_METRICS, paired_distances, update_cosines
-from ..dumps import CENTRAL
+from ..dumps import REFERENCE_CLIENTS
 from ..estimators import KSG_NOISE, MarginalDistances, gaussian_mi, gaussian_mi_null, mi_permutation_test
 from ..estimators.significance import gaussian_permutation_test
 from ..estimators.bound import bound_min_runs
@@ -227,7 +227,7 @@ class CheckpointAnalysis:
         self.groups, self.random_state, self.ci_level = request.groups, request.random_state, request.ci_level
         # A dump's client "central" (ParameterSampler(reference="central")) is where the federation
         # should be, not a client: it is in no pair (its metric rows stay).
-        self.pairs = list(itertools.combinations([c for c, name in enumerate(dump.clients) if name != CENTRAL],
+        self.pairs = list(itertools.combinations([c for c, name in enumerate(dump.clients) if name not in REFERENCE_CLIENTS],
                                                  2))
         # A dump still being sampled (or stopped) is analysed as far as it goes; every row says so.
         self.incomplete = "" if dump.complete else f"dump incomplete: {self.n_runs} of {dump.n_runs} runs"

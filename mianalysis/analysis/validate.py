@@ -149,14 +149,15 @@ def check_request(dump: ParameterDump, *, estimators: str | Sequence[str], metri
 
 
 def _check_clients(dump: ParameterDump) -> None:
-    """ValueError unless the dump has two clients to pair (the reference client "central"
-    is in no pair): every distance and MI is of a client pair."""
-    from ..dumps import CENTRAL
+    """ValueError unless the dump has two clients to pair (the reference clients "central"
+    and "optimum" are in no pair): every distance and MI is of a client pair."""
+    from ..dumps import REFERENCE_CLIENTS
 
-    clients = [c for c in dump.clients if c != CENTRAL]
+    clients = [c for c in dump.clients if c not in REFERENCE_CLIENTS]
     if len(clients) < 2:
         has = f"one: {clients[0]}" if clients else "none"
-        reference = f" (besides the reference {CENTRAL!r}, which is in no pair)" if CENTRAL in dump.clients else ""
+        held = [c for c in dump.clients if c in REFERENCE_CLIENTS]
+        reference = (f" (besides the reference {', '.join(map(repr, held))}, which is in no pair)" if held else "")
         raise ValueError(f"dump {dump.path}: the analysis needs at least two clients; the dump has {has}{reference}")
 
 

@@ -14,7 +14,7 @@
   export to zarr (the ``dask`` and ``zarr`` extras).
 """
 
-from .manifest import (CENTRAL, DTYPE, FORMAT_VERSION, MANIFEST, OPTIMUM, DumpError, check_checkpoint,
+from .manifest import (CENTRAL, DTYPE, FORMAT_VERSION, MANIFEST, OPTIMUM, REFERENCE_CLIENTS, DumpError, check_checkpoint,
                        check_manifest, check_meta,
                        check_metric_names, parse_manifest)
 from .layout import LayoutEntry, NonFinite, find_nonfinite, layout_columns, layout_from_shapes, select_layout
@@ -28,6 +28,6 @@ __all__ = [
     "import_checkpoints", "to_dask", "to_xarray", "export_zarr", "layout_from_shapes", "select_layout",
     "layout_columns", "find_nonfinite",
     "check_manifest", "unwritten_dump_discarded", "discard_unwritten_dump", "FORMAT_VERSION", "MANIFEST", "DTYPE",
-    "CENTRAL", "OPTIMUM",
+    "CENTRAL", "OPTIMUM", "REFERENCE_CLIENTS",
     "CREATING", "parse_manifest", "check_meta", "check_metric_names", "check_checkpoint",
 ]

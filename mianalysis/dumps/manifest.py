@@ -33,7 +33,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 __all__ = [
-    "FORMAT_VERSION", "MANIFEST", "DTYPE", "CENTRAL", "OPTIMUM", "DumpError", "METRIC_NAME", "RESERVED_METRIC_NAMES",
+    "FORMAT_VERSION", "MANIFEST", "DTYPE", "CENTRAL", "OPTIMUM", "REFERENCE_CLIENTS", "DumpError", "METRIC_NAME", "RESERVED_METRIC_NAMES",
     "check_meta", "check_metric_names", "check_checkpoint", "check_checkpoints", "check_manifest", "parse_manifest"
 ]
 
@@ -47,6 +47,8 @@ CENTRAL = "central"
 # (every client's data with the run's draws), recorded beside the clients where the task can
 # compute it; like CENTRAL it is in no client pair.
 OPTIMUM = "optimum"
+# The reference clients: recorded beside the clients, in no client pair of an analysis.
+REFERENCE_CLIENTS = (CENTRAL, OPTIMUM)
 
 
 class DumpError(ValueError):

@@ -16,7 +16,7 @@ from .._internal.io import progress_bar
 from .._internal.locking import WriterLock
 from .._internal.seeding import replica_seed
 from .._internal.validation import check_choice, check_int
-from ..dumps import CENTRAL, DumpError, ParameterDump, layout_from_shapes, unwritten_dump_discarded
+from ..dumps import CENTRAL, OPTIMUM, DumpError, ParameterDump, layout_from_shapes, unwritten_dump_discarded
 from ..tasks.base import INIT_MODES, ReplicaGenerators, check_shared
 from ..tasks.optimizers import SGD, Adam  # imports no torch until one is made
 
@@ -27,10 +27,14 @@ if TYPE_CHECKING:  # names used only in type hints
     from ..tasks.base import Task
 
 __all__ = ["ParameterSampler", "replica_seed", "task_optimizer", "ChunkResult", "ChunkMemoryError", "CENTRAL",
-           "REFERENCES"]
+           "OPTIMUM", "REFERENCES", "GRAD_NORM"]
 
-# The references the sampler can train (CENTRAL: the dump convention for a reference client).
-REFERENCES = (CENTRAL,)
+# The references the sampler can record beside the clients (dump conventions for the client's
+# name): CENTRAL, trained per run; OPTIMUM, each run's exact theta* from the task.
+REFERENCES = (CENTRAL, OPTIMUM)
+# The metric that a dump sampled with reference="optimum" adds: the pooled objective's gradient
+# norm at theta*, as the task's solver left it (float64); NaN (not recorded) for the clients.
+GRAD_NORM = "grad_norm"
 
 
 class ChunkMemoryError(MemoryError, ValueError):
@@ -138,12 +142,15 @@ class ParameterSampler:
         noise). With ``()`` every stream is the client's own and the samples are those of
         the sampler before streams could be shared. A non-empty `shared` is recorded in
         the dump's settings, so a dump is resumed only with the same sharing.
-    reference : {None, "central"}, default=None
+    reference : {None, "central", "optimum"}, default=None
         "central": also train, in every run, a reference client recorded in the dump as the
         client named "central" (after the task's clients), where the federation should be:
-        see Notes. It is recorded in the dump's settings (``"reference": "central"``), so a
-        dump is resumed only with the same reference. gaussian-sgd refuses it: it knows its
-        exact reference (``mianalysis.analysis.studies.headroom(dump, reference="task")``).
+        see Notes. gaussian-sgd refuses it: it knows its exact reference.
+        "optimum": also record, in every run and at every checkpoint, the client named
+        "optimum": the run's exact theta* from the task (see Notes); a task that does not
+        know theta* (``Task.optimum``; gaussian-sgd, softmax-regression and digits-head do)
+        refuses it. Either is recorded in the dump's settings (``"reference": "central"`` or
+        ``"optimum"``), so a dump is resumed only with the same reference.
 
     Notes
     -----
@@ -165,6 +172,16 @@ class ParameterSampler:
     replicas (one per run, a batch of ``n_clients * batch_size``); the clients' samples are
     the same bytes with or without it, and its own the same whatever the chunk and thread
     count, as the clients' are (a chunk of one run trains beside a copy of itself).
+
+    **The optimum client.** With ``reference="optimum"`` the task computes each run's theta*
+    (``Task.optimum``): the minimiser of the pooled objective, every client's data with the
+    run's draws and the clients weighted by their sizes, in float64 to a gradient norm of at
+    most 1e-8. It is not trained: it is recorded as float32 (through the task's ``recorded``
+    map, like every client) at every checkpoint, the same in all of a run's checkpoints. Its
+    task metrics are the task's metrics at theta* on each client's data, averaged over the
+    clients; the dump adds the metric :data:`GRAD_NORM` ("grad_norm"), the gradient norm at
+    theta* as the task's solver left it (float64 before it is stored), which is NaN (not
+    recorded) for the clients. The clients' samples are the same bytes with or without it.
     """
 
     def __init__(self, task: Task, *, seed: int = 0, init: str = "per-run", every: int = 1, chunk_size: int = 64,
@@ -173,7 +190,10 @@ class ParameterSampler:
         self.shared = check_shared(shared, task)
         if reference is not None:
             check_choice(reference, "reference", REFERENCES)
-            task.check_central()
+            if reference == CENTRAL:
+                task.check_central()
+            else:
+                task.check_optimum()
         self.reference = reference
         self.seed = check_int(seed, "seed", low=0)
         self.init = check_choice(init, "init", INIT_MODES)
@@ -282,14 +302,19 @@ class ParameterSampler:
         return ParameterDump.open_or_create(
             out, meta=meta, clients=self.clients,
             checkpoints=self.checkpoints, n_runs=runs, layout=layout_from_shapes(self.task.parameter_shapes()),
-            metric_names=self.task.metric_names,
+            metric_names=self.metric_names,
         )
 
     @property
     def clients(self) -> list[str]:
         """The dump's client names: the task's clients "0", "1", ..., then "central" with
-        ``reference="central"``."""
-        return [str(c) for c in range(self.task.n_clients)] + ([CENTRAL] if self.reference == CENTRAL else [])
+        ``reference="central"`` or "optimum" with ``reference="optimum"``."""
+        return [str(c) for c in range(self.task.n_clients)] + ([self.reference] if self.reference else [])
+
+    @property
+    def metric_names(self) -> tuple[str, ...]:
+        """The dump's metrics: the task's, then :data:`GRAD_NORM` with ``reference="optimum"``."""
+        return tuple(self.task.metric_names) + ((GRAD_NORM,) if self.reference == OPTIMUM else ())
 
     def chunk_bytes(self, chunk_runs: int) -> int:
         """A lower bound of the memory that training a chunk of `chunk_runs` runs takes: per
@@ -383,6 +408,11 @@ class ParameterSampler:
 
     def _train_chunk(self, runs, vectorised):
         runs = list(runs)
+        result = self._train_clients(runs, vectorised)
+        return self._with_optimum(runs, result) if self.reference == OPTIMUM else result
+
+    def _train_clients(self, runs, vectorised):
+        """The ChunkResult of the clients in `runs` (and of the central client with ``reference="central"``)."""
         everyone = list(range(self.task.n_clients))
         central = self.reference == CENTRAL
         if not vectorised:
@@ -402,6 +432,48 @@ class ParameterSampler:
         return self._train(runs=runs, clients=everyone, vectorised=True, central=central)
 
     # ------------------------------------------------------------------ internals
+    def _with_optimum(self, runs, result):
+        """`result` with the optimum client after the clients, and the :data:`GRAD_NORM`
+        metric (NaN for the clients)."""
+        if len(runs) == 1:  # never a batch of one replica (see the class docstring)
+            samples, metrics = self._optimum(runs * 2)
+            samples, metrics = samples[:, :1], metrics[..., :1]
+        else:
+            samples, metrics = self._optimum(runs)
+        clients, n_metrics, n_checkpoints, n_runs = result.metrics.shape
+        unrecorded = np.full((clients, 1, n_checkpoints, n_runs), np.nan, dtype=np.float32)
+        return ChunkResult(np.ascontiguousarray(np.concatenate([result.samples, samples[None]])),
+                           np.ascontiguousarray(np.concatenate([np.concatenate([result.metrics, unrecorded], axis=1),
+                                                                metrics[None]])))
+
+    def _optimum(self, runs):
+        """The optimum client of `runs`: samples (checkpoints, runs, P) and metrics (metrics,
+        checkpoints, runs), float32, the same at every checkpoint (see Notes)."""
+        import torch
+
+        task, n = self.task, self.task.n_clients
+        theta, grad_norm = task.optimum([self.data_generators(runs, c) for c in range(n)])
+        n_params = sum(int(np.prod(shape)) for _, shape in task.parameter_shapes())
+        theta = np.asarray(theta, dtype=np.float64)
+        grad_norm = np.asarray(grad_norm, dtype=np.float64)
+        if theta.shape != (len(runs), n_params) or grad_norm.shape != (len(runs),):
+            raise ValueError(f"task {task.name!r}: optimum() must return theta* of shape ({len(runs)}, {n_params}) and "
+                             f"gradient norms of shape ({len(runs)},); got {theta.shape} and {grad_norm.shape}")
+        tensors, at = [], 0
+        for _, shape in task.parameter_shapes():
+            size = int(np.prod(shape))
+            tensors.append(torch.from_numpy(theta[:, at:at + size].reshape(len(runs), *shape).copy()))
+            at += size
+        with torch.no_grad():
+            recorded = torch.cat([p.reshape(len(runs), -1) for p in task.recorded(tensors)], 1).numpy()
+            params = [p.float() for p in tensors]
+            on = [task.evaluate(params, task.client_data(c, self.data_generators(runs, c))) for c in range(n)]
+            values = [torch.stack([v[m].detach() for v in on]).mean(0).numpy() for m in task.metric_names]
+        checkpoints = len(self.checkpoints)
+        samples = np.broadcast_to(recorded.astype(np.float32), (checkpoints, len(runs), n_params))
+        metrics = np.stack([*values, grad_norm]).astype(np.float32)[:, None, :]
+        return samples, np.broadcast_to(metrics, (len(metrics), checkpoints, len(runs)))
+
     def _train(self, runs, clients, vectorised, central=False):
         """Train `clients` in `runs` (and, with `central`, the runs' central clients, last)."""
         import torch

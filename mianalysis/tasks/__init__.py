@@ -10,12 +10,15 @@ from typing import Any
 from .._internal.validation import check_choice
 from .base import ClientBatchData, Task
 from .digits import DigitsLeNetTask
+from .digits_head import DigitsHeadTask
 from .gaussian_sgd import GaussianSGDTask
 from .module import ModuleSpec, ModuleTask
 from .signal import SignalRNNTask
+from .softmax import SoftmaxRegressionTask
 
 # "module" is built from an import path: ``get_task("module", factory="package.module:function")``.
-TASKS = {task.name: task for task in (SignalRNNTask, DigitsLeNetTask, GaussianSGDTask, ModuleTask)}
+TASKS = {task.name: task for task in (SignalRNNTask, DigitsLeNetTask, DigitsHeadTask, GaussianSGDTask,
+                                      SoftmaxRegressionTask, ModuleTask)}
 
 
 def get_task(name: str, preset: str = "paper", **settings: Any) -> Task:
@@ -25,6 +28,7 @@ def get_task(name: str, preset: str = "paper", **settings: Any) -> Task:
 
 
 __all__ = [
-    "Task", "ClientBatchData", "SignalRNNTask", "DigitsLeNetTask", "GaussianSGDTask", "ModuleTask",
+    "Task", "ClientBatchData", "SignalRNNTask", "DigitsLeNetTask", "DigitsHeadTask", "GaussianSGDTask",
+    "SoftmaxRegressionTask", "ModuleTask",
     "ModuleSpec", "TASKS", "get_task"
 ]

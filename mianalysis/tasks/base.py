@@ -13,6 +13,10 @@ a generator seeded from (seed, run, stream), the same for every client of the ru
 of the replica's own. The data stream reaches :meth:`Task.client_data` and the mask stream
 :meth:`Task.draw_masks` as a :class:`ReplicaGenerators` list.
 
+A task whose loss is convex in the sampled parameters may know each run's exact optimum
+theta*, the minimiser of the pooled objective (:meth:`Task.optimum`); the sampler records it
+beside the clients with ``ParameterSampler(reference="optimum")``.
+
 The sampler may also train a *central* client per run (``ParameterSampler(reference="central")``):
 one replica per run, from the run's start, whose every step is the union of the clients'
 batches of that step. A task that draws masks says how the clients' masks make the central
@@ -27,12 +31,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from .._internal.validation import RealSetting
 
 if TYPE_CHECKING:  # names used only in type hints
     import torch
 
-__all__ = ["LEARNING_RATE", "INIT_MODES", "ReplicaGenerators", "ClientBatchData", "Task", "check_shared"]
+__all__ = ["LEARNING_RATE", "INIT_MODES", "ReplicaGenerators", "ClientBatchData", "Task", "check_shared", "replica_logits",
+           "replica_cross_entropy"]
 
 # How a run's start is drawn: one start per run shared by its clients, or one start for all runs.
 INIT_MODES = ("per-run", "fixed")
@@ -210,6 +217,26 @@ class Task(ABC):
             raise ValueError(f"task {self.name!r} draws masks (stream {self.mask_stream!r}) but does not say how the "
                              "central client gets them (Task.central_masks): it cannot have `reference`='central'")
 
+    def check_optimum(self) -> None:
+        """ValueError where the task cannot give each run's exact optimum theta*
+        (``ParameterSampler(reference="optimum")``): a task that does not define :meth:`optimum`."""
+        if type(self).optimum is Task.optimum:
+            raise ValueError(f"task {self.name!r} does not compute each run's exact optimum theta* (Task.optimum: its "
+                             "loss is not convex in the sampled parameters): it cannot have `reference`='optimum'; "
+                             "'central' trains the FedSGD reference instead")
+
+    def optimum(self, data_generators: Sequence[ReplicaGenerators]) -> tuple[np.ndarray, np.ndarray]:
+        """Each run's theta*, the minimiser of the pooled objective (every client's data with
+        the run's draws, the clients weighted by their sizes), and the gradient norm there.
+
+        `data_generators` holds, for every client, fresh generators of its data stream in the
+        runs wanted (:meth:`mianalysis.ParameterSampler.data_generators`). Returns theta* of
+        shape (n_runs, n_parameters), float64, flattened in :meth:`parameter_shapes` order
+        (before :meth:`recorded`), and the gradient norms (n_runs,). Only tasks that know
+        theta* define it (see :meth:`check_optimum`).
+        """
+        raise NotImplementedError(f"task {self.name!r} does not compute each run's exact optimum theta*")
+
     def central_masks(self, masks: torch.Tensor | None, n_clients: int) -> torch.Tensor | None:
         """The masks of the central replicas at one step, from the clients' `masks` at that
         step (:meth:`draw_masks` for the replicas client-major: client 0's runs, then client
@@ -252,3 +279,20 @@ def check_shared(shared: str | Iterable[str], task: Task) -> tuple[str, ...]:
         raise ValueError(f"`shared` names streams {unknown} that task {task.name!r} does not have; its streams: "
                          f"{list(task.streams)}")
     return tuple(s for s in task.streams if s in shared)
+
+
+def replica_logits(params: Sequence[torch.Tensor], inputs: torch.Tensor) -> torch.Tensor:
+    """A linear layer's logits per replica: ``x W' + b`` for inputs (R, batch, in), weight
+    (R, out, in) and bias (R, out) -> (R, batch, out)."""
+    import torch
+
+    weight, bias = params
+    return torch.einsum("rbi,roi->rbo", inputs, weight) + bias[:, None, :]
+
+
+def replica_cross_entropy(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy per replica of logits (R, batch, classes) and labels (R, batch) -> (R,)."""
+    import torch.nn.functional as F
+
+    r, b, c = outputs.shape
+    return F.cross_entropy(outputs.reshape(r * b, c), targets.reshape(r * b), reduction="none").reshape(r, b).mean(1)

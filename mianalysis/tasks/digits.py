@@ -15,7 +15,7 @@ import numpy as np
 from .._internal.threads import torch_threads, without_onednn
 from .._internal.validation import ChoiceSetting, FolderSetting, IntSetting, RealSetting
 from .datasets import load_digit_images
-from .base import LEARNING_RATE, ClientBatchData, ReplicaGenerators, Task
+from .base import LEARNING_RATE, ClientBatchData, ReplicaGenerators, Task, replica_cross_entropy, replica_logits
 from .optimizers import Adam
 
 if TYPE_CHECKING:  # names used only in type hints
@@ -342,16 +342,10 @@ class DigitsLeNetTask(Task):
 
     def forward(self, params: Sequence[torch.Tensor], inputs: torch.Tensor,
                 masks: torch.Tensor | None = None) -> torch.Tensor:
-        import torch
-
-        weight, bias = params
-        return torch.einsum("rbi,roi->rbo", inputs, weight) + bias[:, None, :]
+        return replica_logits(params, inputs)
 
     def loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        import torch.nn.functional as F
-
-        r, b, c = outputs.shape
-        return F.cross_entropy(outputs.reshape(r * b, c), targets.reshape(r * b), reduction="none").reshape(r, b).mean(1)
+        return replica_cross_entropy(outputs, targets)
 
     def evaluate(self, params: Sequence[torch.Tensor], data: ClientBatchData) -> dict[str, torch.Tensor]:
         test_x, test_y = data.extra["test"]

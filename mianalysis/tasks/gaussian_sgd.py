@@ -66,7 +66,9 @@ class GaussianSGDTask(Task):
 
     The federation's reference in a run is :meth:`central_parameters`: the minimiser
     ``theta* = (sum_k A_k)^-1 sum_k A_k mu_k`` of the summed losses of that run's targets,
-    recomputed from the run's seeds.
+    recomputed from the run's seeds. :meth:`optimum` finds the same theta* by Newton's method
+    (:func:`mianalysis.tasks.convex.minimize_convex`, the route of the tasks that have no
+    closed form), for ``ParameterSampler(reference="optimum")``.
     """
 
     name = "gaussian-sgd"
@@ -345,6 +347,39 @@ class GaussianSGDTask(Task):
         for k, generators in enumerate(data_generators):
             out = out + self._targets(k, generators).numpy().astype(np.float64) @ weights[k].T
         return np.asarray(out)
+
+    def optimum(self, data_generators: Sequence[ReplicaGenerators]) -> tuple[np.ndarray, np.ndarray]:
+        """Each run's theta* by :func:`mianalysis.tasks.convex.minimize_convex`, shape
+        (n_runs, d), float64, and the gradient norm there (n_runs,), <= 1e-8.
+
+        The pooled objective is ``(1 / K) sum_k 0.5 (theta - mu_k)^T A_k (theta - mu_k)``
+        (every client holds `n_iterations` examples, so the size weights are equal), with the
+        run's float32 targets ``mu_k`` as :meth:`client_data` draws them; Newton's method from
+        zero. Its minimiser is :meth:`central_parameters`, the closed form, which this equals
+        to rounding (the same `data_generators` convention; before `transform`).
+        """
+        from .convex import minimize_convex
+
+        if len(data_generators) != self.n_clients:
+            raise ValueError(f"`data_generators` must hold one list per client ({self.n_clients}); "
+                             f"got {len(data_generators)}")
+        k = self.n_clients
+        curvatures = [self.client_problem(c)[0] for c in range(k)]
+        hessian = sum(curvatures) / k
+        targets = np.stack([self._targets(c, g).numpy().astype(np.float64) for c, g in enumerate(data_generators)])
+        thetas, norms = [], []
+        for run in range(targets.shape[1]):
+            mus = targets[:, run]  # (K, d)
+
+            def value_grad_hess(theta, mus=mus):
+                resid = theta[None, :] - mus  # (K, d)
+                pulled = np.stack([a @ e for a, e in zip(curvatures, resid)])  # A_k (theta - mu_k)
+                return 0.5 * float(np.sum(resid * pulled)) / k, pulled.sum(0) / k, hessian
+
+            found = minimize_convex(value_grad_hess, np.zeros(self.d))
+            thetas.append(found.theta)
+            norms.append(found.grad_norm)
+        return np.stack(thetas), np.asarray(norms)
 
     def exact_error_moments(self, iteration: int, *, init: str = "per-run",
                             shared: str | Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:

@@ -54,7 +54,7 @@ def design_note(meta: Mapping[str, Any], streams: Sequence[str] | None = None) -
     >>> design_note({"init": "per-run", "shared": ["order", "dropout"], "task": "signal-rnn"})
     'design: per-run start, shared order+dropout (not data): start and shared streams make clients dependent'
     >>> design_note({"init": "per-run", "task": "digits-lenet", "reference": "central"}).split("; ")[-1]
-    'client central (the reference) is not paired'
+    'client central (the FedSGD reference) is not paired'
     >>> design_note({"task": "imported"})
     ''
     """
@@ -66,8 +66,11 @@ def design_note(meta: Mapping[str, Any], streams: Sequence[str] | None = None) -
 
 def _reference(meta: Mapping[str, Any]) -> str:
     """The note's tail on the dump's reference client ("" without one)."""
-    if meta.get("reference") == "central":
-        return "; client central (the reference) is not paired"
+    reference = meta.get("reference")
+    if reference == "central":
+        return "; client central (the FedSGD reference) is not paired"
+    if reference == "optimum":
+        return "; client optimum (each run's exact theta*) is not paired"
     return ""
 
 

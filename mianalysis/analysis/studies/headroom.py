@@ -2,8 +2,12 @@
 
 Mutual information between clients across runs is neither necessary nor sufficient for
 averaging to be a poor way to combine them. What decides it is the clients' *errors*
-``e_k = theta_k - theta*``, their parameters minus where the federation should be (the
-reference ``theta*``): how they differ in size and how they are correlated. A combination
+``e_k = theta_k - theta*``, their parameters minus a reference ``theta*``: how they differ
+in size and how they are correlated. The reference decides what the answer is about: the
+federation's optimum (the exact minimiser of the pooled objective, where the task or the
+user can compute it), the FedSGD reference (the central client, trained on the union of the
+clients' batches: not the optimum), or a reference of the user's own (see :func:`headroom`).
+A combination
 ``sum_k W_k theta_k`` whose weights sum to the identity has error ``sum_k W_k e_k``, so its
 mean squared error (MSE) is ``E||sum_k W_k e_k||^2 = trace(W M W')`` with ``M = E[e e']``
 the second moment of the stacked errors (bias included), and the best linear combination
@@ -15,7 +19,8 @@ scored on the others (cross-fitting), so the ratio is not optimistic.
 The MSE is the total squared error summed over the parameters (not the mean per
 coordinate). Everything here is NumPy on arrays, except :func:`headroom`, a thin entry that
 reads a :class:`~mianalysis.dumps.ParameterDump` (and, for gaussian-sgd, asks the task for
-the reference and the exact answer).
+the reference and the exact answer); :func:`headroom_verdicts` says per checkpoint, in one
+line, whether averaging is near-optimal against that reference.
 """
 
 from __future__ import annotations
@@ -28,15 +33,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ..._internal.validation import check_choice, check_int
-from ..inference.intervals import check_level, mean_interval, normal_interval
+from ..._internal.validation import check_choice, check_int, check_real
+from ...dumps.manifest import CENTRAL, OPTIMUM
+from ..inference.intervals import check_level, mean_interval, normal_interval, se_from_interval
 
 if TYPE_CHECKING:  # names used only in type hints
     from ...dumps import ParameterDump
 
-__all__ = ["RULES", "FITTED_RULES", "MAX_BLUE_DIMENSION", "default_rules", "fitting_inflation", "rule_weights",
-           "oracle_weights", "best_linear_weights", "combine_errors", "combination_mse", "ratio_interval",
-           "headroom_rows", "headroom"]
+__all__ = ["RULES", "FITTED_RULES", "RUNNABLE_RULES", "BEST_RULES", "NEAR_OPTIMAL", "REFERENCE_CLIENTS",
+           "MAX_BLUE_DIMENSION", "default_rules", "fitting_inflation", "rule_weights", "oracle_weights",
+           "best_linear_weights", "combine_errors", "combination_mse", "ratio_interval", "headroom_rows", "headroom",
+           "reference_phrase", "headroom_verdicts"]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +55,20 @@ log = logging.getLogger(__name__)
 RULES = ("mean", "weighted_mean", "inverse_variance", "blue_coordinate", "blue")
 FITTED_RULES = ("inverse_variance", "blue_coordinate", "blue")
 TASK_RULES = ("curvature",)
+# The rules a federation can run without the reference: fixed weights ("mean", "weighted_mean":
+# client sizes) and "curvature" (each client's exact loss curvature A_k, which the client knows).
+# "inverse_variance", "blue_coordinate" and "blue" are fitted on the errors theta_k - theta*, so
+# they need the reference itself: oracle-type rules, not runnable.
+RUNNABLE_RULES = ("mean", "weighted_mean", "curvature")
+# The "best combination" of the verdicts, in order of preference: "blue" (the best linear
+# combination) where its fit-corrected ratio is defined, else "blue_coordinate" (the best
+# per-coordinate one).
+BEST_RULES = ("blue", "blue_coordinate")
+# Averaging is "near-optimal" where the best combination's fit-corrected MSE ratio to averaging's
+# is, with the verdicts' family-wise confidence, at least this (averaging within 1/0.95 - 1 = 5.3 %).
+NEAR_OPTIMAL = 0.95
+# Clients of a dump that hold a reference, not a client's parameters: never combined.
+REFERENCE_CLIENTS = (OPTIMUM, CENTRAL)
 # "blue" solves a system of size K d: beyond this, use "blue_coordinate" or fewer parameters.
 MAX_BLUE_DIMENSION = 4096
 # "blue_coordinate" solves (R + RIDGE I) x = D^-1/2 1 per coordinate, R the clients' correlation
@@ -546,6 +567,23 @@ def _sampling_of(dump):
     return int(meta.get("seed", 0)), str(meta.get("init", "per-run")), tuple(meta.get("shared", ()))
 
 
+# What each reference is, as the rows' "reference" column says it.
+TASK_REFERENCE = "task (exact theta* = (sum A_k)^-1 sum A_k mu_k)"
+_DESCRIBED = {OPTIMUM: f"{OPTIMUM} (exact theta*)", CENTRAL: f"{CENTRAL} (FedSGD reference, not the optimum)"}
+_USERS = " (user's reference)"
+_MISSING = {
+    OPTIMUM: "record each run's theta* as a client 'optimum' (a DumpWriter client recorded at every checkpoint, or "
+             "ParameterSampler(reference='optimum') where the task computes it), or give 'central', 'task' or an array",
+    CENTRAL: "sample with --reference central (ParameterSampler(reference='central')), or give 'optimum', 'task' or "
+             "an array",
+}
+
+
+def _describe(client):
+    """The rows' ``reference`` for a reference held by the dump's client `client`."""
+    return _DESCRIBED.get(client, f"{client}{_USERS}")
+
+
 def headroom(dump: ParameterDump | str | os.PathLike, *, reference: str | ArrayLike = "auto",
              rules: Sequence[str] | None = None, iterations: Sequence[int] | None = None, folds: int = 2,
              level: float = 0.95, client_sizes: ArrayLike | None = None) -> list[dict[str, Any]]:
@@ -555,11 +593,26 @@ def headroom(dump: ParameterDump | str | os.PathLike, *, reference: str | ArrayL
     ----------
     dump : ParameterDump or path
     reference : str or array-like, default="auto"
-        Where the federation should be in each run: "task" (the task's
-        ``central_parameters``, recomputed from the dump's seed: gaussian-sgd), the name of a
-        client of the dump that holds it (e.g. "central"; it is then not combined), or an
-        array (n_runs, n_params) for every checkpoint or (n_checkpoints, n_runs, n_params).
-        "auto" is the client "central" if the dump has one, else "task".
+        What the clients' errors are measured from, in each run:
+
+        - "optimum": the dump's client ``"optimum"`` (:data:`mianalysis.dumps.OPTIMUM`),
+          each run's exact minimiser theta* of the pooled objective, recorded beside the
+          clients (by the sampler where the task computes it, or by your own loop with
+          :class:`~mianalysis.DumpWriter`);
+        - "central": the dump's client ``"central"`` (:data:`mianalysis.dumps.CENTRAL`), the
+          run's start trained with the clients' steps on the union of their batches: the
+          **FedSGD reference**, not the optimum (its error to theta* is second order in the
+          learning rate, and it shares the clients' noise);
+        - the name of any other client of the dump: a reference of your own;
+        - "task": the task's ``central_parameters``, recomputed from the dump's seed
+          (gaussian-sgd: its exact theta*);
+        - an array (n_runs, n_params) for every checkpoint, or (n_checkpoints, n_runs,
+          n_params);
+        - "auto": "optimum" if the dump has that client, else "central" if it has that one,
+          else "task".
+
+        The clients "optimum" and "central" hold references, so they are never combined,
+        whichever reference is chosen; nor is a client named as the reference.
     rules : sequence of str, optional
         Combination rules (:data:`RULES`), and "curvature" for gaussian-sgd (the weights
         ``(sum_j A_j)^-1 A_k`` of the reference). By default :func:`default_rules`: every
@@ -576,9 +629,13 @@ def headroom(dump: ParameterDump | str | os.PathLike, *, reference: str | ArrayL
     -------
     list of dict
         The rows of :func:`headroom_rows` with ``iteration``, ``checkpoint`` (its index),
-        ``reference``, ``n_clients`` and ``n_params`` first. Where the task knows the exact
-        answer (gaussian-sgd with ``transform="none"`` and the task's reference) ``mse_exact``
-        is filled.
+        ``reference``, ``n_clients`` and ``n_params`` first. ``reference`` says what the
+        reference is: "optimum (exact theta*)", "central (FedSGD reference, not the
+        optimum)", "NAME (user's reference)", "array (user's reference)" or "task (exact
+        theta* = (sum A_k)^-1 sum A_k mu_k)". Where the task knows the exact answer
+        (gaussian-sgd with ``transform="none"``, against its exact theta*: "task" or the
+        sampler's client "optimum") ``mse_exact`` is filled. :func:`headroom_verdicts` reads
+        them into one line per checkpoint.
 
     Examples
     --------
@@ -587,8 +644,10 @@ def headroom(dump: ParameterDump | str | os.PathLike, *, reference: str | ArrayL
     >>> rng = np.random.default_rng(0)
     >>> errors = rng.standard_normal((3, 1, 400, 2)) * np.array([1.0, 1.0, 3.0])[:, None, None, None]
     >>> dump = ParameterDump.from_arrays("headroom_dump", {"a": errors[0], "b": errors[1], "c": errors[2],
-    ...                                  "central": np.zeros((1, 400, 2))}, checkpoints=[5])
-    >>> rows = headroom(dump)                        # the client "central" is the reference
+    ...                                  "optimum": np.zeros((1, 400, 2))}, checkpoints=[5])
+    >>> rows = headroom(dump)                        # the client "optimum" is the reference
+    >>> rows[0]["reference"]
+    'optimum (exact theta*)'
     >>> [(r["rule"], round(r["ratio"], 1)) for r in rows if r["rule"] in ("mean", "inverse_variance")]
     [('mean', 1.0), ('inverse_variance', 0.4)]
 
@@ -604,14 +663,15 @@ def headroom(dump: ParameterDump | str | os.PathLike, *, reference: str | ArrayL
     task = _task_of(dump)
     seed, init, shared = _sampling_of(dump)
     clients = list(dump.clients)
+    client_reference = None  # the client that holds the reference, if one does
     if isinstance(reference, str):
         if reference == "auto":
-            reference = "central" if "central" in clients else "task"
+            reference = next((c for c in REFERENCE_CLIENTS if c in clients), "task")
         if reference == "task":
             if task is None or not hasattr(task, "central_parameters"):
-                raise ValueError(f"`reference`='task' needs a dump of a task that knows the federation's reference "
+                raise ValueError(f"`reference`='task' needs a dump of a task that knows the federation's optimum "
                                  f"(gaussian-sgd); {dump.path} is of task {dump.meta.get('task')!r}: give the name "
-                                 "of a client that holds it (e.g. 'central') or an array")
+                                 "of a client that holds a reference ('optimum', 'central', your own) or an array")
             if task.settings["transform"] != "none":
                 raise ValueError(f"`reference`='task' needs parameters recorded as they are (transform 'none'); "
                                  f"{dump.path} records them through {task.settings['transform']!r}")
@@ -619,39 +679,46 @@ def headroom(dump: ParameterDump | str | os.PathLike, *, reference: str | ArrayL
 
             sampler = ParameterSampler(task, seed=seed, init=init, shared=shared, progress=False)
             ref = task.central_parameters([sampler.data_generators(range(n), k) for k in range(task.n_clients)])
-            ref_name = "task: (sum A_k)^-1 sum A_k mu_k"
+            ref_name = TASK_REFERENCE
         elif reference in clients:
-            clients.remove(reference)
-            ref, ref_name = None, f"client {reference}"
+            client_reference = reference
+            ref, ref_name = None, _describe(reference)
+        elif reference in _MISSING:
+            raise ValueError(f"`reference`={reference!r} needs a client {reference!r} in {dump.path} (its clients: "
+                             f"{clients}): {_MISSING[reference]}")
         else:
-            raise ValueError(f"`reference` must be 'auto', 'task', a client of the dump {clients} or an array; "
-                             f"got {reference!r}")
+            raise ValueError(f"`reference` must be 'auto', 'optimum', 'central', 'task', a client of the dump "
+                             f"{clients} or an array; got {reference!r}")
     else:
         ref = np.asarray(reference, dtype=np.float64)
         if ref.shape not in ((n, dump.n_params), (len(dump.checkpoints), n, dump.n_params)):
             raise ValueError(f"`reference` must have shape ({n}, {dump.n_params}) or ({len(dump.checkpoints)}, {n}, "
                              f"{dump.n_params}) (runs, params); got {ref.shape}")
-        ref_name = "array"
+        ref_name = f"array{_USERS}"
+    clients = [c for c in clients if c not in REFERENCE_CLIENTS and c != client_reference]
     if not clients:
-        raise ValueError(f"{dump.path} has no clients to combine besides the reference")
+        raise ValueError(f"{dump.path} has no clients to combine besides its references {dump.clients}")
     wanted = list(dump.checkpoints) if iterations is None else [int(i) for i in iterations]
     missing = [i for i in wanted if i not in dump.checkpoints]
     if missing:
         raise ValueError(f"`iterations` {missing} are not checkpoints of {dump.path}: {dump.checkpoints}")
-    exact_ok = (ref_name.startswith("task") and task is not None and hasattr(task, "exact_error_moments")
+    # The task's exact moments are of the errors to its exact theta*: "task", or the sampler's "optimum" client.
+    exact_ok = ((ref_name == TASK_REFERENCE or client_reference == OPTIMUM) and task is not None
+                and hasattr(task, "exact_error_moments") and task.settings.get("transform", "none") == "none"
                 and len(clients) == task.n_clients)
     rules = _resolve_rules(rules, len(clients), dump.n_params)
     fixed = {}
     if "curvature" in rules:
         if not exact_ok:
-            raise ValueError("rule 'curvature' needs a gaussian-sgd dump and `reference`='task'")
+            raise ValueError("rule 'curvature' needs a gaussian-sgd dump and its exact theta* as the reference "
+                             "('task', or the sampler's client 'optimum')")
         fixed["curvature"] = task.curvature_weights()
     rows = []
     for it in wanted:
         t = dump.checkpoints.index(it)
         here = None if ref is None else (ref if ref.ndim == 2 else ref[t])
         if here is None:
-            here = np.asarray(dump.samples(reference, iteration=it), dtype=np.float64)
+            here = np.asarray(dump.samples(client_reference, iteration=it), dtype=np.float64)
         errors = np.stack([np.asarray(dump.samples(c, iteration=it), dtype=np.float64) - here for c in clients])
         exact = task.exact_error_moments(it, init=init, shared=shared) if exact_ok else None
         for row in headroom_rows(errors, rules=rules, folds=folds, level=level, client_sizes=client_sizes,
@@ -659,3 +726,202 @@ def headroom(dump: ParameterDump | str | os.PathLike, *, reference: str | ArrayL
             rows.append({"iteration": it, "checkpoint": t, "reference": ref_name, "n_clients": len(clients),
                          "n_params": dump.n_params, **row})
     return rows
+
+
+# ---------------------------------------------------------------------- the verdicts
+def reference_phrase(reference: str) -> str:
+    """What a verdict is against, from the ``reference`` of :func:`headroom`'s rows.
+
+    Examples
+    --------
+    >>> from mianalysis.analysis.studies.headroom import reference_phrase
+    >>> reference_phrase("optimum (exact theta*)")
+    'the optimum theta*'
+    >>> reference_phrase("central (FedSGD reference, not the optimum)")
+    'the FedSGD reference (central client), not the optimum'
+    >>> reference_phrase("mine (user's reference)")
+    "the user's reference mine"
+    """
+    ref = str(reference)
+    if ref == _DESCRIBED[OPTIMUM] or ref.startswith(("task (", "task:")):  # "task: ...": tables before the names
+        return "the optimum theta*"
+    if ref in (_DESCRIBED[CENTRAL], f"client {CENTRAL}"):
+        return "the FedSGD reference (central client), not the optimum"
+    if ref.endswith(_USERS):
+        return f"the user's reference {ref[:-len(_USERS)]}"
+    if ref.startswith("client "):  # tables written before the references were described
+        return f"the user's reference {ref[len('client '):]}"
+    return f"the reference {ref}"
+
+
+def _number(row, key):
+    """`row`'s `key` as a float (a CSV's text too); NaN if absent or empty."""
+    value = row.get(key, np.nan)
+    try:
+        return float(value) if value != "" else np.nan
+    except (TypeError, ValueError):
+        return np.nan
+
+
+def _corrected(row):
+    """The fit-corrected ratio and its interval of `row`, or None where one of them is not finite."""
+    values = tuple(_number(row, k) for k in ("ratio_corrected", "ratio_corrected_low", "ratio_corrected_high"))
+    return values if all(np.isfinite(values)) else None
+
+
+def _one_client(by_rule):
+    return any(str(r.get("note", "")).startswith("one client") for r in by_rule.values())
+
+
+def _no_best(by_rule):
+    """Why a checkpoint's rows have no best combination to judge by."""
+    if _one_client(by_rule):
+        return "one client: nothing to combine"
+    mean = by_rule.get("mean")
+    if mean is not None and _number(mean, "mse") == 0:
+        return "averaging's error is 0 in every run (every client at the reference): the ratios are undefined"
+    present = [r for r in BEST_RULES if r in by_rule]
+    if not present:
+        return f"none of the best-combination rules {list(BEST_RULES)} was measured (name one among the rules)"
+    if all(not np.isfinite(_number(by_rule[r], "ratio")) for r in present):
+        return "the ratios to averaging are undefined here (averaging's error is 0)"
+    return (f"{' and '.join(present)} {'has' if len(present) == 1 else 'have'} no fit-corrected ratio here "
+            "(blue's second moment is shrunk, fewer than 2 K d fitting runs: measure blue_coordinate, or more runs)")
+
+
+def _widened(values, level, family_level):
+    """`values` (estimate, low, high) at `level`, as the interval of the same estimate at `family_level`."""
+    estimate, low, high = values
+    return (estimate, *normal_interval(estimate, se_from_interval(low, high, level), family_level))
+
+
+def _share(value):
+    return format(round(value, 3) + 0.0, ".3f")  # + 0.0: no "-0.000"
+
+
+def _percent(value):
+    return format(round(value, 1) + 0.0, ".1f")
+
+
+def headroom_verdicts(rows: Sequence[Mapping[str, Any]], *, level: float = 0.95,
+                      near_optimal: float = NEAR_OPTIMAL) -> list[str]:
+    """One line per checkpoint: is averaging near-optimal against the reference, or is there headroom?
+
+    The **best combination** is the best linear combination, "blue" (its cross-fitted MSE
+    ratio to averaging's, divided by :func:`fitting_inflation`: an estimate of the ratio of
+    its oracle weights), or, where that correction is undefined or "blue" was not measured,
+    the best per-coordinate combination, "blue_coordinate" (the same correction). Its
+    interval is widened to the family-wise `level` over the table's checkpoints
+    (Bonferroni: each checkpoint's interval at ``1 - (1 - level) / m``, ``m`` the
+    checkpoints that have one), so that all of a table's verdicts hold together with
+    probability `level` (given the correction, which is exact for jointly Gaussian
+    errors). At each checkpoint:
+
+    - **near-optimal**: the interval lies at or above `near_optimal` (the best combination
+      cannot take off more than ``1 - near_optimal`` of averaging's error); the line gives
+      by how much averaging's error exceeds the best combination's, ``100 (1/R - 1)`` %
+      with its interval (negative: the best combination, as fitted, did not beat it);
+    - **headroom**: the interval lies below `near_optimal`; the line gives the best
+      combination's ratio R and the best **runnable** rule tried: the rule of
+      :data:`RUNNABLE_RULES` (those a federation can run without the reference: "mean",
+      "weighted_mean", "curvature"; "inverse_variance", "blue_coordinate" and "blue" fit
+      their weights on the errors to the reference) with the lowest ratio, with its
+      interval widened over the checkpoints and the runnable rules measured (Bonferroni:
+      ``1 - (1 - level) / (m r)``);
+    - **no verdict**: the interval straddles `near_optimal` (too wide to say), or there is
+      nothing to judge by (one client, every error 0, no best-combination rule, or no
+      correction); the line says which.
+
+    Every line names its reference: "against the optimum theta*", "against the FedSGD
+    reference (central client), not the optimum", "against the user's reference NAME"
+    (:func:`reference_phrase`).
+
+    Parameters
+    ----------
+    rows : sequence of dict
+        The rows of one :func:`headroom` table (one dump and reference), as returned or as
+        read back from its CSV (numbers as text).
+    level : float, default=0.95
+        The level the rows' intervals were computed at (:func:`headroom`'s `level`), and the
+        family-wise level of the verdicts.
+    near_optimal : float, default=0.95
+        The ratio threshold (:data:`NEAR_OPTIMAL`), in (0, 1].
+
+    Returns
+    -------
+    list of str
+        One line per checkpoint, in the rows' order, each starting "iteration N, against ...:".
+
+    Examples
+    --------
+    >>> from mianalysis.analysis.studies.headroom import headroom_verdicts
+    >>> def row(rule, r, low, high):
+    ...     return {"iteration": 5, "reference": "optimum (exact theta*)", "rule": rule, "mse": 1.0,
+    ...             "ratio": r, "ratio_low": low, "ratio_high": high, "ratio_corrected": r,
+    ...             "ratio_corrected_low": low, "ratio_corrected_high": high}
+    >>> rows = [row("mean", 1.0, 1.0, 1.0), row("blue", 0.5, 0.45, 0.55)]   # one checkpoint: no widening
+    >>> print(*headroom_verdicts(rows))  # doctest: +NORMALIZE_WHITESPACE
+    iteration 5, against the optimum theta*: the best linear combination (blue) has 0.500 [0.450, 0.550]
+    of averaging's error; the best runnable rule tried, mean, reaches 1.000 [1.000, 1.000]
+    """
+    level = check_level(level, "level")
+    near_optimal = check_real(near_optimal, "near_optimal", low=0, high=1, low_open=True)
+    groups: dict[int, dict[str, Mapping[str, Any]]] = {}
+    references = set()
+    for row in rows:
+        missing = [k for k in ("iteration", "rule", "reference") if k not in row]
+        if missing:
+            raise ValueError(f"`rows` must be rows of headroom (with 'iteration', 'rule' and 'reference'); a row "
+                             f"lacks {missing}")
+        it, rule = int(float(row["iteration"])), str(row["rule"])
+        here = groups.setdefault(it, {})
+        if rule in here:
+            raise ValueError(f"`rows` hold rule {rule!r} twice at iteration {it}: give the rows of one headroom "
+                             "table (one dump, one reference)")
+        here[rule] = row
+        references.add(str(row["reference"]))
+    if not groups:
+        raise ValueError("`rows` is empty: no checkpoint to give a verdict on")
+    if len(references) > 1:
+        raise ValueError(f"`rows` mix the references {sorted(references)}: give the rows of one headroom table")
+    against = reference_phrase(references.pop())
+    best = {}  # iteration -> (the best-combination rule, its corrected ratio and interval)
+    for it, by_rule in groups.items():
+        if _one_client(by_rule):
+            continue
+        for rule in BEST_RULES:
+            values = _corrected(by_rule[rule]) if rule in by_rule else None
+            if values is not None:
+                best[it] = (rule, values)
+                break
+    m = len(best)  # the family: the checkpoints with an interval
+    lines = []
+    for it, by_rule in groups.items():
+        start = f"iteration {it}, against {against}: "
+        if it not in best:
+            lines.append(f"{start}no verdict: {_no_best(by_rule)}")
+            continue
+        rule, values = best[it]
+        r, low, high = _widened(values, level, 1 - (1 - level) / m)
+        name = f"best {'linear' if rule == 'blue' else 'per-coordinate'} combination ({rule})"
+        share = f"{_share(r)} [{_share(low)}, {_share(high)}] of averaging's error"
+        if low >= near_optimal:
+            excess = [_percent(100 * (1 / v - 1)) for v in (r, high, low)]  # averaging's error over the best's
+            lines.append(f"{start}averaging is within {excess[0]} % [{excess[1]}, {excess[2]}] of the {name}: "
+                         "near-optimal here")
+        elif high < near_optimal:
+            runnable = [(_number(row, "ratio"), _number(row, "ratio_low"), _number(row, "ratio_high"), name_)
+                        for name_, row in by_rule.items() if name_ in RUNNABLE_RULES]
+            runnable = [v for v in runnable if all(np.isfinite(v[:3]))]
+            if runnable:
+                y, y_low, y_high, which = min(runnable, key=lambda v: v[0])  # the first of equal ratios
+                y, y_low, y_high = _widened((y, y_low, y_high), level, 1 - (1 - level) / (m * len(runnable)))
+                tried = (f"the best runnable rule tried, {which}, reaches {_share(y)} [{_share(y_low)}, "
+                         f"{_share(y_high)}]")
+            else:
+                tried = f"no runnable rule was tried ({', '.join(RUNNABLE_RULES)})"
+            lines.append(f"{start}the {name} has {share}; {tried}")
+        else:
+            lines.append(f"{start}no verdict: the {name} has {share}, an interval that straddles the near-optimal "
+                         f"threshold {near_optimal:g} (too wide to say; more runs narrow it)")
+    return lines

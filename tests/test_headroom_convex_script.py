@@ -1,0 +1,121 @@
+"""experiments/headroom_convex.py on a tiny configuration: its rows, cell summaries, family-wise
+verdicts (against the optimum theta*), the gate's checks, the files main writes, and its
+command line's refusals in one line. The sampling and headroom themselves are the sampler's
+and mianalysis.analysis.studies.headroom's, tested beside them."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def script():
+    spec = importlib.util.spec_from_file_location("headroom_convex_script", ROOT / "experiments" / "headroom_convex.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # its helpers (_results) are on the path (tests/conftest.py)
+    return module
+
+
+@pytest.fixture(scope="module")
+def cell(script, tmp_path_factory):
+    return script.cell_result("label-skew", 0, 8, tmp_path_factory.mktemp("work"), every=50)
+
+
+def test_a_cell_has_each_rule_at_the_first_and_last_checkpoint(script, cell):
+    rows, summary = cell
+    assert [(r["iteration"], r["rule"]) for r in rows] == [(it, rule) for it in (50, 100) for rule in script.RULE_LIST]
+    for key in ("cell", "split", "data_seed", "iteration", "rule", "ratio", "ratio_low", "ratio_high",
+                "ratio_corrected", "ratio_corrected_low", "ratio_corrected_high", "n_runs"):
+        assert key in rows[0], key
+    assert list(rows[0])[:3] == ["cell", "split", "data_seed"] and all(r["n_runs"] == 8 for r in rows)
+    assert {r["reference"] for r in rows} == {"optimum (exact theta*)"}
+    assert all(r["ratio"] == 1.0 for r in rows if r["rule"] == "mean")
+    assert summary["cell"] == "label-skew, data seed 0" and summary["n_runs"] == 8 and summary["iteration"] == 100
+    for k in range(3):
+        fraction = summary[f"moved_{k}"] / summary["start_distance"]
+        assert 0 < summary[f"fraction_{k}"] < 1 and summary[f"fraction_{k}"] == pytest.approx(fraction, rel=0.05)
+        assert summary[f"fraction_{k}_low"] <= summary[f"fraction_{k}"] <= summary[f"fraction_{k}_high"]
+    assert summary["optimum_grad_norm_max"] <= 1e-8 and summary["optimum_recorded_error"] < 1e-5
+    curvature = next(r for r in rows if r["iteration"] == 100 and r["rule"] == "curvature")
+    coordinate = next(r for r in rows if r["iteration"] == 100 and r["rule"] == "blue_coordinate")
+    assert summary["curvature_share"] == pytest.approx(1 - curvature["ratio"])
+    assert summary["beyond_curvature"] == pytest.approx(curvature["ratio"] - coordinate["ratio"])  # the same folds
+
+
+def test_curvature_weights_sum_to_the_identity(script):
+    task = script.get_task("softmax-regression", n_examples=30)
+    weights = script.curvature_weights(task, np.zeros(650))
+    assert weights.shape == (3, 650, 650)
+    np.testing.assert_allclose(weights.sum(0), np.eye(650), atol=1e-10)
+
+
+def test_verdicts_name_the_optimum_and_are_widened_over_the_cells(script, cell):
+    rows, summary = cell
+    other = [dict(r, cell="iid, data seed 9", split="iid", data_seed=9) for r in rows]
+    verdicts = script.familywise_verdicts(rows + other)
+    assert list(verdicts) == [summary["cell"], "iid, data seed 9"]
+    for lines in verdicts.values():
+        assert len(lines) == 2 and all(", against the optimum theta*: " in line for line in lines)
+    assert script.familywise_verdicts(rows)[summary["cell"]] != verdicts[summary["cell"]]  # wider over two cells
+    [with_best] = script.add_best([dict(summary)], rows + other)
+    assert with_best["familywise_level"] == pytest.approx(1 - 0.05 / 4)
+    assert with_best["blue_coordinate_ratio_fw_low"] <= with_best["blue_coordinate_ratio"]
+
+
+def test_the_gate_checks_each_target_against_both_references(script, tmp_path):
+    rows, checks = script.gate_result(8, tmp_path)
+    assert [c["rule"] for c in checks] == list(script.GATE_TARGETS)
+    assert {r["reference_asked"] for r in rows} == {"optimum", "task"} and {r["iteration"] for r in rows} == {40}
+    for c in checks:
+        assert c["n_runs"] == 8 and c["ratio_exact"] == pytest.approx(c["target"], abs=5e-4)
+        assert abs(c["task_difference"]) < 1e-5 and c["within"] == (abs(c["ratio"] - c["target"]) <= 0.01)
+
+
+def test_main_writes_the_tables_page_and_sidecars(script, tmp_path):
+    out = tmp_path / "out"
+    assert script.main(["--runs", "8", "--splits", "iid", "--data-seeds", "1", "--out", str(out)]) == 0
+    with (out / "headroom_convex.csv").open(newline="") as f:
+        table = list(csv.DictReader(f))
+    assert {r["cell"] for r in table} == {"iid, data seed 1"} and len(table) == 2 * len(script.RULE_LIST)
+    with (out / "headroom_convex_cells.csv").open(newline="") as f:
+        [cells] = list(csv.DictReader(f))
+    assert "against the optimum theta*" in cells["verdicts"] and float(cells["fraction_0"]) > 0
+    record = json.loads((out / "headroom_convex.csv.json").read_text())
+    assert record["command"] == "python experiments/headroom_convex.py --runs 8 --splits iid --data-seeds 1"
+    assert record["reference"] == "optimum" and "provenance" in record
+    assert (out / "headroom_convex_cells.csv.json").exists() and (out / "headroom_convex.png").stat().st_size > 0
+    assert "| iid, data seed 1 | 100 | blue_coordinate |" in (out / "headroom_convex.md").read_text()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--runs", "3"], "--runs must be >= 4"),
+    (["--gate", "--gate-runs", "1"], "--gate-runs must be >= 4"),
+    (["--data-seeds", "0", "0"], "--data-seeds must be distinct integers >= 0"),
+    (["--data-seeds", "-1"], "--data-seeds must be distinct integers >= 0"),
+    (["--splits", "iid", "iid"], "--splits must be distinct"),
+    (["--splits", "pathological"], "invalid choice: 'pathological'"),
+    (["--quick", "--runs", "5"], "--quick sets the runs itself"),
+    (["--runs", "many"], "invalid int value: 'many'"),
+])
+def test_bad_input_is_refused_in_one_line(script, capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_:
+        script.main(argv)
+    assert exit_.value.code == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if ": error: " in line]
+    assert len(errors) == 1 and message in errors[0]
+
+
+def test_an_out_that_is_a_file_is_refused(script, tmp_path, capsys):
+    (tmp_path / "f").write_text("")
+    with pytest.raises(SystemExit):
+        script.main(["--out", str(tmp_path / "f")])
+    [error] = [line for line in capsys.readouterr().err.splitlines() if ": error: " in line]
+    assert error.endswith(f"--out {tmp_path / 'f'}: not a folder")
