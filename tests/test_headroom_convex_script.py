@@ -48,6 +48,58 @@ def test_a_cell_has_each_rule_at_the_first_and_last_checkpoint(script, cell):
     coordinate = next(r for r in rows if r["iteration"] == 100 and r["rule"] == "blue_coordinate")
     assert summary["curvature_share"] == pytest.approx(1 - curvature["ratio"])
     assert summary["beyond_curvature"] == pytest.approx(curvature["ratio"] - coordinate["ratio"])  # the same folds
+    last = {r["rule"]: r for r in rows if r["iteration"] == 100}
+    for rule in script.OWN_RULES:  # per-run weights, nothing fitted: a row like a fixed rule's
+        assert list(last[rule]) == list(curvature) and last[rule]["fit_inflation"] == 1.0
+        assert last[rule]["ratio_corrected"] == last[rule]["ratio"] and last[rule]["ratio_low"] < last[rule]["ratio"]
+        assert last[rule]["weights"].startswith("per run") and 0 < last[rule]["mse"]
+    best = min(script.RUNNABLE, key=lambda rule: last[rule]["ratio"])
+    [s] = script.add_best([dict(summary)], rows)
+    assert s["best_runnable"] == best and s["best_runnable_ratio"] == pytest.approx(last[best]["ratio"])
+    assert s["best_runnable_level"] == pytest.approx(1 - 0.05 / (2 * 2)) and s["familywise_level"] == 1 - 0.05 / 2
+    assert s["best_runnable_ratio_fw_high"] > s[f"{best}_ratio_fw_high"] or best == "mean"  # widened over the rules
+    assert s["target"] == pytest.approx((1 + s["blue_coordinate_ratio"]) / 2)
+    assert s["below_target"] == (s["best_runnable_ratio_fw_high"] < s["target"])
+    assert s["below_one"] == (s["best_runnable_ratio_fw_high"] < 1)
+
+
+def test_fisher_weights_of_identical_clients_are_one_over_k(script):
+    """Three clients with the same data at the same point: every Hessian is the same, each
+    weight 1/3 (per coordinate and as a matrix), and both combinations are the plain mean."""
+    task = script.get_task("softmax-regression", n_examples=30)
+    x, y = task.client_examples(0)
+    objective = script.softmax_objective(x, y, n_classes=10, l2=0.01)
+    theta = np.random.default_rng(0).normal(scale=0.3, size=650)
+    hessians = [objective(theta)[2]] * 3
+    diag, full = script.fisher_weights(hessians)
+    np.testing.assert_allclose(diag, np.full((3, 650), 1 / 3), rtol=1e-12)
+    np.testing.assert_allclose(full, np.broadcast_to(np.eye(650) / 3, (3, 650, 650)), atol=1e-12)
+    errors = np.random.default_rng(1).normal(size=(3, 650))
+    for combined in script.fisher_combined(hessians, errors):
+        np.testing.assert_allclose(combined, errors.mean(axis=0), atol=1e-10)
+    iterates = np.broadcast_to(theta, (3, 4, 650))
+    per_run = script.own_curvature_errors([objective] * 3, iterates, np.stack([errors] * 4, axis=1))
+    for rule in script.OWN_RULES:
+        np.testing.assert_allclose(per_run[rule], np.sum(errors.mean(axis=0) ** 2), rtol=1e-10)
+
+
+def test_a_client_with_a_zero_hessian_gets_weight_zero(script):
+    """H_1 = 0: client 1 gets weight 0 in both rules, the others (H_0 + H_2)^-1 H_k (and the
+    per-coordinate share of the diagonal); the combinations equal `combine_errors` of the weights."""
+    rng = np.random.default_rng(2)
+    a, b = rng.normal(size=(2, 5, 5))
+    h0, h2 = a @ a.T + np.eye(5), b @ b.T + 0.5 * np.eye(5)
+    hessians = [h0, np.zeros((5, 5)), h2]
+    diag, full = script.fisher_weights(hessians)
+    assert np.all(diag[1] == 0) and np.all(full[1] == 0)
+    np.testing.assert_allclose(diag[0], np.diag(h0) / (np.diag(h0) + np.diag(h2)))
+    np.testing.assert_allclose(full[0], np.linalg.solve(h0 + h2, h0), atol=1e-12)
+    np.testing.assert_allclose(diag.sum(0), 1)
+    np.testing.assert_allclose(full.sum(0), np.eye(5), atol=1e-12)
+    errors = rng.normal(size=(3, 5))
+    combined_diag, combined_full = script.fisher_combined(hessians, errors)
+    assert float(combined_diag @ combined_diag) == pytest.approx(script.combine_errors(diag, errors[:, None])[0])
+    assert float(combined_full @ combined_full) == pytest.approx(script.combine_errors(full, errors[:, None])[0])
 
 
 def test_curvature_weights_sum_to_the_identity(script):
@@ -92,7 +144,11 @@ def test_main_writes_the_tables_page_and_sidecars(script, tmp_path):
     assert record["command"] == "python experiments/headroom_convex.py --runs 8 --splits iid --data-seeds 1"
     assert record["reference"] == "optimum" and "provenance" in record
     assert (out / "headroom_convex_cells.csv.json").exists() and (out / "headroom_convex.png").stat().st_size > 0
-    assert "| iid, data seed 1 | 100 | blue_coordinate |" in (out / "headroom_convex.md").read_text()
+    page = (out / "headroom_convex.md").read_text()
+    assert "| iid, data seed 1 | 100 | blue_coordinate |" in page
+    assert "| iid, data seed 1 | 100 | fisher_full_own |" in page
+    assert set(record["runnable_target"]["iid, data seed 1"]) >= {"best_runnable", "target", "below_target"}
+    assert cells["best_runnable"] in script.RUNNABLE and float(cells["target"]) > 0
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -790,7 +790,8 @@ def test_digits_lenet_rare_movers_held_make_every_gaussian_estimate_plain():
 
 def test_convex_headroom_table_is_the_committed_cells():
     """figures/headroom_convex_cells.csv: the README's table against theta* (ratios at the
-    last checkpoint with the table's Bonferroni intervals, the share of the way moved), row by row."""
+    last checkpoint with the table's Bonferroni intervals, the share of the way moved, the best
+    runnable rule), row by row, and the sentence on the runnable rules' target."""
     with open(FIGURES / "headroom_convex_cells.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert len(rows) == 6 and {r["split"] for r in rows} == {"iid", "label-skew"}
@@ -801,9 +802,33 @@ def test_convex_headroom_table_is_the_committed_cells():
     for r in rows:
         moved = [float(r[f"fraction_{k}"]) for k in range(3)]
         line = (f"| {r['cell']} | {min(moved):.2f}-{max(moved):.2f} | {ratio(r, 'blue_coordinate_ratio')} | "
-                f"{ratio(r, 'inverse_variance_ratio')} | {ratio(r, 'curvature_ratio')} |")
+                f"{ratio(r, 'inverse_variance_ratio')} | {ratio(r, 'curvature_ratio')} | "
+                f"{r['best_runnable']} {ratio(r, 'best_runnable_ratio')} |")
         assert line in README, line
-        # "not near-optimal in any": every best-combination interval lies below 0.95
-        assert float(r["blue_coordinate_ratio_fw_high"]) < 0.95
+        # "not near-optimal in any": every best-combination interval lies below 0.95 (the target applies)
+        assert float(r["blue_coordinate_ratio_fw_high"]) < 0.95 and r["target_applies"] == "True"
         assert float(r["optimum_grad_norm_max"]) <= 1e-8
+        assert float(r["target"]) == pytest.approx((1 + float(r["blue_coordinate_ratio"])) / 2, abs=1e-5)
+        assert r["below_target"] == str(float(r["best_runnable_ratio_fw_high"]) < float(r["target"]))
+        assert r["below_one"] == "True" and float(r["best_runnable_ratio_fw_high"]) < 1
     assert "Averaging is not near-optimal in any of the six federations" in README
+
+    def span(part, key):
+        values = [float(r[key]) for r in part]
+        return f"{min(values):.3f}-{max(values):.3f}"
+
+    iid = [r for r in rows if r["split"] == "iid"]
+    skew = [r for r in rows if r["split"] == "label-skew"]
+    assert {r["best_runnable"] for r in rows} == {"fisher_full_own"}
+    assert all(r["below_target"] == "True" for r in skew) and all(r["below_target"] == "False" for r in iid)
+    diag_skew = [float(r["fisher_diag_own_ratio"]) for r in skew]
+    diag_iid = {f"{float(r['fisher_diag_own_ratio']):.2f}" for r in iid}
+    beyond = {f"{float(r['beyond_curvature']):.2f}" for r in iid}
+    assert diag_iid == {"0.99"} and beyond == {"0.28"}
+    assert (f"(fisher_full_own; the diagonal version does worse, {min(diag_skew):.2f}-{max(diag_skew):.2f} in "
+            "label-skew and 0.99 in IID), meets the target of at most (1 + r) / 2 of averaging's error (r: the "
+            "best per-coordinate combination's) in all three label-skew federations "
+            f"({span(skew, 'best_runnable_ratio')} against {span(skew, 'target')}) and misses it in all three IID "
+            f"ones ({span(iid, 'best_runnable_ratio')} against {span(iid, 'target')}), where it is still below 1 in "
+            f"every data seed. The IID gap is not one of curvature: even the Hessians at theta* reach only "
+            f"{span(iid, 'curvature_ratio')}, and the further 0.28 of averaging's error") in _flat(README)
