@@ -23,6 +23,20 @@ def pow2_scale(m):
     return np.where(m > 0, np.ldexp(1.0, exponent - 1), 1.0)
 
 
+def rescale_extreme_columns(a, *, copy=True):
+    """`a` (2-D, finite) with each column whose largest magnitude is beyond SAFE_HIGH or below
+    SAFE_LOW divided by a power of two near it (exact), so that sums and squares of the column
+    neither overflow nor underflow; other columns keep their bits. `copy`: a copy where a
+    column is rescaled (`a` itself where none is); else `a` is rescaled in place."""
+    top = np.maximum(a.max(axis=0), -a.min(axis=0))  # max |a| without a full-size temporary
+    extreme = (top > SAFE_HIGH) | (top < SAFE_LOW)
+    if extreme.any():
+        if copy:
+            a = a.copy()
+        a[:, extreme] /= pow2_scale(top[extreme])
+    return a
+
+
 def column_std(a, factor=1.0):
     """`factor` times the standard deviation (ddof=0) of each column of the finite 2-D array
     `a`, without overflow or underflow: columns whose plain standard deviation is not in

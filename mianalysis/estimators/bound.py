@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .._internal.scaling import SAFE_HIGH, SAFE_LOW, pow2_scale
+from .._internal.scaling import rescale_extreme_columns
 from .._internal.validation import check_flag, check_int, check_paired, check_random_state, check_units, drop_constant_features
 from .copula import normal_scores
 from .gaussian import SingularCovarianceError, bound_min_runs, gaussian_mi, ledoit_wolf_intensity
@@ -132,22 +132,10 @@ def _projection_bound_iv(x, y, n_components, folds, repeats, copula, units, rand
                          f"min({x.shape[1]}, {y.shape[1]}); got {n_components}")
     if x.shape[1] and y.shape[1]:
         check_repeated_runs(x, y, "the projection bound", stacklevel=4)  # copies would sit on both sides of a split
-    return _in_safe_range(x), _in_safe_range(y), n_components, folds, repeats, copula, factor, rng
-
-
-def _in_safe_range(a):
-    """`a` with each column whose largest magnitude is beyond SAFE_HIGH (~1e135) or below SAFE_LOW
-    (~1e-135) divided by a power of two near it (a copy; `a` itself when none is), so that the
-    standard deviations and squares of the canonical fit neither overflow nor underflow. The
-    bound does not change with a column's scale, and a power of two scales exactly: data
-    inside the range are left as they are (the same bits)."""
-    top = np.abs(a).max(axis=0)
-    extreme = (top > SAFE_HIGH) | (top < SAFE_LOW)
-    if not extreme.any():
-        return a
-    a = a.copy()
-    a[:, extreme] /= pow2_scale(top[extreme])
-    return a
+    # The bound does not change with a column's scale: extreme columns are brought into range
+    # (exactly) so that the canonical fit's standard deviations and squares stay finite.
+    return (rescale_extreme_columns(x), rescale_extreme_columns(y), n_components, folds, repeats, copula, factor,
+            rng)
 
 
 def projection_bound(x: ArrayLike, y: ArrayLike, *, n_components: int | None = None, folds: int = 2,

@@ -14,7 +14,7 @@ from numpy.typing import ArrayLike
 from scipy.linalg import LinAlgError, cholesky, eigh, get_blas_funcs
 from scipy.special import digamma
 
-from .._internal.scaling import SAFE_HIGH, SAFE_LOW, pow2_scale
+from .._internal.scaling import rescale_extreme_columns
 from .._internal.validation import (ConstantFeatureWarning, check_choice, check_flag, check_paired, check_samples, check_units,
                            drop_constant_features, varying_columns)
 
@@ -366,10 +366,7 @@ def _centre_columns(z):
     ~1e135 or below ~1e-135 are first brought to [1, 2) by a power of two (exact), so that
     neither the mean's sum nor the squares overflow or underflow. Other columns are left as
     they are (the same bits as without this step)."""
-    top = np.maximum(z.max(axis=0), -z.min(axis=0))  # max |z| without a full-size temporary
-    extreme = (top > SAFE_HIGH) | (top < SAFE_LOW)
-    if extreme.any():
-        z[:, extreme] /= pow2_scale(top[extreme])
+    rescale_extreme_columns(z, copy=False)
     z -= z.mean(axis=0)
     return np.sqrt(np.einsum("ij,ij->j", z, z) / (z.shape[0] - 1))
 
