@@ -401,6 +401,7 @@ def _placement_help(placement):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .analysis.studies.headroom import MAX_BLUE_DIMENSION
     from .sampling import REFERENCES
 
     parser = _OneLineParser(
@@ -599,7 +600,7 @@ def build_parser() -> argparse.ArgumentParser:
     hdr.add_argument("--rules", nargs="+",
                      help="combination rules (also 'curvature' on gaussian-sgd); default: mean weighted_mean "
                           "inverse_variance blue_coordinate blue, less blue (with a note) where clients x parameters "
-                          "> 4096")
+                          f"> {MAX_BLUE_DIMENSION}")
     hdr.add_argument("--iterations", nargs="+", type=int, help="checkpoints (iterations) to measure; all by default")
     hdr.add_argument("--folds", type=int, default=2, help="cross-fitting folds of the fitted rules (default 2)")
     hdr.add_argument("--ci-level", type=float, default=0.95,

@@ -47,8 +47,9 @@ CENTRAL = "central"
 # (every client's data with the run's draws), recorded beside the clients where the task can
 # compute it; like CENTRAL it is in no client pair.
 OPTIMUM = "optimum"
-# The reference clients: recorded beside the clients, in no client pair of an analysis.
-REFERENCE_CLIENTS = (CENTRAL, OPTIMUM)
+# The reference clients: recorded beside the clients, in no client pair of an analysis and never
+# combined; in the order a reference is preferred where none is named (the optimum first).
+REFERENCE_CLIENTS = (OPTIMUM, CENTRAL)
 
 
 class DumpError(ValueError):

@@ -34,7 +34,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ..._internal.validation import check_choice, check_int, check_real
-from ...dumps.manifest import CENTRAL, OPTIMUM
+from ...dumps.manifest import CENTRAL, OPTIMUM, REFERENCE_CLIENTS
 from ..inference.intervals import check_level, mean_interval, normal_interval, se_from_interval
 
 if TYPE_CHECKING:  # names used only in type hints
@@ -67,8 +67,6 @@ BEST_RULES = ("blue", "blue_coordinate")
 # Averaging is "near-optimal" where the best combination's fit-corrected MSE ratio to averaging's
 # is, with the verdicts' family-wise confidence, at least this (averaging within 1/0.95 - 1 = 5.3 %).
 NEAR_OPTIMAL = 0.95
-# Clients of a dump that hold a reference, not a client's parameters: never combined.
-REFERENCE_CLIENTS = (OPTIMUM, CENTRAL)
 # "blue" solves a system of size K d: beyond this, use "blue_coordinate" or fewer parameters.
 MAX_BLUE_DIMENSION = 4096
 # "blue_coordinate" solves (R + RIDGE I) x = D^-1/2 1 per coordinate, R the clients' correlation
