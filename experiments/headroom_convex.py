@@ -471,6 +471,32 @@ def _check(parser, args):
         parser.error(f"--out {args.out}: not a folder")
 
 
+def draw(rows, runs, path):
+    """The figure of a cells table's rows (as written, or as read back from its CSV): one panel
+    per federation, three to a row, titled with the design."""
+    from mianalysis.report.plots import figure_headroom
+
+    title = (f"softmax-regression, per-run start, nothing shared, {runs} runs per federation: MSE of each rule / "
+             "MSE of the average against theta* (95 % intervals per point)\ninverse_variance, blue_coordinate: "
+             "fitted against theta* (oracles); curvature: Hessians at theta*; fisher_*_own: each client's own "
+             "Hessian at its own iterate (runnable)")
+    fig = figure_headroom(rows, title, panel="cell", columns=3)
+    fig.savefig(path, dpi=100)
+
+
+def replot(out):
+    """Redraw ``headroom_convex.png`` in `out` from its committed table (no sampling)."""
+    import csv
+
+    table = Path(out) / "headroom_convex.csv"
+    if not table.is_file():
+        raise SystemExit(f"headroom_convex.py: error: --replot: {table} does not exist (run the script first)")
+    with open(table, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    draw(rows, int(rows[0]["n_runs"]), Path(out) / "headroom_convex.png")
+    return 0
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=None, help=f"runs per cell (default {RUNS})")
@@ -480,7 +506,10 @@ def main(argv=None):
     parser.add_argument("--gate", action="store_true", help="run the gaussian-sgd gate instead (see the docstring)")
     parser.add_argument("--gate-runs", type=int, default=GATE_RUNS)
     parser.add_argument("--out", default=str(FIGURES))
+    parser.add_argument("--replot", action="store_true", help="redraw headroom_convex.png from its table in --out")
     args = parser.parse_args(argv)
+    if args.replot:
+        return replot(args.out)
     _check(parser, args)
     started = utc_now()
     out = Path(args.out)
@@ -530,11 +559,7 @@ def _cells(args, out, work, started):
     cells_table = write_csv(summaries, out / f"{name}_cells.csv", float_format=".6g")
     page = markdown(rows, summaries, verdicts, runs, command)
     write_page(out, name, page)
-    from mianalysis.report.plots import figure_headroom
-
-    fig = figure_headroom(rows, f"softmax-regression: MSE of each rule / MSE of the average, against theta* "
-                                f"({runs} runs per cell)", panel="cell")
-    fig.savefig(out / f"{name}.png", dpi=100)
+    draw(rows, runs, out / f"{name}.png")
     record = {"table": table.name, "cells_table": cells_table.name, "runs": runs, "task": TASK,
               "splits": args.splits, "data_seeds": args.data_seeds, "seed": SEED, "init": "per-run", "shared": [],
               "every": EVERY, "rules": list(RULE_LIST), "folds": FOLDS, "reference": OPTIMUM,

@@ -311,3 +311,10 @@ def test_figure_headroom_draws_one_panel_per_design(tmp_path):
     fig = figure_headroom(rows, "title")
     assert [ax.get_title() for ax in fig.axes] == ["a", "b"]
     fig.savefig(tmp_path / "h.png")
+    # Wrapped into rows of `columns` panels: the same panels in order, no empty places left.
+    rows3 = [{**r, "design": d} for d in ("a", "b", "c") for r in rows if r["design"] == "a"]
+    fig = figure_headroom(rows3, "title", columns=2)
+    assert [ax.get_title() for ax in fig.axes] == ["a", "b", "c"]
+    assert [ax.get_subplotspec().get_geometry()[:2] for ax in fig.axes] == [(2, 2)] * 3
+    with pytest.raises(ValueError, match="columns"):
+        figure_headroom(rows3, columns=0)

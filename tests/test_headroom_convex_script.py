@@ -175,3 +175,14 @@ def test_an_out_that_is_a_file_is_refused(script, tmp_path, capsys):
         script.main(["--out", str(tmp_path / "f")])
     [error] = [line for line in capsys.readouterr().err.splitlines() if ": error: " in line]
     assert error.endswith(f"--out {tmp_path / 'f'}: not a folder")
+
+
+def test_replot_redraws_the_figure_from_the_committed_table(script, tmp_path):
+    pytest.importorskip("matplotlib")
+    import shutil
+
+    with pytest.raises(SystemExit, match="--replot: .* does not exist"):
+        script.main(["--replot", "--out", str(tmp_path)])
+    shutil.copy(ROOT / "figures" / "headroom_convex.csv", tmp_path)
+    assert script.main(["--replot", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "headroom_convex.png").stat().st_size > 10_000

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._internal.validation import check_choice
+from .._internal.validation import check_choice, check_int
 from ..analysis import AnalysisTable
 from ..analysis.reading import CLIENT_DIAGNOSTICS, metric_names  # the table's recorded metrics: one definition
 from ..estimators.registry import estimator_names, get_estimator
@@ -892,8 +892,8 @@ def save_figure(rows: Sequence[dict], kind: str, path: str | os.PathLike, title:
     return Path(path)
 
 
-def figure_headroom(rows: Sequence[dict], title: str | None = None, *, panel: str = "design"
-                    ) -> matplotlib.figure.Figure:
+def figure_headroom(rows: Sequence[dict], title: str | None = None, *, panel: str = "design",
+                    columns: int | None = None) -> matplotlib.figure.Figure:
     """Ratio of each combination rule's MSE to the plain average's, per checkpoint, with intervals.
 
     Parameters
@@ -905,6 +905,9 @@ def figure_headroom(rows: Sequence[dict], title: str | None = None, *, panel: st
         The figure's title.
     panel : str, default="design"
         The column that splits the rows into panels (one panel when absent).
+    columns : int, optional
+        Panels per row of the figure (all in one row by default); the panels fill the rows
+        in order, and the empty places of the last row are left out.
 
     Returns
     -------
@@ -918,10 +921,14 @@ def figure_headroom(rows: Sequence[dict], title: str | None = None, *, panel: st
     import matplotlib.pyplot as plt
 
     designs = list(dict.fromkeys(str(r.get(panel, "")) for r in rows))
-    fig, axes = plt.subplots(1, len(designs), figsize=(4.2 * len(designs), 4.2), squeeze=False, sharey=True)
+    ncols = len(designs) if columns is None else min(check_int(columns, "columns", low=1), len(designs))
+    nrows = -(-len(designs) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 4.2 * nrows), squeeze=False, sharey=True)
+    for ax in axes.ravel()[len(designs):]:
+        ax.remove()
     rules = list(dict.fromkeys(r["rule"] for r in rows))
     colors = {rule: f"C{i}" for i, rule in enumerate(rules)}
-    for ax, design in zip(axes[0], designs):
+    for ax, design in zip(axes.ravel(), designs):
         here = [r for r in rows if str(r.get(panel, "")) == design]
         for i, rule in enumerate(rules):
             sel = [r for r in here if r["rule"] == rule]
@@ -940,7 +947,8 @@ def figure_headroom(rows: Sequence[dict], title: str | None = None, *, panel: st
         ax.set_title(design, fontsize=9)
         ax.set_xlabel("iteration")
         _integer_ticks(ax)
-    axes[0][0].set_ylabel("MSE / MSE of the average")
+    for row in axes:
+        row[0].set_ylabel("MSE / MSE of the average")
     axes[0][0].legend(fontsize=8)
     if title:
         fig.suptitle(title, fontsize=10)
