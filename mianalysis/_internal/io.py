@@ -29,13 +29,14 @@ def write_rows(rows, path):
 
 
 def new_file(path, mode="w"):
-    """`path` opened as a new regular file for writing text: a leftover file there (or a
-    symbolic link planted in its place) is removed first, never written through."""
+    """`path` opened as a new regular file for writing text (`mode` "w") or bytes ("wb"): a
+    leftover file there (or a symbolic link planted in its place) is removed first, never
+    written through."""
     path = Path(path)
     if os.path.lexists(path) and not os.path.isdir(path):
         path.unlink()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    return os.fdopen(fd, mode, newline="")
+    return os.fdopen(fd, mode) if "b" in mode else os.fdopen(fd, mode, newline="")
 
 
 def progress_bar(total, *, initial=0, unit="it", desc=None, enabled=True):

@@ -241,13 +241,9 @@ def _remove_placeholder(placeholder: Path, made: Sequence[Path]) -> None:
 
 
 def _new_binary(path: Path, data: bytes) -> Path:
-    """Write `data` to `path` as a new regular file: a file or symbolic link found there is
-    removed first (the link itself, never its target), and the file is opened with
-    O_EXCL | O_NOFOLLOW, so nothing is ever written through a link."""
-    if os.path.lexists(path) and not os.path.isdir(path):
-        path.unlink()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "wb") as fh:
+    """Write `data` to `path` as a new regular file (:func:`new_file`: a file or symbolic link
+    found there is removed first, the link itself, never its target)."""
+    with new_file(path, "wb") as fh:
         fh.write(data)
     return path
 
