@@ -249,8 +249,8 @@ def check_manifest(manifest: object, mpath: str | os.PathLike) -> None:
     for i, c in enumerate(clients):
         if not isinstance(c, str):
             bad(f"clients[{i}]", "a string", c)
-    if len(set(clients)) != len(clients):
-        dupes = sorted({c for c in clients if clients.count(c) > 1})
+    dupes = _repeated(clients)
+    if dupes:
         bad("clients", "unique names", f"{dupes} more than once")
     checkpoints = manifest["checkpoints"]
     if not isinstance(checkpoints, list) or not checkpoints:
