@@ -23,11 +23,12 @@ from ._internal.validation import ConstantFeatureWarning
 from .analysis.studies.additive import (AdditivePrediction, AdditiveTest, additive_model_mi, additive_model_test,
                        additive_model_verdict, isotropic_additive_mi)
 from .analysis import AnalysisTable, analyze
+from .analysis.inference.judged import JudgedMI, mi
 from .estimators.distances import mean_paired_distance, mean_update_cosine, paired_distances, update_cosines
 from .dumps import DumpError, DumpWriter, ParameterDump
-from .estimators import (GaussianMINull, MarginalDistances, PermutationTestResult, TiedSamplesWarning, gaussian_cmi,
-                         gaussian_copula_mi, gaussian_mi, gaussian_mi_null, ksg_mi, ksg_ties, mi_permutation_test,
-                         projection_mi_bound)
+from .estimators import (GaussianMINull, MarginalDistances, OutsideCalibrationWarning, PermutationTestResult,
+                         TiedSamplesWarning, gaussian_cmi, gaussian_copula_mi, gaussian_mi, gaussian_mi_null, ksg_mi,
+                         ksg_ties, mi_permutation_test, projection_mi_bound)
 from .analysis.studies.headroom import headroom
 from .report import report
 from .sampling import ParameterSampler
@@ -42,6 +43,9 @@ from .sampling import ParameterSampler
 SHARED_INTERNALS = ("mianalysis._internal",)
 
 __all__ = [
+    "mi",
+    "JudgedMI",
+    "OutsideCalibrationWarning",
     "gaussian_mi",
     "gaussian_cmi",
     "gaussian_mi_null",

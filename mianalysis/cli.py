@@ -73,40 +73,60 @@ def _cmd_demo(args):
     print(demo_report(rows, args.out, runs=args.runs, seed=args.seed, seconds=time.perf_counter() - started))
 
 
+def _judged_line(judged):
+    """How `estimate` prints a judged number (:class:`mianalysis.JudgedMI`): "MI =" for an
+    estimate, "MI >=" for a bound, and never "MI" for another number outside calibration
+    (a shrinkage number among them)."""
+    from .estimators.registry import get_estimator
+
+    if judged.kind == "estimate":
+        relation = "MI ="
+    elif judged.kind == "lower bound" or get_estimator(judged.estimator).kind == "bound":
+        relation = "MI >="
+    else:
+        relation = "gives"
+    return f"{judged.estimator} {relation} {judged.value:.6g} {judged.units} ({judged.kind}): {judged.reason}"
+
+
 def _cmd_estimate(args):
-    from . import mi_permutation_test
+    import dataclasses
+
+    from . import mi, mi_permutation_test
+    from ._internal.validation import check_paired, varying_columns
+    from .analysis.inference.choice import AUTO
+    from .analysis.inference.judged import judge
     from .estimators.registry import estimators_taking, get_estimator
 
     x = _load_array(args.x, "x")
     y = _load_array(args.y, "y")
-    entry = get_estimator(args.estimator)
-    kwargs = {"units": args.units} if "units" in entry.arguments else {}
-    kwargs.update({name: getattr(args, name) for name in ("k", "algorithm") if name in entry.arguments})
-    if "shrinkage" in entry.arguments:
-        kwargs.update(shrinkage=None if args.shrinkage == "none" else args.shrinkage)
-    elif args.shrinkage != "none":
+    arguments = frozenset() if args.estimator == AUTO else get_estimator(args.estimator).arguments
+    kwargs = {}
+    for name, flag in (("k", "-k"), ("algorithm", "--algorithm")):
+        if getattr(args, name) is not None:
+            if name not in arguments:
+                raise ValueError(f"{flag} applies to --estimator {' or '.join(estimators_taking(name))}")
+            kwargs[name] = getattr(args, name)
+    if args.shrinkage != "none" and "shrinkage" not in arguments:
         raise ValueError(f"--shrinkage applies to --estimator {' or '.join(estimators_taking('shrinkage'))}")
-    relation = "MI >=" if entry.kind == "bound" else "MI ="  # a lower bound says so
-    if args.permutations:
-        res = mi_permutation_test(
-            x, y, estimator=args.estimator, n_permutations=args.permutations, random_state=args.seed, **kwargs
-        )
-        print(
-            f"{args.estimator} {relation} {res.estimate:.6g} {args.units}; null mean {res.null_mean:.6g} "
-            f"sd {res.null_std:.6g}; p = {res.p_value:.4g} ({res.n_permutations} permutations)"
-        )
+    if args.shrinkage != "none":
+        kwargs["shrinkage"] = args.shrinkage
+    if not args.permutations:  # the number, what it is and why (mianalysis.mi)
+        print(_judged_line(mi(x, y, estimator=args.estimator, units=args.units, random_state=args.seed, **kwargs)))
+        return
+    auto = mi(x, y, units=args.units, random_state=args.seed) if args.estimator == AUTO else None
+    name = args.estimator if auto is None else auto.estimator  # the rule's choice, then its null
+    units = {"units": args.units} if "units" in get_estimator(name).arguments else {}
+    res = mi_permutation_test(x, y, estimator=name, n_permutations=args.permutations, random_state=args.seed,
+                              **kwargs, **units)
+    if auto is not None:
+        judged = dataclasses.replace(auto, value=res.estimate)
     else:
-        from ._internal.validation import check_paired, varying_columns
-        from .estimators.repeats import check_repeated_runs, runs_checked
-
-        x, y = check_paired(x, y)  # the estimators' own checks, first
+        x, y = check_paired(x, y)
         keep_x, keep_y = varying_columns(x), varying_columns(y)
-        if keep_x.any() and keep_y.any():  # (else the MI is exactly 0, whatever repeats)
-            # Every estimator alike (gaussian_mi leaves this to its callers: bootstraps repeat runs on purpose).
-            check_repeated_runs(x[:, keep_x], y[:, keep_y], f"--estimator {args.estimator}")
-        with runs_checked():
-            value = entry.function(x, y, **kwargs, **({"random_state": args.seed} if entry.random_state else {}))
-        print(f"{args.estimator} {relation} {value:.6g} {args.units}")
+        d = int(keep_x.sum() + keep_y.sum()) if keep_x.any() and keep_y.any() else 0
+        judged = judge(name, x.shape[0], d, res.estimate, units=args.units, shrinkage="shrinkage" in kwargs)
+    print(f"{_judged_line(judged)}; null mean {res.null_mean:.6g} sd {res.null_std:.6g}; p = {res.p_value:.4g} "
+          f"({res.n_permutations} permutations)")
 
 
 # --set / --param values spelled as Python writes a flag; JSON's true and false parse as well. Any
@@ -189,13 +209,14 @@ def _cmd_analyze(args):
         print(f"mianalysis analyze: dump incomplete: analysed {dump.completed_runs} of {dump.n_runs} runs (every "
               "row's note says so); run the same command again when the dump is complete to replace the table", file=sys.stderr)
     _print_trends(table, args.ci_level)
+    _print_bottom_line(table, dump)
 
 
 def _cmd_report(args):
     from .report import SUMMARY, report
 
     done = report(args.dump, args.out, n_permutations=args.permutations, estimators=args.estimators,
-                  random_state=args.seed, progress=_progress(args))
+                  random_state=args.seed, progress=_progress(args), by=None if args.by == "vector" else args.by)
     others = ", ".join(f.name for f in done.files if f.name != SUMMARY)
     _say(args, f"wrote {done.out_dir / SUMMARY} (what each row means, which rows to read, the trends) and {others} "
                f"in {done.seconds:.0f} s")
@@ -208,6 +229,16 @@ def _print_trends(rows, level):
     if summary:
         print(f"trends, from the {TRENDS} (the {level:.0%} intervals' error rate; the correction on the next line):")
         print(summary)
+
+
+def _print_bottom_line(table, dump):
+    """The bottom line that report.md opens with (mianalysis.report.bottom_line): the last lines printed."""
+    from .report import reference_headroom
+    from .report.bottom_line import bottom_line, format_bottom_line
+    from .report.plots import checkpoint_label
+
+    label = checkpoint_label({**table.sidecar, "dump_meta": {"shared": [], **dict(dump.meta)}})
+    print(format_bottom_line(bottom_line(table, label=label, headroom=reference_headroom(dump))))
 
 
 def _cmd_plot(args):
@@ -366,8 +397,8 @@ def _cmd_verify(args):
 
 # Python options that messages of the library suggest, and the flags that set them here.
 CLI_WORDS = (
-    ("use shrinkage='ledoit-wolf'", "use --shrinkage ledoit-wolf"),
     ("estimator='bound'", "--estimator bound"),
+    ("mianalysis.mi chooses", "--estimator auto chooses"),
     ("`placement`='step'", "--placement step"),
     ("set `algorithm`='fedsgd'", "use --algorithm fedsgd"),
 )
@@ -417,29 +448,38 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="the main job on generated data: sample, analyse and plot signal-rnn")
     demo.add_argument("--out", default="runs/demo", help="folder for the dump, table and figures")
-    demo.add_argument("--runs", type=int, default=400)
-    demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--no-progress", action="store_true")
+    demo.add_argument("--runs", type=int, default=400, help="retraining runs per client")
+    demo.add_argument("--seed", type=int, default=0, help="seed of the sampling and the analysis")
+    demo.add_argument("--no-progress", action="store_true", help="no progress bars")
     demo.add_argument("--estimators-only", action="store_true",
                       help="instead: estimators vs closed forms on correlated Gaussians")
     demo.set_defaults(func=_cmd_demo)
 
     est = sub.add_parser("estimate", help="MI between two sample arrays (.npy, .csv or whitespace-separated text; rows = samples)")
-    est.add_argument("x")
-    est.add_argument("y")
+    est.add_argument("x", help="samples of X: one run per row")
+    est.add_argument("y", help="samples of Y: one run per row, paired with the rows of x")
     from .analysis.inference.familywise import FAMILIES
     from .analysis.inference.familywise import METHODS as FAMILYWISE_METHODS
     from .analysis.inference.choice import describe_rule
-    from .estimators.registry import estimator_names
+    from .estimators.registry import estimator_names, estimators_taking
 
-    est.add_argument("--estimator", choices=estimator_names(), default="ksg")
-    est.add_argument("-k", type=int, default=3)
-    est.add_argument("--algorithm", type=int, choices=[1, 2], default=1)
-    est.add_argument("--units", choices=["bits", "nats"], default="bits")
+    est.add_argument("--estimator", choices=("auto", *estimator_names()), default="auto",
+                     help="'auto' (the default): the Gaussian copula estimate inside its calibrated regime, else the "
+                          "held-out lower bound (analyze's rule); or one estimator, computed and judged. The line "
+                          "printed says what the number is (estimate, lower bound or outside calibration) and why")
+    est.add_argument("-k", type=int, default=None,
+                     help=f"neighbours of --estimator {' or '.join(estimators_taking('k'))} (default 3)")
+    est.add_argument("--algorithm", type=int, choices=[1, 2], default=None,
+                     help=f"KSG algorithm 1 or 2 of --estimator {' or '.join(estimators_taking('algorithm'))} "
+                          "(default 1)")
+    est.add_argument("--units", choices=["bits", "nats"], default="bits", help="unit of the number printed")
     est.add_argument("--shrinkage", choices=["none", "ledoit-wolf"], default="none",
-                     help="gaussian: covariance estimator; ledoit-wolf when runs are few for the dimension")
+                     help=f"--estimator {' or '.join(estimators_taking('shrinkage'))}: ledoit-wolf gives the Gaussian "
+                          "MI of a shrunk covariance: neither an estimate nor a bound (printed as such); with few "
+                          "runs use --estimator auto or bound")
     est.add_argument("--permutations", type=int, default=0, help="permutation test with this many shuffles")
-    est.add_argument("--seed", type=int, default=None)
+    est.add_argument("--seed", type=int, default=None,
+                     help="seed of the shuffles, KSG's tie-breaking noise and the bound's splits")
     est.set_defaults(func=_cmd_estimate)
 
     from .tasks import TASKS
@@ -450,10 +490,13 @@ def build_parser() -> argparse.ArgumentParser:
                           "function of no arguments returning a mianalysis.tasks.ModuleSpec; settings optimizer, "
                           "lr, batch_size, epochs, record, eval_examples)")
     smp.add_argument("--preset", default="paper", help="settings preset (paper, long; gaussian-sgd: paper, small, high)")
-    smp.add_argument("--runs", type=int, required=True)
+    smp.add_argument("--runs", type=int, required=True, help="retraining runs of every client")
     smp.add_argument("--out", required=True, help="dump folder (resumed if it holds the same sampling)")
-    smp.add_argument("--seed", type=int, default=0)
-    smp.add_argument("--init", choices=["per-run", "fixed"], default="per-run")
+    smp.add_argument("--seed", type=int, default=0,
+                     help="seed of every run's start and random streams (run r draws from (seed, r))")
+    smp.add_argument("--init", choices=["per-run", "fixed"], default="per-run",
+                     help="per-run: each run starts from its own point, shared by its clients; fixed: every run "
+                          "starts from one point")
     smp.add_argument("--every", type=int, default=1, help="checkpoint every this many iterations")
     smp.add_argument("--chunk-size", type=int, default=64, help="runs trained together")
     smp.add_argument("--set", action="append", metavar="KEY=VALUE", help="task setting (JSON value; True / False are flags too)")
@@ -466,12 +509,12 @@ def build_parser() -> argparse.ArgumentParser:
                           "or 'central', the FedSGD reference (the run's start trained on the union of the clients' "
                           "batches at every step; not gaussian-sgd), not the optimum; `mianalysis headroom` uses it, "
                           "`mianalysis analyze` leaves it out of the client pairs")
-    smp.add_argument("--no-progress", action="store_true")
+    smp.add_argument("--no-progress", action="store_true", help="no progress bars")
     _add_scheduler_options(smp, "chunks of runs")
     smp.set_defaults(func=_cmd_sample)
 
     ana = sub.add_parser("analyze", help="MI and distances between clients per checkpoint of a dump")
-    ana.add_argument("dump")
+    ana.add_argument("dump", help="dump folder to analyse (written by sample, federate --record or import)")
     ana.add_argument("--out", required=True, help="CSV table to write")
     ana.add_argument("--estimators", nargs="+", choices=(*estimator_names(), "auto"), default=["auto"],
                      metavar="ESTIMATOR",
@@ -482,15 +525,20 @@ def build_parser() -> argparse.ArgumentParser:
                      help="pair quantities beside MI: euclidean, manhattan, chebyshev (mean paired distances; the "
                           "default) and cosine_update (mean cosine similarity of the clients' updates since each "
                           "run's start, the checkpoint at iteration 0; opt-in)")
-    ana.add_argument("-k", type=int, default=3)
-    ana.add_argument("--permutations", type=int, default=0)
+    ana.add_argument("-k", type=int, default=3, help="neighbours of the KSG estimates")
+    ana.add_argument("--permutations", type=int, default=0,
+                     help="shuffles of each MI row's permutation null (columns null_mean, null_std, p_value; "
+                          "0: none)")
     ana.add_argument("--gaussian-null", choices=["permutation", "analytic"], default="permutation",
                      help="null of the Gaussian MI rows: permutations, or the analytic Wilks' Lambda law")
     ana.add_argument("--layer", action="append", help="analyse only this tensor (repeatable)")
-    ana.add_argument("--by", choices=["layer"], help="rows per tensor (column `layer`) instead of the whole vector")
+    ana.add_argument("--by", choices=["layer", "auto"],
+                     help="layer: rows per tensor (column `layer`) instead of the whole vector; auto: the whole "
+                          "vector where the runs cover a calibrated estimate, else blocks of its tensors that they do")
     ana.add_argument("--no-standardize", action="store_true",
                      help="KSG on raw parameter scales (default: each parameter divided by its sd over runs)")
-    ana.add_argument("--seed", type=int, default=0)
+    ana.add_argument("--seed", type=int, default=0,
+                     help="seed of the permutations, the interval resamples and KSG's tie-breaking noise")
     ana.add_argument("--ci-resamples", type=int, default=None, metavar="N",
                      help="resamples per MI confidence interval (bootstrap for gaussian, halves for ksg; "
                           "default 20 gaussian, 10 ksg; 0: none)")
@@ -511,7 +559,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="do not check the dump's checksums first (the sidecar then says so)")
     ana.add_argument("--force", action="store_true",
                      help="replace an existing --out that is not an earlier analysis with the same settings")
-    ana.add_argument("--no-progress", action="store_true")
+    ana.add_argument("--no-progress", action="store_true", help="no progress bars")
     _add_scheduler_options(ana, "checkpoints")
     ana.set_defaults(func=_cmd_analyze)
 
@@ -519,7 +567,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("report", help="analyse a dump with a null for every MI row; write the table, figures "
                                         "and report.md (what each row means, which to read, the trends)")
-    rep.add_argument("dump")
+    rep.add_argument("dump", help="dump folder to report on")
     rep.add_argument("--out", required=True,
                      help="folder for the report: new, empty, or an earlier report (replaced); never one with other files")
     rep.add_argument("--permutations", type=int, default=REPORT_PERMUTATIONS,
@@ -527,15 +575,19 @@ def build_parser() -> argparse.ArgumentParser:
                           f"1/{REPORT_PERMUTATIONS + 1})")
     rep.add_argument("--estimators", nargs="+", choices=(*estimator_names(), "auto"), default=None, metavar="ESTIMATOR",
                      help="MI estimators (default: those of analyze): " + ", ".join(estimator_names()))
-    rep.add_argument("--seed", type=int, default=0)
-    rep.add_argument("--no-progress", action="store_true")
+    rep.add_argument("--seed", type=int, default=0, help="seed of the analysis (as analyze --seed)")
+    rep.add_argument("--by", choices=["auto", "layer", "vector"], default="auto",
+                     help="auto (default): the whole vector where the runs cover a calibrated estimate of it, else "
+                          "blocks of its tensors that they do; layer: one row per tensor; vector: the whole vector")
+    rep.add_argument("--no-progress", action="store_true", help="no progress bars")
     rep.set_defaults(func=_cmd_report)
 
     plo = sub.add_parser("plot", help="figure from an analysis table")
-    plo.add_argument("table")
-    plo.add_argument("--out", required=True)
-    plo.add_argument("--kind", choices=["mi", "distances"], default="mi")
-    plo.add_argument("--title")
+    plo.add_argument("table", help="analysis table (CSV written by analyze, with its .json sidecar)")
+    plo.add_argument("--out", required=True, help="image file to write (its folder is created; the format from its suffix)")
+    plo.add_argument("--kind", choices=["mi", "distances"], default="mi",
+                     help="mi: the MI rows with the recorded metric; distances: the mean paired distances")
+    plo.add_argument("--title", help="figure title (default: made from the table's sidecar)")
     plo.add_argument("--metric", help="the recorded metric the mi figure draws (default: loss, else the first "
                      "metric whose name has 'loss', such as train_loss, else the first)")
     plo.set_defaults(func=_cmd_plot)
@@ -546,12 +598,15 @@ def build_parser() -> argparse.ArgumentParser:
     fed.add_argument("--task", default="digits",
                      help="data set: digits (8x8, or MNIST with --mnist-path) or environments (synthetic "
                           "multi-environment task; --partition unequal for unequal client sizes)")
-    fed.add_argument("--mnist-path")
-    fed.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
-    fed.add_argument("--clients", type=int, default=100)
-    fed.add_argument("--partition", choices=["iid", "shards", "dirichlet", "unequal"], default="iid")
+    fed.add_argument("--mnist-path", help="folder of the MNIST IDX files for --task digits (default: the 8x8 digits of scikit-learn)")
+    fed.add_argument("--model", choices=["mlp", "cnn"], default="mlp", help="the clients' network")
+    fed.add_argument("--clients", type=int, default=100, help="number of clients")
+    fed.add_argument("--partition", choices=["iid", "shards", "dirichlet", "unequal"], default="iid",
+                     help="how the data are split over the clients (dirichlet: see --alpha; unequal: environments "
+                          "with unequal client sizes)")
     fed.add_argument("--alpha", type=float, default=0.5, help="Dirichlet concentration")
-    fed.add_argument("--algorithm", choices=algorithm_names(), default="fedavg")
+    fed.add_argument("--algorithm", choices=algorithm_names(), default="fedavg",
+                     help="federated algorithm")
     fed.add_argument("--placement", choices=placement_names(), default="update",
                      help="where the aggregator acts: " + "; ".join(_placement_help(get_placement(name))
                                                                     for name in placement_names()))
@@ -562,19 +617,21 @@ def build_parser() -> argparse.ArgumentParser:
     fed.add_argument("--param", action="append", metavar="KEY=VALUE",
                      help="aggregator parameter (JSON value; True / False are flags too), e.g. threshold=0.2 or "
                           "rescale=false")
-    fed.add_argument("--rounds", type=int, default=50)
+    fed.add_argument("--rounds", type=int, default=50, help="communication rounds")
     fed.add_argument("--fraction", type=float, default=0.1, help="C: fraction of clients per round")
     fed.add_argument("--epochs", type=int, default=1, help="E: local epochs")
     fed.add_argument("--batch", type=int, default=10, help="B: local batch size; 0 = full batch")
-    fed.add_argument("--lr", type=float, default=0.05)
+    fed.add_argument("--lr", type=float, default=0.05, help="clients' learning rate")
     fed.add_argument("--unweighted", action="store_true", help="do not weight clients by data size")
-    fed.add_argument("--replicates", type=int, default=1)
+    fed.add_argument("--replicates", type=int, default=1,
+                     help="independent replicates of the whole simulation, computed as one batch")
     fed.add_argument("--record", action="store_true", help="record every client's model per round into OUT/dump")
     fed.add_argument("--layer", action="append", help="record only this tensor (repeatable)")
     fed.add_argument("--chunk-size", type=int, default=16, help="replicates recorded together (with --record)")
-    fed.add_argument("--seed", type=int, default=0)
-    fed.add_argument("--out", required=True)
-    fed.add_argument("--no-progress", action="store_true")
+    fed.add_argument("--seed", type=int, default=0, help="seed of the partition and the replicates")
+    fed.add_argument("--out", required=True,
+                     help="folder for history.csv, settings.json and, with --record, the dump")
+    fed.add_argument("--no-progress", action="store_true", help="no progress bars")
     fed.set_defaults(func=_cmd_federate)
 
     imp = sub.add_parser("import", help="import ROOT/CLIENT/CHECKPOINT/RUN.pt (or .safetensors) files into a dump")
@@ -583,12 +640,12 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--key", help="key of the state dict in .pt files that hold several")
     imp.add_argument("--layer", action="append", help="import only this tensor (repeatable)")
     imp.add_argument("--chunk-size", type=int, default=64, help="runs read and written together (memory)")
-    imp.add_argument("--no-progress", action="store_true")
+    imp.add_argument("--no-progress", action="store_true", help="no progress bars")
     imp.set_defaults(func=_cmd_import)
 
     hdr = sub.add_parser("headroom", help="MSE of combination rules to a reference (the optimum theta*, the FedSGD "
                                           "reference or your own), vs the average, and a verdict per checkpoint")
-    hdr.add_argument("dump")
+    hdr.add_argument("dump", help="dump folder with the clients to combine (and the reference, if recorded)")
     hdr.add_argument("--out", required=True,
                      help="CSV table to write: never in a dump, and an existing file only with --force")
     hdr.add_argument("--reference", default="auto",
@@ -612,11 +669,11 @@ def build_parser() -> argparse.ArgumentParser:
     hdr.set_defaults(func=_cmd_headroom)
 
     ver = sub.add_parser("verify", help="check a dump's files and checksums")
-    ver.add_argument("dump")
+    ver.add_argument("dump", help="dump folder to check")
     ver.set_defaults(func=_cmd_verify)
 
     exp = sub.add_parser("export", help="copy a dump's completed runs into a zarr v3 store, with checksums")
-    exp.add_argument("dump")
+    exp.add_argument("dump", help="dump folder to export")
     exp.add_argument("--zarr", required=True, metavar="OUT", help="new zarr store (folder) to write")
     exp.add_argument("--no-verify", action="store_true", help="do not check the dump's checksums first")
     exp.set_defaults(func=_cmd_export)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from mianalysis import ParameterDump, analyze
-from mianalysis.analysis.inference import regime
+from mianalysis.estimators import calibration  # where the thresholds live (the regimes read them when called)
 from mianalysis.analysis.inference.choice import AUTO_ESTIMATORS, choose
 from mianalysis.report.experiment import summary_table
 
@@ -63,7 +63,7 @@ def test_auto_is_the_default_and_gives_the_copula_estimate_where_it_is_calibrate
     assert row["value"] == pytest.approx(-1.5 * np.log2(1 - 0.36), rel=0.2)
     assert rows.settings["estimators"] == list(AUTO_ESTIMATORS)
     assert rows.settings["estimator_choice"]["rule"] == "auto"
-    assert rows.settings["estimator_choice"]["copula_min_runs_per_dim"] == regime.COPULA_MIN_RUNS_PER_DIM
+    assert rows.settings["estimator_choice"]["copula_min_runs_per_dim"] == calibration.COPULA_MIN_RUNS_PER_DIM
     assert analyze(dump, estimators="auto", **FAST) == analyze(dump, estimators=["auto"], **FAST)
 
 
@@ -97,7 +97,7 @@ def test_ksg_as_well_where_it_is_calibrated_and_left_out_where_its_estimate_is_n
     assert _mi_rows(rows)[1]["note"] == "auto: ksg as well (2 joint dims, 2000 runs: its calibrated regime)"
     assert not any(r["outside_calibration"] for r in _mi_rows(rows))
     # An estimate above the calibrated bits is left out, and the primary row says so.
-    monkeypatch.setattr(regime, "KSG_MAX_BITS", 0.01)
+    monkeypatch.setattr(calibration, "KSG_MAX_BITS", 0.01)
     row, = _mi_rows(analyze(dump, **FAST))
     assert row["quantity"] == "mi_copula"
     assert row["note"].endswith("auto: no ksg row (its estimate is outside calibration: > 0.01 bits)")
@@ -105,7 +105,7 @@ def test_ksg_as_well_where_it_is_calibrated_and_left_out_where_its_estimate_is_n
 
 def test_a_copula_estimate_outside_its_regime_after_all_gives_way_to_the_bound(tmp_path, monkeypatch):
     dump = _dump(tmp_path / "d", 200, 3)
-    monkeypatch.setattr(regime, "COPULA_MAX_BITS", 0.1)  # the estimate (about 1.9 bits) now lies above it
+    monkeypatch.setattr(calibration, "COPULA_MAX_BITS", 0.1)  # the estimate (about 1.9 bits) now lies above it
     row, = _mi_rows(analyze(dump, **FAST))
     assert row["quantity"] == "mi_bound" and not row["outside_calibration"]
     assert row["note"] == "auto: bound, a lower bound (the copula estimate is outside calibration: > 0.1 bits)"

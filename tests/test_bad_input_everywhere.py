@@ -329,7 +329,9 @@ def test_api_rejects_bad_input_and_changes_nothing(dump_dir, call, error, match)
 CLI_CASES = [
     ("estimate-missing-file", ["estimate", "{d}/nope.csv", "{d}/x.csv"], r"nope.csv"),
     ("estimate-mismatch", ["estimate", "{d}/x.csv", "{d}/y_short.csv"], "same number of samples"),
-    ("estimate-k", ["estimate", "{d}/x.csv", "{d}/x.csv", "-k", "0"], r"`k` must be in \[1, 29\]"),
+    ("estimate-k", ["estimate", "{d}/x.csv", "{d}/x.csv", "--estimator", "ksg", "-k", "0"],
+     r"`k` must be in \[1, 29\]"),
+    ("estimate-k-auto", ["estimate", "{d}/x.csv", "{d}/x.csv", "-k", "3"], "-k applies to --estimator ksg"),
     ("estimate-estimator", ["estimate", "{d}/x.csv", "{d}/x.csv", "--estimator", "kde"],
      "argument --estimator: invalid choice: 'kde'"),
     ("analyze-no-dump", ["analyze", "{d}/nowhere", "--out", "{d}/t.csv"], "does not exist"),

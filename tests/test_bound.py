@@ -76,7 +76,8 @@ def test_independent_samples_give_about_zero_within_interval_and_null(seed):
     estimate, low, high = mi_interval(x, y, "bound", n_resamples=20)
     assert low <= 0 <= high
     res = mi_permutation_test(x, y, estimator="bound", n_permutations=99, random_state=seed)
-    assert res.p_value > 0.01 and abs(res.null_mean) < 0.05
+    # the NWJ bound of independent samples has mean at most 0 (below it where the critic is noisy)
+    assert res.p_value > 0.01 and -0.25 < res.null_mean < 0.02
     assert res.estimate == estimate
 
 
@@ -122,8 +123,10 @@ def test_identical_x_and_y_are_refused_in_the_bounds_own_words():
     with pytest.raises(ValueError, match=r"^the projections of x and y \(2 canonical pairs\) are linearly "
                                          r"dependent \(or nearly so\) on 50 held-out runs: y is a linear function "
                                          r"of x") as caught:
-        projection_mi_bound(x, x.copy())
+        projection_mi_bound(x, x.copy(), method="gaussian")
     assert "shrinkage" not in str(caught.value) and "covariance matrix" not in str(caught.value)
+    # the NWJ bound of a copy is finite (any critic gives one) and large: the MI is infinite
+    assert 3.0 < projection_mi_bound(x, x.copy()) < np.inf
 
 
 def test_copula_bound_is_unchanged_by_monotone_maps_and_recovers_a_gaussian_copula():
@@ -133,7 +136,8 @@ def test_copula_bound_is_unchanged_by_monotone_maps_and_recovers_a_gaussian_copu
     big_x, big_y = correlated(4000, 2, 0.6)
     truth = exact_bits(2, 0.6)
     assert projection_mi_bound(np.sinh(3 * big_x), big_y**3, copula=True) == pytest.approx(truth, rel=0.05)
-    assert projection_mi_bound(np.sinh(3 * big_x), big_y**3) < 0.8 * truth  # raw data: the map costs the bound
+    # raw data: the map costs the bound
+    assert projection_mi_bound(np.sinh(3 * big_x), big_y**3, copula=False) < 0.8 * truth
 
 
 def test_splits_folds_and_repeats():
@@ -163,7 +167,9 @@ def test_constant_features_are_dropped_and_a_constant_side_gives_zero():
     ({"folds": 2.0}, TypeError, "`folds` must be an integer"),
     ({"repeats": 0}, ValueError, "`repeats` must be"),
     ({"n_components": 0}, ValueError, "`n_components` must be"),
-    ({"n_components": 30}, ValueError, r"`n_components`=30 needs evaluation folds of more than 61 runs"),
+    ({"n_components": 30, "method": "gaussian"}, ValueError,
+     r"`n_components`=30 needs evaluation folds of more than 61 runs"),
+    ({"method": "dv"}, ValueError, "`method` must be one of 'nwj', 'gaussian'"),
     ({"n_components": 11}, ValueError, r"at most the varying features of the smaller side, min\(10, 10\)"),
     ({"copula": "yes"}, ValueError, "`copula` must be True or False"),
     ({"units": "dits"}, ValueError, "`units` must be one of"),
@@ -198,9 +204,9 @@ def test_registry_entry_is_a_bound_with_halves_and_a_permutation_null():
 
 def test_analyze_gives_bound_rows_with_interval_and_null(tmp_path):
     rng = np.random.default_rng(0)
-    a = rng.standard_normal((2, 100, 60))
-    b = np.stack([0.8 * a[0] + 0.6 * rng.standard_normal((100, 60)),
-                  np.random.default_rng(1).standard_normal((100, 60))])  # checkpoint 1: independent
+    a = rng.standard_normal((2, 200, 60))
+    b = np.stack([0.8 * a[0] + 0.6 * rng.standard_normal((200, 60)),
+                  np.random.default_rng(1).standard_normal((200, 60))])  # checkpoint 1: independent
     dump = ParameterDump.from_arrays(tmp_path / "d", {"a": a, "b": b}, checkpoints=[0, 1])
     with warnings.catch_warnings():
         warnings.simplefilter("error")

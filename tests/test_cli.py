@@ -62,9 +62,12 @@ def test_estimate_ksg(pair, capsys):
     from mianalysis import ksg_mi
 
     xp, yp, x, y = pair
-    assert main(["estimate", str(xp), str(yp), "-k", "4", "--units", "nats", "--seed", "3"]) == 0
-    value = float(capsys.readouterr().out.split("=")[1].split()[0])
-    assert value == pytest.approx(ksg_mi(x, np.loadtxt(yp), k=4, units="nats", random_state=3), rel=1e-5)
+    assert main(["estimate", str(xp), str(yp), "--estimator", "ksg", "-k", "4", "--units", "nats", "--seed", "3"]) == 0
+    out = capsys.readouterr().out  # 200 runs: outside KSG's calibrated regime, and said so (never "MI =")
+    assert out.startswith("ksg gives ") and "nats (outside calibration): 200 runs x 4 joint dims: < 2000 runs" in out
+    value = float(out.split()[2])
+    with pytest.warns(UserWarning, match="outside its calibrated regime"):
+        assert value == pytest.approx(ksg_mi(x, np.loadtxt(yp), k=4, units="nats", random_state=3), rel=1e-5)
 
 
 def test_estimate_gaussian_with_permutations(pair, capsys):
@@ -81,7 +84,7 @@ def test_missing_file_is_one_line_error(tmp_path, capsys):
 
 def test_bad_k_is_one_line_error(pair, capsys):
     xp, yp, _, _ = pair
-    assert main(["estimate", str(xp), str(yp), "-k", "0"]) == 2
+    assert main(["estimate", str(xp), str(yp), "--estimator", "ksg", "-k", "0"]) == 2
     assert "`k` must be in [1, 199]; got 0" in capsys.readouterr().err
 
 

@@ -6,9 +6,9 @@
 - The Gaussian estimator's "not positive definite" error names what works in the words of
   the interface: with fewer runs than dimensions the bound (``estimator='bound'``, on the
   command line ``--estimator bound``), never shrinkage (a shrunk number is neither an
-  estimate nor a bound); for features of one side linearly dependent, shrinkage
-  (``--shrinkage ledoit-wolf``). No message of ``estimate`` recommends an option that the
-  same command refuses.
+  estimate nor a bound); for features of one side linearly dependent, the bound too, or
+  dropping them (issue 52: no message recommends shrinkage). No message of ``estimate``
+  recommends an option that the same command refuses.
 """
 
 import re
@@ -152,9 +152,10 @@ def test_cli_error_suggests_the_cli_flag(few_runs, capsys, extra):
 
 
 @pytest.mark.parametrize("estimator", ["gaussian", "copula"])
-def test_cli_error_of_dependent_features_suggests_the_cli_shrinkage_flag(tmp_path, capsys, estimator):
+def test_cli_error_of_dependent_features_suggests_the_bound_not_shrinkage(tmp_path, capsys, estimator):
     """A feature of x that is a multiple of another: the x block is singular whatever the
-    runs; the hint is the command line's flag, which these estimators take."""
+    runs; the hint is the bound in the command line's words (and the auto choice), never
+    shrinkage, and the command takes what it recommends."""
     rng = np.random.default_rng(2)
     x = rng.standard_normal((60, 2))
     x = np.column_stack([x, 2 * x[:, 0]])
@@ -163,9 +164,11 @@ def test_cli_error_of_dependent_features_suggests_the_cli_shrinkage_flag(tmp_pat
     assert main(["estimate", str(tmp_path / "x.npy"), str(tmp_path / "y.npy"), "--estimator", estimator]) == 2
     err = capsys.readouterr().err
     assert "the x covariance matrix (3x3) is not positive definite: features are linearly dependent" in err
-    assert err.rstrip().endswith("use --shrinkage ledoit-wolf") and "shrinkage='ledoit-wolf'" not in err
-    assert main(["estimate", str(tmp_path / "x.npy"), str(tmp_path / "y.npy"), "--estimator", estimator,
-                 "--shrinkage", "ledoit-wolf"]) == 0
+    assert "; --estimator bound gives a lower bound (--estimator auto chooses an estimate or a bound)" in err
+    assert "shrinkage" not in err and "='" not in err
+    for recommended in ("bound", "auto"):
+        assert main(["estimate", str(tmp_path / "x.npy"), str(tmp_path / "y.npy"), "--estimator", recommended]) == 0
+        assert capsys.readouterr().out.startswith("bound MI >= ")  # auto: the copula estimate is singular
 
 
 @pytest.mark.parametrize("extra", [[], ["--permutations", "5", "--seed", "0"]], ids=["estimate", "permutations"])
@@ -173,8 +176,13 @@ def test_cli_shrinkage_flag_gives_the_python_estimate(wide, capsys, extra):
     xp, yp, x, y = wide
     assert main(["estimate", str(xp), str(yp), "--estimator", "gaussian", "--shrinkage", "ledoit-wolf",
                  "--units", "nats"] + extra) == 0
-    value = float(capsys.readouterr().out.split("=")[1].split()[0])
-    assert value == pytest.approx(gaussian_mi(x, y, shrinkage="ledoit-wolf", units="nats"), rel=1e-5)
+    out = capsys.readouterr().out  # the number, never printed as MI (issue 52)
+    assert out.startswith("gaussian gives ") and "MI" not in out.split("(")[0]
+    assert "(outside calibration): 6 runs x 8 joint dims: the Gaussian MI of a shrunk covariance: neither an " \
+           "estimate nor a bound" in out
+    value = float(out.split()[2])
+    with pytest.warns(UserWarning, match="neither an estimate nor a bound"):
+        assert value == pytest.approx(gaussian_mi(x, y, shrinkage="ledoit-wolf", units="nats"), rel=1e-5)
 
 
 def test_cli_shrinkage_is_a_gaussian_flag(wide, capsys):

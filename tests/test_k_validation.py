@@ -157,7 +157,8 @@ def test_cli_analyze_rejects_k_in_one_line_and_writes_nothing(tmp_path, capsys, 
 def test_cli_estimate_rejects_k_in_one_line(tmp_path, capsys, k, extra):
     np.savetxt(tmp_path / "x.csv", X, delimiter=",")
     np.savetxt(tmp_path / "y.csv", Y, delimiter=",")
-    code = main(["estimate", str(tmp_path / "x.csv"), str(tmp_path / "y.csv"), "-k", str(k), *extra])
+    code = main(["estimate", str(tmp_path / "x.csv"), str(tmp_path / "y.csv"), "--estimator", "ksg", "-k", str(k),
+                 *extra])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1, err
     assert re.search(k_message(k, N), err), err

@@ -70,9 +70,14 @@ def check_paired(x, y, *, min_samples=2, dtype=np.float64) -> tuple[np.ndarray, 
         )
     if x.shape[0] < min_samples:
         raise ValueError(
-            f"`x` and `y` need at least {min_samples} samples (rows); got {x.shape[0]}"
+            f"`x` and `y` need at least {min_samples} samples (rows); got {x.shape[0]}{TRANSPOSE_HINT}"
         )
     return x, y
+
+
+# Said wherever too few samples may be arrays given the wrong way round.
+TRANSPOSE_HINT = ("; each row is one sample (one run): arrays of shape (features, runs) need their transpose "
+                  "(x.T, y.T)")
 
 
 def check_k(k, n_samples, *, samples="n_samples") -> int:
@@ -91,6 +96,7 @@ def check_k(k, n_samples, *, samples="n_samples") -> int:
         raise ValueError(
             f"`k` must be in [1, {n_samples - 1}]; got {k}: KSG needs k neighbours of every sample other "
             f"than the sample itself, so 1 <= k < {samples} ({n_samples})"
+            + (TRANSPOSE_HINT if samples == "n_samples" else "")
         )
     return k
 

@@ -97,12 +97,19 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: str | Sequen
         the number per estimator (e.g. ``{"gaussian": 100, "ksg": 10}``; missing ones 0).
     layer : str or list of str, optional
         Analyse only these tensors of the parameter vector (see ParameterDump.layer_columns).
-    by : {None, "layer"}, default=None
+    by : {None, "layer", "auto"}, default=None
         None: MI and distances of the whole (selected) parameter vector, column ``layer``
         empty. "layer": the same rows once per tensor of ``dump.layout`` (those `layer`
         selects), computed on that tensor's columns alone and named in the ``layer``
-        column; each equals what ``layer=NAME`` gives. Recorded metrics (loss) come once
-        per checkpoint, with ``layer`` empty.
+        column; each equals what ``layer=NAME`` gives. "auto": the whole vector where the
+        runs cover a calibrated estimate of it (2.2 runs per joint dimension), else its
+        tensors split into the fewest consecutive blocks the runs cover (``layer`` names
+        them, e.g. ``fc1.weight[0:42]``), and the sidecar's ``settings["by_choice"]`` says
+        how many runs the whole vector would need
+        (:func:`mianalysis.analysis.blocks.regime_blocks`). A block's MI is at most the
+        whole vector's (data processing): read per-block rows about the whole model as
+        lower bounds. Recorded metrics (loss) come once per checkpoint, with ``layer``
+        empty.
     standardize : bool, default=True
         KSG: divide each parameter by its sd over runs before the neighbour search
         (:func:`mianalysis.ksg_mi`'s `standardize`), so that the widest parameters (biases

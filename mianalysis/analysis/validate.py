@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from .._internal.validation import CONSTANT_RULE, check_choice, check_flag, check_int, check_k
 from ..estimators.distances import METRICS, UPDATE_METRICS
 from ..estimators import MarginalDistances
@@ -17,7 +19,9 @@ from ..estimators.registry import estimator_names, estimators_taking, get_estima
 from .inference.choice import AUTO, AUTO_ESTIMATORS, choice_settings
 from .inference.familywise import FAMILIES, METHODS, familywise_settings
 from .inference.intervals import DISTANCE_METHOD, UPDATE_METHOD, change_method, check_level, interval_method, level_method
+from .blocks import regime_blocks
 from .diagnostics.movers import check_min_moving_runs
+from .inference.regime import COPULA_MIN_RUNS_PER_DIM
 
 if TYPE_CHECKING:  # names used only in type hints
     from ..dumps import ParameterDump
@@ -29,7 +33,7 @@ __all__ = ["ESTIMATORS", "GAUSSIAN_NULLS", "BY", "AnalysisRequest", "check_reque
 # any list of registered estimators may be asked for instead.
 ESTIMATORS = AUTO
 GAUSSIAN_NULLS = ("permutation", "analytic")
-BY = ("layer",)
+BY = ("layer", "auto")
 # Tables written before the registry record these two estimators' interval methods whatever was analysed.
 _RECORDED_METHODS = ("gaussian", "ksg")
 
@@ -47,8 +51,10 @@ class AnalysisRequest:
     permutations, ci_resamples : dict of estimator -> int
     layer : str, list of str or None
     by : str or None
+        As given ("auto" stays "auto"; `groups` and `by_note` say what it chose).
     groups : list of (str, columns)
-        The tensor groups analysed: ``[("", columns)]``, or one per tensor with ``by="layer"``.
+        The tensor groups analysed: ``[("", columns)]``, one per tensor with ``by="layer"``,
+        or with ``by="auto"`` those of :func:`mianalysis.analysis.blocks.regime_blocks`.
     n_runs : int
         The dump's completed runs, all analysed.
     standardize, verify, force : bool
@@ -67,6 +73,9 @@ class AnalysisRequest:
     min_moving_runs : int
         Parameters moving in fewer runs are held at their most common value for the MI
         estimates (:mod:`mianalysis.analysis.diagnostics.movers`); 1 holds none.
+    by_note : str or None
+        With ``by="auto"``: what it chose and how many runs the whole vector would need
+        (the sidecar's ``settings["by_choice"]``).
     """
 
     estimators: tuple[str, ...]
@@ -91,6 +100,7 @@ class AnalysisRequest:
     gaussianity: bool = False
     auto: bool = False
     min_moving_runs: int = 1
+    by_note: str | None = None
 
 
 def check_request(dump: ParameterDump, *, estimators: str | Sequence[str], metrics: Sequence[str], k: int,
@@ -127,12 +137,16 @@ def check_request(dump: ParameterDump, *, estimators: str | Sequence[str], metri
     check_choice(familywise, "familywise", METHODS)
     check_choice(family, "family", FAMILIES)
     cols = dump.layer_columns(layer)
-    groups = [("", cols)] if by is None else [
-        (e.name, layout_columns([e])) for e in (dump.layout if layer is None else select_layout(dump.layout, layer))]
+    tensors = [(e.name, layout_columns([e])) for e in (dump.layout if layer is None else select_layout(dump.layout, layer))]
+    groups = [("", cols)] if by is None else tensors
     _check_clients(dump)
     n_runs = dump.completed_runs
     if n_runs < 2:
         raise ValueError(f"dump {dump.path} has {n_runs} completed runs; analysis needs at least 2")
+    by_note = None
+    if by == "auto":  # the whole vector where the runs cover it, else blocks that they do
+        choice = regime_blocks(tensors or [("", np.arange(dump.n_params)[cols])], n_runs, COPULA_MIN_RUNS_PER_DIM)
+        groups, by_note = choice.groups, choice.note
     min_moving_runs = check_min_moving_runs(min_moving_runs, n_runs, "min_moving_runs",
                                             f"the dump's {n_runs} completed runs")
     # Once on the path, before any work or file: against the runs (each run is one sample) for KSG.
@@ -145,7 +159,7 @@ def check_request(dump: ParameterDump, *, estimators: str | Sequence[str], metri
         n_runs=n_runs, standardize=standardize, verify=bool(verify), force=bool(force), random_state=random_state,
         distance_cache=distance_cache, reuse_distances=reuse, gaussian_null=gaussian_null, ci_resamples=resamples,
         ci_level=ci_level, familywise=familywise, family=family, gaussianity=bool(gaussianity),
-        auto=auto, min_moving_runs=min_moving_runs)
+        auto=auto, min_moving_runs=min_moving_runs, by_note=by_note)
 
 
 def _check_clients(dump: ParameterDump) -> None:
@@ -224,6 +238,8 @@ def table_settings(dump: ParameterDump, request: AnalysisRequest) -> dict[str, A
                 "distance_cache": request.reuse_distances, "ci_level": request.ci_level,
                 "ci_resamples": request.ci_resamples,
                 "ci_method": ci_method}
+    if request.by_note is not None:  # by="auto": what it chose, and what the whole vector needs
+        settings["by_choice"] = request.by_note
     if request.auto:  # which estimator each row is, and why: the rule (each row's note applies it)
         settings["estimator_choice"] = choice_settings()
     if request.gaussian_null != "permutation":  # tables of the default analysis keep their settings

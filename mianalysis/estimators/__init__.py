@@ -3,6 +3,7 @@
 and the registry of estimators the analyses read."""
 
 from .bound import ProjectionBound, projection_bound, projection_mi_bound
+from .calibration import OutsideCalibrationWarning
 from .copula import gaussian_copula_mi
 from .gaussian import gaussian_cmi, gaussian_mi
 from .gaussian_null import GaussianMINull, gaussian_mi_null
@@ -14,5 +15,5 @@ __all__ = [
     "gaussian_mi", "gaussian_cmi", "gaussian_mi_null", "GaussianMINull", "ksg_mi", "MarginalDistances",
     "KSG_NOISE", "mi_permutation_test", "PermutationTestResult", "gaussian_copula_mi", "Estimator",
     "register_estimator", "unregister_estimator", "get_estimator", "estimator_names", "projection_mi_bound",
-    "projection_bound", "ProjectionBound", "ksg_ties", "KSGTies", "TiedSamplesWarning"
+    "projection_bound", "ProjectionBound", "ksg_ties", "KSGTies", "TiedSamplesWarning", "OutsideCalibrationWarning"
 ]

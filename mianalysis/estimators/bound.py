@@ -14,18 +14,22 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .._internal.scaling import rescale_extreme_columns
-from .._internal.validation import check_flag, check_int, check_paired, check_random_state, check_units, drop_constant_features
+from .._internal.validation import check_choice, check_flag, check_int, check_paired, check_random_state, check_units, drop_constant_features
 from .copula import normal_scores
 from .gaussian import SingularCovarianceError, bound_min_runs, gaussian_mi, ledoit_wolf_intensity
+from .nwj import fit_critic, nwj_fold, score_map
 from .repeats import check_repeated_runs
 
 __all__ = ["ProjectionBound", "projection_bound", "projection_mi_bound", "canonical_directions", "default_components",
-           "bound_regime", "bound_resample_settings", "bound_min_runs", "RUNS_PER_DIMENSION"]
+           "bound_regime", "bound_resample_settings", "bound_min_runs", "RUNS_PER_DIMENSION", "METHODS"]
 
 # The default number of canonical pairs keeps every held-out estimate at this many runs per
 # projected dimension or more (the plain bias-corrected estimate is calibrated from 2.2:
 # mianalysis.analysis.inference.regime.GAUSSIAN_MIN_RUNS_PER_DIM), so that it sits well inside its regime.
 RUNS_PER_DIMENSION = 10
+# "nwj": the held-out Nguyen-Wainwright-Jordan bound (any distribution); "gaussian": the
+# held-out Gaussian MI of the projections (a bound only where the projections are Gaussian).
+METHODS = ("nwj", "gaussian")
 
 
 @dataclass(frozen=True)
@@ -37,14 +41,21 @@ class ProjectionBound:
     value : float
         The bound: the mean of `fold_values`, in `units`.
     fold_values : ndarray of shape (repeats * folds,)
-        The held-out estimate of every evaluation fold (each fold's projections were fitted
-        on the other folds of its split).
+        The held-out value of every evaluation fold (each fold's projections and critic were
+        fitted on the other folds of its split).
     n_components : int
         Canonical pairs kept (the projected pair has ``2 n_components`` dimensions).
     n_eval : int
         Runs in the smallest evaluation fold.
     units : str
         "bits" or "nats".
+    method : str
+        "nwj" (a bound for any distribution) or "gaussian" (a bound for Gaussian
+        projections only).
+    se : float
+        Standard error of `value` (method "nwj": from each evaluation run's influence on its
+        fold's value, the folds of one split independent and the splits of `repeats` no
+        less variable than one; method "gaussian": NaN).
     """
 
     value: float
@@ -52,6 +63,15 @@ class ProjectionBound:
     n_components: int
     n_eval: int
     units: str
+    method: str = "nwj"
+    se: float = float("nan")
+
+    def __str__(self) -> str:
+        se = f" (se {self.se:.3g})" if np.isfinite(self.se) else ""
+        kind = "for any distribution" if self.method == "nwj" else "for Gaussian projections only"
+        return (f"MI >= {self.value:.4g} {self.units}{se}: held-out lower bound {kind}, "
+                f"{self.n_components} canonical pair{'s' if self.n_components != 1 else ''}, "
+                f"evaluation folds of {self.n_eval} runs")
 
 
 def canonical_directions(x: np.ndarray, y: np.ndarray, n_components: int) -> tuple[np.ndarray, np.ndarray]:
@@ -106,12 +126,13 @@ def _whitened_factors(a):
     return u, sigma / np.sqrt(lam), vt.T, 1.0 / np.sqrt(lam), sd
 
 
-def _projection_bound_iv(x, y, n_components, folds, repeats, copula, units, random_state) -> tuple[
-        np.ndarray, np.ndarray, int | None, int, int, bool, float, np.random.Generator]:
+def _projection_bound_iv(x, y, n_components, folds, repeats, copula, method, units, random_state) -> tuple[
+        np.ndarray, np.ndarray, int | None, int, int, bool, str, float, np.random.Generator]:
     """Checked arguments of :func:`projection_bound`: (x, y, n_components or None, folds,
-    repeats, copula, units factor, generator), the constant features of x and y dropped."""
+    repeats, copula, method, units factor, generator), the constant features of x and y dropped."""
     factor = check_units(units)
     copula = check_flag(copula, "copula")
+    method = check_choice(method, "method", METHODS)
     x, y = check_paired(x, y)
     folds = check_int(folds, "folds", low=2, high=max(2, x.shape[0] // 4))
     repeats = check_int(repeats, "repeats", low=1)
@@ -122,7 +143,7 @@ def _projection_bound_iv(x, y, n_components, folds, repeats, copula, units, rand
     if x.shape[0] < bound_min_runs(folds):
         raise ValueError(f"`x` and `y` need at least {4 * folds} samples for {folds} folds (each evaluation fold "
                          f"needs 4 runs for one canonical pair); got {x.shape[0]}")
-    if n_components is not None and n_eval <= 2 * n_components + 1:
+    if method == "gaussian" and n_components is not None and n_eval <= 2 * n_components + 1:
         raise ValueError(f"`n_components`={n_components} needs evaluation folds of more than {2 * n_components + 1} "
                          f"runs (the bias-corrected Gaussian estimate of {2 * n_components} dimensions); "
                          f"{x.shape[0]} runs in {folds} folds give {n_eval}")
@@ -134,21 +155,29 @@ def _projection_bound_iv(x, y, n_components, folds, repeats, copula, units, rand
         check_repeated_runs(x, y, "the projection bound", stacklevel=4)  # copies would sit on both sides of a split
     # The bound does not change with a column's scale: extreme columns are brought into range
     # (exactly) so that the canonical fit's standard deviations and squares stay finite.
-    return (rescale_extreme_columns(x), rescale_extreme_columns(y), n_components, folds, repeats, copula, factor,
-            rng)
+    return (rescale_extreme_columns(x), rescale_extreme_columns(y), n_components, folds, repeats, copula, method,
+            factor, rng)
 
 
 def projection_bound(x: ArrayLike, y: ArrayLike, *, n_components: int | None = None, folds: int = 2,
-                     repeats: int = 1, copula: bool = False, units: str = "bits",
+                     repeats: int = 1, copula: bool = True, method: str = "nwj", units: str = "bits",
                      random_state: int | np.random.Generator | None = 0) -> ProjectionBound:
     r"""A cross-fitted lower bound on the MI of `x` and `y` from canonical projections.
 
-    The runs are split at random into `folds` folds. For each fold, the top
-    `n_components` regularised canonical directions ``A``, ``B``
-    (:func:`canonical_directions`) are fitted on the other folds, and the bias-corrected
-    Gaussian MI (:func:`mianalysis.gaussian_mi`) of the projected pair ``(x A, y B)`` is
-    estimated on the fold itself. The bound is the mean over folds and over `repeats`
-    random splits.
+    The runs are split at random into `folds` folds. For each fold, everything is fitted on
+    the other folds and evaluated on the fold itself; the bound is the mean over folds and
+    over `repeats` random splits.
+
+    With `method` "nwj" (the default) the fitting runs are halved: the top `n_components`
+    regularised canonical directions ``A``, ``B`` (:func:`canonical_directions`) are fitted
+    on one half, a critic (the Gaussian log density ratio of the canonical pairs, one
+    correlation per pair, tempered; :mod:`mianalysis.estimators.nwj`) on the other, and the
+    held-out fold gives the Nguyen-Wainwright-Jordan bound
+    :math:`E_p[T] - E_{p_x p_y}[e^{T-1}]` of the projected pair ``(x A, y B)``: a lower
+    bound on the MI for **any** distribution. With "gaussian" the held-out fold gives the
+    bias-corrected Gaussian MI (:func:`mianalysis.gaussian_mi`) of the projections, fitted
+    on all the other folds: tighter on Gaussian data, but a lower bound only where the
+    projections are Gaussian (off-Gaussian it can exceed the MI).
 
     Parameters
     ----------
@@ -167,10 +196,15 @@ def projection_bound(x: ArrayLike, y: ArrayLike, *, n_components: int | None = N
         roles: each fits the directions the other is evaluated on.
     repeats : int, default=1
         Random splits averaged (more reduce the variance that the split itself adds).
-    copula : bool, default=False
-        Replace every coordinate by its normal scores (:func:`mianalysis.estimators.copula.normal_scores`),
-        within each fold separately, before fitting and evaluating: a bound that
-        monotone maps of the coordinates leave unchanged, tight for Gaussian copulas.
+    copula : bool, default=True
+        Replace every coordinate by its normal scores before fitting and evaluating: a
+        bound that monotone maps of the coordinates leave unchanged, tight for Gaussian
+        copulas. With "nwj" the scores are those of the fitting folds, applied to the
+        held-out fold as a fixed monotone map (:func:`mianalysis.estimators.nwj.score_map`);
+        with "gaussian" each fold's own (:func:`mianalysis.estimators.copula.normal_scores`).
+    method : {"nwj", "gaussian"}, default="nwj"
+        The held-out statistic (above): "nwj" bounds the MI for any distribution,
+        "gaussian" only for Gaussian projections.
     units : {"bits", "nats"}, default="bits"
         Unit of the result.
     random_state : None, int or numpy.random.Generator, default=0
@@ -271,28 +305,55 @@ def projection_bound(x: ArrayLike, y: ArrayLike, *, n_components: int | None = N
     >>> result.n_components, result.n_eval, 0 < result.value < 95.8
     (2, 50, True)
     """
-    x, y, n_components, folds, repeats, copula, factor, rng = _projection_bound_iv(
-        x, y, n_components, folds, repeats, copula, units, random_state)
+    x, y, n_components, folds, repeats, copula, method, factor, rng = _projection_bound_iv(
+        x, y, n_components, folds, repeats, copula, method, units, random_state)
     n = x.shape[0]
     n_eval = n // folds
     if x.shape[1] == 0 or y.shape[1] == 0:  # I(c; Y) = 0
-        return ProjectionBound(0.0, np.zeros(repeats * folds), 0, n_eval, units)
+        return ProjectionBound(0.0, np.zeros(repeats * folds), 0, n_eval, units, method, 0.0)
     r = n_components if n_components is not None else default_components(n_eval, x.shape[1], y.shape[1])
-    values = []
+    values, variances = [], []
     for _ in range(repeats):
         parts = np.array_split(rng.permutation(n), folds)
         for f, held_out in enumerate(parts):
             fit = np.concatenate([p for g, p in enumerate(parts) if g != f])
-            xf, yf, xe, ye = x[fit], y[fit], x[held_out], y[held_out]
-            if copula:
-                xf, yf, xe, ye = normal_scores(xf), normal_scores(yf), normal_scores(xe), normal_scores(ye)
-            a, b = canonical_directions(xf, yf, r)
-            try:
-                values.append(gaussian_mi(xe @ a, ye @ b, units="nats"))
-            except SingularCovarianceError as exc:
-                raise _singular_projections(exc, r, held_out.size) from None
+            if method == "nwj":
+                value, se = _nwj_fold_value(x[fit], y[fit], x[held_out], y[held_out], r, copula, rng)
+                values.append(value)
+                variances.append(se**2)
+            else:
+                values.append(_gaussian_fold_value(x[fit], y[fit], x[held_out], y[held_out], r, copula))
     fold_values = np.asarray(values) * factor
-    return ProjectionBound(float(fold_values.mean()), fold_values, r, n_eval, units)
+    se = float("nan")
+    if method == "nwj":  # the folds of a split are disjoint runs; a mean over splits varies no more than one
+        se = float(np.sqrt(np.mean(np.reshape(variances, (repeats, folds)).sum(axis=1))) / folds * factor)
+    return ProjectionBound(float(fold_values.mean()), fold_values, r, n_eval, units, method, se)
+
+
+def _nwj_fold_value(xf, yf, xe, ye, r, copula, rng):
+    """The NWJ bound (nats) and its se on the held-out runs (xe, ye), everything fitted on
+    (xf, yf): directions on one half of the fitting runs, the critic on the other."""
+    if copula:
+        to_x, to_y = score_map(xf), score_map(yf)
+        xf, xe, yf, ye = to_x(xf), to_x(xe), to_y(yf), to_y(ye)
+    order = rng.permutation(xf.shape[0])
+    directions, critic_runs = order[: order.size // 2], order[order.size // 2:]
+    a, b = canonical_directions(xf[directions], yf[directions], r)
+    critic = fit_critic(xf[critic_runs] @ a, yf[critic_runs] @ b, random_state=rng,
+                        max_cap=float(np.log(max(xe.shape[0], 2))))
+    return nwj_fold(critic, xe @ a, ye @ b, random_state=rng)
+
+
+def _gaussian_fold_value(xf, yf, xe, ye, r, copula):
+    """The bias-corrected Gaussian MI (nats) of the held-out projections, directions fitted
+    on (xf, yf)."""
+    if copula:
+        xf, yf, xe, ye = normal_scores(xf), normal_scores(yf), normal_scores(xe), normal_scores(ye)
+    a, b = canonical_directions(xf, yf, r)
+    try:
+        return gaussian_mi(xe @ a, ye @ b, units="nats")
+    except SingularCovarianceError as exc:
+        raise _singular_projections(exc, r, xe.shape[0]) from None
 
 
 def _singular_projections(exc, n_components, n_eval):
@@ -310,7 +371,7 @@ def _singular_projections(exc, n_components, n_eval):
 
 
 def projection_mi_bound(x: ArrayLike, y: ArrayLike, *, n_components: int | None = None, folds: int = 2,
-                        repeats: int = 1, copula: bool = False, units: str = "bits",
+                        repeats: int = 1, copula: bool = True, method: str = "nwj", units: str = "bits",
                         random_state: int | np.random.Generator | None = 0) -> float:
     """The cross-fitted projection lower bound on the MI of `x` and `y`: :func:`projection_bound`'s
     `value` (the same arguments; see there for the reasoning).
@@ -330,7 +391,7 @@ def projection_mi_bound(x: ArrayLike, y: ArrayLike, *, n_components: int | None 
     True
     """
     return projection_bound(x, y, n_components=n_components, folds=folds, repeats=repeats, copula=copula,
-                            units=units, random_state=random_state).value
+                            method=method, units=units, random_state=random_state).value
 
 
 def default_components(n_eval: int, n_features_x: int, n_features_y: int) -> int:

@@ -8,6 +8,7 @@ from scipy.special import ndtri
 from scipy.stats import rankdata
 
 from .._internal.validation import check_paired, drop_constant_features
+from .calibration import warn_outside_calibration
 from .gaussian import check_covariance_fits, check_gaussian_settings, gaussian_mi
 from .repeats import check_repeated_runs
 
@@ -77,7 +78,9 @@ def gaussian_copula_mi(x: ArrayLike, y: ArrayLike, *, units: str = "bits", bias_
         Subtract the Wishart bias of the log-determinants of the scores' covariances, as
         :func:`mianalysis.gaussian_mi` does (Ince et al. 2017 apply the same correction).
     shrinkage : {None, "ledoit-wolf"}, default=None
-        Covariance estimator of the scores, as in :func:`mianalysis.gaussian_mi`.
+        Covariance estimator of the scores, as in :func:`mianalysis.gaussian_mi`;
+        "ledoit-wolf" gives the Gaussian MI of a shrunk covariance: neither an estimate nor
+        a bound.
 
     Returns
     -------
@@ -106,6 +109,10 @@ def gaussian_copula_mi(x: ArrayLike, y: ArrayLike, *, units: str = "bits", bias_
     RepeatedRunsWarning
         If runs coincide on a lattice (identical rows, and no feature tells the distinct
         runs apart: discrete or quantised samples).
+    OutsideCalibrationWarning
+        When called from outside the package on data outside the calibrated regime
+        (:func:`mianalysis.estimators.calibration.copula_regime`: bias-corrected, at least
+        2.2 runs per varying joint dimension, at most 2241.6 bits) or with `shrinkage`.
 
     Notes
     -----
@@ -156,5 +163,8 @@ def gaussian_copula_mi(x: ArrayLike, y: ArrayLike, *, units: str = "bits", bias_
         return 0.0  # I(c; Y) = 0
     check_covariance_fits(x.shape[0], x.shape[1] + y.shape[1], "the Gaussian copula estimate")  # before ranking
     check_repeated_runs(x, y, "the Gaussian copula estimate")
-    return gaussian_mi(normal_scores(x), normal_scores(y), units=units, bias_correction=bias_correction,
-                       shrinkage=shrinkage)
+    value = gaussian_mi(normal_scores(x), normal_scores(y), units=units, bias_correction=bias_correction,
+                        shrinkage=shrinkage)
+    warn_outside_calibration("gaussian_copula_mi", "copula", x.shape[0], x.shape[1] + y.shape[1],
+                             value if units == "bits" else value / np.log(2), shrinkage=shrinkage is not None)
+    return value

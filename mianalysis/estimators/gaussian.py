@@ -17,6 +17,7 @@ from scipy.special import digamma
 from .._internal.scaling import rescale_extreme_columns
 from .._internal.validation import (ConstantFeatureWarning, check_choice, check_flag, check_paired, check_samples, check_units,
                            drop_constant_features, varying_columns)
+from .calibration import warn_outside_calibration
 
 __all__ = [
     "gaussian_mi", "gaussian_cmi", "SHRINKAGE", "check_gaussian_settings", "wishart_logdet_bias",
@@ -69,9 +70,11 @@ def gaussian_mi(x: ArrayLike, y: ArrayLike, *, units: str = "bits", bias_correct
         :class:`~sklearn.covariance.LedoitWolf`, computed from one Gram matrix) to the
         standardised joint samples and takes the X and Y blocks from that one matrix (so
         the estimate stays >= 0), defined for any ``n_samples``. Shrinkage pulls
-        correlations towards zero, so it biases MI downwards: the result is the MI of a
-        shrunk covariance, neither an estimate nor a bound (for fewer runs than dimensions
-        :func:`mianalysis.projection_mi_bound` gives a lower bound).
+        correlations towards zero, so it biases MI downwards: the result is the Gaussian
+        MI of a shrunk covariance: neither an estimate nor a bound (for fewer runs than
+        dimensions :func:`mianalysis.projection_mi_bound` gives a lower bound, and
+        :func:`mianalysis.mi` chooses one), and it always gets an
+        :class:`~mianalysis.estimators.calibration.OutsideCalibrationWarning`.
 
     Returns
     -------
@@ -95,6 +98,11 @@ def gaussian_mi(x: ArrayLike, y: ArrayLike, *, units: str = "bits", bias_correct
     -----
     ConstantFeatureWarning
         If a feature is constant; it is dropped (see Notes).
+    OutsideCalibrationWarning
+        When called from outside the package on data outside the calibrated regime
+        (:func:`mianalysis.estimators.calibration.gaussian_regime`: bias-corrected, at least
+        2.2 runs per varying joint dimension, at most 2241.6 bits) or with `shrinkage`.
+        :func:`mianalysis.mi` judges an estimate instead of warning.
 
     Notes
     -----
@@ -164,6 +172,7 @@ def gaussian_mi(x: ArrayLike, y: ArrayLike, *, units: str = "bits", bias_correct
         mi -= 0.5 * (
             wishart_logdet_bias(dx, n) + wishart_logdet_bias(dy, n) - wishart_logdet_bias(d, n)
         )
+    warn_outside_calibration("gaussian_mi", "gaussian", n, d, float(mi) / np.log(2), shrinkage=shrinkage is not None)
     return float(mi * factor)
 
 
@@ -514,8 +523,10 @@ def _logdet_pd(corr, block, n_samples, shrinkage, joint_why="", conditional=Fals
             why = joint_why
         else:
             why = "features are linearly dependent (or nearly so)"
-            if not shrinkage:  # kept as it was: the analysis quotes this error in its tables' notes
-                why += "; use shrinkage='ledoit-wolf'"
+            if not shrinkage:  # what works; never shrinkage (the MI of another covariance, neither estimate nor bound)
+                why += ("; drop the dependent features" if conditional else
+                        "; estimator='bound' gives a lower bound (mianalysis.mi chooses an estimate or a bound), or "
+                        "drop the dependent features, or estimate one layer at a time")
         raise SingularCovarianceError(
             f"the {block} covariance matrix ({p}x{p}) is not positive definite: {why}", block=block, few_runs=few)
     return 2.0 * float(np.log(diag).sum())

@@ -29,6 +29,7 @@ from .._internal.validation import (
 from ._neighbours import SYMMETRIC_MIN_FEATURES as DISTANCE_CACHE_MIN_FEATURES
 from ._neighbours import (check_distance_cache, check_torch_device, ksg_counts, ksg_counts_torch, marginal_distances,
                           neighbour_list_length, neighbour_lists, permuted_counts, use_distance_cache, use_lists)
+from .calibration import warn_outside_calibration
 from .repeats import check_repeated_runs
 
 # One variable's sorted near-neighbour lists (values, indices, cover): see
@@ -161,6 +162,14 @@ def ksg_mi(
         data can give estimates below zero). Use :func:`mianalysis.mi_permutation_test` to
         tell whether an estimate differs from independence.
 
+    Warns
+    -----
+    OutsideCalibrationWarning
+        When called from outside the package on data outside the calibrated regime
+        (:func:`mianalysis.estimators.calibration.ksg_regime`: at most 4 varying joint
+        dimensions, at least 2000 runs, at most 5.65 bits; calibrated with k = 3 on
+        standardized coordinates). :func:`mianalysis.mi` judges an estimate instead.
+
     Notes
     -----
     The computation is an exact brute-force pass over all pairs, O(n^2 (d_x + d_y)) time;
@@ -219,7 +228,11 @@ def ksg_mi(
         extra = {name for name, value, default in (("dtype", dtype, "float64"), ("backend", backend, "numba"),
                                                    ("standardize", standardize, False)) if value != default}
         check_distance_cache(distance_cache)
-        return float(ksg_estimates_from_marginals(x, y, k=k, algorithm=algorithm, units=units, extra=extra)[0])
+        value = float(ksg_estimates_from_marginals(x, y, k=k, algorithm=algorithm, units=units, extra=extra)[0])
+        if x.n_features and y.n_features:  # (both are MarginalDistances: checked above)
+            warn_outside_calibration("ksg_mi", "ksg", x.n_samples, x.n_features + y.n_features,
+                                     value / factor / np.log(2))
+        return value
     noise = check_nonnegative_float(noise, "noise")
     x, y = check_paired(x, y)
     k = check_k(k, x.shape[0])
@@ -232,6 +245,7 @@ def ksg_mi(
     x, y = drop_constant_features(x, y)
     if x.shape[1] == 0 or y.shape[1] == 0:
         return 0.0  # I(c; Y) = 0 (see Notes)
+    n_runs, n_features = x.shape[0], x.shape[1] + y.shape[1]
     check_repeated_runs(x, y, "the KSG estimate")
     _warn_if_tied(x, y)
     if standardize:
@@ -244,7 +258,9 @@ def ksg_mi(
         nx, ny = ksg_counts_torch(x, y, k, algorithm, dtype, device)
     else:
         nx, ny = ksg_counts(x, y, k, algorithm, dtype, distance_cache)
-    return float(ksg_from_counts(nx, ny, k, algorithm) * factor)
+    nats = float(ksg_from_counts(nx, ny, k, algorithm))
+    warn_outside_calibration("ksg_mi", "ksg", n_runs, n_features, nats / np.log(2))
+    return float(nats * factor)
 
 
 def check_ksg_settings(units, algorithm, dtype):

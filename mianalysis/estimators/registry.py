@@ -116,7 +116,7 @@ class Estimator:
         Whether `function` takes ``random_state`` (analyses pass the stream's generator).
     regime : str, callable or None, default=None
         Where the estimator was calibrated against known MI: a name of
-        :data:`mianalysis.analysis.inference.regime.REGIMES` ("gaussian", "ksg", "copula") or a function
+        :data:`mianalysis.estimators.calibration.REGIMES` ("gaussian", "ksg", "copula") or a function
         ``(n_runs, n_features, value_bits, shrinkage) -> list of reasons`` (empty inside the
         regime). None: no calibration is recorded, and rows get no regime note.
     color : str, optional
@@ -288,7 +288,7 @@ register_estimator(
     regime="copula", color="C4", check=check_gaussian_settings, stream=3)
 register_estimator(
     name="bound", function=projection_mi_bound,
-    arguments={"units", "n_components", "folds", "repeats", "copula", "random_state"},
-    display_name="projection lower bound (cross-fitted CCA)", label="lower bound", interval="half-subsampling",
+    arguments={"units", "n_components", "folds", "repeats", "copula", "method", "random_state"},
+    display_name="held-out NWJ lower bound (any distribution)", label="lower bound", interval="half-subsampling",
     ci_resamples=20, regime=bound_regime, color="C5", stream=4, kind="bound",
     resample_settings=bound_resample_settings)

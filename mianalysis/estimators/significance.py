@@ -84,6 +84,33 @@ class PermutationTestResult:
     def n_permutations(self) -> int:
         return int(self.null_distribution.shape[0])
 
+    def __repr__(self) -> str:
+        """A short summary (the null distribution by its size, not its values).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from mianalysis.estimators.significance import PermutationTestResult
+        >>> PermutationTestResult.from_null(0.5, np.linspace(0.0, 0.2, 99), "gaussian")
+        PermutationTestResult(estimator='gaussian', estimate=0.5, null_mean=0.1, null_std=0.0586, p_value=0.01, n_permutations=99)
+        """
+        return (f"PermutationTestResult(estimator={self.estimator!r}, estimate={self.estimate:.4g}, "
+                f"null_mean={self.null_mean:.3g}, null_std={self.null_std:.3g}, p_value={self.p_value:.3g}, "
+                f"n_permutations={self.n_permutations})")
+
+    def __str__(self) -> str:
+        """One line: the estimate, its null and p-value, and what kind of number it is."""
+        from .registry import get_estimator
+
+        try:
+            kind = get_estimator(self.estimator).kind
+        except ValueError:
+            kind = "plain"
+        what = {"bound": "a lower bound on the MI", "shrinkage": "the MI of a shrunk covariance: neither an "
+                "estimate nor a bound"}.get(kind, "an estimate of the MI")
+        return (f"{self.estimator}: {self.estimate:.4g} ({what}); null {self.null_mean:.3g} +- {self.null_std:.3g} "
+                f"over {self.n_permutations} shuffles; p = {self.p_value:.3g}")
+
     @classmethod
     def from_null(cls, estimate: float, null: ArrayLike, estimator: str,
                   statistic: float | None = None) -> PermutationTestResult:

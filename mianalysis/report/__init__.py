@@ -5,7 +5,8 @@
 
 - ``table.csv`` (and its sidecar ``table.csv.json``): the analysis table;
 - ``mi.png``, ``distances.png`` and, when the dump recorded metrics, ``metrics.png``;
-- ``report.md``: what each row of the table means, which rows to read
+- ``report.md``: first the bottom line (:mod:`mianalysis.report.bottom_line`: what a reader
+  may conclude, quoting the table), then what each row of the table means, which rows to read
   (:mod:`mianalysis.analysis.reading`), what the sampling design forces on the MI
   (:mod:`mianalysis.analysis.diagnostics.design`) and the trend verdicts with their family-wise
   correction (:func:`mianalysis.report.experiment.trend_summary`).
@@ -41,7 +42,8 @@ from ..analysis.validate import dump_around
 if TYPE_CHECKING:  # names used only in type hints
     from ..dumps import ParameterDump
 
-__all__ = ["report", "Report", "REPORT_PERMUTATIONS", "REPORT_FILES", "HEADING", "check_report_folder"]
+__all__ = ["report", "Report", "REPORT_PERMUTATIONS", "REPORT_FILES", "HEADING", "check_report_folder",
+           "reference_headroom"]
 
 # A permutation null for every MI row: 100 shuffles give p-values down to 1/101 = 0.0099, below
 # 0.05 with room for a family-wise correction; KSG's and the Gaussian nulls reuse each client's
@@ -145,7 +147,7 @@ def check_report_folder(out_dir: str | os.PathLike, dump: str | os.PathLike | No
 
 def report(dump: ParameterDump | str | os.PathLike, out_dir: str | os.PathLike, *,
            n_permutations: int = REPORT_PERMUTATIONS, estimators: Sequence[str] | None = None,
-           random_state: int = 0, progress: bool = False) -> Report:
+           random_state: int = 0, progress: bool = False, by: str | None = "auto") -> Report:
     """Analyse a dump and write its table, figures and a Markdown summary into `out_dir`.
 
     The analysis is :func:`mianalysis.analyze` with its defaults (estimators, distances,
@@ -167,6 +169,10 @@ def report(dump: ParameterDump | str | os.PathLike, out_dir: str | os.PathLike, 
         MI estimators; default: those of :func:`mianalysis.analyze`.
     random_state : int, default=0
     progress : bool, default=False
+    by : {"auto", None, "layer"}, default="auto"
+        As :func:`mianalysis.analyze`'s `by`: by default the whole vector where the runs
+        cover a calibrated estimate of it, else its tensors in blocks that they cover
+        (the report says how many runs the whole vector would need).
 
     Returns
     -------
@@ -211,7 +217,7 @@ def report(dump: ParameterDump | str | os.PathLike, out_dir: str | os.PathLike, 
     table_path = out / TABLE
     try:
         table = analyze(dump, n_permutations=n_permutations, random_state=random_state, out=table_path,
-                        progress=progress, force=earlier, **options)
+                        progress=progress, force=earlier, by=by, **options)
     except (ValueError, TypeError):  # refused (no runs, one client, ...): nothing of this report is left
         if not earlier:
             _remove_placeholder(placeholder, made)
@@ -219,12 +225,34 @@ def report(dump: ParameterDump | str | os.PathLike, out_dir: str | os.PathLike, 
     record: dict[str, Any] = {**table.sidecar, "dump_meta": {"shared": [], **dict(dump.meta)}}
     files = [table_path, Path(str(table_path) + ".json")]
     files += _figures(table, out, record)
+    headroom = reference_headroom(dump)
     seconds = time.perf_counter() - started
-    summary = summary_text(table, dump, files, n_permutations=n_permutations, seconds=seconds, record=record)
+    summary = summary_text(table, dump, files, n_permutations=n_permutations, seconds=seconds, record=record,
+                           headroom=headroom)
     with new_file(out / SUMMARY, "w") as fh:
         fh.write(summary)
     files.append(out / SUMMARY)
     return Report(table=table, out_dir=out, files=tuple(files), summary=summary, seconds=seconds)
+
+
+def reference_headroom(dump: ParameterDump) -> list[dict[str, Any]] | None:
+    """Rows of :func:`mianalysis.headroom` at the dump's last checkpoint against its reference
+    client (:data:`mianalysis.dumps.REFERENCE_CLIENTS`), for the bottom line; None where the
+    dump has no reference client or headroom refuses it (too few runs, nothing to combine).
+
+    Every rule but the full best linear combination ("blue", a (K d) x (K d) fit that costs
+    tens of seconds at a few hundred parameters): the best per-coordinate combination stands
+    for it, and ``mianalysis headroom`` measures it.
+    """
+    from ..analysis.studies.headroom import RULES, headroom
+    from ..dumps import REFERENCE_CLIENTS
+
+    if not any(c in REFERENCE_CLIENTS for c in dump.clients) or not dump.checkpoints:
+        return None
+    try:
+        return headroom(dump, iterations=[dump.checkpoints[-1]], rules=[r for r in RULES if r != "blue"])
+    except ValueError:
+        return None
 
 
 def _remove_placeholder(placeholder: Path, made: Sequence[Path]) -> None:
@@ -277,7 +305,7 @@ def _figures(table: AnalysisTable, out: Path, record: dict) -> list[Path]:
             path.unlink()
     path = out / FIGURES["metrics"]
     if metric_names(table):
-        written.append(_save_png(figure_metrics(table, record=record), path, dpi=120))
+        written.append(_save_png(figure_metrics(table, record=record), path, dpi=120, bbox_inches="tight"))
     elif os.path.lexists(path):
         path.unlink()
     return written
@@ -288,8 +316,12 @@ def _mi_quantities(table: AnalysisTable) -> list[str]:
 
 
 def summary_text(table: AnalysisTable, dump: ParameterDump, files: Sequence[Path], *, n_permutations: int,
-                 seconds: float | None = None, record: dict | None = None) -> str:
-    """The Markdown text of ``report.md`` (see :func:`report`)."""
+                 seconds: float | None = None, record: dict | None = None,
+                 headroom: Sequence[dict] | None = None) -> str:
+    """The Markdown text of ``report.md`` (see :func:`report`): the bottom line
+    (:func:`~mianalysis.report.bottom_line.bottom_line`, with `headroom`'s rows where given)
+    first, then the details."""
+    from .bottom_line import BOTTOM_LINE, bottom_line
     from .experiment import TRENDS, trend_summary
     from .plots import checkpoint_label
 
@@ -299,14 +331,16 @@ def summary_text(table: AnalysisTable, dump: ParameterDump, files: Sequence[Path
     meta = dict(dump.meta)
     design = design_note(meta) or ("design: not recorded (a dump the sampler did not write): what makes the clients "
                                    "dependent is not known to the analysis")
-    estimators = ", ".join(str(e) for e in settings.get("estimators", []))
+    estimators = _held_estimators(table)
     metrics = ", ".join(str(m) for m in settings.get("metrics", []))
-    lines = [HEADING, "",
+    lines = [HEADING, "", f"## {BOTTOM_LINE}", ""]
+    lines += [f"- {paragraph}" for paragraph in bottom_line(table, label=label, headroom=headroom)]
+    lines += ["", "## Dump and analysis", "",
              f"Dump `{dump.path}`: {dump.completed_runs} of {dump.n_runs} runs, clients {', '.join(dump.clients)}, "
              f"{label}s {', '.join(map(str, dump.checkpoints))}, {dump.n_params} parameters"
              + (f" (task {meta['task']})" if meta.get("task") else "") + ".",
              "",
-             f"Analysed by `mianalysis.analyze`: MI estimators {estimators}; "
+             f"Analysed by `mianalysis.analyze`: {estimators}; "
              f"distances {metrics}; "
              f"{level:.0%} intervals; {n_permutations} permutations per MI row, so no p-value is below "
              f"1/(shuffles + 1) = {p_value_floor(n_permutations)}"
@@ -340,3 +374,14 @@ def summary_text(table: AnalysisTable, dump: ParameterDump, files: Sequence[Path
         lines.append("No trend verdicts: the table has no change rows with intervals (fewer than three checkpoints, "
                      "or no intervals).")
     return "\n".join(lines) + "\n"
+
+
+def _held_estimators(table: AnalysisTable) -> str:
+    """The MI estimators the table holds rows of, in words (never one it was asked for,
+    ``settings["estimators"]``, that made no row: "auto" runs only some of those it may)."""
+    from ..estimators.registry import estimator_names
+
+    quantities = {str(r["quantity"]) for r in table}
+    asked = [str(e) for e in table.settings.get("estimators", [])]
+    held = [e for e in dict.fromkeys([*asked, *estimator_names()]) if f"mi_{e}" in quantities]
+    return f"MI estimator{'s' if len(held) != 1 else ''} {', '.join(held)}" if held else "no MI estimator"

@@ -125,11 +125,13 @@ def demo_report(rows: Sequence[dict], out_dir: str | os.PathLike = "runs/demo", 
                 seed: int = 0, seconds: float | None = None) -> str:
     """The text report of :func:`run_demo`'s rows (of `runs` runs sampled with `seed`, in
     `seconds` if given): what the design forces, MI and distances with their nulls, the core
-    paper's finding in this run, the trend per quantity and pair, the files written."""
+    paper's finding in this run, the trend per quantity and pair, the files written and,
+    last, the bottom line (:func:`mianalysis.report.bottom_line.bottom_line`)."""
     from pathlib import Path
 
     from ..analysis.diagnostics.design import design_note
     from ..analysis.reading import p_value_floor, start_notes
+    from .bottom_line import bottom_line, format_bottom_line
     from .experiment import TRENDS, correction_text, finding, summary_table, trend_summary
 
     floors = p_value_floor(DEMO_PERMUTATIONS)
@@ -151,4 +153,5 @@ def demo_report(rows: Sequence[dict], out_dir: str | os.PathLike = "runs/demo", 
     out = Path(out_dir)
     lines += ["", f"wrote {out / 'signal_rnn_demo.csv'}, {out / 'signal_rnn_demo_mi.png'}, "
                   f"{out / 'signal_rnn_demo_distances.png'}"]
+    lines += ["", format_bottom_line(bottom_line(rows))]  # last: what a reader may conclude, as report.md opens
     return "\n".join(lines)

@@ -42,10 +42,15 @@ def _finite(xs, ys):
 
 
 OUTSIDE_LABEL = "outside calibration (hollow)"
-# How each kind of estimate (the table's ``estimate_kind``) is drawn and named.
-KIND_STYLES = {"plain": "-", "bound": "--", "shrinkage": ":"}
-KIND_LABELS = {"plain": "estimate", "bound": "lower bound (dashed)",
+# How each kind of estimate (the table's ``estimate_kind``) is drawn and named. A lower bound
+# has no line: it is a shaded region from the bound up (:func:`plot_mi_panel`).
+KIND_STYLES = {"plain": "-", "shrinkage": ":"}
+KIND_LABELS = {"plain": "estimate", "bound": "lower bound",
                "shrinkage": "Ledoit-Wolf shrinkage number, not an MI estimate"}
+# What a panel with lower bounds says of them, and the legend entry of their shaded region.
+BOUND_NOTE = "lower bound: its trend is not the MI's"
+BOUND_LABEL = "lower bound ({pairs}): the MI lies in the shaded region above it"
+BOUND_ALPHA = 0.25
 
 
 PAIR_LINE = "mean over {n} client pairs"
@@ -263,7 +268,9 @@ def _draw_pair_summary(ax, s, color, label, *, linestyle="-", band=True, bars=Tr
 def estimate_kinds(rows: Sequence[dict], quantity: str) -> dict[int, str]:
     """The kind of estimate (``estimate_kind``: "plain", "shrinkage", "bound") of `quantity`
     at each iteration of a table: the kind of its client pairs' rows, or the least readable
-    one where pairs differ ("shrinkage" before "bound" before "plain").
+    one where pairs differ ("shrinkage" before "bound" before "plain"). The rows of an
+    estimator whose registry ``kind`` is "bound" are bounds, whatever their column says (a
+    table read without the column calls them "plain").
 
     Parameters
     ----------
@@ -278,10 +285,14 @@ def estimate_kinds(rows: Sequence[dict], quantity: str) -> dict[int, str]:
         Iteration -> kind, for the iterations with a row of `quantity` between two clients.
     """
     order = ("shrinkage", "bound", "plain")
+    estimator = quantity[len("mi_"):] if quantity.startswith("mi_") else ""
+    # A bound estimator's rows are bounds even where a table lost the column (read from its notes: "plain").
+    bound = estimator in estimator_names() and get_estimator(estimator).kind == "bound"
     kinds: dict[int, str] = {}
     for r in AnalysisTable.of(rows):
         if r["quantity"] == quantity and r["client_b"] != "":
             kind = str(r.get("estimate_kind") or "plain")
+            kind = "bound" if bound and kind == "plain" else kind
             it = int(r["iteration"])
             kinds[it] = min(kinds.get(it, kind), kind, key=lambda k: order.index(k) if k in order else 0)
     return kinds
@@ -373,8 +384,12 @@ def plot_mi_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], estimator: str
     of some pair) are drawn hollow, with one legend entry for them all; infinite
     estimates (identical samples) are not drawn and the legend says where they are.
     Points are joined only within one kind of estimate (``estimate_kind``, see
-    :func:`estimate_kinds`): plain estimates by a solid line, lower bounds by a dashed one, so
-    a change of kind is a break in the line; Ledoit-Wolf shrinkage numbers, which estimate no
+    :func:`estimate_kinds`), so a change of kind is a break in the line. A lower bound is no
+    line and no point: at each of its iterations a lightly shaded block reaches from the
+    bound (the pairs' mean; no range band, no interval bars, no hollow marker) to the top of
+    the axes, where the MI lies; the panel's title says "lower bound: its trend is not the
+    MI's" and the legend names the region a lower bound (and any of its iterations outside
+    calibration). Ledoit-Wolf shrinkage numbers, which estimate no
     MI, are not drawn, and the legend names their iterations. A permutation null of fewer
     than :data:`MIN_BAND_PERMUTATIONS` permutations is not drawn (no band, and the estimate
     is not shown relative to it); the legend says so, as it says when the table holds no
@@ -415,18 +430,20 @@ def plot_mi_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], estimator: str
     color = get_estimator(estimator).color
     line = None
     labelled: set[str] = set()
+    # A lower bound is drawn last, as a region up to the top of the axes: never a line with points.
+    bound = np.array([kinds.get(int(it)) == "bound" for it in s["iteration"]], dtype=bool)
     for kind, keep in _kind_segments(s["iteration"], kinds):
+        if kind == "bound":
+            continue
         part = {k: (v[keep] if k != "infinite" else v) for k, v in s.items()}
         label = _pair_count_label(s) if not labelled else None
-        if kind == "bound" and kind not in labelled:
-            label = (label + ", " if label else "") + KIND_LABELS["bound"]
         drawn = _draw_pair_summary(ax, part, color, label, linestyle=KIND_STYLES[kind], band=not labelled,
                                    bars=not labelled)
         labelled.add(kind)
         line = line or drawn
-    if line is None:  # nothing finite to draw
+    if line is None:  # nothing finite to draw as a line
         line, = ax.plot([], [], color=color)
-        if shrunk:  # say why on the panel itself, over the table's iterations
+        if shrunk and not bound.any():  # say why on the panel itself, over the table's iterations
             ax.text(0.5, 0.5, "no MI estimate to draw:\nevery finite value is a\nLedoit-Wolf shrinkage number\n"
                     "(runs <= 2 x the joint dimension,\nor a singular covariance)", transform=ax.transAxes,
                     ha="center", va="center", fontsize=9, color="0.3")
@@ -466,8 +483,9 @@ def plot_mi_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], estimator: str
             it, val = _finite([r["iteration"] for r in exact], [r["value"] for r in exact])
             ax.plot(it, val, color="black", lw=1, label=exact_label)
             exact_label = None
-    if s["outside"].any():
-        ax.plot(s["iteration"][s["outside"]], s["mean"][s["outside"]], ls="none", marker="o", ms=7, mfc="white",
+    outside = s["outside"] & ~bound  # a bound gets no point, hollow or not; the legend names its iterations
+    if outside.any():
+        ax.plot(s["iteration"][outside], s["mean"][outside], ls="none", marker="o", ms=7, mfc="white",
                 mec=line.get_color(), zorder=4)
         ax.plot([], [], ls="none", marker="o", ms=7, mfc="white", mec="0.3", label=OUTSIDE_LABEL)
     if len(s["infinite"]):
@@ -478,15 +496,40 @@ def plot_mi_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], estimator: str
     if few is not None:
         ax.plot([], [], ls="none", label=f"null of {few} permutations: too few for a band "
                                          f"(< {MIN_BAND_PERMUTATIONS}), not drawn")
+    if bound.any():
+        _draw_bounds(ax, s["iteration"][bound], s["mean"][bound], sorted(kinds), color,
+                     BOUND_LABEL.format(pairs=_pair_count_label(s)))
+        if (s["outside"] & bound).any():
+            its = ", ".join(str(int(i)) for i in s["iteration"][s["outside"] & bound])
+            ax.plot([], [], ls="none", label=f"lower bound outside calibration at iteration {its}")
     variant = estimator_variant(every_row, estimator)
     entry = get_estimator(estimator)
-    ax.set_title(f"MI, {entry.display_name}" + (f": {variant}" if variant and variant != entry.label else ""),
-                 fontsize=10)
+    ax.set_title(f"MI, {entry.display_name}" + (f": {variant}" if variant and variant != entry.label else "")
+                 + (f"\n{BOUND_NOTE}" if bound.any() else ""), fontsize=10)
     ax.set_xlabel("iteration")
     ax.set_ylabel("MI - null mean (bits)" if relative else "MI (bits)")
     ax.ticklabel_format(axis="y", useOffset=False)  # tick labels that read as bits, not as an offset
     _integer_ticks(ax)
     legend_below(ax)
+
+
+def _draw_bounds(ax, iterations, values, every, color, label):
+    """Lower bounds `values` at `iterations` as one shaded region: at each iteration a block
+    from the bound to the top of the axes (raised when needed, so that the region above the
+    highest bound shows), about 0.7 of the closest spacing of the table's iterations `every`
+    wide. Separate blocks join no bound to the next: no edge that reads as a trend."""
+    spacing = np.diff(np.asarray(every, float))
+    half = 0.35 * (float(spacing[spacing > 0].min()) if (spacing > 0).any() else 1.0)
+    # Every other artist is drawn: the y range that they and the bounds need decides the top.
+    ax.update_datalim(np.column_stack([iterations, values]))
+    ax.autoscale_view()
+    low, high = ax.get_ylim()
+    span = high - low if high > low else max(abs(high), 1.0)
+    top = max(high, float(np.max(values)) + 0.3 * span)
+    ax.set_ylim(low, top)
+    x = np.ravel([(it - half, it + half, it + half) for it in iterations])[:-1]
+    y = np.ravel([(v, v, np.nan) for v in values])[:-1]  # NaN: a gap between blocks
+    ax.fill_between(x, y, top, color=color, alpha=BOUND_ALPHA, lw=0, label=label, zorder=2)
 
 
 def plot_metric_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], metric: str | None = None, *,
@@ -695,9 +738,17 @@ def figure_title(rows: Sequence[dict], record: Mapping[str, Any] | None = None) 
     return "; ".join(parts)
 
 
-def _suptitle(fig, rows, title, record):
+def _suptitle(fig, rows, title, record, fontsize=10):
+    """The figure's title over its panels, each line wrapped (at "; " and spaces) to the
+    figure's width, so that a one-panel figure's long title is not cut at both edges."""
+    import textwrap
+
     text = figure_title(rows, record)
-    fig.suptitle(f"{title}\n{text}" if title else text, fontsize=10)
+    # about 0.55 em per character of the default sans font (as legend_below), a margin each side
+    chars = max(30, int(0.95 * fig.get_figwidth() * 72 / (0.55 * fontsize)))
+    lines = [part for line in ([title, text] if title else [text])
+             for part in (textwrap.wrap(line, chars, break_on_hyphens=False) or [""])]
+    fig.suptitle("\n".join(lines), fontsize=fontsize)
 
 
 def _figure(n_panels):

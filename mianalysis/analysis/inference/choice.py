@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from .regime import COPULA_MIN_RUNS_PER_DIM, KSG_MAX_JOINT_DIMS, KSG_MIN_RUNS, estimate_regime_note
 
 __all__ = ["AUTO", "AUTO_ESTIMATORS", "PRIMARY", "FALLBACK", "EXTRA", "AUTO_PREFIX", "Choice", "choose",
-           "fallback_note", "omitted_note", "choice_settings", "describe_rule"]
+           "fallback_reason", "fallback_note", "omitted_note", "choice_settings", "describe_rule"]
 
 AUTO = "auto"
 PRIMARY = "copula"  # an estimate, where it is calibrated
@@ -47,10 +47,14 @@ class Choice:
         "copula", "bound" or "ksg".
     note : str
         What the row's note says ("auto: copula, an estimate (...)").
+    reason : str
+        Why, alone ("2000 runs >= 2.2 x 400 joint dims: its calibrated regime"):
+        what :func:`mianalysis.mi` says.
     """
 
     estimator: str
     note: str
+    reason: str = ""
 
 
 def choose(n_runs: int, n_features: int) -> list[Choice]:
@@ -68,19 +72,25 @@ def choose(n_runs: int, n_features: int) -> list[Choice]:
     """
     d = max(int(n_features), 1)  # no varying parameter: the estimate is 0 whatever runs it
     if not estimate_regime_note(PRIMARY, max(n_runs, 2), d, 0.0):
-        out = [Choice(PRIMARY, f"{AUTO_PREFIX}copula, an estimate ({n_runs} runs >= {COPULA_MIN_RUNS_PER_DIM} x "
-                               f"{d} joint dims: its calibrated regime)")]
+        why = f"{n_runs} runs >= {COPULA_MIN_RUNS_PER_DIM} x {d} joint dims: its calibrated regime"
+        out = [Choice(PRIMARY, f"{AUTO_PREFIX}copula, an estimate ({why})", why)]
     else:
-        out = [Choice(FALLBACK, f"{AUTO_PREFIX}bound, a lower bound ({n_runs} runs < {COPULA_MIN_RUNS_PER_DIM} x "
-                                f"{d} joint dims: no calibrated estimate)")]
+        why = f"{n_runs} runs < {COPULA_MIN_RUNS_PER_DIM} x {d} joint dims: no calibrated estimate"
+        out = [Choice(FALLBACK, f"{AUTO_PREFIX}bound, a lower bound ({why})", why)]
     if not estimate_regime_note(EXTRA, max(n_runs, 2), d, 0.0):
-        out.append(Choice(EXTRA, f"{AUTO_PREFIX}ksg as well ({d} joint dims, {n_runs} runs: its calibrated regime)"))
+        why = f"{d} joint dims, {n_runs} runs: its calibrated regime"
+        out.append(Choice(EXTRA, f"{AUTO_PREFIX}ksg as well ({why})", why))
     return out
+
+
+def fallback_reason(reason: str) -> str:
+    """Why a bound was made because the copula estimate was outside its regime (`reason`)."""
+    return f"the copula estimate is {reason}"
 
 
 def fallback_note(reason: str) -> str:
     """The note of a bound made because the copula estimate was outside its regime (`reason`)."""
-    return f"{AUTO_PREFIX}bound, a lower bound (the copula estimate is {reason})"
+    return f"{AUTO_PREFIX}bound, a lower bound ({fallback_reason(reason)})"
 
 
 def omitted_note(reason: str) -> str:
