@@ -118,6 +118,18 @@ def columns_from_note(note: object, p_value: object = np.nan) -> dict[str, Any]:
             "outside_calibration": is_outside(text), "null_method": null_method}
 
 
+def _bound_quantity(quantity: str) -> bool:
+    """Whether `quantity` (``mi_NAME`` or ``delta_mi_NAME``) is of a registered estimator whose
+    rows are lower bounds."""
+    from ..estimators.registry import estimator_names, get_estimator
+
+    name = quantity.removeprefix("delta_")
+    if not name.startswith("mi_"):
+        return False
+    name = name.removeprefix("mi_")
+    return name in estimator_names() and get_estimator(name).kind == "bound"
+
+
 def complete_row(row: Mapping[str, Any], *, level: float = 0.95,
                  ci_resamples: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """`row` with every optional column: the columns of later formats that it lacks, as a
@@ -141,6 +153,8 @@ def complete_row(row: Mapping[str, Any], *, level: float = 0.95,
     if not all(c in row for c in TYPED_COLUMNS):
         for key, value in columns_from_note(row.get("note", ""), row.get("p_value", np.nan)).items():
             out.setdefault(key, value)
+        if "estimate_kind" not in row and _bound_quantity(str(out.get("quantity", ""))):
+            out["estimate_kind"] = "bound"  # a note cannot say it; the estimator's registry entry does
     if "change_se" not in row or "change_p" not in row:
         se, p = np.nan, np.nan
         quantity = str(out.get("quantity", ""))
