@@ -129,6 +129,11 @@ def _mi_row(x, y, estimator, k, permutations, rng, distances=None, distance_cach
     elif np.array_equal(x, y):
         notes.append("identical samples (same initial point): MI is infinite")
         est, regime = _Estimate(np.inf), ""
+    elif shared := _identical_parameters(x, y):
+        # a varying parameter equal in both clients in every run (a shared start it never left):
+        # y determines it, so the MI is infinite whatever the other parameters do
+        notes.append(f"{shared} {IDENTICAL_PARAMETERS}: MI is infinite")
+        est, regime = _Estimate(np.inf), ""
     else:
         est = _estimate(x, y, estimator, k, permutations, rng, distances, distance_cache, standardize, gaussian_null,
                         notes, transformed)
@@ -145,6 +150,18 @@ def _mi_row(x, y, estimator, k, permutations, rng, distances=None, distance_cach
     return {"value": est.value, "null_mean": est.null_mean, "null_std": est.null_std, "p_value": est.p_value,
             "note": "; ".join(n for n in notes if n), "estimate_kind": kind,
             "outside_calibration": bool(regime), "null_method": est.null_method, "regime": regime}
+
+
+# The note of a row whose clients share some varying parameters exactly (familywise reads it).
+IDENTICAL_PARAMETERS = "parameters identical in both clients in every run (a shared value never changed)"
+
+
+def _identical_parameters(x: np.ndarray, y: np.ndarray) -> int:
+    """How many varying parameters of `x` equal the same parameter of `y` in every run (0 when
+    the clients' vectors differ in length)."""
+    if x.shape != y.shape:
+        return 0
+    return int(np.count_nonzero(np.all(x == y, axis=0)))
 
 
 def _estimate(x, y, estimator, k, permutations, rng, distances, distance_cache, standardize, gaussian_null, notes,

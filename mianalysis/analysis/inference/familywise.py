@@ -237,6 +237,8 @@ def exact_by_rule(row: Mapping[str, Any]) -> str:
         return "zero updates: the cosine is undefined" if np.isnan(value) else ""
     if q.startswith("mi_"):
         if np.isinf(value):
+            if "parameters identical in both clients" in str(row.get("note", "")):
+                return "parameters identical in both clients: MI infinite"
             return "identical clients: MI infinite"
         return "constant parameters: MI 0" if CONSTANT in str(row.get("note", "")) else ""
     if q in METRICS and value == 0 and _p(row, "spread") == 0:
