@@ -12,18 +12,20 @@ client), FedAvg's plain weighted mean of the client models is compared with
   also sends the variance of its local iterates over its last local epoch.
 
 Nothing uses a reference model or an oracle: each rule uses only what the clients compute
-on their own data. Every rule's learning rate is tuned on one log-spaced ladder (the best
-final mean test accuracy over the tuning seeds, the simulator's seed 1; ties: lower test
-loss; the chosen rate is then rerun on the evaluation seeds, seed 0, that the table's
-numbers come from, so they carry no selection bias of the search), starting from two
+on their own data. 20 % of the training examples are held out as a validation split
+(stratified, before the split between clients; `FederatedData.digits(validation=0.2)`).
+Every rule's learning rate is tuned on one log-spaced ladder by the validation split only
+(the best final mean validation accuracy over the tuning seeds, the simulator's seed 1;
+ties: lower validation loss); the chosen rate is then rerun on the evaluation seeds, seed 0,
+and the table's numbers are of the test split, which no choice looked at), starting from two
 neighbouring rungs and stepping outwards while the best rate is at the edge of the rates
 tried, so that the chosen rate has a worse (or failed) neighbour on both sides; a rate
 at the end of the ladder is flagged in the table. A rate fails where training diverged
-or did not train (final mean test loss not below 0.9 times the initial model's; 0.99 in
-the 3 rounds of --quick); where every rate
-tried failed, the search steps up the ladder from a highest rate too small (a test loss
-that fell too little), else down (from a rate too large: diverged, or a test loss that
-rose), until one trains. (The search of
+or did not train (final mean validation loss not below 0.9 times the initial model's; 0.99
+in the 3 rounds of --quick); where every rate
+tried failed, the search steps up the ladder from a highest rate too small (a validation
+loss that fell too little), else down (from a rate too large: diverged, or a validation loss
+that rose), until one trains. (The search of
 experiments/fedavg_vs_fedsgd.py cuts runs at the round the best so far reached its target,
 which would not give every rule the same number of rounds, hence this one; it is
 experiments/_ladder.py's, shared with experiments/aggregation_headroom_quadratic.py.)
@@ -67,9 +69,10 @@ RULES = [  # (label, aggregator, parameters)
 ]
 FULL = {"partitions": ["iid", "shards"], "n_clients": 10, "rounds": 20, "local_epochs": 1, "batch_size": 20,
         "hidden": 32, "seeds": 3, "target": {"iid": 0.85, "shards": 0.7}, "trained_below": 0.9,
-        "ladder": [0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0], "start": [0.5, 1.0]}
+        "ladder": [0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0], "start": [0.5, 1.0], "validation": 0.2}
 QUICK = {"partitions": ["iid"], "n_clients": 5, "rounds": 3, "local_epochs": 1, "batch_size": 50, "hidden": 8,
-         "seeds": 3, "target": {"iid": 0.3}, "trained_below": 0.99, "ladder": [0.1, 0.2, 0.5, 1.0, 2.0, 5.0], "start": [1.0, 2.0]}
+         "seeds": 3, "target": {"iid": 0.3}, "trained_below": 0.99, "ladder": [0.1, 0.2, 0.5, 1.0, 2.0, 5.0], "start": [1.0, 2.0],
+         "validation": 0.2}
 COLUMNS = ["partition", "rule", "aggregator", "params", "lr", "lr_choice", "lrs_tried", "seeds", "rounds",
            "final_test_loss", "final_test_accuracy", "target", "rounds_to_target", "seeds_reached",
            "d_loss", "d_loss_low", "d_loss_high", "d_accuracy", "d_accuracy_low", "d_accuracy_high",
@@ -77,39 +80,43 @@ COLUMNS = ["partition", "rule", "aggregator", "params", "lr", "lr_choice", "lrs_
 
 
 def run_rule(data, aggregator, params, lr, seed, plan):
-    """Per-seed test loss and accuracy per round: {"loss", "acc"}, arrays (seeds, rounds + 1),
-    the simulator's replicates of `seed` (1: the search's, 0: the table's); Diverged or
-    DidNotTrain where the rate fails."""
+    """Per-seed test and validation loss and accuracy per round: {"loss", "acc", "val_loss",
+    "val_acc"}, arrays (seeds, rounds + 1), the simulator's replicates of `seed` (1: the
+    search's, 0: the table's); Diverged or DidNotTrain where the rate fails (judged on the
+    validation split)."""
     cfg = FederatedConfig(rounds=plan["rounds"], client_fraction=1.0, local_epochs=plan["local_epochs"],
                           batch_size=plan["batch_size"], lr=lr, aggregator=aggregator, aggregator_params=params)
     sim = FederatedSimulation("mlp", data, cfg, replicates=plan["seeds"], seed=seed, hidden=plan["hidden"])
     history = sim.run().history
-    loss = np.full((plan["seeds"], plan["rounds"] + 1), np.nan)
-    acc = np.full_like(loss, np.nan)
+    out = {key: np.full((plan["seeds"], plan["rounds"] + 1), np.nan) for key in ("loss", "acc", "val_loss", "val_acc")}
     for h in history:
-        loss[h["replicate"], h["round"]] = h["test_loss"]
-        acc[h["replicate"], h["round"]] = h["test_accuracy"]
-    if not (np.isfinite(loss).all() and np.isfinite(acc).all()):
-        raise Diverged(f"training diverged at lr {lr}: a test loss is not finite")
-    if loss[:, -1].mean() >= plan["trained_below"] * loss[:, 0].mean():
+        for key, column in (("loss", "test_loss"), ("acc", "test_accuracy"), ("val_loss", "val_loss"),
+                            ("val_acc", "val_accuracy")):
+            out[key][h["replicate"], h["round"]] = h[column]
+    if not all(np.isfinite(v).all() for v in out.values()):
+        raise Diverged(f"training diverged at lr {lr}: a loss is not finite")
+    val = out["val_loss"]
+    if val[:, -1].mean() >= plan["trained_below"] * val[:, 0].mean():
         # a loss that rose is a rate too large (the search steps down), one that fell too little too small (up)
-        kind = DidNotTrain if loss[:, -1].mean() < loss[:, 0].mean() else Diverged
-        raise kind(f"did not train at lr {lr}: the final mean test loss {loss[:, -1].mean():.3f} is not below "
-                   f"{plan['trained_below']} times the initial model's {loss[:, 0].mean():.3f}")
-    return {"loss": loss, "acc": acc}
+        kind = DidNotTrain if val[:, -1].mean() < val[:, 0].mean() else Diverged
+        raise kind(f"did not train at lr {lr}: the final mean validation loss {val[:, -1].mean():.3f} is not below "
+                   f"{plan['trained_below']} times the initial model's {val[:, 0].mean():.3f}")
+    return out
 
 
 def score(result):
-    """The search's ranking of a rate: the final mean test accuracy over seeds, then the lower test loss."""
-    return result["acc"][:, -1].mean(), -result["loss"][:, -1].mean()
+    """The search's ranking of a rate: the final mean validation accuracy over seeds, then the
+    lower validation loss (never the test split)."""
+    return result["val_acc"][:, -1].mean(), -result["val_loss"][:, -1].mean()
 
 
 def summary(result):
-    """What the sidecar records of every rate tried (NaN for a rate that failed)."""
+    """What the sidecar records of every rate tried on the search's seeds (NaN for a rate that
+    failed): the validation split's numbers the choice was made from."""
     if result is None:
-        return {"final_test_accuracy": float("nan"), "final_test_loss": float("nan")}
-    return {"final_test_accuracy": float(result["acc"][:, -1].mean()),
-            "final_test_loss": float(result["loss"][:, -1].mean())}
+        return {"final_val_accuracy": float("nan"), "final_val_loss": float("nan")}
+    return {"final_val_accuracy": float(result["val_acc"][:, -1].mean()),
+            "final_val_loss": float(result["val_loss"][:, -1].mean())}
 
 
 def rounds_to(acc, target):
@@ -128,14 +135,14 @@ def main(argv=None):
     rows, curves, searches, per_seed = [], {}, [], []
     start_all = time.perf_counter()
     for partition in plan["partitions"]:
-        data = FederatedData.digits(plan["n_clients"], partition, seed=0)
+        data = FederatedData.digits(plan["n_clients"], partition, seed=0, validation=plan["validation"])
         base = None
         for label, aggregator, params in RULES:
             best, row = tune_rule(
                 lambda lr, seed: run_rule(data, aggregator, params, lr, seed, plan), plan, score=score,
                 summary=summary, columns=COLUMNS, fields={"partition": partition, "rule": label}, searches=searches,
-                describe=lambda t: (f"{partition} {label} lr={t['lr']}: accuracy {t['final_test_accuracy']:.3f} "
-                                    f"loss {t['final_test_loss']:.3f} {t['diverged']}"))
+                describe=lambda t: (f"{partition} {label} lr={t['lr']}: validation accuracy "
+                                    f"{t['final_val_accuracy']:.3f} loss {t['final_val_loss']:.3f} {t['diverged']}"))
             row.update({"aggregator": aggregator, "params": json.dumps(params), "seeds": plan["seeds"],
                         "rounds": plan["rounds"], "target": plan["target"][partition]})
             if best is None:
@@ -189,10 +196,12 @@ def write_results(out, name, rows, curves, searches, per_seed, plan, seconds, st
         f"8x8 digits, {plan['n_clients']} clients (all every round), MLP with {plan['hidden']} hidden units, "
         f"{plan['rounds']} rounds of E = {plan['local_epochs']} local epoch(s), B = {plan['batch_size']}; "
         f"{plan['seeds']} seeds (the simulator's replicates: the same initial model and data order under every "
-        f"rule). Each rule's learning rate is the best final mean test accuracy on the ladder {plan['ladder']}, "
+        f"rule). {100 * plan.get('validation', 0):.0f} % of the training examples are a validation split, held "
+        f"out before the split between clients. Each rule's learning rate is the best final mean validation "
+        f"accuracy on the ladder {plan['ladder']}, "
         f"searched until it is interior (flagged where it is at an end) on {plan['seeds']} separate tuning seeds "
         f"(the simulator's seed 1); every number below is of the chosen rate rerun on the evaluation seeds "
-        f"(seed 0). Δ: the rule minus FedAvg, paired by seed, "
+        f"(seed 0), on the test split, which no choice looked at. Δ: the rule minus FedAvg, paired by seed, "
         f"mean and 95 % t interval over seeds; rounds to the target test accuracy (IID "
         f"{plan['target'].get('iid', '-')}, non-IID {plan['target'].get('shards', '-')}) over the seeds where both "
         f"reached it (Δ rounds '-' where fewer than half the seeds give such a pair). {seconds:.0f} s so far.\n\n" + "\n".join(lines) + "\n")

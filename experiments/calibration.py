@@ -20,13 +20,20 @@ coordinates). Each row says whether each estimate is within 5 % of the truth
 estimate of the normal scores) and the cross-fitted projection bound run on every row as
 well (the bound: whether it is at most the truth, ``bound_covers``), and further families
 test them where the truth is known: monotone maps of each coordinate (sinh, x + x^3: a
-Gaussian copula, same MI) and the multivariate Student t (closed-form MI, not a Gaussian
-copula; column ``family``). Writes figures/calibration_regimes.csv
-(``_quick`` with --quick, at most a minute or two on 2 cores) and its ``.csv.json``
-sidecar; :mod:`mianalysis.analysis.inference.regime` takes its thresholds from the full table.
+Gaussian copula, same MI), the multivariate Student t (closed-form MI, not a Gaussian
+copula), a discrete latent (4 well separated clusters shared by x and y: MI log 4) and a
+sign mixture (each coordinate pair correlated by +rho or -rho: every correlation 0, the MI
+positive); column ``family``. The last two have their exact MI by Monte Carlo of the known
+densities (10^6 draws; its standard error in ``true_mc_se_nats``, 0 elsewhere). Writes
+figures/calibration_regimes.csv (about 40 s on 2 idle cores, minutes when they are
+shared; ``_quick`` with --quick, about 10 s) and its ``.csv.json`` sidecar;
+:mod:`mianalysis.analysis.inference.regime` takes its thresholds from the full table (the
+correlated Gaussians and, for the copula, the monotone maps: the other families show where
+those thresholds do not reach).
 """
 
 import argparse
+import functools
 import time
 
 import numpy as np
@@ -36,7 +43,7 @@ from mianalysis import gaussian_mi, ksg_mi, projection_mi_bound
 from mianalysis.provenance import collect, utc_now
 from mianalysis.analysis import gaussian_settings
 from mianalysis.estimators.copula import normal_scores
-from scipy.special import digamma, gammaln, ndtr
+from scipy.special import digamma, gammaln, logsumexp, ndtr
 
 # (n samples, d per side): the paper's signal-rnn scale with its reported 394 parameters,
 # our signal-rnn (358) at the paper scale and at the long and quick runs, and digits-lenet
@@ -79,6 +86,14 @@ FAMILY_CASES = [
     *[("student-t", "Student t", n, d, rho, nu) for n, d, rho, nu in
       ((2000, 1, 0.5, 3), (2000, 1, 0.9, 3), (2000, 1, 0.5, 10), (2000, 1, 0.5, 30), (8000, 2, 0.9, 5),
        (2000, 5, 0.5, 10), (2000, 50, 0.9, 10), (2000, 50, 0.9, 100))],
+    # "discrete-latent": `parameter` well separated clusters chosen by one uniform latent
+    # (latent_samples; MI log(levels) within 1e-7 nats, rho unused); the last with fewer runs
+    # than 2.2 x joint dims, where `auto` gives the bound.
+    *[("discrete-latent", "discrete latent", n, d, 0.0, 4) for n, d in ((2000, 1), (2000, 3), (2000, 10), (400, 100))],
+    # "mixture": every coordinate pair correlated by +rho or -rho, a fair sign drawn per pair
+    # and run (sign_mixture_mi): all correlations 0, the MI d times that of one pair.
+    *[("mixture", "sign mixture, zero correlation", n, d, rho, 0) for n, d, rho in
+      ((2000, 1, 0.9), (2000, 1, 0.99), (2000, 3, 0.9), (2000, 10, 0.9), (400, 100, 0.9))],
 ]
 QUICK_REGIME_CASES = [
     ("low dimension", 1000, 5, 0.5, 0.0),
@@ -89,8 +104,13 @@ QUICK_REGIME_CASES = [
     ("quantised, coarse grid", 1000, 5, 0.9, 0.5),
 ]
 QUICK_FAMILY_CASES = [("sinh", "monotone map of Gaussians", 1000, 3, 0.9, 0),
-                      ("student-t", "Student t", 1000, 1, 0.5, 3)]
+                      ("student-t", "Student t", 1000, 1, 0.5, 3),
+                      ("discrete-latent", "discrete latent", 1000, 3, 0.0, 4),
+                      ("mixture", "sign mixture, zero correlation", 1000, 1, 0.9, 0)]
 TOLERANCE = 0.05  # relative, of max(true MI, 1 nat)
+# The discrete latent's clusters: level l at l x LATENT_SEPARATION sd along the diagonal.
+LATENT_SEPARATION = 12.0
+MC_DRAWS = 10**6  # Monte Carlo draws of the exact MI of the discrete latent and the mixture
 
 
 def rounded_gaussian_mi(rho, step, d=1, width=8.0, nodes=16):
@@ -128,8 +148,72 @@ def student_t_mi(rho, d, nu):
     return -0.5 * d * np.log(1 - rho**2) + student_t_excess(nu, d, d)
 
 
+@functools.lru_cache(maxsize=None)
+def latent_mi(levels, separation=LATENT_SEPARATION, draws=MC_DRAWS, seed=0):
+    """(MI, its Monte Carlo standard error) in nats of latent_samples with `levels` levels:
+    the mean of the exact log density ratio over `draws` draws.
+
+    Only the coordinate along the diagonal u carries the latent (the rest of x and of y is
+    noise independent of everything), so I(x; y) = I(a; b) for a = l s + e, b = l s + e'
+    (s the separation, e, e' standard normal), whatever the dimension. Bounds: I(x; y) <= H(L)
+    = log(levels) (x - L - y is a Markov chain), and I(x; y) = I(x; L) - I(x; L | y) >= log(levels)
+    - H(L | x) - H(L | y), where Fano gives H(L | x) <= h(P) + P log(levels - 1) for the
+    nearest-centre error P <= 2 Phi(-s / 2): with s = 12, P <= 2.0e-9 and the MI is log(levels)
+    within 1e-7 nats; the Monte Carlo value (log 4 - 4e-10, se 4e-10) agrees."""
+    rng = np.random.default_rng(seed)
+    centres = separation * np.arange(levels)
+    latent = rng.integers(0, levels, size=draws)
+    a, b = (centres[latent] + rng.standard_normal(draws) for _ in range(2))
+    la, lb = (-0.5 * (v[:, None] - centres) ** 2 for v in (a, b))  # log densities up to constants
+    ratio = logsumexp(la + lb, axis=1) - logsumexp(la, axis=1) - logsumexp(lb, axis=1) + np.log(levels)
+    return float(ratio.mean()), float(ratio.std() / np.sqrt(draws))
+
+
+def latent_samples(n, d, levels, rng, separation=LATENT_SEPARATION):
+    """x, y of shape (n, d): one uniform latent L in {0, ..., levels - 1} per run, x = L s u + E,
+    y = L s u + E' (u the unit diagonal, s = `separation`, E, E' standard normal)."""
+    latent = rng.integers(0, levels, size=(n, 1))
+    u = np.full(d, 1 / np.sqrt(d))
+    return (separation * latent * u + rng.standard_normal((n, d)),
+            separation * latent * u + rng.standard_normal((n, d)))
+
+
+@functools.lru_cache(maxsize=None)
+def sign_mixture_mi(rho, draws=MC_DRAWS, seed=0):
+    """(MI, its Monte Carlo standard error) in nats of one coordinate pair of the sign
+    mixture, (x, y) ~ N(0, [[1, rho], [rho, 1]]) or N(0, [[1, -rho], [-rho, 1]]) with equal
+    weights: the mean over `draws` draws of the exact log density ratio,
+    -log(1 - rho^2) / 2 - rho^2 (x^2 + y^2) / (2 (1 - rho^2)) + log cosh(rho x y / (1 - rho^2))
+    (the marginals are standard normal). At rho = 0.9 it is 0.4088 (se 0.0007; quadrature on
+    a grid: 0.4084), against 0.8304 for the correlated pair."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(draws)
+    y = rng.choice([-1.0, 1.0], size=draws) * rho * x + np.sqrt(1 - rho**2) * rng.standard_normal(draws)
+    t = np.abs(rho * x * y / (1 - rho**2))
+    ratio = (-0.5 * np.log(1 - rho**2) - rho**2 * (x**2 + y**2) / (2 * (1 - rho**2))
+             + t + np.log1p(np.exp(-2 * t)) - np.log(2))
+    return float(ratio.mean()), float(ratio.std() / np.sqrt(draws))
+
+
+def true_mc_se(family, d, rho, parameter):
+    """Monte Carlo standard error (nats) of a family case's exact MI; 0 where it is closed
+    form or quadrature."""
+    if family == "discrete-latent":
+        return latent_mi(parameter)[1]
+    if family == "mixture":  # d pairs sharing one Monte Carlo value
+        return d * sign_mixture_mi(rho)[1]
+    return 0.0
+
+
 def family_samples(family, n, d, rho, parameter, rng):
     """x, y of shape (n, d) of a family case and their exact MI in nats."""
+    if family == "discrete-latent":
+        return (*latent_samples(n, d, parameter, rng), latent_mi(parameter)[0])
+    if family == "mixture":  # a fair sign per coordinate pair and run: d independent pairs
+        x = rng.standard_normal((n, d))
+        sign = rng.choice([-1.0, 1.0], size=(n, d))
+        y = sign * rho * x + np.sqrt(1 - rho**2) * rng.standard_normal((n, d))
+        return x, y, d * sign_mixture_mi(rho)[0]
     x = rng.standard_normal((n, d))
     y = rho * x + np.sqrt(1 - rho**2) * rng.standard_normal((n, d))
     true = -0.5 * d * np.log(1 - rho**2)
@@ -178,7 +262,7 @@ def run_regimes(cases, family_cases=(), verbose=True):
     within 5 % and whether the bound is at most the truth (``bound_covers``)."""
     rows = []
     if verbose:
-        print(f"{'family':>9} {'regime':>36} {'n':>5} {'d':>4} {'rho':>6} {'par':>5} {'true':>8} {'gauss':>8} "
+        print(f"{'family':>15} {'regime':>36} {'n':>5} {'d':>4} {'rho':>6} {'par':>5} {'true':>8} {'gauss':>8} "
               f"{'ksg':>8} {'copula':>8} {'bound':>8}  (nats)")
     every = [("gaussian", regime, n, d, rho, step) for regime, n, d, rho, step in cases] + list(family_cases)
     for family, regime, n, d, rho, parameter in every:
@@ -202,11 +286,13 @@ def run_regimes(cases, family_cases=(), verbose=True):
                      "ksg_within_5pct": within(ksg, true), "seconds": seconds, "family": family,
                      "degrees_of_freedom": parameter if family == "student-t" else "",
                      "copula_nats": copula, "copula_method": copula_how, "copula_within_5pct": within(copula, true),
-                     "bound_nats": bound, "bound_covers": bool(bound <= true)})
+                     "bound_nats": bound, "bound_covers": bool(bound <= true),
+                     "latent_levels": parameter if family == "discrete-latent" else "",
+                     "true_mc_se_nats": true_mc_se(family, d, rho, parameter)})
         if verbose:
             r = rows[-1]
             marks = "/".join("ok" if r[f"{e}_within_5pct"] else "off" for e in ("gaussian", "ksg", "copula"))
-            print(f"{family:>9} {regime:>36} {n:>5} {d:>4} {rho:>6} {parameter:>5} {true:>8.2f} {gauss:>8.2f} "
+            print(f"{family:>15} {regime:>36} {n:>5} {d:>4} {rho:>6} {parameter:>5} {true:>8.2f} {gauss:>8.2f} "
                   f"{ksg:>8.2f} {copula:>8.2f} {bound:>8.2f}  {marks} bound {'<=' if r['bound_covers'] else '>'} "
                   "true", flush=True)
     return rows

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 from _results import FIGURES, timed_rows, write_csv, write_page, write_sidecar
-from interval_coverage import clopper_pearson
+from _stats import clopper_pearson
 from scipy.special import ndtri
 from scipy.stats import t as student_t
 

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 from _results import FIGURES, timed_rows, write_csv, write_page, write_sidecar
-from interval_coverage import clopper_pearson
+from _stats import clopper_pearson
 from scipy.stats import kstest
 
 from mianalysis import gaussian_copula_mi, gaussian_mi, gaussian_mi_null

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _digits_lenet_files import RUNS, dump_path, suffix
 from _results import FIGURES, WORK, portable_record, write_csv, write_page, write_sidecar
 
 from mianalysis import analyze
@@ -38,18 +39,8 @@ from mianalysis.report.experiment import overall_trend, step_verdicts
 from mianalysis.provenance import collect, utc_now
 
 CELLS = ("fixed-augmentation-26400", "fixed-nothing-26400")
-RUNS = 26400
 PERMUTATIONS = 100
 MIN_MOVING_RUNS = 5
-
-
-def suffix(seed: int) -> str:
-    return "" if seed == 0 else f"_seed{seed}"
-
-
-def dump_path(work: Path, cell: str, seed: int) -> Path:
-    """Where digits_lenet_paper.py samples `cell` of `seed`."""
-    return work / f"full_{RUNS}{suffix(seed)}" / "dumps" / cell
 
 
 def committed(seed: int, folder: Path = FIGURES) -> dict[tuple[str, str, int], dict]:
@@ -145,6 +136,7 @@ def main(argv=None) -> int:
                         n_permutations=PERMUTATIONS, random_state=args.seed, min_moving_runs=args.min_moving_runs,
                         out=table_path)
         seconds[cell] = round(time.perf_counter() - start, 1)
+        print(f"{cell:25s} {seconds[cell]:7.1f} s", flush=True)
         rows += cell_rows(cell, table, before)
     name = f"digits_lenet_movers{suffix(args.seed)}"
     path = write_csv(rows, args.out / f"{name}.csv", fieldnames=list(rows[0]), float_format=".6g")

@@ -50,9 +50,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _digits_lenet_files import dump_path, suffix
 from _results import FIGURES, WORK, portable_record, write_atomic, write_csv, write_page, write_sidecar
-from digits_lenet_movers import dump_path, suffix
-from digits_lenet_seeds import detectable
+from _stats import detectable
 
 from mianalysis import MarginalDistances
 from mianalysis.analysis.inference.familywise import holm

@@ -31,22 +31,16 @@ import math
 import re
 from pathlib import Path
 
-import numpy as np
+from _digits_lenet_seeds_figure import ALPHA, CELLS, figure
 from _results import FIGURES, portable_record, write_csv, write_page, write_sidecar
-from scipy import stats
-from scipy.optimize import brentq
-from scipy.special import ndtr, ndtri
+from _stats import POWER, detectable, law_quantile
 
 from mianalysis.analysis.inference.familywise import holm
 from mianalysis.analysis.inference.intervals import change_method, change_test
 from mianalysis.estimators.registry import get_estimator
 from mianalysis.provenance import collect
 
-# fixed start (the row of panels above), per-run start (below): a cell absent from a seed's table is skipped
-CELLS = ("fixed-augmentation-26400", "fixed-nothing-26400", "per-run-augmentation-26400", "per-run-nothing-26400")
 QUANTITIES = ("mi_ksg", "mi_gaussian")
-ALPHA = 0.05
-POWER = 0.8
 NAME = "digits_lenet_seeds"
 JOINT_DIMENSION = 2 * 850  # the two clients' head parameters: the most a pair keeps
 
@@ -87,10 +81,6 @@ def made_steps(tables: dict[int, Path], cells=CELLS, quantities=QUANTITIES) -> l
     return out
 
 
-def _quantile(q: float, df: int | None) -> float:
-    return float(ndtri(q) if df is None else stats.t.ppf(q, df))
-
-
 def expected_law(quantity: str, runs: int) -> int | None:
     """The law of a step's test in an analysis with the default intervals: normal (None)
     where the change's se comes from influence values (the Gaussian MI with n_runs >= 4 x
@@ -113,22 +103,6 @@ def check_law(step: dict, df: int | None) -> None:
                          f"se (that gives {again:.6g}); the table was not made with the analysis' default intervals")
 
 
-def detectable(se: float, level: float, df: int | None, power: float = POWER) -> float:
-    """The smallest |change| that the two-sided test at `level` (normal, or t with `df`
-    degrees of freedom: a change of delta se makes the statistic noncentral t) detects with
-    probability `power`, given the change's se."""
-    crit = _quantile(1 - level / 2, df)
-
-    def shortfall(delta):
-        if df is None:
-            got = ndtr(delta - crit) + ndtr(-delta - crit)
-        else:
-            got = stats.nct.sf(crit, df, delta) + stats.nct.sf(crit, df, -delta)  # both tails (cdf: NaN far out)
-        return got - power
-
-    return float(brentq(shortfall, 0.0, 2 * crit + 5, xtol=1e-10)) * se  # power is above 0.99 there
-
-
 def replication(steps: list[dict], alpha: float = ALPHA) -> list[dict]:
     """`steps` with the replication family's Holm p (over every made step of the same cell
     and quantity, all seeds and pairs), its verdict, and the detectable changes alone and
@@ -148,7 +122,7 @@ def replication(steps: list[dict], alpha: float = ALPHA) -> list[dict]:
                                         else "rising" if s["change"] > 0 else "falling")
             s["detectable_alone"] = detectable(s["se"], alpha, df)
             s["detectable_in_family"] = detectable(s["se"], alpha / len(family), df)
-            s["interval_half_width_in_family"] = _quantile(1 - alpha / len(family) / 2, df) * s["se"]
+            s["interval_half_width_in_family"] = law_quantile(1 - alpha / len(family) / 2, df) * s["se"]
     return out
 
 
@@ -188,59 +162,6 @@ def markdown(rows: list[dict], tables: dict[int, Path], alpha: float = ALPHA) ->
                              f"| {_fmt(r['p_replication'])} | {r['verdict_replication']} "
                              f"| {_fmt(r['detectable_in_family'])} |")
     return "\n".join(lines)
-
-
-def figure(rows: list[dict], path: Path, alpha: float = ALPHA) -> None:
-    """KSG steps of every seed and pair with their intervals at the replication family's
-    Bonferroni level (an interval excludes 0 where Bonferroni's test rejects; Holm's
-    verdicts, filled markers, reject at least those), one panel per cell."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ksg = [r for r in rows if r["quantity"] == "mi_ksg"]
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8.6), sharey="row")  # a row's steps on one scale
-    for ax, cell in zip(axes.flat, CELLS):
-        family = sorted((r for r in ksg if r["cell"] == cell), key=lambda r: (r["iteration"], r["seed"], r["pair"]))
-        if not family:
-            ax.text(0.5, 0.5, "no table holds this cell", ha="center", va="center", transform=ax.transAxes)
-            ax.set_title(cell, fontsize=10)
-            ax.set_xticks([])
-            continue
-        pairs = sorted({r["pair"] for r in family})
-        for i, r in enumerate(family):
-            x = i + 0.6 * (r["iteration"] - 2)  # a gap between the iterations' groups
-            colour = f"C{r['seed']}"
-            ax.errorbar(x, r["change"], yerr=r["interval_half_width_in_family"], fmt="o", color=colour, ms=5, capsize=2,
-                        mfc=colour if r["verdict_replication"] != "no detectable change" else "white")
-        ax.axhline(0, color="0.5", lw=0.8)
-        steps = sorted({r["iteration"] for r in family})
-        ax.set_xticks([np.mean([i + 0.6 * (r["iteration"] - 2) for i, r in enumerate(family) if r["iteration"] == t])
-                       for t in steps], [f"into iteration {t}" for t in steps])
-        ax.set_title(f"{cell}: KSG step per seed (colour) and pair ({', '.join(pairs)}, in order)\n"
-                     f"bars: {100 * (1 - alpha / len(family)):.2f} % intervals (Bonferroni over {len(family)} steps); "
-                     "filled: Holm's verdict", fontsize=8.5)
-    for ax in axes[:, 0]:
-        ax.set_ylabel("change of the KSG MI (bits)")
-    handles = [plt.Line2D([], [], marker="o", ls="", color=f"C{s}", label=f"seed {s}")
-               for s in sorted({r["seed"] for r in ksg})]
-    fig.legend(handles=handles, fontsize=8, loc="lower center", ncol=len(handles), frameon=False)
-    fig.tight_layout(rect=(0, 0.04, 1, 1))  # the legend below the panels, clear of the data
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def read_rows(path: Path) -> list[dict]:
-    """The rows of a table this script wrote, with numbers as numbers (for the figure)."""
-    with Path(path).open(newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    for r in rows:
-        for key in ("seed", "iteration", "family_size"):
-            r[key] = int(r[key])
-        for key in ("change", "se", "p", "p_replication", "interval_half_width_in_family"):
-            r[key] = float(r[key])
-    return rows
 
 
 def main(argv=None) -> int:

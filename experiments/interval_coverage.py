@@ -43,8 +43,8 @@ from pathlib import Path
 
 import numpy as np
 from _results import FIGURES, write_csv, write_page, write_sidecar
+from _stats import clopper_pearson
 from scipy.special import ndtri
-from scipy.stats import beta
 
 from mianalysis import gaussian_mi_null
 from mianalysis.analysis.inference.intervals import mi_interval
@@ -60,14 +60,6 @@ DESIGNS = {"fixed start, nothing shared": (40, "fixed", ()), "per-run start, not
            "fixed start, shared data": (40, "fixed", ("data",))}
 METHODS = ("bootstrap", "asymptotic", "wishart")
 ESTIMATORS = {"gaussian": None, "copula": np.sinh}
-
-
-def clopper_pearson(hits, n, level=0.95):
-    """The exact binomial interval of `hits` out of `n`."""
-    a = (1 - level) / 2
-    low = beta.ppf(a, hits, n - hits + 1) if hits else 0.0
-    high = beta.ppf(1 - a, hits + 1, n - hits) if hits < n else 1.0
-    return float(low), float(high)
 
 
 def setting_rows(label, d, n, design, reps, seed=0):

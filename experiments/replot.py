@@ -21,6 +21,11 @@ Draws, from each table and its record:
 
 Other files named ``*_quick*``, and ``exact_dependence_curves*`` and ``gaussian_sgd_truth*``
 (their scripts recompute them in seconds), are left alone.
+
+Each figure is drawn by the function its own script draws it with after a run, from the
+internal module the two share (``_aggregator_trends_figure.py``, ``_fedgradnorm_figure.py``,
+``_invariance_figure.py``, ``_fedavg_vs_fedsgd_figure.py``, ``_sources_of_dependence_summary.py``,
+``_digits_lenet_paper_figure.py``, ``_digits_lenet_seeds_figure.py``); no script is imported.
 """
 
 import csv
@@ -28,9 +33,16 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling scripts, from any folder
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the internal modules beside it, from any folder
 
-from _results import FIGURES  # noqa: E402
+import _aggregator_trends_figure as aggregator_trends  # noqa: E402
+import _digits_lenet_paper_figure as digits_lenet_paper  # noqa: E402
+import _digits_lenet_seeds_figure as digits_lenet_seeds  # noqa: E402
+import _fedavg_vs_fedsgd_figure as fedavg_vs_fedsgd  # noqa: E402
+import _fedgradnorm_figure as fedgradnorm  # noqa: E402
+import _invariance_figure as invariance  # noqa: E402
+import _sources_of_dependence_summary as sources_of_dependence  # noqa: E402
+from _results import FIGURES, read_summary_table  # noqa: E402
 
 from mianalysis.analysis import AnalysisTable, sidecar_path  # noqa: E402
 from mianalysis.report.plots import save_figure  # noqa: E402
@@ -66,11 +78,9 @@ def replot_core(figures):
 def replot_aggregator_trends(figures):
     """``aggregator_trends.png`` and ``aggregator_trends_global.png``, and the same two of the
     committed quick run (``aggregator_trends_quick*``), from their tables."""
-    import aggregator_trends as at
-
     done = []
     for name in ("aggregator_trends", "aggregator_trends_quick"):
-        done += _replot_aggregator_trends(figures, at, name)
+        done += _replot_aggregator_trends(figures, aggregator_trends, name)
     return done
 
 
@@ -98,8 +108,6 @@ def _replot_aggregator_trends(figures, at, name):
 
 
 def replot_fedgradnorm(figures):
-    import fedgradnorm
-
     if not (figures / "fedgradnorm.csv").exists():
         return []
     meta = json.loads(sidecar_path(figures / "fedgradnorm.csv").read_text())
@@ -109,8 +117,6 @@ def replot_fedgradnorm(figures):
 
 
 def replot_invariance(figures):
-    import invariance
-
     if not (figures / "invariance.csv").exists():
         return []
     meta = json.loads(sidecar_path(figures / "invariance.csv").read_text())
@@ -121,8 +127,6 @@ def replot_invariance(figures):
 
 
 def replot_fedavg_vs_fedsgd(figures):
-    import fedavg_vs_fedsgd as fvf
-
     curves_path = figures / "fedavg_vs_fedsgd_curves.json"
     if not curves_path.exists():
         return []
@@ -134,7 +138,7 @@ def replot_fedavg_vs_fedsgd(figures):
     sidecar = sidecar_path(figures / "fedavg_vs_fedsgd.csv")
     plan = json.loads(sidecar.read_text()).get("plan") if sidecar.exists() else None
     path = figures / "fedavg_vs_fedsgd_accuracy.png"
-    fvf.plot(curves, path, plan, replicates=replicates)
+    fedavg_vs_fedsgd.plot(curves, path, plan, replicates=replicates)
     return [path]
 
 
@@ -142,24 +146,20 @@ def replot_summaries(figures):
     """The figures of the summary tables (not analysis tables), as their scripts draw them."""
     done = []
     if (figures / "sources_of_dependence.csv").exists():
-        import sources_of_dependence as sod
-
-        summary = [r for cell in sod.read_summary(figures / "sources_of_dependence.csv").values() for r in cell]
-        parts = [p for p in sod.PARTS if any(r["part"] == p for r in summary)]
-        sod.figure(summary, figures / "sources_of_dependence.png", parts, sod.PARTS)
+        table = figures / "sources_of_dependence.csv"
+        summary = [r for cell in sources_of_dependence.read_summary(table).values() for r in cell]
+        parts = [p for p in sources_of_dependence.PARTS if any(r["part"] == p for r in summary)]
+        sources_of_dependence.figure(summary, figures / "sources_of_dependence.png", parts, sources_of_dependence.PARTS)
         done.append(figures / "sources_of_dependence.png")
     if (figures / "digits_lenet_paper.csv").exists():
-        import digits_lenet_paper as dlp
-
         sidecar = sidecar_path(figures / "digits_lenet_paper.csv")
         meta = json.loads(sidecar.read_text()) if sidecar.exists() else {}
-        dlp.summary_figure(dlp.read_summary(figures / "digits_lenet_paper.csv"), figures / "digits_lenet_paper.png",
-                           meta.get("permutations"))
+        digits_lenet_paper.summary_figure(read_summary_table(figures / "digits_lenet_paper.csv"),
+                                          figures / "digits_lenet_paper.png", meta.get("permutations"))
         done.append(figures / "digits_lenet_paper.png")
     if (figures / "digits_lenet_seeds.csv").exists():
-        import digits_lenet_seeds as dls
-
-        dls.figure(dls.read_rows(figures / "digits_lenet_seeds.csv"), figures / "digits_lenet_seeds.png")
+        digits_lenet_seeds.figure(digits_lenet_seeds.read_rows(figures / "digits_lenet_seeds.csv"),
+                                  figures / "digits_lenet_seeds.png")
         done.append(figures / "digits_lenet_seeds.png")
     return done
 

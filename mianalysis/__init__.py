@@ -25,7 +25,7 @@ from .analysis.studies.additive import (AdditivePrediction, AdditiveTest, additi
 from .analysis import AnalysisTable, analyze
 from .analysis.inference.judged import JudgedMI, mi
 from .estimators.distances import mean_paired_distance, mean_update_cosine, paired_distances, update_cosines
-from .dumps import DumpError, DumpWriter, ParameterDump
+from .dumps import DumpError, DumpWriter, ParameterDump, Sketch
 from .estimators import (GaussianMINull, MarginalDistances, OutsideCalibrationWarning, PermutationTestResult,
                          TiedSamplesWarning, gaussian_cmi, gaussian_copula_mi, gaussian_mi, gaussian_mi_null, ksg_mi,
                          ksg_ties, mi_permutation_test, projection_mi_bound)
@@ -65,6 +65,7 @@ __all__ = [
     "mean_update_cosine",
     "ParameterDump",
     "DumpWriter",
+    "Sketch",
     "DumpError",
     "LockedError",
     "ParameterSampler",

@@ -362,7 +362,7 @@ def _cmd_headroom(args):
     from ._internal.io import write_rows
     from ._internal.validation import check_real
     from .analysis.validate import check_table_out
-    from .analysis.studies.headroom import headroom, headroom_verdicts
+    from .analysis.studies.headroom import headroom, headroom_rule_lines, headroom_verdicts
 
     def check_out():  # analyze's rule for a table: never into a dump or onto a folder; a file only with --force
         check_table_out(args.out, args.force, writer="headroom", name="--out", force_hint="--force")
@@ -370,16 +370,13 @@ def _cmd_headroom(args):
     check_out()  # before any work: a refused --out computes and writes nothing
     check_real(args.near_optimal, "--near-optimal", low=0, high=1, low_open=True)
     rows = headroom(args.dump, reference=args.reference, rules=args.rules, iterations=args.iterations,
-                    folds=args.folds, level=args.ci_level)
+                    folds=args.folds, level=args.ci_level, progress=_progress(args))
     check_out()  # again: the file may have appeared meanwhile
     write_rows(rows, args.out)  # a new file renamed into place: a link at --out is replaced, never written through
     _say(args, f"wrote {len(rows)} rows to {args.out} (MSE to the reference {rows[0]['reference']!r}, "
           f"summed over parameters; fitted rules cross-fitted over {args.folds} folds)")
-    last = max(r["iteration"] for r in rows)
-    for r in (r for r in rows if r["iteration"] == last):
-        exact = "" if r["mse_exact"] != r["mse_exact"] else f", exact {r['mse_exact']:.4g}"
-        print(f"iteration {last} {r['rule']}: MSE {r['mse']:.4g} [{r['mse_low']:.4g}, {r['mse_high']:.4g}]{exact}; "
-              f"ratio to mean {r['ratio']:.3f} [{r['ratio_low']:.3f}, {r['ratio_high']:.3f}]")
+    for line in headroom_rule_lines(rows, level=args.ci_level):  # the last checkpoint's rules, in words
+        print(line)
     print(f"verdicts (intervals Bonferroni over the checkpoints, family-wise {args.ci_level:g}; near-optimal: the best "
           f"combination's fit-corrected ratio interval >= {args.near_optimal:g}):")
     for line in headroom_verdicts(rows, level=args.ci_level, near_optimal=args.near_optimal):
@@ -657,7 +654,8 @@ def build_parser() -> argparse.ArgumentParser:
     hdr.add_argument("--rules", nargs="+",
                      help="combination rules (also 'curvature' on gaussian-sgd); default: mean weighted_mean "
                           "inverse_variance blue_coordinate blue, less blue (with a note) where clients x parameters "
-                          f"> {MAX_BLUE_DIMENSION}")
+                          f"> {MAX_BLUE_DIMENSION}, and curvature where it runs (gaussian-sgd against its exact "
+                          "theta*)")
     hdr.add_argument("--iterations", nargs="+", type=int, help="checkpoints (iterations) to measure; all by default")
     hdr.add_argument("--folds", type=int, default=2, help="cross-fitting folds of the fitted rules (default 2)")
     hdr.add_argument("--ci-level", type=float, default=0.95,
@@ -666,6 +664,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="averaging is near-optimal at a checkpoint where the best combination's MSE, as a ratio "
                           "to averaging's, is at least this at the verdicts' family-wise level (default 0.95)")
     hdr.add_argument("--force", action="store_true", help="replace an existing --out (never a link's target)")
+    hdr.add_argument("--no-progress", action="store_true", help="no progress bars")
     hdr.set_defaults(func=_cmd_headroom)
 
     ver = sub.add_parser("verify", help="check a dump's files and checksums")

@@ -156,7 +156,7 @@ def test_cli_default_and_help_say_auto(tmp_path, capsys):
     except SystemExit:
         pass
     help_text = " ".join(capsys.readouterr().out.split())
-    assert "'auto' (the default)" in help_text and "projection lower bound" in help_text
+    assert "'auto' (the default)" in help_text and "held-out lower bound (NWJ, valid for any distribution)" in help_text
 
 
 def test_demo_shaped_dump_default_rows_are_calibrated_or_bounds_and_draw_no_hollow_point(tmp_path):

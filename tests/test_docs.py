@@ -159,14 +159,25 @@ def _mkdocs_command():
     return [str(venv)] if venv.exists() else None
 
 
-@pytest.mark.skipif(_mkdocs_command() is None,
-                    reason="mkdocs not installed (pip install -e '.[docs]', or make docs)")
-def test_mkdocs_build_strict(tmp_path):
-    site = tmp_path / "site"
+NO_MKDOCS = pytest.mark.skipif(_mkdocs_command() is None,
+                               reason="mkdocs not installed (pip install -e '.[docs]', or make docs)")
+
+
+@pytest.fixture(scope="module")
+def built_site(tmp_path_factory):
+    """The site, built once for this module by ``mkdocs build --strict``."""
+    site = tmp_path_factory.mktemp("docs") / "site"
     result = subprocess.run([*_mkdocs_command(), "build", "--strict", "--config-file", str(MKDOCS_YML),
                              "--site-dir", str(site)], capture_output=True, text=True, cwd=ROOT,
                             env={**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"}, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
+    yield site
+    shutil.rmtree(site)
+
+
+@NO_MKDOCS
+def test_mkdocs_build_strict(built_site):
+    site = built_site
     assert (site / "index.html").exists() and (site / "api" / "estimators" / "index.html").exists()
     assert "record_runs" in (site / "api" / "flower" / "index.html").read_text(encoding="utf-8")
     # the demo's figure is on the getting-started page; a doctest's copy button copies its code alone
@@ -175,7 +186,210 @@ def test_mkdocs_build_strict(tmp_path):
     dumps = (site / "guide" / "dumps" / "index.html").read_text(encoding="utf-8")
     copies = re.findall(r'data-copy="([^"]*)"', dumps)
     assert copies and all("&gt;&gt;&gt;" not in c for c in copies) and any("import torch" in c for c in copies)
-    shutil.rmtree(site)
+
+
+# ---------------------------------------------------------------- maths, public API, layout
+
+# Maths: the docstrings' reST maths (.. math:: blocks, :math:`...` roles) becomes \[...\] and
+# \(...\) (docs/griffe_api.py), which pymdownx.arithmatex marks <div/span class="arithmatex">
+# for the KaTeX that docs/javascripts/katex/ ships: no page fetches anything from the network.
+ARITHMATEX = re.compile(r'<(div|span) class="arithmatex">.*?</\1>', flags=re.S)
+CODE = re.compile(r"<(pre|code)\b[^>]*>.*?</\1>", flags=re.S)
+RAW_MATHS = re.compile(r"\.\. math::|:math:|\$\$|\\\(|\\\[")
+EXTERNAL = re.compile(r'<(?:script|link|img)\b[^>]*\b(?:src|href)="(?:https?:)?//[^"]*"')
+
+
+def prose_html(page_html):
+    """A page's HTML less its code (``<pre>``, ``<code>``) and its marked maths."""
+    return CODE.sub("", ARITHMATEX.sub("", page_html))
+
+
+def test_prose_html_keeps_only_unmarked_maths():
+    page = ('<p>a <span class="arithmatex">\\(x_1\\)</span> <code>$$ :math:`y`</code></p>'
+            '<div class="arithmatex">\\[\n\\sum\n\\]</div><pre><code>.. math::</code></pre><p>:math:`z` $$</p>')
+    assert RAW_MATHS.findall(prose_html(page)) == [":math:", "$$"]
+
+
+@pytest.mark.slow  # builds the site (tests/slow_tests.txt lists test_mkdocs_build_strict)
+@NO_MKDOCS
+def test_site_has_its_maths_marked_for_katex_and_nothing_from_the_network(built_site):
+    pages = {p.relative_to(built_site).as_posix(): p.read_text(encoding="utf-8") for p in built_site.rglob("*.html")}
+    raw = {name: sorted(set(RAW_MATHS.findall(prose_html(text)))) for name, text in pages.items()}
+    raw = {name: found for name, found in raw.items() if found}
+    assert not raw, f"maths left as text, not marked for KaTeX: {raw}"
+    external = {name: EXTERNAL.findall(text) for name, text in pages.items() if EXTERNAL.search(text)}
+    assert not external, f"pages that load scripts, styles or images from the network: {external}"
+    api = pages["api/estimators/index.html"]
+    assert api.count('<div class="arithmatex">\\[') >= 5 and api.count('<span class="arithmatex">\\(') >= 10
+    assert "\\Lambda = \\frac{\\det R}" in api  # gaussian_mi_null's first .. math:: block
+    for asset in ("javascripts/katex/katex.min.js", "javascripts/katex/katex.min.css", "javascripts/katex-init.js",
+                  "javascripts/katex/fonts/KaTeX_Main-Regular.woff2"):
+        assert (built_site / asset).is_file(), asset
+        assert asset.endswith(".woff2") or asset in api, asset
+    fonts = re.findall(r"url\((fonts/[^)]+\.woff2)\)", (built_site / "javascripts/katex/katex.min.css").read_text())
+    assert fonts and all((built_site / "javascripts/katex" / f).is_file() for f in fonts)
+
+
+def module_exports(module):
+    """The ``__all__`` of a module of the package (read from its source), None where it has none
+    or `module` is not a module of the package."""
+    import ast
+
+    base = ROOT.joinpath(*module.split("."))
+    path = base.with_suffix(".py") if base.with_suffix(".py").is_file() else base / "__init__.py"
+    if not path.is_file():
+        return None
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
+            return set(ast.literal_eval(node.value))
+    return None
+
+
+@pytest.mark.slow  # builds the site (tests/slow_tests.txt lists test_mkdocs_build_strict)
+@NO_MKDOCS
+def test_api_pages_show_each_modules_all_and_no_underscore_name(built_site):
+    shown = set()
+    for page in (built_site / "api").rglob("index.html"):
+        shown |= set(re.findall(r'<h\d id="(mianalysis(?:\.\w+)+)"', page.read_text(encoding="utf-8")))
+    assert len(shown) > 300
+    outside, private = [], []
+    for path in sorted(shown):
+        parts = path.split(".")
+        if module_exports(path) is not None:
+            continue  # a module
+        cut = max(i for i in range(1, len(parts)) if module_exports(".".join(parts[:i])) is not None)
+        if parts[cut] not in module_exports(".".join(parts[:cut])):
+            outside.append(path)
+        private += [path] if any(p.startswith("_") for p in parts[cut:]) else []
+    assert not outside, f"API pages show names outside their module's __all__: {outside}"
+    assert not private, f"API pages show underscore names: {private}"
+    assert "mianalysis.estimators.gaussian.gaussian_mi" in shown
+    assert "mianalysis.estimators.gaussian.lower_solve" not in shown  # a helper, not in __all__
+
+
+def test_griffe_extension_turns_rest_maths_into_arithmatex_delimiters():
+    pytest.importorskip("griffe")
+    spec = importlib.util.spec_from_file_location("griffe_api", DOCS / "griffe_api.py")
+    ext = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ext)
+    text = ("A :math:`x_1` and :math:`y`.\n\n    .. math::\n        :label: e\n\n        a = b\n"
+            "          + c\n\n        d = e\n\n    after\n.. math:: z^2\n")
+    assert ext.convert_math(text) == ("A \\(x_1\\) and \\(y\\).\n\n\n    \\[\n    a = b\n    + c\n    \\]\n\n\n"
+                                      "    \\[\n    d = e\n    \\]\n\n\n    after\n\n\\[\nz^2\n\\]\n\n")
+    assert ext.convert_math("no maths\n") == "no maths\n"
+
+
+def test_nav_puts_the_user_guide_before_the_concepts():
+    nav = MKDOCS_YML.read_text().split("\nnav:\n", 1)[1]
+    sections = re.findall(r"^  - ([^:\n]+):", nav, flags=re.M)
+    assert sections.index("User guide") < sections.index("Concepts"), sections
+    assert sections[:3] == ["Home", "Getting started", "User guide"], sections
+
+
+# The browser check: headless Chromium loads pages of the built site from a local server and
+# measures, after KaTeX has run, whether anything of the main column (.md-content) shows
+# beyond its right edge: what a wider box clips or scrolls shows only up to that box's edge,
+# so a code block or table that scrolls is fine, a line that spills over the column is not.
+PROBE = """<script>
+window.addEventListener("load", function () { setTimeout(function () {
+  var main = document.querySelector(".md-content"), edge = main.getBoundingClientRect().right + 1, beyond = [];
+  if (location.search === "?wide") {
+    var p = document.createElement("p"); p.textContent = "x ".repeat(2000); p.style.whiteSpace = "nowrap";
+    main.querySelector("article").appendChild(p);
+  }
+  main.querySelectorAll("*").forEach(function (el) {
+    var r = el.getBoundingClientRect(), right = r.right;
+    if (getComputedStyle(el).overflowX === "visible") right = Math.max(right, r.left + el.scrollWidth);
+    if (r.width === 0 || right <= edge) return;
+    for (var a = el.parentElement; a && a !== main; a = a.parentElement) {
+      if (getComputedStyle(a).overflowX !== "visible") right = Math.min(right, a.getBoundingClientRect().right);
+    }
+    if (right > edge) beyond.push(el.tagName + " " + Math.round(right - edge) + " px: " + (el.textContent || "").trim().slice(0, 60));
+  });
+  var doc = document.documentElement, out = document.createElement("pre");
+  out.id = "layout-probe";
+  out.textContent = JSON.stringify({page: doc.scrollWidth - doc.clientWidth, main: main.scrollWidth - main.clientWidth,
+    beyond: beyond.slice(0, 5),
+    maths: document.querySelectorAll(".arithmatex").length,
+    typeset: document.querySelectorAll(".arithmatex > .katex, .arithmatex > .katex-display").length,
+    errors: document.querySelectorAll(".katex-error").length});
+  document.body.appendChild(out);
+}, 300); });
+</script>"""
+BROWSER_PAGES = ("index.html", "getting-started/index.html", "api/estimators/index.html")
+BROWSER_WIDTHS = (1280, 390)  # a laptop, a phone
+
+
+def _chromium():
+    return next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
+
+
+def _serve(site, missing):
+    """A local HTTP server of `site` that adds PROBE to each HTML page and records the paths
+    it had no file for."""
+    import functools
+    import http.server
+    import threading
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def send_head(self):
+            path = Path(self.translate_path(self.path))
+            if path.is_dir():
+                path = path / "index.html"
+            if not path.is_file():
+                missing.append(self.path)
+            elif path.suffix == ".html":
+                import io
+
+                body = path.read_bytes().replace(b"</body>", PROBE.encode() + b"</body>")
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                return io.BytesIO(body)
+            return super().send_head()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(site)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def _measure(url, width):
+    import json
+
+    result = subprocess.run([_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                             f"--window-size={width},900", "--virtual-time-budget=5000", "--dump-dom", url],
+                            capture_output=True, text=True, timeout=120)
+    found = re.search(r'<pre id="layout-probe">(.*?)</pre>', result.stdout, flags=re.S)
+    assert found, f"{url}: no measurement (chromium exit {result.returncode}): {result.stderr[-2000:]}"
+    import html
+
+    return json.loads(html.unescape(found.group(1)))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_chromium() is None, reason="no headless Chromium (apt-get install chromium)")
+@NO_MKDOCS
+def test_pages_fit_their_column_and_typeset_their_maths_in_a_browser(built_site):
+    missing = []
+    server = _serve(built_site, missing)
+    base = f"http://127.0.0.1:{server.server_port}/"
+    try:
+        # the check sees a line that spills over the column
+        wide = _measure(base + "index.html?wide", 1280)
+        assert wide["beyond"] and wide["main"] > 1000, wide
+        for page in BROWSER_PAGES:
+            for width in BROWSER_WIDTHS:
+                seen = _measure(base + page, width)
+                assert seen["page"] <= 0 and seen["main"] <= 0 and not seen["beyond"], (page, width, seen)
+                assert seen["typeset"] == seen["maths"] and not seen["errors"], (page, width, seen)
+                assert seen["maths"] >= 20 or not page.startswith("api/"), (page, seen)
+    finally:
+        server.shutdown()
+    assert not [m for m in missing if not m.endswith("favicon.ico")], f"files the pages asked for and the site lacks: {missing}"
 
 
 # ---------------------------------------------------------------- pages for newcomers

@@ -181,7 +181,8 @@ def test_newer_format_version(tmp_path, arrays):
     manifest = json.loads(m.read_text())
     manifest["format_version"] = FORMAT_VERSION + 1
     m.write_text(json.dumps(manifest))
-    with pytest.raises(DumpError, match="format version 2; this mianalysis reads up to 1"):
+    with pytest.raises(DumpError, match=f"format version {FORMAT_VERSION + 1}; this mianalysis reads up to "
+                                        f"{FORMAT_VERSION}"):
         ParameterDump.open(tmp_path / "d")
 
 

@@ -252,25 +252,96 @@ def test_copula_thresholds_come_from_the_gaussian_copula_rows():
     assert sum(r["gaussian_within_5pct"] == "False" for r in maps) >= 7
 
 
+FAMILIES = ("gaussian", "sinh", "cubic", "student-t", "discrete-latent", "mixture")
+# The page's table: its family label, the CSV families it counts.
+PAGE_FAMILIES = {"correlated Gaussians": ("gaussian",), "monotone maps (sinh, x + x^3)": ("sinh", "cubic"),
+                 "Student t": ("student-t",), "discrete latent": ("discrete-latent",),
+                 "sign mixture": ("mixture",), "all": FAMILIES}
+
+
+def _page():
+    return " ".join((ROOT / "docs" / "concepts" / "calibration.md").read_text().split())
+
+
 def test_calibration_page_states_what_the_table_holds_for_the_copula_and_the_bound():
-    page = " ".join((ROOT / "docs" / "concepts" / "calibration.md").read_text().split())
-    rows = _regime_rows(("gaussian", "sinh", "cubic", "student-t"))
+    page = _page()
+    rows = _regime_rows(FAMILIES)
+    assert {r["family"] for r in rows} == set(FAMILIES)
     t_rows = [r for r in rows if r["family"] == "student-t"]
     # The Student t: the copula estimate is below the truth on every row, and off by > 5 % on some.
     assert t_rows and all(float(r["copula_nats"]) < float(r["true_nats"]) for r in t_rows)
     assert any(r["copula_within_5pct"] == "False" for r in t_rows)
     covered = sum(r["bound_covers"] == "True" for r in rows)
     assert f"at or below the truth in {covered} of {len(rows)} rows" in page
-    for family, text in ((("gaussian", "sinh", "cubic"), "on Gaussian copulas"), (("student-t",), "on the Student t")):
-        excesses = [(float(r["bound_nats"]) - float(r["true_nats"])) / max(float(r["true_nats"]), 1.0)
-                    for r in rows if r["family"] in family and r["bound_covers"] == "False"]
-        if not excesses:  # the page says that none of these rows exceeds the truth
-            assert f"no {text.removeprefix('on the ')} row exceeds it" in page
-            continue
-        excess = max(excesses)
-        assert f"by at most {100 * excess:.1f} % of max(true, 1 nat) {text}" in page or \
-            f"by at most {100 * excess:.1f} % {text}" in page
+    off = [r for r in rows if r["family"] not in ("gaussian", "sinh", "cubic")]
+    assert all(r["bound_covers"] == "True" for r in off)
+    assert "no Student t, discrete latent or sign mixture row exceeds it" in page
+    excess = max((float(r["bound_nats"]) - float(r["true_nats"])) / max(float(r["true_nats"]), 1.0)
+                 for r in rows if r["family"] in ("gaussian", "sinh", "cubic") and r["bound_covers"] == "False")
+    assert f"by at most {100 * excess:.1f} % of max(true, 1 nat) on Gaussian copulas" in page
     assert f"{len(rows)} cases with known MI" in page
+    counts = {f: sum(r["family"] == f for r in rows) for f in FAMILIES}
+    assert (f"{counts['gaussian']} correlated Gaussians" in page and f"{counts['sinh'] + counts['cubic']} monotone"
+            in page and f"{counts['student-t']} multivariate Student t" in page
+            and f"{counts['discrete-latent']} discrete latents" in page and f"{counts['mixture']} sign mixtures" in page)
+
+
+def test_calibration_page_table_counts_the_csv():
+    page = (ROOT / "docs" / "concepts" / "calibration.md").read_text()
+    rows = _regime_rows(FAMILIES)
+    table = {}
+    for line in page.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and cells[0] in PAGE_FAMILIES:
+            table[cells[0]] = [int(c) for c in cells[1:]]
+    assert set(table) == set(PAGE_FAMILIES)
+    for label, families in PAGE_FAMILIES.items():
+        mine = [r for r in rows if r["family"] in families]
+        assert table[label] == [len(mine), *[sum(r[f"{e}_within_5pct"] == "True" for r in mine)
+                                              for e in ("gaussian", "ksg", "copula")],
+                                sum(r["bound_covers"] == "True" for r in mine)], label
+
+
+def test_calibration_page_numbers_off_the_gaussian_copula():
+    page = _page()
+    rows = _regime_rows(("discrete-latent", "mixture"))
+
+    def row(family, n, d, rho=None):
+        found, = [r for r in rows if r["family"] == family and int(r["n"]) == n and int(r["d_per_side"]) == d
+                  and (rho is None or float(r["rho"]) == rho)]
+        return found
+
+    def of(r, e):
+        return f"{float(r[f'{e}_nats']):.2f} of {float(r['true_nats']):.2f}"
+
+    latent = {(n, d): row("discrete-latent", n, d) for n, d in ((2000, 1), (2000, 10), (400, 100))}
+    true = float(latent[2000, 1]["true_nats"])
+    assert abs(true - np.log(4)) < 1e-7 and float(latent[2000, 1]["true_mc_se_nats"]) < 1e-9
+    assert all(r["true_nats"] == latent[2000, 1]["true_nats"] for r in rows if r["family"] == "discrete-latent")
+    assert f"{true:.4f} nats, se {float(latent[2000, 1]['true_mc_se_nats']):.0e}" in page
+    assert f"copula estimate gives {of(latent[2000, 1], 'copula')} nats at 1 + 1 dimensions" in page
+    assert f"{of(latent[2000, 10], 'copula')} at 10 + 10" in page
+    assert f"the Gaussian estimate {of(latent[2000, 1], 'gaussian')} at 1 + 1" in page
+    assert f"the copula number is {of(latent[400, 100], 'copula')}" in page
+    assert latent[400, 100]["copula_method"] == "ledoit-wolf"
+    assert f"(0.00 on the sign mixture, {of(latent[2000, 10], 'copula')} nats on the discrete latent)" in page
+    assert float(latent[2000, 10]["copula_nats"]) > 1.05 * true and latent[2000, 10]["copula_method"] == "bias-corr."
+    assert all(r["ksg_within_5pct"] == "True" for r in rows if r["family"] == "discrete-latent")
+    assert f"{of(latent[400, 100], 'ksg')} even at 400 runs of 100 + 100" in page
+    assert f"{float(latent[2000, 10]['bound_nats']):.2f} of {true:.2f} nats at 10 + 10 and " \
+           f"{float(latent[400, 100]['bound_nats']):.2f} at 400 runs of 100 + 100 on the latent" in page
+    mixture = [r for r in rows if r["family"] == "mixture"]
+    one = row("mixture", 2000, 1, 0.9)
+    assert f"d times {float(one['true_nats']):.4f} nats (se {float(one['true_mc_se_nats']):.4f})" in page
+    assert all(abs(float(r[e])) < 0.005 for r in mixture for e in ("gaussian_nats", "copula_nats"))
+    big = row("mixture", 400, 100)
+    assert f"are 0.00 on every row, of {float(one['true_nats']):.2f} nats at 1 + 1 up to " \
+           f"{float(big['true_nats']):.2f} at 400 runs of 100 + 100" in page
+    assert f"on the mixture at 1 + 1 only ({of(one, 'ksg')};" in page
+    assert [r["ksg_within_5pct"] for r in mixture] == ["True" if int(r["d_per_side"]) == 1 else "False"
+                                                       for r in mixture]
+    assert f"{of(row('mixture', 2000, 3), 'ksg')} at 3 + 3" in page
+    assert f"{of(one, 'bound')} on the mixture" in page
 
 
 # ---------------------------------------------------------------------------- plot
@@ -312,13 +383,22 @@ def test_calibration_regimes_quick_writes_within_column(tmp_path, monkeypatch):
                                                        ("n < joint dims (shrinkage, singular)", 30, 20, 0.5, 0.0),
                                                        ("quantised, coarse grid", 500, 1, 0.9, 0.5)])
     monkeypatch.setattr(module, "QUICK_FAMILY_CASES", [("cubic", "monotone map of Gaussians", 500, 2, 0.9, 0),
-                                                       ("student-t", "Student t", 500, 1, 0.5, 3)])
+                                                       ("student-t", "Student t", 500, 1, 0.5, 3),
+                                                       ("discrete-latent", "discrete latent", 500, 2, 0.0, 4),
+                                                       ("mixture", "sign mixture", 500, 2, 0.9, 0)])
     out = module.main(["--regimes", "--quick", "--out", str(tmp_path / "c.csv")])
     with open(out, newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert [r["regime"] for r in rows] == ["low dimension", "n < joint dims (shrinkage, singular)",
-                                           "quantised, coarse grid", "monotone map of Gaussians", "Student t"]
-    assert [r["family"] for r in rows] == ["gaussian"] * 3 + ["cubic", "student-t"]
+                                           "quantised, coarse grid", "monotone map of Gaussians", "Student t",
+                                           "discrete latent", "sign mixture"]
+    assert [r["family"] for r in rows] == ["gaussian"] * 3 + ["cubic", "student-t", "discrete-latent", "mixture"]
+    # Monte Carlo truths: log 4 for the latent, twice one pair's MI for the mixture, with their se.
+    assert float(rows[5]["true_nats"]) == pytest.approx(np.log(4), abs=1e-7) and rows[5]["latent_levels"] == "4"
+    assert float(rows[6]["true_nats"]) == pytest.approx(2 * module.sign_mixture_mi(0.9)[0])
+    assert float(rows[6]["true_mc_se_nats"]) == pytest.approx(2 * module.sign_mixture_mi(0.9)[1])
+    assert [float(r["true_mc_se_nats"]) for r in rows[:5]] == [0.0] * 5
+    assert rows[6]["copula_within_5pct"] == rows[6]["gaussian_within_5pct"] == "False"  # no correlation to see
     # x + x^3 keeps the MI (exact: that of the Gaussians); the Student t adds its closed-form excess.
     assert float(rows[3]["true_nats"]) == pytest.approx(-np.log(1 - 0.81))
     assert float(rows[4]["true_nats"]) == pytest.approx(module.student_t_mi(0.5, 1, 3))
@@ -361,3 +441,30 @@ def test_student_t_mi_of_the_calibration_matches_a_monte_carlo_of_the_densities(
     side = stats.multivariate_t(shape=np.eye(d), df=nu)
     log_ratio = joint.logpdf(s) - side.logpdf(x) - side.logpdf(y)
     assert abs(log_ratio.mean() - true) < 4 * log_ratio.std() / np.sqrt(len(log_ratio))
+
+
+def test_sign_mixture_mi_matches_quadrature_and_has_no_correlation():
+    module = _experiment("calibration")
+    value, se = module.sign_mixture_mi(0.9)
+    assert se < 0.002 * value  # far below 5 %
+    grid = np.linspace(-10, 10, 2001)
+    x, y = np.meshgrid(grid, grid)
+    density = 0.5 * sum(np.exp(-(x**2 - 2 * r * x * y + y**2) / (2 * (1 - 0.81))) / (2 * np.pi * np.sqrt(1 - 0.81))
+                        for r in (0.9, -0.9))
+    marginal = np.exp(-(x**2 + y**2) / 2) / (2 * np.pi)
+    quadrature = np.sum(density * np.log(density / marginal)) * (grid[1] - grid[0]) ** 2
+    assert abs(value - quadrature) < 4 * se
+    a, b, true = module.family_samples("mixture", 20000, 3, 0.9, 0, np.random.default_rng(1))
+    assert true == pytest.approx(3 * value)
+    assert np.abs(np.corrcoef(a.T, b.T)[:3, 3:]).max() < 0.03  # every correlation 0
+
+
+def test_latent_mi_is_log_levels_when_the_clusters_are_far_apart():
+    module = _experiment("calibration")
+    value, se = module.latent_mi(4)
+    assert abs(value - np.log(4)) < 1e-7 and se < 1e-9
+    # Closer clusters overlap and lose MI; the dimension only adds independent noise.
+    assert module.latent_mi(4, separation=4.0, draws=10**5)[0] < np.log(4) - 0.1
+    x, y = module.latent_samples(3000, 10, 4, np.random.default_rng(0))
+    level_x, level_y = (np.round(v @ np.full(10, 1 / np.sqrt(10)) / module.LATENT_SEPARATION) for v in (x, y))
+    assert np.array_equal(level_x, level_y) and set(level_x) == {0, 1, 2, 3}  # each side recovers the latent

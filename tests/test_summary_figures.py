@@ -36,7 +36,7 @@ def _sod_row(quantity, **extra):
 
 
 def test_sources_figure_draws_the_last_step_with_its_interval_and_no_shrinkage():
-    sod = _load("sources_of_dependence")
+    sod = _load("_sources_of_dependence_summary")  # the figure's module, shared with replot.py
     summary = [
         _sod_row("mi_gaussian", step_change="20: 1; 30: 0.5; 40: 1.5", step_ci_low="20: 0.5; 30: 0; 40: 1.2",
                  step_ci_high="20: 1.5; 30: 1; 40: 1.8"),
@@ -55,7 +55,7 @@ def test_sources_figure_draws_the_last_step_with_its_interval_and_no_shrinkage()
 
 
 def test_sources_figure_takes_an_old_single_step_gaussian_interval_from_the_additive_row():
-    sod = _load("sources_of_dependence")
+    sod = _load("_sources_of_dependence_summary")  # the figure's module, shared with replot.py
     base = {"part": "signal-paper", "init": "fixed", "shared": "nothing", "seed": 1, "pair": "1-2",
             "first_iteration": 1, "last_iteration": 2, "first_value": 0.5, "last_value": 0.75}
     summary = [{**base, "quantity": "mi_gaussian", "trend": "no detectable change", "steps": "2: no detectable change"},
@@ -79,9 +79,9 @@ def test_replot_draws_both_summary_figures_from_the_committed_tables(tmp_path):
 def test_digits_paper_figure_keeps_a_wide_accuracy_axis_and_no_shrinkage_gaussian():
     import matplotlib.pyplot as plt
 
-    dlp = _load("digits_lenet_paper")
+    dlp = _load("_digits_lenet_paper_figure")  # the figure's module, shared with replot.py
     summary = []
-    for cell in ("fixed-nothing", "per-run-nothing"):
+    for cell, init in (("fixed-nothing", "fixed"), ("per-run-nothing", "per-run")):  # a row's start: its `init`
         for it in range(3):
             for pair in ("0-1", "0-2", "1-2"):
                 # the Gaussian MI: plain from the fixed start (0.7, 1.7 above a null of 0.2), a
@@ -89,12 +89,12 @@ def test_digits_paper_figure_keeps_a_wide_accuracy_axis_and_no_shrinkage_gaussia
                 gaussian = (0.9 + it, "") if cell.startswith("fixed") else (50.0, "ledoit-wolf shrinkage: 100 runs")
                 for q, (v, note) in (("mi_ksg", (0.1 * it, "")), ("mi_gaussian", gaussian),
                                      ("euclidean", (it * 1e-4, ""))):
-                    summary.append({"cell": cell, "runs": 100, "quantity": q, "pair": pair, "iteration": it, "value": v,
-                                    "ci_low": v - 0.01, "ci_high": v + 0.01,
+                    summary.append({"cell": cell, "init": init, "runs": 100, "quantity": q, "pair": pair,
+                                    "iteration": it, "value": v, "ci_low": v - 0.01, "ci_high": v + 0.01,
                                     "null_mean": 0.2 if q == "mi_gaussian" else 0.0, "note": note})
             for c in "012":
-                summary.append({"cell": cell, "runs": 100, "quantity": "test_accuracy", "pair": c, "iteration": it,
-                                "value": 0.9444 - 1e-4 * it, "ci_low": np.nan, "ci_high": np.nan,
+                summary.append({"cell": cell, "init": init, "runs": 100, "quantity": "test_accuracy", "pair": c,
+                                "iteration": it, "value": 0.9444 - 1e-4 * it, "ci_low": np.nan, "ci_high": np.nan,
                                 "null_mean": np.nan, "note": "sd over runs 0.0003"})
     captured = {}
     original = plt.Figure.savefig

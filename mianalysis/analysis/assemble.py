@@ -61,7 +61,7 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: str | Sequen
         estimate inside its calibrated regime or a labelled lower bound. The Gaussian copula
         estimate (rows ``mi_copula``) where there are at least 2.2 runs per varying joint
         dimension (its calibrated regime, :mod:`mianalysis.analysis.inference.regime`) and the estimate
-        lies inside that regime; else the cross-fitted projection lower bound (``mi_bound``,
+        lies inside that regime; else the held-out lower bound (NWJ, valid for any distribution) (``mi_bound``,
         ``estimate_kind`` "bound"); KSG too (``mi_ksg``) where joint dims <= 4 and runs >=
         2000 and its estimate is inside its regime. Each such row's note starts with
         "auto: " and says which estimator it is and why (e.g. "auto: bound, a lower bound

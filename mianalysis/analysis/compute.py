@@ -13,7 +13,7 @@ import numpy as np
 
 from .._internal.validation import varying_columns
 from ..estimators.distances import UPDATE_METRICS, paired_distances, update_cosines
-from ..dumps import REFERENCE_CLIENTS
+from ..dumps import REFERENCE_CLIENTS, SKETCH_SUFFIX
 from ..estimators import KSG_NOISE, MarginalDistances, gaussian_mi, gaussian_mi_null, mi_permutation_test
 from ..estimators.significance import gaussian_permutation_test
 from ..estimators.bound import bound_min_runs
@@ -249,6 +249,8 @@ class CheckpointAnalysis:
         # A dump still being sampled (or stopped) is analysed as far as it goes; every row says so.
         self.incomplete = "" if dump.complete else f"dump incomplete: {self.n_runs} of {dump.n_runs} runs"
         self.design = design_note(dump.meta)  # what the sampling design forces on the MI rows
+        # A sketched dump's notes per group and quantity ("mi" for the MI rows); {} for a group of parameters.
+        self.sketched = {group: _sketch_notes(dump, cols) for group, cols in self.groups}
         self.with_interval = set(self.metrics) | {f"mi_{e}" for e in self.estimators}
         # The updates of cosine_update are measured from each run's start, the checkpoint at iteration 0
         # (check_request refuses a dump without one).
@@ -323,7 +325,8 @@ class CheckpointAnalysis:
                         rows.append(self.update_row(t, a, b, metric, group, samples))
                         continue
                     d = paired_distances(x, y, metric)
-                    rows.append(self.row(t, a, b, metric, d.mean(), d.std(ddof=1), group=group))
+                    rows.append(self.row(t, a, b, metric, d.mean(), d.std(ddof=1), group=group,
+                                         note=self.sketched[group].get(metric, "")))
                 keep = (varying[a], varying[b])
                 x, y = mi_samples[a], mi_samples[b]
                 no_estimate = _held_pair(held_out, varying, a, b, self.request.min_moving_runs)
@@ -337,7 +340,8 @@ class CheckpointAnalysis:
                 held = _movers_note(movers, a, b, self.request.min_moving_runs)
                 for estimator, fields in chosen:
                     fields.pop("regime")
-                    fields["note"] = "; ".join(n for n in (fields["note"], held, self.design) if n)
+                    fields["note"] = "; ".join(n for n in (fields["note"], held, self.design,
+                                                           self.sketched[group].get("mi")) if n)
                     rows.append(self.row(t, a, b, f"mi_{estimator}", group=group, **fields))
                 if exact is not None and group == "":  # the exact MI is that of the whole vector
                     rows.append(self.row(t, a, b, "mi_exact", exact(dump.checkpoints[t], a, b)))
@@ -456,6 +460,7 @@ class CheckpointAnalysis:
             note = (f"undefined (NaN): an update is zero in every run ({zero}); a zero update has no direction"
                     if not n else f"mean over {n} of {values.size} runs: {values.size - n} left out, where an update "
                     f"is zero ({zero}); a zero update has no direction")
+        note = "; ".join(n for n in (note, self.sketched[group].get(quantity)) if n)
         return self.row(t, a, b, quantity, value, spread, note=note, group=group)
 
     def _fields(self, t: int, a: int, b: int, x: np.ndarray, y: np.ndarray, estimator: str,
@@ -708,6 +713,32 @@ class CheckpointAnalysis:
             return defined, [f"paired over the {defined.size} of {change.size} runs whose updates are non-zero at both "
                              "checkpoints"]
         return defined, []
+
+
+def _sketch_notes(dump: ParameterDump, cols: slice | np.ndarray) -> dict[str, str]:
+    """What the rows of a tensor group (columns `cols`) of a sketched dump measure, by quantity
+    ("mi" for every MI row); {} where the group holds no sketched tensor (a dump of the
+    parameters, or tensors the sketch kept whole)."""
+    sketch = dump.sketch
+    if sketch is None:
+        return {}
+    columns = np.zeros(dump.n_params, dtype=bool)
+    columns[cols] = True
+    rows = [e.size for e in dump.layout
+            if e.name.endswith(SKETCH_SUFFIX) and columns[e.offset:e.offset + e.size].any()]
+    if not rows:
+        return {}
+    eps = 100 * sketch.error(min(rows), delta=0.05)
+    what = f"sketch of the parameters ({sketch.describe()})"
+    notes = {"mi": f"{what}: MI of projections, at most the parameters' (data processing)",
+             "euclidean": f"from a {what}: within the JL error of the parameters' distances (each sketched tensor's "
+                          f"within +-{eps:.2g} % per run with probability 95 %)",
+             "cosine_update": f"from a {what}: the cosine of projected updates, within about +-{eps / 100:.2g} of "
+                              "the parameters'"}
+    for metric in ("manhattan", "chebyshev"):
+        notes[metric] = (f"from a {what}: not the parameters' {metric} distance (a sketch keeps Euclidean "
+                         "distances only)")
+    return notes
 
 
 def _movers_note(movers, a, b, min_runs):

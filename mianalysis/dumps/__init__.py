@@ -8,6 +8,8 @@
   their columns), non-finite checks.
 - :mod:`~mianalysis.dumps.writer`: :class:`DumpWriter`, for a
   training loop the user already has: records in any order, chunks written when complete.
+- :mod:`~mianalysis.dumps.sketch`: :class:`Sketch`, a seeded sparse projection of each tensor
+  recorded instead of the parameters of a large model (``DumpWriter(..., sketch=...)``).
 - :mod:`~mianalysis.dumps.importers`: ``ROOT/CLIENT/CHECKPOINT/RUN.{pt,safetensors}``
   streamed into a dump (``mianalysis import``).
 - :mod:`~mianalysis.dumps.arrays`: a dump as a Dask array or an xarray dataset, and its
@@ -22,9 +24,11 @@ from .format import CREATING, ParameterDump, discard_unwritten_dump, unwritten_d
 from .arrays import export_zarr, to_dask, to_xarray
 from .importers import import_checkpoints
 from .writer import DumpWriter, IncompleteChunkWarning
+from .sketch import JL_CONSTANT, SKETCH_SUFFIX, Sketch, jl_error, jl_size
 
 __all__ = [
-    "ParameterDump", "DumpWriter", "IncompleteChunkWarning", "DumpError", "LayoutEntry", "NonFinite",
+    "ParameterDump", "DumpWriter", "IncompleteChunkWarning", "Sketch", "jl_error", "jl_size", "JL_CONSTANT",
+    "SKETCH_SUFFIX", "DumpError", "LayoutEntry", "NonFinite",
     "import_checkpoints", "to_dask", "to_xarray", "export_zarr", "layout_from_shapes", "select_layout",
     "layout_columns", "find_nonfinite",
     "check_manifest", "unwritten_dump_discarded", "discard_unwritten_dump", "FORMAT_VERSION", "MANIFEST", "DTYPE",

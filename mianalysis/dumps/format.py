@@ -62,8 +62,9 @@ from numpy.typing import ArrayLike
 from .._internal.locking import WriterLock
 from ..provenance import collect
 from .layout import LayoutEntry, find_nonfinite, layout_columns, layout_from_shapes, select_layout
-from .manifest import (DTYPE, FORMAT_VERSION, MANIFEST, DumpError, check_checkpoints, check_meta, check_metric_names,
-                       parse_manifest)
+from .manifest import (DTYPE, FORMAT_VERSION, FULL_FORMAT_VERSION, MANIFEST, DumpError, check_checkpoints, check_meta,
+                       check_metric_names, parse_manifest)
+from .sketch import Sketch, sketch_from_record
 
 __all__ = ["ParameterDump", "CREATING", "unwritten_dump_discarded", "discard_unwritten_dump", "check_creatable"]
 
@@ -304,6 +305,11 @@ class ParameterDump:
     provenance : list of dict
         One record per session that wrote the dump, oldest first (empty for dumps written
         before provenance was recorded).
+    sketch : Sketch or None
+        The sketch recorded instead of the parameters (:mod:`mianalysis.dumps.sketch`):
+        the layout is then the sketch's; None for a dump of the parameters themselves.
+    sketch_source : list of (str, tuple) or None
+        The (name, shape) of the tensors the sketch was taken of (None without a sketch).
 
     Examples
     --------
@@ -339,6 +345,11 @@ class ParameterDump:
         self.n_params = int(manifest["n_params"])
         self.metric_names = list(manifest["metrics"])
         self.meta = manifest["meta"]
+        self.sketch: Sketch | None = None
+        self.sketch_source: list[tuple[str, tuple[int, ...]]] | None = None
+        if "sketch" in manifest:  # checked with the manifest (parse_manifest)
+            self.sketch, self.sketch_source = sketch_from_record(manifest["sketch"],
+                                                                 [(e.name, e.shape) for e in self.layout])
         self._session: dict[str, Any] | None = None  # this writer's provenance record, collected when it starts writing
         self._session_index = None  # its position in the manifest's provenance list, once written
         self._sent_identity = None  # set on a copy that travelled (see __getstate__); checked on first read
@@ -378,8 +389,14 @@ class ParameterDump:
     # ------------------------------------------------------------------ creation
     @classmethod
     def create(cls, path: str | os.PathLike, *, clients: Sequence[str], checkpoints: Sequence[int], n_runs: int,
-               layout: Sequence, metric_names: Sequence[str] = (), meta: dict | None = None) -> ParameterDump:
+               layout: Sequence, metric_names: Sequence[str] = (), meta: dict | None = None,
+               sketch: Sketch | None = None) -> ParameterDump:
         """Start an empty dump in a new (or empty) folder and return it.
+
+        With `sketch` (a :class:`~mianalysis.dumps.sketch.Sketch`) the dump records the
+        sketch of the parameters whose tensors `layout` describes: its layout is the
+        sketch's (``sketch.layout``), its manifest records the sketch (format version 2),
+        and what is written to it must be sketched already (the writer and the sampler do).
 
         The dump's writer lock (see :mod:`mianalysis._internal.locking`) is held while it is built,
         so two processes creating the same dump cannot both build it.
@@ -405,9 +422,15 @@ class ParameterDump:
         if not layout:
             raise ValueError("`layout` must describe at least one tensor")
         meta = check_meta(meta)  # stored in the manifest: checked before anything is created
+        record = None
+        if sketch is not None:
+            if not isinstance(sketch, Sketch):
+                raise TypeError(f"`sketch` must be a mianalysis.dumps.Sketch or None; got {type(sketch).__name__}")
+            shapes = [(e.name, e.shape) for e in layout]
+            record, layout = sketch.record(shapes), layout_from_shapes(sketch.layout(shapes))
         n_params = layout[-1].offset + layout[-1].size
         manifest = {
-            "format_version": FORMAT_VERSION,
+            "format_version": FULL_FORMAT_VERSION if sketch is None else FORMAT_VERSION,
             "meta": meta,
             "clients": clients,
             "checkpoints": checkpoints,
@@ -419,6 +442,8 @@ class ParameterDump:
             "chunks": [],
             "provenance": [{**collect(), "runs_written": None}],
         }
+        if record is not None:
+            manifest["sketch"] = record
         with WriterLock(path):  # held from the check until the dump is in place
             check_creatable(path)
             return cls._build(path, manifest)

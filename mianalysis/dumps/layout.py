@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from .sketch import SKETCH_SUFFIX
+
 __all__ = ["LayoutEntry", "layout_from_shapes", "select_layout", "layout_columns", "NonFinite", "find_nonfinite"]
 
 
@@ -60,6 +62,8 @@ def layout_from_shapes(named_shapes: Iterable[tuple[str, Sequence[int]]]) -> lis
 def select_layout(layout: Sequence[LayoutEntry], layer: str | Iterable[str]) -> list[LayoutEntry]:
     """Entries of `layout` named by `layer`: a tensor name, a prefix of names ("rnn.0"
     matches "rnn.0.weight"), or a list of those; ValueError for a name that matches none.
+    In a sketched dump a tensor's name selects its sketch ("fc.weight" matches
+    "fc.weight[sketch]").
 
     A selection is a set of tensors: each selected tensor comes once, in layout order,
     whatever the order of the names and however they overlap (``["rnn.1", "rnn.1.bias"]``,
@@ -67,7 +71,8 @@ def select_layout(layout: Sequence[LayoutEntry], layer: str | Iterable[str]) -> 
     names = [layer] if isinstance(layer, str) else list(layer)
     chosen = set()
     for name in names:
-        found = {i for i, e in enumerate(layout) if e.name == name or e.name.startswith(name + ".")}
+        found = {i for i, e in enumerate(layout)
+                 if e.name in (name, name + SKETCH_SUFFIX) or e.name.startswith(name + ".")}
         if not found:
             raise ValueError(f"`layer` {name!r} is not in the layout; tensors: {[e.name for e in layout]}")
         chosen |= found

@@ -4,7 +4,8 @@ reads and writes the folder).
 
 A manifest is one JSON object::
 
-    format_version   FORMAT_VERSION (a reader refuses a newer one)
+    format_version   1, or 2 for a sketched dump (FORMAT_VERSION, the newest read: a
+                     reader refuses a newer one, so an older mianalysis refuses a sketch)
     meta             free-form description: task, its settings, seed (decides a resume)
     clients          unique client names, at least one
     checkpoints      training iteration of each checkpoint (unique integers within int64)
@@ -15,6 +16,9 @@ A manifest is one JSON object::
     dtype            DTYPE.str ("<f4"): the array files' dtype
     chunks           written chunks {start, stop, sha256: {client: hex digest}}
     provenance       one record per writing session (mianalysis.provenance.collect), oldest first
+    sketch           only in a sketched dump (mianalysis.dumps.sketch): kind, size, seed, nnz,
+                     split and the tensors sketched {name, shape, size}; the layout is then
+                     the sketch's (Sketch.layout of those tensors)
 
 :func:`check_manifest` checks a parsed manifest field by field and :func:`parse_manifest`
 parses one from the file's bytes; :func:`check_meta`, :func:`check_metric_names` and
@@ -32,12 +36,16 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from .sketch import sketch_from_record
+
 __all__ = [
     "FORMAT_VERSION", "MANIFEST", "DTYPE", "CENTRAL", "OPTIMUM", "REFERENCE_CLIENTS", "DumpError", "METRIC_NAME", "RESERVED_METRIC_NAMES",
     "check_meta", "check_metric_names", "check_checkpoint", "check_checkpoints", "check_manifest", "parse_manifest"
 ]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# The version a dump without a sketch is written with: readable by every mianalysis.
+FULL_FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 DTYPE = np.dtype("<f4")
 # The name of a dump's reference client (trained beside the clients in each run, e.g.
@@ -220,8 +228,9 @@ def check_manifest(manifest: object, mpath: str | os.PathLike) -> None:
     (unique strings); dtype; chunks (objects with integer start and stop, 0 <= start <
     stop <= n_runs, in any order but no two overlapping, and a SHA-256 hex digest for every
     client and no other);
-    provenance (a list of objects, when present). Every count is a Python int, so no size
-    derived from the manifest overflows. File sizes are checked after this, before any
+    provenance (a list of objects, when present); sketch (when present: format version 2,
+    valid settings, and the layout the sketch's of the tensors it records). Every count is
+    a Python int, so no size derived from the manifest overflows. File sizes are checked after this, before any
     file is mapped (see ParameterDump._check_files)."""
 
     def bad(field: str, want: str, got: object) -> NoReturn:
@@ -304,6 +313,13 @@ def check_manifest(manifest: object, mpath: str | os.PathLike) -> None:
     if "provenance" in manifest and (not isinstance(manifest["provenance"], list)
                                      or not all(isinstance(p, dict) for p in manifest["provenance"])):
         bad("provenance", "a list of objects", manifest["provenance"])
+    if "sketch" in manifest:
+        if manifest["format_version"] < 2:
+            bad("format_version", "2 in a dump with a `sketch`", manifest["format_version"])
+        try:
+            sketch_from_record(manifest["sketch"], [(e["name"], e["shape"]) for e in layout])
+        except ValueError as exc:
+            raise DumpError(f"{mpath} is damaged: `sketch` {exc}") from None
 
     chunks = manifest["chunks"]
     if not isinstance(chunks, list):

@@ -28,6 +28,7 @@ from ..provenance import collect
 from .format import ParameterDump, check_creatable, discard_unwritten_dump, unwritten_dump_discarded
 from .layout import find_nonfinite, layout_from_shapes
 from .manifest import MANIFEST, DumpError, check_checkpoints, check_meta, check_metric_names
+from .sketch import Sketch
 
 if TYPE_CHECKING:  # names used only in type hints (this module never imports PyTorch)
     import torch
@@ -234,6 +235,13 @@ class DumpWriter:
         ``runs_written``), stored with the first chunk it writes. Unlike `meta` they may
         differ from session to session and never decide a resume: e.g. the seed of the run
         one ``flwr run`` records (:func:`mianalysis.flower.record_deployment`).
+    sketch : Sketch, optional
+        Record each params' sketch (:class:`mianalysis.dumps.Sketch`) instead of the
+        parameters: every record is checked against `layout` (the parameters' tensors)
+        and the dump holds the sketch, its layout the sketch's (``NAME[sketch]`` tensors)
+        and its manifest the sketch (:attr:`ParameterDump.sketch`). Memory is then one
+        record's parameters plus the chunks' sketches. A dump is resumed only with the
+        same sketch.
 
     Examples
     --------
@@ -256,8 +264,12 @@ class DumpWriter:
 
     def __init__(self, path: str | os.PathLike, *, clients: Sequence[str], checkpoints: Sequence[int], runs: int,
                  layout: Sequence | None = None, chunk_size: int = 64, meta: dict | None = None,
-                 metrics: str | Sequence[str] | None = None, provenance: Mapping[str, Any] | None = None) -> None:
+                 metrics: str | Sequence[str] | None = None, provenance: Mapping[str, Any] | None = None,
+                 sketch: Sketch | None = None) -> None:
         self.path = Path(path)
+        if sketch is not None and not isinstance(sketch, Sketch):
+            raise TypeError(f"`sketch` must be a mianalysis.dumps.Sketch or None; got {type(sketch).__name__}")
+        self.sketch = sketch
         self.clients = [str(c) for c in clients]
         if not self.clients:
             raise ValueError("`clients` must name at least one client")
@@ -323,16 +335,19 @@ class DumpWriter:
         dump = ParameterDump.open_or_create(self.path, meta=self.meta)  # the same meta, and verified
         want = {"clients": self.clients, "checkpoints": self.checkpoints, "runs": self.n_runs}
         have = {"clients": dump.clients, "checkpoints": dump.checkpoints, "runs": dump.n_runs}
+        want["sketch"], have["sketch"] = self.sketch, dump.sketch
         if self.layout is not None:
             want["layout"] = [(e.name, e.shape) for e in self.layout]
-            have["layout"] = [(e.name, e.shape) for e in dump.layout]
+            have["layout"] = [(e.name, e.shape) for e in (dump.layout if dump.sketch is None else
+                                                          layout_from_shapes(dump.sketch_source))]
         if self.metric_names is not None:
             want["metrics"], have["metrics"] = self.metric_names, dump.metric_names
         diff = {k: (have[k], want[k]) for k in want if have[k] != want[k]}
         if diff:
             raise DumpError(f"{self.path} holds a dump with other settings (existing, requested): {diff}; nothing "
                             "was changed: choose another folder")
-        self.layout, self.metric_names = dump.layout, dump.metric_names
+        self.layout = dump.layout if dump.sketch is None else layout_from_shapes(dump.sketch_source)
+        self.metric_names = dump.metric_names
         self._attach(dump)
 
     def _attach(self, dump):
@@ -348,7 +363,7 @@ class DumpWriter:
             self.metric_names = sorted(self._seen)
         self._attach(ParameterDump.open_or_create(
             self.path, meta=self.meta, clients=self.clients, checkpoints=self.checkpoints, n_runs=self.n_runs,
-            layout=self.layout, metric_names=self.metric_names))
+            layout=self.layout, metric_names=self.metric_names, sketch=self.sketch))
 
     # ------------------------------------------------------------------ records
     def is_written(self, run: int) -> bool:
@@ -429,6 +444,8 @@ class DumpWriter:
             if span is None:
                 raise ValueError(f"{what}: run {run} is already written in {self.path}; skip it "
                                  "(`if w.is_written(run): continue`)")
+            if self.sketch is not None:  # what the dump holds: the sketch of the checked parameters
+                vector = self.sketch.apply_vector(vector, [(e.name, e.shape) for e in self.layout])
             chunk = self._open.get(span[0])
             if chunk is None:
                 chunk = self._open[span[0]] = _Chunk(*span, len(self.clients), len(self.checkpoints), vector.size)

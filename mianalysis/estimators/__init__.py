@@ -1,5 +1,5 @@
 """Mutual information estimators: Gaussian log-determinant (also conditional) (with its analytic null), KSG
-(with its tie and lattice check), Gaussian copula, the cross-fitted projection lower bound, permutation test,
+(with its tie and lattice check), Gaussian copula, the held-out lower bound (NWJ, valid for any distribution), permutation test,
 and the registry of estimators the analyses read."""
 
 from .bound import ProjectionBound, projection_bound, projection_mi_bound

@@ -24,13 +24,33 @@ class FederatedData:
 
     @classmethod
     def digits(cls, n_clients: int, scheme: str = "iid", *, seed: int = 0, mnist_path: str | os.PathLike | None = None,
-               **partition_args: Any) -> FederatedData:
-        """Digits (scikit-learn 8x8, or MNIST IDX files) split between `n_clients` clients."""
+               validation: float = 0.0, **partition_args: Any) -> FederatedData:
+        """Digits (scikit-learn 8x8, or MNIST IDX files) split between `n_clients` clients.
+
+        `validation` (0 <= validation < 1): the share of the training examples held out, before
+        the split between clients, as a validation set (stratified by label, drawn by `seed`),
+        so that settings can be tuned without looking at the test set; 0 keeps every training
+        example for the clients and no validation set (the default).
+
+        Examples
+        --------
+        >>> from mianalysis.federated import FederatedData
+        >>> data = FederatedData.digits(4, validation=0.2)
+        >>> len(data.y_val), len(data.y_train), len(data.y_test), int(sum(data.sizes())) == len(data.y_train)
+        (252, 1005, 540, True)
+        """
         from ..tasks.datasets import load_digit_images
         from .partition import partition
 
+        if isinstance(validation, bool) or not isinstance(validation, (int, float)) or not 0 <= validation < 1:
+            raise ValueError(f"`validation` must be a share in [0, 1); got {validation!r}")
         xtr, ytr, xte, yte = load_digit_images(mnist_path, seed)
-        return cls(xtr, ytr, xte, yte, partition(ytr, n_clients, scheme, seed=seed, **partition_args))
+        xva = yva = None
+        if validation > 0:
+            from sklearn.model_selection import train_test_split
+
+            xtr, xva, ytr, yva = train_test_split(xtr, ytr, test_size=validation, random_state=seed, stratify=ytr)
+        return cls(xtr, ytr, xte, yte, partition(ytr, n_clients, scheme, seed=seed, **partition_args), xva, yva)
 
     @classmethod
     def environments(cls, **settings: Any) -> FederatedData:

@@ -68,6 +68,7 @@ from typing import Any
 
 import numpy as np
 
+from .._internal.io import progress_bar
 from .._internal.seeding import replica_seed
 from .._internal.validation import check_choice, check_int, check_real
 from ..tasks import GaussianSGDTask
@@ -352,8 +353,15 @@ class QuadraticFederation:
         return local - theta, info
 
     # ------------------------------------------------------------------ the run
-    def run(self, *, replicate_ids: Sequence[int] | None = None) -> QuadraticResult:
+    def run(self, *, replicate_ids: Sequence[int] | None = None, progress: bool = False) -> QuadraticResult:
         """Train all rounds for every replicate (default ``range(replicates)``).
+
+        Parameters
+        ----------
+        replicate_ids : sequence of int, optional
+            The replicates (seeds) to train; all by default.
+        progress : bool, default=False
+            A progress bar over rounds on stderr.
 
         Raises
         ------
@@ -372,10 +380,13 @@ class QuadraticFederation:
         theta_star = np.linalg.solve(total, weighted[..., None])[..., 0]
         theta = self.start(ids)
         models = [theta]
+        bar = progress_bar(cfg.rounds, unit="round", desc=f"quadratic/{cfg.aggregator}", enabled=progress)
         with np.errstate(over="ignore", invalid="ignore"):  # a diverging rate is reported below
             for t in range(1, cfg.rounds + 1):
                 theta = self._round(theta, targets, ids, t)
                 models.append(theta)
+                bar.update(1)
+        bar.close()
         global_models = np.stack(models)  # (rounds + 1, R, d)
         diff = global_models - theta_star[None]
         error = (diff ** 2).sum(-1).T

@@ -14,12 +14,23 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.run import Run
 
+from .._internal.io import progress_bar
 from .._internal.validation import check_int
 from ..dumps.writer import DumpWriter
 from ..dumps import ParameterDump
 from .grid import SERVER_NODE_ID, LocalGrid
 from .records import named_arrays, partition_id, the_array_record
 from .seeding import SERVER_STREAM, seeded_globals
+
+# What a recorded dump's meta says every client of a run starts from (``init``) and shares
+# (``shared``), as figure titles show them (mianalysis.report.plots.figure_title): checkpoint 0
+# is the global model the server sends every client in round 1, and every round starts each
+# client from the round's global model. record_runs seeds the global random generators apart
+# for every ClientApp call; in a deployment the app seeds its own draws.
+RECORDED_INIT = "global model of round 0, sent to every client"
+_SHARED = "the global model of every round"
+_SHARED_RUNS = [f"{_SHARED} (not the global random generators: seeded apart for each client call)"]
+_SHARED_DEPLOYMENT = [f"{_SHARED} (random draws: as the app seeds them)"]
 
 
 class RunRecorder:
@@ -253,7 +264,8 @@ def _seeds_written(writer: DumpWriter) -> dict[int, Any]:
 
 def record_runs(server_app: ServerApp, client_app: ClientApp, out: str | os.PathLike, *, num_partitions: int,
                 rounds: int, seeds: Sequence[int], run_config: Mapping[str, Any] | None = None,
-                seed_key: str = "seed", meta: Mapping[str, Any] | None = None, verbose: bool = False) -> ParameterDump:
+                seed_key: str = "seed", meta: Mapping[str, Any] | None = None, verbose: bool = False,
+                progress: bool = False) -> ParameterDump:
     """Run a Flower app once per seed, in this process, into a dump of ``len(seeds)`` runs.
 
     Run r gives the ServerApp and every ClientApp the run config ``{**run_config,
@@ -297,11 +309,18 @@ def record_runs(server_app: ServerApp, client_app: ClientApp, out: str | os.Path
     seed_key : str, default="seed"
         The run-config key of the seed.
     meta : mapping, optional
-        More entries for the dump's meta (JSON values).
+        More entries for the dump's meta (JSON values). The meta says what the clients of
+        a run start from and share, as the figures' titles show them: ``"init"``
+        (:data:`RECORDED_INIT`, the global model of round 0) and ``"shared"`` (the global model of
+        every round; the global random generators are seeded apart for each client call);
+        entries of `meta` with these keys replace them (an app whose clients also share
+        draws of its own generators, e.g. one data split drawn from the run's seed).
     verbose : bool, default=False
         Keep Flower's INFO messages (several lines per round and client: thousands for a
         recording of many runs). By default the "flwr" logger shows warnings and errors only
         while the recording runs, and its level is restored afterwards.
+    progress : bool, default=False
+        A progress bar over runs on stderr (runs written earlier counted as done).
 
     Returns
     -------
@@ -319,12 +338,15 @@ def record_runs(server_app: ServerApp, client_app: ClientApp, out: str | os.Path
     num_partitions = check_int(num_partitions, "num_partitions", low=1)
     rounds = check_int(rounds, "rounds", low=1)
     run_config = dict(run_config or {})
-    meta = {**dict(meta or {}), "flower": {"num_partitions": num_partitions, "rounds": rounds, "seeds": seeds,
-                                            "seed_key": seed_key, "run_config": run_config}}
+    meta = {"init": RECORDED_INIT, "shared": _SHARED_RUNS, **dict(meta or {}),
+            "flower": {"num_partitions": num_partitions, "rounds": rounds, "seeds": seeds, "seed_key": seed_key,
+                       "run_config": run_config}}
     # One chunk per run: each run is written as soon as its last record comes.
     with _flower_messages(verbose), DumpWriter(out, clients=range(num_partitions), checkpoints=range(rounds + 1), runs=len(seeds),
                     chunk_size=1, meta=meta) as writer:
-        for run in writer.missing_runs():
+        todo = writer.missing_runs()
+        bar = progress_bar(len(seeds), initial=len(seeds) - len(todo), unit="run", desc="recording", enabled=progress)
+        for run in todo:
             recorder = RunRecorder(writer, run)
             config = {**run_config, seed_key: seeds[run]}
             with LocalGrid(client_app, num_partitions, run_config=config, run_id=run + 1, seed=seeds[run]) as local, \
@@ -333,6 +355,8 @@ def record_runs(server_app: ServerApp, client_app: ClientApp, out: str | os.Path
                                   run_config=dict(config))
                 server_app(RecordingGrid(local, recorder), context)
             recorder.check_complete()
+            bar.update(1)
+        bar.close()
     return ParameterDump.open(out)
 
 
@@ -365,7 +389,10 @@ def record_deployment(grid: Grid, context: Context, *, rounds: int, seed_key: st
     draws of an app relying on the global generators (which record_runs seeds) are not
     reproducible here. The dump's meta is `meta`
     plus the settings (nodes, rounds, and the run config without the seed and these
-    entries): every run of one dump must have the same ones. Each run's seed (the run
+    entries): every run of one dump must have the same ones. As for :func:`record_runs`,
+    it says what the clients of a run start from and share (``"init"``: :data:`RECORDED_INIT`;
+    ``"shared"``: the global model of every round, random draws as the app seeds them),
+    unless `meta` has these keys. Each run's seed (the run
     config's `seed_key`) is kept in the provenance record of the session that wrote it
     (``"flower": {"run": r, "seed": s}``), and a ``flwr run`` whose seed is that of a
     written run is refused before it trains (two runs of one seed would be the same run
@@ -428,8 +455,9 @@ def record_deployment(grid: Grid, context: Context, *, rounds: int, seed_key: st
     if num_partitions == 0:
         raise ValueError("the grid has no nodes: start the SuperNodes before `flwr run`")
     settings = {k: v for k, v in config.items() if k != seed_key and not k.startswith("mianalysis.")}
-    meta = {**dict(meta or {}), "flower": {"num_partitions": num_partitions, "rounds": rounds, "seed_key": seed_key,
-                                            "run_config": settings, "deployment": True}}
+    meta = {"init": RECORDED_INIT, "shared": _SHARED_DEPLOYMENT, **dict(meta or {}),
+            "flower": {"num_partitions": num_partitions, "rounds": rounds, "seed_key": seed_key,
+                       "run_config": settings, "deployment": True}}
     seed = config.get(seed_key)  # None: the run config has no seed, so nothing to compare
     # The seed goes with this session's provenance record (meta is the same for every run).
     with DumpWriter(out, clients=range(num_partitions), checkpoints=range(rounds + 1), runs=runs, chunk_size=1,
@@ -461,4 +489,5 @@ def _flower_messages(verbose):
         log.setLevel(level)
 
 
-__all__ = ["RunRecorder", "RecordingGrid", "record_runs", "record_deployment", "repeated_seeds", "DEPLOYMENT_CONFIG"]
+__all__ = ["RunRecorder", "RecordingGrid", "record_runs", "record_deployment", "repeated_seeds", "DEPLOYMENT_CONFIG",
+           "RECORDED_INIT"]

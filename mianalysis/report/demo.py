@@ -31,7 +31,7 @@ __all__ = [
 DEFAULT_CASES = ((5000, 1, 0.6), (5000, 10, 0.6), (5000, 50, 0.3), (5000, 50, 0.0))
 # Permutations of the demo's nulls, per estimator that analyze's default ("auto") may run:
 # p-values go down to 1/101 (copula, KSG). At the demo's 400 runs of 358 + 358 parameters "auto" gives the
-# cross-fitted projection lower bound (no calibrated estimate exists there: a Gaussian one
+# held-out lower bound (NWJ, valid for any distribution) (no calibrated estimate exists there: a Gaussian one
 # would be a Ledoit-Wolf shrinkage number, KSG far outside its calibrated regime); with
 # more runs (--runs) the copula estimate. The bound's permutations are fewer: each refits the
 # canonical directions on both halves, and 20

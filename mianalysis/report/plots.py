@@ -317,7 +317,7 @@ def _kind_segments(iterations, kinds):
     return segments
 
 
-def estimator_variant(rows: Sequence[dict], estimator: str) -> str:
+def estimator_variant(rows: Sequence[dict], estimator: str, *, checkpoint: str = "iteration") -> str:
     """How `estimator`'s MI of this table was computed, in words, from its rows' ``estimate_kind``.
 
     Parameters
@@ -326,14 +326,17 @@ def estimator_variant(rows: Sequence[dict], estimator: str) -> str:
         An analysis table.
     estimator : str
         A registered estimator.
+    checkpoint : str, default="iteration"
+        What the table's checkpoints count ("round" for a federated dump, see
+        :func:`checkpoint_label`): the word that names them.
 
     Returns
     -------
     str
         For a Gaussian log-determinant estimator ("gaussian", "copula"): "bias-corrected",
-        "Ledoit-Wolf shrinkage", or both with the iterations where shrinkage was used; for
-        another its registry label ("KSG"); "" when the table has no finite estimate of
-        `estimator`.
+        "Ledoit-Wolf shrinkage", or both with the iterations (rounds) where shrinkage was
+        used; for another its registry label ("KSG"); "" when the table has no finite
+        estimate of `estimator`.
     """
     hits = [r for r in AnalysisTable.of(rows) if r["quantity"] == f"mi_{estimator}" and np.isfinite(_num(r, "value"))]
     if not hits:
@@ -345,7 +348,7 @@ def estimator_variant(rows: Sequence[dict], estimator: str) -> str:
         return "bias-corrected"
     if len(shrunk) == len({r["iteration"] for r in hits}):
         return "Ledoit-Wolf shrinkage"
-    return f"bias-corrected; Ledoit-Wolf shrinkage at iterations {', '.join(str(i) for i in shrunk)}"
+    return f"bias-corrected; Ledoit-Wolf shrinkage at {checkpoint}s {', '.join(str(i) for i in shrunk)}"
 
 
 def permutations_of(rows: Sequence[dict], estimator: str, record: Mapping[str, Any] | None = None) -> int | None:
@@ -371,7 +374,7 @@ def permutations_of(rows: Sequence[dict], estimator: str, record: Mapping[str, A
 
 
 def plot_mi_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], estimator: str, *,
-                  permutations: int | None = None) -> None:
+                  permutations: int | None = None, xlabel: str = "iteration") -> None:
     """MI between clients vs iteration, summarised over the client pairs.
 
     When every estimate has a null (permutation or analytic), the panel shows the estimate
@@ -408,6 +411,9 @@ def plot_mi_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], estimator: str
         How many permutations the estimator's permutation nulls had (see
         :func:`permutations_of`); default: the table's ``settings``, else not known (the
         null is drawn).
+    xlabel : str, default="iteration"
+        What the checkpoints count ("round" for a federated dump, see :func:`checkpoint_label`):
+        the x label, and the word the legend and the title name checkpoints by.
     """
     quantity = f"mi_{estimator}"
     if permutations is None:
@@ -452,7 +458,7 @@ def plot_mi_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], estimator: str
         ax.set_xlim(min(kinds) - 0.5, max(kinds) + 0.5)
         its = ", ".join(str(int(i)) for i in sorted(shrunk))
         ax.plot([], [], ls="none", marker="x", color="0.3",
-                label=f"iteration {its}: {KIND_LABELS['shrinkage']} (not drawn)")
+                label=f"{xlabel} {its}: {KIND_LABELS['shrinkage']} (not drawn)")
     if relative:
         sd = s["null_sd"]
         ok = np.isfinite(sd)
@@ -490,7 +496,7 @@ def plot_mi_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], estimator: str
         ax.plot([], [], ls="none", marker="o", ms=7, mfc="white", mec="0.3", label=OUTSIDE_LABEL)
     if len(s["infinite"]):
         its = ", ".join(str(int(i)) for i in s["infinite"])
-        ax.plot([], [], ls="none", marker="$\\infty$", color="0.2", label=f"infinite at iteration {its} (not drawn)")
+        ax.plot([], [], ls="none", marker="$\\infty$", color="0.2", label=f"infinite at {xlabel} {its} (not drawn)")
     if len(s["iteration"]) and not (np.isfinite(s["ci_low"]) & np.isfinite(s["ci_high"])).any():
         ax.plot([], [], ls="none", label=NO_CI_LABEL)
     if few is not None:
@@ -501,12 +507,12 @@ def plot_mi_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], estimator: str
                      BOUND_LABEL.format(pairs=_pair_count_label(s)))
         if (s["outside"] & bound).any():
             its = ", ".join(str(int(i)) for i in s["iteration"][s["outside"] & bound])
-            ax.plot([], [], ls="none", label=f"lower bound outside calibration at iteration {its}")
-    variant = estimator_variant(every_row, estimator)
+            ax.plot([], [], ls="none", label=f"lower bound outside calibration at {xlabel} {its}")
+    variant = estimator_variant(every_row, estimator, checkpoint=xlabel)
     entry = get_estimator(estimator)
     ax.set_title(f"MI, {entry.display_name}" + (f": {variant}" if variant and variant != entry.label else "")
                  + (f"\n{BOUND_NOTE}" if bound.any() else ""), fontsize=10)
-    ax.set_xlabel("iteration")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("MI - null mean (bits)" if relative else "MI (bits)")
     ax.ticklabel_format(axis="y", useOffset=False)  # tick labels that read as bits, not as an offset
     _integer_ticks(ax)
@@ -680,7 +686,11 @@ def figure_title(rows: Sequence[dict], record: Mapping[str, Any] | None = None) 
         sidecar ``NAME.csv.json``: ``task``, ``init``, ``shared``, ``permutations``, ``k``) or
         an analysis sidecar with the dump's ``meta`` added under ``dump_meta``. Keys looked up: ``task``,
         ``init``, ``shared``, ``k``, ``permutations``, then the same under ``dump_meta`` and
-        ``settings``. Without it, the init and shared streams are "not recorded".
+        ``settings``. Without it, the init and shared streams are "not recorded". For a dump
+        whose checkpoints are rounds (:func:`checkpoint_label`: one recorded by
+        :func:`mianalysis.flower.record_runs`, whose ``init`` and ``shared`` say what every
+        client of a run starts from and shares), they are named "start" and "shared", and
+        checkpoints are named rounds.
 
     Returns
     -------
@@ -692,8 +702,12 @@ def figure_title(rows: Sequence[dict], record: Mapping[str, Any] | None = None) 
     >>> rows = [{"quantity": "mi_gaussian", "value": 1.0, "n_runs": 400, "note": "", "iteration": 1}]
     >>> figure_title(rows, {"task": "signal-rnn", "init": "per-run"})
     'signal-rnn; init per-run; shared streams: none; 400 runs; Gaussian MI bias-corrected'
+    >>> figure_title(rows, {"dump_meta": {"flower": {}, "init": "global model of round 0",
+    ...                                   "shared": ["the global model of every round"]}})
+    'start: global model of round 0; shared: the global model of every round; 400 runs; Gaussian MI bias-corrected'
     """
     rec = dict(record or {})
+    rounds = checkpoint_label(rec) == "round"
     sources = [rec, rec.get("dump_meta") or {}, rec.get("settings") or {}]
 
     def find(key):
@@ -707,19 +721,20 @@ def figure_title(rows: Sequence[dict], record: Mapping[str, Any] | None = None) 
     if task:
         parts.append(str(task))
     init = find("init")
-    parts.append(f"init {init}" if init else "init not recorded")
+    start, streams = ("start", "shared") if rounds else ("init", "shared streams")  # rounds: what the recorder says
+    parts.append((f"{start}: {init}" if rounds else f"init {init}") if init else f"{start} not recorded")
     shared = find("shared")
     if shared:
-        parts.append("shared streams: " + ", ".join(shared if not isinstance(shared, str) else [shared]))
+        parts.append(f"{streams}: " + ", ".join(shared if not isinstance(shared, str) else [shared]))
     elif record is not None and (init or task):  # recorded runs without `shared` shared nothing
-        parts.append("shared streams: none")
+        parts.append(f"{streams}: none")
     else:
-        parts.append("shared streams not recorded")
+        parts.append(f"{streams} not recorded")
     runs = sorted({int(r["n_runs"]) for r in rows if str(r.get("n_runs", "")) not in ("", "nan")})
     if runs:
         parts.append(f"{runs[0]} runs" if len(runs) == 1 else f"{runs[0]}-{runs[-1]} runs")
     for name in estimator_names():
-        variant, entry = estimator_variant(rows, name), get_estimator(name)
+        variant, entry = estimator_variant(rows, name, checkpoint=checkpoint_label(rec)), get_estimator(name)
         if not variant:
             continue
         if entry.covariance:
@@ -805,7 +820,7 @@ def figure_mi(rows: Sequence[dict], title: str | None = None, *, record: Mapping
     fig, axes = _figure(len(ests) + 1)
     for ax, est in zip(axes[:len(ests)], ests):
         if f"mi_{est}" in quantities:
-            plot_mi_panel(ax, rows, est, permutations=permutations_of(rows, est, record))
+            plot_mi_panel(ax, rows, est, permutations=permutations_of(rows, est, record), xlabel=xlabel)
         else:
             ax.set_axis_off()
     if metric is not None:

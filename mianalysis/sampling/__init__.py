@@ -302,7 +302,7 @@ class ParameterSampler:
         return ParameterDump.open_or_create(
             out, meta=meta, clients=self.clients,
             checkpoints=self.checkpoints, n_runs=runs, layout=layout_from_shapes(self.task.parameter_shapes()),
-            metric_names=self.metric_names,
+            metric_names=self.metric_names, sketch=getattr(self.task, "sketch", None),  # recorded() applies it
         )
 
     @property
@@ -320,9 +320,13 @@ class ParameterSampler:
         """A lower bound of the memory that training a chunk of `chunk_runs` runs takes: per
         replica (run x client, the central client included) and recorded parameter, 4 bytes
         for each of the parameters, their gradients, the optimiser's two moments and each
-        checkpoint's sample twice (as recorded, then stacked)."""
-        n_params = sum(int(np.prod(shape)) for _, shape in self.task.parameter_shapes())
-        return chunk_runs * len(self.clients) * n_params * 4 * (4 + 2 * len(self.checkpoints))
+        checkpoint's sample twice (as recorded, then stacked; a sample is the sketch where the
+        task records one)."""
+        shapes = self.task.parameter_shapes()
+        n_params = sum(int(np.prod(shape)) for _, shape in shapes)
+        sketch = getattr(self.task, "sketch", None)
+        n_sample = n_params if sketch is None else sum(sketch.sizes(shapes))
+        return chunk_runs * len(self.clients) * 4 * (4 * n_params + 2 * len(self.checkpoints) * n_sample)
 
     def _check_chunk_fits(self, chunk_runs):
         """ChunkMemoryError, before anything is written, when :meth:`chunk_bytes` exceeds the

@@ -100,6 +100,9 @@ class Task(ABC):
     # second thread every small operation pays for waking it (and, on a busy machine, for
     # waiting on it), and switching the count costs the operations that follow.
     sampling_threads: int | None = None
+    # A sketch (mianalysis.dumps.Sketch) that recorded() applies and the sampler's dump records
+    # (ModuleTask's `sketch`); None: the parameters themselves are recorded.
+    sketch: Any = None
 
     def __init__(self, **settings: Any) -> None:
         unknown = set(settings) - set(self.default_settings())

@@ -153,6 +153,12 @@ class ModuleTask(Task):
         over the sum of the replicas' losses through the batched forward. Replica r's
         parameters enter only replica r's loss, so both give each replica its own
         gradient; where their bytes agree, and where not, see Notes.
+    sketch : mianalysis.dumps.Sketch, optional
+        Record each checkpoint's sketch of the recorded tensors instead of the tensors
+        (models of millions of parameters): the sampler's dump then holds the sketch, its
+        layout the sketch's and its manifest the sketch (see :mod:`mianalysis.dumps.sketch`).
+        The task's settings record it, so a dump is resumed only with the same sketch.
+        :meth:`parameter_shapes` stays the tensors' shapes.
 
     Notes
     -----
@@ -245,8 +251,15 @@ class ModuleTask(Task):
                  loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], *,
                  init: Callable[[torch.nn.Module, torch.Generator], None] | None = None, optimizer: str = "adam",
                  lr: float = 1e-3, batch_size: int = 32, epochs: int = 1, record: str | Sequence[str] | None = None,
-                 eval_examples: int | None = None, gradients: str = "vmap", **unknown: Any) -> None:
+                 eval_examples: int | None = None, gradients: str = "vmap", sketch: Any = None,
+                 **unknown: Any) -> None:
         import torch
+
+        # A mianalysis.dumps.Sketch (the dumps stage is above this one: known by what it does).
+        if sketch is not None and not (callable(getattr(sketch, "apply", None))
+                                       and callable(getattr(sketch, "to_json", None))):
+            raise TypeError(f"`sketch` (task module) must be a mianalysis.dumps.Sketch or None; got {sketch!r}")
+        self.sketch = sketch
 
         for what, fn in (("model", model), ("loss", loss)):
             if not callable(fn):
@@ -277,6 +290,8 @@ class ModuleTask(Task):
             "n_clients": len(self._inputs), "n_examples": int(self._inputs[0].shape[0]),
             "data_sha256": _data_digest(self._inputs, self._targets), "model_sha256": self._model_digest(),
         })
+        if sketch is not None:  # absent without one: dumps made before sketches existed resume
+            self.settings["sketch"] = sketch.to_json()
         self._batched = None
         outputs = self._probe()
         self._check_labels(outputs)
@@ -640,7 +655,15 @@ class ModuleTask(Task):
         return [grads[n] for n in self._names]
 
     def recorded(self, params: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        return [params[i] for i in self._kept]
+        """The `record` tensors of `params` (replicas first), or with a `sketch` each one's
+        sketch (replicas, rows), in the sketch's layout."""
+        kept = [params[i] for i in self._kept]
+        if self.sketch is None:
+            return kept
+        import torch
+
+        named = [(self._names[i], p.detach().cpu().numpy()) for i, p in zip(self._kept, kept)]
+        return [torch.from_numpy(a.reshape(a.shape[0], -1)) for _, a in self.sketch.apply(named, batch_dims=1)]
 
     def evaluate(self, params: Sequence[torch.Tensor], data: ClientBatchData) -> dict[str, torch.Tensor]:
         """The "loss" on the first `eval_examples` examples, the model in eval mode."""

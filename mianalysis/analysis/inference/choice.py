@@ -102,7 +102,7 @@ def describe_rule() -> str:
     """The rule in one sentence (the CLI help and the sidecar)."""
     return (f"per pair, checkpoint and tensor: the Gaussian copula estimate (mi_copula) where runs >= "
             f"{COPULA_MIN_RUNS_PER_DIM} x the varying joint dims (its calibrated regime) and it lies inside it, "
-            f"else the cross-fitted projection lower bound (mi_bound); KSG (mi_ksg) as well where joint dims <= "
+            f"else the held-out lower bound (NWJ, valid for any distribution) (mi_bound); KSG (mi_ksg) as well where joint dims <= "
             f"{KSG_MAX_JOINT_DIMS} and runs >= {KSG_MIN_RUNS} and its estimate lies inside its regime")
 
 

@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
+from ..._internal.io import progress_bar
 from ..._internal.validation import check_choice, check_int, check_real
 from ...dumps.manifest import CENTRAL, OPTIMUM, REFERENCE_CLIENTS
 from ..inference.intervals import check_level, mean_interval, normal_interval, se_from_interval
@@ -43,7 +44,7 @@ if TYPE_CHECKING:  # names used only in type hints
 __all__ = ["RULES", "FITTED_RULES", "RUNNABLE_RULES", "BEST_RULES", "NEAR_OPTIMAL", "REFERENCE_CLIENTS",
            "MAX_BLUE_DIMENSION", "default_rules", "fitting_inflation", "rule_weights", "oracle_weights",
            "best_linear_weights", "combine_errors", "combination_mse", "ratio_interval", "headroom_rows", "headroom",
-           "reference_phrase", "headroom_verdicts"]
+           "reference_phrase", "headroom_verdicts", "headroom_rule_lines"]
 
 log = logging.getLogger(__name__)
 
@@ -75,26 +76,38 @@ MAX_BLUE_DIMENSION = 4096
 RIDGE = 1e-12
 
 
-def default_rules(n_clients: int, n_params: int) -> list[str]:
+def default_rules(n_clients: int, n_params: int, *, curvature: bool = False) -> list[str]:
     """The rules measured when none are named: :data:`RULES`, less "blue" where its
-    (n_clients n_params) x (n_clients n_params) system exceeds :data:`MAX_BLUE_DIMENSION`.
+    (n_clients n_params) x (n_clients n_params) system exceeds :data:`MAX_BLUE_DIMENSION`,
+    and "curvature" last where it can be measured.
+
+    Parameters
+    ----------
+    n_clients, n_params : int
+        The clients combined and their parameters.
+    curvature : bool, default=False
+        Whether the clients' curvature weights are known (:func:`headroom` on a gaussian-sgd
+        dump against its exact theta*, the only place the rule "curvature" runs): then
+        "curvature", a rule a federation can run, is measured too.
 
     Examples
     --------
     >>> from mianalysis.analysis.studies.headroom import default_rules
     >>> default_rules(3, 2000)
     ['mean', 'weighted_mean', 'inverse_variance', 'blue_coordinate']
+    >>> default_rules(3, 20, curvature=True)
+    ['mean', 'weighted_mean', 'inverse_variance', 'blue_coordinate', 'blue', 'curvature']
     """
     fits = check_int(n_clients, "n_clients", low=1) * check_int(n_params, "n_params", low=1) <= MAX_BLUE_DIMENSION
-    return [r for r in RULES if r != "blue" or fits]
+    return [r for r in RULES if r != "blue" or fits] + (["curvature"] if curvature else [])
 
 
-def _resolve_rules(rules, n_clients, n_params):
+def _resolve_rules(rules, n_clients, n_params, *, curvature=False):
     """`rules` as a list; None: :func:`default_rules`, saying (logger ``mianalysis.analysis.studies.headroom``,
     level INFO) when "blue" is left out."""
     if rules is not None:
         return list(rules)
-    chosen = default_rules(n_clients, n_params)
+    chosen = default_rules(n_clients, n_params, curvature=curvature)
     if "blue" not in chosen:
         size = n_clients * n_params
         log.info(f"rule 'blue' left out of the default rules: it needs a ({size} x {size}) error second moment "
@@ -438,6 +451,23 @@ def _difference_rank(rule, e):
 
 
 # ---------------------------------------------------------------------- one checkpoint
+def _headroom_rows_iv(shape, rules, folds, level, fixed_weights):
+    """:func:`headroom_rows`' checks of all but the errors' values, for errors of `shape`
+    (n_clients, n_runs, n_params): (rules, folds, level), the rules resolved."""
+    k, n, d = shape
+    folds = check_int(folds, "folds", low=2)
+    level = check_level(level, "level")
+    rules = _resolve_rules(rules, k, d)
+    for rule in rules:
+        if rule not in fixed_weights:
+            check_choice(rule, "rule", [*RULES, *fixed_weights])
+    if "blue" in rules and "blue" not in fixed_weights and k > 1:
+        _check_blue_size(k, d)
+    if n < 2 * folds:
+        raise ValueError(f"headroom needs at least {2 * folds} runs for {folds} folds; got {n}")
+    return rules, folds, level
+
+
 def _cross_fitted(rule, e, folds, client_sizes):
     """Per-run squared errors with the weights fitted on the other folds (run r in fold r % folds)."""
     n = e.shape[1]
@@ -451,7 +481,8 @@ def _cross_fitted(rule, e, folds, client_sizes):
 
 def headroom_rows(errors: ArrayLike, *, rules: Sequence[str] | None = None, folds: int = 2, level: float = 0.95,
                   client_sizes: ArrayLike | None = None, exact: tuple[ArrayLike, ArrayLike] | None = None,
-                  fixed_weights: Mapping[str, ArrayLike] | None = None) -> list[dict[str, Any]]:
+                  fixed_weights: Mapping[str, ArrayLike] | None = None,
+                  on_rule: Callable[[int], object] | None = None) -> list[dict[str, Any]]:
     """MSE of each combination rule at one checkpoint, its interval and its ratio to the mean's.
 
     Parameters
@@ -477,6 +508,8 @@ def headroom_rows(errors: ArrayLike, *, rules: Sequence[str] | None = None, fold
         oracle weights (:func:`oracle_weights`).
     fixed_weights : dict, optional
         Further rules with known weights: name -> (n_clients, d) or (n_clients, d, d).
+    on_rule : callable, optional
+        Called with 1 after each rule's row (e.g. a progress bar's ``update``).
 
     Returns
     -------
@@ -492,16 +525,9 @@ def headroom_rows(errors: ArrayLike, *, rules: Sequence[str] | None = None, fold
         nothing to combine: every rule's weight is 1, its ratio 1, and its note says so.
     """
     e = _as_errors(errors)
-    folds = check_int(folds, "folds", low=2)
-    level = check_level(level, "level")
     fixed_weights = dict(fixed_weights or {})
-    rules = _resolve_rules(rules, e.shape[0], e.shape[2])
-    for rule in rules:
-        if rule not in fixed_weights:
-            check_choice(rule, "rule", [*RULES, *fixed_weights])
+    rules, folds, level = _headroom_rows_iv(e.shape, rules, folds, level, fixed_weights)
     k, n, d = e.shape
-    if n < 2 * folds:
-        raise ValueError(f"headroom needs at least {2 * folds} runs for {folds} folds; got {n}")
     base = combine_errors(rule_weights("mean", e), e)
     moments = None if exact is None else (np.asarray(exact[0], float), np.asarray(exact[1], float))
     base_exact = None if moments is None else combination_mse(np.full((k, d), 1.0 / k), *moments)
@@ -540,6 +566,8 @@ def headroom_rows(errors: ArrayLike, *, rules: Sequence[str] | None = None, fold
             row["exact_note"] = ("oracle weights of the rule (from the exact moments)" if fitted
                                  else "the rule's weights")
         rows.append(row)
+        if on_rule is not None:
+            on_rule(1)
     return rows
 
 
@@ -584,7 +612,8 @@ def _describe(client):
 
 def headroom(dump: ParameterDump | str | os.PathLike, *, reference: str | ArrayLike = "auto",
              rules: Sequence[str] | None = None, iterations: Sequence[int] | None = None, folds: int = 2,
-             level: float = 0.95, client_sizes: ArrayLike | None = None) -> list[dict[str, Any]]:
+             level: float = 0.95, client_sizes: ArrayLike | None = None,
+             progress: bool = False) -> list[dict[str, Any]]:
     """Per checkpoint and combination rule: MSE to the reference over runs, and its ratio to the average's.
 
     Parameters
@@ -616,12 +645,17 @@ def headroom(dump: ParameterDump | str | os.PathLike, *, reference: str | ArrayL
         ``(sum_j A_j)^-1 A_k`` of the reference). By default :func:`default_rules`: every
         rule of :data:`RULES`, less "blue" where n_clients x n_params exceeds
         :data:`MAX_BLUE_DIMENSION` (a note on the logger ``mianalysis.analysis.studies.headroom`` says so);
-        "blue" named explicitly is refused there instead.
+        "blue" named explicitly is refused there instead. "curvature" is among them where it
+        can run: a gaussian-sgd dump measured against its exact theta* ("task", or the
+        sampler's client "optimum").
     iterations : sequence of int, optional
         Iterations (checkpoints) to measure; all by default.
     folds, level, client_sizes
         See :func:`headroom_rows`. Client sizes default to equal (the built-in tasks give
         every client the same number of examples).
+    progress : bool, default=False
+        A progress bar on stderr over (checkpoint, rule) pairs: the fitted rules ("blue"
+        above all) take long on large dumps.
 
     Returns
     -------
@@ -704,14 +738,19 @@ def headroom(dump: ParameterDump | str | os.PathLike, *, reference: str | ArrayL
     exact_ok = ((ref_name == TASK_REFERENCE or client_reference == OPTIMUM) and task is not None
                 and hasattr(task, "exact_error_moments") and task.settings.get("transform", "none") == "none"
                 and len(clients) == task.n_clients)
-    rules = _resolve_rules(rules, len(clients), dump.n_params)
+    # "curvature" is among the default rules wherever it can run: on the task's exact theta*.
+    rules = _resolve_rules(rules, len(clients), dump.n_params,
+                           curvature=exact_ok and hasattr(task, "curvature_weights"))
     fixed = {}
     if "curvature" in rules:
         if not exact_ok:
             raise ValueError("rule 'curvature' needs a gaussian-sgd dump and its exact theta* as the reference "
                              "('task', or the sampler's client 'optimum')")
         fixed["curvature"] = task.curvature_weights()
+    # headroom_rows' checks, before the progress bar is drawn: an error is then the only line.
+    _headroom_rows_iv((len(clients), n, dump.n_params), rules, folds, level, fixed)
     rows = []
+    bar = progress_bar(len(wanted) * len(rules), unit="rule", desc="headroom", enabled=progress)
     for it in wanted:
         t = dump.checkpoints.index(it)
         here = None if ref is None else (ref if ref.ndim == 2 else ref[t])
@@ -720,9 +759,10 @@ def headroom(dump: ParameterDump | str | os.PathLike, *, reference: str | ArrayL
         errors = np.stack([np.asarray(dump.samples(c, iteration=it), dtype=np.float64) - here for c in clients])
         exact = task.exact_error_moments(it, init=init, shared=shared) if exact_ok else None
         for row in headroom_rows(errors, rules=rules, folds=folds, level=level, client_sizes=client_sizes,
-                                 exact=exact, fixed_weights=fixed):
+                                 exact=exact, fixed_weights=fixed, on_rule=bar.update):
             rows.append({"iteration": it, "checkpoint": t, "reference": ref_name, "n_clients": len(clients),
                          "n_params": dump.n_params, **row})
+    bar.close()
     return rows
 
 
@@ -922,4 +962,101 @@ def headroom_verdicts(rows: Sequence[Mapping[str, Any]], *, level: float = 0.95,
         else:
             lines.append(f"{start}no verdict: the {name} has {share}, an interval that straddles the near-optimal "
                          f"threshold {near_optimal:g} (too wide to say; more runs narrow it)")
+    return lines
+
+
+def _interval(values):
+    return f"{_share(values[0])} [{_share(values[1])}, {_share(values[2])}]"
+
+
+def _rule_ratio(row):
+    """The ratio part of a rule's line in :func:`headroom_rule_lines`."""
+    raw = tuple(_number(row, k) for k in ("ratio", "ratio_low", "ratio_high"))
+    if not np.isfinite(raw[0]):
+        return "ratio to averaging undefined (averaging's MSE is 0: every client at the reference)"
+    if str(row.get("note", "")).startswith("one client"):
+        return f"ratio to averaging {_interval(raw)} (one client: nothing to combine)"
+    if not str(row.get("weights", "")).startswith("cross-fitted"):
+        return f"ratio to averaging {_interval(raw)} (fixed weights)"
+    corrected = _corrected(row)
+    if corrected is not None:
+        return f"fit-corrected ratio to averaging {_interval(corrected)} (as cross-fitted: {_interval(raw)})"
+    why = ("its second moment is shrunk" if str(row.get("note", "")).startswith("ledoit-wolf")
+           else "none for this rule" if str(row["rule"]) not in BEST_RULES else "not defined here")
+    return f"ratio to averaging {_interval(raw)} (cross-fitted; fit correction: {why})"
+
+
+def headroom_rule_lines(rows: Sequence[Mapping[str, Any]], *, iteration: int | None = None,
+                        level: float = 0.95) -> list[str]:
+    """The rows of one checkpoint in words: what the numbers are, then one line per rule.
+
+    Each rule's line gives its MSE to the reference with its interval (and the exact MSE
+    where the task knows it: of the rule's oracle weights for a fitted rule), then its MSE
+    as a **ratio to averaging's** (below 1: the rule beats averaging):
+
+    - a rule with fixed weights ("mean", "weighted_mean", "curvature"): its ratio;
+    - a fitted rule with a correction for the cost of fitting ("blue", "blue_coordinate"):
+      the **fit-corrected** ratio (``ratio_corrected``: the cross-fitted ratio divided by
+      :func:`fitting_inflation`, an estimate of the ratio of the rule's oracle weights; the
+      one :func:`headroom_verdicts` judges by and the docs' tables quote), labelled so, then
+      the cross-fitted ratio it comes from;
+    - a fitted rule without one ("inverse_variance"; "blue" with a shrunk second moment):
+      the cross-fitted ratio, saying that it is not corrected.
+
+    The intervals are the table's, at `level` (not widened over checkpoints as the
+    verdicts' are).
+
+    Parameters
+    ----------
+    rows : sequence of dict
+        The rows of one :func:`headroom` table, as returned or as read back from its CSV.
+    iteration : int, optional
+        The checkpoint to describe; by default the table's last.
+    level : float, default=0.95
+        The level the rows' intervals were computed at.
+
+    Returns
+    -------
+    list of str
+        The line saying what the numbers are, then one line per rule of that checkpoint,
+        each starting "iteration N RULE:".
+
+    Examples
+    --------
+    >>> from mianalysis.analysis.studies.headroom import headroom_rule_lines
+    >>> row = {"iteration": 5, "reference": "optimum (exact theta*)", "rule": "blue", "n_runs": 400, "n_params": 2,
+    ...        "weights": "cross-fitted, 2 folds", "mse": 1.02, "mse_low": 0.9, "mse_high": 1.14, "ratio": 0.51,
+    ...        "ratio_low": 0.46, "ratio_high": 0.56, "ratio_corrected": 0.5, "ratio_corrected_low": 0.45,
+    ...        "ratio_corrected_high": 0.55}
+    >>> print(*headroom_rule_lines([row]), sep="\\n")  # doctest: +NORMALIZE_WHITESPACE
+    iteration 5, against the optimum theta*: each rule's MSE (the squared error summed over the 2 parameters,
+    mean over 400 runs, with its 95 % interval) and that MSE as a ratio to averaging's (below 1: the rule beats
+    averaging; fit-corrected: a fitted rule's ratio divided by what fitting its weights costs, the ratio the
+    verdicts judge by)
+    iteration 5 blue: MSE 1.02 [0.9, 1.14]; fit-corrected ratio to averaging 0.500 [0.450, 0.550]
+    (as cross-fitted: 0.510 [0.460, 0.560])
+    """
+    level = check_level(level, "level")
+    if not rows:
+        raise ValueError("`rows` is empty: no checkpoint to describe")
+    at = {int(float(r["iteration"])) for r in rows}
+    it = max(at) if iteration is None else int(iteration)
+    if it not in at:
+        raise ValueError(f"`iteration` {it} is not a checkpoint of the rows: {sorted(at)}")
+    here = [r for r in rows if int(float(r["iteration"])) == it]
+    first = here[0]
+    params, runs = _number(first, "n_params"), _number(first, "n_runs")
+    summed = f"summed over the {int(params)} parameters" if np.isfinite(params) else "summed over the parameters"
+    over = f", mean over {int(runs)} runs" if np.isfinite(runs) else ", mean over runs"
+    against = f", against {reference_phrase(first['reference'])}" if "reference" in first else ""
+    lines = [f"iteration {it}{against}: each rule's MSE (the squared error {summed}{over}, with its "
+             f"{100 * level:g} % interval) and that MSE as a ratio to averaging's (below 1: the rule beats averaging; "
+             "fit-corrected: a fitted rule's ratio divided by what fitting its weights costs, the ratio the verdicts "
+             "judge by)"]
+    for r in here:
+        exact = _number(r, "mse_exact")
+        oracle = str(r.get("weights", "")).startswith("cross-fitted")  # the exact MSE of the rule's oracle weights
+        exact_text = (f", exact {'(oracle weights) ' if oracle else ''}{exact:.4g}" if np.isfinite(exact) else "")
+        lines.append(f"iteration {it} {r['rule']}: MSE {_number(r, 'mse'):.4g} [{_number(r, 'mse_low'):.4g}, "
+                     f"{_number(r, 'mse_high'):.4g}]{exact_text}; {_rule_ratio(r)}")
     return lines
