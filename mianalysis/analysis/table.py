@@ -42,7 +42,7 @@ from .inference.regime import is_outside
 
 __all__ = [
     "AnalysisTable", "BASE_COLUMNS", "TYPED_COLUMNS", "COLUMNS", "OPTIONAL_COLUMNS", "ESTIMATE_KINDS", "NULL_METHODS",
-    "FORMAT_VERSION", "INFERENCE_COLUMNS", "sidecar_path", "columns_from_note", "complete_row"
+    "FORMAT_VERSION", "INFERENCE_COLUMNS", "sidecar_path", "columns_from_note", "complete_row", "is_bound_quantity"
 ]
 
 BASE_COLUMNS = ("checkpoint", "iteration", "client_a", "client_b", "quantity", "value", "spread",
@@ -118,9 +118,16 @@ def columns_from_note(note: object, p_value: object = np.nan) -> dict[str, Any]:
             "outside_calibration": is_outside(text), "null_method": null_method}
 
 
-def _bound_quantity(quantity: str) -> bool:
+def is_bound_quantity(quantity: str) -> bool:
     """Whether `quantity` (``mi_NAME`` or ``delta_mi_NAME``) is of a registered estimator whose
-    rows are lower bounds."""
+    rows are lower bounds.
+
+    Examples
+    --------
+    >>> from mianalysis.analysis.table import is_bound_quantity
+    >>> is_bound_quantity("mi_bound"), is_bound_quantity("delta_mi_bound"), is_bound_quantity("mi_copula")
+    (True, True, False)
+    """
     from ..estimators.registry import estimator_names, get_estimator
 
     name = quantity.removeprefix("delta_")
@@ -153,7 +160,7 @@ def complete_row(row: Mapping[str, Any], *, level: float = 0.95,
     if not all(c in row for c in TYPED_COLUMNS):
         for key, value in columns_from_note(row.get("note", ""), row.get("p_value", np.nan)).items():
             out.setdefault(key, value)
-        if "estimate_kind" not in row and _bound_quantity(str(out.get("quantity", ""))):
+        if "estimate_kind" not in row and is_bound_quantity(str(out.get("quantity", ""))):
             out["estimate_kind"] = "bound"  # a note cannot say it; the estimator's registry entry does
     if "change_se" not in row or "change_p" not in row:
         se, p = np.nan, np.nan

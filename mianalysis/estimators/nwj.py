@@ -75,14 +75,6 @@ class NWJCritic:
     tau: float
     cap: float = CRITIC_CAP
 
-    def log_ratio(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
-        """The critic's ``T - 1`` at paired rows of `u` and `v` (n, r): ``tau * g``, clipped to
-        ``[CRITIC_FLOOR, cap]``."""
-        zu, zv = self._standardise(u, v)
-        k = 1.0 - self.rho**2
-        g = np.sum(-0.5 * np.log(k) - (self.rho**2 * (zu**2 + zv**2) - 2.0 * self.rho * zu * zv) / (2.0 * k), axis=1)
-        return np.clip(self.tau * g, CRITIC_FLOOR, self.cap)
-
     def _standardise(self, u, v):
         return (u - self.mean_u) / self.scale_u, (v - self.mean_v) / self.scale_v
 

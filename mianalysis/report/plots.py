@@ -12,6 +12,7 @@ import numpy as np
 from .._internal.validation import check_choice, check_int
 from ..analysis import AnalysisTable
 from ..analysis.reading import CLIENT_DIAGNOSTICS, metric_names  # the table's recorded metrics: one definition
+from ..analysis.table import is_bound_quantity
 from ..estimators.registry import estimator_names, get_estimator
 
 if TYPE_CHECKING:  # names used only in type hints (Matplotlib is loaded where a figure is drawn)
@@ -285,9 +286,8 @@ def estimate_kinds(rows: Sequence[dict], quantity: str) -> dict[int, str]:
         Iteration -> kind, for the iterations with a row of `quantity` between two clients.
     """
     order = ("shrinkage", "bound", "plain")
-    estimator = quantity[len("mi_"):] if quantity.startswith("mi_") else ""
-    # A bound estimator's rows are bounds even where a table lost the column (read from its notes: "plain").
-    bound = estimator in estimator_names() and get_estimator(estimator).kind == "bound"
+    # A bound estimator's rows are bounds even where a row's column says "plain".
+    bound = is_bound_quantity(quantity)
     kinds: dict[int, str] = {}
     for r in AnalysisTable.of(rows):
         if r["quantity"] == quantity and r["client_b"] != "":
