@@ -260,7 +260,7 @@ def plot(rows, curves, path, plan):
         ax.set_ylabel("final test accuracy minus FedAvg's\n(paired by seed, 95 % t interval)", fontsize=11)
     fig.suptitle(f"Combining {plan['n_clients']} digits clients: FedAvg vs AND-mask,\nFisher and inverse-variance "
                  f"weighting (MLP {plan['hidden']} hidden, {plan['rounds']} rounds,\nE = {plan['local_epochs']}, "
-                 f"B = {plan['batch_size']}, each rule at its best learning rate)", fontsize=13 if len(partitions) > 1
+                 f"B = {plan['batch_size']}, each rule's learning rate chosen on a validation split)", fontsize=13 if len(partitions) > 1
                  else 11)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
