@@ -56,7 +56,7 @@ def test_auto_is_the_default_and_gives_the_copula_estimate_where_it_is_calibrate
     rows = analyze(dump, n_permutations=5, **FAST)
     row, = _mi_rows(rows)
     assert row["quantity"] == "mi_copula" and row["estimate_kind"] == "plain" and not row["outside_calibration"]
-    assert row["note"] == "auto: copula, an estimate (600 runs >= 2.2 x 6 joint dims: its calibrated regime)"
+    assert row["note"] == "auto: copula, an estimate (600 runs >= 2.2 x 6 joint dims: its calibrated regime, for a Gaussian copula)"
     explicit, = _mi_rows(analyze(dump, estimators=["copula"], n_permutations=5, **FAST))
     assert {**row, "note": ""} == {**explicit, "note": ""}  # the same estimate, null and interval, to the bit
     # 3 x 0.5 log2(1 / (1 - 0.36)) bits: sinh is monotone, so the copula estimate keeps it (sd about 6 %)

@@ -48,7 +48,7 @@ def test_gaussian_data_in_the_regime_is_an_estimate_near_the_exact_mi(units, fac
     result = mi(x, y, units=units)
     assert (result.kind, result.estimator, result.units) == ("estimate", "copula", units)
     assert result.value == pytest.approx(EXACT_BITS * factor, abs=0.05 * factor)
-    assert result.reason == "2000 runs >= 2.2 x 4 joint dims: its calibrated regime"
+    assert result.reason == "2000 runs >= 2.2 x 4 joint dims: its calibrated regime, for a Gaussian copula"
 
 
 def test_few_runs_for_the_dimension_give_no_estimate_and_say_why(wide):

@@ -205,7 +205,7 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: str | Sequen
         the counts and which estimate to read), and per pair whose ``mi_gaussian`` and
         ``mi_copula`` rows both have an interval a row ``copula_disagrees`` (1 when their
         intervals do not overlap, then read mi_copula; else 0). Off by default: the test
-        costs 1.3-1.8 s per client and checkpoint at 26,400 runs x 850 parameters, and the
+        makes a few passes over every client's samples at every checkpoint, and the
         default table keeps its rows. Recorded in the sidecar's settings (``gaussianity``)
         only when on.
     min_moving_runs : int, default=1

@@ -16,7 +16,7 @@ from ..estimators.distances import UPDATE_METRICS, paired_distances, update_cosi
 from ..dumps import REFERENCE_CLIENTS, SKETCH_SUFFIX
 from ..estimators import KSG_NOISE, MarginalDistances, gaussian_mi, gaussian_mi_null, mi_permutation_test
 from ..estimators.significance import gaussian_permutation_test
-from ..estimators.bound import bound_min_runs
+from ..estimators.bound import bound_ceiling, bound_min_runs
 from ..estimators.ksg import ksg_estimates_of_subsets, ksg_ties, standardize_columns
 from ..estimators.registry import DISTANCE_STREAM, LEVEL_INTERVALS, get_estimator
 from .inference.choice import EXTRA, FALLBACK, PRIMARY, Choice, choose, fallback_note, omitted_note
@@ -146,11 +146,17 @@ def _mi_row(x, y, estimator, k, permutations, rng, distances=None, distance_cach
             if ties.flagged:
                 regime = "; ".join(n for n in (regime, ties.note) if n)
         notes.append(regime)
+        if estimator == "bound" and np.isfinite(est.value) and est.value >= NEAR_CEILING * bound_ceiling(x.shape[0]):
+            notes.append(f"near its ceiling of {bound_ceiling(x.shape[0]):.3g} bits (1 + ln of the runs per "
+                         "evaluation fold, whatever the MI): says only that the MI is at least this; it may be far larger")
     kind = "shrinkage" if est.shrinkage else get_estimator(estimator).kind
     return {"value": est.value, "null_mean": est.null_mean, "null_std": est.null_std, "p_value": est.p_value,
             "note": "; ".join(n for n in notes if n), "estimate_kind": kind,
             "outside_calibration": bool(regime), "null_method": est.null_method, "regime": regime}
 
+
+# A bound at or above this share of its ceiling (:func:`bound_ceiling`) is noted as near it.
+NEAR_CEILING = 0.9
 
 # The note of a row whose clients share some varying parameters exactly (familywise reads it).
 IDENTICAL_PARAMETERS = "parameters identical in both clients in every run (a shared value never changed)"

@@ -521,10 +521,9 @@ class ParameterDump:
 
         A dump that is resumed is verified first (:meth:`verify`: file sizes and the
         SHA-256 of every completed chunk), so that no run is added to a damaged dump. This
-        reads the whole dump once: 0.06-0.08 s for 3 clients x 2000 runs x 400 parameters x 6
-        checkpoints (55 MiB), 0.16 s for 24 checkpoints (220 MiB), i.e. 0.7-1.4 GB/s from the
-        page cache plus the disk's read time when cold (``python benchmarks/bench_verify.py``):
-        small beside the sampling that follows, so every chunk is verified at any size.
+        reads the whole dump once, at the disk's (or page cache's) read speed
+        (``python benchmarks/bench_verify.py`` measures it): small beside the sampling that
+        follows, so every chunk is verified at any size.
 
         Raises
         ------

@@ -21,7 +21,8 @@ from .nwj import fit_critic, nwj_fold, score_map
 from .repeats import check_repeated_runs
 
 __all__ = ["ProjectionBound", "projection_bound", "projection_mi_bound", "canonical_directions", "default_components",
-           "bound_regime", "bound_resample_settings", "bound_min_runs", "RUNS_PER_DIMENSION", "METHODS"]
+           "bound_regime", "bound_resample_settings", "bound_min_runs", "bound_ceiling", "RUNS_PER_DIMENSION",
+           "METHODS"]
 
 # The default number of canonical pairs keeps every held-out estimate at this many runs per
 # projected dimension or more (the plain bias-corrected estimate is calibrated from 2.2:
@@ -421,6 +422,25 @@ def bound_resample_settings(n_runs: int, n_features_x: int, n_features_y: int) -
     {'n_components': 10}
     """
     return {"n_components": default_components(n_runs // 2, n_features_x, n_features_y)}
+
+
+def bound_ceiling(n_runs: int, folds: int = 2, units: str = "bits") -> float:
+    """The largest value :func:`projection_bound` (method "nwj") can give on `n_runs` runs,
+    whatever the MI: its critic's log ratio is capped at the log of the runs in an evaluation
+    fold, so the bound is at most ``1 + ln(runs per fold)`` nats (the largest of the `folds`
+    folds). A bound at or near its ceiling says only "at least about this much": the MI may be
+    far larger; more runs raise the ceiling, slowly.
+
+    Examples
+    --------
+    >>> from mianalysis.estimators.bound import bound_ceiling
+    >>> round(bound_ceiling(400), 2), round(bound_ceiling(400, units="nats"), 3)
+    (9.09, 6.298)
+    """
+    check_units(units)
+    n_eval = max(-(-int(n_runs) // int(folds)), 2)
+    nats = 1.0 + float(np.log(n_eval))
+    return float(nats / np.log(2)) if units == "bits" else nats
 
 
 def bound_regime(n_runs: int, n_features: int, value: float, shrinkage: bool = False) -> list[str]:

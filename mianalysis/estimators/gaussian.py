@@ -21,7 +21,7 @@ from .calibration import warn_outside_calibration
 
 __all__ = [
     "gaussian_mi", "gaussian_cmi", "SHRINKAGE", "check_gaussian_settings", "wishart_logdet_bias",
-    "gram_matrix", "ledoit_wolf_covariance", "ledoit_wolf_intensity", "gaussian_permutation_estimates",
+    "ledoit_wolf_covariance", "ledoit_wolf_intensity", "gaussian_permutation_estimates",
     "CROSS_PRECISIONS", "SingularCovarianceError", "CovarianceMemoryError", "covariance_bytes",
     "check_covariance_fits", "COVARIANCE_MATRICES"
 ]
@@ -390,7 +390,7 @@ def _single_threaded_blas():
     """A context in which the BLAS libraries loaded in this process use one thread.
 
     threadpoolctl finds the loaded libraries by reading the process's memory map, which
-    costs about 1.5 ms, more than a small estimate itself; the controller is made once
+    costs more than a small estimate itself; the controller is made once
     (numpy's and scipy's BLAS are loaded by the time an estimate runs) and reused."""
     if not _BLAS_CONTROLLER:
         from threadpoolctl import ThreadpoolController

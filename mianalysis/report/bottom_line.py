@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..analysis import AnalysisTable
+from ..analysis.blocks import runs_needed
 from ..analysis.inference.choice import PRIMARY, choose
 from ..analysis.inference.familywise import FROM_EXACT, METHOD_NAMES, apply_familywise, describe
 from ..analysis.inference.intervals import BOUND, SHRINKAGE
@@ -141,7 +142,7 @@ def runs_for_calibrated_estimate(n_features: int) -> int:
     >>> runs_for_calibrated_estimate(716)
     1576
     """
-    n = max(2, math.ceil(round(COPULA_MIN_RUNS_PER_DIM * n_features, 9)))
+    n = runs_needed(n_features, COPULA_MIN_RUNS_PER_DIM, n_clients_per_pair=1)
     while choose(n, n_features)[0].estimator != PRIMARY:  # the rule, not the arithmetic, decides
         n += 1
     return n
@@ -332,6 +333,11 @@ def _dependence(table: AnalysisTable, quantity: str, scope: _Scope, correction: 
                            f"{_span([_number(r, 'p_adjusted') for r in tested], 2)}, {rate} {alpha:g}")
         text.append(f"{len(above)} of the {len(tested)} rows tested {'lies' if len(above) == 1 else 'lie'} above "
                     f"their {nulls} null ({'; '.join(details)}).")
+    capped = [r for r in rows if "near its ceiling" in str(r.get("note", ""))]
+    if capped:
+        text.append(f"{_plural(len(capped), 'row')} ({where(capped)}) {'sits' if len(capped) == 1 else 'sit'} near "
+                    "the bound's ceiling (1 + ln of the runs per evaluation fold, whatever the MI): there it says "
+                    "only that the MI is at least that much, and more runs raise the ceiling only slowly.")
     floor = kinds.get("floor", [])
     if floor:
         n = _permutations_needed(floor + tested, correction)

@@ -145,7 +145,8 @@ def demo_report(rows: Sequence[dict], out_dir: str | os.PathLike = "runs/demo", 
              "and mean distances",
              summary_table(rows), "",
              f"The core paper's finding in this run (rising/growing: from the {TRENDS}; "
-             f"{correction_text(rows)}):"]
+             f"{correction_text(rows)}; above null: every checkpoint's own p <= 0.05, one claim about all of "
+             "them together that needs no correction, while the bottom line's per-row verdicts are Holm-corrected):"]
     for key, value in finding(rows, DEMO_PERMUTATIONS).items():
         shown = value if isinstance(value, str) else "yes" if value else "no"
         lines.append(f"  {key.replace('_', ' ')}: {shown}")

@@ -105,8 +105,7 @@ def nongaussian_share(samples: ArrayLike, *, alpha: float = 0.05, method: str = 
     or kurtosis, and a correction over many parameters needs small p-values), and with tens
     of thousands of runs slight departures that hardly bias the estimate are rejected too.
 
-    The test costs a few passes over the samples: 1.3-1.8 s for 26,400 runs x 850
-    parameters (measured once on a shared 2-core machine).
+    The test costs a few passes over the samples.
 
     References
     ----------

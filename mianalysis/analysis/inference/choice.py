@@ -72,7 +72,8 @@ def choose(n_runs: int, n_features: int) -> list[Choice]:
     """
     d = max(int(n_features), 1)  # no varying parameter: the estimate is 0 whatever runs it
     if not estimate_regime_note(PRIMARY, max(n_runs, 2), d, 0.0):
-        why = f"{n_runs} runs >= {COPULA_MIN_RUNS_PER_DIM} x {d} joint dims: its calibrated regime"
+        why = (f"{n_runs} runs >= {COPULA_MIN_RUNS_PER_DIM} x {d} joint dims: its calibrated regime, "
+               "for a Gaussian copula")
         out = [Choice(PRIMARY, f"{AUTO_PREFIX}copula, an estimate ({why})", why)]
     else:
         why = f"{n_runs} runs < {COPULA_MIN_RUNS_PER_DIM} x {d} joint dims: no calibrated estimate"
