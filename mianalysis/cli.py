@@ -363,24 +363,62 @@ def _cmd_headroom(args):
     from ._internal.validation import check_real
     from .analysis.validate import check_table_out
     from .analysis.studies.headroom import headroom, headroom_rule_lines, headroom_verdicts
+    from .provenance import utc_now
 
     def check_out():  # analyze's rule for a table: never into a dump or onto a folder; a file only with --force
         check_table_out(args.out, args.force, writer="headroom", name="--out", force_hint="--force")
 
     check_out()  # before any work: a refused --out computes and writes nothing
+    started = utc_now()
     check_real(args.near_optimal, "--near-optimal", low=0, high=1, low_open=True)
     rows = headroom(args.dump, reference=args.reference, rules=args.rules, iterations=args.iterations,
                     folds=args.folds, level=args.ci_level, progress=_progress(args))
+    verdicts = headroom_verdicts(rows, level=args.ci_level, near_optimal=args.near_optimal)
     check_out()  # again: the file may have appeared meanwhile
     write_rows(rows, args.out)  # a new file renamed into place: a link at --out is replaced, never written through
+    _write_headroom_sidecar(args, rows, verdicts, started)
     _say(args, f"wrote {len(rows)} rows to {args.out} (MSE to the reference {rows[0]['reference']!r}, "
-          f"summed over parameters; fitted rules cross-fitted over {args.folds} folds)")
+          f"summed over parameters; fitted rules cross-fitted over {args.folds} folds; settings, verdicts and "
+          f"provenance: {args.out}.json)")
     for line in headroom_rule_lines(rows, level=args.ci_level):  # the last checkpoint's rules, in words
         print(line)
     print(f"verdicts (intervals Bonferroni over the checkpoints, family-wise {args.ci_level:g}; near-optimal: the best "
           f"combination's fit-corrected ratio interval >= {args.near_optimal:g}):")
-    for line in headroom_verdicts(rows, level=args.ci_level, near_optimal=args.near_optimal):
+    for line in verdicts:
         print(line)
+
+
+HEADROOM_FORMAT_VERSION = 1  # of the headroom table's sidecar
+
+
+def _write_headroom_sidecar(args, rows, verdicts, started):
+    """The headroom table's sidecar ``OUT.json``, as analyze's: what was measured (the dump,
+    its runs and chunk digest, the reference and settings), the verdicts, the format
+    version and the session's provenance; written like the table, a new file renamed in."""
+    import json
+    import os
+    from pathlib import Path
+
+    from ._internal.io import new_file
+    from .dumps import ParameterDump
+    from .provenance import collect
+
+    dump = ParameterDump.open(args.dump)
+    record = {"format": "mianalysis headroom table", "format_version": HEADROOM_FORMAT_VERSION,
+              "dump": str(Path(args.dump).resolve()), "dump_runs": dump.completed_runs,
+              "dump_chunks": dump.chunks_digest(),
+              "settings": {"reference": args.reference, "reference_used": rows[0]["reference"],
+                           "rules": sorted({str(r["rule"]) for r in rows}),
+                           "iterations": sorted({int(r["iteration"]) for r in rows}), "folds": args.folds,
+                           "ci_level": args.ci_level, "near_optimal": args.near_optimal,
+                           "verdict_correction": "Bonferroni over the checkpoints"},
+              "columns": list(rows[0]), "verdicts": list(verdicts),
+              "provenance": collect(started, finished=True)}
+    sidecar = Path(str(args.out) + ".json")
+    tmp = sidecar.with_name(sidecar.name + ".tmp")
+    with new_file(tmp) as fh:
+        json.dump(record, fh, indent=1, default=str)
+    os.replace(tmp, sidecar)
 
 
 def _cmd_verify(args):
