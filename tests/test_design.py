@@ -88,3 +88,14 @@ def test_analysis_rows_of_a_dump_with_the_central_client_say_it_is_not_paired(tm
                                          "only and can only be lost; client central (the FedSGD reference) is not paired")
                       for r in mi)
     assert all("central" not in (str(r.get("client_a")), str(r.get("client_b"))) for r in mi)
+
+
+def test_a_federation_s_rounds_get_their_own_design_note():
+    """The Flower recorders write init "global model of round 0, ...": neither a per-run nor a
+    fixed start, so the note says what rounds force (dependence through the global model)."""
+    pytest.importorskip("flwr")
+    from mianalysis.flower.recorder import RECORDED_INIT
+
+    note = design_note({"init": RECORDED_INIT, "shared": ["the global model of every round"]})
+    assert note.startswith("design: federated rounds: ") and "same global model" in note
+    assert design_note({"init": RECORDED_INIT, "reference": "optimum"}).endswith("is not paired")

@@ -12,6 +12,11 @@ the task's random streams (``shared``). Then:
   can only lose what it gives (the clients drift apart from it with independent noise);
 - per-run start and shared streams: both make clients dependent; MI may rise or fall.
 
+A dump recorded from a federation's rounds (the Flower recorders: ``init`` "global model of
+round 0, ...") has no per-run or fixed start: every round's clients start from the same
+global model, which carries all clients' earlier rounds, so they are dependent through it
+and the MI may rise or fall over rounds.
+
 A dump sampled with a reference client (``ParameterSampler(reference="central")``, recorded
 as ``"reference": "central"`` in its meta) holds the client "central" besides the task's
 clients; the analysis pairs only the task's clients, and the note says so.
@@ -55,13 +60,23 @@ def design_note(meta: Mapping[str, Any], streams: Sequence[str] | None = None) -
     'design: per-run start, shared order+dropout (not data): start and shared streams make clients dependent'
     >>> design_note({"init": "per-run", "task": "digits-lenet", "reference": "central"}).split("; ")[-1]
     'client central (the FedSGD reference) is not paired'
+    >>> design_note({"init": "global model of round 0, sent to every client"}).split(": ")[1]
+    'federated rounds'
     >>> design_note({"task": "imported"})
     ''
     """
     init = meta.get("init")
+    if isinstance(init, str) and init.startswith("global model"):  # a federation's rounds (the Flower recorder)
+        return FEDERATED_ROUNDS + _reference(meta)
     if init not in ("per-run", "fixed"):
         return ""
     return _design(meta, init, streams) + _reference(meta)
+
+
+# The note of a dump recorded from a federation's rounds (``meta["init"]`` "global model of
+# round 0, ...", as mianalysis.flower's recorders write it).
+FEDERATED_ROUNDS = ("design: federated rounds: every round's clients start from the same global model, which carries "
+                    "all clients' earlier rounds: it makes them dependent, and the MI may rise or fall over rounds")
 
 
 def _reference(meta: Mapping[str, Any]) -> str:
