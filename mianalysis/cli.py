@@ -190,18 +190,20 @@ def _cmd_export(args):
 
 def _cmd_analyze(args):
     from .analysis import analyze, sidecar_path
+    from .analysis.options import AnalyticNull, BenjaminiHochberg, Holm, Intervals, NoCorrection, Permutations
     from .dumps import ParameterDump
 
     dump = ParameterDump.open(args.dump)  # one view of the dump: a sampler may still be adding runs
-    table = analyze(dump, estimators=args.estimators, metrics=args.metrics, k=args.k,
-                    n_permutations=args.permutations, layer=args.layer, by=args.by,
+    permutations = Permutations(args.permutations)
+    correction = {"holm": Holm, "bh": BenjaminiHochberg, "none": NoCorrection}[args.familywise](args.family)
+    table = analyze(dump, estimators=args.estimators, metrics=args.metrics, k=args.k, layer=args.layer, by=args.by,
                     standardize=not args.no_standardize, random_state=args.seed,
                     out=args.out, progress=_progress(args),
                     distance_cache=False if args.no_distance_cache else "auto",
-                    verify=not args.no_verify, force=args.force, gaussian_null=args.gaussian_null,
-                    ci_resamples=args.ci_resamples, ci_level=args.ci_level, familywise=args.familywise,
-                    family=args.family, gaussianity=args.gaussianity, min_moving_runs=args.min_moving_runs,
-                    **_dask_options(args))
+                    verify=not args.no_verify, force=args.force,
+                    null=AnalyticNull(otherwise=permutations) if args.gaussian_null == "analytic" else permutations,
+                    interval=Intervals(args.ci_level, args.ci_resamples), correction=correction,
+                    gaussianity=args.gaussianity, min_moving_runs=args.min_moving_runs, **_dask_options(args))
     verified = ("dump checksums NOT verified (--no-verify)" if args.no_verify
                 else f"dump checksums of {table.settings['n_runs']} runs verified")
     _say(args, f"wrote {len(table)} rows to {args.out} ({verified}; settings and provenance: {sidecar_path(args.out)})")

@@ -2,7 +2,8 @@
 
 - :func:`analyze` (:mod:`.assemble`): MI and distances between every pair of clients at
   every checkpoint of a dump, as an :class:`AnalysisTable` (:mod:`.table`: rows, settings,
-  provenance; CSV + JSON sidecar). Its steps: the checks (:mod:`.validate`), one
+  provenance; CSV + JSON sidecar) of rows :class:`AnalysisRow`, whose columns are declared
+  once in :mod:`.schema`. Its steps: the checks (:mod:`.validate`), one
   checkpoint's rows (:mod:`.compute`), the journal that makes it resumable
   (:mod:`.journal`) and the assembly in checkpoint order (:mod:`.assemble`).
 - What the rows rest on: confidence intervals (:mod:`.intervals`), the calibrated regime of
@@ -17,12 +18,15 @@
 from .._internal.validation import varying_columns
 from .assemble import analyze
 from .compute import gaussian_settings
+from .options import AnalyticNull, BenjaminiHochberg, Holm, Intervals, NoCorrection, Permutations
+from .schema import AnalysisRow
 from .table import (BASE_COLUMNS, COLUMNS, ESTIMATE_KINDS, FORMAT_VERSION, NULL_METHODS, OPTIONAL_COLUMNS,
                     TYPED_COLUMNS, AnalysisTable, sidecar_path)
 from .validate import BY, ESTIMATORS, GAUSSIAN_NULLS
 
 __all__ = [
-    "analyze", "AnalysisTable", "sidecar_path", "gaussian_settings", "ESTIMATORS", "GAUSSIAN_NULLS", "BY", "COLUMNS",
+    "analyze", "AnalysisTable", "AnalysisRow", "sidecar_path", "Permutations", "AnalyticNull", "Intervals", "Holm",
+    "BenjaminiHochberg", "NoCorrection", "gaussian_settings", "ESTIMATORS", "GAUSSIAN_NULLS", "BY", "COLUMNS",
     "BASE_COLUMNS", "TYPED_COLUMNS", "OPTIONAL_COLUMNS", "ESTIMATE_KINDS", "NULL_METHODS", "FORMAT_VERSION",
     "varying_columns"
 ]

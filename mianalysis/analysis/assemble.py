@@ -20,6 +20,8 @@ from ..estimators.distances import METRICS
 from .compute import ChangeInputs, CheckpointAnalysis, Part
 from .inference.familywise import apply_familywise
 from .journal import Journal
+from .options import Correction, Intervals, Null, option_keywords
+from .schema import AnalysisRow
 from .table import AnalysisTable, complete_row
 from .validate import ESTIMATORS, check_dump, check_out, check_request, table_settings
 
@@ -43,7 +45,8 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: str | Sequen
             gaussian_null: str = "permutation", ci_resamples: int | Mapping[str, int] | None = None,
             ci_level: float = 0.95, scheduler: str | None = None, client: distributed.Client | None = None,
             timeout: float | None = None, familywise: str = "holm", family: str = "pair",
-            gaussianity: bool = False, min_moving_runs: int = 1) -> AnalysisTable:
+            gaussianity: bool = False, min_moving_runs: int = 1, null: Null | None = None,
+            interval: Intervals | None = None, correction: Correction | None = None) -> AnalysisTable:
     """MI and distances between every pair of clients at every checkpoint of a dump.
 
     A client named "central" (the reference client of ``ParameterSampler(reference=
@@ -241,16 +244,26 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: str | Sequen
         :data:`mianalysis.scaleout.CONNECT_TIMEOUT`; a SchedulerError, an OSError, after
         that, and nothing is written), and to wait for a worker when none is left (then a
         SchedulerError; the journal keeps the checkpoints analysed so far).
+    null : Permutations or AnalyticNull, optional
+        The MI rows' null as one object (:mod:`mianalysis.analysis.options`):
+        ``Permutations(n)`` is ``n_permutations=n``; ``AnalyticNull(otherwise=
+        Permutations(n))`` is ``gaussian_null="analytic", n_permutations=n``. Given with
+        `n_permutations` or `gaussian_null` at another value than its default: ValueError.
+    interval : Intervals, optional
+        ``Intervals(level, resamples)``: ``ci_level=level, ci_resamples=resamples`` (not
+        with those keywords).
+    correction : Holm, BenjaminiHochberg or NoCorrection, optional
+        ``Holm(family)``: ``familywise="holm", family=family``; likewise "bh" and "none"
+        (not with those keywords).
 
     Returns
     -------
     table : AnalysisTable
         Tidy table (a sequence of row dicts, with the analysis ``settings`` and this
         session's ``provenance``; see :class:`~mianalysis.analysis.table.AnalysisTable`)
-        with columns ``checkpoint, iteration, client_a, client_b, quantity, value, spread,
-        null_mean, null_std, p_value, n_runs, note, layer, ci_low, ci_high, verdict,
-        estimate_kind, outside_calibration, null_method, change_se, change_p, p_adjusted,
-        family_verdict``. ``quantity`` is "mi_gaussian", "mi_ksg", "mi_exact" (bits; the exact MI,
+        with the columns declared once in :mod:`mianalysis.analysis.schema` (rows
+        :class:`~mianalysis.analysis.schema.AnalysisRow`; their unit and meaning are the
+        column table of docs/guide/analysis.md). ``quantity`` is "mi_gaussian", "mi_ksg", "mi_exact" (bits; the exact MI,
         for a dump of a task that knows it, such as gaussian-sgd, when every parameter is
         analysed and not by layer), a metric name (``spread`` = sd over runs), or a
         recorded training metric such as "loss" (``client_b`` empty; mean and sd over runs).
@@ -335,11 +348,13 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: str | Sequen
 
     if not isinstance(dump, ParameterDump):
         dump = ParameterDump.open(dump)
-    request = check_request(dump, estimators=estimators, metrics=metrics, k=k, n_permutations=n_permutations,
-                            layer=layer, by=by, standardize=standardize, random_state=random_state,
-                            distance_cache=distance_cache, verify=verify, force=force, gaussian_null=gaussian_null,
-                            ci_resamples=ci_resamples, ci_level=ci_level, familywise=familywise, family=family,
-                            gaussianity=gaussianity, min_moving_runs=min_moving_runs)
+    options = option_keywords(null=null, interval=interval, correction=correction, n_permutations=n_permutations,
+                              gaussian_null=gaussian_null, ci_resamples=ci_resamples, ci_level=ci_level,
+                              familywise=familywise, family=family)
+    request = check_request(dump, estimators=estimators, metrics=metrics, k=k, layer=layer, by=by,
+                            standardize=standardize, random_state=random_state, distance_cache=distance_cache,
+                            verify=verify, force=force, gaussianity=gaussianity, min_moving_runs=min_moving_runs,
+                            **options)
     settings = table_settings(dump, request)
     if out is not None:
         check_out(out, settings, force)  # before the lock: a refused `out` leaves nothing behind
@@ -398,7 +413,7 @@ class Assembly:
 
     def __init__(self, job: CheckpointAnalysis, journal: Journal) -> None:
         self.job, self.journal = job, journal
-        self.rows: list[dict[str, Any]] = []
+        self.rows: list[AnalysisRow] = []
         done = set()
         for t, saved in journal.read():
             self.rows += [complete_row(r) for r in saved]  # rows of an older journal get the typed columns

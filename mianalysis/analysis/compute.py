@@ -27,6 +27,7 @@ from .inference.intervals import (InfluenceValues, change_method, change_test, l
 from .diagnostics.movers import RareMovers, hold_rare_movers
 from .reading import NO_ESTIMATE, held_note, no_estimate_reason
 from .inference.regime import estimate_regime_note
+from .schema import AnalysisRow, new_row
 from .validate import AnalysisRequest, start_checkpoint
 
 if TYPE_CHECKING:  # names used only in type hints
@@ -221,7 +222,7 @@ def _estimate(x, y, estimator, k, permutations, rng, distances, distance_cache, 
 
 # What a change's interval needs of each checkpoint: per-run values or resampled estimates, or influence values.
 ChangeInputs = np.ndarray | InfluenceValues
-Part = tuple[list[dict[str, Any]], list[tuple[str, list[dict[str, Any]], dict[tuple[int, int, str], ChangeInputs]]]]
+Part = tuple[list[AnalysisRow], list[tuple[str, list[AnalysisRow], dict[tuple[int, int, str], ChangeInputs]]]]
 
 
 class CheckpointAnalysis:
@@ -282,23 +283,19 @@ class CheckpointAnalysis:
                              for e in self.estimators}
         return self._indices
 
-    def row(self, t: int, a: int, b: int | None, quantity: str, value: float, spread: float = np.nan,
-            null_mean: float = np.nan, null_std: float = np.nan, p_value: float = np.nan, note: str = "",
-            group: str = "", ci: Sequence[float] = (np.nan, np.nan), verdict: str = "", estimate_kind: str = "plain",
-            outside_calibration: bool = False, null_method: str = "none", change_se: float = np.nan,
-            change_p: float = np.nan) -> dict[str, Any]:
-        """A table row of checkpoint t and clients a, b (b None: client a's recorded metric).
-        Its family-wise columns are filled once the whole table is assembled
-        (:func:`mianalysis.analysis.inference.familywise.apply_familywise`)."""
+    def row(self, t: int, a: int, b: int | None, quantity: str, value: float, spread: float = np.nan, *,
+            note: str = "", group: str = "", ci: Sequence[float] = (np.nan, np.nan), **columns: Any) -> AnalysisRow:
+        """A table row of checkpoint t and clients a, b (b None: client a's recorded metric):
+        `value` and `spread`, the `note` (with the dump's incompleteness), the tensor `group`
+        (column ``layer``), the interval `ci` (``ci_low``, ``ci_high``) and any other
+        `columns` by name; the rest are their columns' defaults
+        (:func:`mianalysis.analysis.schema.new_row`). Its family-wise columns are filled once
+        the whole table is assembled (:func:`mianalysis.analysis.inference.familywise.apply_familywise`)."""
         dump = self.dump
-        return {"checkpoint": t, "iteration": dump.checkpoints[t], "client_a": dump.clients[a],
-                "client_b": "" if b is None else dump.clients[b], "quantity": quantity,
-                "value": float(value), "spread": float(spread), "null_mean": float(null_mean),
-                "null_std": float(null_std), "p_value": float(p_value), "n_runs": self.n_runs,
-                "note": "; ".join(n for n in (note, self.incomplete) if n), "layer": group,
-                "ci_low": float(ci[0]), "ci_high": float(ci[1]), "verdict": verdict, "estimate_kind": estimate_kind,
-                "outside_calibration": bool(outside_calibration), "null_method": null_method,
-                "change_se": float(change_se), "change_p": float(change_p), "p_adjusted": np.nan, "family_verdict": ""}
+        return new_row(checkpoint=t, iteration=dump.checkpoints[t], client_a=dump.clients[a],
+                       client_b="" if b is None else dump.clients[b], quantity=quantity, value=value, spread=spread,
+                       n_runs=self.n_runs, note="; ".join(n for n in (note, self.incomplete) if n), layer=group,
+                       ci_low=ci[0], ci_high=ci[1], **columns)
 
     def __call__(self, t: int, progress: Callable[[int], object] | None = None) -> Part:
         """Checkpoint t's part (see the class); `progress` is called with 1 per client pair."""
@@ -446,7 +443,7 @@ class CheckpointAnalysis:
         return paired_distances(samples[a], samples[b], quantity)
 
     def update_row(self, t: int, a: int, b: int, quantity: str, group: str,
-                   samples: Sequence[np.ndarray]) -> dict[str, Any]:
+                   samples: Sequence[np.ndarray]) -> AnalysisRow:
         """The row of an update metric (``cosine_update``) of checkpoint t and clients a, b:
         the mean over the runs where both clients' updates are non-zero, its sd over them,
         and a note naming the runs left out (all of them at the start itself: NaN)."""
@@ -517,7 +514,7 @@ class CheckpointAnalysis:
         return out
 
     def gaussianity_rows(self, t: int, group: str, samples: Sequence[np.ndarray],
-                         rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+                         rows: Sequence[AnalysisRow]) -> list[AnalysisRow]:
         """The Gaussianity diagnostic of checkpoint t and tensor `group`
         (:mod:`mianalysis.analysis.diagnostics.gaussianity`): per client in a pair, ``nongaussian_share``
         (the share of its varying parameters whose marginal rejects normality, Holm at 1 -
@@ -548,8 +545,8 @@ class CheckpointAnalysis:
             out.append(self.row(t, a, b, "copula_disagrees", float(disagree), note=note, group=group))
         return out
 
-    def of_checkpoint(self, rows: Sequence[dict[str, Any]], t: int,
-                      group: str = "") -> dict[tuple[int, int, str], dict[str, Any]]:
+    def of_checkpoint(self, rows: Sequence[AnalysisRow], t: int,
+                      group: str = "") -> dict[tuple[int, int, str], AnalysisRow]:
         """(a, b, quantity) -> the row of `rows` of checkpoint t (and tensor `group`) that has an interval."""
         clients = self.dump.clients
         return {(clients.index(r["client_a"]), clients.index(r["client_b"]), r["quantity"]): r
@@ -557,7 +554,7 @@ class CheckpointAnalysis:
                 and r.get("layer", "") == group}
 
     def with_intervals(self, t: int, samples: Sequence[np.ndarray],
-                       of_t: Mapping[tuple[int, int, str], dict[str, Any]],
+                       of_t: Mapping[tuple[int, int, str], AnalysisRow],
                        varying: Sequence[np.ndarray] | None = None,
                        transformed: TransformedSamples | None = None,
                        distances: Sequence[MarginalDistances] | None | bool = False,
@@ -653,9 +650,9 @@ class CheckpointAnalysis:
         pair = self.pair_distances(t, a, b, samples[a], samples[b])
         return None if pair is None else self._subset_replicates(estimator, pair)
 
-    def changes(self, t: int, group: str, of_t: Mapping[tuple[int, int, str], dict[str, Any]],
-                of_prev: Mapping[tuple[int, int, str], dict[str, Any]], prev: Mapping[tuple[int, int, str], ChangeInputs],
-                now: Mapping[tuple[int, int, str], ChangeInputs]) -> list[dict[str, Any]]:
+    def changes(self, t: int, group: str, of_t: Mapping[tuple[int, int, str], AnalysisRow],
+                of_prev: Mapping[tuple[int, int, str], AnalysisRow], prev: Mapping[tuple[int, int, str], ChangeInputs],
+                now: Mapping[tuple[int, int, str], ChangeInputs]) -> list[AnalysisRow]:
         """The rows delta_QUANTITY of checkpoint t: the paired change since t - 1 of every row
         of `of_t` (rows of t - 1: `of_prev`; what their intervals need: `prev` and `now`)."""
         added = []

@@ -32,45 +32,33 @@ import json
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, cast, overload
 
 import numpy as np
 
 from .._internal.io import new_file
 from .inference.intervals import change_df, change_test, se_from_interval
 from .inference.regime import is_outside
+from . import schema
+from .schema import FAMILYWISE, SCHEMA, TYPED, AnalysisRow, column, column_names
 
 __all__ = [
     "AnalysisTable", "BASE_COLUMNS", "TYPED_COLUMNS", "COLUMNS", "OPTIONAL_COLUMNS", "ESTIMATE_KINDS", "NULL_METHODS",
-    "FORMAT_VERSION", "INFERENCE_COLUMNS", "sidecar_path", "columns_from_note", "complete_row", "is_bound_quantity"
+    "FORMAT_VERSION", "INFERENCE_COLUMNS", "sidecar_path", "columns_from_note", "complete_row", "is_bound_quantity",
+    "AnalysisRow"
 ]
 
-BASE_COLUMNS = ("checkpoint", "iteration", "client_a", "client_b", "quantity", "value", "spread",
-                "null_mean", "null_std", "p_value", "n_runs", "note", "layer", "ci_low", "ci_high", "verdict")
-# estimate_kind: "plain" (the estimator as calibrated), "shrinkage" (a Gaussian log-determinant
-# estimate of a Ledoit-Wolf shrunk covariance: fewer runs than twice the joint dimension, or a
-# singular covariance; also a change from or to one) or "bound" (an estimator's bound on the
-# MI rather than an estimate of it; no registered estimator gives one yet).
-# outside_calibration: the estimate lies outside the regime where its estimator was calibrated
-# (mianalysis.analysis.inference.regime). null_method: "none", "permutation" or "analytic".
-TYPED_COLUMNS = ("estimate_kind", "outside_calibration", "null_method")
-# change_se, change_p: a delta row's standard error and two-sided p-value of "no change"
-# (mianalysis.analysis.inference.intervals.change_test). p_adjusted: a delta row's change_p, or an MI
-# row's null p-value, adjusted over its family (mianalysis.analysis.inference.familywise);
-# family_verdict: a delta row's verdict from p_adjusted (empty on other rows).
-INFERENCE_COLUMNS = ("change_se", "change_p", "p_adjusted", "family_verdict")
-COLUMNS = BASE_COLUMNS + TYPED_COLUMNS + INFERENCE_COLUMNS
+# The column tuples, as other modules name them; every one is read from the one declaration,
+# :mod:`mianalysis.analysis.schema` (its fields' meanings are there and in the docs' column table).
+BASE_COLUMNS = column_names(format=1)
+TYPED_COLUMNS = column_names(since=TYPED)
+INFERENCE_COLUMNS = column_names(since=FAMILYWISE)
+COLUMNS = column_names()
 # Tables written before `by`, intervals, the typed or the inference columns lack these.
-OPTIONAL_COLUMNS = ("layer", "ci_low", "ci_high", "verdict") + TYPED_COLUMNS + INFERENCE_COLUMNS
-ESTIMATE_KINDS = ("plain", "shrinkage", "bound")
-NULL_METHODS = ("none", "permutation", "analytic")
+OPTIONAL_COLUMNS = tuple(c.name for c in SCHEMA if c.optional)
+ESTIMATE_KINDS = column("estimate_kind").choices
+NULL_METHODS = column("null_method").choices
 FORMAT_VERSION = 2
-
-_FLOATS = ("value", "spread", "null_mean", "null_std", "p_value", "ci_low", "ci_high", "change_se", "change_p",
-           "p_adjusted")
-_INTS = ("checkpoint", "iteration", "n_runs")
-_DEFAULTS = {"layer": "", "ci_low": np.nan, "ci_high": np.nan, "verdict": "", "p_adjusted": np.nan, "family_verdict": ""}
-_BOOLEANS = {"true": True, "false": False}
 
 
 def sidecar_path(table: str | os.PathLike) -> Path:
@@ -138,11 +126,12 @@ def is_bound_quantity(quantity: str) -> bool:
 
 
 def complete_row(row: Mapping[str, Any], *, level: float = 0.95,
-                 ci_resamples: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                 ci_resamples: Mapping[str, Any] | None = None) -> AnalysisRow:
     """`row` with every optional column: the columns of later formats that it lacks, as a
-    table without them is read (empty layer and verdict, no interval, the typed columns
-    derived from its note, no family-wise columns). A row that has them all is returned as
-    it is (the same dict).
+    table without them is read (:mod:`mianalysis.analysis.schema`: each column's default,
+    such as an empty layer and verdict, no interval and no family-wise columns; the typed
+    columns derived from its note). A row that has them all is returned as it is (the same
+    dict).
 
     A change row (``delta_*``) without ``change_se`` and ``change_p`` gets them from its
     interval: the se by :func:`~mianalysis.analysis.inference.intervals.se_from_interval` at `level`
@@ -152,11 +141,13 @@ def complete_row(row: Mapping[str, Any], *, level: float = 0.95,
     row's value (the midpoint of the interval). Other rows get NaN. (Tables without these
     columns predate the influence-value intervals of MI changes, so their MI changes are all
     from resamples.)"""
-    if all(c in row for c in OPTIONAL_COLUMNS) and isinstance(row, dict):
-        return row
+    optional = [c for c in schema.columns() if c.optional]
+    if isinstance(row, dict) and all(c.name in row for c in optional):
+        return cast(AnalysisRow, row)
     out = dict(row)
-    for key, value in _DEFAULTS.items():
-        out.setdefault(key, value)
+    for c in optional:
+        if not c.derived:
+            out.setdefault(c.name, c.default)
     if not all(c in row for c in TYPED_COLUMNS):
         for key, value in columns_from_note(row.get("note", ""), row.get("p_value", np.nan)).items():
             out.setdefault(key, value)
@@ -171,7 +162,7 @@ def complete_row(row: Mapping[str, Any], *, level: float = 0.95,
             p = change_test(_float(out.get("value")), se, df)
         out.setdefault("change_se", se)
         out.setdefault("change_p", p)
-    return out
+    return cast(AnalysisRow, out)
 
 
 def _float(value):
@@ -181,11 +172,12 @@ def _float(value):
         return np.nan
 
 
-class AnalysisTable(Sequence[dict[str, Any]]):
+class AnalysisTable(Sequence[AnalysisRow]):
     """An analysis table: its rows, the settings that made them and their provenance.
 
-    A sequence of row dicts, one per (checkpoint, client pair or client, quantity, layer),
-    with the columns of :data:`COLUMNS` (see :func:`mianalysis.analyze`, Returns):
+    A sequence of row dicts (:class:`~mianalysis.analysis.schema.AnalysisRow`), one per
+    (checkpoint, client pair or client, quantity, layer), with the columns of
+    :data:`COLUMNS` (:mod:`mianalysis.analysis.schema`; see :func:`mianalysis.analyze`, Returns):
     ``len(table)``, ``table[i]`` and ``for row in table`` work as on a list of rows. Two
     tables are equal when their rows are (settings and provenance aside).
 
@@ -242,10 +234,10 @@ class AnalysisTable(Sequence[dict[str, Any]]):
         return rows if isinstance(rows, AnalysisTable) else cls(rows)
 
     @overload
-    def __getitem__(self, index: int) -> dict[str, Any]: ...
+    def __getitem__(self, index: int) -> AnalysisRow: ...
 
     @overload
-    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+    def __getitem__(self, index: slice) -> list[AnalysisRow]: ...
 
     def __getitem__(self, index):
         return self._rows[index]
@@ -253,7 +245,7 @@ class AnalysisTable(Sequence[dict[str, Any]]):
     def __len__(self) -> int:
         return len(self._rows)
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
+    def __iter__(self) -> Iterator[AnalysisRow]:
         return iter(self._rows)
 
     def __eq__(self, other: object) -> bool:
@@ -270,12 +262,12 @@ class AnalysisTable(Sequence[dict[str, Any]]):
         return f"AnalysisTable({len(self._rows)} rows; quantities {quantities})"
 
     @property
-    def rows(self) -> list[dict[str, Any]]:
+    def rows(self) -> list[AnalysisRow]:
         """The rows, as a list (the table's own: change it only to change the table)."""
         return self._rows
 
     def select(self, quantity: str, client_a: str | None = None, client_b: str | None = None, *,
-               layer: str | None = None) -> list[dict[str, Any]]:
+               layer: str | None = None) -> list[AnalysisRow]:
         """Rows of one quantity, sorted by checkpoint.
 
         Parameters
@@ -346,7 +338,7 @@ class AnalysisTable(Sequence[dict[str, Any]]):
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(str(path) + ".tmp")
         with new_file(tmp) as fh:
-            writer = csv.DictWriter(fh, fieldnames=COLUMNS)
+            writer = csv.DictWriter(fh, fieldnames=column_names())
             writer.writeheader()
             for row in self._rows:
                 writer.writerow({k: ("" if isinstance(v, float) and np.isnan(v) else v) for k, v in row.items()})
@@ -372,24 +364,20 @@ class AnalysisTable(Sequence[dict[str, Any]]):
         rows = []
         with open(path, newline="") as fh:
             reader = csv.DictReader(fh)
-            missing = set(COLUMNS) - set(OPTIONAL_COLUMNS) - set(reader.fieldnames or ())
+            declared = schema.columns()
+            missing = {c.name for c in declared if not c.optional} - set(reader.fieldnames or ())
             if missing:
                 raise ValueError(f"{path} is not an analysis table: missing columns {sorted(missing)}")
-            for line, row in enumerate(reader, start=2):
-                for key in _FLOATS:  # a column the table lacks stays absent: complete_row makes it
-                    if key in row or key not in OPTIONAL_COLUMNS:
-                        row[key] = float(row[key]) if row.get(key, "") not in ("", None) else np.nan
-                for key in _INTS:
-                    row[key] = int(row[key])
-                if "outside_calibration" in row:
-                    flag = _BOOLEANS.get(str(row["outside_calibration"]).lower())
-                    if flag is None:
-                        raise ValueError(f"{path}, line {line}: `outside_calibration` must be True or False; "
-                                         f"got {row['outside_calibration']!r}")
-                    row["outside_calibration"] = flag
-                for key, allowed in (("estimate_kind", ESTIMATE_KINDS), ("null_method", NULL_METHODS)):
-                    if key in row and row[key] not in allowed:
-                        raise ValueError(f"{path}, line {line}: `{key}` must be one of {list(allowed)}; got {row[key]!r}")
+            # A column the table lacks stays absent (complete_row makes it); one it has that
+            # is not declared stays text.
+            present = [c for c in declared if c.name in (reader.fieldnames or ())]
+            for line, text in enumerate(reader, start=2):
+                row: dict[str, object] = dict(text)
+                for c in present:
+                    try:
+                        row[c.name] = c.parse(text[c.name])
+                    except ValueError as exc:
+                        raise ValueError(f"{path}, line {line}: {exc}") from None
                 rows.append(row)
         return cls(rows, settings=settings, provenance=provenance, record=record)  # completes the rows
 

@@ -35,7 +35,7 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..analysis import AnalysisTable
+from ..analysis import AnalysisRow, AnalysisTable
 from ..analysis.blocks import runs_needed
 from ..analysis.inference.choice import PRIMARY, choose
 from ..analysis.inference.familywise import FROM_EXACT, METHOD_NAMES, apply_familywise, describe
@@ -191,7 +191,7 @@ def _mi_quantities(table: AnalysisTable) -> list[str]:
     return [f"mi_{e}" for e in estimator_names() if f"mi_{e}" in held]
 
 
-def _pair_rows(table: AnalysisTable, quantity: str) -> list[dict[str, Any]]:
+def _pair_rows(table: AnalysisTable, quantity: str) -> list[AnalysisRow]:
     """The rows of `quantity` between clients, every tensor, by checkpoint."""
     return [r for r in table.select(quantity) if r.get("client_b", "") != ""]
 
@@ -308,7 +308,7 @@ def _dependence(table: AnalysisTable, quantity: str, scope: _Scope, correction: 
     def where(some):
         return _where(some, scope, split)
 
-    kinds: dict[str, list[dict[str, Any]]] = {}
+    kinds: dict[str, list[AnalysisRow]] = {}
     for r in rows:
         kinds.setdefault(_kind(r), []).append(r)
     above, below = kinds.get("above", []), kinds.get("below", [])
@@ -396,7 +396,7 @@ def _dependence_conclusion(above, below, scope, bound, alpha):
 
 
 # ------------------------------------------------------------------------ (b) MI trends
-def _steps(table: AnalysisTable, quantity: str) -> tuple[list[dict], list[dict]]:
+def _steps(table: AnalysisTable, quantity: str) -> tuple[list[AnalysisRow], list[AnalysisRow]]:
     """(every change row of `quantity` between clients, those not out of an exact value)."""
     rows = _pair_rows(table, f"delta_{quantity}")
     return rows, [r for r in rows if not str(r.get("family_verdict", "")).startswith(FROM_EXACT)]

@@ -8,11 +8,11 @@ import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..analysis import AnalysisTable, analyze, sidecar_path
+from ..analysis import AnalysisRow, AnalysisTable, analyze, sidecar_path
 from ..analysis.inference.choice import AUTO_PREFIX
 from ..analysis.inference.familywise import FROM_EXACT, describe, familywise_verdicts
 from ..analysis.inference.intervals import SHRINKAGE
@@ -88,7 +88,7 @@ def _fmt(v, width=7, digits=3):
     return f"{v:>{width}.{digits}f}"
 
 
-def summary_table(rows: Sequence[dict]) -> str:
+def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
     """Text table per checkpoint and client pair: MI by each estimator with its null mean
     and p-value, and the three mean distances.
 
@@ -183,8 +183,8 @@ def _alpha(table):
     return round(1 - level, 12) if isinstance(level, float) and 0 < level < 1 else 0.05
 
 
-def trend_steps(rows: Sequence[dict], quantity: str, client_a: str, client_b: str, *, familywise: str = FAMILYWISE,
-                family: str = FAMILY, alpha: float | None = None) -> list[tuple[dict, float, str]]:
+def trend_steps(rows: Sequence[Mapping[str, Any]], quantity: str, client_a: str, client_b: str, *, familywise: str = FAMILYWISE,
+                family: str = FAMILY, alpha: float | None = None) -> list[tuple[AnalysisRow, float, str]]:
     """[(delta row, adjusted p, verdict)] of one pair's steps of `quantity`, corrected by
     `familywise` over `family`: "pair", this pair's steps; "cell", every pair's steps of
     `quantity` in the table. The steps out of a value exact by rule (the shared start, where
@@ -205,7 +205,7 @@ def trend_steps(rows: Sequence[dict], quantity: str, client_a: str, client_b: st
             and not v.startswith(FROM_EXACT)]
 
 
-def step_verdicts(rows: Sequence[dict], quantity: str, client_a: str, client_b: str, *,
+def step_verdicts(rows: Sequence[Mapping[str, Any]], quantity: str, client_a: str, client_b: str, *,
                   familywise: str = FAMILYWISE, family: str = FAMILY,
                   alpha: float | None = None) -> list[tuple[int, str]]:
     """[(iteration, verdict)] of one pair's steps (those out of an exact value left out: for a
@@ -215,7 +215,7 @@ def step_verdicts(rows: Sequence[dict], quantity: str, client_a: str, client_b: 
                                                             familywise=familywise, family=family, alpha=alpha)]
 
 
-def correction_text(rows: Sequence[dict] = (), *, familywise: str = FAMILYWISE, family: str = FAMILY) -> str:
+def correction_text(rows: Sequence[Mapping[str, Any]] = (), *, familywise: str = FAMILYWISE, family: str = FAMILY) -> str:
     """How the trend verdicts of `rows` are corrected, in words (for a finding's text): e.g.
     "Holm over each client pair's steps of one quantity (family-wise error rate 0.05),
     steps out of an exact value (the shared start) left out"."""
@@ -246,7 +246,7 @@ def overall_trend(verdicts: Iterable[str]) -> str:
     return "mixed" if up and down else "rising" if up else "falling" if down else "no detectable change"
 
 
-def trend_summary(rows: Sequence[dict], *, familywise: str = FAMILYWISE, family: str = FAMILY) -> str:
+def trend_summary(rows: Sequence[Mapping[str, Any]], *, familywise: str = FAMILYWISE, family: str = FAMILY) -> str:
     """Text lines: per MI, distance and update-cosine quantity and client pair, the overall
     trend over its steps (those out of an exact value, the shared start, left out), and the verdict and adjusted
     p-value of every step, under a first line naming the correction (:func:`correction_text`)."""
@@ -271,7 +271,7 @@ def trend_summary(rows: Sequence[dict], *, familywise: str = FAMILYWISE, family:
     return "\n".join([f"verdicts: {correction_text(rows, familywise=familywise, family=family)}", *lines])
 
 
-def finding(rows: Sequence[dict], n_permutations: int | Mapping[str, int] | None = None
+def finding(rows: Sequence[Mapping[str, Any]], n_permutations: int | Mapping[str, int] | None = None
             ) -> dict[str, bool | str]:
     """Does the core paper's finding hold in this table? MI above its null (p <= 0.05 at
     every checkpoint after the first), MI rising and every distance growing.

@@ -67,7 +67,7 @@ PANEL_ESTIMATORS = ("gaussian", "ksg")  # figure_mi's first panels, drawn or lef
 MIN_BAND_PERMUTATIONS = 20
 
 
-def default_metric(rows: Sequence[dict]) -> str | None:
+def default_metric(rows: Sequence[Mapping[str, Any]]) -> str | None:
     """The metric a figure draws by default: "loss" if the table has it, else the first metric
     whose name contains "loss" (``train_loss``), else the first metric; None without metrics.
 
@@ -187,7 +187,7 @@ def _num(row, key):
         return np.nan
 
 
-def pair_summary(rows: Sequence[dict], quantity: str, *, relative_to_null: bool = False) -> dict[str, np.ndarray]:
+def pair_summary(rows: Sequence[Mapping[str, Any]], quantity: str, *, relative_to_null: bool = False) -> dict[str, np.ndarray]:
     """Per iteration, the pairs' values of `quantity` summarised for a figure.
 
     Parameters
@@ -266,7 +266,7 @@ def _draw_pair_summary(ax, s, color, label, *, linestyle="-", band=True, bars=Tr
     return line
 
 
-def estimate_kinds(rows: Sequence[dict], quantity: str) -> dict[int, str]:
+def estimate_kinds(rows: Sequence[Mapping[str, Any]], quantity: str) -> dict[int, str]:
     """The kind of estimate (``estimate_kind``: "plain", "shrinkage", "bound") of `quantity`
     at each iteration of a table: the kind of its client pairs' rows, or the least readable
     one where pairs differ ("shrinkage" before "bound" before "plain"). The rows of an
@@ -317,7 +317,7 @@ def _kind_segments(iterations, kinds):
     return segments
 
 
-def estimator_variant(rows: Sequence[dict], estimator: str, *, checkpoint: str = "iteration") -> str:
+def estimator_variant(rows: Sequence[Mapping[str, Any]], estimator: str, *, checkpoint: str = "iteration") -> str:
     """How `estimator`'s MI of this table was computed, in words, from its rows' ``estimate_kind``.
 
     Parameters
@@ -351,7 +351,7 @@ def estimator_variant(rows: Sequence[dict], estimator: str, *, checkpoint: str =
     return f"bias-corrected; Ledoit-Wolf shrinkage at {checkpoint}s {', '.join(str(i) for i in shrunk)}"
 
 
-def permutations_of(rows: Sequence[dict], estimator: str, record: Mapping[str, Any] | None = None) -> int | None:
+def permutations_of(rows: Sequence[Mapping[str, Any]], estimator: str, record: Mapping[str, Any] | None = None) -> int | None:
     """How many permutations `estimator`'s permutation nulls in `rows` had: from `record`
     (an experiment's record or sidecar: ``permutations``, also under ``settings``), else the
     table's own ``settings["permutations"]``; a dict gives the estimator's entry. None when
@@ -373,7 +373,7 @@ def permutations_of(rows: Sequence[dict], estimator: str, record: Mapping[str, A
     return None
 
 
-def plot_mi_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], estimator: str, *,
+def plot_mi_panel(ax: matplotlib.axes.Axes, rows: Sequence[Mapping[str, Any]], estimator: str, *,
                   permutations: int | None = None, xlabel: str = "iteration") -> None:
     """MI between clients vs iteration, summarised over the client pairs.
 
@@ -538,7 +538,7 @@ def _draw_bounds(ax, iterations, values, every, color, label):
     ax.fill_between(x, y, top, color=color, alpha=BOUND_ALPHA, lw=0, label=label, zorder=2)
 
 
-def plot_metric_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], metric: str | None = None, *,
+def plot_metric_panel(ax: matplotlib.axes.Axes, rows: Sequence[Mapping[str, Any]], metric: str | None = None, *,
                       xlabel: str = "iteration") -> None:
     """A recorded training metric (loss, accuracy) vs iteration, summarised over the clients.
 
@@ -596,7 +596,7 @@ def plot_metric_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], metric: st
     legend_below(ax)
 
 
-def plot_distance_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], metric: str) -> None:
+def plot_distance_panel(ax: matplotlib.axes.Axes, rows: Sequence[Mapping[str, Any]], metric: str) -> None:
     """Mean paired distance between clients vs iteration, summarised over the client pairs.
 
     The line is the mean over the pairs, the dark band their range (min to max), the light
@@ -628,7 +628,7 @@ UPDATE_TITLES = {"cosine_update": "Cosine similarity of updates"}
 UNDEFINED_LABEL = "no cosine: zero updates (the start)"
 
 
-def plot_update_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], quantity: str = "cosine_update") -> None:
+def plot_update_panel(ax: matplotlib.axes.Axes, rows: Sequence[Mapping[str, Any]], quantity: str = "cosine_update") -> None:
     """Mean cosine similarity of the clients' updates (parameters minus each run's start)
     vs iteration, summarised over the client pairs, on a fixed y axis from -1 to 1.
 
@@ -673,7 +673,7 @@ def plot_update_panel(ax: matplotlib.axes.Axes, rows: Sequence[dict], quantity: 
     legend_below(ax)
 
 
-def figure_title(rows: Sequence[dict], record: Mapping[str, Any] | None = None) -> str:
+def figure_title(rows: Sequence[Mapping[str, Any]], record: Mapping[str, Any] | None = None) -> str:
     """One line describing what a figure of `rows` shows: task, initial point, shared random
     streams, estimator variants and number of runs.
 
@@ -776,7 +776,7 @@ def _figure(n_panels):
     return plt.subplots(1, n_panels, figsize=(5 * n_panels, 5.8), layout="constrained")
 
 
-def figure_mi(rows: Sequence[dict], title: str | None = None, *, record: Mapping[str, Any] | None = None,
+def figure_mi(rows: Sequence[Mapping[str, Any]], title: str | None = None, *, record: Mapping[str, Any] | None = None,
               metric: str | None = None) -> matplotlib.figure.Figure:
     """Figure 1/2 analogue: (a) Gaussian MI, (b) KSG MI, (c) a recorded metric (the loss).
 
@@ -832,7 +832,7 @@ def figure_mi(rows: Sequence[dict], title: str | None = None, *, record: Mapping
     return fig
 
 
-def figure_distances(rows: Sequence[dict], title: str | None = None, *, record: Mapping[str, Any] | None = None
+def figure_distances(rows: Sequence[Mapping[str, Any]], title: str | None = None, *, record: Mapping[str, Any] | None = None
                      ) -> matplotlib.figure.Figure:
     """Figure 3/4 analogue: Euclidean, Manhattan and Chebyshev distances vs iteration.
 
@@ -855,7 +855,7 @@ def figure_distances(rows: Sequence[dict], title: str | None = None, *, record: 
     return fig
 
 
-def figure_metrics(rows: Sequence[dict], title: str | None = None, *, record: Mapping[str, Any] | None = None
+def figure_metrics(rows: Sequence[Mapping[str, Any]], title: str | None = None, *, record: Mapping[str, Any] | None = None
                    ) -> matplotlib.figure.Figure:
     """Every recorded metric of a table (loss, accuracy, ...), one panel each
     (:func:`plot_metric_panel`), in the order of :func:`metric_names`.
@@ -891,7 +891,7 @@ FIGURE_QUANTITIES = {"mi": ("mi_gaussian", "mi_ksg"),
                      "distances": ("euclidean", "manhattan", "chebyshev", *UPDATE_TITLES)}
 
 
-def check_drawable(rows: Sequence[dict], kind: str) -> None:
+def check_drawable(rows: Sequence[Mapping[str, Any]], kind: str) -> None:
     """ValueError unless `rows` hold a quantity that figure `kind` draws, naming what is missing.
 
     Parameters
@@ -911,7 +911,7 @@ def check_drawable(rows: Sequence[dict], kind: str) -> None:
                          "no figure was written")
 
 
-def save_figure(rows: Sequence[dict], kind: str, path: str | os.PathLike, title: str | None = None, *,
+def save_figure(rows: Sequence[Mapping[str, Any]], kind: str, path: str | os.PathLike, title: str | None = None, *,
                 record: Mapping[str, Any] | None = None, metric: str | None = None) -> Path:
     """Draw figure `kind` ("mi" or "distances") from `rows` and save it to `path`.
 
@@ -958,7 +958,7 @@ def save_figure(rows: Sequence[dict], kind: str, path: str | os.PathLike, title:
     return Path(path)
 
 
-def figure_headroom(rows: Sequence[dict], title: str | None = None, *, panel: str = "design",
+def figure_headroom(rows: Sequence[Mapping[str, Any]], title: str | None = None, *, panel: str = "design",
                     columns: int | None = None) -> matplotlib.figure.Figure:
     """Ratio of each combination rule's MSE to the plain average's, per checkpoint, with intervals.
 
