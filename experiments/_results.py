@@ -207,10 +207,12 @@ def carried_over_record(table, cells, earlier):
                              "carried_over": earlier.get("carried_over")}}
 
 
-def write_page(out, name, text, *, atomic=False):
+def write_page(out, name, text, *, atomic=False, beside=False):
     """Write the Markdown page ``NAME.md`` of a script whose tables go to `out` (into
-    :func:`pages_for` `out`), ending in one newline. Returns the path."""
-    return _write(pages_for(out) / f"{name}.md", text.rstrip("\n") + "\n", atomic)
+    :func:`pages_for` `out`; with `beside`, into `out` itself, as a trial run's page that must
+    not replace a committed one), ending in one newline. Returns the path."""
+    folder = Path(out) if beside else pages_for(out)
+    return _write(folder / f"{name}.md", text.rstrip("\n") + "\n", atomic)
 
 
 def timed_rows(cells, *, width=45):

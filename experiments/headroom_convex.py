@@ -18,19 +18,24 @@ and the last (100):
   gaussian-sgd, and scored by `headroom_rows` on the same errors). "blue" (the full best
   linear combination, 1950 x 1950) is not measured: at these run counts its second moment
   would be shrunk and its fit correction undefined, and it costs ~20 s a fit;
-- the rules a federation can run (issue 51, item 4: Fisher merging), from what a client has,
-  its own final iterate theta_k and its own data: in every run, "fisher_diag_own" weights
-  each coordinate by ``diag(H_k) / sum_j diag(H_j)`` and "fisher_full_own" combines with
-  ``(sum_j H_j)^-1 H_k``, H_k = H_k(theta_k) the exact Hessian (650 x 650,
-  `softmax_objective`) of client k's own objective (its examples' mean cross-entropy plus
-  the L2 term) at its own iterate. The weights change from run to run, so these rows are
-  scored here (`combine_errors`' sum, `ratio_interval`, paired by run with the mean), not
-  by `headroom_rows`. Every run and checkpoint: 3 Hessians and a 650 x 650 Cholesky solve,
-  40-60 ms (some 11 of the script's 13 minutes on 2 cores; ~2 minutes a cell);
+- the rules a federation can run (issue 51, item 4: Fisher merging and the Newton merge),
+  from what a client has, its own final iterate theta_k and its own data: in every run,
+  "fisher_diag_own" weights each coordinate by ``diag(H_k) / sum_j diag(H_j)``,
+  "fisher_full_own" combines with ``(sum_j H_j)^-1 H_k`` and "newton_merge_own" is
+  ``(sum_j H_j)^-1 sum_k (H_k theta_k - g_k)`` (the minimiser of the sum of the clients' local
+  quadratic models, not a linear combination of the iterates: the registry's
+  "newton_merge"), with g_k = g_k(theta_k) and H_k = H_k(theta_k) the exact gradient and
+  Hessian (650 x 650, `softmax_objective`) of client k's own objective (its examples' mean
+  cross-entropy plus the L2 term) at its own iterate. The clients are of equal size, so
+  equal client weights are the pooled objective's. The weights change from run to run, so
+  these rows are scored here (`combine_errors`' sum, `ratio_interval`, paired by run with the
+  mean), not by `headroom_rows`. Every run and checkpoint: 3 Hessians and one 650 x 650
+  Cholesky factorisation for the three rules, 40-60 ms (some 11 of the script's 13 minutes
+  on 2 cores; ~2 minutes a cell);
 - the issue's target for them, at the last checkpoint: where blue_coordinate's corrected
   ratio r has its family-wise upper bound <= 0.95, the best runnable rule (lowest ratio of
-  mean, fisher_diag_own, fisher_full_own; its interval widened again over the 2 rules with
-  an interval) should have its upper bound below ``(1 + r) / 2`` and below 1;
+  mean, fisher_diag_own, fisher_full_own, newton_merge_own; its interval widened again over
+  the 3 rules with an interval) should have its upper bound below ``(1 + r) / 2`` and below 1;
 - per client: the mean distance moved from the start ``|theta_k - theta_0|`` against the
   start's distance to the optimum ``|theta_0 - theta*|`` (the fraction of the way covered),
   also projected on the direction to theta*, what is left ``|theta_k - theta*|``, and how
@@ -71,10 +76,11 @@ from pathlib import Path
 
 import numpy as np
 
+from _convex import interval_df, widened
 from _results import FIGURES, timed_rows, write_csv, write_page, write_sidecar
 
 from mianalysis import ParameterSampler, headroom
-from mianalysis.analysis.inference.intervals import mean_interval, normal_interval, se_from_interval
+from mianalysis.analysis.inference.intervals import mean_interval
 from mianalysis.analysis.studies.headroom import (combine_errors, headroom_rows, headroom_verdicts, ratio_interval,
                                                   rule_weights)
 from mianalysis.dumps import OPTIMUM
@@ -89,7 +95,8 @@ RUNS, QUICK_RUNS = 1000, 100
 SEED = 0  # the sampler's seed (starts and data orders); the data seed picks the federation
 EVERY = 10
 RULES = ("mean", "inverse_variance", "blue_coordinate")  # through mianalysis.headroom
-OWN_RULES = ("fisher_diag_own", "fisher_full_own")  # from each client's own Hessian at its own iterate
+# From each client's own Hessian (and, for the Newton merge, gradient) at its own iterate.
+OWN_RULES = ("fisher_diag_own", "fisher_full_own", "newton_merge_own")
 RULE_LIST = (*RULES, "curvature", *OWN_RULES)
 RUNNABLE = ("mean", *OWN_RULES)  # what a federation can run here (no theta*, no fit against it)
 FOLDS = 2
@@ -130,33 +137,44 @@ def fisher_weights(hessians):
     return diag / diag.sum(axis=0), np.stack([np.linalg.solve(total, hk) for hk in h])
 
 
-def fisher_combined(hessians, errors):
-    """The combined errors ``sum_k W_k e_k`` of the two weightings of `fisher_weights` for one
-    run's clients (errors (n_clients, P)), without forming the full weights:
-    ``sum_k diag(H_k) e_k / sum_j diag(H_j)`` and ``(sum_j H_j)^-1 sum_k H_k e_k``."""
+def own_combined(hessians, gradients, errors):
+    """The errors of the three own rules for one run's clients (errors ``theta_k - theta*``,
+    (n_clients, P)), one Cholesky factorisation of ``sum_j H_j`` for both full rules:
+    fisher_diag_own and fisher_full_own as `fisher_combined`, and newton_merge_own
+    ``(sum_j H_j)^-1 (sum_k H_k e_k - sum_k g_k)`` (the Newton merge's model minus theta*: the
+    Hessian-weighted iterates' term moves with theta*, the gradients do not)."""
     from scipy.linalg import cho_factor, cho_solve
 
     h = [np.asarray(hk, dtype=np.float64) for hk in hessians]
     e = np.asarray(errors, dtype=np.float64)
     diag = np.stack([np.diagonal(hk) for hk in h])
-    total = np.sum(h, axis=0)
     rhs = np.sum([hk @ ek for hk, ek in zip(h, e)], axis=0)
-    return (diag * e).sum(axis=0) / diag.sum(axis=0), cho_solve(cho_factor(total, overwrite_a=True), rhs)
+    g = np.sum(np.asarray(gradients, dtype=np.float64), axis=0)
+    solved = cho_solve(cho_factor(np.sum(h, axis=0), overwrite_a=True), np.stack([rhs, rhs - g], axis=1))
+    return (diag * e).sum(axis=0) / diag.sum(axis=0), solved[:, 0], solved[:, 1]
 
 
 def own_curvature_errors(objectives, iterates, errors):
-    """{rule: per-run squared error (n_runs,)} of fisher_diag_own and fisher_full_own: each run
-    combined with `fisher_weights` of the Hessians H_k(theta_k) of each client's own objective
-    (`objectives`: one ``theta -> (value, gradient, Hessian)`` per client, its examples and the
-    L2 term) at its own iterate theta_k (`iterates`, (n_clients, n_runs, P)); `errors` are
-    ``theta_k - theta*`` (the same shape). What a client has: its iterate and its data."""
+    """{rule: per-run squared error (n_runs,)} of fisher_diag_own, fisher_full_own and
+    newton_merge_own: each run combined from the gradients g_k(theta_k) and Hessians
+    H_k(theta_k) of each client's own objective (`objectives`: one ``theta -> (value,
+    gradient, Hessian)`` per client, its examples and the L2 term) at its own iterate theta_k
+    (`iterates`, (n_clients, n_runs, P)); `errors` are ``theta_k - theta*`` (the same shape).
+    What a client has: its iterate and its data."""
     k, n, _ = errors.shape
     out = {rule: np.empty(n) for rule in OWN_RULES}
     for r in range(n):
-        hessians = [objectives[c](iterates[c, r])[2] for c in range(k)]
-        for rule, combined in zip(OWN_RULES, fisher_combined(hessians, errors[:, r])):
+        _, gradients, hessians = zip(*(objectives[c](iterates[c, r]) for c in range(k)))
+        for rule, combined in zip(OWN_RULES, own_combined(hessians, gradients, errors[:, r])):
             out[rule][r] = float(combined @ combined)
     return out
+
+
+#: How each own rule's row describes its weights.
+OWN_WEIGHTS = {"fisher_diag_own": "per run, from each client's own Hessian at its own iterate",
+               "fisher_full_own": "per run, from each client's own Hessian at its own iterate",
+               "newton_merge_own": "per run, from each client's own gradient and Hessian at its own iterate (not a "
+                                   "linear combination)"}
 
 
 def per_run_row(template, rule, per_run, base, level=LEVEL):
@@ -166,7 +184,7 @@ def per_run_row(template, rule, per_run, base, level=LEVEL):
     mse, low, high = mean_interval(per_run, level)
     ratio, r_low, r_high = ratio_interval(per_run, base, level)
     return dict(template) | {
-        "rule": rule, "weights": "per run, from each client's own Hessian at its own iterate", "mse": mse,
+        "rule": rule, "weights": OWN_WEIGHTS[rule], "mse": mse,
         "mse_low": low, "mse_high": high, "ratio": ratio, "ratio_low": r_low, "ratio_high": r_high,
         "fit_inflation": 1.0, "mse_corrected": mse, "mse_corrected_low": low, "mse_corrected_high": high,
         "ratio_corrected": ratio, "ratio_corrected_low": r_low, "ratio_corrected_high": r_high,
@@ -268,12 +286,13 @@ def cell_result(split, data_seed, runs, work, *, seed=SEED, every=EVERY):
 
 # ---------------------------------------------------------------------------- family-wise verdicts
 def _widened(row, level, to):
-    """`row` with its ratio intervals (plain and fit-corrected) at level `to` instead of `level`."""
+    """`row` with its ratio intervals (plain and fit-corrected) at level `to` instead of `level`
+    (the same standard error; Student's t quantile where the row's interval has one, as the
+    jackknifed fitted rules' do)."""
     out = dict(row)
+    df = interval_df(row)
     for key in ("ratio", "ratio_corrected"):
-        se = se_from_interval(row[f"{key}_low"], row[f"{key}_high"], level)
-        if np.isfinite(se):
-            out[f"{key}_low"], out[f"{key}_high"] = normal_interval(row[key], se, to)
+        out[f"{key}_low"], out[f"{key}_high"] = widened(row[key], row[f"{key}_low"], row[f"{key}_high"], level, to, df)
     return out
 
 
@@ -289,10 +308,10 @@ def familywise_verdicts(rows, level=LEVEL):
 
 def add_best(summaries, rows, level=LEVEL, near_optimal=0.95):
     """Each summary with the last checkpoint's ratios (blue_coordinate fit-corrected,
-    inverse_variance, curvature, fisher_diag_own, fisher_full_own) and their intervals at the
-    verdicts' family-wise level (Bonferroni over cells x checkpoints), and the issue's target
-    for runnable rules: the best runnable rule (the lowest ratio among `RUNNABLE`: mean,
-    fisher_diag_own, fisher_full_own), its interval widened again over the runnable rules
+    inverse_variance, curvature, fisher_diag_own, fisher_full_own, newton_merge_own) and their
+    intervals at the verdicts' family-wise level (Bonferroni over cells x checkpoints), and the
+    issue's target for runnable rules: the best runnable rule (the lowest ratio among
+    `RUNNABLE`: mean and the own rules), its interval widened again over the runnable rules
     that have one (the choice of the best is part of the family), the target ``(1 + r) / 2``
     (r: blue_coordinate's corrected ratio), whether it applies (r's upper family-wise bound
     <= `near_optimal`), and whether the best runnable rule's upper bound lies below the
@@ -335,15 +354,18 @@ def markdown(rows, summaries, verdicts, runs, command):
         f"Headroom over the plain average against each run's exact optimum theta* on softmax-regression (linear "
         f"softmax on 8x8 digits, 650 parameters, 3 clients of 200 examples, l2 0.01, SGD lr 0.5, batches of 20, "
         f"100 steps), per-run start, nothing shared, {runs} runs per cell (sampler seed 0); a cell is a split and "
-        "a data seed (a federation). MSE = E||sum_k W_k theta_k - theta*||^2 over the 650 parameters; ratios to "
+        "a data seed (a federation). MSE = E||combined - theta*||^2 over the 650 parameters (combined: "
+        "sum_k W_k theta_k, or the Newton merge's model); ratios to "
         "averaging's, paired by run, with 95 % intervals. inverse_variance and blue_coordinate are cross-fitted "
         "(2 folds; the corrected ratio divides by the fitting cost, `fitting_inflation`); curvature has the fixed "
         "weights (sum_j H_j)^-1 H_k of the clients' exact Hessians at theta* (it needs theta* to be evaluated; "
-        "near the clients' own end points a client could compute it). fisher_diag_own and fisher_full_own are "
-        "what a federation can run (Fisher merging): in each run, weights diag(H_k) / sum_j diag(H_j) per "
-        "coordinate and (sum_j H_j)^-1 H_k, from the exact Hessian H_k = H_k(theta_k) of each client's own "
-        "objective (its 200 examples' mean cross-entropy plus the L2 term) at its own iterate theta_k: no theta*, "
-        "nothing fitted. blue is not measured (1950 x 1950: shrunk "
+        "near the clients' own end points a client could compute it). fisher_diag_own, fisher_full_own and "
+        "newton_merge_own are what a federation can run (Fisher merging and the Newton merge): in each run, "
+        "weights diag(H_k) / sum_j diag(H_j) per coordinate, (sum_j H_j)^-1 H_k, and the model "
+        "(sum_j H_j)^-1 sum_k (H_k theta_k - g_k) (the minimiser of the sum of the clients' local quadratic "
+        "models; not a linear combination), from the exact gradient g_k = g_k(theta_k) and Hessian "
+        "H_k = H_k(theta_k) of each client's own objective (its 200 examples' mean cross-entropy plus the L2 term) "
+        "at its own iterate theta_k: no theta*, nothing fitted. blue is not measured (1950 x 1950: shrunk "
         f"and uncorrectable at these run counts). Made by `{command}`.", "",
         "| cell | iteration | rule | ratio to mean [95 %] | corrected ratio [95 %] |", "|---|---|---|---|---|"]
     for r in rows:
@@ -382,13 +404,17 @@ def markdown(rows, summaries, verdicts, runs, command):
     fw_best = summaries[0]["best_runnable_level"]
     lines += ["", f"Runnable rules against the issue's target at iteration {summaries[0]['iteration']}: where the best "
               "per-coordinate combination's ratio r (blue_coordinate, fit-corrected) has its family-wise upper bound "
-              "<= 0.95, a rule a federation can run (mean, fisher_diag_own, fisher_full_own: no theta*) should reach "
-              "at most (1 + r) / 2 of averaging's error with its upper bound below that and below 1. The own-Hessian "
+              "<= 0.95, a rule a federation can run (mean, fisher_diag_own, fisher_full_own, newton_merge_own: no "
+              "theta*) should reach at most (1 + r) / 2 of averaging's error with its upper bound below that and "
+              "below 1. The own-curvature "
               f"rules' intervals at the family-wise level {fw:.4f} (as above); the best runnable rule's (the lowest "
               f"ratio) widened again over the {len(RUNNABLE) - 1} runnable rules with an interval, to {fw_best:.4f} "
-              "(Bonferroni over cells x checkpoints x rules).", "",
-              "| cell | r (blue_coordinate) | (1 + r) / 2 | fisher_diag_own | fisher_full_own | best runnable "
-              "| upper bound below (1 + r) / 2 | below 1 |", "|---|---|---|---|---|---|---|---|"]
+              "(Bonferroni over cells x checkpoints x rules). The price of newton_merge_own: each client sends its "
+              "gradient and its Hessian (650 x 650, 211,575 numbers as a symmetric matrix) beside its 650 parameters "
+              "(fisher_full_own the Hessian only); it can beat the best linear combination because it is none: the "
+              "gradients say where each client's own quadratic model puts the optimum.", "",
+              "| cell | r (blue_coordinate) | (1 + r) / 2 | fisher_diag_own | fisher_full_own | newton_merge_own "
+              "| best runnable | upper bound below (1 + r) / 2 | below 1 |", "|---|---|---|---|---|---|---|---|---|"]
     for s in summaries:
         own = {rule: (f"{s[f'{rule}_ratio']:.3f} [{s[f'{rule}_ratio_fw_low']:.3f}, "
                       f"{s[f'{rule}_ratio_fw_high']:.3f}]") for rule in OWN_RULES}
@@ -396,13 +422,14 @@ def markdown(rows, summaries, verdicts, runs, command):
         if not s["target_applies"]:
             applies += " (r's bound above 0.95: no target)"
         lines.append(f"| {s['cell']} | {s['blue_coordinate_ratio']:.3f} | {s['target']:.3f} "
-                     f"| {own['fisher_diag_own']} | {own['fisher_full_own']} | {s['best_runnable']} "
+                     f"| {own['fisher_diag_own']} | {own['fisher_full_own']} | {own['newton_merge_own']} "
+                     f"| {s['best_runnable']} "
                      f"{s['best_runnable_ratio']:.3f} [{s['best_runnable_ratio_fw_low']:.3f}, "
                      f"{s['best_runnable_ratio_fw_high']:.3f}] | {applies} | {'yes' if s['below_one'] else 'no'} |")
     lines += ["", f"Verdicts (`headroom_verdicts`, family-wise 95 % over the {m_cells} cells and their checkpoints; "
               "its runnable rules are mean, weighted_mean and curvature, so curvature counts there as a runnable "
               "rule, as on gaussian-sgd, though its Hessians are taken at theta*; the rules a federation can run "
-              "here, from its own Hessians, are judged in the table above):", ""]
+              "here, from its own gradients and Hessians, are judged in the table above):", ""]
     for cell, found in verdicts.items():
         lines += [f"- {cell}: {line}" for line in found]
     return "\n".join(lines) + "\n"
@@ -478,8 +505,8 @@ def draw(rows, runs, path):
 
     title = (f"softmax-regression, per-run start, nothing shared, {runs} runs per federation: MSE of each rule / "
              "MSE of the average against theta* (95 % intervals per point)\ninverse_variance, blue_coordinate: "
-             "fitted against theta* (oracles); curvature: Hessians at theta*; fisher_*_own: each client's own "
-             "Hessian at its own iterate (runnable)")
+             "fitted against theta* (oracles); curvature: Hessians at theta*\nfisher_*_own, newton_merge_own: each "
+             "client's own Hessian (and gradient) at its own iterate (runnable)")
     fig = figure_headroom(rows, title, panel="cell", columns=3)
     fig.savefig(path, dpi=100)
 

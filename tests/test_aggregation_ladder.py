@@ -173,19 +173,37 @@ def test_quadratic_experiment_quick_mode(tmp_path):
         reader = csv.DictReader(fh)
         rows = list(reader)
     for column in ("final_error", "d_error", "d_error_low", "d_error_high", "d_error_bonf_low", "d_error_bonf_high",
-                   "drift_error", "rounds_to_target", "d_rounds", "lr_choice", "lrs_tried"):
+                   "d_error_mde", "drift_error", "rounds_to_target", "d_rounds", "lr_choice", "lrs_tried",
+                   "gradients_per_round", "setting", "setting_choice", "settings_tried", "server"):
         assert column in reader.fieldnames
-    assert [r["design"] for r in rows] == ["diagonal"] * 8 + ["diagonal-h0"] * 8
-    assert [r["rule"] for r in rows[:8]] == ["FedAvg", "AND-mask (rescale)", "AND-mask (no rescale)",
-                                             "Fisher (Hutchinson curvature)", "Fisher (empirical Fisher)",
-                                             "Fisher (exact diagonal curvature)", "Inverse variance",
-                                             "Inverse variance (after burn-in)"]
+    assert [r["design"] for r in rows] == ["diagonal"] * 14 + ["diagonal-h0"] * 14
+    assert [r["rule"] for r in rows[:14]] == [
+        "FedAvg", "FedProx", "FedAvgM", "FedAdam", "FedYogi", "AND-mask (rescale)", "AND-mask (no rescale)",
+        "Fisher (Hutchinson curvature)", "Fisher (Hutchinson, 10 probes)", "Fisher (Hutchinson, 100 probes)",
+        "Fisher (empirical Fisher)", "Fisher (exact diagonal curvature)", "Inverse variance",
+        "Inverse variance (after burn-in)"]
+    # the cost column: E = 10 local steps, 2 gradients per Hutchinson probe, 1 per empirical-Fisher draw
+    cost = {r["rule"]: int(r["gradients_per_round"]) for r in rows[:14]}
+    assert cost["FedAvg"] == cost["FedProx"] == cost["FedAdam"] == cost["Fisher (exact diagonal curvature)"] == 10
+    assert (cost["Fisher (Hutchinson curvature)"], cost["Fisher (Hutchinson, 10 probes)"],
+            cost["Fisher (Hutchinson, 100 probes)"], cost["Fisher (empirical Fisher)"]) == (12, 30, 210, 11)
     for r in rows:
         tried = sorted(float(v) for v in r["lrs_tried"].split())
         if r["lr_choice"] == "interior":
             assert tried[0] < float(r["lr"]) < tried[-1]
         if r["rule"] != "FedAvg" and r["lr"] != "":
             assert float(r["d_error_bonf_low"]) <= float(r["d_error_low"]) <= float(r["d_error"])
+            assert float(r["d_error_mde"]) >= 0
+    # the baselines' settings were tuned on their grid, each recorded with the server it ran
+    for rule, name, optimizer in [("FedProx", "mu", "sgd"), ("FedAvgM", "server eta", "momentum"),
+                                  ("FedAdam", "server eta", "adam"), ("FedYogi", "server eta", "yogi")]:
+        r = next(r for r in rows if r["rule"] == rule)
+        value = float(r["setting"].split("=")[1])
+        assert r["setting"].startswith(name + "=") and value in [float(v) for v in r["settings_tried"].split()]
+        server = json.loads(r["server"])
+        assert server["optimizer"] == optimizer
+        assert (json.loads(r["client"])["proximal_mu"] if rule == "FedProx" else server["eta"]) == value
+    assert json.loads(next(r for r in rows if r["rule"] == "FedAvgM")["server"])["momentum"] == 0.9
     # The control: identical clients with their exact curvature weight equally, so Fisher is FedAvg.
     control = {r["rule"]: r for r in rows if r["design"] == "diagonal-h0"}
     exact = control["Fisher (exact diagonal curvature)"]
@@ -193,8 +211,8 @@ def test_quadratic_experiment_quick_mode(tmp_path):
     assert float(control["FedAvg"]["drift_error"]) == pytest.approx(0, abs=1e-12)
     assert float(rows[0]["drift_error"]) > 0  # heterogeneous clients: FedAvg drifts
     sidecar = json.loads((tmp_path / "aggregation_headroom_quadratic_quick.csv.json").read_text())
-    assert sidecar["bonferroni_family"] == 14 and sidecar["provenance"][0]["argv"]
-    assert len(sidecar["per_seed"]) == 16 * sidecar["plan"]["seeds"]
+    assert sidecar["bonferroni_family"] == 26 and sidecar["provenance"][0]["argv"]
+    assert len(sidecar["per_seed"]) == 28 * sidecar["plan"]["seeds"]
     assert (tmp_path / "aggregation_headroom_quadratic_quick.md").exists()
     assert (tmp_path / "aggregation_headroom_quadratic_quick.png").exists()
     # --replot draws the same figure from the table and sidecar alone (_ladder.read_results).

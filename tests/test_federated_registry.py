@@ -51,7 +51,7 @@ def small_data():
 
 def test_builtin_rules_record_their_functions_settings():
     assert rule_names() == ("fedavg", "fedsgd", "median", "trimmed_mean", "and_mask", "geometric_mask", "fisher",
-                            "inverse_variance")
+                            "inverse_variance", "fisher_full", "newton_merge")
     for name in rule_names():
         entry = get_rule(name)
         # The entry's settings are exactly the function's keywords with defaults (but `weights`).
@@ -62,8 +62,10 @@ def test_builtin_rules_record_their_functions_settings():
     assert get_rule("trimmed_mean").defaults == {"beta": 0.1}
     assert get_rule("and_mask").display_name == "AND-mask" and get_rule("fedavg").display_name == "FedAvg"
     sides = {n: get_rule(n).side_information for n in rule_names() if get_rule(n).side_information}
-    assert sides == {"fisher": "precisions", "inverse_variance": "variances"}
-    assert {k: v.record for k, v in SIDE_INFORMATION.items()} == {"precisions": "fisher", "variances": "variances"}
+    assert sides == {"fisher": "precisions", "inverse_variance": "variances", "fisher_full": "hessians",
+                     "newton_merge": ("hessians", "gradients")}
+    assert {k: v.record for k, v in SIDE_INFORMATION.items()} == {"precisions": "fisher", "variances": "variances",
+                                                                   "hessians": "hessian", "gradients": "gradient"}
 
 
 def test_algorithms_and_placements_are_entries():
@@ -82,7 +84,9 @@ def test_algorithms_and_placements_are_entries():
     ({"function": lambda stacked: stacked}, ValueError, "must take `weights`"),
     ({"parameters": {"beta": float}}, ValueError, "parameter 'beta' must be a keyword of `function` with a default"),
     ({"parameters": {"factor": "float"}}, TypeError, "must map each setting's name to its type"),
-    ({"side_information": "hessians"}, ValueError, "`side_information` must be one of 'precisions', 'variances'"),
+    ({"side_information": "curvature"}, ValueError,
+     "`side_information` must be one of 'gradients', 'hessians', 'precisions', 'variances'"),
+    ({"side_information": ("precisions", "precisions")}, ValueError, "must name distinct keys"),
     ({"side_information": "precisions"}, ValueError, "must take its side information `precisions`"),
 ])
 def test_entries_are_checked(fields, error, match):
@@ -127,7 +131,7 @@ def test_toy_rule_is_a_choice_of_the_command_line(toy, tmp_path, capsys):
     assert parser.parse_args(["federate", "--aggregator", "scaled_mean", "--out", "x"]).aggregator == "scaled_mean"
     with pytest.raises(SystemExit):
         parser.parse_args(["federate", "--help"])
-    assert "inverse_variance (eps=1e-12), scaled_mean (factor=1.0)" in " ".join(capsys.readouterr().out.split())
+    assert "newton_merge (eps=1e-08), scaled_mean (factor=1.0)" in " ".join(capsys.readouterr().out.split())
     args = ["federate", "--clients", "3", "--fraction", "1", "--rounds", "1", "--aggregator", "scaled_mean",
             "--param", "factor=0.5", "--out", str(tmp_path / "fl"), "--no-progress"]
     assert main(args) == 0

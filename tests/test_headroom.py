@@ -318,3 +318,26 @@ def test_figure_headroom_draws_one_panel_per_design(tmp_path):
     assert [ax.get_subplotspec().get_geometry()[:2] for ax in fig.axes] == [(2, 2)] * 3
     with pytest.raises(ValueError, match="columns"):
         figure_headroom(rows3, columns=0)
+
+
+def test_headroom_measures_the_callers_own_fixed_weights(tmp_path):
+    """Weights of the caller's own (issue 51: the convex experiment's Fisher weights) are rows of
+    `headroom` like "curvature": fixed, scored on every run, after the rules."""
+    from mianalysis import ParameterDump, headroom
+
+    rng = np.random.default_rng(0)
+    theta = rng.standard_normal((1, 40, 2))
+    errors = rng.standard_normal((3, 1, 40, 2)) * np.array([1.0, 1.0, 3.0])[:, None, None, None]
+    dump = ParameterDump.from_arrays(tmp_path / "d", {**{c: theta + errors[i] for i, c in enumerate("abc")},
+                                                      "optimum": theta}, checkpoints=[5])
+    mine = np.repeat(np.array([[0.45], [0.45], [0.1]]), 2, axis=1)  # (clients, params)
+    rows = headroom(dump, rules=["mean"], fixed_weights={"mine": mine})
+    assert [(r["rule"], r["weights"]) for r in rows] == [("mean", "fixed"), ("mine", "fixed")]
+    e = errors[:, 0] - 0.0  # the errors to theta*
+    assert rows[1]["mse"] == pytest.approx(float(np.mean(combine_errors(mine, e))))
+    assert rows[1]["ratio"] == pytest.approx(rows[1]["mse"] / rows[0]["mse"]) and np.isnan(rows[1]["interval_df"])
+    assert [r["rule"] for r in headroom(dump, fixed_weights={"mine": mine})][-2:] == ["blue", "mine"]
+    with pytest.raises(ValueError, match=r"`fixed_weights`\['mine'\] must be finite, of shape \(3, 2\) or"):
+        headroom(dump, fixed_weights={"mine": mine[:2]})
+    with pytest.raises(ValueError, match="`fixed_weights` names rule 'blue', a built-in rule"):
+        headroom(dump, fixed_weights={"blue": mine})

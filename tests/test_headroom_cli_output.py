@@ -55,16 +55,13 @@ def test_the_command_prints_the_corrected_ratio_labelled_and_the_raw_one_beside_
                       "fitting its weights costs, the ratio the verdicts judge by)")
     lines = {line.split(":")[0].split()[-1]: line for line in out[2:7]}
     assert list(lines) == ["mean", "weighted_mean", "inverse_variance", "blue_coordinate", "blue"]
-    for rule in ("blue", "blue_coordinate"):  # fitted, with a correction: the corrected ratio first, labelled
+    for rule in ("blue", "blue_coordinate", "inverse_variance"):  # fitted: the corrected ratio first, labelled
         found = re.search(rf"; fit-corrected ratio to averaging {INTERVAL} \(as cross-fitted: {INTERVAL}\)$",
                           lines[rule])
         assert found, lines[rule]
         assert found.groups()[:3] == _three(last[rule], "ratio_corrected"), (lines[rule], last[rule])
         assert found.groups()[3:] == _three(last[rule], "ratio")
     assert lines["mean"].endswith("; ratio to averaging 1.000 [1.000, 1.000] (fixed weights)")
-    assert lines["inverse_variance"].endswith(
-        f"; ratio to averaging {'{} [{}, {}]'.format(*_three(last['inverse_variance'], 'ratio'))} "
-        "(cross-fitted; fit correction: none for this rule)")
     assert not any("ratio to mean" in line for line in out)  # the old, unlabelled uncorrected ratio
 
 

@@ -134,7 +134,7 @@ def test_headroom_replaces_an_existing_file_only_with_force(tmp_path, capsys):
     assert out.read_text() == "keep me\n"
     assert main(["headroom", str(tmp_path / "d"), "--out", str(out), "--rules", "mean", "--force"]) == 0
     assert out.read_text().startswith("iteration,checkpoint,reference")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["d", "h.csv"]  # no temporary file left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d", "h.csv", "h.csv.json"]  # the sidecar; no temporary file
 
 
 def test_headroom_refuses_a_folder_as_out(tmp_path, capsys):

@@ -150,6 +150,8 @@ def test_every_public_module_declares_its_public_names(path):
             bound.add(node.name)
         elif isinstance(node, ast.Assign):
             bound.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):  # NAME: type = value
+            bound.add(node.target.id)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             bound.update((a.asname or a.name).split(".")[0] for a in node.names)
     assert sorted(set(names) - bound) == []

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import csv
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from mianalysis.federated.quadratic import QuadraticConfig, QuadraticFederation, fixed_point
+from mianalysis.federated.quadratic import QuadraticConfig, QuadraticFederation, fixed_point, server_step
 from mianalysis.tasks import get_task
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def task(**settings):
@@ -199,6 +204,131 @@ def test_noise_correlation_rho():
     assert abs(np.corrcoef(a, b)[0, 1] - 0.5) < 0.05
 
 
+# ------------------------------------------------------------------ FedProx and the server optimizers
+def test_fedprox_clients_reach_their_proximal_point():
+    """Exact gradients, many local steps: a FedProx client lands on the minimiser of
+    L_k + mu/2 |theta - theta_0|^2, (A_k + mu I)^-1 (A_k mu_k + mu theta_0); FedAvg's round
+    is their mean; with rounds, FedProx converges to fixed_point(..., proximal_mu=mu)."""
+    t, mu = task(sigma=0.0, curvature="rotated"), 3.0
+    one = run(t, rounds=1, local_steps=500, lr=0.1, proximal_mu=mu)
+    theta0 = one.global_models[0]
+    prox = [np.linalg.solve(t.client_problem(c)[0] + mu * np.eye(6),
+                            (one.targets[:, c] @ t.client_problem(c)[0].T + mu * theta0).T).T for c in range(3)]
+    np.testing.assert_allclose(one.global_models[1], np.mean(prox, axis=0), atol=1e-10)
+    many = run(t, rounds=400, local_steps=5, lr=0.1, proximal_mu=mu)
+    point = fixed_point(t, many.targets, lr=0.1, local_steps=5, proximal_mu=mu)
+    np.testing.assert_allclose(many.global_models[-1], point, atol=1e-10)
+    fedavg = fixed_point(t, many.targets, lr=0.1, local_steps=5)
+    assert ((point - many.theta_star) ** 2).sum() < ((fedavg - many.theta_star) ** 2).sum()  # less drift
+
+
+def test_fedprox_with_a_huge_mu_keeps_the_client_at_the_global_model():
+    t = task(sigma=1.0)
+    theta = QuadraticFederation(t, QuadraticConfig(), replicates=2).start([0, 1])
+    targets = QuadraticFederation(t, QuadraticConfig(), replicates=2).targets([0, 1])[:, 0]
+    free = QuadraticFederation(t, QuadraticConfig(lr=0.1, local_steps=20), replicates=2)
+    assert np.abs(free.train_client(0, theta, targets, [0, 1], 1)[0]).max() > 0.1
+    held = QuadraticFederation(t, QuadraticConfig(lr=1e-8, local_steps=20, proximal_mu=1e8), replicates=2)
+    assert np.abs(held.train_client(0, theta, targets, [0, 1], 1)[0]).max() < 1e-6
+    # mu = 0 is FedAvg's client, bit for bit
+    zero = QuadraticFederation(t, QuadraticConfig(lr=0.1, local_steps=20, proximal_mu=0.0), replicates=2)
+    np.testing.assert_array_equal(zero.train_client(0, theta, targets, [0, 1], 1)[0],
+                                  free.train_client(0, theta, targets, [0, 1], 1)[0])
+
+
+def test_fedavgm_without_momentum_and_server_lr_one_is_fedavg():
+    t = task(curvature="rotated")
+    fedavg = run(t, rounds=4, local_steps=5, lr=0.1)
+    for optimizer, params in [("momentum", {"momentum": 0.0, "eta": 1.0}), ("sgd", {"eta": 1.0})]:
+        same = run(t, rounds=4, local_steps=5, lr=0.1, server_optimizer=optimizer, server_params=params)
+        np.testing.assert_array_equal(same.global_models, fedavg.global_models)
+    half = run(t, rounds=1, local_steps=5, lr=0.1, server_params={"eta": 0.5})
+    np.testing.assert_allclose(half.global_models[1] - half.global_models[0],
+                               0.5 * (fedavg.global_models[1] - fedavg.global_models[0]), atol=1e-12)
+
+
+def test_fedadam_first_step_by_hand():
+    """Round 1 starts where FedAvg's does, so Delta_1 is FedAvg's first update, and FedAdam
+    steps eta sqrt(1 - beta_2^2) / (1 - beta_1^2) m_1 / (sqrt(v_1) + tau) with
+    m_1 = (1 - beta_1) Delta_1, v_1 = (1 - beta_2) Delta_1^2 (Flower's FedAdam)."""
+    t = task(curvature="diagonal")
+    delta = np.diff(run(t, rounds=1, local_steps=5, lr=0.1).global_models, axis=0)[0]
+    adam = run(t, rounds=1, local_steps=5, lr=0.1, server_optimizer="adam", server_params={"eta": 0.3})
+    eta = 0.3 * np.sqrt(1 - 0.99 ** 2) / (1 - 0.9 ** 2)
+    expected = eta * (0.1 * delta) / (np.sqrt(0.01 * delta ** 2) + 1e-3)
+    np.testing.assert_allclose(adam.global_models[1] - adam.global_models[0], expected, rtol=1e-12)
+
+
+def test_fedyogi_and_fedadam_second_moments_by_hand():
+    d1, d2 = np.array([1.0, 2.0, 0.0]), np.array([0.05, 3.0, 0.5])
+    _, yogi = server_step("yogi", {}, d1, {}, 1)
+    np.testing.assert_allclose(yogi["v"], [0.01, 0.04, 0.0], rtol=1e-12)  # v_1 = (1 - beta_2) Delta_1^2
+    np.testing.assert_allclose(yogi["m"], [0.1, 0.2, 0.0], rtol=1e-12)
+    step, yogi2 = server_step("yogi", {}, d2, yogi, 2)
+    # v_2 = v_1 - 0.01 Delta_2^2 sign(v_1 - Delta_2^2): down where v_1 > Delta_2^2, up elsewhere
+    np.testing.assert_allclose(yogi2["v"], [0.01 - 0.01 * 0.0025, 0.04 + 0.09, 0.0025], rtol=1e-12)
+    m2 = 0.9 * np.array([0.1, 0.2, 0.0]) + 0.1 * d2
+    np.testing.assert_allclose(step, 0.01 * m2 / (np.sqrt(yogi2["v"]) + 1e-3), rtol=1e-12)
+    _, adam = server_step("adam", {}, d1, {}, 1)
+    _, adam2 = server_step("adam", {}, d2, adam, 2)
+    np.testing.assert_allclose(adam2["v"], 0.99 * 0.01 * d1 ** 2 + 0.01 * d2 ** 2, rtol=1e-12)
+    step, momentum = server_step("momentum", {"momentum": 0.9, "eta": 0.5}, d2, {"m": d1}, 2)
+    np.testing.assert_allclose(step, 0.5 * (0.9 * d1 + d2), rtol=1e-12)
+
+
+@pytest.mark.parametrize("optimizer, params", [("momentum", {"momentum": 0.9, "eta": 0.7}),
+                                               ("adam", {"eta": 0.2}), ("yogi", {"eta": 0.1})])
+def test_server_optimizer_runs_its_recursion_on_the_rounds_combined_updates(optimizer, params):
+    """The global models follow theta_t = theta_{t-1} + step_t, the step written out here
+    from Flower's formulas applied to each round's combined update Delta_t."""
+    t = task(curvature="rotated")
+    fed = QuadraticFederation(t, QuadraticConfig(rounds=4, local_steps=5, lr=0.1, server_optimizer=optimizer,
+                                                 server_params=params), replicates=2)
+    result = fed.run()
+    theta, m, v = result.global_models[0], 0.0, 0.0
+    for r in range(1, 5):
+        delta = fed._round(theta, result.targets, [0, 1], r)
+        if optimizer == "momentum":
+            m = 0.9 * m + delta
+            step = 0.7 * m
+        else:
+            m = 0.9 * m + 0.1 * delta
+            if optimizer == "adam":
+                v = 0.99 * v + 0.01 * delta ** 2
+                step = params["eta"] * np.sqrt(1 - 0.99 ** (r + 1)) / (1 - 0.9 ** (r + 1)) * m / (np.sqrt(v) + 1e-3)
+            else:
+                v = v - 0.01 * delta ** 2 * np.sign(v - delta ** 2)
+                step = params["eta"] * m / (np.sqrt(v) + 1e-3)
+        theta = theta + step
+        np.testing.assert_allclose(result.global_models[r], theta, rtol=1e-12, atol=1e-14)
+
+
+def test_gradients_per_round_counts_local_steps_and_side_information():
+    def cost(**config):
+        return QuadraticFederation(task(), QuadraticConfig(local_steps=7, **config)).gradients_per_round
+
+    assert cost() == cost(proximal_mu=1.0) == cost(server_optimizer="adam") == 7
+    assert cost(aggregator="fisher", n_probes=10) == 7 + 2 * 10  # a Hutchinson probe: two gradients
+    assert cost(aggregator="fisher", precision="empirical", n_probes=3) == 7 + 3
+    assert cost(aggregator="fisher", precision="exact", n_probes=3) == 7  # the oracle
+    assert cost(aggregator="inverse_variance") == 7
+    described = QuadraticFederation(task(), QuadraticConfig(server_optimizer="yogi", proximal_mu=0.5)).describe()
+    assert described["server_params"] == {"eta": 0.01, "beta_1": 0.9, "beta_2": 0.99, "tau": 1e-3}
+    assert described["proximal_mu"] == 0.5 and described["gradients_per_round"] == 10
+
+
+def test_default_config_reproduces_the_committed_fedavg_number():
+    """figures/aggregation_headroom_quadratic.csv: FedAvg in the diagonal design (seed 0, 50
+    replicates, at its chosen rate) gives the committed final error to the digit."""
+    with open(ROOT / "figures" / "aggregation_headroom_quadratic.csv", newline="") as fh:
+        row = next(r for r in csv.DictReader(fh) if r["design"] == "diagonal" and r["rule"] == "FedAvg")
+    t = get_task("gaussian-sgd", n_clients=4, d=20, sigma=1.0, tau=1.0, s0=1.0, eigenvalues=[0.5, 2.0],
+                 curvature="diagonal")
+    config = QuadraticConfig(rounds=int(row["rounds"]), local_steps=int(row["local_steps"]), lr=float(row["lr"]))
+    result = QuadraticFederation(t, config, replicates=int(row["seeds"]), seed=0).run()
+    assert round(float(result.error[:, -1].mean()), 5) == float(row["final_error"])
+
+
 # ------------------------------------------------------------------ bad input
 @pytest.mark.parametrize("config, error, match", [
     ({"rounds": 0}, ValueError, "`rounds`"),
@@ -211,6 +341,14 @@ def test_noise_correlation_rho():
     ({"local_steps": 4, "burn_in": 4}, ValueError, "`burn_in`"),
     ({"init": "random"}, ValueError, "`init`"),
     ({"shared": ["batches"]}, ValueError, "streams \\['batches'\\] that task 'gaussian-sgd' does not have"),
+    ({"proximal_mu": -1.0}, ValueError, "`proximal_mu`"),
+    ({"server_optimizer": "nesterov"}, ValueError, "`server_optimizer`"),
+    ({"server_optimizer": "momentum", "server_params": {"beta_1": 0.9}}, ValueError,
+     "`server_params` of server_optimizer 'momentum' takes eta, momentum; got \\['beta_1'\\]"),
+    ({"server_params": [("eta", 1.0)]}, TypeError, "`server_params` must be a mapping"),
+    ({"server_params": {"eta": 0.0}}, ValueError, "`server_params\\['eta'\\]`"),
+    ({"server_optimizer": "adam", "server_params": {"beta_2": 1.0}}, ValueError, "`server_params\\['beta_2'\\]`"),
+    ({"server_optimizer": "yogi", "server_params": {"tau": 0.0}}, ValueError, "`server_params\\['tau'\\]`"),
 ])
 def test_bad_config(config, error, match):
     with pytest.raises(error, match=match):
@@ -253,3 +391,43 @@ def test_stream_words_are_distinct_and_non_zero():
 def test_divergence_is_an_error_naming_the_rate():
     with pytest.raises(ValueError, match=r"training diverged in round \d+.*lower `lr` \(now 50.0\)"):
         run(task(), rounds=30, local_steps=30, lr=50.0)
+    with pytest.raises(ValueError, match=r"training diverged in round 2: a client's .*lower `lr` \(now 0.1\) or "
+                                         r"the server's `eta` \(now 1e\+308, server_optimizer 'sgd'\)"):
+        run(task(), rounds=2, server_params={"eta": 1e308})
+    with pytest.raises(ValueError, match=r"training diverged in round 1: the global model is not finite; lower "
+                                         r"`lr` \(now 0.1\) or the server's `eta` \(now 1e\+308"):
+        run(task(m0=100.0), rounds=2, server_params={"eta": 1e308})
+    with pytest.raises(ValueError, match=r"`proximal_mu` must be"):
+        fixed_point(task(), np.zeros((3, 6)), lr=0.1, local_steps=2, proximal_mu=-1.0)
+
+
+@pytest.mark.parametrize("optimizer, ours, theirs", [
+    ("adam", {"eta": 0.3}, ("FedAdam", {"eta": 0.3})),
+    ("yogi", {"eta": 0.3}, ("FedYogi", {"eta": 0.3})),
+    ("momentum", {"eta": 0.7, "momentum": 0.9}, ("FedAvgM", {"server_learning_rate": 0.7, "server_momentum": 0.9})),
+])
+def test_server_step_is_flowers_strategy(optimizer, ours, theirs):
+    """An independent reference: Flower's own FedAdam, FedYogi and FedAvgM, fed the same
+    aggregated models over four rounds (their FedAvg aggregation patched to return them)."""
+    pytest.importorskip("flwr")
+    from unittest import mock
+
+    from flwr.app import Array, ArrayRecord
+    from flwr.serverapp import strategy
+    from flwr.serverapp.strategy.fedavg import FedAvg
+
+    name, settings = theirs
+    flower = getattr(strategy, name)(**settings)
+    rng = np.random.default_rng(0)
+    theirs_theta = ours_theta = rng.normal(size=5)
+    state: dict = {}
+    for t, scale in enumerate([1.0, 0.3, 0.05, 2.0], start=1):
+        delta = scale * rng.normal(size=5)
+        flower.current_arrays = (ArrayRecord({"w": Array(theirs_theta)}) if optimizer == "momentum"
+                                 else {"w": theirs_theta})
+        aggregated = ArrayRecord({"w": Array(theirs_theta + delta)})
+        with mock.patch.object(FedAvg, "aggregate_train", return_value=(aggregated, None)):
+            theirs_theta = flower.aggregate_train(t, [])[0]["w"].numpy()
+        step, state = server_step(optimizer, ours, delta, state, t)
+        ours_theta = ours_theta + step
+        np.testing.assert_allclose(ours_theta, theirs_theta, rtol=0, atol=1e-13)

@@ -27,6 +27,9 @@ X. Jin et al., "Dataless knowledge fusion by merging weights of language models"
 
 Curvature rules (:func:`fisher_weighted`, :func:`inverse_variance`) take one more array
 from every client, of the shape of `stacked`: its per-coordinate precision (or variance).
+The full-curvature rules (:func:`fisher_full`, :func:`newton_merge`) take each client's full
+Hessian, (n_params, n_params) per client, and :func:`newton_merge` also its gradient; they
+are for small models (:data:`MAX_HESSIAN_PARAMS`).
 
 The rules by name, with their parameters, display names and side information, are the
 entries of :mod:`mianalysis.federated.registry` (``get_rule(name).bind(params)`` gives a rule
@@ -45,10 +48,15 @@ from .._internal.validation import check_flag, check_real
 if TYPE_CHECKING:  # names used only in type hints
     import torch
 
-__all__ = ["EPS", "fedavg", "fedsgd", "median", "trimmed_mean", "and_mask", "geometric_mask", "fisher_weighted",
-           "inverse_variance"]
+__all__ = ["EPS", "MAX_HESSIAN_PARAMS", "fedavg", "fedsgd", "median", "trimmed_mean", "and_mask", "geometric_mask",
+           "fisher_weighted", "inverse_variance", "fisher_full", "newton_merge", "check_hessian_size"]
 
 EPS = 1e-10
+
+#: The most parameters a model may have for the full-curvature rules (:func:`fisher_full`,
+#: :func:`newton_merge`): each client's Hessian is n_params x n_params (2,048 parameters: 32 MiB
+#: in float64 per client and replicate).
+MAX_HESSIAN_PARAMS = 2048
 
 
 def _prepare(stacked, weights):
@@ -221,17 +229,24 @@ def geometric_mask(grads: ArrayLike | torch.Tensor, threshold: float = 0.2, resc
     return out(_rescale(mask * geo, mask, rescale))
 
 
+def _as_side_tensor(values, x, name):
+    """A client-side array (precisions, Hessians, ...) as a tensor of x's dtype; TypeError if
+    it is not numeric."""
+    import torch
+
+    if torch.is_tensor(values):
+        return values.to(x.dtype)
+    arr = np.asarray(values)
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(f"`{name}` must be numeric; got dtype {arr.dtype}")
+    return torch.as_tensor(arr if arr.flags.writeable else arr.copy(), dtype=x.dtype)
+
+
 def _side_array(values, x, name):
     """A client-side array (precisions, variances) of the shape of `x`, as x's dtype."""
     import torch
 
-    if torch.is_tensor(values):
-        v = values.to(x.dtype)
-    else:
-        arr = np.asarray(values)
-        if arr.dtype.kind not in "biuf":
-            raise TypeError(f"`{name}` must be numeric; got dtype {arr.dtype}")
-        v = torch.as_tensor(arr, dtype=x.dtype)
+    v = _as_side_tensor(values, x, name)
     if v.ndim == 1 and x.shape[-1] == 1:  # one parameter per client, as `stacked` allows
         v = v[:, None]
     if v.shape != x.shape:
@@ -351,3 +366,174 @@ def inverse_variance(stacked: ArrayLike | torch.Tensor, variances: ArrayLike | t
     variance = _side_array(variances, x, "variances") + eps
     precision = torch.where(variance > 0, 1 / variance, torch.full_like(variance, float("inf")))
     return out(_precision_weighted(x, precision, w))
+
+
+def check_hessian_size(n_params: int, what: str = "the model", limit: int = MAX_HESSIAN_PARAMS) -> int:
+    """Return `n_params`, or raise a one-line ValueError when a full Hessian of that many
+    parameters (an n_params x n_params matrix per client) is above `limit`.
+
+    `what` names the model in the message ("the mlp model", "the global model").
+    """
+    if n_params > limit:
+        raise ValueError(f"a full Hessian of {what} is {n_params:,} x {n_params:,}: {what} has {n_params:,} "
+                         f"parameters, more than the limit of {limit:,} for the full-curvature rules ('fisher_full', "
+                         "'newton_merge'); use 'fisher' (the diagonal) or a smaller model")
+    return n_params
+
+
+def _side_matrices(values, x, name):
+    """Each client's (P, P) matrix (the Hessians) for `x` (..., K, P), as float64, finite."""
+    import torch
+
+    h = _as_side_tensor(values, x, name)
+    expected = tuple(x.shape) + (x.shape[-1],)
+    if tuple(h.shape) != expected:
+        raise ValueError(f"`{name}` must have shape {expected}, one (n_params, n_params) matrix per client of "
+                         f"`stacked` {tuple(x.shape)}; got {tuple(h.shape)}")
+    if not torch.isfinite(h).all():
+        raise ValueError(f"`{name}` contains {int((~torch.isfinite(h)).sum())} non-finite values")
+    return h
+
+
+def _side_vectors(values, x, name):
+    """Each client's vector (the gradients) of the shape of `x`, as float64, finite."""
+    import torch
+
+    v = _as_side_tensor(values, x, name)
+    if v.ndim == 1 and x.shape[-1] == 1:
+        v = v[:, None]
+    if v.shape != x.shape:
+        raise ValueError(f"`{name}` must have the shape of `stacked`, {tuple(x.shape)} (one vector per client); got "
+                         f"{tuple(v.shape)}")
+    if not torch.isfinite(v).all():
+        raise ValueError(f"`{name}` contains {int((~torch.isfinite(v)).sum())} non-finite values")
+    return v
+
+
+def _curvature_solve(x, hessians, w, eps, gradients=None):
+    """``(sum_k w_k (H_k + eps I))^-1 sum_k w_k ((H_k + eps I) x_k - g_k)`` in float64 (g = 0
+    without `gradients`); x (..., K, P), hessians (..., K, P, P)."""
+    import torch
+
+    p = x.shape[-1]
+    damped = hessians + eps * torch.eye(p, dtype=x.dtype)
+    q = torch.ones(x.shape[-2], dtype=x.dtype) if w is None else w
+    total = (q[:, None, None] * damped).sum(-3)  # (..., P, P)
+    moved = (damped @ x[..., None])[..., 0]  # (..., K, P): (H_k + eps I) x_k
+    if gradients is not None:
+        moved = moved - gradients
+    rhs = (q[:, None] * moved).sum(-2)
+    solution, info = torch.linalg.solve_ex(total, rhs)
+    if (info != 0).any():
+        raise ValueError("the clients' summed Hessian sum_k w_k (H_k + eps I) is singular; give `eps` > 0")
+    if not torch.isfinite(solution).all():
+        raise ValueError("the clients' summed Hessian sum_k w_k (H_k + eps I) is too close to singular (the "
+                         "solution is not finite); give a larger `eps`")
+    return solution
+
+
+def _full_curvature_iv(stacked, weights, eps):
+    """(x float64, w, out, eps) for the full-curvature rules."""
+    eps = check_real(eps, "eps", low=0)
+    x, w, out = _prepare(stacked, weights)
+    return x.double(), None if w is None else w.double(), out, eps
+
+
+def fisher_full(stacked: ArrayLike | torch.Tensor, hessians: ArrayLike | torch.Tensor,
+                weights: ArrayLike | torch.Tensor | None = None, eps: float = 1e-8) -> np.ndarray | torch.Tensor:
+    """Fisher merging with full curvature: ``(sum_k w_k H_k)^-1 sum_k w_k H_k x_k``.
+
+    Each client's model counts with the matrix weight ``(sum_j w_j H_j)^-1 w_k H_k``, H_k the
+    Hessian (or Fisher) of the client's own objective: the mode of the product of the
+    clients' Gaussian (Laplace) posteriors with full covariances, the model that minimises
+    ``sum_k w_k (x - x_k)^T H_k (x - x_k) / 2`` (Matena & Raffel 2022 use its diagonal,
+    :func:`fisher_weighted`; this is its full form). With diagonal H_k it is
+    :func:`fisher_weighted` with precisions diag(H_k); with equal H_k (any x_k) it is the
+    weighted mean, :func:`fedavg`. The matrix weights sum to the identity, so combining model
+    updates ``x_k - x`` instead of models gives the same model ``x + result``.
+
+    Parameters
+    ----------
+    stacked : array (..., n_clients, n_params)
+        The clients' models (or their updates from a common model).
+    hessians : array (..., n_clients, n_params, n_params)
+        H_k per client, computed by the client at its own model (symmetric; positive
+        semi-definite for a convex objective).
+    weights : array (n_clients,), optional
+        w_k >= 0, not all 0 (numbers of examples); None: equal. A client of weight 0 is left out.
+    eps : float >= 0, default 1e-8
+        Damping, ``H_k + eps I``: along directions where every H_k is ~0 the rule is the
+        weighted mean. With ``eps=0`` the summed Hessian must be invertible.
+
+    Returns
+    -------
+    array (..., n_params)
+        NumPy in, NumPy out; torch in, torch out (of `stacked`'s dtype; computed in float64).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mianalysis.federated.aggregation import fisher_full
+    >>> fisher_full(np.array([[0.0, 2.0], [4.0, 6.0]]), np.array([np.diag([1.0, 1.0]), np.diag([3.0, 1.0])]), eps=0)
+    array([3., 4.])
+    """
+    x, w, out, eps = _full_curvature_iv(stacked, weights, eps)
+    h = _side_matrices(hessians, x, "hessians")
+    return out(_curvature_solve(x, h, w, eps))
+
+
+def newton_merge(stacked: ArrayLike | torch.Tensor, hessians: ArrayLike | torch.Tensor,
+                 gradients: ArrayLike | torch.Tensor, weights: ArrayLike | torch.Tensor | None = None,
+                 eps: float = 1e-8) -> np.ndarray | torch.Tensor:
+    """Newton-corrected merge: ``(sum_k w_k H_k)^-1 sum_k w_k (H_k x_k - g_k)``.
+
+    The minimiser of the sum of the clients' local quadratic models
+    ``sum_k w_k [g_k^T (x - x_k) + (x - x_k)^T H_k (x - x_k) / 2]``, with g_k and H_k the
+    gradient and Hessian of client k's own objective at its own model x_k: one Newton step
+    on the federation's objective built from what each client knows about its own. For
+    quadratic client objectives it is the pooled optimum exactly, from any client models;
+    with every g_k = 0 (clients at their own optima) it is :func:`fisher_full`. It is not a
+    linear combination of the clients' models: identical clients (same x_k, g_k, H_k) give
+    ``x_k - H_k^-1 g_k``, the client's Newton step, which is the mean only where g_k = 0.
+
+    The rule is translation-equivariant (``rule(x_k + t) = rule(x_k) + t``: the matrix
+    weights sum to the identity and g_k does not move), so applied to model updates
+    ``d_k = x_k - x`` (with g_k still each client's gradient at its own model x_k) it gives
+    the step that takes x to the same model: ``x + rule(d) = rule(x_k)``.
+
+    Parameters
+    ----------
+    stacked : array (..., n_clients, n_params)
+        The clients' models x_k (or their updates from a common model).
+    hessians : array (..., n_clients, n_params, n_params)
+        H_k: the Hessian of client k's objective (the mean loss over its examples) at x_k.
+    gradients : array (..., n_clients, n_params)
+        g_k: the gradient of client k's objective at x_k.
+    weights : array (n_clients,), optional
+        w_k >= 0, not all 0, the weights of the clients' objectives in the federation's
+        (numbers of examples); None: equal. A client of weight 0 is left out.
+    eps : float >= 0, default 1e-8
+        Damping, ``H_k + eps I`` in both places: the minimiser of the quadratic models plus
+        ``eps |x - x_k|^2 / 2`` for each client. With ``eps=0`` the summed Hessian must be
+        invertible. Where the summed Hessian is indefinite (a non-convex loss) the result
+        is the quadratic models' stationary point, not a minimiser: damp it.
+
+    Returns
+    -------
+    array (..., n_params)
+
+    Examples
+    --------
+    Two clients with losses ``(x - 1)^2 / 2`` and ``3 (x - 5)^2 / 2``, each anywhere: their
+    pooled optimum is (1 + 15) / 4 = 4.
+
+    >>> import numpy as np
+    >>> from mianalysis.federated.aggregation import newton_merge
+    >>> x = np.array([[0.0], [7.0]])
+    >>> newton_merge(x, np.array([[[1.0]], [[3.0]]]), np.array([[0.0 - 1], [3 * (7.0 - 5)]]), eps=0)
+    array([4.])
+    """
+    x, w, out, eps = _full_curvature_iv(stacked, weights, eps)
+    h = _side_matrices(hessians, x, "hessians")
+    g = _side_vectors(gradients, x, "gradients")
+    return out(_curvature_solve(x, h, w, eps, g))

@@ -54,14 +54,16 @@ class RoundContext:
         What a client's message is (the algorithm's entry says): a model update, which the
         server adds to the global model after combining, or a gradient, of which the server
         takes one step of `lr`.
-    side_information : str or None
+    side_information : str, tuple of str or None
         The keyword under which the rule takes each client's side information
-        ("precisions", "variances"), or None.
+        ("precisions", "variances", "hessians"), a tuple of keywords for a rule that takes
+        several (("hessians", "gradients")), or None.
     train_client : callable
         ``train_client(params, flat, client, replicate_ids, round_index, side=None) ->
         (message, model, side_array)``: one client's message and local model (R, P) after
         its local training from the global model (`params`: dict of (R, ...) tensors, `flat`
-        the same flattened), and with `side` its side information (R, P) (else None).
+        the same flattened), and with `side` its side information ((R, P), or (R, P, P) for
+        "hessians"; a tuple of them, in order, for a tuple of keys; else None).
     client_examples : callable
         ``client_examples(client) -> (x, y)``: the client's training examples, (n, ...) and (n,).
     data_order_generators : callable
@@ -72,16 +74,16 @@ class RoundContext:
         flattened model `flat` (R, P) on its own minibatch x (R, b, ...), y (R, b), flattened.
     aggregate : callable
         ``aggregate(stacked, weights, **side) -> (R, P)``: the rule, with its parameters,
-        applied to the clients' messages (R, K, P) (`side`: their side information, of the
-        same shape, under the keyword `side_information`).
+        applied to the clients' messages (R, K, P) (`side`: their side information, stacked
+        over the clients in the same way, under the keywords of `side_information`).
     """
 
     lr: float
     local_epochs: int
     batch_size: int | None
     sends: str
-    side_information: str | None
-    train_client: Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]
+    side_information: str | tuple[str, ...] | None
+    train_client: Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor | tuple[torch.Tensor, ...] | None]]
     client_examples: Callable[[int], tuple[torch.Tensor, torch.Tensor]]
     data_order_generators: Callable[[int, Sequence[int], int], list[torch.Generator]]
     gradients: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -111,11 +113,15 @@ def update_round(context: RoundContext, params: Mapping[str, torch.Tensor], flat
     if key is None:
         combined = context.aggregate(stacked, weights).float()
     else:
-        side_info = torch.stack(side, dim=1)  # (R, K, P)
-        if not torch.isfinite(side_info).all():
-            raise ValueError(f"training diverged in round {round_index}: a client's {key} are not finite; "
-                             f"lower `lr` (now {context.lr})")
-        combined = context.aggregate(stacked, weights, **{key: side_info}).float()
+        keys = (key,) if isinstance(key, str) else tuple(key)
+        per_client = [(info,) if isinstance(info, torch.Tensor) else tuple(info or ()) for info in side]
+        side_info = {k: torch.stack([info[i] for info in per_client], dim=1)  # (R, K, P) or (R, K, P, P)
+                     for i, k in enumerate(keys)}
+        for k, values in side_info.items():
+            if not torch.isfinite(values).all():
+                raise ValueError(f"training diverged in round {round_index}: a client's {k} are not finite; "
+                                 f"lower `lr` (now {context.lr})")
+        combined = context.aggregate(stacked, weights, **side_info).float()
     flat = flat - context.lr * combined if context.sends == "gradient" else flat + combined
     return flat, models, eb
 

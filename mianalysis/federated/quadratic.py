@@ -37,6 +37,19 @@ The side information is computed by each client from its own gradients only:
   an SGD iterate's variance along a curvature lambda is about ``lr sigma^2 / (2 lambda)``, so
   its inverse weights by curvature, while early iterates move along the client's path).
 
+Two settings change what FedAvg does, as Flower's strategies define them
+(``flwr.serverapp.strategy``):
+
+- `proximal_mu` (FedProx, Li et al. 2020): each local step follows the gradient of the
+  client's loss plus ``mu / 2 |theta - theta_global|^2``, i.e. ``g + mu (theta - theta_global)``
+  (no extra gradient of the loss); mu = 0 is FedAvg's client.
+- `server_optimizer` with `server_params` (:data:`SERVER_OPTIMIZERS`, :func:`server_step`):
+  the server treats the round's combined update Delta_t (Flower's aggregated model minus the
+  global one, the negative of its pseudo-gradient) as a step of "sgd" (server learning rate
+  eta; eta = 1: the plain rule), "momentum" (FedAvgM, Hsu et al. 2019), "adam" (FedAdam) or
+  "yogi" (FedYogi, Reddi et al. 2021). It composes with every rule: the combination of the
+  updates is the rule's.
+
 Replicates (seeds) are paired across rules: replicate r draws the same start, the same
 targets and the same noise under every rule, each stream from its own generator seeded by
 (seed, replicate, stream, round, client), so the draws do not depend on what a rule does
@@ -50,6 +63,9 @@ row by row, in float64).
 Known answers (tested): with exact gradients (sigma = 0) FedAvg converges to
 :func:`fixed_point`, ``(sum_k M_k)^-1 sum_k M_k mu_k`` with ``M_k = I - (I - lr A_k)^E``:
 theta* for one local step, the plain mean of the clients' optima as E grows (client drift).
+With FedProx's term the local steps go ``N_k = M'_k B_k^-1 A_k`` of the way, with
+``B_k = A_k + mu I`` and ``M'_k = I - (I - lr B_k)^E``, so the fixed point is
+``(sum_k N_k)^-1 sum_k N_k mu_k`` (less drift: N_k -> 0 as mu grows, but N_k's shape changes).
 Fisher weighting with fixed diagonal precisions D_k converges to
 ``(sum_k D_k M_k)^-1 sum_k D_k M_k mu_k``: theta* once the clients converge locally
 (M_k = I) and the curvatures are diagonal (D_k = A_k). With ``heterogeneity=0`` the
@@ -75,10 +91,21 @@ from ..tasks import GaussianSGDTask
 from ..tasks.base import INIT_MODES, check_shared
 from .registry import get_rule
 
-__all__ = ["PRECISIONS", "QuadraticConfig", "QuadraticResult", "QuadraticFederation", "fixed_point"]
+__all__ = ["PRECISIONS", "SERVER_OPTIMIZERS", "QuadraticConfig", "QuadraticResult", "QuadraticFederation",
+           "fixed_point", "server_step"]
 
 #: How a client of the "fisher" rule estimates its precisions (see the module docstring).
 PRECISIONS = ("hutchinson", "empirical", "exact")
+
+#: The server optimizers of :func:`server_step` with their settings' defaults: Flower's
+#: (``FedAvgM``: server learning rate 1, momentum 0; ``FedAdam``: eta 0.1, ``FedYogi``: eta
+#: 0.01, both beta_1 0.9, beta_2 0.99, tau 1e-3). "sgd" with eta 1 is the plain rule.
+SERVER_OPTIMIZERS: dict[str, dict[str, float]] = {
+    "sgd": {"eta": 1.0},
+    "momentum": {"eta": 1.0, "momentum": 0.0},
+    "adam": {"eta": 0.1, "beta_1": 0.9, "beta_2": 0.99, "tau": 1e-3},
+    "yogi": {"eta": 0.01, "beta_1": 0.9, "beta_2": 0.99, "tau": 1e-3},
+}
 
 # The streams' words in the seeds (seed, replicate, stream, round, client): CRC-32s of their
 # names: non-zero (NumPy's SeedSequence pads short keys with zeros, so replica_seed(3) ==
@@ -126,6 +153,16 @@ class QuadraticConfig:
         The start: drawn per replicate, or the task's ``m0``.
     shared : tuple of str, default=()
         The task's streams ("data", "noise") drawn alike by every client of a replicate.
+    proximal_mu : float, default=0.0
+        FedProx's mu: each local step adds ``mu (theta - theta_global)`` to the gradient
+        (0: none).
+    server_optimizer : {"sgd", "momentum", "adam", "yogi"}, default="sgd"
+        How the server applies the round's combined update (:func:`server_step`): "sgd"
+        with its default eta 1 adds it (the plain rule); "momentum" is FedAvgM, "adam"
+        FedAdam, "yogi" FedYogi.
+    server_params : dict
+        The server optimizer's settings (:data:`SERVER_OPTIMIZERS` has them and Flower's
+        defaults), e.g. ``{"eta": 1.0, "momentum": 0.9}`` for "momentum".
     """
 
     rounds: int = 30
@@ -138,6 +175,9 @@ class QuadraticConfig:
     burn_in: int = 0
     init: str = "per-run"
     shared: Sequence[str] = ()
+    proximal_mu: float = 0.0
+    server_optimizer: str = "sgd"
+    server_params: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -172,14 +212,104 @@ class QuadraticResult:
     targets: np.ndarray
 
 
+def _server_iv(optimizer: Any, params: Any) -> tuple[str, dict[str, float]]:
+    """(optimizer, its settings with the defaults filled in), checked."""
+    check_choice(optimizer, "server_optimizer", tuple(SERVER_OPTIMIZERS))
+    if not isinstance(params, Mapping):
+        raise TypeError(f"`server_params` must be a mapping of settings; got {type(params).__name__}")
+    defaults = SERVER_OPTIMIZERS[optimizer]
+    unknown = sorted(set(params) - set(defaults))
+    if unknown:
+        raise ValueError(f"`server_params` of server_optimizer {optimizer!r} takes {', '.join(defaults)}; "
+                         f"got {unknown}")
+    merged = {**defaults, **params}
+    checked = {}
+    for key, value in merged.items():
+        if key in ("eta", "tau"):
+            checked[key] = check_real(value, f"server_params[{key!r}]", low=0, low_open=True)
+        else:  # momentum, beta_1, beta_2
+            checked[key] = check_real(value, f"server_params[{key!r}]", low=0, high=1, high_open=True)
+    return optimizer, checked
+
+
+def server_step(optimizer: str, params: Mapping[str, float], update: np.ndarray,
+                state: Mapping[str, np.ndarray], round_index: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The server's change to the global model from a round's combined update, as Flower's
+    strategies compute it (``flwr.serverapp.strategy``: FedAvgM, FedAdam, FedYogi).
+
+    With Delta_t the combined update of round t (the aggregated model minus the global one;
+    Flower's pseudo-gradient is -Delta_t) and m_0 = v_0 = 0:
+
+    - "sgd": ``eta Delta_t``.
+    - "momentum" (FedAvgM): ``m_t = momentum m_{t-1} + Delta_t``, step ``eta m_t``.
+    - "adam" (FedAdam): ``m_t = beta_1 m_{t-1} + (1 - beta_1) Delta_t``,
+      ``v_t = beta_2 v_{t-1} + (1 - beta_2) Delta_t^2``, step
+      ``eta_t m_t / (sqrt(v_t) + tau)`` with Flower's bias correction
+      ``eta_t = eta sqrt(1 - beta_2^(t + 1)) / (1 - beta_1^(t + 1))`` (its exponent is the
+      round number plus one; Kingma & Ba's is t).
+    - "yogi" (FedYogi): m_t as FedAdam's,
+      ``v_t = v_{t-1} - (1 - beta_2) Delta_t^2 sign(v_{t-1} - Delta_t^2)``, step
+      ``eta m_t / (sqrt(v_t) + tau)`` (no bias correction).
+
+    Parameters
+    ----------
+    optimizer : {"sgd", "momentum", "adam", "yogi"}
+    params : mapping
+        The optimizer's settings (:data:`SERVER_OPTIMIZERS`; missing ones take their defaults).
+    update : ndarray
+        Delta_t, of any shape (a row per replicate).
+    state : mapping
+        The previous round's ``{"m": m_{t-1}, "v": v_{t-1}}`` (those the optimizer keeps);
+        empty in round 1.
+    round_index : int
+        t, from 1.
+
+    Returns
+    -------
+    step : ndarray
+        What the server adds to the global model.
+    state : dict
+        ``{"m": m_t, "v": v_t}`` (those the optimizer keeps), for the next round.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> step, state = server_step("adam", {"eta": 1.0}, np.array([2.0, -0.5]), {}, 1)
+    >>> np.round(step, 4)  # the first step of Adam is about eta_1 sign(Delta_1)
+    array([ 0.7388, -0.7279])
+    """
+    optimizer, p = _server_iv(optimizer, params)
+    t = check_int(round_index, "round_index", low=1)
+    update = np.asarray(update, dtype=np.float64)
+    if optimizer == "sgd":
+        return (update if p["eta"] == 1 else p["eta"] * update), {}
+    if optimizer == "momentum":
+        m = update if "m" not in state else p["momentum"] * state["m"] + update
+        return p["eta"] * m, {"m": m}
+    b1, b2 = p["beta_1"], p["beta_2"]
+    m = b1 * (state["m"] if "m" in state else 0.0) + (1 - b1) * update
+    v_old = state["v"] if "v" in state else np.zeros_like(update)
+    square = update ** 2
+    if optimizer == "adam":
+        v = b2 * v_old + (1 - b2) * square
+        eta = p["eta"] * np.sqrt(1 - b2 ** (t + 1.0)) / (1 - b1 ** (t + 1.0))
+    else:  # yogi
+        v = v_old - (1 - b2) * square * np.sign(v_old - square)
+        eta = p["eta"]
+    return eta * m / (np.sqrt(v) + p["tau"]), {"m": m, "v": v}
+
+
 def fixed_point(task: GaussianSGDTask, targets: np.ndarray, *, lr: float, local_steps: int,
-                precisions: np.ndarray | None = None) -> np.ndarray:
+                precisions: np.ndarray | None = None, proximal_mu: float = 0.0) -> np.ndarray:
     """Where a federation with exact gradients converges: FedAvg, or a rule with fixed precisions.
 
     With ``M_k = I - (I - lr A_k)^E`` (the part of the way to mu_k that E local steps go),
     FedAvg's rounds ``theta <- mean_k (theta + M_k (mu_k - theta))`` have the fixed point
     ``(sum_k M_k)^-1 sum_k M_k mu_k``; per-coordinate precision weighting with fixed
     diagonal precisions D_k (``precisions``) has ``(sum_k D_k M_k)^-1 sum_k D_k M_k mu_k``.
+    With FedProx's term (`proximal_mu` mu > 0) M_k is ``(I - (I - lr B_k)^E) B_k^-1 A_k``,
+    ``B_k = A_k + mu I``. A server optimizer (momentum, Adam, Yogi) does not move the point
+    where the combined update vanishes, but it need not converge to it.
 
     Parameters
     ----------
@@ -190,6 +320,8 @@ def fixed_point(task: GaussianSGDTask, targets: np.ndarray, *, lr: float, local_
     local_steps : int
     precisions : array of shape (K, d), optional
         D_k's diagonals; None: FedAvg (equal weights).
+    proximal_mu : float, default=0.0
+        FedProx's mu (0: none).
 
     Returns
     -------
@@ -198,6 +330,7 @@ def fixed_point(task: GaussianSGDTask, targets: np.ndarray, *, lr: float, local_
     task = _check_task(task)
     lr = check_real(lr, "lr", low=0, low_open=True)
     local_steps = check_int(local_steps, "local_steps", low=1)
+    proximal_mu = check_real(proximal_mu, "proximal_mu", low=0)
     targets = np.asarray(targets, dtype=np.float64)
     k, d = task.n_clients, task.d
     if targets.shape[-2:] != (k, d):
@@ -208,8 +341,15 @@ def fixed_point(task: GaussianSGDTask, targets: np.ndarray, *, lr: float, local_
         weights = np.asarray(precisions, dtype=np.float64)
         if weights.shape != (k, d) or not np.all(np.isfinite(weights)) or (weights < 0).any():
             raise ValueError(f"`precisions` must be finite, >= 0 and of shape ({k}, {d}); got shape {weights.shape}")
-    moved = [np.eye(d) - np.linalg.matrix_power(np.eye(d) - lr * task.client_problem(c)[0], local_steps)
-             for c in range(k)]
+    moved = []
+    for c in range(k):
+        a = task.client_problem(c)[0]
+        if proximal_mu == 0:
+            moved.append(np.eye(d) - np.linalg.matrix_power(np.eye(d) - lr * a, local_steps))
+        else:
+            b = a + proximal_mu * np.eye(d)
+            moved.append((np.eye(d) - np.linalg.matrix_power(np.eye(d) - lr * b, local_steps))
+                         @ np.linalg.solve(b, a))
     total = sum(weights[c][:, None] * moved[c] for c in range(k))
     right = sum(_times(weights[c][:, None] * moved[c], targets[..., c, :]) for c in range(k))
     return np.asarray(np.linalg.solve(total, np.asarray(right)[..., None])[..., 0])
@@ -261,8 +401,14 @@ class QuadraticFederation:
         check_int(config.n_probes, "n_probes", low=1)
         check_int(config.burn_in, "burn_in", low=0, high=config.local_steps - 1)
         check_choice(config.init, "init", INIT_MODES)
+        self.proximal_mu = check_real(config.proximal_mu, "proximal_mu", low=0)
+        self.server_optimizer, self.server_params = _server_iv(config.server_optimizer, config.server_params)
         self.shared = check_shared(config.shared, task)
         self.rule = get_rule(config.aggregator)
+        if self.rule.side_information not in (None, "precisions", "variances"):
+            raise ValueError(f"`aggregator`={config.aggregator!r} needs each client's "
+                             f"{' and '.join(self.rule.side_arguments)}; this federation's clients compute only "
+                             "precisions and variances")
         self.aggregate = self.rule.bind(config.aggregator_params)
         self.replicates = check_int(replicates, "replicates", low=1)
         self.seed = check_int(seed, "seed", low=0)
@@ -341,8 +487,12 @@ class QuadraticFederation:
         local = theta.copy()
         burn_in = self.config.burn_in
         iterates = None if side != "variances" else [local] if burn_in == 0 else []
+        mu = self.proximal_mu
         for step in range(self.config.local_steps):
-            local = local - lr * self.gradient(client, local, targets, noise[step])
+            gradient = self.gradient(client, local, targets, noise[step])
+            if mu:  # FedProx: the gradient of mu / 2 |local - theta|^2 too
+                gradient = gradient + mu * (local - theta)
+            local = local - lr * gradient
             if iterates is not None and step + 1 >= burn_in:
                 iterates.append(local)
         info = None
@@ -380,10 +530,16 @@ class QuadraticFederation:
         theta_star = np.linalg.solve(total, weighted[..., None])[..., 0]
         theta = self.start(ids)
         models = [theta]
+        server_state: dict[str, np.ndarray] = {}
         bar = progress_bar(cfg.rounds, unit="round", desc=f"quadratic/{cfg.aggregator}", enabled=progress)
         with np.errstate(over="ignore", invalid="ignore"):  # a diverging rate is reported below
             for t in range(1, cfg.rounds + 1):
-                theta = self._round(theta, targets, ids, t)
+                step, server_state = server_step(self.server_optimizer, self.server_params,
+                                                 self._round(theta, targets, ids, t), server_state, t)
+                theta = theta + step
+                if not np.isfinite(theta).all():
+                    raise ValueError(f"training diverged in round {t}: the global model is not finite; lower `lr` "
+                                     f"(now {cfg.lr}){self._server_hint()}")
                 models.append(theta)
                 bar.update(1)
         bar.close()
@@ -396,8 +552,15 @@ class QuadraticFederation:
         return QuadraticResult(replicates=np.asarray(ids), error=error, excess_loss=excess, loss=loss,
                                global_models=global_models, theta_star=theta_star, targets=targets)
 
+    def _server_hint(self) -> str:
+        """What a divergence message adds where the server optimizer is not the plain sum."""
+        if self.server_optimizer == "sgd" and self.server_params["eta"] == 1:
+            return ""
+        return f" or the server's `eta` (now {self.server_params['eta']}, server_optimizer {self.server_optimizer!r})"
+
     def _round(self, theta: np.ndarray, targets: np.ndarray, ids: list[int], t: int) -> np.ndarray:
-        """The global model after round `t` from `theta` (R, d)."""
+        """The rule's combination of the clients' updates in round `t` from the global model
+        `theta` (R, d): Delta_t, before the server optimizer."""
         updates, side = [], []
         info: np.ndarray | None
         for c in range(self.task.n_clients):
@@ -407,11 +570,23 @@ class QuadraticFederation:
         stacked = np.stack(updates, axis=1)  # (R, K, d)
         if not np.isfinite(stacked).all():
             raise ValueError(f"training diverged in round {t}: a client's model update is not finite; lower "
-                             f"`lr` (now {self.config.lr})")
+                             f"`lr` (now {self.config.lr}){self._server_hint()}")
         extra = {}
-        if self.rule.side_information is not None:
+        if isinstance(self.rule.side_information, str):
             extra[self.rule.side_information] = np.stack([s for s in side if s is not None], axis=1)
-        return theta + np.asarray(self.aggregate(stacked, None, **extra), dtype=np.float64)
+        return np.asarray(self.aggregate(stacked, None, **extra), dtype=np.float64)
+
+    @property
+    def gradients_per_round(self) -> int:
+        """Gradients of its loss each client computes per round: one per local step, plus its
+        side information's: 2 per Hutchinson probe, 1 per empirical-Fisher draw, none for the
+        exact curvature (an oracle) or its iterates' variance. FedProx's term and the server
+        optimizer cost no gradient."""
+        cfg, side = self.config, self.rule.side_information
+        extra = 0
+        if side == "precisions" and cfg.precision != "exact":
+            extra = cfg.n_probes * (2 if cfg.precision == "hutchinson" else 1)
+        return cfg.local_steps + extra
 
     def describe(self) -> dict[str, Any]:
         """The run's settings: the task's, the config's (with the rule's defaults filled in) and the seed."""
@@ -421,4 +596,6 @@ class QuadraticFederation:
                 "aggregator": cfg.aggregator, "aggregator_params": {**self.rule.defaults, **cfg.aggregator_params},
                 "side_information": self.rule.side_information,
                 "precision": cfg.precision if self.rule.side_information == "precisions" else None,
-                "n_probes": cfg.n_probes, "burn_in": cfg.burn_in, "init": cfg.init, "shared": list(self.shared)}
+                "n_probes": cfg.n_probes, "burn_in": cfg.burn_in, "init": cfg.init, "shared": list(self.shared),
+                "proximal_mu": self.proximal_mu, "server_optimizer": self.server_optimizer,
+                "server_params": dict(self.server_params), "gradients_per_round": self.gradients_per_round}

@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._internal.validation import check_choice, check_flag
-from .aggregation import (and_mask, fedavg, fedsgd, fisher_weighted, geometric_mask, inverse_variance, median,
-                          trimmed_mean)
+from .aggregation import (and_mask, fedavg, fedsgd, fisher_full, fisher_weighted, geometric_mask, inverse_variance,
+                          median, newton_merge, trimmed_mean)
 from .placement import step_round, update_round
 
 if TYPE_CHECKING:  # names used only in type hints
@@ -60,16 +60,22 @@ class SideInformation:
     record : str
         The default name of the ArrayRecord that carries it in a Flower reply
         (:class:`mianalysis.flower.FedRule`'s `side_key`).
+    square : bool
+        False: one array per client of the shape of its message (named and shaped as the
+        model in a Flower reply). True: one (n_params, n_params) matrix per client over the
+        flattened model (a Flower reply's record holds that one array).
     """
 
     argument: str
     computed: str
     record: str
+    square: bool = False
 
 
 #: The side information the simulator computes, by the keyword a rule takes it under: each
-#: client's diagonal empirical Fisher ("precisions") or the variance of its local iterates
-#: ("variances"), both of the shape of the clients' messages.
+#: client's diagonal empirical Fisher ("precisions"), the variance of its local iterates
+#: ("variances") or its gradient ("gradients"), of the shape of the clients' messages, and
+#: its exact Hessian ("hessians", one (n_params, n_params) matrix per client).
 SIDE_INFORMATION = {
     "precisions": SideInformation(
         "precisions", "each client's diagonal empirical Fisher at its final local model in the round: the mean over "
@@ -78,6 +84,13 @@ SIDE_INFORMATION = {
         "variances", "the per-coordinate variance of each client's local iterates over its last local epoch of the "
                      "round (the model at the start of that epoch and after each of its steps, divided by their "
                      "number)", "variances"),
+    "hessians": SideInformation(
+        "hessians", "each client's exact Hessian of its own objective (the mean loss over its examples) at its final "
+                    "local model in the round, an (n_params, n_params) matrix (torch.func, float64)", "hessian",
+        square=True),
+    "gradients": SideInformation(
+        "gradients", "each client's gradient of its own objective (the mean loss over its examples) at its final "
+                     "local model in the round (float64)", "gradient"),
 }
 
 
@@ -107,16 +120,18 @@ class Rule:
     parameters : tuple of RuleParameter
         Its settings. Given as a mapping name -> type (``{"beta": float}``): each must be a
         keyword of `function` with a default, which the entry records.
-    side_information : str, optional
-        A key of :data:`SIDE_INFORMATION` ("precisions", "variances"): the keyword of the
-        per-client array `function` also takes. None: the rule needs nothing but the messages.
+    side_information : str or tuple of str, optional
+        A key of :data:`SIDE_INFORMATION` ("precisions", "variances", "hessians",
+        "gradients"): the keyword of the per-client array `function` also takes; a tuple of
+        keys for a rule that takes several ("newton_merge": ``("hessians", "gradients")``; a
+        tuple of one key is stored as that key). None: the rule needs nothing but the messages.
     """
 
     name: str
     function: Callable[..., Any]
     display_name: str
     parameters: tuple[RuleParameter, ...] = ()
-    side_information: str | None = None
+    side_information: str | tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -138,11 +153,22 @@ class Rule:
                 raise ValueError(f"rule {self.name!r}: parameter {p.name!r} must be a keyword of `function` with a "
                                  "default")
         object.__setattr__(self, "parameters", tuple(parameters))
-        if self.side_information is not None:
-            check_choice(self.side_information, "side_information", sorted(SIDE_INFORMATION))
-            if self.side_information not in signature:
-                raise ValueError(f"rule {self.name!r}: `function` must take its side information "
-                                 f"`{self.side_information}`")
+        side = self.side_information
+        if isinstance(side, (tuple, list)):
+            if not side or len(set(side)) != len(side):
+                raise ValueError(f"rule {self.name!r}: `side_information` must name distinct keys; got {side!r}")
+            side = side[0] if len(side) == 1 else tuple(side)
+            object.__setattr__(self, "side_information", side)
+        for key in self.side_arguments:
+            check_choice(key, "side_information", sorted(SIDE_INFORMATION))
+            if key not in signature:
+                raise ValueError(f"rule {self.name!r}: `function` must take its side information `{key}`")
+
+    @property
+    def side_arguments(self) -> tuple[str, ...]:
+        """The keywords of the rule's side information, in order (empty: none)."""
+        side = self.side_information
+        return () if side is None else (side,) if isinstance(side, str) else tuple(side)
 
     @property
     def defaults(self) -> dict[str, Any]:
@@ -165,7 +191,7 @@ class Rule:
         -------
         callable
             ``aggregate(stacked, weights=None, **side) -> vector``; for a rule with side
-            information ``side`` is ``{side_information: array}``.
+            information ``side`` holds one array per key of :attr:`side_arguments`.
 
         Raises
         ------
@@ -190,7 +216,7 @@ class Rule:
             return rule(stacked, weights=weights, **params, **side)
 
         aggregate.__name__ = self.name
-        side = {} if self.side_information is None else {self.side_information: np.ones((1, 1))}
+        side = {key: np.ones((1, 1, 1) if SIDE_INFORMATION[key].square else (1, 1)) for key in self.side_arguments}
         try:  # the rule's settings (a `threshold` in [0, 1], a `rescale` flag, an `eps`) are checked now
             aggregate(np.zeros((1, 1)), **side)
         except TypeError as exc:
@@ -371,3 +397,7 @@ register_rule(name="fisher", function=fisher_weighted, display_name="Fisher", pa
               side_information="precisions")
 register_rule(name="inverse_variance", function=inverse_variance, display_name="Inverse variance",
               parameters={"eps": float}, side_information="variances")
+register_rule(name="fisher_full", function=fisher_full, display_name="Fisher (full Hessian)",
+              parameters={"eps": float}, side_information="hessians")
+register_rule(name="newton_merge", function=newton_merge, display_name="Newton merge", parameters={"eps": float},
+              side_information=("hessians", "gradients"))

@@ -31,6 +31,8 @@ from .._internal.seeding import replica_seed
 from .._internal.threads import torch_threads
 from .._internal.io import progress_bar
 from .._internal.validation import check_choice, check_flag, check_int
+from .aggregation import check_hessian_size
+from .curvature import flat_loss, mean_loss_curvature
 from .diagnostics import eb_criterion
 from .models import MODELS, build_model
 from .data import FederatedData
@@ -107,7 +109,13 @@ class FederatedConfig:
         iterates over its last local epoch (the model at the start of that epoch and after
         each of its steps, divided by their number). The rule combines the client models
         coordinate by coordinate with those precisions (applied to the updates, the same
-        since its weights sum to one per coordinate).
+        since its weights sum to one per coordinate). The full-curvature rules
+        "fisher_full" and "newton_merge" (models of at most
+        :data:`~mianalysis.federated.aggregation.MAX_HESSIAN_PARAMS` parameters) use every
+        client's exact Hessian of its own objective (the mean loss over its examples) at its
+        final local model, and "newton_merge" also its gradient there
+        (:meth:`FederatedSimulation.exact_curvature`); applied to the updates they give the
+        same model as applied to the models (their matrix weights sum to the identity).
     weighted : bool
         Weight clients by their numbers of examples.
     placement : {"update", "step"}
@@ -191,8 +199,11 @@ class FederatedSimulation:
         #: The entries of the config's algorithm and placement (mianalysis.federated.registry).
         self.algorithm, self.placement = get_algorithm(config.algorithm), get_placement(config.placement)
         #: The keyword of the per-client side information the rule needs ("precisions",
-        #: "variances"), or None.
+        #: "variances", "hessians"), a tuple of keywords (("hessians", "gradients") for
+        #: "newton_merge"), or None.
         self.side_information = get_rule(config.aggregator).side_information
+        if "hessians" in get_rule(config.aggregator).side_arguments:  # refused now, not in round 1
+            check_hessian_size(sum(int(np.prod(shape)) for _, shape in self.layout()), f"the {model} model")
 
     # ------------------------------------------------------------------ setup
     def _setup(self, replicate_ids):
@@ -294,20 +305,24 @@ class FederatedSimulation:
         return message, model
 
     def train_client(self, params: Mapping[str, torch.Tensor], flat_params: torch.Tensor, client: int,
-                     replicate_ids: Sequence[int], round_index: int, side: str | None = None
-                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """:meth:`client_message` and, with `side`, the client's side information (R, P)
-        float64 computed on its own data at the end of its local training: "precisions"
-        its diagonal empirical Fisher at its final local model (:meth:`diagonal_fisher`),
-        "variances" the variance of its iterates over its last local epoch (the model at
-        the start of that epoch and after each of its steps); None without `side`."""
+                     replicate_ids: Sequence[int], round_index: int, side: str | tuple[str, ...] | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | tuple[torch.Tensor, ...] | None]:
+        """:meth:`client_message` and, with `side`, the client's side information, float64,
+        computed on its own data at the end of its local training: "precisions" its diagonal
+        empirical Fisher at its final local model (:meth:`diagonal_fisher`), "variances" the
+        variance of its iterates over its last local epoch (the model at the start of that
+        epoch and after each of its steps), both (R, P); "hessians" (R, P, P) and "gradients"
+        (R, P) the exact Hessian and gradient of its objective at its final local model
+        (:meth:`exact_curvature`). A tuple of keys gives a tuple of arrays in that order;
+        None without `side`."""
         import torch
 
         cfg = self.config
-        if side is not None:
-            check_choice(side, "side", sorted(SIDE_INFORMATION))
-            if self.algorithm.sends != "update":
-                raise ValueError("side information is computed from local training; it needs `algorithm`='fedavg'")
+        keys: tuple[str, ...] = () if side is None else (side,) if isinstance(side, str) else tuple(side)
+        for key in keys:
+            check_choice(key, "side", sorted(SIDE_INFORMATION))
+        if keys and self.algorithm.sends != "update":
+            raise ValueError("side information is computed from local training; it needs `algorithm`='fedavg'")
         x, y = self.client_examples(client)
         r = len(replicate_ids)
         if self.algorithm.sends == "gradient":
@@ -318,7 +333,7 @@ class FederatedSimulation:
         n = x.shape[0]
         b = n if cfg.batch_size is None else min(cfg.batch_size, n)
         gens = self.data_order_generators(client, replicate_ids, round_index)
-        iterates = _RunningVariance() if side == "variances" else None
+        iterates = _RunningVariance() if "variances" in keys else None
         for epoch in range(cfg.local_epochs):
             order = shuffled_orders(n, gens)
             last = iterates if epoch == cfg.local_epochs - 1 else None  # the last epoch's iterates
@@ -333,12 +348,31 @@ class FederatedSimulation:
                 if last is not None:
                     last.add(self.flatten(local))
         flat_local = self.flatten(local)
-        info = None
-        if side == "precisions":
-            info = self.diagonal_fisher(local, x, y)
-        elif iterates is not None:  # side == "variances"
-            info = iterates.variance()
+        computed = {}
+        if "precisions" in keys:
+            computed["precisions"] = self.diagonal_fisher(local, x, y)
+        if iterates is not None:  # "variances"
+            computed["variances"] = iterates.variance()
+        if "hessians" in keys or "gradients" in keys:
+            computed["hessians"], computed["gradients"] = self.exact_curvature(local, x, y,
+                                                                               hessian="hessians" in keys)
+        info = None if side is None else computed[side] if isinstance(side, str) else tuple(computed[k] for k in keys)
         return flat_local - flat_params, flat_local, info
+
+    def exact_curvature(self, params: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor, *,
+                        hessian: bool = True) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """The exact Hessian and gradient of every replicate's mean loss over the examples
+        x (n, ...), y (n,) at `params` (dict of (R, ...)), in float64 (the parameters and the
+        examples cast to float64): (R, P, P) and (R, P) over the flattened model
+        (:meth:`flatten`'s order); the Hessian is None with ``hessian=False``.
+
+        ``torch.func.jacfwd`` of ``torch.func.grad``, vmapped over the replicates, the
+        examples in chunks (:func:`mianalysis.federated.curvature.mean_loss_curvature`).
+        Refuses models above :data:`~mianalysis.federated.aggregation.MAX_HESSIAN_PARAMS`
+        parameters (the Hessian is P x P) with a one-line ValueError."""
+        loss = flat_loss(self.module, self.names, self.shapes)
+        return mean_loss_curvature(loss, self.flatten(params), x, y, hessian=hessian,
+                                   what=f"the {self.model_name} model")
 
     def diagonal_fisher(self, params: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
                         chunk: int = 256) -> torch.Tensor:
@@ -515,8 +549,10 @@ class FederatedSimulation:
         out = {"model": self.model_name, "hidden": self.hidden, "config": asdict(self.config), "seed": self.seed,
                "n_clients": self.data.n_clients, "client_sizes": self.data.sizes().tolist()}
         if self.side_information is not None:
+            keys = get_rule(self.config.aggregator).side_arguments
             out["side_information"] = {
-                "argument": self.side_information, "computed": SIDE_INFORMATION[self.side_information].computed,
+                "argument": self.side_information if isinstance(self.side_information, str) else list(keys),
+                "computed": "; ".join(SIDE_INFORMATION[key].computed for key in keys),
                 "aggregator_params": {**get_rule(self.config.aggregator).defaults, **self.config.aggregator_params}}
         return out
 

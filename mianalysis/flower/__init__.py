@@ -5,6 +5,8 @@ This package is the optional extra ``mianalysis[flower]`` (Flower >= 1.42, Pytho
 
 - :class:`FedRule` -- a strategy for Flower's ServerApp API (``flwr.serverapp.strategy``)
   that combines the clients' updates with any rule of :mod:`mianalysis.federated.aggregation`.
+- :func:`curvature_records` -- a ClientApp's exact Hessian and gradient of its own loss, the
+  records :class:`FedRule`'s full-curvature rules ("fisher_full", "newton_merge") read.
 - :class:`LocalGrid` -- a Flower ``Grid`` that runs a ClientApp's handlers in this process,
   one node per partition: no SuperLink, no simulation engine, no network.
 - :class:`RecordingGrid` and :class:`RunRecorder` -- record every client's trained arrays at
@@ -25,10 +27,11 @@ except ImportError as exc:
         raise
     raise ImportError("mianalysis.flower needs Flower (Python >= 3.11): pip install 'mianalysis[flower]'") from None
 
+from .curvature import curvature_records
 from .grid import LocalGrid
 from .recorder import DEPLOYMENT_CONFIG, RecordingGrid, RunRecorder, record_deployment, record_runs
 from .records import partition_id, with_partition_id
 from .strategy import FedRule
 
-__all__ = ["DEPLOYMENT_CONFIG", "FedRule", "LocalGrid", "RecordingGrid", "RunRecorder", "partition_id",
+__all__ = ["DEPLOYMENT_CONFIG", "FedRule", "LocalGrid", "curvature_records", "RecordingGrid", "RunRecorder", "partition_id",
            "record_deployment", "record_runs", "with_partition_id"]

@@ -14,7 +14,9 @@ the second moment of the stacked errors (bias included), and the best linear com
 with weights summing to the identity has MSE ``trace((J' M^-1 J)^-1)``, ``J`` the stacked
 identities. This module measures, per checkpoint and combination rule, the MSE over runs and
 its ratio to the plain average's; weights that are estimated are fitted on some runs and
-scored on the others (cross-fitting), so the ratio is not optimistic.
+scored on the others (cross-fitting), so the ratio is not optimistic; their intervals are
+the delete-a-group jackknife's over runs, weights refitted, so that they hold the noise of
+the fitted weights too (:func:`headroom_rows`).
 
 The MSE is the total squared error summed over the parameters (not the mean per
 coordinate). Everything here is NumPy on arrays, except :func:`headroom`, a thin entry that
@@ -74,6 +76,12 @@ MAX_BLUE_DIMENSION = 4096
 # matrix (unit diagonal): a relative ridge, so that a singular R (clients whose errors are the
 # same, or cancel) still gets weights; it moves the weights of a well-conditioned R by ~1e-12.
 RIDGE = 1e-12
+# "blue" solves its system by a Cholesky factor where the second moment's condition number is
+# at most this (estimated), else by least squares (which also gives a singular one weights).
+CHOLESKY_MAX_CONDITION = 1e8
+# The fitted rules' intervals are delete-a-group jackknife intervals over about this many groups
+# of runs (a multiple of the folds; fewer where there are fewer runs), with Student's t quantile.
+JACKKNIFE_GROUPS = 20
 
 
 def default_rules(n_clients: int, n_params: int, *, curvature: bool = False) -> list[str]:
@@ -207,11 +215,36 @@ def best_linear_weights(second_moment: ArrayLike, n_clients: int) -> np.ndarray:
         raise ValueError("`second_moment` must be finite")
     scale = float(np.mean(np.abs(np.diag(m))))
     m = m / scale if scale > 0 else m  # the constraint's identities and M alike of order 1: no unit sets the cutoff
+    fast = _cholesky_weights(m, n_clients, d)
+    if fast is not None:
+        return fast
     j = np.tile(np.eye(d), (n_clients, 1))
     kkt = np.block([[m, j], [j.T, np.zeros((d, d))]])
     rhs = np.vstack([np.zeros((n_clients * d, d)), np.eye(d)])
     sol = np.linalg.lstsq(kkt, rhs, rcond=None)[0][: n_clients * d]  # column i: row i of every W_k, stacked
     return sol.T.reshape(d, n_clients, d).transpose(1, 0, 2)
+
+
+def _cholesky_weights(m, n_clients, d):
+    """:func:`best_linear_weights` of a well-conditioned `m` (scaled to a unit mean diagonal)
+    as ``W = (J' M^-1 J)^-1 J' M^-1`` by a Cholesky factor, or None where `m` is not
+    positive definite or its condition number may exceed about :data:`CHOLESKY_MAX_CONDITION`
+    (then the least-squares route, which gives a singular `m` weights). The same weights to
+    rounding, some 100 times faster at K d = 3000: what makes the jackknife's refits affordable."""
+    from scipy.linalg import LinAlgError, cho_factor, cho_solve
+    from scipy.linalg.lapack import dtrcon
+
+    try:
+        factor = cho_factor(m, lower=True, check_finite=False)
+    except LinAlgError:
+        return None
+    rcond = float(dtrcon(factor[0], norm="1", uplo="L")[0])  # of the factor: cond(M) ~ cond(L)^2
+    if not rcond**2 * CHOLESKY_MAX_CONDITION >= 1:
+        return None
+    inv_j = cho_solve(factor, np.tile(np.eye(d), (n_clients, 1)), check_finite=False)  # M^-1 J, (K d, d)
+    outer = inv_j.reshape(n_clients, d, d).sum(axis=0)  # J' M^-1 J
+    flat = np.linalg.solve(0.5 * (outer + outer.T), inv_j.T)  # (d, K d): W_k side by side
+    return flat.reshape(d, n_clients, d).transpose(1, 0, 2)
 
 
 def _check_blue_size(n_clients, d):
@@ -339,7 +372,10 @@ def combine_errors(weights: ArrayLike, errors: ArrayLike) -> np.ndarray:
     """
     w = np.asarray(weights, dtype=np.float64)
     e = _as_errors(errors)
-    combined = np.einsum("kri,ki->ri", e, w) if w.ndim == 2 else np.einsum("kri,kji->rj", e, w)
+    if w.ndim == 2:
+        combined = np.einsum("kri,ki->ri", e, w)
+    else:  # sum_k e_k W_k' as matrix products (an einsum over three indices is slow at large d)
+        combined = sum(e[k] @ w[k].T for k in range(e.shape[0]))
     return np.sum(combined**2, axis=1)
 
 
@@ -404,7 +440,8 @@ def fitting_inflation(rule: str, n_clients: int, n_params: int, n_fit: int, *,
     (random-design regression; Stein 1960, Breiman and Freedman 1983). ``q = (K - 1) d`` for
     "blue" (every coordinate on every coordinate), ``K - 1`` for "blue_coordinate" (one
     coordinate at a time). Other rules: NaN (inverse variance fits no regression; no simple
-    formula), and NaN for "blue" where its second moment is shrunk or ``n_fit <= q + 1``.
+    formula here: :func:`headroom_rows` estimates its cost by the jackknife), and NaN for
+    "blue" where its second moment is shrunk or ``n_fit <= q + 1``.
     `regressors` replaces ``q`` by the rank of the differences where they are degenerate
     (clients that start from one point have identical errors there: nothing is fitted, and
     the inflation is 1); :func:`headroom_rows` passes it.
@@ -468,15 +505,125 @@ def _headroom_rows_iv(shape, rules, folds, level, fixed_weights):
     return rules, folds, level
 
 
-def _cross_fitted(rule, e, folds, client_sizes):
-    """Per-run squared errors with the weights fitted on the other folds (run r in fold r % folds)."""
+def _jackknife_groups(n, folds):
+    """The jackknife's group of each run (n,) and the number of groups G: run r is in group
+    ``r % G``, G a multiple of `folds` (so a group lies within one fold, ``r % folds``), about
+    :data:`JACKKNIFE_GROUPS` and at most `n` (a group of one run each: the delete-1 jackknife)."""
+    per_fold = max(1, min(int(round(JACKKNIFE_GROUPS / folds)), n // folds))
+    n_groups = folds * per_fold
+    return np.arange(n) % n_groups, n_groups
+
+
+def _moment_sum(rule, e):
+    """The sum over the runs of `e` of what `rule` fits its weights from: each client's squared
+    errors (K, d) ("inverse_variance"), the per-coordinate K x K products (d, K, K)
+    ("blue_coordinate"), the (K d) x (K d) products of the stacked errors ("blue")."""
+    if rule == "inverse_variance":
+        return np.einsum("kri,kri->ki", e, e)
+    if rule == "blue_coordinate":
+        return np.einsum("kri,lri->ikl", e, e)
+    stacked = e.transpose(1, 0, 2).reshape(e.shape[1], -1)
+    return stacked.T @ stacked
+
+
+def _weights_from_moment(rule, moment, n_clients):
+    """`rule`'s weights from the mean of :func:`_moment_sum` (as :func:`rule_weights` fits them)."""
+    if rule == "inverse_variance":
+        return _inverse_variance(moment)
+    if rule == "blue_coordinate":
+        return _blue_coordinate(moment)
+    return best_linear_weights(moment, n_clients)
+
+
+def _cross_fitted(rule, e, folds, client_sizes, groups=None):
+    """Per-run squared errors (n,) with the weights fitted on the other folds (run r in fold
+    r % folds), and, given `groups` (:func:`_jackknife_groups`), the jackknife's (G, n): row g
+    scored the same way with every fold's weights fitted without the runs of group g (its
+    entries of group g itself are not used); None without `groups`.
+
+    The rows refit from moment sums less the group's (a group's own sum costs 1/G of a fold's),
+    "blue" with a shrunk second moment from the runs themselves (Ledoit-Wolf needs them),
+    shrunk where the fold's own fit is."""
     n = e.shape[1]
     out = np.empty(n)
     fold = np.arange(n) % folds
     for f in range(folds):
         weights = rule_weights(rule, e[:, fold != f], client_sizes=client_sizes)
         out[fold == f] = combine_errors(weights, e[:, fold == f])
-    return out
+    if groups is None:
+        return out, None
+    group, n_groups = groups
+    k, _, d = e.shape
+    unit = _unit_scale(e)
+    replicates = np.tile(out, (n_groups, 1))
+    shrunk = [rule == "blue" and _shrunk(int(np.sum(fold != f)), k * d) for f in range(folds)]  # as each fold's fit
+    sums = None if all(shrunk) else [_moment_sum(rule, unit[:, fold == f]) for f in range(folds)]
+    total = None if sums is None else sum(sums)
+    for g in range(n_groups):
+        left_out = group == g
+        group_sum = None if sums is None else _moment_sum(rule, unit[:, left_out])
+        for f in range(folds):
+            if f == g % folds:  # the group's own fold: weights fitted without it already
+                continue
+            fit = (fold != f) & ~left_out
+            if shrunk[f]:
+                stacked = unit[:, fit].transpose(1, 0, 2).reshape(int(fit.sum()), k * d)
+                weights = best_linear_weights(_ledoit_wolf(stacked), k)
+            else:
+                weights = _weights_from_moment(rule, (total - sums[f] - group_sum) / fit.sum(), k)
+            replicates[g, fold == f] = combine_errors(weights, e[:, fold == f])
+    return out, replicates
+
+
+def _jackknife_se(replicates):
+    """The delete-a-group jackknife's standard error from the G leave-one-group-out values."""
+    g = replicates.size
+    return float(np.sqrt((g - 1) / g * np.sum((replicates - replicates.mean()) ** 2)))
+
+
+def _fit_bias_shares(n, folds, groups):
+    """How the cost of fitting shows in the full cross-fit and in each replicate, under the
+    model that a run's expected excess over the oracle is beta / n_fit (n_fit: the runs its
+    weights were fitted on): the mean of 1 / n_fit over the scored runs, (full, (G,) replicates)."""
+    group, n_groups = groups
+    fold = np.arange(n) % folds
+    size = np.bincount(fold, minlength=folds).astype(float)
+    n_fit = n - size  # fold f's weights are fitted on the other folds
+    full = float(np.sum(size / n_fit) / n)
+    left = np.bincount(group, minlength=n_groups).astype(float)  # runs per group; group g in fold g % folds
+    shares = np.empty(n_groups)
+    for g in range(n_groups):
+        own = np.arange(folds) == g % folds
+        scored = size - np.where(own, left[g], 0.0)
+        fitted_on = n_fit - np.where(own, 0.0, left[g])
+        shares[g] = np.sum(scored / fitted_on) / (n - left[g])
+    return full, shares
+
+
+def _jackknifed(per_run, base, replicates, groups, folds, level):
+    """The jackknife's intervals of a fitted rule: (mse, low, high), (ratio, low, high), the
+    ratio less the jackknife's estimate of what fitting adds to it (NaN without a ratio), and
+    the degrees of freedom G - 1 of the t quantile.
+
+    The bias estimate: the replicates' mean ratio exceeds the full ratio by beta times the
+    difference of :func:`_fit_bias_shares` (each replicate fits some folds' weights on fewer
+    runs), which gives beta, and the full ratio's bias is beta times its own share (the
+    standard jackknife's factor G - 1 assumes a bias in 1 / n, which fitting on other folds
+    does not have: with 2 folds and 20 groups it would take off 11 % too much)."""
+    group, n_groups = groups
+    keep = group[None, :] != np.arange(n_groups)[:, None]  # (G, n): the runs of each replicate
+    kept = np.where(keep, replicates, 0.0).sum(axis=1)
+    df = n_groups - 1
+    mse = float(per_run.mean())
+    mse_interval = (mse, *normal_interval(mse, _jackknife_se(kept / keep.sum(axis=1)), level, df))
+    base_kept = np.where(keep, base[None, :], 0.0).sum(axis=1)
+    if not (base.mean() > 0 and np.all(base_kept > 0)):
+        return mse_interval, (mse / base.mean() if base.mean() > 0 else np.nan, np.nan, np.nan), np.nan, df
+    ratio = mse / float(base.mean())
+    ratios = kept / base_kept
+    full, shares = _fit_bias_shares(per_run.size, folds, groups)
+    beta = (float(ratios.mean()) - ratio) / (float(shares.mean()) - full)
+    return mse_interval, (ratio, *normal_interval(ratio, _jackknife_se(ratios), level, df)), ratio - beta * full, df
 
 
 def headroom_rows(errors: ArrayLike, *, rules: Sequence[str] | None = None, folds: int = 2, level: float = 0.95,
@@ -498,8 +645,10 @@ def headroom_rows(errors: ArrayLike, *, rules: Sequence[str] | None = None, fold
         Cross-fitting folds for the fitted rules: run r is scored with weights fitted on the
         runs of the other folds (run r in fold ``r % folds``); every run is scored once.
     level : float, default=0.95
-        Level of the normal intervals over runs (MSE) and of the delta-method interval of
-        the ratio, paired by run.
+        Level of the intervals. Rules with fixed weights: the normal interval of the MSE over
+        runs, and the delta-method interval of the ratio, paired by run (:func:`ratio_interval`).
+        Fitted rules: the delete-a-group jackknife of the whole cross-fit (Notes), with
+        Student's t quantile.
     client_sizes : array-like, optional
         For "weighted_mean".
     exact : (mean, cov), optional
@@ -516,13 +665,38 @@ def headroom_rows(errors: ArrayLike, *, rules: Sequence[str] | None = None, fold
     list of dict
         One row per rule: ``rule``, ``weights`` ("fixed", or "cross-fitted, F folds" for
         the rules that fit them), ``mse``, ``mse_low``, ``mse_high``, ``ratio`` (to the
-        mean's MSE), ``ratio_low``, ``ratio_high``, ``fit_inflation`` (see
-        :func:`fitting_inflation`; 1 for fixed weights), ``mse_corrected``,
-        ``mse_corrected_low``, ``mse_corrected_high``, ``ratio_corrected``,
-        ``ratio_corrected_low``, ``ratio_corrected_high`` (the estimates and their intervals
-        divided by it: estimates of the MSE of the rule's oracle weights), ``mse_exact``,
-        ``ratio_exact``, ``exact_note``, ``n_runs``, ``note``. With one client there is
-        nothing to combine: every rule's weight is 1, its ratio 1, and its note says so.
+        mean's MSE), ``ratio_low``, ``ratio_high``, ``fit_inflation`` (what fitting the
+        weights costs, in expectation: :func:`fitting_inflation` for "blue" and
+        "blue_coordinate", the jackknife's estimate ``R / R_jk`` for "inverse_variance", 1
+        for fixed weights), ``mse_corrected``, ``mse_corrected_low``, ``mse_corrected_high``,
+        ``ratio_corrected``, ``ratio_corrected_low``, ``ratio_corrected_high`` (the estimates
+        and their intervals divided by it: estimates of the MSE of the rule's oracle
+        weights), ``mse_exact``, ``ratio_exact``, ``exact_note``, ``interval_df`` (the
+        degrees of freedom of the t quantile of a fitted rule's intervals, G - 1; NaN where
+        the quantile is normal), ``n_runs``, ``note``. With one client there is nothing to
+        combine: every rule's weight is 1, its ratio 1, and its note says so.
+
+    Notes
+    -----
+    A fitted rule's MSE over the scored runs varies with the runs it is scored on *and* with
+    the runs its weights were fitted on; with weights fitted on the other fold, the second
+    is invisible to an interval over the scored runs alone (which treats the weights as
+    fixed), and it is not small: where the clients are alike, the ratio's paired per-run
+    noise and the noise of the fit are of one order (``sqrt(q) / n``). The intervals are
+    therefore the delete-a-group jackknife's (Quenouille 1956; Efron and Stein 1981): the
+    runs fall into G groups (run r in group ``r % G``, G = :data:`JACKKNIFE_GROUPS` rounded
+    to a multiple of `folds`, so each group lies in one fold), the whole cross-fit is
+    repeated G times without one group (its fold scored without it, the other folds' weights
+    refitted without it), and the se is ``sqrt((G - 1) / G sum_g (R_(g) - mean R_(.))^2)``,
+    with Student's t quantile on G - 1 degrees of freedom. Where the clients are alike
+    (the fit's noise quadratic, not linear, in the fitting runs) it errs on the wide side.
+    The corrected intervals are the intervals divided by ``fit_inflation``; for
+    "inverse_variance", whose cost of fitting has no formula, the inflation is ``R / R_jk``,
+    ``R_jk`` the ratio less the jackknife's estimate of its bias: a bias ``beta / n_fit`` per
+    scored run (the order of the cost of fitting), beta from how far the replicates' mean
+    ratio (fitted on fewer runs) lies above the full one.
+    ``experiments/headroom_coverage.py`` measures these intervals' coverage of the exact
+    (oracle) ratios on gaussian-sgd.
     """
     e = _as_errors(errors)
     fixed_weights = dict(fixed_weights or {})
@@ -531,17 +705,25 @@ def headroom_rows(errors: ArrayLike, *, rules: Sequence[str] | None = None, fold
     base = combine_errors(rule_weights("mean", e), e)
     moments = None if exact is None else (np.asarray(exact[0], float), np.asarray(exact[1], float))
     base_exact = None if moments is None else combination_mse(np.full((k, d), 1.0 / k), *moments)
+    groups = _jackknife_groups(n, folds)
     rows = []
     for rule in rules:
         fitted = rule in FITTED_RULES
+        jackknifed = fitted and rule not in fixed_weights and k > 1
+        replicates = None
         if rule in fixed_weights:
             per_run = combine_errors(fixed_weights[rule], e)
         elif fitted:
-            per_run = _cross_fitted(rule, e, folds, client_sizes)
+            per_run, replicates = _cross_fitted(rule, e, folds, client_sizes, groups if jackknifed else None)
         else:
             per_run = combine_errors(rule_weights(rule, e, client_sizes=client_sizes), e)
-        mse, low, high = mean_interval(per_run, level)
-        ratio, r_low, r_high = ratio_interval(per_run, base, level)
+        df = np.nan
+        if replicates is None:  # runs independent given the weights: normal and delta-method intervals
+            mse, low, high = mean_interval(per_run, level)
+            ratio, r_low, r_high = ratio_interval(per_run, base, level)
+        else:  # the weights' own noise too: the delete-a-group jackknife of the whole cross-fit
+            (mse, low, high), (ratio, r_low, r_high), bias_corrected, df = _jackknifed(per_run, base, replicates,
+                                                                                     groups, folds, level)
         n_fit = n - -(-n // folds)  # the fewest runs any fold's weights are fitted on
         note = ""
         if k == 1:
@@ -549,15 +731,19 @@ def headroom_rows(errors: ArrayLike, *, rules: Sequence[str] | None = None, fold
         elif rule == "blue":
             note = (f"ledoit-wolf shrinkage: {n_fit} fitting runs <= 2 x {k * d}" if _shrunk(n_fit, k * d)
                     else f"sample second moment ({k * d} x {k * d}) of >= {n_fit} fitting runs")
-        inflation = 1.0 if not fitted or rule in fixed_weights or k == 1 else fitting_inflation(
-            rule, k, d, n_fit, regressors=_difference_rank(rule, e) if rule in ("blue", "blue_coordinate") else None)
+        if not jackknifed:
+            inflation = 1.0
+        elif rule == "inverse_variance":  # no formula: the jackknife's estimate of the ratio's bias
+            inflation = ratio / bias_corrected if bias_corrected > 0 else np.nan
+        else:
+            inflation = fitting_inflation(rule, k, d, n_fit, regressors=_difference_rank(rule, e))
         row = {"rule": rule, "weights": f"cross-fitted, {folds} folds" if fitted else "fixed",
                "mse": mse, "mse_low": low, "mse_high": high, "ratio": ratio, "ratio_low": r_low,
                "ratio_high": r_high, "fit_inflation": inflation, "mse_corrected": mse / inflation,
                "mse_corrected_low": low / inflation, "mse_corrected_high": high / inflation,
                "ratio_corrected": ratio / inflation, "ratio_corrected_low": r_low / inflation,
                "ratio_corrected_high": r_high / inflation, "mse_exact": np.nan, "ratio_exact": np.nan,
-               "exact_note": "", "n_runs": n, "note": note}
+               "exact_note": "", "interval_df": df, "n_runs": n, "note": note}
         if moments is not None:
             weights = (fixed_weights[rule] if rule in fixed_weights
                        else oracle_weights(rule, *moments, client_sizes=client_sizes))
@@ -593,6 +779,22 @@ def _sampling_of(dump):
     return int(meta.get("seed", 0)), str(meta.get("init", "per-run")), tuple(meta.get("shared", ()))
 
 
+def _own_weights(fixed_weights, n_clients, n_params):
+    """:func:`headroom`'s `fixed_weights` as float arrays, each checked against the clients and parameters."""
+    own = {}
+    for name, weights in dict(fixed_weights or {}).items():
+        if name in RULES:
+            raise ValueError(f"`fixed_weights` names rule {name!r}, a built-in rule of headroom ({', '.join(RULES)}): "
+                             "give your weights another name")
+        w = np.asarray(weights, dtype=np.float64)
+        if w.shape not in ((n_clients, n_params), (n_clients, n_params, n_params)) or not np.all(np.isfinite(w)):
+            raise ValueError(f"`fixed_weights`[{name!r}] must be finite, of shape ({n_clients}, {n_params}) or "
+                             f"({n_clients}, {n_params}, {n_params}) (the clients combined, the parameters); got shape "
+                             f"{w.shape}")
+        own[str(name)] = w
+    return own
+
+
 # What each reference is, as the rows' "reference" column says it.
 TASK_REFERENCE = "task (exact theta* = (sum A_k)^-1 sum A_k mu_k)"
 _DESCRIBED = {OPTIMUM: f"{OPTIMUM} (exact theta*)", CENTRAL: f"{CENTRAL} (FedSGD reference, not the optimum)"}
@@ -613,6 +815,7 @@ def _describe(client):
 def headroom(dump: ParameterDump | str | os.PathLike, *, reference: str | ArrayLike = "auto",
              rules: Sequence[str] | None = None, iterations: Sequence[int] | None = None, folds: int = 2,
              level: float = 0.95, client_sizes: ArrayLike | None = None,
+             fixed_weights: Mapping[str, ArrayLike] | None = None,
              progress: bool = False) -> list[dict[str, Any]]:
     """Per checkpoint and combination rule: MSE to the reference over runs, and its ratio to the average's.
 
@@ -653,6 +856,13 @@ def headroom(dump: ParameterDump | str | os.PathLike, *, reference: str | ArrayL
     folds, level, client_sizes
         See :func:`headroom_rows`. Client sizes default to equal (the built-in tasks give
         every client the same number of examples).
+    fixed_weights : dict, optional
+        Rules of your own with known weights, the same at every checkpoint: name ->
+        (n_clients, n_params) per-coordinate or (n_clients, n_params, n_params) weights of the
+        dump's clients in their order (less the references), summing to 1 (to I). Measured
+        like "curvature" (fixed weights, nothing cross-fitted), each after `rules` unless
+        named there. "curvature" given here replaces the task's; the names of :data:`RULES`
+        are refused.
     progress : bool, default=False
         A progress bar on stderr over (checkpoint, rule) pairs: the fitted rules ("blue"
         above all) take long on large dumps.
@@ -739,10 +949,12 @@ def headroom(dump: ParameterDump | str | os.PathLike, *, reference: str | ArrayL
                 and hasattr(task, "exact_error_moments") and task.settings.get("transform", "none") == "none"
                 and len(clients) == task.n_clients)
     # "curvature" is among the default rules wherever it can run: on the task's exact theta*.
+    own = _own_weights(fixed_weights, len(clients), dump.n_params)
     rules = _resolve_rules(rules, len(clients), dump.n_params,
-                           curvature=exact_ok and hasattr(task, "curvature_weights"))
-    fixed = {}
-    if "curvature" in rules:
+                           curvature=exact_ok and hasattr(task, "curvature_weights") and "curvature" not in own)
+    rules += [name for name in own if name not in rules]
+    fixed = dict(own)
+    if "curvature" in rules and "curvature" not in own:
         if not exact_ok:
             raise ValueError("rule 'curvature' needs a gaussian-sgd dump and its exact theta* as the reference "
                              "('task', or the sampler's client 'optimum')")
@@ -827,10 +1039,18 @@ def _no_best(by_rule):
             "(blue's second moment is shrunk, fewer than 2 K d fitting runs: measure blue_coordinate, or more runs)")
 
 
-def _widened(values, level, family_level):
-    """`values` (estimate, low, high) at `level`, as the interval of the same estimate at `family_level`."""
+def _df(row):
+    """The degrees of freedom of the t quantile behind `row`'s intervals (its ``interval_df``:
+    a jackknifed fitted rule's), or None for a normal quantile (and tables without the column)."""
+    value = _number(row, "interval_df")
+    return int(value) if np.isfinite(value) and value >= 1 else None
+
+
+def _widened(values, level, family_level, df=None):
+    """`values` (estimate, low, high) at `level`, as the interval of the same estimate at
+    `family_level` (Student's t quantile with `df` degrees of freedom for both, or the normal one)."""
     estimate, low, high = values
-    return (estimate, *normal_interval(estimate, se_from_interval(low, high, level), family_level))
+    return (estimate, *normal_interval(estimate, se_from_interval(low, high, level, df), family_level, df))
 
 
 def _share(value):
@@ -851,9 +1071,10 @@ def headroom_verdicts(rows: Sequence[Mapping[str, Any]], *, level: float = 0.95,
     the best per-coordinate combination, "blue_coordinate" (the same correction). Its
     interval is widened to the family-wise `level` over the table's checkpoints
     (Bonferroni: each checkpoint's interval at ``1 - (1 - level) / m``, ``m`` the
-    checkpoints that have one), so that all of a table's verdicts hold together with
-    probability `level` (given the correction, which is exact for jointly Gaussian
-    errors). At each checkpoint:
+    checkpoints that have one, with the row's Student's t quantile where its
+    ``interval_df`` gives one: a jackknifed fitted rule's), so that all of a table's
+    verdicts hold together with probability `level` (given the correction, which is exact
+    for jointly Gaussian errors). At each checkpoint:
 
     - **near-optimal**: the interval lies at or above `near_optimal` (the best combination
       cannot take off more than ``1 - near_optimal`` of averaging's error); the line gives
@@ -930,7 +1151,7 @@ def headroom_verdicts(rows: Sequence[Mapping[str, Any]], *, level: float = 0.95,
         for rule in BEST_RULES:
             values = _corrected(by_rule[rule]) if rule in by_rule else None
             if values is not None:
-                best[it] = (rule, values)
+                best[it] = (rule, values, _df(by_rule[rule]))
                 break
     m = len(best)  # the family: the checkpoints with an interval
     lines = []
@@ -939,8 +1160,8 @@ def headroom_verdicts(rows: Sequence[Mapping[str, Any]], *, level: float = 0.95,
         if it not in best:
             lines.append(f"{start}no verdict: {_no_best(by_rule)}")
             continue
-        rule, values = best[it]
-        r, low, high = _widened(values, level, 1 - (1 - level) / m)
+        rule, values, df = best[it]
+        r, low, high = _widened(values, level, 1 - (1 - level) / m, df)
         name = f"best {'linear' if rule == 'blue' else 'per-coordinate'} combination ({rule})"
         share = f"{_share(r)} [{_share(low)}, {_share(high)}] of averaging's error"
         if low >= near_optimal:
@@ -948,12 +1169,12 @@ def headroom_verdicts(rows: Sequence[Mapping[str, Any]], *, level: float = 0.95,
             lines.append(f"{start}averaging is within {excess[0]} % [{excess[1]}, {excess[2]}] of the {name}: "
                          "near-optimal here")
         elif high < near_optimal:
-            runnable = [(_number(row, "ratio"), _number(row, "ratio_low"), _number(row, "ratio_high"), name_)
+            runnable = [(_number(row, "ratio"), _number(row, "ratio_low"), _number(row, "ratio_high"), name_, _df(row))
                         for name_, row in by_rule.items() if name_ in RUNNABLE_RULES]
             runnable = [v for v in runnable if all(np.isfinite(v[:3]))]
             if runnable:
-                y, y_low, y_high, which = min(runnable, key=lambda v: v[0])  # the first of equal ratios
-                y, y_low, y_high = _widened((y, y_low, y_high), level, 1 - (1 - level) / (m * len(runnable)))
+                y, y_low, y_high, which, y_df = min(runnable, key=lambda v: v[0])  # the first of equal ratios
+                y, y_low, y_high = _widened((y, y_low, y_high), level, 1 - (1 - level) / (m * len(runnable)), y_df)
                 tried = (f"the best runnable rule tried, {which}, reaches {_share(y)} [{_share(y_low)}, "
                          f"{_share(y_high)}]")
             else:
@@ -981,8 +1202,7 @@ def _rule_ratio(row):
     corrected = _corrected(row)
     if corrected is not None:
         return f"fit-corrected ratio to averaging {_interval(corrected)} (as cross-fitted: {_interval(raw)})"
-    why = ("its second moment is shrunk" if str(row.get("note", "")).startswith("ledoit-wolf")
-           else "none for this rule" if str(row["rule"]) not in BEST_RULES else "not defined here")
+    why = "its second moment is shrunk" if str(row.get("note", "")).startswith("ledoit-wolf") else "not defined here"
     return f"ratio to averaging {_interval(raw)} (cross-fitted; fit correction: {why})"
 
 
@@ -995,13 +1215,14 @@ def headroom_rule_lines(rows: Sequence[Mapping[str, Any]], *, iteration: int | N
     as a **ratio to averaging's** (below 1: the rule beats averaging):
 
     - a rule with fixed weights ("mean", "weighted_mean", "curvature"): its ratio;
-    - a fitted rule with a correction for the cost of fitting ("blue", "blue_coordinate"):
-      the **fit-corrected** ratio (``ratio_corrected``: the cross-fitted ratio divided by
-      :func:`fitting_inflation`, an estimate of the ratio of the rule's oracle weights; the
-      one :func:`headroom_verdicts` judges by and the docs' tables quote), labelled so, then
-      the cross-fitted ratio it comes from;
-    - a fitted rule without one ("inverse_variance"; "blue" with a shrunk second moment):
-      the cross-fitted ratio, saying that it is not corrected.
+    - a fitted rule with a correction for the cost of fitting ("blue", "blue_coordinate":
+      :func:`fitting_inflation`; "inverse_variance": the jackknife's estimate, see
+      :func:`headroom_rows`): the **fit-corrected** ratio (``ratio_corrected``: the
+      cross-fitted ratio divided by that cost, an estimate of the ratio of the rule's oracle
+      weights; the one :func:`headroom_verdicts` judges by and the docs' tables quote),
+      labelled so, then the cross-fitted ratio it comes from;
+    - a fitted rule without one ("blue" with a shrunk second moment, or too few fitting
+      runs): the cross-fitted ratio, saying that it is not corrected.
 
     The intervals are the table's, at `level` (not widened over checkpoints as the
     verdicts' are).
