@@ -274,6 +274,7 @@ def server_step(optimizer: str, params: Mapping[str, float], update: np.ndarray,
     Examples
     --------
     >>> import numpy as np
+    >>> from mianalysis.federated.quadratic import server_step
     >>> step, state = server_step("adam", {"eta": 1.0}, np.array([2.0, -0.5]), {}, 1)
     >>> np.round(step, 4)  # the first step of Adam is about eta_1 sign(Delta_1)
     array([ 0.7388, -0.7279])
