@@ -12,10 +12,16 @@ from mianalysis.estimators._neighbours import marginal_distances, neighbour_list
 from mianalysis.estimators.ksg import ksg_estimates_from_distances
 
 
-def _data(kind, n, rng):
-    """Paired samples of several kinds: continuous, tied (rounded), duplicated rows, x and y
-    on scales 1000 apart, and a coarse grid (most distances 0)."""
+def paired_samples(kind, n, rng):
+    """Paired samples of several kinds: continuous (y on 2 of x's 3 features), tied
+    (rounded), duplicated rows, x 1000 times wider than y ("scales"), a coarse grid (most
+    distances 0), and y on all 3 of x's features at weak and strong dependence (y on half
+    x's scale) and 1000 times wider than x ("y wide"). Shared with
+    tests/test_ksg_permutation_tiles.py."""
     x = rng.standard_normal((n, 3))
+    if kind in ("weak", "strong", "y wide"):
+        y = 0.5 * x + {"weak": 0.87, "strong": 0.1, "y wide": 1.0}[kind] * rng.standard_normal((n, 3))
+        return x, 1000.0 * y if kind == "y wide" else y
     y = 0.6 * x[:, :2] + rng.standard_normal((n, 2))
     if kind == "rounded":
         x, y = np.round(x, 1), np.round(y, 1)
@@ -42,7 +48,7 @@ def _both_ways(x, y, perms, k, algorithm, dtype="float64"):
 @pytest.mark.parametrize("algorithm", [1, 2])
 def test_lists_give_the_brute_force_estimates_to_the_bit(kind, k, algorithm, rng):
     n = 400
-    x, y = _data(kind, n, rng)
+    x, y = paired_samples(kind, n, rng)
     perms = [rng.permutation(n) for _ in range(6)]
     listed, brute, _ = _both_ways(x, y, perms, k, algorithm)
     assert listed.shape == (7,)
@@ -58,7 +64,7 @@ def test_every_path_of_the_walk_is_taken_and_exact(algorithm, rng):
     perms = [rng.permutation(n) for _ in range(4)]
     seen = {}
     for kind in ("continuous", "scales", "grid"):
-        listed, brute, stats = _both_ways(*_data(kind, n, rng), perms, 3, algorithm)
+        listed, brute, stats = _both_ways(*paired_samples(kind, n, rng), perms, 3, algorithm)
         assert np.array_equal(listed, brute)
         seen[kind] = stats
     assert seen["continuous"]["looked_up"].sum() + seen["continuous"]["full_rows"].sum() < 0.2 * 5 * n
@@ -69,7 +75,7 @@ def test_every_path_of_the_walk_is_taken_and_exact(algorithm, rng):
 def test_k_above_the_insertion_limit_is_exact(rng):
     # k > INSERTION_MAX_K (32): the samples a merged walk cannot finish are counted from full rows.
     n = 300
-    x, y = _data("continuous", n, rng)
+    x, y = paired_samples("continuous", n, rng)
     perms = [rng.permutation(n) for _ in range(3)]
     for algorithm in (1, 2):
         listed, brute, _ = _both_ways(x, y, perms, 40, algorithm)
@@ -79,7 +85,7 @@ def test_k_above_the_insertion_limit_is_exact(rng):
 @pytest.mark.parametrize("algorithm", [1, 2])
 def test_float32_distances_are_exact_too(algorithm, rng):
     n = 400
-    x, y = _data("rounded", n, rng)
+    x, y = paired_samples("rounded", n, rng)
     perms = [rng.permutation(n) for _ in range(4)]
     listed, brute, _ = _both_ways(x, y, perms, 3, algorithm, dtype="float32")
     assert np.array_equal(listed, brute)
@@ -91,7 +97,7 @@ def test_lists_equal_the_numpy_reference(kind, rng):
     # estimator's rule (all those at the k-th distance) only under ties: algorithm 1 throughout,
     # algorithm 2 on continuous data.
     n = 300
-    x, y = _data(kind, n, rng)
+    x, y = paired_samples(kind, n, rng)
     perms = [rng.permutation(n) for _ in range(3)]
     dx, dy = marginal_distances(x), marginal_distances(y)
     for algorithm in (1, 2) if kind == "continuous" else (1,):
@@ -103,7 +109,7 @@ def test_lists_equal_the_numpy_reference(kind, rng):
 
 def test_independent_of_thread_count(rng):
     n = 700
-    x, y = _data("rounded", n, rng)
+    x, y = paired_samples("rounded", n, rng)
     perms = [rng.permutation(n) for _ in range(5)]
     before = numba.get_num_threads()
     results = []
@@ -119,7 +125,7 @@ def test_independent_of_thread_count(rng):
 @pytest.mark.parametrize("kind", ["continuous", "duplicates"])
 def test_lists_hold_every_neighbour_inside_the_cover_in_order(kind, rng):
     n = 300
-    x, _ = _data(kind, n, rng)
+    x, _ = paired_samples(kind, n, rng)
     d = marginal_distances(x)
     values, indices, cover = neighbour_lists(d, 3)
     _, capacity = neighbour_list_length(n, 3)
@@ -135,13 +141,15 @@ def test_lists_hold_every_neighbour_inside_the_cover_in_order(kind, rng):
         assert cover[i] in d[i] and m <= capacity
 
 
-def test_permutation_test_uses_the_lists_for_the_values_of_every_estimate(rng):
-    # From 1,000 samples and 7 shuffles on, the cached test walks neighbour lists; the values are
-    # those of ksg_mi on every shuffle (the uncached path), to the bit.
-    n = 1000
-    x = rng.standard_normal((n, 2))
-    y = x + rng.standard_normal((n, 2))
-    kwargs = dict(n_permutations=8, random_state=3, k=3)
+@pytest.mark.parametrize("dependence", ["weak", "strong"])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("algorithm", [1, 2])
+def test_permutation_test_uses_the_lists_for_the_values_of_every_estimate(dependence, dtype, algorithm, rng):
+    # From 1,000 samples and 7 shuffles on, the cached test keeps the distance tiles and walks
+    # neighbour lists; the values are those of ksg_mi on every shuffle (the uncached path), to the bit.
+    n = 1100
+    x, y = paired_samples(dependence, n, rng)
+    kwargs = dict(n_permutations=8, random_state=5, dtype=dtype, algorithm=algorithm)
     cached = mi_permutation_test(x, y, distance_cache=True, **kwargs)
     direct = mi_permutation_test(x, y, distance_cache=False, **kwargs)
     assert cached.estimate == direct.estimate
@@ -207,7 +215,7 @@ def test_probe_is_exact_for_every_k(kind, k, rng):
     # The probe (marked x-list, walked y-list) for k from 1 to 40, both algorithms, ties and
     # duplicated rows included; k = 33 and 40 are above the insertion limit of the fallbacks.
     n = 300
-    x, y = _data(kind, n, rng)
+    x, y = paired_samples(kind, n, rng)
     perms = [rng.permutation(n) for _ in range(3)]
     for algorithm in (1, 2):
         listed, brute, _ = _both_ways(x, y, perms, k, algorithm)
@@ -220,7 +228,7 @@ def test_uint16_and_int32_inverses_give_the_same_counts(algorithm, rng):
     from mianalysis.estimators._neighbour_lists import listed_neighbour_counts
 
     n = 500
-    x, y = _data("rounded", n, rng)
+    x, y = paired_samples("rounded", n, rng)
     dx, dy = marginal_distances(x), marginal_distances(y)
     lists = [neighbour_lists(d, 3) for d in (dx, dy)]
     perms = np.array([rng.permutation(n) for _ in range(4)])
@@ -238,7 +246,7 @@ def test_uint16_and_int32_inverses_give_the_same_counts(algorithm, rng):
 @pytest.mark.parametrize("algorithm", [1, 2])
 def test_continuous_lists_independent_of_thread_count(algorithm, rng):
     n = 1200
-    x, y = _data("continuous", n, rng)
+    x, y = paired_samples("continuous", n, rng)
     perms = [rng.permutation(n) for _ in range(9)]
     before = numba.get_num_threads()
     results = []

@@ -338,6 +338,64 @@ def marginal_distance_matrix(data, data_t, out):
             _copy_transposed(buf, i1 - i0, 0, j1 - j0, out, j0, i0)
 
 
+@numba.njit(cache=True)
+def tile_index(bi, bj, n_blocks):
+    """The place of tile (bi, bj), bj >= bi, among the upper-triangle tiles counted row by
+    row (the inverse of :func:`_upper_tile`)."""
+    return bi * n_blocks - bi * (bi - 1) // 2 + (bj - bi)
+
+
+@numba.njit(parallel=True, cache=True)
+def marginal_distance_tiles(x, x_t, y, y_t, tiles_x, tiles_y):
+    """The two marginal distance matrices of `x` and `y` as their tiles on and above the
+    diagonal only: ``tiles[tile_index(bi, bj)][r, c]`` is the distance of samples
+    bi * BLOCK + r and bj * BLOCK + c (bj >= bi; the padding of the last block is left
+    unset). Each distance is computed once and stored once, straight into its tile: half
+    the memory of the full matrices, and no copies. The values are bit-identical to those
+    of :func:`marginal_distance_matrix`; :func:`tile_rows` reads full rows back.
+    """
+    n = x.shape[0]
+    n_blocks = (n + BLOCK - 1) // BLOCK
+    n_tiles = n_blocks * (n_blocks + 1) // 2
+    for t in prange(2 * n_tiles):
+        # tiles from both ends of the list in turn: each thread's contiguous share of the range
+        # holds as many of the narrow tiles of the last column as the others
+        u = t // 2
+        tile = u // 2 if u % 2 == 0 else n_tiles - 1 - u // 2
+        bi, bj = _upper_tile(np.int64(tile), np.int64(n_blocks))
+        i0 = bi * BLOCK
+        i1 = min(i0 + BLOCK, n)
+        j0 = bj * BLOCK
+        j1 = min(j0 + BLOCK, n)
+        if t % 2 == 0:
+            _block_tile(x, x_t, i0, i1, j0, j1, tiles_x[tile], 0)
+        else:
+            _block_tile(y, y_t, i0, i1, j0, j1, tiles_y[tile], 0)
+
+
+@numba.njit(cache=True)
+def tile_rows(tiles, n, r0, count, out):
+    """out[q, :n] = row r0 + q of the matrix held as :func:`marginal_distance_tiles`, for
+    q < count (rows of one block): the tiles right of the diagonal give row segments, those
+    above it columns, read a cache line (8 rows) at a time."""
+    n_blocks = (n + BLOCK - 1) // BLOCK
+    b = r0 // BLOCK
+    o = r0 - b * BLOCK
+    for bj in range(b, n_blocks):
+        tile = tiles[tile_index(b, bj, n_blocks)]
+        j0 = bj * BLOCK
+        width = min(BLOCK, n - j0)
+        for q in range(count):
+            out[q, j0:j0 + width] = tile[o + q, :width]
+    for bi in range(b):
+        tile = tiles[tile_index(bi, b, n_blocks)]
+        j0 = bi * BLOCK
+        for c in range(BLOCK):
+            src = tile[c]
+            for q in range(count):
+                out[q, j0 + c] = src[o + q]
+
+
 @numba.njit(parallel=True, cache=True)
 def permuted_neighbour_counts(dx, dy, perms, k, algorithm):
     """Neighbour counts of the pairings x[i] <-> y[perms[p, i]] from cached marginal

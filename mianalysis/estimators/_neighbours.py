@@ -11,7 +11,10 @@ import numpy as np
 from .._internal import memory as _memory
 from .._internal.validation import check_k
 
-PERMUTATION_BATCH = 32  # pairings per pass over the distance matrices
+PERMUTATION_BATCH = 32  # pairings per pass over the distance matrices (brute force)
+# Pairings per call of the neighbour-list kernel: its passes over the matrix rows (samples whose k-th joint
+# neighbour lies beyond a list) read each row once per call, for all the pairings of the call.
+LIST_BATCH = 128
 SYMMETRIC_MIN_FEATURES = 100  # below, computing each distance twice in O(n) memory is faster
 
 
@@ -205,18 +208,55 @@ def list_bytes(n_samples, k, dtype="float64"):
     return n_samples * (capacity + 1) * (np.dtype(dtype).itemsize + 4)
 
 
-def neighbour_lists(d, k):
+def list_workspace_bytes(n_samples, dtype="float64"):
+    """Memory :func:`neighbour_lists` holds while it lists from tiles: each thread's block of
+    candidates (BLOCK rows of n_samples distances and int32 indices)."""
+    import numba
+
+    from ._kernels import BLOCK
+
+    return numba.get_num_threads() * BLOCK * n_samples * (np.dtype(dtype).itemsize + 4)
+
+
+def neighbour_lists(d, k, n_samples=None):
     """(values, indices, cover): the sorted near-neighbour lists of the rows of the distance
-    matrix `d` (see :func:`mianalysis.estimators._neighbour_lists.neighbour_lists`)."""
+    matrix `d`, or of its tiles (:func:`distance_tiles`; then give `n_samples`); see
+    :func:`mianalysis.estimators._neighbour_lists.neighbour_lists`."""
+    import numba
+
     from . import _neighbour_lists
 
-    n = d.shape[0]
+    n = d.shape[0] if n_samples is None else n_samples
     length, capacity = neighbour_list_length(n, k)
     values = np.empty((n, capacity + 1), dtype=d.dtype)
     indices = np.empty((n, capacity + 1), dtype=np.int32)
     cover = np.empty(n, dtype=d.dtype)
-    _neighbour_lists.neighbour_lists(d, int(length), values, indices, cover)
+    _neighbour_lists.neighbour_lists(d, int(length), values, indices, cover, numba.get_num_threads())
     return values, indices, cover
+
+
+def distance_tiles(x, y, dtype="float64"):
+    """Both marginal distance matrices of the samples `x` and `y` as their upper-triangle
+    tiles (:func:`mianalysis.estimators._kernels.marginal_distance_tiles`): each distance
+    computed and stored once, the same values to the bit as :func:`marginal_distances`, in
+    about half their memory (:func:`tile_bytes`)."""
+    from ._kernels import BLOCK, marginal_distance_tiles
+
+    x = np.ascontiguousarray(x, dtype=dtype)
+    y = np.ascontiguousarray(y, dtype=dtype)
+    n_blocks = -(-x.shape[0] // BLOCK)
+    tiles_x = np.empty((n_blocks * (n_blocks + 1) // 2, BLOCK, BLOCK), dtype=dtype)
+    tiles_y = np.empty_like(tiles_x)
+    marginal_distance_tiles(x, np.ascontiguousarray(x.T), y, np.ascontiguousarray(y.T), tiles_x, tiles_y)
+    return tiles_x, tiles_y
+
+
+def tile_bytes(n_samples, dtype="float64"):
+    """Memory of one marginal's :func:`distance_tiles`."""
+    from ._kernels import BLOCK
+
+    n_blocks = -(-n_samples // BLOCK)
+    return n_blocks * (n_blocks + 1) // 2 * BLOCK * BLOCK * np.dtype(dtype).itemsize
 
 
 def use_lists(n_samples, n_pairings, method="auto"):
@@ -230,8 +270,8 @@ def use_lists(n_samples, n_pairings, method="auto"):
 
 def permuted_counts(dx, dy, permutations, k, algorithm, *, method="auto", lists=None, stats=None):
     """Yield (nx, ny) for the pairing x[i] <-> y[perm[i]] of each permutation, from the
-    marginal distance matrices, PERMUTATION_BATCH pairings per pass; the same counts,
-    exactly, whichever way.
+    marginal distance matrices, PERMUTATION_BATCH pairings per pass (LIST_BATCH with the
+    lists); the same counts, exactly, whichever way.
 
     Brute force: two rows of n distances per sample, O(n^2) per pairing. Neighbour lists
     (:func:`use_lists` with `method`): each row's nearest marginal neighbours sorted once
@@ -248,25 +288,37 @@ def permuted_counts(dx, dy, permutations, k, algorithm, *, method="auto", lists=
     k = check_k(k, dx.shape[0])
     n = dx.shape[0]
     perms = np.asarray(permutations, dtype=np.int64).reshape(-1, n)
-    listed = use_lists(n, perms.shape[0], method)
-    if listed:
-        from ._neighbour_lists import listed_neighbour_counts
-
-        lists_x, lists_y = lists if lists is not None else (neighbour_lists(dx, k), neighbour_lists(dy, k))
-    full_rows, looked_up = [], []
+    if use_lists(n, perms.shape[0], method):
+        yield from listed_counts(dx, dy, n, perms, k, algorithm, lists=lists, stats=stats)
+        return
     for start in range(0, perms.shape[0], PERMUTATION_BATCH):
         batch = np.ascontiguousarray(perms[start:start + PERMUTATION_BATCH])
-        if listed:
-            if not (np.sort(batch, axis=1) == np.arange(n)).all():
-                raise ValueError(f"`permutations` must be permutations of range({n})")
-            small = np.uint16 if n <= np.iinfo(np.uint16).max else np.int32  # marks and inverses stay in cache
-            inverses = np.empty(batch.shape, dtype=small)
-            np.put_along_axis(inverses, batch, np.arange(n, dtype=small)[None, :], axis=1)
-            nx, ny, looked, full = listed_neighbour_counts(*lists_x, *lists_y, dx, dy, batch, inverses, k, algorithm)
-            looked_up.append(looked)
-            full_rows.append(full)
-        else:
-            nx, ny = permuted_neighbour_counts(dx, dy, batch, k, algorithm)
+        yield from zip(*permuted_neighbour_counts(dx, dy, batch, k, algorithm))
+    if stats is not None:
+        stats["looked_up"] = stats["full_rows"] = np.zeros(0, dtype=np.int64)
+
+
+def listed_counts(dx, dy, n, perms, k, algorithm, *, lists=None, stats=None):
+    """:func:`permuted_counts` by neighbour lists, from full distance matrices or from their
+    tiles (:func:`distance_tiles`), LIST_BATCH pairings per call of the kernel."""
+    from ._neighbour_lists import listed_neighbour_counts
+
+    lists_x, lists_y = lists if lists is not None else (neighbour_lists(dx, k, n), neighbour_lists(dy, k, n))
+    perms = np.asarray(perms, dtype=np.int64).reshape(-1, n)
+    full_rows, looked_up = [], []
+    small = np.uint16 if n <= np.iinfo(np.uint16).max else np.int32  # inverses stay in cache
+    for start in range(0, perms.shape[0], LIST_BATCH):
+        batch = np.ascontiguousarray(perms[start:start + LIST_BATCH])
+        inverses = np.full(batch.shape, n, dtype=np.int64)
+        if batch.size and (batch.min() < 0 or batch.max() >= n):
+            raise ValueError(f"`permutations` must be permutations of range({n})")
+        np.put_along_axis(inverses, batch, np.arange(n)[None, :], axis=1)
+        if (inverses == n).any():  # a value repeated, so another one missing
+            raise ValueError(f"`permutations` must be permutations of range({n})")
+        nx, ny, looked, full = listed_neighbour_counts(*lists_x, *lists_y, dx, dy, batch, inverses.astype(small),
+                                                       k, algorithm)
+        looked_up.append(looked)
+        full_rows.append(full)
         yield from zip(nx, ny)
     if stats is not None:
         for name, parts in (("looked_up", looked_up), ("full_rows", full_rows)):

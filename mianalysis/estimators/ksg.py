@@ -27,8 +27,9 @@ from .._internal.validation import (
     varying_columns,
 )
 from ._neighbours import SYMMETRIC_MIN_FEATURES as DISTANCE_CACHE_MIN_FEATURES
-from ._neighbours import (check_distance_cache, check_torch_device, ksg_counts, ksg_counts_torch, marginal_distances,
-                          neighbour_list_length, neighbour_lists, permuted_counts, use_distance_cache, use_lists)
+from ._neighbours import (check_distance_cache, check_torch_device, distance_tiles, ksg_counts, ksg_counts_torch,
+                          listed_counts, marginal_distances, neighbour_list_length, neighbour_lists, permuted_counts,
+                          use_distance_cache, use_lists)
 from .calibration import warn_outside_calibration
 from .repeats import check_repeated_runs
 
@@ -634,11 +635,20 @@ def exact_float32(matrix: np.ndarray, block: int = 1024) -> np.ndarray:
 def ksg_permutation_estimates(x: np.ndarray, y: np.ndarray, permutations: Iterable[np.ndarray], k: int, algorithm: int,
                               dtype: str = "float64") -> np.ndarray:
     """KSG estimates (nats) of the identity pairing and each permutation, from the two
-    marginal distance matrices computed once (O(n^2 d)); each pairing then costs O(n^2).
-    Needs 2 n^2 values of `dtype` in memory. Equal, to the bit, to
+    marginal distance matrices computed once (O(n^2 d)); each pairing then costs O(n^2),
+    or about O(n sqrt(k n)) from neighbour lists (:func:`ksg_estimates_from_distances`).
+    Needs 2 n^2 values of `dtype` in memory; with the lists (``use_lists``), only the tiles
+    on and above the diagonal are kept (about n^2, see
+    :func:`mianalysis.estimators._neighbours.distance_tiles`). Equal, to the bit, to
     ``ksg_mi(x, y[perm], noise=0)`` for each perm (`x` and `y` without constant columns)."""
     k = check_k(k, x.shape[0])
     x, y = kernel_input(x, y, dtype)
+    permutations = list(permutations)
+    n = x.shape[0]
+    if use_lists(n, 1 + len(permutations)):
+        tiles_x, tiles_y = distance_tiles(x, y, dtype)
+        counts = listed_counts(tiles_x, tiles_y, n, [np.arange(n)] + permutations, int(k), int(algorithm))
+        return np.array([ksg_from_counts(nx, ny, k, algorithm) for nx, ny in counts])
     return ksg_estimates_from_distances(marginal_distances(x, dtype), marginal_distances(y, dtype), permutations, k,
                                         algorithm)
 

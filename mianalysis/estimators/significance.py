@@ -18,7 +18,8 @@ from .._internal.validation import (
     check_random_state,
     drop_constant_features,
 )
-from ._neighbours import check_distance_cache, check_torch_device, list_bytes, use_distance_cache, use_lists
+from ._neighbours import (check_distance_cache, check_torch_device, list_bytes, list_workspace_bytes, tile_bytes,
+                          use_distance_cache, use_lists)
 from .gaussian import (CROSS_PRECISIONS, check_covariance_fits, check_gaussian_settings, gaussian_mi,
                        gaussian_permutation_estimates)
 from .ksg import (BACKENDS, KSG_NOISE, MarginalDistances, add_tie_breaking_noise, check_ksg_settings,
@@ -170,8 +171,10 @@ def mi_permutation_test(
         bit. From 1,000 samples and 7 shuffles on, each sample's nearest marginal
         neighbours are also sorted once (about 3 sqrt(k n) x 1.5 per sample and side), and a
         shuffle finds every sample's k-th joint neighbour from two such lists, in
-        about O(n sqrt(k n)) (see Notes). It needs 2 n^2 values of the estimator's dtype in
-        memory (7.7 GB at n = 22,000 in float64, half in float32), plus the lists; "auto" uses it when that is at most half the memory
+        about O(n sqrt(k n)) (see Notes); then only the matrices' tiles on and above the
+        diagonal are kept, about n^2 values of the estimator's dtype in all (3.9 GB at
+        n = 22,000 in float64, half in float32), plus the lists; below, 2 n^2 values (both
+        full matrices). "auto" uses it when that is at most half the memory
         the process can still allocate (physical memory, cgroup limits, ``ulimit -v``), False never (each shuffle then recomputes distances, in O(n d) memory;
         False is passed on to :func:`ksg_mi`). With ``backend="torch"`` each estimate is
         computed by :func:`ksg_mi` on the torch backend.
@@ -223,16 +226,19 @@ def mi_permutation_test(
     function of Wilks' Lambda), nor exactly to non-Gaussian data.
 
     KSG shuffles from neighbour lists: the joint (max-norm) distance of samples i and j is
-    the larger of their two marginal distances, so marking i's x-neighbours and walking
-    its partner's y-neighbours in ascending order meets every j with both distances
-    listed, at its joint distance; once the walk passes the k-th smallest joint distance
-    met, that is the k-th joint neighbour distance, and positions in the sorted lists are
-    the marginal counts. No distance is rounded or combined on
-    the way (only compared), so the counts equal the brute-force ones exactly, ties and
-    duplicates included, on any CPU and thread count; a sample whose k-th joint neighbour
-    lies beyond its listed neighbours (strong dependence, x and y on very different
-    scales) is counted from its full distance rows. Timings:
-    ``benchmarks/bench_ksg_permutations.py``.
+    the larger of their two marginal distances, so walking one of i's lists (its
+    x-neighbours, or its partner's y-neighbours) in ascending order, with the other list
+    in a table by sample, meets every j with both distances listed, at its joint
+    distance; once the walk passes the k-th smallest joint distance met, that is the k-th
+    joint neighbour distance, and positions in the sorted lists are the marginal counts.
+    Each sample walks its sparser side's list. No distance is rounded or combined on the
+    way (only compared), so the counts equal the brute-force ones exactly, ties and
+    duplicates included, on any CPU and thread count. A sample whose k-th joint neighbour
+    lies beyond a list (x and y on different scales, as ``y = 0.5 x + noise`` with little
+    noise) walks the longer list with look-ups in its own distance row, which stays in
+    cache for every shuffle, and a count beyond a list is counted over that row for all
+    the shuffles at once. Timings (a 100-shuffle test against one estimate, at weak and
+    strong dependence): ``benchmarks/bench_ksg_permutations.py``.
 
     The p-value counts the observed pairing as one of the permutations (Phipson and Smyth
     2010), so it is never 0 and is valid at any number of permutations: the smallest
@@ -309,8 +315,8 @@ def mi_permutation_test(
             kwargs["noise"] = 0.0
             # The marginal distance matrices are Numba's; backend="torch" computes each estimate.
             cache_bytes = 2 * n * n * np.dtype(dtype).itemsize
-            if use_lists(n, 1 + n_permutations):
-                cache_bytes += 2 * list_bytes(n, k, dtype)
+            if use_lists(n, 1 + n_permutations):  # the matrices' tiles on and above the diagonal, and the lists
+                cache_bytes = 2 * (tile_bytes(n, dtype) + list_bytes(n, k, dtype)) + list_workspace_bytes(n, dtype)
             cached = (backend == "numba" and distance_cache is not False
                       and use_distance_cache(distance_cache, cache_bytes))
             kwargs["distance_cache"] = distance_cache  # without the matrices, each estimate may keep its tiles
