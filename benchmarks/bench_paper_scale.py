@@ -247,8 +247,9 @@ def main(argv=None) -> None:
                         ", ".join(f"{k} ({v})" for k, v in ESTIMATOR_SETS.items()))
     parser.add_argument("--checkpoints", type=int, default=len(RHOS))
     parser.add_argument("--permutations", type=int, default=100)
-    parser.add_argument("--gaussian-null", default="permutation", choices=["permutation", "analytic"],
-                        help="analyze's gaussian_null (default: its default, permutation)")
+    parser.add_argument("--gaussian-null", default="auto", choices=["auto", "permutation", "analytic", "moments"],
+                        help="analyze's gaussian_null (default: its default, auto: the permutation-moment null "
+                             "where shuffles are costly)")
     parser.add_argument("--profile", action="store_true", help="run each analysis under cProfile")
     parser.add_argument("--quick", action="store_true",
                         help=f"sizes {QUICK_SIZES}, 3 checkpoints, 5 permutations, profiled (< 1 minute)")

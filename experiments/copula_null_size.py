@@ -37,33 +37,18 @@ import argparse
 from pathlib import Path
 
 import numpy as np
+from _laws import LAWS, client
 from _results import FIGURES, timed_rows, write_csv, write_page, write_sidecar
-from _stats import clopper_pearson
-from scipy.stats import kstest
+from _stats import rejection_cells, rejection_columns
 
 from mianalysis import gaussian_copula_mi, gaussian_mi, gaussian_mi_null
 from mianalysis.provenance import collect, utc_now
 
-LAWS = ("gaussian", "student-t3", "scale-mixture", "ties")
 ESTIMATORS = {"gaussian": gaussian_mi, "copula": gaussian_copula_mi}
 ALPHAS = (0.05, 0.01)
 # (p = q per client, n as a multiple of the joint dimension p + q)
 SETTINGS = [(p, m) for p in (10, 50) for m in (2.5, 4.0, 16.0)]
 QUICK_SETTINGS = [(10, 2.5), (10, 16.0)]
-
-
-def client(rng, n, p, law, mixing):
-    """n runs of one client's p parameters under `law` (module docstring)."""
-    z = rng.standard_normal((n, p)) @ mixing
-    if law == "student-t3":
-        z = z / np.sqrt(rng.chisquare(3, size=(n, 1)) / 3)
-    elif law == "scale-mixture":
-        z = z * np.where(rng.random((n, 1)) < 0.5, 1.0, 4.0)
-    elif law == "ties":
-        z = np.round(z / (0.25 * z.std(axis=0))) * 0.25
-    elif law != "gaussian":
-        raise ValueError(f"`law` must be one of {LAWS}; got {law!r}")
-    return z
 
 
 def null_p_values(rng, n, p, law, reps):
@@ -85,12 +70,7 @@ def setting_rows(p, multiple, law, reps, seed):
     rows = []
     for e, pv in null_p_values(rng, n, p, law, reps).items():
         row = {"estimator": e, "law": law, "p_client": p, "n": n, "n_over_d_joint": n / (2 * p), "reps": reps}
-        for alpha in ALPHAS:
-            k = int((pv <= alpha).sum())
-            low, high = clopper_pearson(k, reps)
-            row.update({f"rejected_{alpha:g}": k / reps, f"rejected_{alpha:g}_low": low,
-                        f"rejected_{alpha:g}_high": high})
-        row["ks_uniform_p"] = float(kstest(pv, "uniform").pvalue)
+        row.update(rejection_columns(pv, ALPHAS))
         rows.append(row)
     return rows
 
@@ -101,9 +81,7 @@ def page(rows, reps, quick):
           "KS p (uniform p-values) |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         md.append(f"| {r['estimator']} | {r['law']} | {r['p_client']} | {r['n']} ({r['n_over_d_joint']:g}) | "
-                  f"{r['rejected_0.05']:.1%} [{r['rejected_0.05_low']:.1%}, {r['rejected_0.05_high']:.1%}] | "
-                  f"{r['rejected_0.01']:.1%} [{r['rejected_0.01_low']:.1%}, {r['rejected_0.01_high']:.1%}] | "
-                  f"{r['ks_uniform_p']:.2g} |")
+                  f"{rejection_cells(r)} |")
     head = (f"False-positive rate of the analytic (Wilks' Lambda) null on independent clients ({reps} independent "
             "pairs of clients per row; the rate with its 95 % Clopper-Pearson interval; KS: the p-value of a "
             "Kolmogorov-Smirnov test that the null's p-values are uniform). A valid null rejects 5 % and 1 % of the "

@@ -180,6 +180,14 @@ def _add_scheduler_options(parser, work):
                              "left (default 10)")
 
 
+def _add_flags(parser, flags, **changes):
+    """Add an option object's command-line flags (:class:`mianalysis.analysis.options.Flag`,
+    its ``FLAGS``) as declared there, help text included; `changes` (a command's own
+    `default` and `help`) apply to each."""
+    for flag in flags:
+        parser.add_argument(flag.flag, **flag.argparse_keywords(**changes))
+
+
 def _cmd_export(args):
     from .dumps.arrays import export_zarr
 
@@ -190,20 +198,17 @@ def _cmd_export(args):
 
 def _cmd_analyze(args):
     from .analysis import analyze, sidecar_path
-    from .analysis.options import AnalyticNull, BenjaminiHochberg, Holm, Intervals, NoCorrection, Permutations
+    from .analysis.options import Execution, options_from_flags
     from .dumps import ParameterDump
 
     dump = ParameterDump.open(args.dump)  # one view of the dump: a sampler may still be adding runs
-    permutations = Permutations(args.permutations)
-    correction = {"holm": Holm, "bh": BenjaminiHochberg, "none": NoCorrection}[args.familywise](args.family)
+    execution = Execution(progress=_progress(args), distance_cache=False if args.no_distance_cache else "auto",
+                          **_dask_options(args))
     table = analyze(dump, estimators=args.estimators, metrics=args.metrics, k=args.k, layer=args.layer, by=args.by,
-                    standardize=not args.no_standardize, random_state=args.seed,
-                    out=args.out, progress=_progress(args),
-                    distance_cache=False if args.no_distance_cache else "auto",
-                    verify=not args.no_verify, force=args.force,
-                    null=AnalyticNull(otherwise=permutations) if args.gaussian_null == "analytic" else permutations,
-                    interval=Intervals(args.ci_level, args.ci_resamples), correction=correction,
-                    gaussianity=args.gaussianity, min_moving_runs=args.min_moving_runs, **_dask_options(args))
+                    standardize=not args.no_standardize, random_state=args.seed, out=args.out,
+                    verify=not args.no_verify, force=args.force, gaussianity=args.gaussianity,
+                    min_moving_runs=args.min_moving_runs, execution=execution,
+                    **options_from_flags(vars(args)))  # null, interval, correction: from their flags
     verified = ("dump checksums NOT verified (--no-verify)" if args.no_verify
                 else f"dump checksums of {table.settings['n_runs']} runs verified")
     _say(args, f"wrote {len(table)} rows to {args.out} ({verified}; settings and provenance: {sidecar_path(args.out)})")
@@ -313,11 +318,12 @@ def _cmd_federate(args):
     sim = FederatedSimulation(args.model, data, config, replicates=args.replicates, seed=args.seed)
     out = Path(args.out)
     # What a federate run writes in OUT: the dump, its staging folder and writer lock, tables.
-    ours = {"dump", ".dump.creating", lock_path(out / "dump").name, "history.csv", "settings.json", "client_eb.csv"}
+    ours = {"dump", ".dump.creating", lock_path(out / "dump").name, "history.csv", "history.csv.json", "settings.json",
+            "client_eb.csv"}
     with WriterLock(out):  # one federate run per OUT (its dump has its own lock as well)
         if out.exists() and (not out.is_dir() or not {p.name for p in out.iterdir()} <= ours):
             raise ValueError(f"{out} exists and holds files other than a federate run's; choose another folder")
-        for name in ("dump", ".dump.creating", "history.csv", "settings.json", "client_eb.csv"):
+        for name in ("dump", ".dump.creating", "history.csv", "history.csv.json", "settings.json", "client_eb.csv"):
             # Its own files and folders: never a link, through which another file would be written.
             entry, folder = out / name, name in ("dump", ".dump.creating")
             if os.path.islink(entry):
@@ -361,7 +367,6 @@ def _cmd_import(args):
 
 
 def _cmd_headroom(args):
-    from ._internal.io import write_rows
     from ._internal.validation import check_real
     from .analysis.validate import check_table_out
     from .analysis.studies.headroom import headroom, headroom_rule_lines, headroom_verdicts
@@ -377,8 +382,8 @@ def _cmd_headroom(args):
                     folds=args.folds, level=args.ci_level, progress=_progress(args))
     verdicts = headroom_verdicts(rows, level=args.ci_level, near_optimal=args.near_optimal)
     check_out()  # again: the file may have appeared meanwhile
-    write_rows(rows, args.out)  # a new file renamed into place: a link at --out is replaced, never written through
-    _write_headroom_sidecar(args, rows, verdicts, started)
+    # The table and its sidecar, each a new file renamed into place: a link at --out is replaced, never written through.
+    _write_headroom_table(args, rows, verdicts, started)
     _say(args, f"wrote {len(rows)} rows to {args.out} (MSE to the reference {rows[0]['reference']!r}, "
           f"summed over parameters; fitted rules cross-fitted over {args.folds} folds; settings, verdicts and "
           f"provenance: {args.out}.json)")
@@ -390,37 +395,31 @@ def _cmd_headroom(args):
         print(line)
 
 
-HEADROOM_FORMAT_VERSION = 1  # of the headroom table's sidecar
+HEADROOM_FORMAT_VERSION = 1  # of the headroom table's sidecar: HEADROOM_TABLE.format_version (tests check)
 
 
-def _write_headroom_sidecar(args, rows, verdicts, started):
-    """The headroom table's sidecar ``OUT.json``, as analyze's: what was measured (the dump,
-    its runs and chunk digest, the reference and settings), the verdicts, the format
-    version and the session's provenance; written like the table, a new file renamed in."""
-    import json
-    import os
+def _write_headroom_table(args, rows, verdicts, started):
+    """The headroom table ``OUT`` and its sidecar ``OUT.json``, written as a study table
+    (:class:`mianalysis.analysis.study_table.StudyTable` of
+    :data:`~mianalysis.analysis.studies.headroom.HEADROOM_TABLE`): the rows, what was measured
+    (the dump, its runs and chunk digest, the reference and settings), the verdicts, the
+    format version and the session's provenance."""
     from pathlib import Path
 
-    from ._internal.io import new_file
+    from .analysis.studies.headroom import HEADROOM_TABLE
+    from .analysis.study_table import StudyTable
     from .dumps import ParameterDump
     from .provenance import collect
 
     dump = ParameterDump.open(args.dump)
-    record = {"format": "mianalysis headroom table", "format_version": HEADROOM_FORMAT_VERSION,
-              "dump": str(Path(args.dump).resolve()), "dump_runs": dump.completed_runs,
-              "dump_chunks": dump.chunks_digest(),
-              "settings": {"reference": args.reference, "reference_used": rows[0]["reference"],
-                           "rules": sorted({str(r["rule"]) for r in rows}),
-                           "iterations": sorted({int(r["iteration"]) for r in rows}), "folds": args.folds,
-                           "ci_level": args.ci_level, "near_optimal": args.near_optimal,
-                           "verdict_correction": "Bonferroni over the checkpoints"},
-              "columns": list(rows[0]), "verdicts": list(verdicts),
-              "provenance": collect(started, finished=True)}
-    sidecar = Path(str(args.out) + ".json")
-    tmp = sidecar.with_name(sidecar.name + ".tmp")
-    with new_file(tmp) as fh:
-        json.dump(record, fh, indent=1, default=str)
-    os.replace(tmp, sidecar)
+    settings = {"reference": args.reference, "reference_used": rows[0]["reference"],
+                "rules": sorted({str(r["rule"]) for r in rows}), "iterations": sorted({int(r["iteration"]) for r in rows}),
+                "folds": args.folds, "ci_level": args.ci_level, "near_optimal": args.near_optimal,
+                "verdict_correction": "Bonferroni over the checkpoints"}
+    record = {"dump": str(Path(args.dump).resolve()), "dump_runs": dump.completed_runs,
+              "dump_chunks": dump.chunks_digest(), "verdicts": list(verdicts)}
+    StudyTable(HEADROOM_TABLE, rows, settings=settings, record=record,
+               provenance=collect(started, finished=True)).write(args.out)
 
 
 def _cmd_verify(args):
@@ -495,8 +494,7 @@ def build_parser() -> argparse.ArgumentParser:
     est = sub.add_parser("estimate", help="MI between two sample arrays (.npy, .csv or whitespace-separated text; rows = samples)")
     est.add_argument("x", help="samples of X: one run per row")
     est.add_argument("y", help="samples of Y: one run per row, paired with the rows of x")
-    from .analysis.inference.familywise import FAMILIES
-    from .analysis.inference.familywise import METHODS as FAMILYWISE_METHODS
+    from .analysis.options import Holm, Intervals, Permutations
     from .analysis.inference.choice import describe_rule
     from .estimators.registry import estimator_names, estimators_taking
 
@@ -563,11 +561,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "default) and cosine_update (mean cosine similarity of the clients' updates since each "
                           "run's start, the checkpoint at iteration 0; opt-in)")
     ana.add_argument("-k", type=int, default=3, help="neighbours of the KSG estimates")
-    ana.add_argument("--permutations", type=int, default=0,
-                     help="shuffles of each MI row's permutation null (columns null_mean, null_std, p_value; "
-                          "0: none)")
-    ana.add_argument("--gaussian-null", choices=["permutation", "analytic"], default="permutation",
-                     help="null of the Gaussian MI rows: permutations, or the analytic Wilks' Lambda law")
+    _add_flags(ana, Permutations.FLAGS)  # --permutations, --gaussian-null: help from the option objects
     ana.add_argument("--layer", action="append", help="analyse only this tensor (repeatable)")
     ana.add_argument("--by", choices=["layer", "auto"],
                      help="layer: rows per tensor (column `layer`) instead of the whole vector; auto: the whole "
@@ -576,20 +570,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="KSG on raw parameter scales (default: each parameter divided by its sd over runs)")
     ana.add_argument("--seed", type=int, default=0,
                      help="seed of the permutations, the interval resamples and KSG's tie-breaking noise")
-    ana.add_argument("--ci-resamples", type=int, default=None, metavar="N",
-                     help="resamples per MI confidence interval (bootstrap for gaussian, halves for ksg; "
-                          "default 20 gaussian, 10 ksg; 0: none)")
-    ana.add_argument("--ci-level", type=float, default=0.95, help="level of every confidence interval")
-    ana.add_argument("--familywise", choices=FAMILYWISE_METHODS, default="holm",
-                     help="correction of the trend verdicts over each family (columns p_adjusted, family_verdict): "
-                          "Holm (family-wise error), Benjamini-Hochberg (false discovery rate) or none")
+    _add_flags(ana, Intervals.FLAGS)  # --ci-resamples, --ci-level
+    _add_flags(ana, Holm.FLAGS)  # --familywise, --family (those of every correction)
     ana.add_argument("--gaussianity", action="store_true",
                      help="also rows nongaussian_share (per client) and copula_disagrees (per pair): which MI row to read")
     ana.add_argument("--min-moving-runs", type=int, default=1, metavar="M",
                      help="hold each client's parameters moving in fewer than M runs at their most common value for "
                           "the MI estimates (the notes bound what they can add; default 1: none)")
-    ana.add_argument("--family", choices=FAMILIES, default="pair",
-                     help="family corrected over: one client pair's steps, or every pair's steps of a quantity")
     ana.add_argument("--no-distance-cache", action="store_true",
                      help="do not keep each client's runs x runs KSG distance matrix in memory")
     ana.add_argument("--no-verify", action="store_true",
@@ -607,9 +594,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("dump", help="dump folder to report on")
     rep.add_argument("--out", required=True,
                      help="folder for the report: new, empty, or an earlier report (replaced); never one with other files")
-    rep.add_argument("--permutations", type=int, default=REPORT_PERMUTATIONS,
-                     help=f"shuffles per MI row's null (default {REPORT_PERMUTATIONS}: p-values down to "
-                          f"1/{REPORT_PERMUTATIONS + 1})")
+    _add_flags(rep, [f for f in Permutations.FLAGS if f.flag == "--permutations"], default=REPORT_PERMUTATIONS,
+               note=f"default {REPORT_PERMUTATIONS}: p-values down to 1/{REPORT_PERMUTATIONS + 1}")
     rep.add_argument("--estimators", nargs="+", choices=(*estimator_names(), "auto"), default=None, metavar="ESTIMATOR",
                      help="MI estimators (default: those of analyze): " + ", ".join(estimator_names()))
     rep.add_argument("--seed", type=int, default=0, help="seed of the analysis (as analyze --seed)")
@@ -692,8 +678,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "(the default: 'optimum' if the dump has it, else 'central', else 'task'); the clients "
                           "'optimum' and 'central' are never combined")
     hdr.add_argument("--rules", nargs="+",
-                     help="combination rules (also 'curvature' on gaussian-sgd); default: mean weighted_mean "
-                          "inverse_variance blue_coordinate blue, less blue (with a note) where clients x parameters "
+                     help="combination rules (also 'curvature' on gaussian-sgd; 'inverse_variance', the federated "
+                          "rule's name, is the deprecated old name of 'inverse_mse'); default: mean weighted_mean "
+                          "inverse_mse blue_coordinate blue, less blue (with a note) where clients x parameters "
                           f"> {MAX_BLUE_DIMENSION}, and curvature where it runs (gaussian-sgd against its exact "
                           "theta*)")
     hdr.add_argument("--iterations", nargs="+", type=int, help="checkpoints (iterations) to measure; all by default")
@@ -799,7 +786,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argument errors (exit 2) and --help (exit 0)
-        return exc.code
+        return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 2
     restore_logging = _configure_logging(args.verbose, args.quiet)
     try:
         return _run(args)

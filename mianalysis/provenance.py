@@ -141,7 +141,7 @@ def _cpu_model():
 
 
 def _threads():
-    threads = {"cpu_count": os.cpu_count()}
+    threads: dict[str, int | str | None] = {"cpu_count": os.cpu_count()}
     threads.update({k: os.environ[k] for k in THREAD_VARIABLES if k in os.environ})
     torch = sys.modules.get("torch")
     if torch is not None and hasattr(torch, "get_num_threads"):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from mianalysis import ParameterDump, analyze
-from mianalysis.analysis import AnalyticNull, BenjaminiHochberg, Holm, Intervals, NoCorrection, Permutations
+from mianalysis.analysis import AnalyticNull, BenjaminiHochberg, Holm, Intervals, MomentNull, NoCorrection, Permutations
 from mianalysis.analysis.options import option_keywords
 
 
@@ -21,6 +21,8 @@ def _dump(folder):
 @pytest.mark.parametrize("options, keywords", [
     ({"null": Permutations(7)}, {"n_permutations": 7}),
     ({"null": AnalyticNull()}, {"gaussian_null": "analytic"}),
+    ({"null": MomentNull(otherwise=Permutations(5))}, {"gaussian_null": "moments", "n_permutations": 5}),
+    ({"null": Permutations(7, moments="never")}, {"n_permutations": 7, "gaussian_null": "permutation"}),
     ({"null": AnalyticNull(otherwise=Permutations(5)), "interval": Intervals(0.9, 4), "correction": Holm("cell")},
      {"gaussian_null": "analytic", "n_permutations": 5, "ci_level": 0.9, "ci_resamples": 4, "family": "cell"}),
     ({"correction": BenjaminiHochberg()}, {"familywise": "bh"}),
@@ -36,7 +38,7 @@ def test_options_give_the_table_of_their_keywords(tmp_path, options, keywords):
 
 
 def test_option_keywords_are_analyze_defaults_without_options():
-    assert option_keywords() == {"n_permutations": 0, "gaussian_null": "permutation", "ci_resamples": None,
+    assert option_keywords() == {"n_permutations": 0, "gaussian_null": "auto", "ci_resamples": None,
                                  "ci_level": 0.95, "familywise": "holm", "family": "pair"}
     assert option_keywords(null=Permutations(), ci_level=0.9)["n_permutations"] == 100
 
@@ -47,7 +49,7 @@ def test_an_option_with_a_keyword_that_says_otherwise_or_of_the_wrong_kind_is_re
     dump = _dump(tmp_path)
     with pytest.raises(ValueError, match=r"`correction` and `family` both say how"):
         analyze(dump, estimators=["gaussian"], correction=Holm(), family="cell")
-    with pytest.raises(TypeError, match=r"`null` must be Permutations or AnalyticNull; got 100"):
+    with pytest.raises(TypeError, match=r"`null` must be Permutations, MomentNull or AnalyticNull; got 100"):
         option_keywords(null=100)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"`interval` must be Intervals"):
         option_keywords(interval=0.9)  # type: ignore[arg-type]

@@ -131,7 +131,8 @@ def _written(manifest):
         return 0
 
 
-def test_a_sampler_killed_between_out_of_order_chunks_resumes_exactly(tmp_path):
+def test_a_sampler_killed_between_out_of_order_chunks_resumes_exactly(tmp_path, single_threaded_torch):
+    # in this process on one thread, as the killed samplers (ENV): the dumps are compared byte for byte
     from mianalysis.cli import main
 
     main(SAMPLE + ["--out", str(tmp_path / "clean")])

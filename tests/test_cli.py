@@ -16,16 +16,38 @@ def test_version(capsys):
     assert re.fullmatch(r"\d+\.\d+\.\d+", mianalysis.__version__)
 
 
-def test_estimator_demo_prints_table(capsys):
+def test_estimator_demo_prints_table(capsys, monkeypatch):
+    import inspect
+    import math
+
+    from mianalysis.report import demo
+
+    # The command prints estimator_table's default cases: four, of 5000 samples each (4 s, 84 KSG
+    # estimates). Here the command runs the same cases with 1000 samples (under a second).
+    assert [n for n, _, _ in demo.DEFAULT_CASES] == [5000] * 4
+    assert inspect.signature(demo.estimator_table).parameters["cases"].default is demo.DEFAULT_CASES
+    cases = tuple((1000, d, rho) for _, d, rho in demo.DEFAULT_CASES)
+    table = demo.estimator_table
+    monkeypatch.setattr(demo, "estimator_table", lambda *, seed: table(cases, seed=seed))  # the CLI passes seed only
     assert main(["demo", "--estimators-only"]) == 0
     out = capsys.readouterr().out
     assert "exact" in out and "ksg" in out
     # Four cases, each row with 10 columns.
-    rows = [line.split() for line in out.splitlines() if line.strip().startswith("5000")]
+    rows = [line.split() for line in out.splitlines() if line.strip().startswith("1000")]
     assert len(rows) == 4 and all(len(r) == 10 for r in rows)
+    for row, (_, d, rho) in zip(rows, cases):
+        exact = -d / 2 * math.log2(1 - rho**2)
+        assert row[1] == f"{d}+{d}" and float(row[3]) == pytest.approx(exact, abs=5e-4)
+        assert float(row[5]) == pytest.approx(exact, abs=0.15)  # the bias-corrected Gaussian estimate (seed 0)
+        if rho > 0:  # dependent: no shuffle of 20 comes near, the p-value floor 1/21
+            assert float(row[8]) == float(row[9]) == 0.048
+        else:
+            assert float(row[8]) > 0.05 and float(row[9]) > 0.05
+    assert float(rows[2][4]) > float(rows[2][5]) + 1  # 50 + 50 dims: the plug-in's upward bias, corrected
 
 
-def test_demo_runs_the_main_job(tmp_path, capsys):
+def test_demo_runs_the_main_job(tmp_path, capsys, single_threaded_torch):
+    # PyTorch on one thread: the same demo, about 3x faster when the suite's other worker shares the 2 cores
     # 40 runs: the fewest for which the demo's default, the bound, is inside its own regime (halves of 20 runs)
     assert main(["demo", "--runs", "40", "--out", str(tmp_path), "--no-progress"]) == 0
     out = capsys.readouterr().out
@@ -126,7 +148,7 @@ def test_command_errors_are_one_line(args, message, capsys, tmp_path, monkeypatc
     assert not (tmp_path / "d").exists()
 
 
-def test_federate_records_and_reports(tmp_path, capsys):
+def test_federate_records_and_reports(tmp_path, capsys, single_threaded_torch):
     out = tmp_path / "fl"
     args = ["federate", "--clients", "3", "--fraction", "1", "--rounds", "2", "--replicates", "2", "--record",
             "--layer", "5", "--aggregator", "and_mask", "--param", "threshold=0.5", "--out", str(out), "--no-progress"]

@@ -11,6 +11,7 @@ API page against the package's source.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import re
 import shutil
@@ -163,16 +164,30 @@ NO_MKDOCS = pytest.mark.skipif(_mkdocs_command() is None,
                                reason="mkdocs not installed (pip install -e '.[docs]', or make docs)")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def built_site(tmp_path_factory):
-    """The site, built once for this module by ``mkdocs build --strict``."""
-    site = tmp_path_factory.mktemp("docs") / "site"
-    result = subprocess.run([*_mkdocs_command(), "build", "--strict", "--config-file", str(MKDOCS_YML),
-                             "--site-dir", str(site)], capture_output=True, text=True, cwd=ROOT,
-                            env={**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"}, timeout=600)
-    assert result.returncode == 0, result.stderr[-4000:]
-    yield site
-    shutil.rmtree(site)
+    """The site, built once per test run by ``mkdocs build --strict``: under pytest-xdist the
+    first worker that needs it builds it into the run's shared temporary folder and the others
+    wait for it (a lock file) and read the same site, instead of each building its own."""
+    import fcntl
+    import os
+
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # this run's folder, above each worker's own
+    site = shared / "docs-site"
+    with open(shared / "docs-site.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not site.is_dir():  # made by a build that passed; a failed one leaves nothing for the next to reuse
+            building = shared / f"docs-site-{os.getpid()}"
+            result = subprocess.run([*_mkdocs_command(), "build", "--strict", "--config-file", str(MKDOCS_YML),
+                                     "--site-dir", str(building)], capture_output=True, text=True, cwd=ROOT,
+                                    env={**os.environ, "NO_MKDOCS_2_WARNING": "1"}, timeout=600)
+            if result.returncode != 0:
+                shutil.rmtree(building, ignore_errors=True)
+            assert result.returncode == 0, result.stderr[-4000:]
+            building.rename(site)
+    return site
 
 
 @NO_MKDOCS
@@ -230,6 +245,7 @@ def test_site_has_its_maths_marked_for_katex_and_nothing_from_the_network(built_
     assert fonts and all((built_site / "javascripts/katex" / f).is_file() for f in fonts)
 
 
+@functools.lru_cache(maxsize=None)  # the API test asks for each module once per name it shows (300+)
 def module_exports(module):
     """The ``__all__`` of a module of the package (read from its source), None where it has none
     or `module` is not a module of the package."""
@@ -241,7 +257,7 @@ def module_exports(module):
         return None
     for node in ast.parse(path.read_text()).body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
-            return set(ast.literal_eval(node.value))
+            return frozenset(ast.literal_eval(node.value))
     return None
 
 

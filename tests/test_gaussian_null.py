@@ -186,7 +186,7 @@ def test_analyze_falls_back_to_permutations_with_shrinkage(tmp_path):
     rows = [r for r in analyze(dump, estimators=["gaussian"], metrics=[], gaussian_null="analytic")
             if r["quantity"] == "mi_gaussian"]
     assert "no analytic null with shrinkage" in rows[0]["note"] and np.isnan(rows[0]["p_value"])
-    with pytest.raises(ValueError, match="`gaussian_null` must be one of 'permutation', 'analytic'; got 'exact'"):
+    with pytest.raises(ValueError, match="`gaussian_null` must be one of 'auto', 'permutation', 'analytic', 'moments'; got 'exact'"):
         analyze(dump, gaussian_null="exact")
 
 

@@ -120,7 +120,7 @@ def test_rules_on_three_hand_made_clients():
     np.testing.assert_allclose(rule_weights("mean", e), [[1 / 3]] * 3)
     np.testing.assert_allclose(rule_weights("weighted_mean", e, client_sizes=[1, 1, 2]), [[0.25], [0.25], [0.5]])
     inv = np.array([1, 1 / 4, 1 / 9]) / (1 + 1 / 4 + 1 / 9)
-    np.testing.assert_allclose(rule_weights("inverse_variance", e)[:, 0], inv)
+    np.testing.assert_allclose(rule_weights("inverse_mse", e)[:, 0], inv)
     np.testing.assert_allclose(rule_weights("blue_coordinate", e)[:, 0], inv)  # uncorrelated: the same
     assert best_linear_weights(np.diag([1.0, 4.0, 9.0]), 3).ravel() == pytest.approx(inv)
     # Identical clients: every rule returns the input (weights of any rule summing to 1).
@@ -148,7 +148,7 @@ def test_headroom_rows_cross_fit_and_mark_it():
     few = {r["rule"]: r for r in headroom_rows(e[:, :20], rules=["blue"])}  # 10 fitting runs for 6 dimensions
     assert few["blue"]["note"] == "ledoit-wolf shrinkage: 10 fitting runs <= 2 x 6"
     truth = (1 / (1 + 1 / 4 + 1 / 16)) / ((1 + 4 + 16) / 9)
-    for rule in ("inverse_variance", "blue_coordinate", "blue"):
+    for rule in ("inverse_mse", "blue_coordinate", "blue"):
         assert rows[rule]["ratio_low"] < truth < rows[rule]["ratio_high"], rows[rule]
     with pytest.raises(ValueError, match="`rule` must be one of"):
         headroom_rows(e, rules=["median"])
@@ -224,7 +224,7 @@ def test_fitting_inflation_is_one_for_fixed_weights_and_nan_without_a_formula():
     from mianalysis.analysis.studies.headroom import fitting_inflation
 
     assert fitting_inflation("mean", 3, 20, 100) == 1.0
-    assert np.isnan(fitting_inflation("inverse_variance", 3, 20, 2000))
+    assert np.isnan(fitting_inflation("inverse_mse", 3, 20, 2000))
     assert np.isnan(fitting_inflation("blue", 3, 20, 100))      # shrunk: 100 runs <= 2 x 60
     assert np.isnan(fitting_inflation("blue_coordinate", 3, 20, 2))
     assert fitting_inflation("blue", 3, 20, 2000, regressors=0) == 1.0

@@ -54,8 +54,8 @@ def test_the_command_prints_the_corrected_ratio_labelled_and_the_raw_one_beside_
                       "(below 1: the rule beats averaging; fit-corrected: a fitted rule's ratio divided by what "
                       "fitting its weights costs, the ratio the verdicts judge by)")
     lines = {line.split(":")[0].split()[-1]: line for line in out[2:7]}
-    assert list(lines) == ["mean", "weighted_mean", "inverse_variance", "blue_coordinate", "blue"]
-    for rule in ("blue", "blue_coordinate", "inverse_variance"):  # fitted: the corrected ratio first, labelled
+    assert list(lines) == ["mean", "weighted_mean", "inverse_mse", "blue_coordinate", "blue"]
+    for rule in ("blue", "blue_coordinate", "inverse_mse"):  # fitted: the corrected ratio first, labelled
         found = re.search(rf"; fit-corrected ratio to averaging {INTERVAL} \(as cross-fitted: {INTERVAL}\)$",
                           lines[rule])
         assert found, lines[rule]
@@ -137,7 +137,7 @@ def test_curvature_is_a_default_rule_only_where_it_runs(tmp_path, capsys):
                               meta={"task": "gaussian-sgd", "task_settings": task.settings, "seed": 0,
                                     "init": "per-run"})
     out, rows = _run(tmp_path, capsys)  # reference "auto": the client "optimum"
-    assert [r["rule"] for r in rows] == ["mean", "weighted_mean", "inverse_variance", "blue_coordinate", "blue",
+    assert [r["rule"] for r in rows] == ["mean", "weighted_mean", "inverse_mse", "blue_coordinate", "blue",
                                          "curvature"]
     curvature = next(line for line in out if line.startswith("iteration 10 curvature: MSE "))
     assert re.search(r", exact [\d.]+; ratio to averaging [\d.]+ \[[\d.]+, [\d.]+\] \(fixed weights\)$", curvature)

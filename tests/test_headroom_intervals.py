@@ -16,7 +16,7 @@ from scipy.special import stdtrit
 from mianalysis.analysis.studies.headroom import (JACKKNIFE_GROUPS, best_linear_weights, combination_mse,
                                                   headroom_rows, headroom_verdicts, oracle_weights)
 
-FITTED = ("inverse_variance", "blue_coordinate", "blue")
+FITTED = ("inverse_mse", "blue_coordinate", "blue")
 
 
 def law(own, common=1.0, bias=(0.0, 0.0)):
@@ -67,7 +67,7 @@ def test_identical_clients_cover_one():
         corrected = np.array([got[i]["ratio_corrected"] for got in rows])
         raw = np.array([got[i]["ratio"] for got in rows])
         assert abs(corrected.mean() - 1) < 3 * corrected.std(ddof=1) / np.sqrt(corrected.size), rule
-        assert rule == "inverse_variance" or raw.mean() - 1 > 3 * raw.std(ddof=1) / np.sqrt(raw.size), rule
+        assert rule == "inverse_mse" or raw.mean() - 1 > 3 * raw.std(ddof=1) / np.sqrt(raw.size), rule
 
 
 def test_unequal_clients_cover_the_oracle_ratio():
@@ -75,9 +75,9 @@ def test_unequal_clients_cover_the_oracle_ratio():
     # combination here, so the noise of its fitted weights moves its MSE at first order. The
     # delta-method interval missed the exact ratio 0.916 in 50 of 200 replications of 100 runs.
     mean, cov = law([0.3, 1.0], bias=(0.2, 0.0))
-    assert exact_ratios(mean, cov, FITTED)["inverse_variance"] == pytest.approx(0.9155, abs=1e-4)
+    assert exact_ratios(mean, cov, FITTED)["inverse_mse"] == pytest.approx(0.9155, abs=1e-4)
     missed, _ = misses(mean, cov, 100, 100)
-    assert missed["inverse_variance"] <= 12 and sum(missed.values()) <= 30, missed
+    assert missed["inverse_mse"] <= 12 and sum(missed.values()) <= 30, missed
 
 
 def test_rows_say_their_t_quantile_and_the_interval_is_the_jackknifes():
@@ -92,7 +92,7 @@ def test_rows_say_their_t_quantile_and_the_interval_is_the_jackknifes():
         assert r["ratio"] == pytest.approx((r["ratio_low"] + r["ratio_high"]) / 2)
         assert r["ratio_corrected_low"] == pytest.approx(r["ratio_low"] / r["fit_inflation"])
         assert half > 0 and r["mse_low"] < r["mse"] < r["mse_high"]
-    assert rows["inverse_variance"]["fit_inflation"] != 1.0  # estimated by the jackknife
+    assert rows["inverse_mse"]["fit_inflation"] != 1.0  # estimated by the jackknife
     # One client: nothing is fitted, nothing jackknifed.
     one = headroom_rows(e[:1], rules=["mean", "blue_coordinate"])
     assert all(np.isnan(r["interval_df"]) and r["ratio"] == 1.0 for r in one)

@@ -67,14 +67,14 @@ def test_blue_gives_the_known_answer_at_any_scale(scale):
 
 
 # ---------------------------------------------------------------------- 2. blue_coordinate at the extremes
-@pytest.mark.parametrize("rule", ["inverse_variance", "blue_coordinate", "blue"])
+@pytest.mark.parametrize("rule", ["inverse_mse", "blue_coordinate", "blue"])
 def test_a_client_without_error_takes_all_the_weight(rule):
     e = orthogonal_errors([0.0, 1.0, 2.0])
     np.testing.assert_allclose(rule_weights(rule, e).reshape(3), [1.0, 0.0, 0.0], atol=1e-9)
     assert ratios(e, [rule])[rule] == pytest.approx(0.0, abs=1e-18)
 
 
-@pytest.mark.parametrize("rule", ["inverse_variance", "blue_coordinate", "blue"])
+@pytest.mark.parametrize("rule", ["inverse_mse", "blue_coordinate", "blue"])
 def test_a_client_with_a_million_times_the_error_gets_almost_no_weight(rule):
     scales = [1.0, 1.0, 1e6]
     e = orthogonal_errors(scales)
@@ -88,8 +88,8 @@ def test_a_client_with_a_million_times_the_error_gets_almost_no_weight(rule):
 def test_blue_coordinate_on_random_errors_of_very_different_sizes():
     rng = np.random.default_rng(1)
     e = rng.standard_normal((3, 400, 2)) * np.array([1.0, 1.0, 1e6])[:, None, None]
-    got = ratios(e, ["inverse_variance", "blue_coordinate"])
-    assert got["blue_coordinate"] == pytest.approx(got["inverse_variance"], rel=0.05)
+    got = ratios(e, ["inverse_mse", "blue_coordinate"])
+    assert got["blue_coordinate"] == pytest.approx(got["inverse_mse"], rel=0.05)
     assert 1e-12 < got["blue_coordinate"] < 1e-11
 
 
@@ -174,7 +174,7 @@ def test_headroom_never_writes_through_a_link_into_a_dump(tmp_path, capsys):
 def test_a_single_client_has_nothing_to_combine(tmp_path, capsys):
     dump = _dump(tmp_path / "d", clients=("a",))
     rows = headroom(dump)  # every default rule; the reference is the client "central"
-    assert [r["rule"] for r in rows] == ["mean", "weighted_mean", "inverse_variance", "blue_coordinate", "blue"]
+    assert [r["rule"] for r in rows] == ["mean", "weighted_mean", "inverse_mse", "blue_coordinate", "blue"]
     for r in rows:
         assert r["n_clients"] == 1 and r["ratio"] == 1.0 and r["fit_inflation"] == 1.0, r
         assert r["note"].startswith("one client: nothing to combine"), r
@@ -197,7 +197,7 @@ def test_the_default_rules_leave_blue_out_of_a_large_network(tmp_path, capsys, c
     dump = _dump(tmp_path / "d", runs=8, params=d, clients=("a", "b", "c"))
     with caplog.at_level(logging.INFO, logger="mianalysis"):
         rows = headroom(dump)
-    assert [r["rule"] for r in rows] == ["mean", "weighted_mean", "inverse_variance", "blue_coordinate"]
+    assert [r["rule"] for r in rows] == ["mean", "weighted_mean", "inverse_mse", "blue_coordinate"]
     assert any("rule 'blue' left out" in m and f"3 x {d} > {MAX_BLUE_DIMENSION}" in m for m in caplog.messages)
     with pytest.raises(ValueError, match=rf"rule 'blue' needs a \({3 * d} x {3 * d}\) error second moment"):
         headroom(dump, rules=["mean", "blue"])

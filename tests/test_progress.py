@@ -24,7 +24,7 @@ def _headroom_dump(path):
 
 @pytest.mark.parametrize("progress", [True, False])
 def test_headroom_progress_goes_to_stderr_only_when_asked(tmp_path, capsys, progress):
-    rows = headroom(_headroom_dump(tmp_path / "d"), rules=["mean", "inverse_variance"], progress=progress)
+    rows = headroom(_headroom_dump(tmp_path / "d"), rules=["mean", "inverse_mse"], progress=progress)
     captured = capsys.readouterr()
     assert len(rows) == 4 and captured.out == ""
     if progress:

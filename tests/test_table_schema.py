@@ -67,7 +67,7 @@ def test_new_row_fills_defaults_and_refuses_what_the_schema_does_not_have():
         new_row(**row, toy=1.0)
     with pytest.raises(ValueError, match=r"a row needs \['value'\]"):
         new_row(checkpoint=1, iteration=5, client_a="a", client_b="b", quantity="q", n_runs=10)
-    with pytest.raises(ValueError, match=r"`null_method` must be one of \['none', 'permutation', 'analytic'\]"):
+    with pytest.raises(ValueError, match=r"`null_method` must be one of \['none', 'permutation', 'analytic', 'moments'\]"):
         new_row(**{**row, "null_method": "bootstrap"})
     with pytest.raises(KeyError, match="no column 'toy'"):
         column("toy")

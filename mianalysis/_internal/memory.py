@@ -37,7 +37,7 @@ def _read_int(path):
 
 def _read_fields(path):
     """``key value`` lines of the file `path` (memory.stat, /proc/self/status) as a dict of ints."""
-    fields = {}
+    fields: dict[str, int] = {}
     try:
         lines = Path(path).read_text().splitlines()
     except OSError:

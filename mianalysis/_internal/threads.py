@@ -40,7 +40,8 @@ def without_onednn():
     import torch
 
     before = torch.backends.mkldnn.enabled
-    torch.backends.mkldnn.enabled = False
+    # torch annotates the flag as its ContextProp descriptor, whose __set__ takes a bool.
+    torch.backends.mkldnn.enabled = False  # type: ignore[assignment]
     try:
         with torch.backends.nnpack.flags(enabled=False):
             yield

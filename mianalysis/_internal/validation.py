@@ -7,6 +7,7 @@ backticks, as scipy does, and say what was received.
 
 from __future__ import annotations
 
+import math
 import numbers
 import os
 import warnings
@@ -314,7 +315,7 @@ class IntSetting:
         if isinstance(value, numbers.Integral) and not isinstance(value, bool):
             number = int(value)
         elif isinstance(value, numbers.Real) and not isinstance(value, bool) and float(value).is_integer():
-            number = int(value)
+            number = int(math.trunc(value))  # integral already: trunc only spells int() for numbers.Real
         else:
             raise TypeError(f"{label} must be {self.describe()}; got {_shown(value)}")
         if number < self.low or (self.high is not None and number > self.high):

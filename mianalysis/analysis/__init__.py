@@ -18,15 +18,16 @@
 from .._internal.validation import varying_columns
 from .assemble import analyze
 from .compute import gaussian_settings
-from .options import AnalyticNull, BenjaminiHochberg, Holm, Intervals, NoCorrection, Permutations
+from .options import (AnalyticNull, BenjaminiHochberg, Execution, Holm, Intervals, MomentNull, NoCorrection,
+                      Permutations)
 from .schema import AnalysisRow
 from .table import (BASE_COLUMNS, COLUMNS, ESTIMATE_KINDS, FORMAT_VERSION, NULL_METHODS, OPTIONAL_COLUMNS,
                     TYPED_COLUMNS, AnalysisTable, sidecar_path)
 from .validate import BY, ESTIMATORS, GAUSSIAN_NULLS
 
 __all__ = [
-    "analyze", "AnalysisTable", "AnalysisRow", "sidecar_path", "Permutations", "AnalyticNull", "Intervals", "Holm",
-    "BenjaminiHochberg", "NoCorrection", "gaussian_settings", "ESTIMATORS", "GAUSSIAN_NULLS", "BY", "COLUMNS",
+    "analyze", "AnalysisTable", "AnalysisRow", "sidecar_path", "Permutations", "AnalyticNull", "MomentNull", "Intervals", "Holm",
+    "BenjaminiHochberg", "NoCorrection", "Execution", "gaussian_settings", "ESTIMATORS", "GAUSSIAN_NULLS", "BY", "COLUMNS",
     "BASE_COLUMNS", "TYPED_COLUMNS", "OPTIONAL_COLUMNS", "ESTIMATE_KINDS", "NULL_METHODS", "FORMAT_VERSION",
     "varying_columns"
 ]

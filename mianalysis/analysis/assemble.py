@@ -20,7 +20,7 @@ from ..estimators.distances import METRICS
 from .compute import ChangeInputs, CheckpointAnalysis, Part
 from .inference.familywise import apply_familywise
 from .journal import Journal
-from .options import Correction, Intervals, Null, option_keywords
+from .options import Correction, Execution, Intervals, Null, execution_keywords, option_keywords
 from .schema import AnalysisRow
 from .table import AnalysisTable, complete_row
 from .validate import ESTIMATORS, check_dump, check_out, check_request, table_settings
@@ -42,11 +42,12 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: str | Sequen
             layer: str | Sequence[str] | None = None, by: str | None = None, standardize: bool = True,
             random_state: int = 0, out: str | os.PathLike | None = None, progress: bool = False,
             distance_cache: bool | str = "auto", verify: bool = True, force: bool = False,
-            gaussian_null: str = "permutation", ci_resamples: int | Mapping[str, int] | None = None,
+            gaussian_null: str = "auto", ci_resamples: int | Mapping[str, int] | None = None,
             ci_level: float = 0.95, scheduler: str | None = None, client: distributed.Client | None = None,
             timeout: float | None = None, familywise: str = "holm", family: str = "pair",
             gaussianity: bool = False, min_moving_runs: int = 1, null: Null | None = None,
-            interval: Intervals | None = None, correction: Correction | None = None) -> AnalysisTable:
+            interval: Intervals | None = None, correction: Correction | None = None,
+            execution: Execution | None = None) -> AnalysisTable:
     """MI and distances between every pair of clients at every checkpoint of a dump.
 
     A client named "central" (the reference client of ``ParameterSampler(reference=
@@ -160,14 +161,24 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: str | Sequen
         ``"dump_verified": false``.
     force : bool, default=False
         Replace an existing `out` that is not a previous analysis with the same settings.
-    gaussian_null : {"permutation", "analytic"}, default="permutation"
-        Null of the ``mi_gaussian`` rows (and ``mi_copula``: the Gaussian null of the normal
-        scores, an approximation there). "analytic" takes null mean, sd and p-value from
-        :func:`mianalysis.gaussian_mi_null` (Wilks' Lambda; no permutations, at no cost)
-        wherever the plain estimate is used, notes "analytic null (exact)" or "(Bartlett
-        chi-square)", and falls back to `n_permutations` for estimates with shrinkage (noted).
-        The default stays "permutation": the analytic law assumes Gaussian parameters,
-        which trained networks need not be, while shuffling the pairing assumes nothing.
+    gaussian_null : {"auto", "permutation", "analytic", "moments"}, default="auto"
+        Null of the ``mi_gaussian`` and ``mi_copula`` rows (the copula's: that of the
+        normal scores). "permutation": `n_permutations` shuffles. "analytic": null mean, sd
+        and p-value from :func:`mianalysis.gaussian_mi_null` (Wilks' Lambda, no shuffles;
+        exact for Gaussian parameters, too small a p-value where the clients' vectors have
+        heavy tails: docs/results/tables/copula_null_size.md), noted "analytic null (exact)"
+        or "(Bartlett chi-square)". "moments": the p-value of Pillai's trace from its exact
+        mean and variance over all permutations and a gamma tail
+        (:func:`mianalysis.estimators.moment_null.permutation_moment_null`; no shuffles,
+        about three shuffles' cost), the null mean and sd of the Gaussian law with the sd
+        scaled by the permutation variance's inflation, noted "permutation-moment null".
+        "auto": "moments" where `n_permutations` asks for a null and a shuffle would cost at
+        least 1e9 multiply-adds (runs x p x q) with at least 4 runs per joint dimension
+        (:func:`mianalysis.analysis.compute.moments_apply`, where its measured size holds:
+        docs/results/tables/moment_null_size.md), else the shuffles; so at the paper's size
+        (26,400 runs of 850 parameters) and not at small ones. The analytic and moment nulls
+        fall back to `n_permutations` for estimates with shrinkage (noted); every row says
+        its null in ``null_method``.
     ci_resamples : int or dict of estimator -> int, optional
         Resamples of the runs behind each MI estimate's confidence interval: bootstrap
         resamples for "gaussian", random halves for "ksg" (:mod:`mianalysis.analysis.inference.intervals`
@@ -244,9 +255,11 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: str | Sequen
         :data:`mianalysis.scaleout.CONNECT_TIMEOUT`; a SchedulerError, an OSError, after
         that, and nothing is written), and to wait for a worker when none is left (then a
         SchedulerError; the journal keeps the checkpoints analysed so far).
-    null : Permutations or AnalyticNull, optional
+    null : Permutations, MomentNull or AnalyticNull, optional
         The MI rows' null as one object (:mod:`mianalysis.analysis.options`):
-        ``Permutations(n)`` is ``n_permutations=n``; ``AnalyticNull(otherwise=
+        ``Permutations(n)`` is ``n_permutations=n`` (``Permutations(n, moments="never")``
+        adds ``gaussian_null="permutation"``); ``MomentNull(otherwise=Permutations(n))`` is
+        ``gaussian_null="moments", n_permutations=n``; ``AnalyticNull(otherwise=
         Permutations(n))`` is ``gaussian_null="analytic", n_permutations=n``. Given with
         `n_permutations` or `gaussian_null` at another value than its default: ValueError.
     interval : Intervals, optional
@@ -255,6 +268,10 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: str | Sequen
     correction : Holm, BenjaminiHochberg or NoCorrection, optional
         ``Holm(family)``: ``familywise="holm", family=family``; likewise "bh" and "none"
         (not with those keywords).
+    execution : Execution, optional
+        ``Execution(progress, distance_cache, scheduler, client, timeout)``: those five
+        keywords as one object (not with those keywords), where and how the table is
+        computed.
 
     Returns
     -------
@@ -348,6 +365,10 @@ def analyze(dump: ParameterDump | str | os.PathLike, *, estimators: str | Sequen
 
     if not isinstance(dump, ParameterDump):
         dump = ParameterDump.open(dump)
+    run = execution_keywords(execution, progress=progress, distance_cache=distance_cache, scheduler=scheduler,
+                             client=client, timeout=timeout)
+    progress, distance_cache, scheduler, client, timeout = (
+        run["progress"], run["distance_cache"], run["scheduler"], run["client"], run["timeout"])
     options = option_keywords(null=null, interval=interval, correction=correction, n_permutations=n_permutations,
                               gaussian_null=gaussian_null, ci_resamples=ci_resamples, ci_level=ci_level,
                               familywise=familywise, family=family)

@@ -15,6 +15,7 @@ from .._internal.validation import varying_columns
 from ..estimators.distances import UPDATE_METRICS, paired_distances, update_cosines
 from ..dumps import REFERENCE_CLIENTS, SKETCH_SUFFIX
 from ..estimators import KSG_NOISE, MarginalDistances, gaussian_mi, gaussian_mi_null, mi_permutation_test
+from ..estimators.moment_null import permutation_moment_null
 from ..estimators.significance import gaussian_permutation_test
 from ..estimators.bound import bound_ceiling, bound_min_runs
 from ..estimators.ksg import ksg_estimates_of_subsets, ksg_ties, standardize_columns
@@ -33,9 +34,9 @@ from .validate import AnalysisRequest, start_checkpoint
 if TYPE_CHECKING:  # names used only in type hints
     from ..dumps import ParameterDump
 
-__all__ = ["gaussian_settings", "CheckpointAnalysis", "Part"]
+__all__ = ["gaussian_settings", "CheckpointAnalysis", "Part", "moments_apply", "MOMENT_NULL_NOTE"]
 
-def gaussian_settings(n_runs: int, n_features: int) -> tuple[dict[str, str], str]:
+def gaussian_settings(n_runs: int, n_features: int) -> tuple[dict[str, Any], str]:
     """How the Gaussian estimator is run for `n_runs` samples of `n_features` joint
     dimensions: the plain bias-corrected estimate while the sample covariance is
     well-determined (n_runs > 2 * n_features), Ledoit-Wolf shrinkage otherwise."""
@@ -156,6 +157,30 @@ def _mi_row(x, y, estimator, k, permutations, rng, distances=None, distance_cach
             "outside_calibration": bool(regime), "null_method": est.null_method, "regime": regime}
 
 
+# The note of a row whose null is the permutation-moment null (reading.columns_from_note reads it).
+MOMENT_NULL_NOTE = "permutation-moment null (Pillai's trace: exact permutation mean and variance, gamma tail)"
+
+# gaussian_null="auto" uses the permutation-moment null where a shuffle of n runs of p + q
+# parameters costs at least this many multiply-adds (n p q) and the runs are at least
+# MOMENTS_MIN_RUNS_PER_DIMENSION times the joint dimension: its size there is measured by
+# experiments/moment_null_size.py (docs/results/tables/moment_null_size.md); elsewhere the shuffles.
+MOMENTS_MIN_PRODUCT = 10**9
+MOMENTS_MIN_RUNS_PER_DIMENSION = 4
+
+
+def moments_apply(n_runs: int, n_features_x: int, n_features_y: int) -> bool:
+    """Whether ``gaussian_null="auto"`` gives a Gaussian or copula row of this shape the
+    permutation-moment null instead of its shuffles (:data:`MOMENTS_MIN_PRODUCT`,
+    :data:`MOMENTS_MIN_RUNS_PER_DIMENSION`).
+
+    >>> from mianalysis.analysis.compute import moments_apply
+    >>> moments_apply(26_400, 850, 850), moments_apply(400, 10, 10), moments_apply(19_000, 2_500, 2_500)
+    (True, False, False)
+    """
+    return (n_runs * n_features_x * n_features_y >= MOMENTS_MIN_PRODUCT
+            and n_runs >= MOMENTS_MIN_RUNS_PER_DIMENSION * (n_features_x + n_features_y))
+
+
 # A bound at or above this share of its ceiling (:func:`bound_ceiling`) is noted as near it.
 NEAR_CEILING = 0.9
 
@@ -194,6 +219,16 @@ def _estimate(x, y, estimator, k, permutations, rng, distances, distance_cache, 
         except ValueError as exc:  # singular covariance: shrink, and say why
             kwargs = {"shrinkage": "ledoit-wolf"}
             notes.append(f"ledoit-wolf shrinkage: {exc}")
+        if gaussian_null == "auto":  # the moments where they stand in for costly shuffles (moments_apply)
+            gaussian_null = "moments" if permutations and moments_apply(x.shape[0], x.shape[1], y.shape[1]) else "permutation"
+        if gaussian_null == "moments" and "analytic" in entry.nulls:
+            if value is not None and not kwargs:
+                null = gaussian_mi_null(x.shape[0], x.shape[1], y.shape[1])
+                moments = permutation_moment_null(x, y)
+                notes.append(f"{MOMENT_NULL_NOTE} (variance x {moments.inflation:.3g} the Gaussian's)")
+                return _Estimate(value, null.mean, null.std * float(np.sqrt(moments.inflation)), moments.p_value,
+                                 null_method="moments")
+            notes.append("no moment null with shrinkage" + (f": {permutations} permutations" if permutations else ""))
         if gaussian_null == "analytic" and "analytic" in entry.nulls:
             if value is not None and not kwargs:
                 null = gaussian_mi_null(x.shape[0], x.shape[1], y.shape[1])
@@ -807,7 +842,8 @@ def _exact_mi(dump, cols):
     from ..tasks import TASKS
     from ..tasks.base import Task
 
-    kind = TASKS.get(meta.get("task"))
+    task = meta.get("task")
+    kind = TASKS.get(task) if isinstance(task, str) else None
     if kind is None or kind.exact_mi is Task.exact_mi:
         return None
     try:

@@ -178,7 +178,7 @@ class AnalysisRow(TypedDict):
         default=False, format=2, since=TYPED, derived="from the note")]
     null_method: Annotated[str, Column(meaning="How the null was made.", default="none", format=2, since=TYPED,
                                        derived="from the note and `p_value`",
-                                       choices=("none", "permutation", "analytic"))]
+                                       choices=("none", "permutation", "analytic", "moments"))]
     change_se: Annotated[float, Column(unit="as `value`", meaning="A change row's standard error, from the law of "
                                        "its interval; NaN on other rows.", default=np.nan, format=2,
                                        since=FAMILYWISE, derived="from the interval and the sidecar's `ci_level`")]

@@ -100,6 +100,8 @@ def columns_from_note(note: object, p_value: object = np.nan) -> dict[str, Any]:
     text = str(note or "")
     if "analytic null (" in text:  # "analytic null (exact)" or "(Bartlett chi-square)"; not "no analytic null"
         null_method = "analytic"
+    elif "permutation-moment null (" in text:  # not "no moment null"
+        null_method = "moments"
     else:
         null_method = "permutation" if np.isfinite(_float(p_value)) else "none"
     return {"estimate_kind": "shrinkage" if "ledoit-wolf shrinkage" in text.lower() else "plain",

@@ -32,7 +32,7 @@ __all__ = ["ESTIMATORS", "GAUSSIAN_NULLS", "BY", "AnalysisRequest", "check_reque
 # Analysed by default: the automatic choice per pair and checkpoint (mianalysis.analysis.inference.choice);
 # any list of registered estimators may be asked for instead.
 ESTIMATORS = AUTO
-GAUSSIAN_NULLS = ("permutation", "analytic")
+GAUSSIAN_NULLS = ("auto", "permutation", "analytic", "moments")
 BY = ("layer", "auto")
 # Tables written before the registry record these two estimators' interval methods whatever was analysed.
 _RECORDED_METHODS = ("gaussian", "ksg")
@@ -242,7 +242,7 @@ def table_settings(dump: ParameterDump, request: AnalysisRequest) -> dict[str, A
         settings["by_choice"] = request.by_note
     if request.auto:  # which estimator each row is, and why: the rule (each row's note applies it)
         settings["estimator_choice"] = choice_settings()
-    if request.gaussian_null != "permutation":  # tables of the default analysis keep their settings
+    if request.gaussian_null not in ("auto", "permutation"):  # tables of the default analysis keep their settings
         settings["gaussian_null"] = request.gaussian_null
     if request.gaussianity:  # likewise: only a table with the diagnostic records it
         settings["gaussianity"] = True

@@ -27,7 +27,7 @@ MIX2 = np.uint64(0x94D049BB133111EB)
 
 
 @numba.njit(cache=True)
-def sparse_sign(x, m, nnz, key, out):
+def sparse_sign(x: np.ndarray, m: int, nnz: int, key: np.uint64, out: np.ndarray) -> None:
     """``out[b] += S x[b]`` for each row b of the C-contiguous 2-D array `x` (B, n): S is the
     unscaled sparse sign matrix (m, n) of `key` with `nnz` entries +-1 per column; `out`
     (B, m) float64."""

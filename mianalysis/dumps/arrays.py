@@ -21,8 +21,10 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -42,7 +44,7 @@ ZARR_FORMAT_NAME = "mianalysis-dump-export"
 ZARR_FORMAT_VERSION = 1
 
 
-def _runs_per_block(dump, block_bytes=BLOCK_BYTES):
+def _runs_per_block(dump: ParameterDump, block_bytes: int = BLOCK_BYTES) -> int:
     return max(1, min(dump.completed_runs, block_bytes // (dump.n_params * DTYPE.itemsize)))
 
 
@@ -51,13 +53,13 @@ class _ClientSamples:
     Dask slices lazily; an index whose checkpoint part is one checkpoint (the blocks of
     :func:`to_dask` are) gives a view of the memory map."""
 
-    def __init__(self, dump, client):
+    def __init__(self, dump: ParameterDump, client: int) -> None:
         self.dump, self.client = dump, client
         self.shape = (len(dump.checkpoints), dump.completed_runs, dump.n_params)
         self.dtype = DTYPE
         self.ndim = 3
 
-    def __getitem__(self, key):
+    def __getitem__(self, key: Any) -> np.ndarray:
         key = key if isinstance(key, tuple) else (key,)
         key = key + (slice(None),) * (3 - len(key))
         checkpoints = range(self.shape[0])[key[0]] if isinstance(key[0], slice) else [key[0]]
@@ -71,7 +73,7 @@ class _ClientSamples:
         return np.stack(blocks)
 
 
-def _check_dump(dump):
+def _check_dump(dump: ParameterDump | str | os.PathLike) -> ParameterDump:
     if not isinstance(dump, ParameterDump):
         dump = ParameterDump.open(dump)
     if dump.completed_runs == 0:
@@ -117,7 +119,7 @@ def to_dask(dump: ParameterDump | str | os.PathLike) -> dask.array.Array:
     return da.stack(parts)
 
 
-def _layer_names(dump):
+def _layer_names(dump: ParameterDump) -> np.ndarray:
     """The tensor of each column of the parameter vector (an array of n_params names)."""
     return np.repeat(np.array([e.name for e in dump.layout], dtype=object), [e.size for e in dump.layout])
 
@@ -158,7 +160,7 @@ def to_xarray(dump: ParameterDump | str | os.PathLike) -> xarray.Dataset:
     import xarray as xr
 
     dump = _check_dump(dump)
-    variables = {"samples": (DIMS, to_dask(dump))}
+    variables: dict[str, tuple[Any, ...]] = {"samples": (DIMS, to_dask(dump))}
     for name in dump.metric_names:
         values = np.stack([dump.metric(c, name) for c in range(len(dump.clients))])
         key = f"metric_{name}" if name in RESERVED_METRIC_NAMES else name  # never replacing the samples
@@ -171,7 +173,7 @@ def to_xarray(dump: ParameterDump | str | os.PathLike) -> xarray.Dataset:
     return xr.Dataset(variables, coords=coords, attrs=attrs)
 
 
-def _zarr():
+def _zarr() -> ModuleType:
     try:
         import zarr
     except ImportError:
@@ -183,7 +185,7 @@ def _zarr():
     return zarr
 
 
-def _metric_keys(dump):
+def _metric_keys(dump: ParameterDump) -> dict[str, str]:
     """Metric name -> the name of its array in a zarr store: the metric's own name, or
     ``metric_NAME`` where that would clash with another array (or is not a plain name).
     Dumps written since metric names are checked (see ``format.METRIC_NAME``) hold none that
@@ -200,7 +202,7 @@ def _metric_keys(dump):
     return keys
 
 
-def _blocks(dump, runs):
+def _blocks(dump: ParameterDump, runs: int) -> Iterator[tuple[int, int, slice]]:
     """(client, checkpoint, run slice) of every block of the samples, in C order."""
     for c in range(len(dump.clients)):
         for t in range(len(dump.checkpoints)):
@@ -261,7 +263,7 @@ def export_zarr(dump: ParameterDump | str | os.PathLike, out: str | os.PathLike,
         return _export_locked(dump, out, verify)
 
 
-def _export_locked(dump, out, verify):
+def _export_locked(dump: ParameterDump, out: Path, verify: bool) -> dict[str, str | int | dict[str, str]]:
     """export_zarr once the writer lock of `out` is held."""
     if os.path.lexists(out):
         raise ValueError(f"{out} already exists; an export never replaces anything: choose a new path")
@@ -282,7 +284,7 @@ def _export_locked(dump, out, verify):
     return {"path": str(out), "runs": dump.completed_runs, "sha256": digests}
 
 
-def _write_store(zarr, dump, folder):
+def _write_store(zarr: ModuleType, dump: ParameterDump, folder: Path) -> dict[str, str]:
     n_c, n_t, n_r, n_p = len(dump.clients), len(dump.checkpoints), dump.completed_runs, dump.n_params
     runs = _runs_per_block(dump)
     root = zarr.open_group(str(folder), mode="w-", zarr_format=3)
@@ -294,7 +296,7 @@ def _write_store(zarr, dump, folder):
         _layer_names(dump).astype(str)
     samples = root.create_array("samples", shape=(n_c, n_t, n_r, n_p), chunks=(1, 1, runs, n_p), dtype=DTYPE.str,
                                 dimension_names=list(DIMS))
-    digests = {}
+    digests: dict[str, str] = {}
     h = hashlib.sha256()
     for c, t, block in _blocks(dump, runs):
         values = np.ascontiguousarray(dump.samples(c, index=t)[block], dtype=DTYPE)
@@ -318,7 +320,7 @@ def _write_store(zarr, dump, folder):
     return digests
 
 
-def _check_store(zarr, dump, folder, digests):
+def _check_store(zarr: ModuleType, dump: ParameterDump, folder: Path, digests: dict[str, str]) -> None:
     """DumpError unless every data array of the store at `folder` reads back to its digest."""
     root = zarr.open_group(str(folder), mode="r")
     samples = root["samples"]

@@ -54,14 +54,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from .._internal.locking import WriterLock
 from ..provenance import collect
-from .layout import LayoutEntry, find_nonfinite, layout_columns, layout_from_shapes, select_layout
+from .layout import LayoutEntry, NonFinite, find_nonfinite, layout_columns, layout_from_shapes, select_layout
 from .manifest import (DTYPE, FORMAT_VERSION, FULL_FORMAT_VERSION, MANIFEST, DumpError, check_checkpoints, check_meta,
                        check_metric_names, parse_manifest)
 from .sketch import Sketch, sketch_from_record
@@ -71,7 +71,7 @@ __all__ = ["ParameterDump", "CREATING", "unwritten_dump_discarded", "discard_unw
 CREATING = ".mianalysis-creating"  # in a folder a dump is being created in: the files it will hold
 
 
-def _iterations_or_indices(checkpoints, n):
+def _iterations_or_indices(checkpoints: Any, n: int) -> list[int]:
     """`checkpoints` as n ints where they are that, else 0, ..., n - 1 (for messages only)."""
     try:
         iterations = [int(c) for c in checkpoints]
@@ -80,7 +80,7 @@ def _iterations_or_indices(checkpoints, n):
     return iterations if len(iterations) == n else list(range(n))
 
 
-def _layout_or_none(named_shapes):
+def _layout_or_none(named_shapes: Any) -> list[LayoutEntry] | None:
     """Layout entries of (name, shape) pairs, or None where they are not that (for messages only)."""
     try:
         return layout_from_shapes(named_shapes)
@@ -88,21 +88,21 @@ def _layout_or_none(named_shapes):
         return None
 
 
-def _shown(value, limit=60):
+def _shown(value: object, limit: int = 60) -> str:
     """repr of a value for a one-line message, shortened."""
     text = repr(value)
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def _client_file(index):
+def _client_file(index: int) -> str:
     return f"client_{index}.f32"
 
 
-def _metrics_file(index):
+def _metrics_file(index: int) -> str:
     return f"metrics_{index}.f32"
 
 
-def _not_regular(st):
+def _not_regular(st: os.stat_result) -> str | None:
     """Why a file whose lstat is `st` cannot be a file of a dump, or None if it can."""
     if stat.S_ISLNK(st.st_mode):
         return "is a symbolic link"
@@ -111,19 +111,19 @@ def _not_regular(st):
     return None if stat.S_ISREG(st.st_mode) else "is not a regular file"
 
 
-def _member_error(file, what):
+def _member_error(file: str | os.PathLike, what: str) -> DumpError:
     return DumpError(f"{file} {what}: the dump is damaged (a dump's files are regular files inside its folder, "
                      "and nothing is read or written through anything else); restore the file or recreate the dump")
 
 
-def _manifest_identity(manifest):
+def _manifest_identity(manifest: Mapping[str, Any]) -> str:
     """SHA-256 of a manifest without its chunks and provenance: what never changes while a
     dump is written (its clients, checkpoints, runs, layout, metrics, meta)."""
     fixed = {k: v for k, v in manifest.items() if k not in ("chunks", "provenance")}
     return hashlib.sha256(json.dumps(fixed, sort_keys=True).encode()).hexdigest()
 
 
-def _open_member(file, flags):
+def _open_member(file: str | os.PathLike, flags: int) -> int:
     """A descriptor of the dump's file `file` opened with `flags` (O_RDONLY or O_RDWR), never
     through a symbolic link and only if it is a regular file; DumpError naming it otherwise."""
     try:  # O_NONBLOCK: opening a fifo must not wait for a writer (no effect on regular files)
@@ -136,14 +136,14 @@ def _open_member(file, flags):
         except OSError:
             raise exc from None
         raise _member_error(file, what) from None
-    what = _not_regular(os.fstat(fd))
-    if what:
+    why = _not_regular(os.fstat(fd))
+    if why:
         os.close(fd)
-        raise _member_error(file, what)
+        raise _member_error(file, why)
     return fd
 
 
-def _create_file(path, size=0, data=b""):
+def _create_file(path: str | os.PathLike, size: int = 0, data: bytes = b"") -> None:
     """Create the new regular file `path` holding `data`, then `size` bytes long (never
     through a link, never over an existing file: FileExistsError)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
@@ -156,11 +156,11 @@ def _create_file(path, size=0, data=b""):
         os.close(fd)
 
 
-def _create_array_file(path, size):
+def _create_array_file(path: str | os.PathLike, size: int) -> None:
     _create_file(path, size)
 
 
-def _write_json_atomically(path, obj):
+def _write_json_atomically(path: Path, obj: object) -> None:
     tmp = path.with_name(path.name + ".tmp")
     try:
         # A leftover temporary file (or anything planted in its place) is removed, never written through.
@@ -181,7 +181,7 @@ def _write_json_atomically(path, obj):
         os.close(dir_fd)
 
 
-def _clear_killed_creation(folder):
+def _clear_killed_creation(folder: Path) -> None:
     """Remove what a creation of a dump in `folder` that was killed left there: the files its
     CREATING marker lists, the manifest's temporary file and the marker. Only when the folder
     holds nothing else and no manifest; otherwise nothing is touched (the folder is then
@@ -261,7 +261,7 @@ def discard_unwritten_dump(path: str | os.PathLike, *, keep_folder: bool = False
             pass
     return True
 
-def _read_manifest(path):
+def _read_manifest(path: Path) -> dict[str, Any]:
     """The checked manifest of the dump folder `path` (see
     :func:`~mianalysis.dumps.manifest.parse_manifest`); DumpError otherwise."""
     if not path.exists():
@@ -351,10 +351,11 @@ class ParameterDump:
             self.sketch, self.sketch_source = sketch_from_record(manifest["sketch"],
                                                                  [(e.name, e.shape) for e in self.layout])
         self._session: dict[str, Any] | None = None  # this writer's provenance record, collected when it starts writing
-        self._session_index = None  # its position in the manifest's provenance list, once written
-        self._sent_identity = None  # set on a copy that travelled (see __getstate__); checked on first read
+        self._session_index: int | None = None  # its position in the manifest's provenance list, once written
+        # (manifest identity, chunk records) on a copy that travelled (see __getstate__); checked on first read
+        self._sent_identity: tuple[str, list[dict[str, Any]]] | None = None
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, Any]:
         """What a copy sent to another process (a Dask worker) carries: the absolute path (a
         relative one would name a folder of the receiver's working folder) and the identity
         of the manifest this object was opened with, which the copy checks against the
@@ -364,10 +365,11 @@ class ParameterDump:
         state["_sent_identity"] = (_manifest_identity(self._manifest), self._manifest["chunks"])
         return state
 
-    def _check_sent(self):
+    def _check_sent(self) -> None:
         """DumpError (one line) unless the dump at this copy's path is the one it was sent as:
         the same manifest identity (everything but chunks and provenance) and every chunk
         the sender knew, with the same checksums (a sampler may have added chunks since)."""
+        assert self._sent_identity is not None  # called only on a copy that travelled
         identity, chunks = self._sent_identity
         import socket
 
@@ -449,7 +451,7 @@ class ParameterDump:
             return cls._build(path, manifest)
 
     @classmethod
-    def _build(cls, path, manifest):
+    def _build(cls, path: Path, manifest: dict[str, Any]) -> ParameterDump:
         """Write an empty dump with `manifest` in a hidden sibling folder and rename it to
         `path`, so that a process killed while creating leaves no half-made dump at `path`.
         The caller holds the writer lock (a staging folder found here is a killed creator's).
@@ -479,7 +481,7 @@ class ParameterDump:
         return dump
 
     @classmethod
-    def _build_in_place(cls, path, manifest):
+    def _build_in_place(cls, path: Path, manifest: dict[str, Any]) -> ParameterDump:
         """Write an empty dump with `manifest` into the empty folder `path`: first the hidden
         file CREATING listing the array files, then the array files, then the manifest
         (atomically), then CREATING is removed. A process killed on the way leaves no
@@ -513,7 +515,7 @@ class ParameterDump:
         return dump
 
     @classmethod
-    def open_or_create(cls, path: str | os.PathLike, *, meta: dict, **create_args) -> ParameterDump:
+    def open_or_create(cls, path: str | os.PathLike, *, meta: dict, **create_args: Any) -> ParameterDump:
         """Resume the dump at `path` if it was written with the same `meta`, else create it.
 
         The writer lock is held while deciding and creating; hold it yourself around the
@@ -681,13 +683,13 @@ class ParameterDump:
         dump._check_files()
         return dump
 
-    def _sample_shape(self):
+    def _sample_shape(self) -> tuple[int, int, int]:
         return (len(self.checkpoints), self.n_runs, self.n_params)
 
-    def _metric_shape(self):
+    def _metric_shape(self) -> tuple[int, int, int]:
         return (len(self.metric_names), len(self.checkpoints), self.n_runs)
 
-    def _check_files(self):
+    def _check_files(self) -> None:
         layout_params = self.layout[-1].offset + self.layout[-1].size if self.layout else 0
         if layout_params != self.n_params:
             raise DumpError(f"{self.path / MANIFEST}: layout describes {layout_params} parameters, n_params is {self.n_params}")
@@ -703,8 +705,9 @@ class ParameterDump:
                     st = os.lstat(file)
                 except FileNotFoundError:
                     raise DumpError(f"{file} is missing (client {self.clients[i]!r})") from None
-                if _not_regular(st):
-                    raise _member_error(file, _not_regular(st))
+                why = _not_regular(st)
+                if why:
+                    raise _member_error(file, why)
                 want = math.prod(shape) * DTYPE.itemsize  # Python ints: exact at any size
                 size = st.st_size
                 if size != want:
@@ -800,14 +803,14 @@ class ParameterDump:
         """
         return hashlib.sha256(json.dumps(self._manifest["chunks"], sort_keys=True).encode()).hexdigest()[:16]
 
-    def _client_index(self, client):
+    def _client_index(self, client: object) -> int:
         if isinstance(client, str) and client in self.clients:
             return self.clients.index(client)
         if isinstance(client, (int, np.integer)) and not isinstance(client, bool) and 0 <= client < len(self.clients):
             return int(client)
         raise ValueError(f"`client` must be one of {self.clients} or an index below {len(self.clients)}; got {client!r}")
 
-    def _checkpoint_index(self, *, iteration=None, index=None):
+    def _checkpoint_index(self, *, iteration: object = None, index: object = None) -> int:
         """The position in :attr:`checkpoints` of the checkpoint named by exactly one of
         `iteration` (its value) or `index` (its position); TypeError or ValueError otherwise."""
         if (iteration is None) == (index is None):
@@ -827,7 +830,7 @@ class ParameterDump:
                              f"iterations {_shown(self.checkpoints, 120)}); got {value!r}")
         return int(value)
 
-    def _memmap(self, name, shape, mode="r"):
+    def _memmap(self, name: str, shape: tuple[int, ...], mode: Literal["r", "r+"] = "r") -> np.ndarray:
         if self._sent_identity is not None:  # a copy that travelled: first check it reads the same dump
             self._check_sent()
         if int(np.prod(shape)) == 0:  # a dump without metrics: nothing to map
@@ -943,7 +946,7 @@ class ParameterDump:
             self._check_no_overlap(start, stop)
             self._write_chunk_locked(start, stop, blocks)
 
-    def _reread_manifest(self):
+    def _reread_manifest(self) -> None:
         """Take up the manifest on disk (the lock is held): the chunks and sessions written
         by any other writer of this folder since this object read it, so that the manifest
         this write commits keeps them. DumpError if the dump itself is not the one opened."""
@@ -957,17 +960,18 @@ class ParameterDump:
                             "written: open it again")
         self._manifest = {**fresh, "chunks": sorted(fresh["chunks"], key=lambda c: c["start"])}
 
-    def _check_no_overlap(self, start, stop):
+    def _check_no_overlap(self, start: int, stop: int) -> None:
         for chunk in self._manifest["chunks"]:
             if chunk["start"] < stop and start < chunk["stop"]:
                 raise DumpError(f"chunk {start}-{stop} overlaps the written chunk {chunk['start']}-{chunk['stop']} of "
                                 f"{self.path}; nothing was written (write only missing runs: "
                                 f"{_shown(self.missing_ranges(), 120)})")
 
-    def _write_chunk_locked(self, start, stop, blocks):
+    def _write_chunk_locked(self, start: int, stop: int,
+                            blocks: Sequence[tuple[np.ndarray, np.ndarray]]) -> None:
         """Write checked (samples, metrics) `blocks` as runs [start, stop), then the manifest."""
         try:
-            checksums = {}
+            checksums: dict[str, str] = {}
             for i, (client, (block, mblock)) in enumerate(zip(self.clients, blocks)):
                 self._write_runs(_client_file(i), self._sample_shape(), 1, start, block)
                 self._write_runs(_metrics_file(i), self._metric_shape(), 2, start, mblock)
@@ -984,7 +988,7 @@ class ParameterDump:
             self._session_index = len(manifest["provenance"]) - 1
         self._session = manifest["provenance"][self._session_index]
 
-    def _sessions_after(self, start, stop):
+    def _sessions_after(self, start: int, stop: int) -> list[dict]:
         """The manifest's provenance list once this session has written runs [start, stop):
         its record appended (first chunk) or its end time and runs written updated."""
         sessions = self.provenance
@@ -1000,7 +1004,8 @@ class ParameterDump:
             sessions[self._session_index] = record
         return sessions
 
-    def _write_runs(self, name, shape, run_axis, start, block):
+    def _write_runs(self, name: str, shape: tuple[int, ...], run_axis: int, start: int,
+                    block: np.ndarray) -> None:
         """Write `block` into runs [start, start + block.shape[run_axis]) of the array file
         `name` of `shape` with ordinary file writes (a full disk raises OSError), then fsync."""
         if block.size == 0:
@@ -1014,7 +1019,7 @@ class ParameterDump:
             fh.flush()
             os.fsync(fh.fileno())
 
-    def _chunk_checksum(self, index, start, stop):
+    def _chunk_checksum(self, index: int, start: int, stop: int) -> str:
         h = hashlib.sha256()
         samples = self._memmap(_client_file(index), self._sample_shape())
         for t in range(len(self.checkpoints)):
@@ -1050,7 +1055,7 @@ class ParameterDump:
                         "without diverging)")
         return self.written_runs
 
-    def _find_nonfinite(self, index, start, stop):
+    def _find_nonfinite(self, index: int, start: int, stop: int) -> NonFinite | None:
         """find_nonfinite over runs [start, stop) of client `index`, reading one checkpoint at a time."""
         samples = self._memmap(_client_file(index), self._sample_shape())
         found = None
@@ -1062,7 +1067,7 @@ class ParameterDump:
                 found = replace(found, later=found.later + 1)
         return found
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"ParameterDump({str(self.path)!r}, clients={self.clients}, checkpoints={self.checkpoints}, "
                 f"runs={self.completed_runs}/{self.n_runs}, params={self.n_params})")
 

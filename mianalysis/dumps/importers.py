@@ -16,7 +16,7 @@ import re
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -61,7 +61,7 @@ class CheckpointFolder:
         return self._folders[client, checkpoint] / self.runs[run]
 
 
-def _int_name(name, folder):
+def _int_name(name: str, folder: Path) -> int:
     """The iteration a checkpoint folder's name spells: ASCII digits with an optional leading
     "-", within int64 (what ``int`` reads besides, "0_5", " 5", Arabic-Indic digits, is refused)."""
     if not re.fullmatch(r"-?[0-9]+", name):
@@ -73,11 +73,11 @@ def _int_name(name, folder):
         raise DumpError(f"{folder}: checkpoint folder {name!r}: {exc}") from None
 
 
-def _checkpoint_folders(client_dir):
+def _checkpoint_folders(client_dir: Path) -> list[tuple[int, str]]:
     """[(iteration, folder name)] of a client folder, by iteration; DumpError naming a file
     that is not a checkpoint folder, a name that is not an integer, or two folders of one
     iteration ("10" and "010")."""
-    found = {}
+    found: dict[int, str] = {}
     for p in sorted(client_dir.iterdir()):
         if not p.is_dir():
             raise DumpError(f"{p} is not a checkpoint folder (expected ROOT/CLIENT/CHECKPOINT/RUN.pt); move it out "
@@ -89,18 +89,20 @@ def _checkpoint_folders(client_dir):
     return sorted(found.items())
 
 
-def _run_files(folder):
+def _run_files(folder: Path) -> list[str]:
     """Names of the run files of a checkpoint folder, by run number where every stem is a
     number (else by name); DumpError naming a folder or a file that is neither .pt nor
     .safetensors, or two files of one run ("10.pt" and "010.pt", "1.pt" and "1.safetensors")."""
-    names, numbers, runs = [], {}, {}
+    names: list[str] = []
+    numbers: dict[int, str] = {}
+    runs: dict[int | str, str] = {}
     for p in sorted(folder.iterdir()):
         if p.is_dir():
             raise DumpError(f"{p} is a folder; a checkpoint folder holds only RUN.pt (or RUN.safetensors) files")
         if p.suffix not in SUFFIXES:
             raise DumpError(f"{p} is not a .pt file (nor .safetensors); a checkpoint folder holds only RUN.pt files "
                             f"(move it out of {folder})")
-        run = int(p.stem) if re.fullmatch(r"[0-9]+", p.stem) else p.stem  # "run.pt" and "run.safetensors": one run
+        run: int | str = int(p.stem) if re.fullmatch(r"[0-9]+", p.stem) else p.stem  # "run.pt" and "run.safetensors": one run
         if run in runs:
             raise DumpError(f"{folder / runs[run]} and {p} both name run {run!r}; keep one")
         runs[run] = p.name
@@ -127,7 +129,10 @@ def scan_checkpoints(root: str | os.PathLike) -> CheckpointFolder:
     clients = [p.name for p in entries]
     if not clients:
         raise DumpError(f"{root} has no client folders (expected root/CLIENT/CHECKPOINT/RUN.pt)")
-    checkpoints, runs, first_folder, folders = None, None, None, {}
+    checkpoints: list[tuple[int, str]] | None = None
+    runs: list[str] | None = None
+    first_folder: Path | None = None
+    folders: dict[tuple[str, int], Path] = {}
     for client in clients:
         found = _checkpoint_folders(root / client)
         if checkpoints is None:
@@ -151,22 +156,23 @@ def scan_checkpoints(root: str | os.PathLike) -> CheckpointFolder:
             folders[client, iteration] = folder
     if not runs:
         raise DumpError(f"{root / clients[0]} has no CHECKPOINT/RUN.pt files")
+    assert checkpoints is not None  # found in the first client folder (there is one)
     return CheckpointFolder(root, clients, [t for t, _ in checkpoints], runs, folders)
 
 
-def _shown(value, limit=200):
+def _shown(value: object, limit: int = 200) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def _is_state_dict(obj, torch):
+def _is_state_dict(obj: object, torch: Any) -> bool:
     """A flat dict of named tensors: at least one floating-point tensor, no nested dicts."""
     return (isinstance(obj, Mapping) and all(isinstance(k, str) for k in obj)
             and any(torch.is_tensor(v) and v.is_floating_point() for v in obj.values())
             and not any(isinstance(v, Mapping) for v in obj.values()))
 
 
-def _load_safetensors(file, key):
+def _load_safetensors(file: Path, key: str | None) -> dict[str, torch.Tensor]:
     if key is not None:
         raise DumpError(f"{file} is a .safetensors file: it holds one flat dict of tensors, so `key` "
                         f"({key!r}) does not apply")
@@ -231,14 +237,18 @@ def load_state_dict(file: str | os.PathLike, key: str | None = None) -> tuple[Ma
 class _Reader:
     """Reads the files of one import, checking each against the first."""
 
-    def __init__(self, key, layer):
+    def __init__(self, key: str | None, layer: str | list[str] | None) -> None:
         self.key, self.layer = key, layer
-        self.first_file = self.first_key = self.shapes = self.selected = None
+        self.first_file: Path | None = None
+        self.first_key: str | None = None
+        self.shapes: list[tuple[str, tuple[int, ...]]] | None = None
+        self.selected: list[tuple[str, tuple[int, ...]]] | None = None
 
-    def read(self, file, checkpoint, run):
+    def read(self, file: Path, checkpoint: int, run: int) -> list[tuple[str, np.ndarray]]:
         """The selected tensors of `file` as [(name, float32 array)], checked against the first file."""
         state, used = load_state_dict(file, self.key)
         named = named_arrays(state)
+        assert named is not None  # a state dict (a mapping) gives its tensors, never None
         shapes = [(n, a.shape) for n, a in named]
         if self.shapes is None:
             if sum(math.prod(s) for _, s in shapes) == 0:
@@ -256,6 +266,7 @@ class _Reader:
         elif shapes != self.shapes:
             raise DumpError(f"{file}: {layout_difference(shapes, self.shapes)}, compared with {self.first_file} "
                             "(every file must hold the same tensors with the same shapes)")
+        assert self.selected is not None  # chosen from the first file
         arrays = dict(named)
         kept = [(name, arrays[name]) for name, _ in self.selected]
         vector = np.concatenate([a.reshape(-1) for _, a in kept])
@@ -352,6 +363,7 @@ def import_checkpoints(root: str | os.PathLike, out: str | os.PathLike, *, key: 
                             w.record(run=run, client=client, checkpoint=checkpoint, params=params)
                     bar.update(1)
                 bar.close()
+    assert w.dump is not None  # opened on resuming, else created by the first of the runs (there is one)
     return w.dump
 
 

@@ -143,6 +143,6 @@ def find_nonfinite(block: np.ndarray, iterations: Sequence[int], *, checkpoints:
         n_inf=int(np.isinf(block[t]).sum()), column=column, tensor=tensor, later=int(per_checkpoint[t + 1:].sum()))
 
 
-def _layout_size(layout):
+def _layout_size(layout: Sequence[LayoutEntry] | None) -> int:
     return layout[-1].offset + layout[-1].size if layout else 0
 

@@ -31,8 +31,8 @@ import json
 import math
 import os
 import re
-from collections.abc import Iterable
-from typing import Any, NoReturn
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, NoReturn, TypeGuard
 
 import numpy as np
 
@@ -75,13 +75,13 @@ def check_meta(meta: object) -> dict[str, Any]:
         raise TypeError(f"`meta` must be JSON-serialisable (it is stored in {MANIFEST}): {exc}") from exc
 
 
-def _shown(value, limit=60):
+def _shown(value: object, limit: int = 60) -> str:
     """repr of a manifest value for a one-line message, shortened."""
     text = repr(value)
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def _is_int(value):
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -347,7 +347,8 @@ def check_manifest(manifest: object, mpath: str | os.PathLike) -> None:
             f"runs {b['start']}-{b['stop']}")
 
 
-def _first_overlap(chunks):
+def _first_overlap(chunks: Sequence[Mapping[str, Any]]
+                   ) -> tuple[tuple[int, Mapping[str, Any]], tuple[int, Mapping[str, Any]]] | None:
     """((i, chunk), (j, chunk)) of the first two chunks (by start) that share a run, or None."""
     order = sorted(range(len(chunks)), key=lambda k: (chunks[k]["start"], chunks[k]["stop"]))
     for i, j in zip(order, order[1:]):

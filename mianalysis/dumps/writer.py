@@ -17,6 +17,7 @@ import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import ExitStack
 from pathlib import Path
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -26,7 +27,7 @@ from .._internal.locking import WriterLock
 from .._internal.validation import check_int
 from ..provenance import collect
 from .format import ParameterDump, check_creatable, discard_unwritten_dump, unwritten_dump_discarded
-from .layout import find_nonfinite, layout_from_shapes
+from .layout import LayoutEntry, find_nonfinite, layout_from_shapes
 from .manifest import MANIFEST, DumpError, check_checkpoints, check_meta, check_metric_names
 from .sketch import Sketch
 
@@ -65,7 +66,7 @@ def named_arrays(params: torch.nn.Module | Mapping[str, Any] | ArrayLike) -> lis
         params = params.state_dict()
     if not isinstance(params, Mapping):
         return None
-    named = []
+    named: list[tuple[str, np.ndarray]] = []
     for name, value in params.items():
         if torch is not None and torch.is_tensor(value):
             if value.is_floating_point():
@@ -75,7 +76,7 @@ def named_arrays(params: torch.nn.Module | Mapping[str, Any] | ArrayLike) -> lis
     return named
 
 
-def _flat_array(params):
+def _flat_array(params: Any) -> np.ndarray:
     """A flat parameter vector as a NumPy array; a floating-point tensor as float32 (bfloat16
     and float16 exactly: NumPy has no bfloat16, and a dump is float32 anyway)."""
     torch = sys.modules.get("torch")
@@ -100,14 +101,14 @@ def layout_difference(shapes: Iterable[tuple[str, Sequence[int]]], expected: Ite
     return "" if list(names) == list(want) else "holds the same tensors in another order"
 
 
-def _shown(value, limit=120):
+def _shown(value: object, limit: int = 120) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def _as_pairs(layout):
+def _as_pairs(layout: Iterable[Any]) -> list[tuple[str, tuple[int, ...]]]:
     """(name, shape) pairs of a layout given as pairs or as LayoutEntry objects."""
-    pairs = []
+    pairs: list[tuple[str, tuple[int, ...]]] = []
     for entry in layout:
         if hasattr(entry, "name") and hasattr(entry, "shape"):
             pairs.append((entry.name, tuple(entry.shape)))
@@ -126,23 +127,23 @@ class _Chunk:
     """The records of one chunk of runs [start, stop) while it fills: the metrics by name,
     since the dump's metric names may be known only when its first chunk is written."""
 
-    def __init__(self, start, stop, n_clients, n_checkpoints, n_params):
+    def __init__(self, start: int, stop: int, n_clients: int, n_checkpoints: int, n_params: int) -> None:
         self.start, self.stop = start, stop
         n = stop - start
         self.samples = np.empty((n_clients, n_checkpoints, n, n_params), dtype=np.float32)
-        self.metrics = {}  # metric name -> (n_clients, n_checkpoints, n), NaN where not recorded
+        self.metrics: dict[str, np.ndarray] = {}  # metric name -> (n_clients, n_checkpoints, n), NaN where not recorded
         self.filled = np.zeros((n_clients, n_checkpoints, n), dtype=bool)
 
-    def complete_runs(self):
-        return self.filled.all(axis=(0, 1))
+    def complete_runs(self) -> np.ndarray:
+        return np.asarray(self.filled.all(axis=(0, 1)))
 
-    def store_metrics(self, c, t, i, values):
+    def store_metrics(self, c: int, t: int, i: int, values: Mapping[str, float]) -> None:
         for name, value in values.items():
             if name not in self.metrics:
                 self.metrics[name] = np.full(self.filled.shape, np.nan, dtype=np.float32)
             self.metrics[name][c, t, i] = value
 
-    def metric_block(self, names, a, b):
+    def metric_block(self, names: Sequence[str], a: int, b: int) -> np.ndarray:
         """(n_clients, n_metrics, n_checkpoints, b - a) metrics of runs [start + a, start + b) in the order of `names`."""
         n_clients, n_checkpoints, _ = self.filled.shape
         block = np.full((n_clients, len(names), n_checkpoints, b - a), np.nan, dtype=np.float32)
@@ -157,7 +158,7 @@ SESSION_FIELDS = ("started", "ended", "argv", "mianalysis", "python", "packages"
                   "runs_written")
 
 
-def _check_provenance(provenance):
+def _check_provenance(provenance: object) -> dict[str, Any]:
     """`provenance` (a dict or None) as it reads back from the manifest; TypeError naming
     `provenance` if it is not a dict of JSON values, ValueError naming an entry the dump fills."""
     if provenance is None:
@@ -290,20 +291,20 @@ class DumpWriter:
         self._seen: set[str] = set()  # metric names of the records held, before the dump exists
         if self.metric_names is not None and len(set(self.metric_names)) != len(self.metric_names):
             raise ValueError(f"`metrics` must be unique names; got {self.metric_names}")
-        self.dump = None
+        self.dump: ParameterDump | None = None
         self._client_index = {c: i for i, c in enumerate(self.clients)}
         self._checkpoint_index = {c: i for i, c in enumerate(self.checkpoints)}
-        self._open = {}  # chunk start -> _Chunk being filled
+        self._open: dict[int, _Chunk] = {}  # chunk start -> _Chunk being filled
         # The runs left to write, as chunks (start, stop), sorted: every run until a dump is resumed.
         self._missing = [(s, min(s + self.chunk_size, self.n_runs)) for s in range(0, self.n_runs, self.chunk_size)]
-        self._stack = None
+        self._stack: ExitStack | None = None
         self._fresh = self._was_folder = False
         self._flat_size = 0
         self._guard = threading.Lock()  # records may come from several threads (a Flower app's clients)
-        self._refused = None  # the error for a metric the written dump lacks: the block ends with it, unwarned
+        self._refused: ValueError | None = None  # the error for a metric the written dump lacks: the block ends with it, unwarned
 
     # ------------------------------------------------------------------ the with block
-    def __enter__(self):
+    def __enter__(self) -> DumpWriter:
         stack = ExitStack()
         stack.enter_context(WriterLock(self.path, session=True))  # one open writer per dump
         try:
@@ -320,8 +321,10 @@ class DumpWriter:
         self._stack = stack
         return self
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> bool | None:
         stack, self._stack = self._stack, None
+        assert stack is not None  # set by __enter__
         try:
             self._close(failed=exc_type is not None, warn=exc is None or exc is not self._refused)
         except BaseException:
@@ -331,39 +334,40 @@ class DumpWriter:
             discard_unwritten_dump(self.path, keep_folder=self._was_folder)  # nothing recorded: nothing left
         return stack.__exit__(exc_type, exc, tb)
 
-    def _resume(self):
+    def _resume(self) -> None:
         dump = ParameterDump.open_or_create(self.path, meta=self.meta)  # the same meta, and verified
         want = {"clients": self.clients, "checkpoints": self.checkpoints, "runs": self.n_runs}
         have = {"clients": dump.clients, "checkpoints": dump.checkpoints, "runs": dump.n_runs}
         want["sketch"], have["sketch"] = self.sketch, dump.sketch
         if self.layout is not None:
             want["layout"] = [(e.name, e.shape) for e in self.layout]
-            have["layout"] = [(e.name, e.shape) for e in (dump.layout if dump.sketch is None else
-                                                          layout_from_shapes(dump.sketch_source))]
+            have["layout"] = [(e.name, e.shape) for e in _source_layout(dump)]
         if self.metric_names is not None:
             want["metrics"], have["metrics"] = self.metric_names, dump.metric_names
         diff = {k: (have[k], want[k]) for k in want if have[k] != want[k]}
         if diff:
             raise DumpError(f"{self.path} holds a dump with other settings (existing, requested): {diff}; nothing "
                             "was changed: choose another folder")
-        self.layout = dump.layout if dump.sketch is None else layout_from_shapes(dump.sketch_source)
+        self.layout = _source_layout(dump)
         self.metric_names = dump.metric_names
         self._attach(dump)
 
-    def _attach(self, dump):
+    def _attach(self, dump: ParameterDump) -> None:
         self.dump = dump
         if self.provenance:  # this session's record, written with its first chunk
             dump._session = {**(dump._session if dump._session is not None else collect()), **self.provenance}
         self._missing = dump.missing_chunks(self.chunk_size)
 
-    def _create(self):
+    def _create(self) -> ParameterDump:
         """Create the dump with its first chunk: the metric names, unless given, are those of
         the records held."""
         if self.metric_names is None:
             self.metric_names = sorted(self._seen)
-        self._attach(ParameterDump.open_or_create(
+        dump = ParameterDump.open_or_create(
             self.path, meta=self.meta, clients=self.clients, checkpoints=self.checkpoints, n_runs=self.n_runs,
-            layout=self.layout, metric_names=self.metric_names, sketch=self.sketch))
+            layout=self.layout, metric_names=self.metric_names, sketch=self.sketch)
+        self._attach(dump)
+        return dump
 
     # ------------------------------------------------------------------ records
     def is_written(self, run: int) -> bool:
@@ -461,27 +465,30 @@ class DumpWriter:
                 self._write(chunk, chunk.start, chunk.stop)
                 del self._open[chunk.start]
 
-    def _vector(self, named, flat, what):
-        n_params = self.layout[-1].offset + self.layout[-1].size
+    def _vector(self, named: list[tuple[str, np.ndarray]] | None, flat: np.ndarray | None, what: str) -> np.ndarray:
+        layout = self.layout
+        assert layout is not None  # set by record from its first record
+        n_params = layout[-1].offset + layout[-1].size
         if named is None:
+            assert flat is not None  # record passes the flat vector when there are no named tensors
             if flat.size != n_params:
                 raise ValueError(f"{what}: `params` has {flat.size} values; the layout has {n_params} "
-                                 f"({_shown([(e.name, e.shape) for e in self.layout])})")
+                                 f"({_shown([(e.name, e.shape) for e in layout])})")
             return flat.astype(np.float32)
-        expected = [(e.name, e.shape) for e in self.layout]
+        expected = [(e.name, e.shape) for e in layout]
         shapes = [(n, a.shape) for n, a in named]
         diff = layout_difference(shapes, expected)
         if diff and not diff.endswith("another order"):  # the layout's order is used whatever the dict's
             raise ValueError(f"{what}: `params` {diff}, compared with the layout {_shown(expected)}")
         arrays = dict(named)
-        return np.concatenate([arrays[e.name].reshape(-1) for e in self.layout]).astype(np.float32, copy=False)
+        return np.concatenate([arrays[e.name].reshape(-1) for e in layout]).astype(np.float32, copy=False)
 
-    def _metric_values(self, metrics, what):
+    def _metric_values(self, metrics: Mapping[str, float] | None, what: str) -> dict[str, float]:
         """A record's metrics as {name: value}, checked: names the dump can hold, numbers."""
-        values = {}
+        values: dict[str, float] = {}
         for name, value in (metrics or {}).items():
             if self.metric_names is not None and name not in self.metric_names:
-                raise self._unknown_metric(str(name), what)
+                raise self._unknown_metric(str(name), what, self.metric_names)
             try:
                 values[str(name)] = float(value)
             except (TypeError, ValueError):
@@ -489,10 +496,9 @@ class DumpWriter:
         check_metric_names(n for n in values if n not in self._seen)
         return values
 
-    def _unknown_metric(self, name, what):
-        """The error for metric `name`, which the dump cannot hold; the block ends with it
-        without an IncompleteChunkWarning (the error says what to do)."""
-        names = self.metric_names
+    def _unknown_metric(self, name: str, what: str, names: list[str]) -> ValueError:
+        """The error for metric `name`, which the dump (metric names `names`) cannot hold;
+        the block ends with it without an IncompleteChunkWarning (the error says what to do)."""
         if self._declared:
             self._refused = ValueError(f"{what}: metric {name!r} is not one of {names} (the writer's `metrics`)")
             return self._refused
@@ -503,23 +509,23 @@ class DumpWriter:
             f"pass every name to the writer, DumpWriter(..., metrics={every}), and record into a new folder")
         return self._refused
 
-    def _chunk_of(self, run):
+    def _chunk_of(self, run: int) -> tuple[int, int] | None:
         """(start, stop) of the missing chunk holding `run`, or None if `run` is written."""
         i = bisect.bisect_right(self._missing, (run, float("inf"))) - 1
         if i >= 0 and self._missing[i][0] <= run < self._missing[i][1]:
             return self._missing[i]
         return None
 
-    def _write(self, chunk, start, stop):
+    def _write(self, chunk: _Chunk, start: int, stop: int) -> None:
         """Write runs [start, stop) of `chunk` (all their records present), creating the dump
         with the first chunk."""
-        if self.dump is None:
-            self._create()
+        dump = self.dump if self.dump is not None else self._create()
+        assert self.metric_names is not None  # fixed by _create or _resume
         a, b = start - chunk.start, stop - chunk.start
         metrics = chunk.metric_block(self.metric_names, a, b)
-        self.dump.write_chunk(start, stop, {c: chunk.samples[i, :, a:b] for i, c in enumerate(self.clients)},
-                              {c: metrics[i] for i, c in enumerate(self.clients)})
-        self._missing = self.dump.missing_chunks(self.chunk_size)
+        dump.write_chunk(start, stop, {c: chunk.samples[i, :, a:b] for i, c in enumerate(self.clients)},
+                         {c: metrics[i] for i, c in enumerate(self.clients)})
+        self._missing = dump.missing_chunks(self.chunk_size)
 
     def pending(self) -> list[tuple[int, str, int]]:
         """The records still missing from the chunks being filled: a list of (run, client,
@@ -532,7 +538,7 @@ class DumpWriter:
                         missing.append((chunk.start + int(i), self.clients[c], self.checkpoints[t]))
             return missing
 
-    def _close(self, failed, warn=True):
+    def _close(self, failed: bool, warn: bool = True) -> None:
         """Leaving the block: write the complete runs of partly filled chunks (not after a
         failure: then nothing more is written); warn about the runs left out (if `warn`)."""
         if not self._open:
@@ -555,7 +561,12 @@ class DumpWriter:
                 "checkpoint of a run) with the same settings to complete the dump"), stacklevel=3)
 
 
-def _true_ranges(mask):
+def _source_layout(dump: ParameterDump) -> list[LayoutEntry]:
+    """The layout of the tensors a dump's records are taken of: its sketch's source, if it holds a sketch."""
+    return dump.layout if dump.sketch_source is None else layout_from_shapes(dump.sketch_source)
+
+
+def _true_ranges(mask: np.ndarray) -> list[tuple[int, int]]:
     """(start, stop) of each run of True in a boolean vector."""
     edges = np.flatnonzero(np.diff(np.concatenate([[0], mask.astype(np.int8), [0]])))
     return [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2])]

@@ -543,10 +543,11 @@ def _flush(row, limits, pairing, sample, m, inclusive, work, counts):
 def _fetch_list(values, indices, row, entries):
     """Prefetch the first `entries` entries of one row of a list."""
     stop = min(entries, values.shape[1])
+    # numba's stub gives an intrinsic's call the definition's signature, typingctx included.
     for c in range(0, stop, 8):
-        _prefetch(values[row], c)
+        _prefetch(values[row], c)  # type: ignore[call-arg]
     for c in range(0, stop, 16):
-        _prefetch(indices[row], c)
+        _prefetch(indices[row], c)  # type: ignore[call-arg]
 
 
 @numba.njit(cache=True)

@@ -17,6 +17,9 @@ PERMUTATION_BATCH = 32  # pairings per pass over the distance matrices (brute fo
 LIST_BATCH = 128
 SYMMETRIC_MIN_FEATURES = 100  # below, computing each distance twice in O(n) memory is faster
 
+# One variable's sorted near-neighbour lists (values, indices, cover): see neighbour_lists.
+NeighbourLists = tuple[np.ndarray, np.ndarray, np.ndarray]
+
 
 def marginal_distances(a, dtype="float64"):
     """The (n, n) max-norm distance matrix of the samples `a` (n, d), as the KSG kernel
@@ -174,7 +177,7 @@ def ksg_counts_symmetric(x, y, k, algorithm):
     nx = np.empty(n, dtype=np.int64)
     ny = np.empty(n, dtype=np.int64)
     free = list(range(tiles))
-    held = {}  # (row block, column block) -> pool slot of that tile, stored transposed
+    held: dict[tuple[int, int], int] = {}  # (row block, column block) -> pool slot of that tile, stored transposed
     for m in range(n_blocks):
         old_slots = np.array([held.pop((m, block)) for block in range(m)], dtype=np.int64)
         free.extend(old_slots.tolist())  # copied out before the new tiles are written
@@ -218,7 +221,7 @@ def list_workspace_bytes(n_samples, dtype="float64"):
     return numba.get_num_threads() * BLOCK * n_samples * (np.dtype(dtype).itemsize + 4)
 
 
-def neighbour_lists(d, k, n_samples=None):
+def neighbour_lists(d: np.ndarray, k: int, n_samples: int | None = None) -> NeighbourLists:
     """(values, indices, cover): the sorted near-neighbour lists of the rows of the distance
     matrix `d`, or of its tiles (:func:`distance_tiles`; then give `n_samples`); see
     :func:`mianalysis.estimators._neighbour_lists.neighbour_lists`."""
@@ -298,7 +301,8 @@ def permuted_counts(dx, dy, permutations, k, algorithm, *, method="auto", lists=
         stats["looked_up"] = stats["full_rows"] = np.zeros(0, dtype=np.int64)
 
 
-def listed_counts(dx, dy, n, perms, k, algorithm, *, lists=None, stats=None):
+def listed_counts(dx, dy, n, perms, k, algorithm, *, lists: tuple[NeighbourLists, NeighbourLists] | None = None,
+                  stats=None):
     """:func:`permuted_counts` by neighbour lists, from full distance matrices or from their
     tiles (:func:`distance_tiles`), LIST_BATCH pairings per call of the kernel."""
     from ._neighbour_lists import listed_neighbour_counts

@@ -506,7 +506,7 @@ def _logdet_pd(corr, block, n_samples, shrinkage, joint_why="", conditional=Fals
         with _single_threaded_blas():  # the same bits for any thread count
             chol = cholesky(corr, lower=True, check_finite=False)
         diag = np.diag(chol)
-        ok = np.all(diag > 0)
+        ok = bool(np.all(diag > 0))
     except LinAlgError:
         ok = False
     # diag(chol)**2 is the variance of each standardised feature left unexplained by the

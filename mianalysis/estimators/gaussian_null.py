@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import overload
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -63,6 +64,11 @@ class GaussianMINull:
         """Wilks' Lambda, ``exp(-2 I_plugin)`` with I in nats, of an estimate in `units`."""
         plugin = np.asarray(estimate, dtype=float) / self.factor + self.shift / self.factor
         return np.exp(-2.0 * plugin)
+
+    @overload
+    def p_value(self, estimate: float, *, method: str = "auto") -> float: ...
+    @overload
+    def p_value(self, estimate: ArrayLike, *, method: str = "auto") -> float | np.ndarray: ...
 
     def p_value(self, estimate: ArrayLike, *, method: str = "auto") -> float | np.ndarray:
         """Probability, under independence, of an estimate at least as large as `estimate`.

@@ -27,15 +27,11 @@ from .._internal.validation import (
     varying_columns,
 )
 from ._neighbours import SYMMETRIC_MIN_FEATURES as DISTANCE_CACHE_MIN_FEATURES
-from ._neighbours import (check_distance_cache, check_torch_device, distance_tiles, ksg_counts, ksg_counts_torch,
-                          listed_counts, marginal_distances, neighbour_list_length, neighbour_lists, permuted_counts,
-                          use_distance_cache, use_lists)
+from ._neighbours import (NeighbourLists, check_distance_cache, check_torch_device, distance_tiles, ksg_counts,
+                          ksg_counts_torch, listed_counts, marginal_distances, neighbour_list_length, neighbour_lists,
+                          permuted_counts, use_distance_cache, use_lists)
 from .calibration import warn_outside_calibration
 from .repeats import check_repeated_runs
-
-# One variable's sorted near-neighbour lists (values, indices, cover): see
-# mianalysis.estimators._neighbours.neighbour_lists.
-NeighbourLists = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 __all__ = [
     "ksg_mi", "MarginalDistances", "KSG_NOISE", "standardize_columns", "add_tie_breaking_noise",
@@ -332,17 +328,23 @@ def ksg_estimates_from_marginals(x, y, *, n_permutations=0, random_state=None, k
     if x.n_features == 0 or y.n_features == 0:  # I(c; Y) = 0 (see ksg_mi's Notes)
         return np.zeros(1 + n_permutations)
     permutations = [rng.permutation(x.n_samples) for _ in range(n_permutations)]
-    lists = None
+    lists: tuple[NeighbourLists, NeighbourLists] | None = None
     if use_lists(x.n_samples, 1 + n_permutations):  # made once per variable and k, for every pair it is in
         lists = (x.neighbour_lists(k), y.neighbour_lists(k))
     dx, dy = x.matrix, y.matrix
     if dx.dtype != dy.dtype:  # one exact float32 matrix, one float64: compare in float64 (exactly the same)
         dx, dy = dx.astype(np.float64), dy.astype(np.float64)
-        lists = None if lists is None else tuple((v.astype(np.float64), i, c.astype(np.float64)) for v, i, c in lists)
+        lists = None if lists is None else (_float64_lists(lists[0]), _float64_lists(lists[1]))
     nats = ksg_estimates_from_distances(dx, dy, permutations, k, algorithm, lists=lists)
     # Bits by division by log(2): the conversion analyze's tables have always been made with
     # on this path (the array path multiplies by 1 / log(2); the two may differ in the last bit).
     return nats if factor == 1.0 else nats / np.log(2)
+
+
+def _float64_lists(lists: NeighbourLists) -> NeighbourLists:
+    """Neighbour lists with their distances (values, cover) in float64; the indices as they are."""
+    values, indices, cover = lists
+    return values.astype(np.float64), indices, cover.astype(np.float64)
 
 
 def _check_distance_pair(x, y):

@@ -43,7 +43,7 @@ def _check_arguments(estimator, kwargs):
     if not unknown:
         return
     message = f"{entry.function.__name__}() got unexpected keyword arguments {sorted(unknown)}"
-    owners = {}  # the other estimators that take them -> those arguments
+    owners: dict[tuple[str, ...], list[str]] = {}  # the other estimators that take them -> those arguments
     for argument in sorted(unknown):
         takers = tuple(n for n in estimator_names() if n != estimator and argument in get_estimator(n).arguments)
         if takers:

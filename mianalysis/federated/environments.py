@@ -14,11 +14,27 @@ argue that averaging gradients learns the shortcuts and the AND-mask learns the 
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import numpy as np
 
 from .._internal.validation import check_flag, check_int
 
-__all__ = ["make_environments"]
+__all__ = ["make_environments", "Environments"]
+
+
+class Environments(TypedDict):
+    """What :func:`make_environments` returns: float32 features, int64 labels, and each
+    training client's indices into the training arrays."""
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    clients: list[np.ndarray]
+    x_val: np.ndarray
+    y_val: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    env_train: np.ndarray
 
 
 def _spiral(labels, rng, turns, noise):
@@ -34,7 +50,7 @@ def make_environments(n_clients: int = 53, n_test_clients: int = 10, examples_pe
                       equal_size: bool = True, size_sigma: float = 1.0, min_examples: int = 16,
                       signature_dims: int = 16, signature_scale: float = 1.0, signature_noise: float = 0.1,
                       spiral_turns: float = 1.5, spiral_noise: float = 0.05, validation_fraction: float = 0.2,
-                      seed: int = 0) -> dict[str, np.ndarray | list[np.ndarray]]:
+                      seed: int = 0) -> Environments:
     """Generate the environments.
 
     Parameters

@@ -502,7 +502,8 @@ class FederatedSimulation:
         weights = torch.from_numpy(self.data.sizes().astype(np.float64)) if cfg.weighted else None
         history = []
         client_eb = []
-        local_models = global_models = None
+        local_models: np.ndarray | None = None
+        global_models: np.ndarray | None = None
         if record:
             flat0 = self.flatten(params).numpy()
             local_models = np.empty((self.data.n_clients, cfg.rounds + 1, len(replicate_ids), flat0.shape[1]),
@@ -528,7 +529,7 @@ class FederatedSimulation:
                         client_eb.append({"round": t, "replicate": rep, "client": int(c), "eb": float(value)})
             flat, models, eb = self.placement.function(context, params, flat, clients, replicate_ids, t, w)
             params = self.unflatten(flat)
-            if record:
+            if local_models is not None and global_models is not None:  # made when `record`
                 for c, model in zip(clients, models):
                     local_models[c, t] = model.numpy()
                 global_models[t] = flat.numpy()

@@ -13,7 +13,8 @@ This package is the optional extra ``mianalysis[flower]`` (Flower >= 1.42, Pytho
   every round through a dump writer (:class:`mianalysis.DumpWriter`; client =
   partition id, checkpoint = round), one run at a time.
 - :func:`record_runs` -- run one Flower app for several seeds into a dump of as many runs,
-  ready for ``mianalysis analyze``.
+  ready for ``mianalysis analyze`` (``sketch=``: each client's sketch,
+  :class:`mianalysis.dumps.Sketch`, instead of its arrays, for large models).
 - :func:`record_deployment` -- inside a deployed ServerApp (``flwr run`` with a SuperLink),
   record that run as run r of a dump, when the run config names one.
 - :func:`with_partition_id` and :func:`partition_id` -- how a ClientApp's reply says which

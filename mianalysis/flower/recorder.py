@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -16,8 +17,9 @@ from flwr.supercore.run import Run
 
 from .._internal.io import progress_bar
 from .._internal.validation import check_int
-from ..dumps.writer import DumpWriter
+from ..dumps.writer import DumpWriter, layout_difference
 from ..dumps import ParameterDump
+from ..dumps.sketch import Sketch
 from .grid import SERVER_NODE_ID, LocalGrid
 from .records import named_arrays, partition_id, the_array_record
 from .seeding import SERVER_STREAM, seeded_globals
@@ -41,7 +43,9 @@ class RunRecorder:
     numbers of its reply's MetricRecord as the record's metrics. The run is written when
     every client has every checkpoint (the writer writes a chunk when it is complete), which
     needs every client in every round (Flower's ``fraction_train=1.0``);
-    :meth:`check_complete` names what is missing otherwise.
+    :meth:`check_complete` names what is missing otherwise. A writer made with a
+    ``sketch=`` (:class:`mianalysis.dumps.Sketch`) records each client's sketch instead of
+    its arrays.
 
     Parameters
     ----------
@@ -104,6 +108,33 @@ class RunRecorder:
             if checkpoint == 1 and node in sent_to:
                 self.record(client, 0, the_array_record(sent_to[node]))
 
+    def check_model(self, shapes: Iterable[tuple[str, Sequence[int]]], what: str = "the model") -> None:
+        """Check a model's floating-point tensors (`shapes`, (name, shape) pairs) before it trains.
+
+        ValueError naming the problem if the writer records its tensors already (a resumed
+        dump, or an earlier run) and `shapes` are not those tensors, or if the writer's
+        sketch would keep every tensor whole (the dump would hold the parameters, not a
+        sketch of them). :class:`RecordingGrid` checks the model it sends in round 1.
+        """
+        shapes = [(str(n), tuple(int(d) for d in s)) for n, s in shapes]
+        sketch, layout = self.writer.sketch, self.writer.layout
+        if layout is not None:
+            expected = [(e.name, e.shape) for e in layout]
+            diff = layout_difference(shapes, expected)
+            if diff and not diff.endswith("another order"):  # the writer records the layout's order whatever the dict's
+                of = f"the tensors the sketch of {self.writer.path} was taken of" if sketch is not None \
+                    else f"the tensors {self.writer.path} records"
+                raise ValueError(f"{what} {diff}, compared with {of}, {expected}: every run of a dump records the same "
+                                 "model; record this one into another folder")
+        if sketch is not None and shapes and sketch.sizes(shapes) == [math.prod(s) for _, s in shapes]:
+            rows = "rows per tensor" if sketch.split == "tensor" else "rows in all"
+            largest = max(math.prod(s) for _, s in shapes)
+            held = (f"its largest tensor has {largest} values" if sketch.split == "tensor"
+                    else f"its {sum(math.prod(s) for _, s in shapes)} values")
+            raise ValueError(f"`sketch` ({sketch.describe()}) keeps every tensor of {what} whole ({held}, the sketch "
+                             f"{sketch.size} {rows}): the dump would hold the parameters, not a sketch of them; give a "
+                             "Sketch of fewer rows, or no sketch")
+
     def missing(self) -> list[tuple[str, int]]:
         """(client, checkpoint) of every record not given yet."""
         return [(c, int(t)) for c in self.clients for t in np.flatnonzero(~self.filled[c])]
@@ -138,6 +169,9 @@ class RecordingGrid(Grid):
     go to `recorder` at that round, and in round 1 the arrays each node was sent go to
     checkpoint 0. Works with any strategy that exchanges training messages through
     ``send_and_receive`` (all of Flower's do), :class:`mianalysis.flower.FedRule` or not.
+    Before round 1 is sent, the model it carries is checked (:meth:`RunRecorder.check_model`):
+    a model unlike the one the dump records, or one the writer's sketch would keep whole,
+    is an error before any client trains.
 
     Parameters
     ----------
@@ -202,8 +236,15 @@ class RecordingGrid(Grid):
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
         """The wrapped grid's ``send_and_receive``; a training exchange is recorded as the next round."""
         messages = list(messages)
+        training = [m for m in messages if m.metadata.message_type.split(".")[0] == "train"]
+        if training and self.rounds_seen == 0:
+            records = training[0].content.array_records  # the model of round 1 (its checkpoint 0)
+            if len(records) == 1:  # otherwise the_array_record names the problem when it is recorded
+                arrays = next(iter(records.values()))
+                self.recorder.check_model([(n, a.shape) for n, a in arrays.items() if "float" in a.dtype],
+                                          "the model sent in round 1")
         replies = list(self.grid.send_and_receive(messages, timeout=timeout))
-        if any(m.metadata.message_type.split(".")[0] == "train" for m in messages):
+        if training:
             self.rounds_seen += 1
             if self.rounds_seen >= len(self.recorder.checkpoints):
                 raise ValueError(f"the app runs more training rounds than the {len(self.recorder.checkpoints) - 1} "
@@ -265,7 +306,7 @@ def _seeds_written(writer: DumpWriter) -> dict[int, Any]:
 def record_runs(server_app: ServerApp, client_app: ClientApp, out: str | os.PathLike, *, num_partitions: int,
                 rounds: int, seeds: Sequence[int], run_config: Mapping[str, Any] | None = None,
                 seed_key: str = "seed", meta: Mapping[str, Any] | None = None, verbose: bool = False,
-                progress: bool = False) -> ParameterDump:
+                progress: bool = False, sketch: Sketch | None = None) -> ParameterDump:
     """Run a Flower app once per seed, in this process, into a dump of ``len(seeds)`` runs.
 
     Run r gives the ServerApp and every ClientApp the run config ``{**run_config,
@@ -321,6 +362,16 @@ def record_runs(server_app: ServerApp, client_app: ClientApp, out: str | os.Path
         while the recording runs, and its level is restored afterwards.
     progress : bool, default=False
         A progress bar over runs on stderr (runs written earlier counted as done).
+    sketch : mianalysis.dumps.Sketch, optional
+        Record each client's sketch instead of its arrays (models of millions of
+        parameters): the writer's `sketch` (:class:`~mianalysis.DumpWriter`), so the
+        dump's layout is the sketch's (``NAME[sketch]`` tensors) and its manifest holds the
+        sketch, seed and size included; a dump is resumed only with the same sketch. The
+        same projection for every client, round and run: distances between the clients
+        are the parameters' within the Johnson-Lindenstrauss error of
+        :class:`~mianalysis.dumps.Sketch`, and MI between sketches is at most the MI
+        between the parameters (data processing). A sketch that would keep every tensor
+        of the model whole is an error before any client trains.
 
     Returns
     -------
@@ -342,8 +393,9 @@ def record_runs(server_app: ServerApp, client_app: ClientApp, out: str | os.Path
             "flower": {"num_partitions": num_partitions, "rounds": rounds, "seeds": seeds, "seed_key": seed_key,
                        "run_config": run_config}}
     # One chunk per run: each run is written as soon as its last record comes.
-    with _flower_messages(verbose), DumpWriter(out, clients=range(num_partitions), checkpoints=range(rounds + 1), runs=len(seeds),
-                    chunk_size=1, meta=meta) as writer:
+    clients = [str(p) for p in range(num_partitions)]  # the partition ids, as the writer names clients
+    with _flower_messages(verbose), DumpWriter(out, clients=clients, checkpoints=range(rounds + 1), runs=len(seeds),
+                                               chunk_size=1, meta=meta, sketch=sketch) as writer:
         todo = writer.missing_runs()
         bar = progress_bar(len(seeds), initial=len(seeds) - len(todo), unit="run", desc="recording", enabled=progress)
         for run in todo:
@@ -368,7 +420,7 @@ DEPLOYMENT_CONFIG = {"mianalysis.dump": "", "mianalysis.run": 0, "mianalysis.run
 
 @contextlib.contextmanager
 def record_deployment(grid: Grid, context: Context, *, rounds: int, seed_key: str = "seed",
-                      meta: Mapping[str, Any] | None = None) -> Iterator[Grid]:
+                      meta: Mapping[str, Any] | None = None, sketch: Sketch | None = None) -> Iterator[Grid]:
     """Record one run of a deployed ServerApp (``flwr run`` with a SuperLink) as run r of a dump.
 
     Inside a ServerApp's main function, around the strategy: the grid it yields records
@@ -412,6 +464,10 @@ def record_deployment(grid: Grid, context: Context, *, rounds: int, seed_key: st
         The run-config key of the seed (left out of the dump's meta: it differs by run).
     meta : mapping, optional
         More entries for the dump's meta (JSON values).
+    sketch : mianalysis.dumps.Sketch, optional
+        Record each client's sketch instead of its arrays, as :func:`record_runs` does
+        (give every ``flwr run`` of one dump the same sketch: another one is refused
+        before the app trains).
 
     Yields
     ------
@@ -424,8 +480,10 @@ def record_deployment(grid: Grid, context: Context, *, rounds: int, seed_key: st
     ValueError
         For a relative dump path, a run out of range or already written, a seed that a
         written run of the dump already has (as :func:`record_runs` refuses a repeated
-        seed), and (after the strategy) a run with a missing (client, round) record,
-        naming them; all but the last before the app trains.
+        seed), a model sent in round 1 unlike the one the dump records or that `sketch`
+        would keep whole (:meth:`RunRecorder.check_model`), and (after the strategy) a run
+        with a missing (client, round) record, naming them; all but the last before the
+        app trains.
 
     Examples
     --------
@@ -460,8 +518,9 @@ def record_deployment(grid: Grid, context: Context, *, rounds: int, seed_key: st
                        "run_config": settings, "deployment": True}}
     seed = config.get(seed_key)  # None: the run config has no seed, so nothing to compare
     # The seed goes with this session's provenance record (meta is the same for every run).
-    with DumpWriter(out, clients=range(num_partitions), checkpoints=range(rounds + 1), runs=runs, chunk_size=1,
-                    meta=meta, provenance={"flower": {"run": run, "seed": seed}}) as writer:
+    clients = [str(p) for p in range(num_partitions)]  # the partition ids, as the writer names clients
+    with DumpWriter(out, clients=clients, checkpoints=range(rounds + 1), runs=runs, chunk_size=1,
+                    meta=meta, provenance={"flower": {"run": run, "seed": seed}}, sketch=sketch) as writer:
         if writer.is_written(run):
             raise ValueError(f"run {run} of the dump {out} is already written: give this `flwr run` another "
                              f"'mianalysis.run' (runs not written yet: {writer.missing_runs()})")

@@ -121,7 +121,7 @@ def _task_line(task, runs, seed):
             f"{task.n_iterations} iterations per epoch, {runs} runs (seed {seed})")
 
 
-def demo_report(rows: Sequence[dict], out_dir: str | os.PathLike = "runs/demo", *, runs: int = 400,
+def demo_report(rows: Sequence[Mapping[str, Any]], out_dir: str | os.PathLike = "runs/demo", *, runs: int = 400,
                 seed: int = 0, seconds: float | None = None) -> str:
     """The text report of :func:`run_demo`'s rows (of `runs` runs sampled with `seed`, in
     `seconds` if given): what the design forces, MI and distances with their nulls, the core

@@ -324,7 +324,7 @@ def _all_above_null(rows, n_permutations=None, alpha=0.05):
         return SHRINKAGE
     if any(np.isnan(r["p_value"]) for r in tested):
         return "not made: no null"
-    permuted = [r for r in tested if r["null_method"] != "analytic"]
+    permuted = [r for r in tested if r["null_method"] == "permutation"]
     if permuted and n_permutations is not None and 1 / (n_permutations + 1) > alpha:
         return f"not made: {n_permutations} permutations cannot give p <= {alpha:g}"
     return all(r["p_value"] <= alpha for r in tested)

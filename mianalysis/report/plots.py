@@ -20,6 +20,8 @@ if TYPE_CHECKING:  # names used only in type hints (Matplotlib is loaded where a
     import matplotlib.figure
     import matplotlib.legend
 
+    from ..analysis.schema import AnalysisRow
+
 __all__ = [
     "save_figure", "check_drawable", "figure_mi", "figure_distances", "figure_title", "FIGURES", "plot_mi_panel",
     "plot_metric_panel", "plot_distance_panel", "plot_update_panel", "pair_summary", "estimator_variant",
@@ -171,7 +173,7 @@ def legend_below(ax: matplotlib.axes.Axes, *, fontsize: float = LEGEND_FONTSIZE)
 
 def _pair_rows(rows, quantity):
     """{iteration: [row of each client pair]} of one quantity, pairs in a fixed order."""
-    by_it = {}
+    by_it: dict[int, list[AnalysisRow]] = {}
     table = AnalysisTable.of(rows)
     for a, b in _pairs(table):
         for r in table.select(quantity, a, b):
@@ -302,7 +304,7 @@ def _kind_segments(iterations, kinds):
     """(kind, boolean mask over `iterations`) for each maximal run of consecutive drawn
     iterations of one kind, where a run also ends at an iteration that is not drawn."""
     every = sorted(kinds)
-    segments = []
+    segments: list[tuple[str, np.ndarray]] = []
     last_kind, last_pos = None, None
     for i, it in enumerate(iterations):
         kind = kinds.get(int(it), "plain")

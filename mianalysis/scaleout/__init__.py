@@ -32,7 +32,7 @@ import pickle
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,7 +56,7 @@ class SchedulerError(OSError):
     not installed. The message is one line."""
 
 
-def parse_scheduler(scheduler: str | os.PathLike) -> tuple[str, int | str]:
+def parse_scheduler(scheduler: object) -> tuple[str, int | str]:
     """What a scheduler string names: ``("local", n_workers)``, ``("address", address)``
     or ``("file", path)`` (see the module docstring); ValueError for a bad one.
 
@@ -329,7 +329,7 @@ def _identity(value):
 
 def run_unordered(client: distributed.Client, function: Callable[[Any], Any], items: Iterable[Any], *,
                   window: int | None = None, name: str = "mianalysis", timeout: float = CONNECT_TIMEOUT
-                  ) -> Iterator[tuple[Any, Any]]:
+                  ) -> Generator[tuple[Any, Any], None, None]:
     """Run ``function(item)`` for every item on the cluster; yield ``(item, result)`` in
     the order results complete.
 
@@ -354,6 +354,8 @@ def run_unordered(client: distributed.Client, function: Callable[[Any], Any], it
     distributed = _distributed()
     timeout = check_real(timeout, "timeout", low=0, low_open=True)
     items = list(items)
+    if client.scheduler is None:  # a Client made with asynchronous=True and never awaited
+        raise SchedulerError("the Dask client is not connected to a scheduler; connect it first (see connect)")
     where = f"the Dask scheduler {client.scheduler.address}"
     if window is None:
         window = max(2, 2 * sum(client.nthreads().values()))

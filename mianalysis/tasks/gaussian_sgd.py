@@ -131,7 +131,7 @@ class GaussianSGDTask(Task):
             del self.settings["heterogeneity"]
         # client -> (A_k, m_k) after heterogeneity; ("drawn", client) -> as drawn
         self._curvatures: dict[int | tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
-        self._root_tensor = None
+        self._root_tensor: torch.Tensor | None = None  # each client's square root of A_k, made on first use
 
     # ---------------------------------------------------------------- sizes
     @property

@@ -292,7 +292,8 @@ class ModuleTask(Task):
         })
         if sketch is not None:  # absent without one: dumps made before sketches existed resume
             self.settings["sketch"] = sketch.to_json()
-        self._batched = None
+        # (gradient, forward, loss), batched over the replicas: made on first use (_functions)
+        self._batched: tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]] | None = None
         outputs = self._probe()
         self._check_labels(outputs)
         self.settings.update(self._fingerprints())
@@ -361,8 +362,9 @@ class ModuleTask(Task):
                     if reset:
                         with torch.no_grad():
                             for module in model.modules():
-                                if callable(getattr(module, "reset_parameters", None)):
-                                    module.reset_parameters()
+                                reset_parameters = getattr(module, "reset_parameters", None)
+                                if callable(reset_parameters):
+                                    reset_parameters()
             except Exception as exc:
                 what = "reset_parameters() of" if self._instance is not None else "the factory"
                 raise ValueError(f"`model` (task module): {what} {_qualified(self._factory)} raised "
@@ -390,7 +392,7 @@ class ModuleTask(Task):
             for attr in _RANDOM_ATTRIBUTES:
                 rate = getattr(module, attr, None)
                 if ("Dropout" in type(module).__name__ or attr == "dropout") and isinstance(rate, numbers.Real) \
-                        and not isinstance(rate, bool) and rate > 0:
+                        and not isinstance(rate, bool) and float(rate) > 0:
                     raise ValueError(
                         f"the model's module {label} has dropout {attr}={rate}: randomness inside the model is not "
                         "supported (torch.func.vmap cannot give each replica its own seeded stream); set it to 0")

@@ -275,10 +275,10 @@ def _out_of_exact(rows):
     for i, row in enumerate(rows):
         checkpoint = _checkpoint(row)
         if _is_change(row) and checkpoint is not None:
-            why = exact.get((str(row["quantity"])[len("delta_"):], row.get("layer", ""), row["client_a"],
-                             row["client_b"], checkpoint - 1))
-            if why:
-                out[i] = f"{FROM_EXACT} ({why} at checkpoint {checkpoint - 1})"
+            reason = exact.get((str(row["quantity"])[len("delta_"):], row.get("layer", ""), row["client_a"],
+                                row["client_b"], checkpoint - 1))
+            if reason:
+                out[i] = f"{FROM_EXACT} ({reason} at checkpoint {checkpoint - 1})"
     return out
 
 

@@ -4,33 +4,74 @@ Glue between a dump, an analysis table (rows as :func:`mianalysis.analysis.analy
 or :func:`mianalysis.analysis.read_table` reads) and :func:`mianalysis.additive_model_mi`:
 for each pair and each step between consecutive checkpoints of the table, the estimated MI
 change beside the change the additive model predicts. The numbers come from
-:mod:`mianalysis.analysis.studies.additive`; this module only reads samples and arranges rows.
+:mod:`mianalysis.analysis.studies.additive`; this module only reads samples and arranges rows,
+a typed table, :data:`ADDITIVE_TABLE` (written with its sidecar by `out`).
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
 import numpy as np
 
+from ..schema import Column
+from ..study_table import StudySchema, StudyTable
 from .additive import additive_model_test
 
 if TYPE_CHECKING:  # names used only in type hints
     from ...dumps import ParameterDump
 
-__all__ = ["additive_prediction_rows", "PREDICTION_COLUMNS"]
+__all__ = ["additive_prediction_rows", "PREDICTION_COLUMNS", "AdditivePredictionRow", "ADDITIVE_TABLE"]
 
-PREDICTION_COLUMNS = ("checkpoint_from", "checkpoint", "iteration_from", "iteration", "client_a", "client_b",
-                      "layer", "estimated_change", "estimated_ci_low", "estimated_ci_high", "predicted_change",
-                      "mi_start", "mi_predicted", "distance_change", "method", "difference_ci_low", "difference_ci_high", "verdict", "n_runs",
-                      "note")
+
+class AdditivePredictionRow(TypedDict):
+    """One row of :func:`additive_prediction_rows`: one client pair (and layer) over one step
+    between consecutive checkpoints. The fields, in the CSV's order, are the columns of
+    :data:`ADDITIVE_TABLE`."""
+
+    checkpoint_from: Annotated[int, Column(meaning="The step's first checkpoint (index in the dump).")]
+    checkpoint: Annotated[int, Column(meaning="The step's later checkpoint.")]
+    iteration_from: Annotated[int, Column(unit="iterations", meaning="Training iteration of `checkpoint_from`.")]
+    iteration: Annotated[int, Column(unit="iterations", meaning="Training iteration of `checkpoint`.")]
+    client_a: Annotated[str, Column(meaning="The first client of the pair.")]
+    client_b: Annotated[str, Column(meaning="The second client of the pair.")]
+    layer: Annotated[str, Column(meaning="The tensor of the rows (empty: the whole parameter vector).")]
+    estimated_change: Annotated[float, Column(unit="bits", meaning="The table's MI at `checkpoint` minus at "
+                                              "`checkpoint_from`.")]
+    estimated_ci_low: Annotated[float, Column(unit="bits", meaning="Lower end of the estimated change's interval "
+                                              "(the table's `delta_` row); NaN without one.")]
+    estimated_ci_high: Annotated[float, Column(unit="bits", meaning="Upper end of that interval.")]
+    predicted_change: Annotated[float, Column(unit="bits", meaning="The change the additive-noise model predicts; "
+                                              "NaN where the samples fit no additive model.")]
+    mi_start: Annotated[float, Column(unit="bits", meaning="The model's MI at `checkpoint_from`.")]
+    mi_predicted: Annotated[float, Column(unit="bits", meaning="The model's MI at `checkpoint`.")]
+    distance_change: Annotated[float, Column(unit="as the samples", meaning="The change of the clients' distance the "
+                                             "model implies.")]
+    method: Annotated[str, Column(meaning="\"covariance\", \"isotropic\" (the fallback with too few runs), or "
+                                  "empty without a prediction.", choices=("covariance", "isotropic", ""))]
+    difference_ci_low: Annotated[float, Column(unit="bits", meaning="Lower end of the paired bootstrap interval of "
+                                               "the estimated minus the predicted change.")]
+    difference_ci_high: Annotated[float, Column(unit="bits", meaning="Upper end of that interval.")]
+    verdict: Annotated[str, Column(meaning="\"contradicted\" (the interval excludes 0), \"not contradicted\", "
+                                   "\"not decided\", or empty without a prediction.")]
+    n_runs: Annotated[int, Column(unit="runs", meaning="The runs the step is computed from.")]
+    note: Annotated[str, Column(meaning="Parameters left out, and why a prediction is missing or undecided.")]
+
+
+#: The table of :func:`additive_prediction_rows`: :class:`AdditivePredictionRow`'s columns, format version 1.
+ADDITIVE_TABLE = StudySchema("additive_check", AdditivePredictionRow, 1,
+                             "The estimated and the additive-noise model's predicted MI change of one client pair "
+                             "over one step.")
+#: The columns of :data:`ADDITIVE_TABLE`, in order.
+PREDICTION_COLUMNS = tuple(c.name for c in ADDITIVE_TABLE.columns)
 
 
 def additive_prediction_rows(rows: Sequence[Mapping[str, Any]], dump: ParameterDump, *, quantity: str = "mi_gaussian",
                              fallback: str | None = "isotropic", n_resamples: int = 20, level: float = 0.95,
-                             random_state: int | None = 0) -> list[dict]:
+                             random_state: int | None = 0, out: str | os.PathLike | None = None) -> list[dict]:
     """Estimated and additive-model MI changes for every pair and step of a table.
 
     Parameters
@@ -52,6 +93,10 @@ def additive_prediction_rows(rows: Sequence[Mapping[str, Any]], dump: ParameterD
         Confidence level of the difference's interval.
     random_state : None or int, default=0
         Seeds the resampling (the same seed for every step).
+    out : str or path, optional
+        Also write the rows as the typed table :data:`ADDITIVE_TABLE` to this CSV, with its
+        sidecar ``OUT.json`` (these settings, format version, provenance;
+        :class:`~mianalysis.analysis.study_table.StudyTable`, which reads it back).
 
     Returns
     -------
@@ -99,7 +144,7 @@ def additive_prediction_rows(rows: Sequence[Mapping[str, Any]], dump: ParameterD
             by_key.setdefault(key, []).append(row)
     if not by_key:
         raise ValueError(f"`rows` hold no pair rows of quantity {quantity!r}")
-    out = []
+    found = []
     for (a, b, layer), series in by_key.items():
         series = sorted(series, key=lambda r: r["checkpoint"])
         for first, later in zip(series, series[1:]):
@@ -107,8 +152,12 @@ def additive_prediction_rows(rows: Sequence[Mapping[str, Any]], dump: ParameterD
             delta = deltas.get((a, b, layer, later["checkpoint"]), {})
             low, high = float(delta.get("ci_low", math.nan)), float(delta.get("ci_high", math.nan))
             row["estimated_ci_low"], row["estimated_ci_high"] = low, high
-            out.append({column: row[column] for column in PREDICTION_COLUMNS})
-    return out
+            found.append({column: row[column] for column in PREDICTION_COLUMNS})
+    if out is not None:
+        StudyTable(ADDITIVE_TABLE, found, settings={"quantity": quantity, "fallback": fallback,
+                                                    "n_resamples": n_resamples, "level": level,
+                                                    "random_state": random_state, "dump": str(dump.path)}).write(out)
+    return found
 
 
 def _step(dump, a, b, layer, first, later, fallback, n_resamples, level, random_state):

@@ -6,13 +6,16 @@ clients' local models are dependent across replicates mostly through it. Given t
 recorded local models and global models (:func:`mianalysis.federated.record_replicates`
 with ``record_global=True``), this module measures, per round and pair of clients, the
 unconditional MI of the local models, their MI given the global model the round started
-from, and the MI of the clients' updates relative to that model.
+from, and the MI of the clients' updates relative to that model. Its rows are a typed
+table, :data:`DEPENDENCE_TABLE` (written with its sidecar by `out`).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from itertools import combinations
+from typing import Annotated, TypedDict
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -21,18 +24,53 @@ from ..._internal.validation import check_choice, varying_columns
 from ..._internal.normal_interval import check_level, normal_interval
 from ...estimators import gaussian_cmi, gaussian_mi, gaussian_mi_null
 from ...estimators.gaussian_se import canonical_correlations, wishart_mi_se
+from ..schema import Column
+from ..study_table import StudySchema, StudyTable
 
 QUANTITIES = ("mi_local", "cmi_given_global", "mi_update")
 NULLS = ("analytic", None)
 #: The columns of uncertainty every row has besides the estimate ``value``.
 UNCERTAINTY_COLUMNS = ("se", "ci_low", "ci_high", "null_mean", "null_std", "p_value")
 
-__all__ = ["dependence_given_global", "QUANTITIES", "UNCERTAINTY_COLUMNS", "conditional_mi_uncertainty"]
+__all__ = ["dependence_given_global", "QUANTITIES", "UNCERTAINTY_COLUMNS", "conditional_mi_uncertainty",
+           "DependenceRow", "DEPENDENCE_TABLE"]
+
+_MI = "bits or nats (the sidecar's settings[\"units\"])"
+
+
+class DependenceRow(TypedDict):
+    """One row of :func:`dependence_given_global`: one quantity of one client pair in one round.
+    The fields, in the CSV's order, are the columns of :data:`DEPENDENCE_TABLE`."""
+
+    iteration: Annotated[int, Column(unit="rounds", meaning="The round t (>= 1): the local models at checkpoint t.")]
+    global_checkpoint: Annotated[int, Column(meaning="The checkpoint of the global model the round started from "
+                                             "(t - 1).")]
+    client_a: Annotated[str, Column(meaning="The first client of the pair.")]
+    client_b: Annotated[str, Column(meaning="The second client of the pair.")]
+    quantity: Annotated[str, Column(meaning="\"mi_local\" (the local models' MI), \"cmi_given_global\" (their MI "
+                                    "given the global model) or \"mi_update\" (the MI of their updates).",
+                                    choices=QUANTITIES)]
+    value: Annotated[float, Column(unit=_MI, meaning="The Gaussian estimate.")]
+    n_runs: Annotated[int, Column(unit="replicates", meaning="The replicate runs it is estimated from.")]
+    n_features: Annotated[int, Column(unit="parameters", meaning="The recorded parameters of each model.")]
+    se: Annotated[float, Column(unit=_MI, meaning="Standard error (Wishart, Gaussian data); NaN with shrinkage.")]
+    ci_low: Annotated[float, Column(unit=_MI, meaning="Lower end of the normal interval (settings[\"ci_level\"]).")]
+    ci_high: Annotated[float, Column(unit=_MI, meaning="Upper end of the normal interval.")]
+    null_mean: Annotated[float, Column(unit=_MI, meaning="Mean of the analytic (Wilks' Lambda) null; NaN without "
+                                       "one.")]
+    null_std: Annotated[float, Column(unit=_MI, meaning="Sd of the analytic null; NaN without one.")]
+    p_value: Annotated[float, Column(meaning="One-sided p-value of the estimate under the null; NaN without one.")]
+
+
+#: The table of :func:`dependence_given_global`: :class:`DependenceRow`'s columns, format version 1.
+DEPENDENCE_TABLE = StudySchema("dependence_given_global", DependenceRow, 1,
+                               "One quantity (MI, MI given the global model, MI of the updates) of one client pair in "
+                               "one round, with its uncertainty.")
 
 
 def dependence_given_global(local: Mapping[str, ArrayLike], global_model: ArrayLike, *, units: str = "bits",
                             bias_correction: bool = True, shrinkage: str | None = None, ci_level: float = 0.95,
-                            null: str | None = "analytic") -> list[dict]:
+                            null: str | None = "analytic", out: str | os.PathLike | None = None) -> list[dict]:
     r"""Per round and pair of clients: MI of the local models, MI given the broadcast
     global model, and MI of the model updates (all with the Gaussian estimator).
 
@@ -84,6 +122,10 @@ def dependence_given_global(local: Mapping[str, ArrayLike], global_model: ArrayL
         "analytic": the Wilks' Lambda null above. None: no null; the rows keep the columns
         ``null_mean``, ``null_std`` and ``p_value`` (so that every table has the same
         columns), as NaN.
+    out : str or path, optional
+        Also write the rows as the typed table :data:`DEPENDENCE_TABLE` to this CSV, with
+        its sidecar ``OUT.json`` (these settings, format version, provenance;
+        :class:`~mianalysis.analysis.study_table.StudyTable`, which reads it back).
 
     Returns
     -------
@@ -158,6 +200,10 @@ def dependence_given_global(local: Mapping[str, ArrayLike], global_model: ArrayL
                 else:
                     row.update(dict.fromkeys(UNCERTAINTY_COLUMNS, np.nan))
                 rows.append(row)
+    if out is not None:
+        StudyTable(DEPENDENCE_TABLE, rows, settings={"units": units, "bias_correction": bias_correction,
+                                                     "shrinkage": shrinkage, "ci_level": ci_level, "null": null,
+                                                     "estimator": "gaussian"}).write(out)
     return rows
 
 

@@ -19,7 +19,21 @@ the delete-a-group jackknife's over runs, weights refitted, so that they hold th
 the fitted weights too (:func:`headroom_rows`).
 
 The MSE is the total squared error summed over the parameters (not the mean per
-coordinate). Everything here is NumPy on arrays, except :func:`headroom`, a thin entry that
+coordinate).
+
+**Rule names.** A name means one rule in the whole package. The rules here are not
+aggregation rules of :mod:`mianalysis.federated.registry` (``federate --aggregator``), and
+none shares a name with one: "mean" and "weighted_mean" are the registry's "fedavg" without
+and with client sizes as weights, "curvature" its "fisher_full" given each client's exact
+Hessian ``A_k`` (``eps=0``), and "inverse_mse" weighs each coordinate by each client's inverse
+mean squared error *to the reference*, fitted on other runs: the registry's
+"inverse_variance" formula, but fed an oracle's moments where the registry's rule is fed
+each client's own local-iterate variances (a rule a federation can run). Headroom called
+"inverse_mse" "inverse_variance" before; that name is still accepted, with a
+DeprecationWarning, and labels its rows as asked (so older scripts reproduce their tables),
+but it is the registry's rule's name (``tests/test_study_tables.py`` checks these equivalences
+on small known cases). The typed table of :func:`headroom`'s rows is :data:`HEADROOM_TABLE`
+(:class:`~mianalysis.analysis.study_table.StudyTable`; ``mianalysis headroom --out`` writes it). Everything here is NumPy on arrays, except :func:`headroom`, a thin entry that
 reads a :class:`~mianalysis.dumps.ParameterDump` (and, for gaussian-sgd, asks the task for
 the reference and the exact answer); :func:`headroom_verdicts` says per checkpoint, in one
 line, whether averaging is near-optimal against that reference.
@@ -29,8 +43,9 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -39,28 +54,34 @@ from ..._internal.io import progress_bar
 from ..._internal.validation import check_choice, check_int, check_real
 from ...dumps.manifest import CENTRAL, OPTIMUM, REFERENCE_CLIENTS
 from ..inference.intervals import check_level, mean_interval, normal_interval, se_from_interval
+from ..schema import Column
+from ..study_table import StudySchema
 
 if TYPE_CHECKING:  # names used only in type hints
     from ...dumps import ParameterDump
 
-__all__ = ["RULES", "FITTED_RULES", "RUNNABLE_RULES", "BEST_RULES", "NEAR_OPTIMAL", "REFERENCE_CLIENTS",
-           "MAX_BLUE_DIMENSION", "default_rules", "fitting_inflation", "rule_weights", "oracle_weights",
+__all__ = ["RULES", "FITTED_RULES", "RUNNABLE_RULES", "BEST_RULES", "DEPRECATED_RULES", "NEAR_OPTIMAL",
+           "REFERENCE_CLIENTS", "HeadroomRow", "HEADROOM_TABLE", "MAX_BLUE_DIMENSION", "default_rules", "fitting_inflation", "rule_weights", "oracle_weights",
            "best_linear_weights", "combine_errors", "combination_mse", "ratio_interval", "headroom_rows", "headroom",
            "reference_phrase", "headroom_verdicts", "headroom_rule_lines"]
 
 log = logging.getLogger(__name__)
 
 # Combination rules: fixed weights ("mean": 1/K; "weighted_mean": client sizes) and weights
-# fitted from the errors of the fitting runs (per coordinate: "inverse_variance", each
-# client's mean squared error; "blue_coordinate", the best linear unbiased combination from
+# fitted from the errors of the fitting runs (per coordinate: "inverse_mse", each
+# client's inverse mean squared error; "blue_coordinate", the best linear unbiased combination from
 # the K x K second moment; "blue": the full best linear combination, (K d) x (K d)).
 # "curvature" (gaussian-sgd only) is (sum_j A_j)^-1 A_k: the weights of the reference itself.
-RULES = ("mean", "weighted_mean", "inverse_variance", "blue_coordinate", "blue")
-FITTED_RULES = ("inverse_variance", "blue_coordinate", "blue")
+RULES = ("mean", "weighted_mean", "inverse_mse", "blue_coordinate", "blue")
+FITTED_RULES = ("inverse_mse", "blue_coordinate", "blue")
+# Old names of rules -> their names now. "inverse_variance" is the federated registry's rule
+# (each client's own local-iterate variances, runnable); headroom's oracle-fitted rule of that
+# name is "inverse_mse". An old name is accepted with a DeprecationWarning and labels its rows.
+DEPRECATED_RULES = {"inverse_variance": "inverse_mse"}
 TASK_RULES = ("curvature",)
 # The rules a federation can run without the reference: fixed weights ("mean", "weighted_mean":
 # client sizes) and "curvature" (each client's exact loss curvature A_k, which the client knows).
-# "inverse_variance", "blue_coordinate" and "blue" are fitted on the errors theta_k - theta*, so
+# "inverse_mse", "blue_coordinate" and "blue" are fitted on the errors theta_k - theta*, so
 # they need the reference itself: oracle-type rules, not runnable.
 RUNNABLE_RULES = ("mean", "weighted_mean", "curvature")
 # The "best combination" of the verdicts, in order of preference: "blue" (the best linear
@@ -84,6 +105,64 @@ CHOLESKY_MAX_CONDITION = 1e8
 JACKKNIFE_GROUPS = 20
 
 
+_MSE = "squared parameter units (summed over the parameters)"
+_RATIO = "ratio (to averaging's MSE)"
+
+
+class HeadroomRow(TypedDict):
+    """One row of a headroom table (:func:`headroom`): one combination rule at one checkpoint.
+    The fields, in the CSV's order, are the columns of :data:`HEADROOM_TABLE`."""
+
+    iteration: Annotated[int, Column(unit="iterations (rounds)", meaning="Training iteration of the checkpoint.")]
+    checkpoint: Annotated[int, Column(meaning="Index of the checkpoint in the dump (0, 1, ...).")]
+    reference: Annotated[str, Column(meaning="What the errors are measured from: \"optimum (exact theta*)\", "
+                                     "\"central (FedSGD reference, not the optimum)\", \"NAME (user's reference)\", "
+                                     "\"array (user's reference)\" or the task's exact theta*.")]
+    n_clients: Annotated[int, Column(unit="clients", meaning="The clients combined (references left out).")]
+    n_params: Annotated[int, Column(unit="parameters", meaning="The parameters of each client's vector.")]
+    rule: Annotated[str, Column(meaning="The combination rule (:data:`RULES`, \"curvature\", a name of "
+                                "`fixed_weights`; an old name of :data:`DEPRECATED_RULES` as it was asked).")]
+    weights: Annotated[str, Column(meaning="\"fixed\", or \"cross-fitted, F folds\" for a rule fitted on other "
+                                   "runs.")]
+    mse: Annotated[float, Column(unit=_MSE, meaning="Mean over runs of the combination's squared error to the "
+                                 "reference.")]
+    mse_low: Annotated[float, Column(unit=_MSE, meaning="Lower end of the MSE's interval (the table's level).")]
+    mse_high: Annotated[float, Column(unit=_MSE, meaning="Upper end of the MSE's interval.")]
+    ratio: Annotated[float, Column(unit=_RATIO, meaning="The MSE over averaging's (below 1: the rule beats "
+                                   "averaging); NaN where averaging's MSE is 0.")]
+    ratio_low: Annotated[float, Column(unit=_RATIO, meaning="Lower end of the ratio's interval.")]
+    ratio_high: Annotated[float, Column(unit=_RATIO, meaning="Upper end of the ratio's interval.")]
+    fit_inflation: Annotated[float, Column(unit="factor", meaning="What fitting the weights costs, in expectation "
+                                           "(:func:`fitting_inflation`; the jackknife's estimate for \"inverse_mse\"; "
+                                           "1 for fixed weights).", default=np.nan)]
+    mse_corrected: Annotated[float, Column(unit=_MSE, meaning="`mse` / `fit_inflation`: the MSE of the rule's oracle "
+                                           "weights, estimated.", default=np.nan)]
+    mse_corrected_low: Annotated[float, Column(unit=_MSE, meaning="`mse_low` / `fit_inflation`.", default=np.nan)]
+    mse_corrected_high: Annotated[float, Column(unit=_MSE, meaning="`mse_high` / `fit_inflation`.", default=np.nan)]
+    ratio_corrected: Annotated[float, Column(unit=_RATIO, meaning="`ratio` / `fit_inflation`: the fit-corrected "
+                                             "ratio the verdicts judge by.", default=np.nan)]
+    ratio_corrected_low: Annotated[float, Column(unit=_RATIO, meaning="`ratio_low` / `fit_inflation`.",
+                                                 default=np.nan)]
+    ratio_corrected_high: Annotated[float, Column(unit=_RATIO, meaning="`ratio_high` / `fit_inflation`.",
+                                                  default=np.nan)]
+    mse_exact: Annotated[float, Column(unit=_MSE, meaning="The exact MSE of the rule's weights (of its oracle weights "
+                                       "for a fitted rule) where the task knows it; NaN otherwise.", default=np.nan)]
+    ratio_exact: Annotated[float, Column(unit=_RATIO, meaning="`mse_exact` over averaging's exact MSE.",
+                                         default=np.nan)]
+    exact_note: Annotated[str, Column(meaning="Which weights `mse_exact` is of; empty without it.", default="")]
+    interval_df: Annotated[float, Column(unit="degrees of freedom", meaning="Of the Student's t quantile of a "
+                                         "jackknifed fitted rule's intervals (G - 1); NaN for a normal quantile.",
+                                         default=np.nan)]
+    n_runs: Annotated[int, Column(unit="runs", meaning="The runs measured.")]
+    note: Annotated[str, Column(meaning="What the row rests on: one client, blue's second moment (shrunk or not).")]
+
+
+#: The headroom table: :class:`HeadroomRow`'s columns, format version 1 (the version of the
+#: sidecar ``mianalysis headroom --out`` has written since it wrote one).
+HEADROOM_TABLE = StudySchema("headroom", HeadroomRow, 1, "One combination rule at one checkpoint: its MSE to the "
+                             "reference over runs and its ratio to averaging's, with intervals.")
+
+
 def default_rules(n_clients: int, n_params: int, *, curvature: bool = False) -> list[str]:
     """The rules measured when none are named: :data:`RULES`, less "blue" where its
     (n_clients n_params) x (n_clients n_params) system exceeds :data:`MAX_BLUE_DIMENSION`,
@@ -102,12 +181,25 @@ def default_rules(n_clients: int, n_params: int, *, curvature: bool = False) -> 
     --------
     >>> from mianalysis.analysis.studies.headroom import default_rules
     >>> default_rules(3, 2000)
-    ['mean', 'weighted_mean', 'inverse_variance', 'blue_coordinate']
+    ['mean', 'weighted_mean', 'inverse_mse', 'blue_coordinate']
     >>> default_rules(3, 20, curvature=True)
-    ['mean', 'weighted_mean', 'inverse_variance', 'blue_coordinate', 'blue', 'curvature']
+    ['mean', 'weighted_mean', 'inverse_mse', 'blue_coordinate', 'blue', 'curvature']
     """
     fits = check_int(n_clients, "n_clients", low=1) * check_int(n_params, "n_params", low=1) <= MAX_BLUE_DIMENSION
     return [r for r in RULES if r != "blue" or fits] + (["curvature"] if curvature else [])
+
+
+def _rule_name(rule, stacklevel=3):
+    """`rule`'s name now: an old name of :data:`DEPRECATED_RULES` gives its new one, with a
+    DeprecationWarning naming it; any other name is returned as it is."""
+    new = DEPRECATED_RULES.get(rule) if isinstance(rule, str) else None
+    if new is None:
+        return rule
+    warnings.warn(f"headroom's rule {rule!r} is now called {new!r} (weights 1 / each client's mean squared error "
+                  f"to the reference, fitted on other runs); {rule!r} names the federated aggregation rule "
+                  f"(mianalysis.federated.registry), which weighs by each client's own local-iterate variances: "
+                  f"name {new!r}", DeprecationWarning, stacklevel=stacklevel)
+    return new
 
 
 def _resolve_rules(rules, n_clients, n_params, *, curvature=False):
@@ -166,7 +258,7 @@ def _blue_coordinate(blocks):
     diagonal of ``C`` and ``R`` the correlation matrix, ridged by :data:`RIDGE` (so clients
     whose errors differ by many orders of magnitude keep their weights, and a singular ``R``
     still gets weights: identical clients share the weight equally). Clients without error
-    in a coordinate (a zero diagonal) share all of its weight, as in "inverse_variance"."""
+    in a coordinate (a zero diagonal) share all of its weight, as in "inverse_mse"."""
     c = np.asarray(blocks, dtype=np.float64)
     d, k, _ = c.shape
     diag = np.einsum("ikk->ik", c)  # (d, K)
@@ -265,8 +357,9 @@ def rule_weights(rule: str, errors: ArrayLike, *, client_sizes: ArrayLike | None
 
     Parameters
     ----------
-    rule : {"mean", "weighted_mean", "inverse_variance", "blue_coordinate", "blue"}
-        See :data:`RULES`. "inverse_variance" weighs each coordinate by each client's
+    rule : {"mean", "weighted_mean", "inverse_mse", "blue_coordinate", "blue"}
+        See :data:`RULES` (an old name of :data:`DEPRECATED_RULES` warns and means its new
+        one). "inverse_mse" weighs each coordinate by each client's
         inverse mean squared error; "blue_coordinate" uses, per coordinate, the K x K
         second moment ``C`` of the errors: ``w = C^-1 1 / (1' C^-1 1)``; "blue" the
         (K d) x (K d) second moment (:func:`best_linear_weights`), Ledoit-Wolf shrunk
@@ -284,9 +377,9 @@ def rule_weights(rule: str, errors: ArrayLike, *, client_sizes: ArrayLike | None
         (n_clients, n_params) per-coordinate weights, or (n_clients, n_params, n_params)
         for "blue"; the weights sum to 1 (to I) over clients. They are the same for the
         errors in any units, and a client without error in a coordinate takes all of its
-        weight ("blue_coordinate", "inverse_variance"; "blue" in the directions it has none).
+        weight ("blue_coordinate", "inverse_mse"; "blue" in the directions it has none).
     """
-    rule = check_choice(rule, "rule", RULES)
+    rule = check_choice(_rule_name(rule), "rule", RULES)
     e = _unit_scale(_as_errors(errors))
     k, n, d = e.shape
     if rule == "mean":
@@ -295,7 +388,7 @@ def rule_weights(rule: str, errors: ArrayLike, *, client_sizes: ArrayLike | None
         return np.repeat(_sizes_weights(client_sizes, k)[:, None], d, axis=1)
     if k == 1:  # nothing to combine: nothing to fit
         return np.eye(d)[None] if rule == "blue" else np.ones((1, d))
-    if rule == "inverse_variance":
+    if rule == "inverse_mse":
         return _inverse_variance(np.mean(e**2, axis=1))
     if rule == "blue_coordinate":
         return _blue_coordinate(np.einsum("kri,lri->ikl", e, e) / n)
@@ -333,7 +426,7 @@ def oracle_weights(rule: str, mean: ArrayLike, cov: ArrayLike, *, client_sizes: 
     ndarray
         As :func:`rule_weights`.
     """
-    rule = check_choice(rule, "rule", RULES)
+    rule = check_choice(_rule_name(rule), "rule", RULES)
     mu = np.asarray(mean, dtype=np.float64)
     k, d = mu.shape
     m = np.asarray(cov, dtype=np.float64) + np.outer(mu.ravel(), mu.ravel())
@@ -344,7 +437,7 @@ def oracle_weights(rule: str, mean: ArrayLike, cov: ArrayLike, *, client_sizes: 
     blocks = m.reshape(k, d, k, d)
     idx = np.arange(d)
     per_coordinate = blocks[:, idx, :, idx]  # (d, K, K)
-    if rule == "inverse_variance":
+    if rule == "inverse_mse":
         return _inverse_variance(np.einsum("ikk->ki", per_coordinate))
     if rule == "blue_coordinate":
         return _blue_coordinate(per_coordinate)
@@ -454,7 +547,7 @@ def fitting_inflation(rule: str, n_clients: int, n_params: int, n_fit: int, *,
     >>> round(fitting_inflation("blue_coordinate", 3, 20, 2000), 4)
     1.001
     """
-    rule = check_choice(rule, "rule", RULES)
+    rule = check_choice(_rule_name(rule), "rule", RULES)
     if rule == "blue":
         if _shrunk(n_fit, n_clients * n_params):
             return float("nan")
@@ -497,7 +590,7 @@ def _headroom_rows_iv(shape, rules, folds, level, fixed_weights):
     rules = _resolve_rules(rules, k, d)
     for rule in rules:
         if rule not in fixed_weights:
-            check_choice(rule, "rule", [*RULES, *fixed_weights])
+            check_choice(_rule_name(rule, stacklevel=4), "rule", [*RULES, *fixed_weights])
     if "blue" in rules and "blue" not in fixed_weights and k > 1:
         _check_blue_size(k, d)
     if n < 2 * folds:
@@ -516,9 +609,9 @@ def _jackknife_groups(n, folds):
 
 def _moment_sum(rule, e):
     """The sum over the runs of `e` of what `rule` fits its weights from: each client's squared
-    errors (K, d) ("inverse_variance"), the per-coordinate K x K products (d, K, K)
+    errors (K, d) ("inverse_mse"), the per-coordinate K x K products (d, K, K)
     ("blue_coordinate"), the (K d) x (K d) products of the stacked errors ("blue")."""
-    if rule == "inverse_variance":
+    if rule == "inverse_mse":
         return np.einsum("kri,kri->ki", e, e)
     if rule == "blue_coordinate":
         return np.einsum("kri,lri->ikl", e, e)
@@ -528,7 +621,7 @@ def _moment_sum(rule, e):
 
 def _weights_from_moment(rule, moment, n_clients):
     """`rule`'s weights from the mean of :func:`_moment_sum` (as :func:`rule_weights` fits them)."""
-    if rule == "inverse_variance":
+    if rule == "inverse_mse":
         return _inverse_variance(moment)
     if rule == "blue_coordinate":
         return _blue_coordinate(moment)
@@ -570,6 +663,7 @@ def _cross_fitted(rule, e, folds, client_sizes, groups=None):
                 stacked = unit[:, fit].transpose(1, 0, 2).reshape(int(fit.sum()), k * d)
                 weights = best_linear_weights(_ledoit_wolf(stacked), k)
             else:
+                assert sums is not None and group_sum is not None  # sums are made where a fold is not shrunk
                 weights = _weights_from_moment(rule, (total - sums[f] - group_sum) / fit.sum(), k)
             replicates[g, fold == f] = combine_errors(weights, e[:, fold == f])
     return out, replicates
@@ -667,7 +761,7 @@ def headroom_rows(errors: ArrayLike, *, rules: Sequence[str] | None = None, fold
         the rules that fit them), ``mse``, ``mse_low``, ``mse_high``, ``ratio`` (to the
         mean's MSE), ``ratio_low``, ``ratio_high``, ``fit_inflation`` (what fitting the
         weights costs, in expectation: :func:`fitting_inflation` for "blue" and
-        "blue_coordinate", the jackknife's estimate ``R / R_jk`` for "inverse_variance", 1
+        "blue_coordinate", the jackknife's estimate ``R / R_jk`` for "inverse_mse", 1
         for fixed weights), ``mse_corrected``, ``mse_corrected_low``, ``mse_corrected_high``,
         ``ratio_corrected``, ``ratio_corrected_low``, ``ratio_corrected_high`` (the estimates
         and their intervals divided by it: estimates of the MSE of the rule's oracle
@@ -691,7 +785,7 @@ def headroom_rows(errors: ArrayLike, *, rules: Sequence[str] | None = None, fold
     with Student's t quantile on G - 1 degrees of freedom. Where the clients are alike
     (the fit's noise quadratic, not linear, in the fitting runs) it errs on the wide side.
     The corrected intervals are the intervals divided by ``fit_inflation``; for
-    "inverse_variance", whose cost of fitting has no formula, the inflation is ``R / R_jk``,
+    "inverse_mse", whose cost of fitting has no formula, the inflation is ``R / R_jk``,
     ``R_jk`` the ratio less the jackknife's estimate of its bias: a bias ``beta / n_fit`` per
     scored run (the order of the cost of fitting), beta from how far the replicates' mean
     ratio (fitted on fewer runs) lies above the full one.
@@ -707,7 +801,8 @@ def headroom_rows(errors: ArrayLike, *, rules: Sequence[str] | None = None, fold
     base_exact = None if moments is None else combination_mse(np.full((k, d), 1.0 / k), *moments)
     groups = _jackknife_groups(n, folds)
     rows = []
-    for rule in rules:
+    for label in rules:
+        rule = label if label in fixed_weights else DEPRECATED_RULES.get(label, label)  # an old name: its rule now
         fitted = rule in FITTED_RULES
         jackknifed = fitted and rule not in fixed_weights and k > 1
         replicates = None
@@ -733,11 +828,11 @@ def headroom_rows(errors: ArrayLike, *, rules: Sequence[str] | None = None, fold
                     else f"sample second moment ({k * d} x {k * d}) of >= {n_fit} fitting runs")
         if not jackknifed:
             inflation = 1.0
-        elif rule == "inverse_variance":  # no formula: the jackknife's estimate of the ratio's bias
+        elif rule == "inverse_mse":  # no formula: the jackknife's estimate of the ratio's bias
             inflation = ratio / bias_corrected if bias_corrected > 0 else np.nan
         else:
             inflation = fitting_inflation(rule, k, d, n_fit, regressors=_difference_rank(rule, e))
-        row = {"rule": rule, "weights": f"cross-fitted, {folds} folds" if fitted else "fixed",
+        row = {"rule": label, "weights": f"cross-fitted, {folds} folds" if fitted else "fixed",
                "mse": mse, "mse_low": low, "mse_high": high, "ratio": ratio, "ratio_low": r_low,
                "ratio_high": r_high, "fit_inflation": inflation, "mse_corrected": mse / inflation,
                "mse_corrected_low": low / inflation, "mse_corrected_high": high / inflation,
@@ -745,6 +840,7 @@ def headroom_rows(errors: ArrayLike, *, rules: Sequence[str] | None = None, fold
                "ratio_corrected_high": r_high / inflation, "mse_exact": np.nan, "ratio_exact": np.nan,
                "exact_note": "", "interval_df": df, "n_runs": n, "note": note}
         if moments is not None:
+            assert base_exact is not None  # made with the moments
             weights = (fixed_weights[rule] if rule in fixed_weights
                        else oracle_weights(rule, *moments, client_sizes=client_sizes))
             row["mse_exact"] = combination_mse(weights, *moments)
@@ -765,7 +861,7 @@ def _task_of(dump):
         return None
     from ...tasks import TASKS
 
-    kind = TASKS.get(meta.get("task"))
+    kind = TASKS.get(str(meta.get("task")))
     if kind is None:
         return None
     try:
@@ -783,7 +879,7 @@ def _own_weights(fixed_weights, n_clients, n_params):
     """:func:`headroom`'s `fixed_weights` as float arrays, each checked against the clients and parameters."""
     own = {}
     for name, weights in dict(fixed_weights or {}).items():
-        if name in RULES:
+        if name in RULES or name in DEPRECATED_RULES:
             raise ValueError(f"`fixed_weights` names rule {name!r}, a built-in rule of headroom ({', '.join(RULES)}): "
                              "give your weights another name")
         w = np.asarray(weights, dtype=np.float64)
@@ -890,8 +986,8 @@ def headroom(dump: ParameterDump | str | os.PathLike, *, reference: str | ArrayL
     >>> rows = headroom(dump)                        # the client "optimum" is the reference
     >>> rows[0]["reference"]
     'optimum (exact theta*)'
-    >>> [(r["rule"], round(r["ratio"], 1)) for r in rows if r["rule"] in ("mean", "inverse_variance")]
-    [('mean', 1.0), ('inverse_variance', 0.4)]
+    >>> [(r["rule"], round(r["ratio"], 1)) for r in rows if r["rule"] in ("mean", "inverse_mse")]
+    [('mean', 1.0), ('inverse_mse', 0.4)]
 
     (Exactly ``(1 / (1 + 1 + 1/9)) / ((1 + 1 + 9) / 9) = 0.39``.)
     """
@@ -950,8 +1046,8 @@ def headroom(dump: ParameterDump | str | os.PathLike, *, reference: str | ArrayL
                 and len(clients) == task.n_clients)
     # "curvature" is among the default rules wherever it can run: on the task's exact theta*.
     own = _own_weights(fixed_weights, len(clients), dump.n_params)
-    rules = _resolve_rules(rules, len(clients), dump.n_params,
-                           curvature=exact_ok and hasattr(task, "curvature_weights") and "curvature" not in own)
+    rules = list(_resolve_rules(rules, len(clients), dump.n_params,
+                                curvature=exact_ok and hasattr(task, "curvature_weights") and "curvature" not in own))
     rules += [name for name in own if name not in rules]
     fixed = dict(own)
     if "curvature" in rules and "curvature" not in own:
@@ -967,11 +1063,15 @@ def headroom(dump: ParameterDump | str | os.PathLike, *, reference: str | ArrayL
         t = dump.checkpoints.index(it)
         here = None if ref is None else (ref if ref.ndim == 2 else ref[t])
         if here is None:
+            assert client_reference is not None  # no reference array: the reference is a client of the dump
             here = np.asarray(dump.samples(client_reference, iteration=it), dtype=np.float64)
         errors = np.stack([np.asarray(dump.samples(c, iteration=it), dtype=np.float64) - here for c in clients])
         exact = task.exact_error_moments(it, init=init, shared=shared) if exact_ok else None
-        for row in headroom_rows(errors, rules=rules, folds=folds, level=level, client_sizes=client_sizes,
-                                 exact=exact, fixed_weights=fixed, on_rule=bar.update):
+        with warnings.catch_warnings():  # an old rule name warned once, above
+            warnings.simplefilter("ignore", DeprecationWarning)
+            here_rows = headroom_rows(errors, rules=rules, folds=folds, level=level, client_sizes=client_sizes,
+                                      exact=exact, fixed_weights=fixed, on_rule=bar.update)
+        for row in here_rows:
             rows.append({"iteration": it, "checkpoint": t, "reference": ref_name, "n_clients": len(clients),
                          "n_params": dump.n_params, **row})
     bar.close()
@@ -1083,7 +1183,7 @@ def headroom_verdicts(rows: Sequence[Mapping[str, Any]], *, level: float = 0.95,
     - **headroom**: the interval lies below `near_optimal`; the line gives the best
       combination's ratio R and the best **runnable** rule tried: the rule of
       :data:`RUNNABLE_RULES` (those a federation can run without the reference: "mean",
-      "weighted_mean", "curvature"; "inverse_variance", "blue_coordinate" and "blue" fit
+      "weighted_mean", "curvature"; "inverse_mse", "blue_coordinate" and "blue" fit
       their weights on the errors to the reference) with the lowest ratio, with its
       interval widened over the checkpoints and the runnable rules measured (Bonferroni:
       ``1 - (1 - level) / (m r)``);
@@ -1216,7 +1316,7 @@ def headroom_rule_lines(rows: Sequence[Mapping[str, Any]], *, iteration: int | N
 
     - a rule with fixed weights ("mean", "weighted_mean", "curvature"): its ratio;
     - a fitted rule with a correction for the cost of fitting ("blue", "blue_coordinate":
-      :func:`fitting_inflation`; "inverse_variance": the jackknife's estimate, see
+      :func:`fitting_inflation`; "inverse_mse": the jackknife's estimate, see
       :func:`headroom_rows`): the **fit-corrected** ratio (``ratio_corrected``: the
       cross-fitted ratio divided by that cost, an estimate of the ratio of the rule's oracle
       weights; the one :func:`headroom_verdicts` judges by and the docs' tables quote),
