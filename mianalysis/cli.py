@@ -297,7 +297,8 @@ def _cmd_federate(args):
 
     from .provenance import collect, utc_now
     from ._internal.locking import WriterLock, lock_path
-    from .federated import (FederatedConfig, FederatedData, FederatedSimulation, history_table,
+    from .analysis.studies.history import write_history_table
+    from .federated import (FederatedConfig, FederatedData, FederatedSimulation, history_rows,
                             record_replicates, write_rows)
 
     started = utc_now()
@@ -346,7 +347,8 @@ def _cmd_federate(args):
             out.mkdir(parents=True, exist_ok=True)
             if args.client_eb and not args.record:
                 write_rows(result.client_eb, out / "client_eb.csv")
-            rows = history_table(history, out / "history.csv")
+            rows = history_rows(history)
+            write_history_table(rows, out / "history.csv")
             _write_federate_settings(out / "settings.json", sim.describe(), collect(started, finished=True),
                                      resumed=args.record)
         except BaseException:

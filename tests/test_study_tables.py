@@ -240,12 +240,14 @@ def test_the_additive_check_writes_its_typed_table(tmp_path):
 
 
 def test_a_federated_history_is_a_typed_table(tmp_path):
-    from mianalysis.federated.recording import HISTORY_TABLE, history_table
+    from mianalysis.analysis.studies.history import HISTORY_TABLE, write_history_table
+    from mianalysis.federated.recording import history_rows
 
     history = [{"round": t, "replicate": r, "train_loss": 1.0 / (t + 1) + r, "train_accuracy": 0.5,
                 "test_loss": 2.0, "test_accuracy": 0.25 * t, **({"eb_clients": 1.0 + r} if t else {})}
                for t in range(2) for r in range(2)]
-    rows = history_table(history, tmp_path / "history.csv", settings={"rounds": 1})
+    rows = history_rows(history)
+    write_history_table(rows, tmp_path / "history.csv", settings={"rounds": 1})
     assert rows[1]["train_loss"] == 1.0 and rows[1]["train_loss_sd"] == pytest.approx(math.sqrt(0.5))
     assert math.isnan(rows[0]["eb_clients"]) and "val_loss" not in rows[0]  # no validation split: no val_ columns
     back = StudyTable.read(tmp_path / "history.csv", HISTORY_TABLE)

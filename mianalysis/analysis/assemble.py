@@ -461,7 +461,7 @@ class Assembly:
         log.debug("analysed checkpoint %d (iteration %d): %d rows", t, self.job.dump.checkpoints[t],
                   len(self.rows) - first)
 
-    def _add_changes(self, t, group):
+    def _add_changes(self, t: int, group: str) -> None:
         """The rows delta_QUANTITY of checkpoint t: paired change since t - 1, its interval, a verdict."""
         job, dump = self.job, self.job.dump
         if (t - 1, group) not in self._resampled:  # resumed after t - 1: its resamples again (same indices, seeds)

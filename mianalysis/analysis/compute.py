@@ -80,7 +80,8 @@ class TransformedSamples:
         return None if x is None else (x, cast(np.ndarray, self.of(estimator, b)))
 
 
-def _drop_constant(x, y, keep=None):
+def _drop_constant(x: np.ndarray, y: np.ndarray,
+                   keep: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray, int]:
     """x and y without their constant parameters (the estimators' rule, :func:`varying_columns`)
     and how many were dropped; `keep`, where given, is (varying_columns(x), varying_columns(y))
     already computed."""
@@ -106,8 +107,11 @@ class _Estimate:
     null_method: str = "none"
 
 
-def _mi_row(x, y, estimator, k, permutations, rng, distances=None, distance_cache="auto", standardize=True,
-            gaussian_null="permutation", keep=None, transformed=None):
+def _mi_row(x: np.ndarray, y: np.ndarray, estimator: str, k: int, permutations: int, rng: np.random.Generator,
+            distances: tuple[MarginalDistances, MarginalDistances] | None = None, distance_cache: bool | str = "auto",
+            standardize: bool = True, gaussian_null: str = "permutation",
+            keep: tuple[np.ndarray, np.ndarray] | None = None,
+            transformed: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, Any]:
     """The fields of one estimator's row on one client pair: value, null_mean, null_std,
     p_value, note and the typed columns (estimate_kind, outside_calibration, null_method);
     an estimate outside the calibrated regime says so (mianalysis.analysis.inference.regime), and
@@ -196,8 +200,10 @@ def _identical_parameters(x: np.ndarray, y: np.ndarray) -> int:
     return int(np.count_nonzero(np.all(x == y, axis=0)))
 
 
-def _estimate(x, y, estimator, k, permutations, rng, distances, distance_cache, standardize, gaussian_null, notes,
-              transformed=None):
+def _estimate(x: np.ndarray, y: np.ndarray, estimator: str, k: int, permutations: int, rng: np.random.Generator,
+              distances: tuple[MarginalDistances, MarginalDistances] | None, distance_cache: bool | str,
+              standardize: bool, gaussian_null: str, notes: list[str],
+              transformed: tuple[np.ndarray, np.ndarray] | None = None) -> _Estimate:
     """One estimator's :class:`_Estimate` on varying, distinct samples; appends the
     estimator's choices to `notes`. `transformed`: x and y after the estimator's
     ``transform``, where made already."""
@@ -236,7 +242,7 @@ def _estimate(x, y, estimator, k, permutations, rng, distances, distance_cache, 
                 return _Estimate(value, null.mean, null.std, null.p_value(value), null_method="analytic")
             notes.append("no analytic null with shrinkage" + (f": {permutations} permutations" if permutations else ""))
         test_as = "gaussian"  # the transformed samples' test is the Gaussian estimate's
-        function = gaussian_mi
+        function: Callable[..., float] = gaussian_mi
     else:
         kwargs = {name: v for name, v in (("k", k), ("standardize", standardize)) if name in entry.arguments}
         if entry.distance_cache:
@@ -306,7 +312,7 @@ class CheckpointAnalysis:
         # (t, client) -> distances; at most a pair's, within one group's pairs
         self._held: dict[tuple[int, int], MarginalDistances] = {}
 
-    def __getstate__(self):  # drawn or read again where it runs: settings travel, not arrays
+    def __getstate__(self) -> dict[str, Any]:  # drawn or read again where it runs: settings travel, not arrays
         return {**self.__dict__, "_indices": None, "_starts": {}, "_pair_replicates": {}, "_held": {}}
 
     @property
@@ -779,7 +785,7 @@ def _sketch_notes(dump: ParameterDump, cols: slice | np.ndarray) -> dict[str, st
     return notes
 
 
-def _movers_note(movers, a, b, min_runs):
+def _movers_note(movers: list[RareMovers] | None, a: int, b: int, min_runs: int) -> str:
     """What a pair's MI rows say of the rare movers held (:meth:`CheckpointAnalysis.mi_samples`):
     how many per client, in how many runs they move, and the bound on the MI they can add."""
     if movers is None or not (movers[a].count or movers[b].count):
@@ -811,26 +817,26 @@ def _held_pair(held_out: Sequence[bool], varying: Sequence[np.ndarray], a: int, 
     return held_note(who, min_runs)
 
 
-def _no_estimate(estimator):
+def _no_estimate(estimator: str) -> dict[str, Any]:
     """The row fields of an estimate that could not be made (value NaN)."""
     return {"value": np.nan, "null_mean": np.nan, "null_std": np.nan, "p_value": np.nan, "note": "",
             "estimate_kind": get_estimator(estimator).kind, "outside_calibration": False, "null_method": "none",
             "regime": ""}
 
 
-def _choose(n_runs, keep_x, keep_y):
+def _choose(n_runs: int, keep_x: np.ndarray, keep_y: np.ndarray) -> list[Choice]:
     """The auto rule's choices (:func:`choose`) for a pair whose varying columns (by the constant
     rule every estimator applies, :func:`mianalysis._internal.validation.varying_columns`) are `keep_x`
     and `keep_y`: the joint dimension counts these."""
     return choose(n_runs, int(keep_x.sum() + keep_y.sum()))
 
 
-def _stream(estimator):
+def _stream(estimator: str) -> int:
     """The random stream of `estimator`'s rows: its registry entry's (set for every entry)."""
     return cast(int, get_estimator(estimator).stream)
 
 
-def _exact_mi(dump, cols):
+def _exact_mi(dump: ParameterDump, cols: np.ndarray | slice) -> Callable[[int, int, int], float] | None:
     """A function (iteration, a, b) -> the exact MI in bits of clients a and b, when the dump
     was sampled from a task that knows it (see Task.exact_mi) and every parameter is
     analysed; else None. The task is rebuilt from the dump's settings."""
@@ -852,10 +858,11 @@ def _exact_mi(dump, cols):
         task.exact_mi(0, 0, min(1, task.n_clients - 1), init=init, shared=shared)
     except (TypeError, ValueError):  # settings this version does not know: no exact answer
         return None
-    return lambda iteration, a, b: task.exact_mi(iteration, a, b, init=init, shared=shared)
+    # float: a task that overrides exact_mi knows the MI at every iteration (None is the base class's answer)
+    return lambda iteration, a, b: cast(float, task.exact_mi(iteration, a, b, init=init, shared=shared))
 
 
-def _metric_note(name, values):
+def _metric_note(name: str, values: np.ndarray) -> str:
     """The note of a recorded metric's row: how many runs hold NaN (not recorded, or a
     failed evaluation) or an infinity (e.g. an overflowing loss at finite parameters)."""
     bad = ~np.isfinite(values)
@@ -865,7 +872,7 @@ def _metric_note(name, values):
             f"{int(np.isinf(values).sum())} inf)")
 
 
-def _check_finite(dump, t, samples, cols):
+def _check_finite(dump: ParameterDump, t: int, samples: Sequence[np.ndarray], cols: np.ndarray | slice) -> None:
     """DumpError naming the client, checkpoint, runs and tensor of a non-finite sample (a
     dump written by software that did not check them; see ParameterDump.verify)."""
     from ..dumps import DumpError, find_nonfinite

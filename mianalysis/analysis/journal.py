@@ -79,7 +79,7 @@ class Journal:
         os.replace(tmp, self.path)
         return entries
 
-    def _head(self):
+    def _head(self) -> dict[str, Any]:
         return {"settings": self.settings, "provenance": self.sessions}
 
     def finished_sessions(self) -> list[dict[str, Any]]:

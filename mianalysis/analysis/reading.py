@@ -309,7 +309,7 @@ def p_value_floor(n_permutations: int | Mapping[str, int]) -> str:
     >>> p_value_floor({"gaussian": 20, "ksg": 100})
     '1/21 = 0.048 for gaussian, 1/101 = 0.010 for ksg'
     """
-    def floor(n):
+    def floor(n: int) -> str:
         return f"1/{n + 1} = {1 / (n + 1):.3f}" if n > 0 else "no p-value (no permutations)"
 
     if isinstance(n_permutations, Mapping):

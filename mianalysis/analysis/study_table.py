@@ -193,7 +193,7 @@ class StudyTable(Sequence[dict[str, Any]]):
     @overload
     def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
 
-    def __getitem__(self, index):
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
         return self.rows[index]
 
     def __len__(self) -> int:
@@ -290,7 +290,7 @@ class StudyTable(Sequence[dict[str, Any]]):
                    provenance=provenance if isinstance(provenance, dict) else None)
 
 
-def _parse(column, text):
+def _parse(column: Column, text: str | None) -> object:
     """`column`'s value of the CSV field `text` (:meth:`~mianalysis.analysis.schema.Column.parse`;
     a float field ``nan``, as :meth:`StudyTable.write` writes NaN, is ``numpy.nan`` itself)."""
     if column.dtype is float and text is not None and text.strip().lower() == "nan":
@@ -298,7 +298,7 @@ def _parse(column, text):
     return column.parse(text)
 
 
-def _read_sidecar(path, schema):
+def _read_sidecar(path: str | os.PathLike, schema: StudySchema) -> dict[str, Any]:
     """The sidecar of table `path` as a dict ({} where there is none, or it is not a JSON
     object); ValueError for one of another table or of a newer format version."""
     try:

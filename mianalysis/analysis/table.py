@@ -167,7 +167,7 @@ def complete_row(row: Mapping[str, Any], *, level: float = 0.95,
     return cast(AnalysisRow, out)
 
 
-def _float(value):
+def _float(value: Any) -> float:
     try:
         return float(value)
     except (TypeError, ValueError):
@@ -241,7 +241,7 @@ class AnalysisTable(Sequence[AnalysisRow]):
     @overload
     def __getitem__(self, index: slice) -> list[AnalysisRow]: ...
 
-    def __getitem__(self, index):
+    def __getitem__(self, index: int | slice) -> AnalysisRow | list[AnalysisRow]:
         return self._rows[index]
 
     def __len__(self) -> int:
@@ -384,7 +384,7 @@ class AnalysisTable(Sequence[AnalysisRow]):
         return cls(rows, settings=settings, provenance=provenance, record=record)  # completes the rows
 
 
-def _read_sidecar(path):
+def _read_sidecar(path: str | os.PathLike) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
     """(settings, provenance, record) from the sidecar of table `path`; empty where it has none
     or one that is not a JSON object. ValueError for a format newer than this version reads."""
     try:

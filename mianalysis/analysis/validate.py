@@ -8,7 +8,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
@@ -175,7 +175,7 @@ def _check_clients(dump: ParameterDump) -> None:
         raise ValueError(f"dump {dump.path}: the analysis needs at least two clients; the dump has {has}{reference}")
 
 
-def _is_auto(estimators):
+def _is_auto(estimators: object) -> bool:
     """Whether `estimators` asks for the automatic choice ("auto", alone); a TypeError or
     ValueError naming `estimators` when it is neither that nor a list of names."""
     if isinstance(estimators, str):
@@ -200,7 +200,7 @@ def start_checkpoint(dump: ParameterDump) -> int | None:
     return dump.checkpoints.index(0) if 0 in dump.checkpoints else None
 
 
-def _check_start(dump, metrics):
+def _check_start(dump: ParameterDump, metrics: Sequence[str]) -> None:
     """ValueError when an update metric is asked of a dump without a start checkpoint."""
     wanted = [m for m in metrics if m in UPDATE_METRICS]
     if wanted and start_checkpoint(dump) is None:
@@ -212,7 +212,8 @@ def _check_start(dump, metrics):
             f"{wanted[0]!r} out")
 
 
-def _per_estimator(value, estimators, name, default):
+def _per_estimator(value: int | Mapping[str, int], estimators: Sequence[str], name: str,
+                   default: int) -> dict[str, int]:
     """`value` (an int, or a dict estimator -> int) as a dict over `estimators` of ints >= 0."""
     if not isinstance(value, Mapping):
         value = {e: value for e in estimators}
@@ -306,7 +307,7 @@ def dump_around(path: str | os.PathLike) -> Path | None:
     return None
 
 
-def _previous_settings(sidecar):
+def _previous_settings(sidecar: str | os.PathLike) -> dict[str, Any] | None:
     """The settings a sidecar records, or None if it is not the record of an analysis."""
     try:
         if not os.path.isfile(sidecar) or os.path.islink(sidecar):
@@ -385,11 +386,11 @@ def check_table_out(out: str | os.PathLike, force: bool, *, writer: str, name: s
     return out
 
 
-def _refuse_replacing(problem, name, force_hint):
+def _refuse_replacing(problem: str, name: str, force_hint: str) -> NoReturn:
     raise ValueError(f"{problem}; it was left as it is: choose another {name}, or pass {force_hint} to replace it")
 
 
-def _superseded(saved, requested):
+def _superseded(saved: Mapping[str, Any], requested: Mapping[str, Any]) -> bool:
     """Whether the saved analysis is the same analysis of the same dump made when it held
     fewer runs (an incomplete dump, analysed while its sampler was still writing): the same
     command run again once more runs are in replaces that table."""

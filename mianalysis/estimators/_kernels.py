@@ -40,7 +40,7 @@ BLOCK = 256  # samples per block of the symmetric kernels; a multiple of GROUP_R
 
 
 @numba.njit(fastmath=True, cache=True)
-def _maxabs_tile(data_t, c0, c1, query, out, oc):
+def _maxabs_tile(data_t: np.ndarray, c0: int, c1: int, query: np.ndarray, out: np.ndarray, oc: int) -> None:
     """out[q, oc + j - c0] = max_f |data_t[f, j] - query[q, f]| for every query row q and
     sample j in [c0, c1).
 
@@ -77,7 +77,8 @@ def _maxabs_tile(data_t, c0, c1, query, out, oc):
 
 
 @numba.njit(cache=True)
-def _block_tile(data, data_t, i0, i1, j0, j1, out, oc):
+def _block_tile(data: np.ndarray, data_t: np.ndarray, i0: int, i1: int, j0: int, j1: int, out: np.ndarray,
+                oc: int) -> None:
     """out[r - i0, oc + c - j0] = distance(r, c) for rows r in [i0, i1) and samples c in
     [j0, j1), in groups of GROUP_ROWS rows (the last group padded by repeating row i1 - 1,
     so `out` needs round_up(i1 - i0, GROUP_ROWS) rows)."""
@@ -89,7 +90,7 @@ def _block_tile(data, data_t, i0, i1, j0, j1, out, oc):
 
 
 @numba.njit(cache=True)
-def _copy_transposed(src, r_count, c0, c_count, dst, dr, dc):
+def _copy_transposed(src: np.ndarray, r_count: int, c0: int, c_count: int, dst: np.ndarray, dr: int, dc: int) -> None:
     """dst[dr + c, dc + r] = src[r, c0 + c] for r < r_count, c < c_count, in 8 x 8 blocks."""
     for cb in range(0, c_count, 8):
         for rb in range(0, r_count, 8):
@@ -99,7 +100,7 @@ def _copy_transposed(src, r_count, c0, c_count, dst, dr, dc):
 
 
 @numba.njit(cache=True)
-def _copy_rows(src, r_count, c_count, dst, dr, dc):
+def _copy_rows(src: np.ndarray, r_count: int, c_count: int, dst: np.ndarray, dr: int, dc: int) -> None:
     """dst[dr + r, dc + c] = src[r, c] for r < r_count, c < c_count."""
     for r in range(r_count):
         dst[dr + r, dc:dc + c_count] = src[r, :c_count]
@@ -112,7 +113,7 @@ SELECT_CHUNK = 64  # samples per chunk of the k-th-distance scan
 
 
 @numba.njit(inline="always")
-def insert_k_best(best, k, z):
+def insert_k_best(best: np.ndarray, k: int, z: float) -> float:
     """Insert z into the ascending list best[:k] of the k smallest values so far (z below
     best[k - 1]), dropping the largest; returns the new k-th smallest, best[k - 1]. Inlined
     into each caller's loop (numba IR inlining), so a hot loop keeps its own code."""
@@ -125,7 +126,7 @@ def insert_k_best(best, k, z):
 
 
 @numba.njit(fastmath=REDUCTION_FLAGS, cache=True)
-def _kth_smallest_joint(dx, dy, self_index, k, scratch):
+def _kth_smallest_joint(dx: np.ndarray, dy: np.ndarray, self_index: int, k: int, scratch: np.ndarray) -> float:
     """k-th smallest max(dx[j], dy[j]) over j != self_index.
 
     For k <= INSERTION_MAX_K, a sorted list of the k smallest so far; a chunk of
@@ -163,7 +164,7 @@ def _kth_smallest_joint(dx, dy, self_index, k, scratch):
 
 
 @numba.njit(fastmath=REDUCTION_FLAGS, cache=True)
-def row_counts(dx, dy, i, k, algorithm, scratch):
+def row_counts(dx: np.ndarray, dy: np.ndarray, i: int, k: int, algorithm: int, scratch: np.ndarray) -> tuple[int, int]:
     """Marginal neighbour counts of sample i from its rows of the distance matrices.
 
     Algorithm 1: eps = k-th joint distance; counts of dx < eps and dy < eps (strictly).
@@ -195,7 +196,8 @@ def row_counts(dx, dy, i, k, algorithm, scratch):
 
 
 @numba.njit(parallel=True, cache=True)
-def ksg_neighbour_counts(x, y, x_t, y_t, k, algorithm):
+def ksg_neighbour_counts(x: np.ndarray, y: np.ndarray, x_t: np.ndarray, y_t: np.ndarray, k: int,
+                         algorithm: int) -> tuple[np.ndarray, np.ndarray]:
     """Marginal neighbour counts (n_x, n_y) of every sample for KSG algorithm 1 or 2.
 
     Parameters
@@ -237,7 +239,8 @@ def ksg_neighbour_counts(x, y, x_t, y_t, k, algorithm):
 
 # ------------------------------------------------------- each distance once (symmetric)
 @numba.njit(cache=True)
-def _tile_into_rows(data, data_t, i0, i1, block, rows, pool, slot):
+def _tile_into_rows(data: np.ndarray, data_t: np.ndarray, i0: int, i1: int, block: int, rows: np.ndarray,
+                    pool: np.ndarray, slot: int) -> None:
     """Tile (rows [i0, i1), column block `block`) into its columns of `rows`, and
     transposed into pool[slot] unless slot < 0.
 
@@ -255,7 +258,9 @@ def _tile_into_rows(data, data_t, i0, i1, block, rows, pool, slot):
 
 
 @numba.njit(parallel=True, cache=True)
-def symmetric_block_rows(x, x_t, y, y_t, m, rows_x, rows_y, pool_x, pool_y, old_slots, new_slots):
+def symmetric_block_rows(x: np.ndarray, x_t: np.ndarray, y: np.ndarray, y_t: np.ndarray, m: int, rows_x: np.ndarray,
+                         rows_y: np.ndarray, pool_x: np.ndarray, pool_y: np.ndarray, old_slots: np.ndarray,
+                         new_slots: np.ndarray) -> None:
     """Fill rows_x, rows_y (BLOCK, n) with the full distance rows of block m, computing
     only the tiles on and right of the diagonal.
 
@@ -286,7 +291,8 @@ def symmetric_block_rows(x, x_t, y, y_t, m, rows_x, rows_y, pool_x, pool_y, old_
 
 
 @numba.njit(parallel=True, cache=True)
-def block_row_counts(rows_x, rows_y, i0, i1, k, algorithm, nx, ny):
+def block_row_counts(rows_x: np.ndarray, rows_y: np.ndarray, i0: int, i1: int, k: int, algorithm: int, nx: np.ndarray,
+                     ny: np.ndarray) -> None:
     """nx[i], ny[i] for the samples i in [i0, i1) from their full distance rows."""
     n = rows_x.shape[1]
     n_groups = (i1 - i0 + GROUP_ROWS - 1) // GROUP_ROWS
@@ -303,7 +309,7 @@ PERMUTED_BLOCK = 64  # rows per work item of the permuted-count kernel
 
 
 @numba.njit(cache=True)
-def _upper_tile(t, n_blocks):
+def _upper_tile(t: int, n_blocks: int) -> tuple[int, int]:
     """(row block, column block) of tile t of the upper triangle, counted row by row:
     (0, 0), (0, 1), ..., (0, n_blocks - 1), (1, 1), ..."""
     bi = 0
@@ -314,7 +320,7 @@ def _upper_tile(t, n_blocks):
 
 
 @numba.njit(parallel=True, cache=True)
-def marginal_distance_matrix(data, data_t, out):
+def marginal_distance_matrix(data: np.ndarray, data_t: np.ndarray, out: np.ndarray) -> None:
     """out[i, j] = max_f |data[i, f] - data[j, f]|: the full max-norm distance matrix of
     one marginal space.
 
@@ -339,14 +345,15 @@ def marginal_distance_matrix(data, data_t, out):
 
 
 @numba.njit(cache=True)
-def tile_index(bi, bj, n_blocks):
+def tile_index(bi: int, bj: int, n_blocks: int) -> int:
     """The place of tile (bi, bj), bj >= bi, among the upper-triangle tiles counted row by
     row (the inverse of :func:`_upper_tile`)."""
     return bi * n_blocks - bi * (bi - 1) // 2 + (bj - bi)
 
 
 @numba.njit(parallel=True, cache=True)
-def marginal_distance_tiles(x, x_t, y, y_t, tiles_x, tiles_y):
+def marginal_distance_tiles(x: np.ndarray, x_t: np.ndarray, y: np.ndarray, y_t: np.ndarray, tiles_x: np.ndarray,
+                            tiles_y: np.ndarray) -> None:
     """The two marginal distance matrices of `x` and `y` as their tiles on and above the
     diagonal only: ``tiles[tile_index(bi, bj)][r, c]`` is the distance of samples
     bi * BLOCK + r and bj * BLOCK + c (bj >= bi; the padding of the last block is left
@@ -374,7 +381,7 @@ def marginal_distance_tiles(x, x_t, y, y_t, tiles_x, tiles_y):
 
 
 @numba.njit(cache=True)
-def tile_rows(tiles, n, r0, count, out):
+def tile_rows(tiles: np.ndarray, n: int, r0: int, count: int, out: np.ndarray) -> None:
     """out[q, :n] = row r0 + q of the matrix held as :func:`marginal_distance_tiles`, for
     q < count (rows of one block): the tiles right of the diagonal give row segments, those
     above it columns, read a cache line (8 rows) at a time."""
@@ -397,7 +404,8 @@ def tile_rows(tiles, n, r0, count, out):
 
 
 @numba.njit(parallel=True, cache=True)
-def permuted_neighbour_counts(dx, dy, perms, k, algorithm):
+def permuted_neighbour_counts(dx: np.ndarray, dy: np.ndarray, perms: np.ndarray, k: int,
+                              algorithm: int) -> tuple[np.ndarray, np.ndarray]:
     """Neighbour counts of the pairings x[i] <-> y[perms[p, i]] from cached marginal
     distance matrices: O(n^2) per pairing instead of O(n^2 d).
 
@@ -433,7 +441,8 @@ def permuted_neighbour_counts(dx, dy, perms, k, algorithm):
 
 
 @numba.njit(parallel=True, cache=True)
-def subset_neighbour_counts(dx, dy, rows, k, algorithm):
+def subset_neighbour_counts(dx: np.ndarray, dy: np.ndarray, rows: np.ndarray, k: int,
+                            algorithm: int) -> tuple[np.ndarray, np.ndarray]:
     """Neighbour counts of the samples `rows` among themselves (distinct indices), from the
     marginal distance matrices of all samples: O(m^2) for m rows, no distance recomputed.
 

@@ -36,6 +36,9 @@ counts depend only on that sample).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
 import numba
 import numpy as np
 from numba import prange, types
@@ -44,39 +47,47 @@ from numba.extending import intrinsic, overload
 
 from ._kernels import BLOCK, INSERTION_MAX_K, REDUCTION_FLAGS, insert_k_best, row_counts, tile_index, tile_rows
 
+if TYPE_CHECKING:  # names used only in type hints
+    from numba.core.base import BaseContext
+    from numba.core.typing.templates import Signature
+
 # Rows per work item of neighbour_lists: a whole block, so that its distances in the tiles above the diagonal (its
 # columns there) are read a full tile row at a time, not in strided parts of rows.
 LIST_GROUP = BLOCK
 
 
-def load_rows(d, n, r0, count, out):
+def load_rows(d: np.ndarray, n: int, r0: int, count: int, out: np.ndarray) -> None:
     """out[q, :n] = row r0 + q of the distances `d` for q < count (rows of one BLOCK):
     a full matrix, or its tiles (:func:`mianalysis.estimators._kernels.tile_rows`)."""
     raise NotImplementedError("for Numba kernels only")
 
 
+# Any in the typing functions of @overload and their implementations: Numba calls the one with Numba types and the
+# other with values, and refuses a pair whose parameters differ, annotations included.
 @overload(load_rows)
-def _load_rows(d, n, r0, count, out):
+def _load_rows(d: Any, n: Any, r0: Any, count: Any, out: Any) -> Callable[[np.ndarray, int, int, int, np.ndarray], None]:
     if d.ndim == 3:
-        def from_tiles(d, n, r0, count, out):
+        def from_tiles(d: Any, n: Any, r0: Any, count: Any, out: Any) -> None:
             tile_rows(d, n, r0, count, out)
         return from_tiles
 
-    def from_matrix(d, n, r0, count, out):
+    def from_matrix(d: Any, n: Any, r0: Any, count: Any, out: Any) -> None:
         for q in range(count):
             out[q, :n] = d[r0 + q]
     return from_matrix
 
 
 @intrinsic
-def _prefetch(typingctx, array, index):
+def _prefetch(typingctx: object, array: types.Type, index: types.Type
+              ) -> tuple[Signature, Callable[[BaseContext, Any, Signature, Sequence[Any]], Any]] | None:
     """Ask the CPU to bring the cache line of ``array[index]`` (a 1-D array) in ahead of
     use (LLVM's prefetch: a hint, never a fault, no effect on any value). A walk of a
     list starts at a random row, whose first lines would otherwise wait on memory."""
     if not isinstance(array, types.Array) or array.ndim != 1:
         return None
 
-    def codegen(context, builder, signature, args):
+    # builder, args and the value returned are llvmlite's, which has no type hints
+    def codegen(context: BaseContext, builder: Any, signature: Signature, args: Sequence[Any]) -> Any:
         array_type = signature.args[0]
         ary = context.make_array(array_type)(context, builder, args[0])
         pointer = cgutils.get_item_pointer(context, builder, array_type, ary, [args[1]], wraparound=False)
@@ -98,7 +109,8 @@ BUCKET_WORK = 16  # bucket sort while the insertion sort's work bound, sum of sq
 
 
 @numba.njit(cache=True)
-def _sort_near(near, found, m, key, counts, sv, si):
+def _sort_near(near: np.ndarray, found: np.ndarray, m: int, key: np.ndarray, counts: np.ndarray, sv: np.ndarray,
+               si: np.ndarray) -> None:
     """sv[:m], si[:m]: near[:m] in ascending order and found[:m] with them.
 
     A bucket sort: each value's bucket is a monotone function of it (so buckets come in
@@ -151,7 +163,8 @@ def _sort_near(near, found, m, key, counts, sv, si):
 
 
 @numba.njit(cache=True)
-def _list_row(row, i, length, work, values, indices, cover):
+def _list_row(row: np.ndarray, i: int, length: int, work: tuple[np.ndarray, ...], values: np.ndarray,
+              indices: np.ndarray, cover: np.ndarray) -> None:
     """Row i of :func:`neighbour_lists` from the distances `row` of sample i (its own 0
     among them). `work`: :func:`_list_work`."""
     sample, found, near, key, counts, sv, si = work
@@ -179,7 +192,8 @@ def _list_row(row, i, length, work, values, indices, cover):
 
 
 @numba.njit(cache=True)
-def _finish_list(near, found, m, bound, i, key, counts, sv, si, values, indices, cover):
+def _finish_list(near: np.ndarray, found: np.ndarray, m: int, bound: float, i: int, key: np.ndarray, counts: np.ndarray,
+                 sv: np.ndarray, si: np.ndarray, values: np.ndarray, indices: np.ndarray, cover: np.ndarray) -> None:
     """Row i of the lists from its m candidates (near[:m], found[:m]: every j != i with a
     distance below `bound`, in ascending j): sorted, cut to the capacity, the sentinel."""
     capacity = values.shape[1] - 1  # and the sentinel
@@ -198,7 +212,7 @@ def _finish_list(near, found, m, bound, i, key, counts, sv, si, values, indices,
 
 
 @numba.njit(cache=True)
-def _list_work(n, values):
+def _list_work(n: int, values: np.ndarray) -> tuple[np.ndarray, ...]:
     """Workspace of :func:`_list_row` for rows of n distances of the dtype of `values`."""
     return (np.empty(n, dtype=values.dtype), np.empty(n, dtype=np.int64), np.empty(n, dtype=values.dtype),
             np.empty(n, dtype=np.int64), np.empty(n + 1, dtype=np.int64), np.empty(n, dtype=values.dtype),
@@ -206,7 +220,8 @@ def _list_work(n, values):
 
 
 @numba.njit(parallel=True, cache=True)
-def neighbour_lists(d, length, values, indices, cover, n_threads=1):
+def neighbour_lists(d: np.ndarray, length: int, values: np.ndarray, indices: np.ndarray, cover: np.ndarray,
+                    n_threads: int = 1) -> None:
     """The sorted near-neighbour list of every row of the distances `d`: a full (n, n)
     matrix, or its tiles (:func:`mianalysis.estimators._kernels.marginal_distance_tiles`).
 
@@ -241,7 +256,9 @@ def neighbour_lists(d, length, values, indices, cover, n_threads=1):
 
 
 @numba.njit(cache=True)
-def _tile_list_group(tiles, n, r0, count, length, work, best, found, near, values, indices, cover):
+def _tile_list_group(tiles: np.ndarray, n: int, r0: int, count: int, length: int, work: tuple[np.ndarray, ...],
+                     best: np.ndarray, found: np.ndarray, near: np.ndarray, values: np.ndarray, indices: np.ndarray,
+                     cover: np.ndarray) -> None:
     """Rows r0 to r0 + count - 1 (of one block) of :func:`neighbour_lists`, straight from the
     tiles: the tiles above the diagonal hold these rows' distances to the earlier samples as
     columns, read a row of the tile (the group's values side by side) at a time, and those
@@ -315,7 +332,7 @@ _H01 = np.uint64(0x0101010101010101)
 
 
 @numba.njit(inline="always")
-def _popcount(word):
+def _popcount(word: np.uint64) -> np.int64:
     """The number of set bits of the uint64 `word` (LLVM emits one popcnt for this)."""
     word = word - ((word >> _ONE) & _M1)
     word = (word & _M2) + ((word >> np.uint64(2)) & _M2)
@@ -324,7 +341,7 @@ def _popcount(word):
 
 
 @numba.njit(cache=True)
-def _build_members(lv, li, bits, pre, vals, b):
+def _build_members(lv: np.ndarray, li: np.ndarray, bits: np.ndarray, pre: np.ndarray, vals: np.ndarray, b: int) -> None:
     """Slot b of a membership table: the list (lv, li) (values ending with +inf, indices)
     by index: bit j of ``bits[b]`` is set for every listed j, ``pre[b, w]`` counts the set
     bits of the words before w, and ``vals[b, rank]`` is the listed value of the j of that
@@ -348,7 +365,8 @@ def _build_members(lv, li, bits, pre, vals, b):
         t += 1
 
 
-def _other(source, index):
+def _other(source: tuple[np.ndarray, np.ndarray, np.ndarray, int, np.ndarray] | tuple[np.ndarray, np.ndarray],
+           index: int) -> tuple[bool, float]:
     """(listed, distance): the other marginal's distance of the walked sample `index`, from
     a slot of a membership table, ``(bits, pre, vals, slot, amap)``
     (:func:`_build_members`; listed is False for a sample the table's list does not hold),
@@ -357,10 +375,10 @@ def _other(source, index):
     raise NotImplementedError("for Numba kernels only")
 
 
-@overload(_other)
-def _other_impl(source, index):
+@overload(_other)  # Any: as for load_rows
+def _other_impl(source: Any, index: Any) -> Callable[..., tuple[bool, float]]:
     if len(source) == 5:
-        def from_table(source, index):
+        def from_table(source: Any, index: Any) -> tuple[bool, float]:
             bits, pre, vals, b, amap = source
             j = np.int64(amap[index])
             word = bits[b, j >> 6]
@@ -370,14 +388,16 @@ def _other_impl(source, index):
             return False, vals[b, 0]
         return from_table
 
-    def from_row(source, index):
+    def from_row(source: Any, index: Any) -> tuple[bool, float]:
         row, amap = source
         return True, row[amap[index]]
     return from_row
 
 
 @numba.njit(cache=True)
-def _walk(av, ai, cover_a, cover_b, source, k, algorithm, best):
+def _walk(av: np.ndarray, ai: np.ndarray, cover_a: float, cover_b: float,
+          source: tuple[np.ndarray, np.ndarray, np.ndarray, int, np.ndarray] | tuple[np.ndarray, np.ndarray], k: int,
+          algorithm: int, best: np.ndarray) -> tuple[bool, int, float, float, float]:
     """(ok, end, eps, eps_a, eps_b) of one sample by walking one marginal's list (av, ai)
     in ascending order; the other marginal's distance of each walked sample comes from
     `source` (:func:`_other`: a membership table of the other side's list, whose cover is
@@ -424,7 +444,7 @@ def _walk(av, ai, cover_a, cover_b, source, k, algorithm, best):
 
 
 @numba.njit(cache=True)
-def _listed_count(values, cover, limit, inclusive):
+def _listed_count(values: np.ndarray, cover: float, limit: float, inclusive: bool) -> int | np.intp:
     """#{j != self: d[j] < limit} (<= with `inclusive`) from the sorted list `values`, or
     -1 when the list cannot tell (the limit is not below its cover; for a strict count a
     limit equal to the cover is fine: every listed distance is below the cover, every
@@ -444,7 +464,7 @@ COPIES = 4  # interleaved copies of its cell counters (a power of 2)
 
 
 @numba.njit(fastmath=REDUCTION_FLAGS, cache=True)
-def _count_below(row, t, inclusive):
+def _count_below(row: np.ndarray, t: float, inclusive: bool) -> int:
     """#{j: row[j] < t} (<= with `inclusive`): one vectorised pass."""
     s = 0
     if inclusive:
@@ -457,7 +477,8 @@ def _count_below(row, t, inclusive):
 
 
 @numba.njit(cache=True)
-def _row_counts_below(row, limits, m, inclusive, order, hist, out, keys, cells, first):
+def _row_counts_below(row: np.ndarray, limits: np.ndarray, m: int, inclusive: bool, order: np.ndarray, hist: np.ndarray,
+                      out: np.ndarray, keys: np.ndarray, cells: np.ndarray, first: np.ndarray) -> None:
     """out[c] = #{j: row[j] < limits[c]} (<= with `inclusive`) for c < m, the row's own 0
     included, in one pass over `row` for all limits.
 
@@ -529,7 +550,8 @@ def _row_counts_below(row, limits, m, inclusive, order, hist, out, keys, cells, 
 
 
 @numba.njit(cache=True)
-def _flush(row, limits, pairing, sample, m, inclusive, work, counts):
+def _flush(row: np.ndarray, limits: np.ndarray, pairing: np.ndarray, sample: np.ndarray, m: int, inclusive: bool,
+           work: tuple[np.ndarray, ...], counts: np.ndarray) -> None:
     """counts[pairing[c], sample[c]] = #{j != self: row[j] < limits[c]} (<= with
     `inclusive`) for c < m: :func:`_row_counts_below` less the row's own distance, 0.
     `work`: (order, hist, found, keys, cells, first)."""
@@ -540,18 +562,20 @@ def _flush(row, limits, pairing, sample, m, inclusive, work, counts):
 
 
 @numba.njit(inline="always")
-def _fetch_list(values, indices, row, entries):
+def _fetch_list(values: np.ndarray, indices: np.ndarray, row: int, entries: int) -> None:
     """Prefetch the first `entries` entries of one row of a list."""
     stop = min(entries, values.shape[1])
-    # numba's stub gives an intrinsic's call the definition's signature, typingctx included.
+    # numba's stub gives an intrinsic's call the definition's signature: typingctx included, and the
+    # arguments' Numba types where the call passes their values.
     for c in range(0, stop, 8):
-        _prefetch(values[row], c)  # type: ignore[call-arg]
+        _prefetch(values[row], c)  # type: ignore[call-arg, arg-type]
     for c in range(0, stop, 16):
-        _prefetch(indices[row], c)  # type: ignore[call-arg]
+        _prefetch(indices[row], c)  # type: ignore[call-arg, arg-type]
 
 
 @numba.njit(cache=True)
-def _route(st, p, i, r, cover_x, cover_y, need_x, need_y):
+def _route(st: np.ndarray, p: int, i: int, r: int, cover_x: float, cover_y: float, need_x: np.ndarray,
+           need_y: np.ndarray) -> None:
     """Leave sample i of pairing p (partner row r) to the hot-row pass whose walk can
     reach farther: the y-list's (x-rows) when it covers more than the x-list, else the
     x-list's (y-rows)."""
@@ -564,7 +588,7 @@ def _route(st, p, i, r, cover_x, cover_y, need_x, need_y):
 
 
 @numba.njit(cache=True)
-def _flush_work(n, n_perms):
+def _flush_work(n: int, n_perms: int) -> tuple[np.ndarray, ...]:
     """Workspace of :func:`_flush` for rows of n distances and up to n_perms limits."""
     return (np.empty(n_perms, dtype=np.int64), np.empty(n_perms + 1, dtype=np.int64),
             np.empty(n_perms, dtype=np.int64), np.empty(n, dtype=np.int32),
@@ -573,8 +597,11 @@ def _flush_work(n, n_perms):
 
 
 @numba.njit(cache=True)
-def _probe_block(t0, t1, x_table, xv, xi, xc, yv, yi, yc, small, inverses, low_x, low_y, dense_x, dense_y,
-                 need_probe_y, k, algorithm, st, need_x, need_y, nx, ny):
+def _probe_block(t0: int, t1: int, x_table: bool, xv: np.ndarray, xi: np.ndarray, xc: np.ndarray, yv: np.ndarray,
+                 yi: np.ndarray, yc: np.ndarray, small: np.ndarray, inverses: np.ndarray, low_x: np.ndarray,
+                 low_y: np.ndarray, dense_x: np.ndarray, dense_y: np.ndarray, need_probe_y: np.ndarray, k: int,
+                 algorithm: int, st: np.ndarray, need_x: np.ndarray, need_y: np.ndarray, nx: np.ndarray,
+                 ny: np.ndarray) -> None:
     """A probe pass (1 with `x_table`, else 2, of :func:`listed_neighbour_counts`) over the
     rows [t0, t1) of one side, the table side, for every pairing: their lists in a
     membership table (:func:`_build_members`: x-rows in pass 1, the y-rows of pass 2's
@@ -645,7 +672,9 @@ def _probe_block(t0, t1, x_table, xv, xi, xc, yv, yi, yc, small, inverses, low_x
 
 
 @numba.njit(cache=True)
-def _hot_block(h0, h1, hv, hc, hd, wv, wi, wc, od, perms, small, inverses, x_hot, need, k, algorithm, st, nx, ny):
+def _hot_block(h0: int, h1: int, hv: np.ndarray, hc: np.ndarray, hd: np.ndarray, wv: np.ndarray, wi: np.ndarray,
+               wc: np.ndarray, od: np.ndarray, perms: np.ndarray, small: np.ndarray, inverses: np.ndarray, x_hot: bool,
+               need: np.ndarray, k: int, algorithm: int, st: np.ndarray, nx: np.ndarray, ny: np.ndarray) -> None:
     """A hot-row pass (3 or 4 of :func:`listed_neighbour_counts`) over the rows [h0, h1)
     of one side, held in cache for every pairing: x-rows (lists hv, hc, distances hd)
     with `x_hot`, else y-rows; (wv, wi, wc) the other side's lists, `od` its distances.
@@ -723,7 +752,9 @@ def _hot_block(h0, h1, hv, hc, hd, wv, wi, wc, od, perms, small, inverses, x_hot
 
 
 @numba.njit(parallel=True, cache=True)
-def listed_neighbour_counts(xv, xi, xc, yv, yi, yc, dx, dy, perms, inverses, k, algorithm):
+def listed_neighbour_counts(xv: np.ndarray, xi: np.ndarray, xc: np.ndarray, yv: np.ndarray, yi: np.ndarray,
+                            yc: np.ndarray, dx: np.ndarray, dy: np.ndarray, perms: np.ndarray, inverses: np.ndarray,
+                            k: int, algorithm: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Neighbour counts of the pairings x[i] <-> y[perms[p, i]] from the neighbour lists
     of both marginals (:func:`neighbour_lists` of dx and dy) and the two matrices.
 

@@ -4,12 +4,17 @@ formula, noise, validation) is :mod:`mianalysis.estimators.ksg`."""
 
 from __future__ import annotations
 
-
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 
 from .._internal import memory as _memory
 from .._internal.validation import check_k
+
+if TYPE_CHECKING:  # names used only in type hints
+    import torch
 
 PERMUTATION_BATCH = 32  # pairings per pass over the distance matrices (brute force)
 # Pairings per call of the neighbour-list kernel: its passes over the matrix rows (samples whose k-th joint
@@ -21,7 +26,7 @@ SYMMETRIC_MIN_FEATURES = 100  # below, computing each distance twice in O(n) mem
 NeighbourLists = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
-def marginal_distances(a, dtype="float64"):
+def marginal_distances(a: np.ndarray, dtype: DTypeLike = "float64") -> np.ndarray:
     """The (n, n) max-norm distance matrix of the samples `a` (n, d), as the KSG kernel
     computes its distances (bit for bit)."""
     from ._kernels import marginal_distance_matrix
@@ -32,7 +37,7 @@ def marginal_distances(a, dtype="float64"):
     return out
 
 
-def check_torch_device(device):
+def check_torch_device(device: str | torch.device | None) -> torch.device:
     """The torch.device for `device` (None: "cuda" when available, else "cpu"); ValueError
     naming `device` if torch does not know it or this machine does not have it, ImportError
     if PyTorch is not installed."""
@@ -61,7 +66,8 @@ def check_torch_device(device):
     return dev
 
 
-def ksg_counts_torch(x, y, k, algorithm, dtype="float64", device=None, block=1024):
+def ksg_counts_torch(x: np.ndarray, y: np.ndarray, k: int, algorithm: int, dtype: DTypeLike = "float64",
+                     device: str | torch.device | None = None, block: int = 1024) -> tuple[np.ndarray, np.ndarray]:
     """:func:`ksg_counts` with PyTorch: rows in blocks of `block`, full marginal rows by
     ``torch.cdist(p=inf)``, the k-th joint distance by ``topk``, counts by comparisons."""
     k = check_k(k, x.shape[0])  # topk needs k other samples in every row
@@ -100,14 +106,14 @@ def ksg_counts_torch(x, y, k, algorithm, dtype="float64", device=None, block=102
     return nx.cpu().numpy(), ny.cpu().numpy()
 
 
-def check_distance_cache(distance_cache):
+def check_distance_cache(distance_cache: object) -> bool | str:
     """`distance_cache` itself if it is "auto", True or False; else ValueError naming it."""
     if distance_cache not in ("auto", True, False):
         raise ValueError(f"`distance_cache` must be 'auto', True or False; got {distance_cache!r}")
     return distance_cache
 
 
-def use_distance_cache(distance_cache, n_bytes):
+def use_distance_cache(distance_cache: bool | str, n_bytes: int) -> bool:
     """Whether to keep `n_bytes` of distances in memory: always for True, never for False,
     for "auto" when they take at most half the memory this process can still allocate
     (:func:`mianalysis._internal.memory.available_memory_bytes`: physical memory, cgroup limits, ``ulimit -v``); else
@@ -120,7 +126,8 @@ def use_distance_cache(distance_cache, n_bytes):
     return distance_cache is True or (distance_cache == "auto" and n_bytes <= _memory.available_memory_bytes() / 2)
 
 
-def ksg_counts(x, y, k, algorithm, dtype="float64", distance_cache="auto"):
+def ksg_counts(x: np.ndarray, y: np.ndarray, k: int, algorithm: int, dtype: DTypeLike = "float64",
+               distance_cache: bool | str = "auto") -> tuple[np.ndarray, np.ndarray]:
     """Neighbour counts of every sample: validated 2-D `x`, `y` in, int64 arrays out.
 
     With the distance cache (see :func:`symmetric_cache_bytes`) every distance is computed
@@ -142,7 +149,7 @@ def ksg_counts(x, y, k, algorithm, dtype="float64", distance_cache="auto"):
     )
 
 
-def symmetric_pool_tiles(n_samples):
+def symmetric_pool_tiles(n_samples: int) -> int:
     """Most transposed tiles :func:`ksg_counts_symmetric` holds at once per side: after
     row block m, the tiles (J, I) with I <= m < J."""
     from ._kernels import BLOCK
@@ -151,7 +158,7 @@ def symmetric_pool_tiles(n_samples):
     return max(1, max((m + 1) * (n_blocks - 1 - m) for m in range(n_blocks)))
 
 
-def symmetric_cache_bytes(n_samples, dtype):
+def symmetric_cache_bytes(n_samples: int, dtype: DTypeLike) -> int:
     """Memory of :func:`ksg_counts_symmetric`: about n^2 / 4 distances per side."""
     from ._kernels import BLOCK
 
@@ -159,7 +166,7 @@ def symmetric_cache_bytes(n_samples, dtype):
     return 2 * per_side * np.dtype(dtype).itemsize
 
 
-def ksg_counts_symmetric(x, y, k, algorithm):
+def ksg_counts_symmetric(x: np.ndarray, y: np.ndarray, k: int, algorithm: int) -> tuple[np.ndarray, np.ndarray]:
     """Neighbour counts computing each distance once: row blocks in order, each block's
     tiles right of the diagonal computed and kept transposed for the later blocks' rows.
     `x`, `y` C-contiguous of one float dtype."""
@@ -199,19 +206,19 @@ LIST_FACTOR = 3.0
 LIST_CAPACITY = 1.5
 
 
-def neighbour_list_length(n_samples, k):
+def neighbour_list_length(n_samples: int, k: int) -> tuple[int, int]:
     """(aimed length, capacity) of the neighbour lists for `n_samples` samples and `k`."""
     length = min(n_samples - 1, max(32, int(LIST_FACTOR * np.sqrt(k * n_samples))))
     return length, min(n_samples - 1, int(LIST_CAPACITY * length))
 
 
-def list_bytes(n_samples, k, dtype="float64"):
+def list_bytes(n_samples: int, k: int, dtype: DTypeLike = "float64") -> int:
     """Memory of one marginal's neighbour lists."""
     _, capacity = neighbour_list_length(n_samples, k)
     return n_samples * (capacity + 1) * (np.dtype(dtype).itemsize + 4)
 
 
-def list_workspace_bytes(n_samples, dtype="float64"):
+def list_workspace_bytes(n_samples: int, dtype: DTypeLike = "float64") -> int:
     """Memory :func:`neighbour_lists` holds while it lists from tiles: each thread's block of
     candidates (BLOCK rows of n_samples distances and int32 indices)."""
     import numba
@@ -238,7 +245,7 @@ def neighbour_lists(d: np.ndarray, k: int, n_samples: int | None = None) -> Neig
     return values, indices, cover
 
 
-def distance_tiles(x, y, dtype="float64"):
+def distance_tiles(x: np.ndarray, y: np.ndarray, dtype: DTypeLike = "float64") -> tuple[np.ndarray, np.ndarray]:
     """Both marginal distance matrices of the samples `x` and `y` as their upper-triangle
     tiles (:func:`mianalysis.estimators._kernels.marginal_distance_tiles`): each distance
     computed and stored once, the same values to the bit as :func:`marginal_distances`, in
@@ -254,7 +261,7 @@ def distance_tiles(x, y, dtype="float64"):
     return tiles_x, tiles_y
 
 
-def tile_bytes(n_samples, dtype="float64"):
+def tile_bytes(n_samples: int, dtype: DTypeLike = "float64") -> int:
     """Memory of one marginal's :func:`distance_tiles`."""
     from ._kernels import BLOCK
 
@@ -262,7 +269,7 @@ def tile_bytes(n_samples, dtype="float64"):
     return n_blocks * (n_blocks + 1) // 2 * BLOCK * BLOCK * np.dtype(dtype).itemsize
 
 
-def use_lists(n_samples, n_pairings, method="auto"):
+def use_lists(n_samples: int, n_pairings: int, method: str = "auto") -> bool:
     """Whether :func:`permuted_counts` walks neighbour lists: "auto" from LIST_MIN_SAMPLES
     samples and LIST_MIN_PAIRINGS pairings on, "lists" always, "brute" never."""
     if method not in ("auto", "lists", "brute"):
@@ -271,7 +278,9 @@ def use_lists(n_samples, n_pairings, method="auto"):
                                  and n_pairings >= LIST_MIN_PAIRINGS)
 
 
-def permuted_counts(dx, dy, permutations, k, algorithm, *, method="auto", lists=None, stats=None):
+def permuted_counts(dx: np.ndarray, dy: np.ndarray, permutations: ArrayLike, k: int, algorithm: int, *,
+                    method: str = "auto", lists: tuple[NeighbourLists, NeighbourLists] | None = None,
+                    stats: dict[str, np.ndarray] | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Yield (nx, ny) for the pairing x[i] <-> y[perm[i]] of each permutation, from the
     marginal distance matrices, PERMUTATION_BATCH pairings per pass (LIST_BATCH with the
     lists); the same counts, exactly, whichever way.
@@ -301,8 +310,9 @@ def permuted_counts(dx, dy, permutations, k, algorithm, *, method="auto", lists=
         stats["looked_up"] = stats["full_rows"] = np.zeros(0, dtype=np.int64)
 
 
-def listed_counts(dx, dy, n, perms, k, algorithm, *, lists: tuple[NeighbourLists, NeighbourLists] | None = None,
-                  stats=None):
+def listed_counts(dx: np.ndarray, dy: np.ndarray, n: int, perms: ArrayLike, k: int, algorithm: int, *,
+                  lists: tuple[NeighbourLists, NeighbourLists] | None = None,
+                  stats: dict[str, np.ndarray] | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """:func:`permuted_counts` by neighbour lists, from full distance matrices or from their
     tiles (:func:`distance_tiles`), LIST_BATCH pairings per call of the kernel."""
     from ._neighbour_lists import listed_neighbour_counts

@@ -18,7 +18,7 @@ from numba import prange
 
 
 @numba.njit(parallel=True, cache=True)
-def scores_from_table(samples, table):
+def scores_from_table(samples: np.ndarray, table: np.ndarray) -> np.ndarray:
     """``out[i, j]``: the `table` entry at twice the average rank of ``samples[i, j]`` in
     its column, for the finite 2-D array `samples` (n, d); `table` has
     at least 2 n + 1 entries."""

@@ -112,7 +112,7 @@ def canonical_directions(x: np.ndarray, y: np.ndarray, n_components: int) -> tup
     return a / sdx[:, None], b / sdy[:, None]
 
 
-def _whitened_factors(a):
+def _whitened_factors(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(U, sigma / sqrt(lambda), V, 1 / sqrt(lambda), sd) of the standardised samples of `a`
     (see canonical_directions)."""
     n = a.shape[0]
@@ -127,7 +127,8 @@ def _whitened_factors(a):
     return u, sigma / np.sqrt(lam), vt.T, 1.0 / np.sqrt(lam), sd
 
 
-def _projection_bound_iv(x, y, n_components, folds, repeats, copula, method, units, random_state) -> tuple[
+def _projection_bound_iv(x: ArrayLike, y: ArrayLike, n_components: int | None, folds: int, repeats: int, copula: bool,
+                         method: str, units: str, random_state: int | np.random.Generator | None) -> tuple[
         np.ndarray, np.ndarray, int | None, int, int, bool, str, float, np.random.Generator]:
     """Checked arguments of :func:`projection_bound`: (x, y, n_components or None, folds,
     repeats, copula, method, units factor, generator), the constant features of x and y dropped."""
@@ -331,7 +332,8 @@ def projection_bound(x: ArrayLike, y: ArrayLike, *, n_components: int | None = N
     return ProjectionBound(float(fold_values.mean()), fold_values, r, n_eval, units, method, se)
 
 
-def _nwj_fold_value(xf, yf, xe, ye, r, copula, rng):
+def _nwj_fold_value(xf: np.ndarray, yf: np.ndarray, xe: np.ndarray, ye: np.ndarray, r: int, copula: bool,
+                    rng: np.random.Generator) -> tuple[float, float]:
     """The NWJ bound (nats) and its se on the held-out runs (xe, ye), everything fitted on
     (xf, yf): directions on one half of the fitting runs, the critic on the other."""
     if copula:
@@ -345,7 +347,7 @@ def _nwj_fold_value(xf, yf, xe, ye, r, copula, rng):
     return nwj_fold(critic, xe @ a, ye @ b, random_state=rng)
 
 
-def _gaussian_fold_value(xf, yf, xe, ye, r, copula):
+def _gaussian_fold_value(xf: np.ndarray, yf: np.ndarray, xe: np.ndarray, ye: np.ndarray, r: int, copula: bool) -> float:
     """The bias-corrected Gaussian MI (nats) of the held-out projections, directions fitted
     on (xf, yf)."""
     if copula:
@@ -357,7 +359,7 @@ def _gaussian_fold_value(xf, yf, xe, ye, r, copula):
         raise _singular_projections(exc, r, xe.shape[0]) from None
 
 
-def _singular_projections(exc, n_components, n_eval):
+def _singular_projections(exc: SingularCovarianceError, n_components: int, n_eval: int) -> ValueError:
     """The bound's own error for a held-out fold whose projections have a singular covariance
     (the Gaussian estimate's error names the projections' blocks, not the user's data)."""
     pairs = f"{n_components} canonical pair{'s' if n_components > 1 else ''}"

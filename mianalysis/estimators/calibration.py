@@ -100,7 +100,7 @@ def ksg_regime(n_runs: int, n_features: int, value: float, shrinkage: bool = Fal
     return reasons + _too_many_bits(value, KSG_MAX_BITS)
 
 
-def _too_many_bits(value, max_bits):
+def _too_many_bits(value: float, max_bits: float) -> list[str]:
     return [f"> {max_bits} bits"] if not math.isnan(value) and value > max_bits else []
 
 

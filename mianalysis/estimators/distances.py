@@ -17,7 +17,7 @@ METRICS = ("euclidean", "manhattan", "chebyshev")
 UPDATE_METRICS = ("cosine_update",)
 
 
-def _check_pair(x, y) -> tuple[np.ndarray, np.ndarray]:
+def _check_pair(x: ArrayLike, y: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     x = check_samples(x, "x")
     y = check_samples(y, "y")
     if x.shape != y.shape:
@@ -96,7 +96,7 @@ def paired_distances(x: ArrayLike, y: ArrayLike, metric: str = "euclidean") -> n
     return out
 
 
-def _reduce(diff, metric):
+def _reduce(diff: np.ndarray, metric: str) -> np.ndarray:
     """Each row's norm of the absolute differences `diff`."""
     with np.errstate(over="ignore", under="ignore"):
         if metric == "euclidean":
@@ -140,7 +140,7 @@ def mean_paired_distance(x: ArrayLike, y: ArrayLike, metric: str = "euclidean") 
     return mean
 
 
-def _update(x, start):
+def _update(x: np.ndarray, start: np.ndarray) -> np.ndarray:
     """`x` - `start` row by row; a row whose difference overflows is formed in units of a
     power of two near its largest absolute value (exact scaling: the cosine does not
     depend on a row's unit). Zero exactly where the row equals its start."""

@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import threading
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import Executor
+from contextlib import AbstractContextManager
 from itertools import islice
 from typing import Any
 
@@ -301,7 +303,7 @@ def gaussian_cmi(x: ArrayLike, y: ArrayLike, z: ArrayLike, *, units: str = "bits
     return float(cmi * factor)
 
 
-def _check_conditioning(z, n_samples) -> np.ndarray:
+def _check_conditioning(z: ArrayLike, n_samples: int) -> np.ndarray:
     """`z` as a 2-D float array with `n_samples` rows; ``(n_samples, 0)`` is allowed."""
     arr = np.asarray(z) if not isinstance(z, np.ndarray) else z
     if arr.ndim == 2 and arr.shape[1] == 0 and arr.shape[0] == n_samples and arr.dtype.kind in "biuf":
@@ -313,7 +315,7 @@ def _check_conditioning(z, n_samples) -> np.ndarray:
     return z
 
 
-def _drop_constant_conditioning(z) -> np.ndarray:
+def _drop_constant_conditioning(z: np.ndarray) -> np.ndarray:
     """`z` without its constant columns (conditioning on a constant is conditioning on
     nothing; the rule of :func:`mianalysis._internal.validation.varying_columns`), warning with
     `ConstantFeatureWarning` if any."""
@@ -345,7 +347,7 @@ def wishart_logdet_bias(p: int, n_samples: int) -> float:
     return p * np.log(2.0 / dof) + float(digamma((dof - np.arange(p)) / 2.0).sum())
 
 
-def _joint_correlation(x, y, shrinkage):
+def _joint_correlation(x: np.ndarray, y: np.ndarray, shrinkage: str | None) -> np.ndarray:
     """Correlation matrix of the joint samples [x, y], shrunk if asked."""
     z = np.hstack([x, y])
     std = _centre_columns(z)
@@ -368,7 +370,7 @@ def _joint_correlation(x, y, shrinkage):
     return gram / (z.shape[0] - 1)
 
 
-def _centre_columns(z):
+def _centre_columns(z: np.ndarray) -> np.ndarray:
     """Centre the columns of `z` in place and return their ``ddof=1`` standard deviations.
 
     Correlations do not depend on the scale of a column: columns whose values are beyond
@@ -386,7 +388,7 @@ GRAM_BLOCK = 256
 _BLAS_CONTROLLER: list[Any] = []  # one threadpoolctl.ThreadpoolController (threadpoolctl has no type hints)
 
 
-def _single_threaded_blas():
+def _single_threaded_blas() -> AbstractContextManager[object]:
     """A context in which the BLAS libraries loaded in this process use one thread.
 
     threadpoolctl finds the loaded libraries by reading the process's memory map, which
@@ -413,7 +415,7 @@ def gram_matrix(z: np.ndarray, block: int = GRAM_BLOCK) -> np.ndarray:
     gram = np.empty((p, p))
     starts = list(range(0, p, block))
 
-    def lower_block(s):  # rows s.. of the column block s..s+block: the lower triangle only
+    def lower_block(s: int) -> None:  # rows s.. of the column block s..s+block: the lower triangle only
         gram[s:, s:s + block] = z[:, s:].T @ z[:, s:s + block]
 
     with _single_threaded_blas():
@@ -486,7 +488,7 @@ def bound_min_runs(folds: int = 2) -> int:
     return 4 * folds
 
 
-def _fewer_runs_hint(n_samples, conditional=False):
+def _fewer_runs_hint(n_samples: int, conditional: bool = False) -> str:
     """What works when there are fewer runs than dimensions (no recommendation of shrinkage:
     a shrunk estimate is the MI of another covariance, neither an estimate nor a bound)."""
     if conditional:
@@ -497,7 +499,8 @@ def _fewer_runs_hint(n_samples, conditional=False):
     return "; estimate fewer features (e.g. one layer at a time) or sample more runs"
 
 
-def _logdet_pd(corr, block, n_samples, shrinkage, joint_why="", conditional=False):
+def _logdet_pd(corr: np.ndarray, block: str, n_samples: int, shrinkage: str | None, joint_why: str = "",
+               conditional: bool = False) -> float:
     """log det of a correlation matrix by Cholesky, or a SingularCovarianceError naming the
     block. `joint_why`: the reason given when this is the joint block, whose parts are
     positive definite (x and y themselves linearly dependent)."""
@@ -749,7 +752,7 @@ def gaussian_permutation_estimates(x: ArrayLike, y: ArrayLike, permutations: Ite
     return np.array(values, dtype=np.float64)
 
 
-def _check_permutation(perm, n, index) -> np.ndarray:
+def _check_permutation(perm: ArrayLike, n: int, index: int) -> np.ndarray:
     """`perm` as an int array, or a ValueError unless it is a permutation of range(n)."""
     arr = np.asarray(perm)
     if arr.shape != (n,) or arr.dtype.kind not in "iu" or arr.min() < 0 or not np.array_equal(
@@ -759,7 +762,7 @@ def _check_permutation(perm, n, index) -> np.ndarray:
     return arr
 
 
-def _standardized(a):
+def _standardized(a: ArrayLike) -> np.ndarray | None:
     """The columns of `a` centred and divided by their ``ddof=1`` sd as in gaussian_mi (a
     copy), or None if one of them has no spread (gaussian_mi then raises its error)."""
     z = np.array(a, dtype=np.float64)
@@ -770,20 +773,21 @@ def _standardized(a):
     return z
 
 
-def _by_row_blocks(function, z, pool, width):
+def _by_row_blocks(function: Callable[[np.ndarray], np.ndarray], z: np.ndarray, pool: Executor,
+                   width: int) -> np.ndarray:
     """``function(z[rows])`` (`width` columns) for blocks of rows of `z`, stacked: each block
     one single-threaded call, the blocks side by side on `pool`, each written into its rows
     of the result (no list of blocks to stack)."""
     out = np.empty((z.shape[0], width))
 
-    def block(start):
+    def block(start: int) -> None:
         out[start:start + _ROW_BLOCK] = function(z[start:start + _ROW_BLOCK])
 
     list(pool.map(block, range(0, z.shape[0], _ROW_BLOCK)))
     return out
 
 
-def lower_solve(lower, b):
+def lower_solve(lower: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``solve_triangular(lower, b, lower=True, check_finite=False)`` for a lower triangular
     `lower` with a positive diagonal (a Cholesky factor), with BLAS trsm itself.
 
@@ -797,12 +801,12 @@ def lower_solve(lower, b):
     return trsm(1.0, lower.T, b, lower=0, trans_a=1)
 
 
-def _whitened(lower, z, scale, pool):
+def _whitened(lower: np.ndarray, z: np.ndarray, scale: float, pool: Executor) -> np.ndarray:
     """``solve_triangular(lower, z.T, lower=True).T / scale`` by blocks of rows (:func:`lower_solve`)."""
     return _by_row_blocks(lambda rows: lower_solve(lower, rows.T).T / scale, z, pool, z.shape[1])
 
 
-def _cholesky_diagonal(m):
+def _cholesky_diagonal(m: np.ndarray) -> np.ndarray | None:
     """The diagonal of the lower Cholesky factor of `m` (overwritten), or None if `m` is
     not numerically positive definite."""
     try:
@@ -812,7 +816,7 @@ def _cholesky_diagonal(m):
     return diag if np.all(diag > 0) else None
 
 
-def _cross_product(a, b, single):
+def _cross_product(a: np.ndarray, b: np.ndarray, single: bool) -> Callable[[np.ndarray], np.ndarray]:
     """``perm -> a^T b[perm]`` as float64, summed in single precision when `single` (a and
     b rounded to float32 once, here). Each thread gathers ``b[perm]`` and writes the product
     into buffers of its own, made once: at paper scale a fresh n x d array per shuffle costs
@@ -822,7 +826,7 @@ def _cross_product(a, b, single):
         a, b = a.astype(np.float32), b.astype(np.float32)
     held = threading.local()
 
-    def cross(perm):
+    def cross(perm: np.ndarray) -> np.ndarray:
         """The product in this thread's buffer, valid until the thread's next call."""
         if not hasattr(held, "rows"):
             held.rows = np.empty_like(b)
@@ -837,7 +841,8 @@ def _cross_product(a, b, single):
     return cross
 
 
-def _plain_plan(x, y, pool, single=False):
+def _plain_plan(x: np.ndarray, y: np.ndarray, pool: Executor,
+                single: bool = False) -> Callable[[np.ndarray], float | None] | None:
     """For the sample covariance: the function ``perm -> plug-in MI in nats`` of x and
     y[perm], or None when each shuffle must be recomputed; `single`: the cross products
     in float32 (:func:`_cross_product`)."""
@@ -867,7 +872,7 @@ def _plain_plan(x, y, pool, single=False):
     cross = _cross_product(wx, wy, single)
     held = threading.local()
 
-    def plugin(perm):
+    def plugin(perm: np.ndarray) -> float | None:
         c = cross(perm)
         if not hasattr(held, "square"):  # one d_y x d_y buffer per thread (Cholesky overwrites it)
             held.square = np.empty((dy, dy))
@@ -882,7 +887,8 @@ def _plain_plan(x, y, pool, single=False):
     return plugin
 
 
-def _shrunk_plan(x, y, pool, single=False):
+def _shrunk_plan(x: np.ndarray, y: np.ndarray, pool: Executor,
+                 single: bool = False) -> Callable[[np.ndarray], float | None] | None:
     """For Ledoit-Wolf shrinkage: the function ``perm -> MI in nats`` of x and y[perm], or
     None when each shuffle must be recomputed; `single`: the cross products in float32."""
     zx, zy = _standardized(x), _standardized(y)
@@ -905,7 +911,7 @@ def _shrunk_plan(x, y, pool, single=False):
     small_x = rx.shape[1] <= ry.shape[1]
     cross = _cross_product(rx, ry, single)
 
-    def mi(perm):
+    def mi(perm: np.ndarray) -> float | None:
         c = cross(perm)
         # Ledoit-Wolf intensity, the terms of ledoit_wolf_covariance for the joint samples [zx, zy[perm]]
         frob2 = (frob2_marginal + 2.0 * float(np.einsum("ij,ij->", c, c))) / n**2

@@ -284,7 +284,8 @@ def gaussian_mi_influence(x: ArrayLike, y: ArrayLike, *, units: str = "bits") ->
     z -= z.mean(axis=0)
     z /= np.sqrt(np.einsum("ij,ij->j", z, z) / n)  # unit variances: the same h, a better conditioned factor
 
-    def quadratic_forms(block):  # z_i^T S^-1 z_i, S = block^T block / n, through the Cholesky factor
+    # z_i^T S^-1 z_i, S = block^T block / n, through the Cholesky factor
+    def quadratic_forms(block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         try:
             lower = np.linalg.cholesky(block.T @ block / n)
         except np.linalg.LinAlgError:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
-from numpy.typing import ArrayLike
+from numpy.typing import ArrayLike, DTypeLike
 from scipy.special import digamma
 
 from .._internal.scaling import column_std, pow2_scale
@@ -260,7 +260,7 @@ def ksg_mi(
     return float(nats * factor)
 
 
-def check_ksg_settings(units, algorithm, dtype):
+def check_ksg_settings(units: str, algorithm: int, dtype: DTypeLike) -> tuple[float, int, str]:
     """(nats-to-units factor, algorithm, dtype name) after checking each."""
     factor = check_units(units)
     check_choice(algorithm, "algorithm", (1, 2))
@@ -270,7 +270,7 @@ def check_ksg_settings(units, algorithm, dtype):
         except TypeError:
             pass
     check_choice(dtype, "dtype", DTYPES)
-    return factor, algorithm, dtype
+    return factor, algorithm, cast(str, dtype)  # a name of DTYPES: checked just above
 
 
 def ksg_estimates_from_distances(dx: np.ndarray, dy: np.ndarray, permutations: Iterable[np.ndarray], k: int,
@@ -293,8 +293,9 @@ def ksg_estimates_from_distances(dx: np.ndarray, dy: np.ndarray, permutations: I
                                                    lists=lists, stats=stats)])
 
 
-def ksg_estimates_from_marginals(x, y, *, n_permutations=0, random_state=None, k=3, algorithm=1, units="bits",
-                                 extra=()):
+def ksg_estimates_from_marginals(x: MarginalDistances, y: MarginalDistances, *, n_permutations: int = 0,
+                                 random_state: int | np.random.Generator | None = None, k: int = 3, algorithm: int = 1,
+                                 units: str = "bits", extra: Iterable[str] = ()) -> np.ndarray:
     """KSG estimates in `units` from two :class:`MarginalDistances`: of the pairing as
     given, then of ``x[i] <-> y[perm[i]]`` for each of `n_permutations` permutations drawn
     one after the other from `random_state`; O(n^2) each. The path of :func:`ksg_mi` and
@@ -347,7 +348,7 @@ def _float64_lists(lists: NeighbourLists) -> NeighbourLists:
     return values.astype(np.float64), indices, cover.astype(np.float64)
 
 
-def _check_distance_pair(x, y):
+def _check_distance_pair(x: MarginalDistances, y: MarginalDistances) -> None:
     """Refuse `x`, `y` unless both are :class:`MarginalDistances` of the same samples' count."""
     for name, value in (("x", x), ("y", y)):
         if not isinstance(value, MarginalDistances):
@@ -502,7 +503,7 @@ class MarginalDistances:
     def n_samples(self) -> int:
         return self.matrix.shape[0]
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"MarginalDistances(n_samples={self.n_samples}, n_features={self.n_features})"
 
     @classmethod
@@ -689,7 +690,7 @@ FLOAT64_MAX_ABS = 2.0**1000
 FLOAT32_RANGE = (2.0**-60, 2.0**60)
 
 
-def kernel_input(x, y, dtype):
+def kernel_input(x: np.ndarray, y: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray]:
     """`x` and `y` (float64) prepared to be cast to `dtype` for the neighbour-count kernels,
     as far as possible without changing any neighbour count.
 
@@ -718,7 +719,7 @@ def kernel_input(x, y, dtype):
         return x / scale, y / scale
 
 
-def _centre_far_columns(a):
+def _centre_far_columns(a: np.ndarray) -> np.ndarray:
     """`a` with each column whose midrange is farther from 0 than its range is wide
     translated to midrange 0 (float64; halves first, so that nothing overflows)."""
     low, high = a.min(axis=0), a.max(axis=0)
@@ -729,7 +730,7 @@ def _centre_far_columns(a):
     return a - np.where(far, mid, 0.0)
 
 
-def ksg_from_counts(nx, ny, k, algorithm):
+def ksg_from_counts(nx: np.ndarray, ny: np.ndarray, k: int, algorithm: int) -> float:
     """The KSG estimate in nats from the marginal neighbour counts."""
     n = nx.shape[0]
     if algorithm == 1:
@@ -829,11 +830,11 @@ def duplicate_share(a: np.ndarray) -> float:
     return float(repeated.mean())
 
 
-def _difference_share(x, y):
+def _difference_share(x: np.ndarray, y: np.ndarray) -> float:
     return duplicate_share(y - x) if x.shape[1] == y.shape[1] else np.nan
 
 
-def _value_rows(x, y):
+def _value_rows(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """x and y at most TIE_VALUE_ROWS evenly spaced runs (all runs when there are fewer)."""
     n = x.shape[0]
     if n <= TIE_VALUE_ROWS:
@@ -860,7 +861,7 @@ def value_tie_shares(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     return duplicate_share(np.hstack([x, y])), _difference_share(x, y)
 
 
-def _warn_if_tied(x, y, threshold=TIE_THRESHOLD):
+def _warn_if_tied(x: np.ndarray, y: np.ndarray, threshold: float = TIE_THRESHOLD) -> None:
     """A TiedSamplesWarning when the values (or the paired differences) of `x` and `y` are tied."""
     shares = value_tie_shares(x, y)
     if any(v > threshold for v in shares if not np.isnan(v)):

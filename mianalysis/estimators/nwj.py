@@ -75,11 +75,11 @@ class NWJCritic:
     tau: float
     cap: float = CRITIC_CAP
 
-    def _standardise(self, u, v):
+    def _standardise(self, u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return (u - self.mean_u) / self.scale_u, (v - self.mean_v) / self.scale_v
 
 
-def _standardised(a):
+def _standardised(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     mean = a.mean(axis=0)
     scale = a.std(axis=0)
     return mean, np.where(scale > 0, scale, 1.0)

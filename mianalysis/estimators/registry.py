@@ -345,7 +345,7 @@ def _part(cls: type[_Part], whole: _Part | None, flat: dict[str, Any], what: str
 _REGISTRY: dict[str, Estimator] = {}
 
 
-def register_estimator(entry: Estimator | None = None, /, *, replace: bool = False, **fields) -> Estimator:
+def register_estimator(entry: Estimator | None = None, /, *, replace: bool = False, **fields: Any) -> Estimator:
     """Add an estimator to the registry (an :class:`Estimator`, or its fields as keywords).
 
     With ``replace=True`` an entry of the same name is replaced where it stands (the order

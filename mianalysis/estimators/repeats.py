@@ -32,6 +32,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 __all__ = ["repeated_runs", "check_repeated_runs", "runs_checked", "RepeatedRunsWarning"]
 
@@ -81,7 +82,7 @@ def _shared_keys(keys: np.ndarray) -> np.ndarray:
     return np.flatnonzero(counts[inverse.ravel()] > 1)
 
 
-def _sides(x, y):
+def _sides(x: ArrayLike, y: ArrayLike | None) -> list[np.ndarray]:
     sides = [np.asarray(x)] if y is None else [np.asarray(x), np.asarray(y)]
     return [a.reshape(a.shape[0], -1) for a in sides]
 

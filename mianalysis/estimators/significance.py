@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -35,7 +37,7 @@ __all__ = ["PermutationTestResult", "mi_permutation_test", "gaussian_permutation
 SINGLE_PRECISION_RUNS = 2000
 
 
-def _check_arguments(estimator, kwargs):
+def _check_arguments(estimator: str, kwargs: Mapping[str, Any]) -> None:
     """TypeError unless `estimator` takes every keyword argument of `kwargs`; the message
     names the other estimators that take the unknown ones."""
     entry = get_estimator(estimator)
@@ -130,9 +132,10 @@ class PermutationTestResult:
 
 
 def mi_permutation_test(
-    x: ArrayLike, y: ArrayLike, *, estimator: str = "ksg", n_permutations: int = 100,
+    x: ArrayLike | MarginalDistances, y: ArrayLike | MarginalDistances, *, estimator: str = "ksg",
+    n_permutations: int = 100,
     random_state: int | np.random.Generator | None = None, distance_cache: bool | str = "auto",
-    cross_precision: str = "auto", **estimator_kwargs,
+    cross_precision: str = "auto", **estimator_kwargs: Any,
 ) -> PermutationTestResult:
     """Test whether the MI of `x` and `y` exceeds that of independent data.
 
@@ -273,7 +276,9 @@ def mi_permutation_test(
     check_distance_cache(distance_cache)
     _check_precision(cross_precision)
     if isinstance(x, MarginalDistances) or isinstance(y, MarginalDistances):
-        return _test_from_marginals(x, y, estimator, n_permutations, rng, estimator_kwargs)
+        # One of them is: ksg_estimates_from_marginals refuses the other unless it is too (TypeError).
+        return _test_from_marginals(cast(MarginalDistances, x), cast(MarginalDistances, y), estimator, n_permutations,
+                                    rng, estimator_kwargs)
     x, y = check_paired(x, y)
     kwargs = dict(estimator_kwargs)
     n = x.shape[0]
@@ -337,7 +342,7 @@ def mi_permutation_test(
 
 def gaussian_permutation_test(x: ArrayLike, y: ArrayLike, estimate: float, *, n_permutations: int = 100,
                               random_state: int | np.random.Generator | None = None, cross_precision: str = "auto",
-                              estimator: str = "gaussian", **gaussian_kwargs) -> PermutationTestResult:
+                              estimator: str = "gaussian", **gaussian_kwargs: Any) -> PermutationTestResult:
     """:func:`mi_permutation_test` of the Gaussian estimate for a caller that has it already.
 
     ``gaussian_permutation_test(x, y, gaussian_mi(x, y, **kw), ...)`` is
@@ -391,19 +396,20 @@ def gaussian_permutation_test(x: ArrayLike, y: ArrayLike, estimate: float, *, n_
         return _gaussian_shuffles(x, y, float(estimate), n_permutations, rng, precision, gaussian_kwargs, estimator)
 
 
-def _check_precision(cross_precision):
+def _check_precision(cross_precision: str) -> None:
     """ValueError unless `cross_precision` is "auto" or one of CROSS_PRECISIONS."""
     check_choice(cross_precision, "cross_precision", ("auto", *CROSS_PRECISIONS))
 
 
-def _precision(cross_precision, n):
+def _precision(cross_precision: str, n: int) -> str:
     """The cross products' precision for `n` runs: "auto" is float32 from SINGLE_PRECISION_RUNS on."""
     if cross_precision != "auto":
         return cross_precision
     return "float32" if n >= SINGLE_PRECISION_RUNS else "float64"
 
 
-def _gaussian_shuffles(x, y, observed, n_permutations, rng, precision, kwargs, estimator):
+def _gaussian_shuffles(x: np.ndarray, y: np.ndarray, observed: float, n_permutations: int, rng: np.random.Generator,
+                       precision: str, kwargs: Mapping[str, Any], estimator: str) -> PermutationTestResult:
     """The Gaussian permutation test of checked, varying x and y whose estimate is `observed`."""
     n = x.shape[0]
     shuffles = (rng.permutation(n) for _ in range(n_permutations))  # drawn as they are used
@@ -415,7 +421,8 @@ def _gaussian_shuffles(x, y, observed, n_permutations, rng, precision, kwargs, e
                                            estimator)
 
 
-def _test_from_marginals(x, y, estimator, n_permutations, rng, kwargs):
+def _test_from_marginals(x: MarginalDistances, y: MarginalDistances, estimator: str, n_permutations: int,
+                         rng: np.random.Generator, kwargs: Mapping[str, Any]) -> PermutationTestResult:
     """mi_permutation_test of two MarginalDistances: every shuffle from the distances."""
     if not get_estimator(estimator).distance_cache:
         raise ValueError(f"MarginalDistances serve estimator='ksg' only; got estimator={estimator!r} "

@@ -29,10 +29,10 @@ Importing this package loads NumPy only; PyTorch is loaded by the parts that tra
 from .data import FederatedData
 from .models import MODELS, build_model
 from .._internal.io import write_rows
-from .recording import history_table, record_replicates
+from .recording import history_rows, history_table, record_replicates
 from .registry import get_rule, placement_names, register_rule, rule_names, unregister_rule
 from .simulation import FederatedConfig, FederatedSimulation, SimulationResult, rounds_to_accuracy
 
 __all__ = ["FederatedConfig", "FederatedData", "FederatedSimulation", "SimulationResult", "build_model", "record_replicates",
-           "rounds_to_accuracy", "history_table", "write_rows", "get_rule", "register_rule", "unregister_rule",
+           "rounds_to_accuracy", "history_rows", "history_table", "write_rows", "get_rule", "register_rule", "unregister_rule",
            "rule_names", "placement_names", "MODELS"]

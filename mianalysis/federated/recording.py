@@ -1,17 +1,16 @@
 """Recording a simulation: every client's local model per round into a ParameterDump, and
-the per-round history as a typed table (:data:`HISTORY_TABLE`, with its sidecar)."""
+the per-round history averaged over replicates (:func:`history_rows`)."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, TypedDict
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._internal.validation import check_flag, check_int
-from ..analysis.schema import Column
-from ..analysis.study_table import StudySchema, StudyTable
+from .._internal.io import write_rows
 
 if TYPE_CHECKING:  # names used only in type hints
     from ..dumps import ParameterDump
@@ -115,62 +114,33 @@ def record_replicates(simulation: FederatedSimulation, out: str | os.PathLike, *
 
 
 _METRICS = ("train_loss", "train_accuracy", "val_loss", "val_accuracy", "test_loss", "test_accuracy", "eb_clients")
-_LOSS = "the task's loss (cross-entropy or MSE)"
-_SD = "Its sd over the replicates (ddof 1; 0 for one replicate)."
 
 
-class HistoryRow(TypedDict):
-    """One row of :func:`history_table`: the global model's metrics in one round, mean and sd
-    over the replicates. The fields, in the CSV's order, are the columns of
-    :data:`HISTORY_TABLE`; a run without a validation split has no ``val_`` columns."""
-
-    round: Annotated[int, Column(unit="rounds", meaning="The round (0: the initial model).")]
-    replicates: Annotated[int, Column(unit="replicates", meaning="The replicates averaged.")]
-    train_loss: Annotated[float, Column(unit=_LOSS, meaning="The global model's loss on the clients' training data, "
-                                        "mean over the replicates.", default=np.nan)]
-    train_loss_sd: Annotated[float, Column(unit=_LOSS, meaning=_SD, default=np.nan)]
-    train_accuracy: Annotated[float, Column(unit="fraction", meaning="Its accuracy there (NaN for a regression "
-                                            "task).", default=np.nan)]
-    train_accuracy_sd: Annotated[float, Column(unit="fraction", meaning=_SD, default=np.nan)]
-    val_loss: Annotated[float, Column(unit=_LOSS, meaning="Its loss on the validation split.", default=np.nan)]
-    val_loss_sd: Annotated[float, Column(unit=_LOSS, meaning=_SD, default=np.nan)]
-    val_accuracy: Annotated[float, Column(unit="fraction", meaning="Its accuracy on the validation split.",
-                                          default=np.nan)]
-    val_accuracy_sd: Annotated[float, Column(unit="fraction", meaning=_SD, default=np.nan)]
-    test_loss: Annotated[float, Column(unit=_LOSS, meaning="Its loss on the test data.", default=np.nan)]
-    test_loss_sd: Annotated[float, Column(unit=_LOSS, meaning=_SD, default=np.nan)]
-    test_accuracy: Annotated[float, Column(unit="fraction", meaning="Its accuracy on the test data.", default=np.nan)]
-    test_accuracy_sd: Annotated[float, Column(unit="fraction", meaning=_SD, default=np.nan)]
-    eb_clients: Annotated[float, Column(unit="clients", meaning="The gradient signal-to-noise diagnostic EB over the "
-                                        "clients (NaN in round 0).", default=np.nan)]
-    eb_clients_sd: Annotated[float, Column(unit="clients", meaning=_SD, default=np.nan)]
-
-
-#: The table of :func:`history_table` (``federate``'s ``history.csv``): :class:`HistoryRow`'s
-#: columns, format version 1.
-HISTORY_TABLE = StudySchema("federated_history", HistoryRow, 1,
-                            "The global model's metrics in one round, mean and sd over the replicates.")
-
-
-def history_table(history: Sequence[Mapping[str, Any]], path: str | os.PathLike, *,
-                  settings: Mapping[str, Any] | None = None) -> list[dict]:
-    """Write per-round metrics, averaged over replicates (with sd), as the typed table
-    :data:`HISTORY_TABLE`: the CSV at `path` and its sidecar ``PATH.json`` (`settings`, the
-    format version, provenance; :class:`~mianalysis.analysis.study_table.StudyTable` reads it
-    back). Returns the rows."""
+def history_rows(history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per-round metrics averaged over replicates: per round ``round``, ``replicates`` and each
+    metric's mean and sd (ddof 1; 0 for one replicate) over the replicates; a run without a
+    validation split has no ``val_`` columns. The typed table of these rows, with its
+    sidecar, is :data:`mianalysis.analysis.studies.history.HISTORY_TABLE`."""
     keys = [k for k in _METRICS if k in history[0] or k == "eb_clients"]
     rows = []
     for t in sorted({h["round"] for h in history}):
         at = [h for h in history if h["round"] == t]
-        row = {"round": t, "replicates": len(at)}
+        row: dict[str, Any] = {"round": t, "replicates": len(at)}
         for k in keys:
             vals = np.array([h.get(k, np.nan) for h in at])
             row[k] = float(vals.mean())
             row[f"{k}_sd"] = float(vals.std(ddof=1)) if len(vals) > 1 else 0.0
         rows.append(row)
-    StudyTable(HISTORY_TABLE, rows, settings=settings,
-               record={"aggregated": "mean and sd (ddof 1) over the replicates, per round"}).write(path)
     return rows
 
 
-__all__ = ["record_replicates", "history_table", "HistoryRow", "HISTORY_TABLE"]
+def history_table(history: Sequence[Mapping[str, Any]], path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Write :func:`history_rows` as a plain CSV at `path`; returns the rows.
+    (``federate`` writes them as the typed table
+    :data:`mianalysis.analysis.studies.history.HISTORY_TABLE`, with its sidecar.)"""
+    rows = history_rows(history)
+    write_rows(rows, path)
+    return rows
+
+
+__all__ = ["record_replicates", "history_rows", "history_table"]

@@ -145,7 +145,7 @@ def nongaussian_share(samples: ArrayLike, *, alpha: float = 0.05, method: str = 
     return Gaussianity(share, rejected, n_tested, alpha, method, float(adjusted.min()), note)
 
 
-def _nongaussian_share_iv(samples, alpha, method):
+def _nongaussian_share_iv(samples: ArrayLike, alpha: float, method: str) -> tuple[np.ndarray, float, str]:
     x = np.asarray(samples, dtype=np.float64)
     if x.ndim != 2:
         raise ValueError(f"`samples` must be 2-d (runs x parameters); got shape {x.shape}")

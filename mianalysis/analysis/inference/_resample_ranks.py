@@ -18,7 +18,9 @@ from numba import prange
 
 
 @numba.njit(parallel=True, cache=True)
-def resample_scores_t(order_t, counts, position, table, start_t, stop_t, ties, columns, n_distinct):
+def resample_scores_t(order_t: np.ndarray, counts: np.ndarray, position: np.ndarray, table: np.ndarray,
+                      start_t: np.ndarray, stop_t: np.ndarray, ties: bool, columns: np.ndarray,
+                      n_distinct: int) -> np.ndarray:
     """The normal scores, transposed (len(columns), n_distinct), of the resample with
     `counts[i]` copies of run i, at the runs asked for (run i in column ``position[i]``
     where that is >= 0).

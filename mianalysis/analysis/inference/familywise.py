@@ -201,11 +201,11 @@ class FamilywiseVerdicts:
         return describe(self.method, self.family, self.alpha)
 
 
-def _is_change(row):
+def _is_change(row: Mapping[str, Any]) -> bool:
     return str(row["quantity"]).startswith("delta_")
 
 
-def _is_level(row):
+def _is_level(row: Mapping[str, Any]) -> bool:
     q = str(row["quantity"])
     return q.startswith("mi_") and q != "mi_exact" and row.get("client_b", "") != ""
 
@@ -246,7 +246,7 @@ def exact_by_rule(row: Mapping[str, Any]) -> str:
     return ""
 
 
-def _checkpoint(row):
+def _checkpoint(row: Mapping[str, Any]) -> int | None:
     """A row's checkpoint index as int (from an int, an integral float or its text), or None
     where the row has none."""
     value = row.get("checkpoint")
@@ -261,11 +261,11 @@ def _checkpoint(row):
     return int(number)
 
 
-def _level_key(row, quantity):
+def _level_key(row: Mapping[str, Any], quantity: str) -> tuple[Any, ...]:
     return (quantity, row.get("layer", ""), row["client_a"], row["client_b"], _checkpoint(row))
 
 
-def _out_of_exact(rows):
+def _out_of_exact(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """Per row: for a change row whose previous checkpoint's row (among `rows`) is exact by
     rule, why; "" otherwise."""
     exact = {_level_key(r, str(r["quantity"])): why for r in rows if (why := exact_by_rule(r))}
@@ -282,12 +282,12 @@ def _out_of_exact(rows):
     return out
 
 
-def _key(row, family, kind):
+def _key(row: Mapping[str, Any], family: str, kind: str) -> tuple[Any, ...]:
     base = (kind, row["quantity"], row.get("layer", ""))
     return base + ((row["client_a"], row["client_b"]) if family == "pair" else ())
 
 
-def _floor(row, n_permutations):
+def _floor(row: Mapping[str, Any], n_permutations: int | Mapping[str, int] | None) -> float | None:
     """The smallest p-value the row's permutation test can give, or None (no permutations known)."""
     if row.get("null_method") != "permutation" or n_permutations is None:
         return None
@@ -379,14 +379,15 @@ def familywise_verdicts(rows: Sequence[Mapping[str, Any]], *, method: str = "hol
                               verdicts=tuple(verdicts), family_size=size)
 
 
-def _p(row, column):
+def _p(row: Mapping[str, Any], column: str) -> float:
     try:
         return float(row.get(column, np.nan))
     except (TypeError, ValueError):
         return np.nan
 
 
-def _level_verdict(row, adjusted, m, method, alpha, n_permutations):
+def _level_verdict(row: Mapping[str, Any], adjusted: float, m: int, method: str, alpha: float,
+                   n_permutations: int | Mapping[str, int] | None) -> str:
     """An MI row's null verdict over its family of m tests; "not made" when no permutation
     p-value of this size can be rejected after the correction."""
     if adjusted <= alpha:

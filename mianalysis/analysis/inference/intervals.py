@@ -83,7 +83,7 @@ control the error over a family of steps.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -93,7 +93,7 @@ from scipy.special import ndtr, ndtri, stdtr, stdtrit
 from ..._internal.normal_interval import check_level, normal_interval
 from ..._internal.validation import check_choice, check_int, check_random_state, varying_columns
 from ...estimators.copula import twice_rank_scores
-from ...estimators.registry import INTERVALS, LEVEL_INTERVALS, get_estimator
+from ...estimators.registry import INTERVALS, LEVEL_INTERVALS, Estimator, get_estimator
 
 __all__ = ["DISTANCE_METHOD", "UPDATE_METHOD", "INFLUENCE_MIN_RUNS_PER_DIMENSION", "change_method", "mi_influence",
            "interval_method", "level_method", "level_se", "mean_interval",
@@ -216,7 +216,8 @@ def mi_influence(x: np.ndarray, y: np.ndarray, estimator: str, *,
     return InfluenceValues(gaussian_mi_influence(x, y))
 
 
-def _transformed(x, y, transform, made):
+def _transformed(x: np.ndarray, y: np.ndarray, transform: Callable[[np.ndarray], np.ndarray],
+                 made: tuple[np.ndarray, np.ndarray] | None) -> tuple[np.ndarray, np.ndarray]:
     """x and y after `transform`, or `made` (their transform made by the caller) checked to match their shapes."""
     if made is None:
         return transform(x), transform(y)
@@ -372,7 +373,8 @@ def resample_indices(n: int, n_resamples: int, estimator: str,
     return _resample_indices(n, n_resamples, interval_method(estimator), random_state)
 
 
-def _resample_indices(n, n_resamples, method, random_state):
+def _resample_indices(n: int, n_resamples: int, method: str,
+                      random_state: int | np.random.Generator | None) -> np.ndarray:
     """:func:`resample_indices` of a resampling `method` ("bootstrap" or "half-subsampling")."""
     n = check_int(n, "n", low=2)
     n_resamples = check_int(n_resamples, "n_resamples", low=0)
@@ -446,7 +448,7 @@ def mi_replicates(x: np.ndarray, y: np.ndarray, estimator: str, indices: np.ndar
 WEIGHTED_MIN_DIMS = 64
 
 
-def _weighted_resamples(entry, d, gaussian_kwargs):
+def _weighted_resamples(entry: Estimator, d: int, gaussian_kwargs: Mapping[str, Any] | None) -> bool:
     """Whether :func:`mi_replicates` takes the weighted path (:func:`_weighted_bits`) for a
     registered estimator `entry` on `d` joint dimensions: a plain (unshrunk) Gaussian
     estimate, of the samples or of their normal scores, on more than WEIGHTED_MIN_DIMS."""
@@ -517,7 +519,8 @@ class ResampleScores:
         return np.ascontiguousarray(out_t.T)
 
 
-def _weighted_bits(x, y, rows, keep_x, keep_y, scores):
+def _weighted_bits(x: np.ndarray, y: np.ndarray, rows: np.ndarray, keep_x: np.ndarray, keep_y: np.ndarray,
+                   scores: tuple[ResampleScores, ResampleScores] | None) -> float | None:
     """:func:`_gaussian_bits` of the resample ``x[rows][:, keep_x], y[rows][:, keep_y]``
     (of their normal scores when `scores` holds the two :class:`ResampleScores`) from its
     distinct runs: the centred Gram matrix ``sum_i c_i (z_i - m)(z_i - m)^T`` over the runs
@@ -542,7 +545,7 @@ def _weighted_bits(x, y, rows, keep_x, keep_y, scores):
     return _bits_from_gram(gram_matrix(z), dx, n)
 
 
-def _gaussian_bits(x, y):
+def _gaussian_bits(x: np.ndarray, y: np.ndarray) -> float | None:
     """:func:`mianalysis.gaussian_mi` (bias-corrected, bits) without its input checks and
     thread-pool setup, which cost more than the estimate itself at the small sizes a
     resample loop meets; None when a covariance is not positive definite."""
@@ -558,7 +561,7 @@ def _gaussian_bits(x, y):
     return _bits_from_gram(gram, dx, n)
 
 
-def _bits_from_gram(gram, dx, n):
+def _bits_from_gram(gram: np.ndarray, dx: int, n: int) -> float | None:
     """The bias-corrected Gaussian MI (bits) of the first `dx` and the other coordinates from
     the Gram matrix `gram` of `n` centred samples; None when a block is not positive definite."""
     from ...estimators.gaussian import wishart_logdet_bias

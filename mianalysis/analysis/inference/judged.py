@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from numpy.typing import ArrayLike
 
 from ..._internal.validation import check_choice, check_int, check_paired, check_units, varying_columns
@@ -60,7 +61,7 @@ class JudgedMI:
     reason: str
     units: str = "bits"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_choice(self.kind, "kind", KINDS)
 
     def __str__(self) -> str:
@@ -116,7 +117,8 @@ def judge(estimator: str, n_runs: int, n_features: int, value: float, *, units: 
                     f"{where}: inside its calibrated regime" + (f" ({summary})" if summary else ""), units)
 
 
-def _compute(entry: Estimator, x, y, units: str, random_state: Any, options: dict[str, Any]) -> float:
+def _compute(entry: Estimator, x: np.ndarray, y: np.ndarray, units: str, random_state: Any,
+             options: dict[str, Any]) -> float:
     """`entry`'s value of x and y in `units`, with `options` and `random_state` where it takes them."""
     kwargs = dict(options)
     if "units" in entry.arguments:
@@ -224,7 +226,7 @@ def mi(x: ArrayLike, y: ArrayLike, *, estimator: str = "auto", units: str = "bit
     return _auto(x, y, n, d, units, random_state)
 
 
-def _auto(x, y, n: int, d: int, units: str, random_state: Any) -> JudgedMI:
+def _auto(x: np.ndarray, y: np.ndarray, n: int, d: int, units: str, random_state: Any) -> JudgedMI:
     """The auto rule on varying data: the copula estimate where it is calibrated, else the bound."""
     choice = choose(n, d)[0]
     reason = choice.reason

@@ -14,7 +14,9 @@ Numerical only: arrays in, numbers out; no files, no plots.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -466,10 +468,10 @@ def additive_model_test(x_start: ArrayLike, y_start: ArrayLike, x_next: ArrayLik
     x0, y0, x1, y1 = _check_checkpoints(x_start, y_start, x_next, y_next)
     pred = additive_model_mi(x0, y0, x1, y1, units=units, fallback=fallback)
 
-    def change(a0, b0, a1, b1):
+    def change(a0: np.ndarray, b0: np.ndarray, a1: np.ndarray, b1: np.ndarray) -> float:
         return (gaussian_mi(a1, b1, units="nats") - gaussian_mi(a0, b0, units="nats")) * factor
 
-    def not_decided(reason, **kw):
+    def not_decided(reason: str, **kw: Any) -> AdditiveTest:
         return AdditiveTest(prediction=pred, units=units, n_resamples=n_resamples, prediction_bias=math.nan,
                             difference=math.nan, ci_low=math.nan, ci_high=math.nan, verdict=NOT_DECIDED,
                             reason=reason, **kw)
@@ -514,11 +516,12 @@ def additive_model_test(x_start: ArrayLike, y_start: ArrayLike, x_next: ArrayLik
 # ---------------------------------------------------------------------------- helpers
 
 
-def _finite(value, name):
+def _finite(value: object, name: str) -> float:
     return check_real(value, name)
 
 
-def _check_checkpoints(x_start, y_start, x_next, y_next, *, min_samples=3):
+def _check_checkpoints(x_start: ArrayLike, y_start: ArrayLike, x_next: ArrayLike, y_next: ArrayLike, *,
+                       min_samples: int = 3) -> list[np.ndarray]:
     """The four arrays as 2-D float arrays of one shape (n_samples, n_features)."""
     names = ("x_start", "y_start", "x_next", "y_next")
     arrays = [check_samples(a, name) for a, name in zip((x_start, y_start, x_next, y_next), names)]
@@ -538,16 +541,17 @@ def _check_checkpoints(x_start, y_start, x_next, y_next, *, min_samples=3):
     return arrays
 
 
-def _centred(a):
+def _centred(a: np.ndarray) -> np.ndarray:
     return a - a.mean(axis=0)
 
 
-def _mean_variance(a):
+def _mean_variance(a: np.ndarray) -> float:
     """Per-coordinate variance averaged over coordinates, tr Cov(a) / d."""
     return float(np.einsum("ij,ij->", _centred(a), _centred(a))) / ((a.shape[0] - 1) * a.shape[1])
 
 
-def _prediction(mi, x0, y0, x1, y1, *, method, units, factor):
+def _prediction(mi: Sequence[float], x0: np.ndarray, y0: np.ndarray, x1: np.ndarray, y1: np.ndarray, *, method: str,
+                units: str, factor: float) -> AdditivePrediction:
     """The AdditivePrediction of the model's MI (nats) at the first and the later checkpoint."""
     mi_start, mi_predicted = (m * factor for m in mi)
     return AdditivePrediction(
@@ -562,7 +566,7 @@ def _prediction(mi, x0, y0, x1, y1, *, method, units, factor):
     )
 
 
-def _distance_change(x0, y0, x1, y1):
+def _distance_change(x0: np.ndarray, y0: np.ndarray, x1: np.ndarray, y1: np.ndarray) -> float:
     """-(d/2) log of the ratio of centred mean squared distances, later over first (nats)."""
     d0 = _mean_variance(x0 - y0)
     d1 = _mean_variance(x1 - y1)
@@ -571,7 +575,7 @@ def _distance_change(x0, y0, x1, y1):
     return -0.5 * x0.shape[1] * math.log(d1 / d0)
 
 
-def _model_mi(cov_x, cov_y, s0, name):
+def _model_mi(cov_x: np.ndarray, cov_y: np.ndarray, s0: np.ndarray, name: str) -> float:
     """0.5 [log det cov_x + log det cov_y - log det [[cov_x, s0], [s0, cov_y]]] in nats."""
     sx, sy = np.sqrt(np.diag(cov_x)), np.sqrt(np.diag(cov_y))
     if not (sx > 0).all() or not (sy > 0).all():

@@ -160,7 +160,8 @@ def additive_prediction_rows(rows: Sequence[Mapping[str, Any]], dump: ParameterD
     return found
 
 
-def _step(dump, a, b, layer, first, later, fallback, n_resamples, level, random_state):
+def _step(dump: ParameterDump, a: str, b: str, layer: str, first: Mapping[str, Any], later: Mapping[str, Any],
+          fallback: str | None, n_resamples: int, level: float, random_state: int | None) -> dict[str, Any]:
     group = layer or None
     t0, t1 = first["checkpoint"], later["checkpoint"]
     arrays = [np.asarray(dump.samples(c, index=t, layer=group), dtype=np.float64) for t in (t0, t1) for c in (a, b)]

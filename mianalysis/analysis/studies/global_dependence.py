@@ -284,7 +284,7 @@ def conditional_mi_uncertainty(x: ArrayLike, y: ArrayLike, z: ArrayLike | None, 
     return out
 
 
-def _residuals(a, z):
+def _residuals(a: np.ndarray, z: np.ndarray) -> np.ndarray:
     """Residuals of the columns of `a` after their least-squares regression on `z` and an
     intercept."""
     design = np.hstack([np.ones((len(z), 1)), z - z.mean(axis=0)])
@@ -292,7 +292,7 @@ def _residuals(a, z):
     return a - design @ coef
 
 
-def _check_stack(a, name, shape=None):
+def _check_stack(a: ArrayLike, name: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
     arr = np.asarray(a, dtype=np.float64)
     if arr.ndim != 3:
         raise ValueError(f"`{name}` must be a 3-D array (n_checkpoints, n_runs, n_features); got shape {arr.shape}")

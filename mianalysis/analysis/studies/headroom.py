@@ -189,7 +189,7 @@ def default_rules(n_clients: int, n_params: int, *, curvature: bool = False) -> 
     return [r for r in RULES if r != "blue" or fits] + (["curvature"] if curvature else [])
 
 
-def _rule_name(rule, stacklevel=3):
+def _rule_name(rule: str, stacklevel: int = 3) -> str:
     """`rule`'s name now: an old name of :data:`DEPRECATED_RULES` gives its new one, with a
     DeprecationWarning naming it; any other name is returned as it is."""
     new = DEPRECATED_RULES.get(rule) if isinstance(rule, str) else None
@@ -202,7 +202,8 @@ def _rule_name(rule, stacklevel=3):
     return new
 
 
-def _resolve_rules(rules, n_clients, n_params, *, curvature=False):
+def _resolve_rules(rules: Sequence[str] | None, n_clients: int, n_params: int, *,
+                   curvature: bool = False) -> list[str]:
     """`rules` as a list; None: :func:`default_rules`, saying (logger ``mianalysis.analysis.studies.headroom``,
     level INFO) when "blue" is left out."""
     if rules is not None:
@@ -217,7 +218,7 @@ def _resolve_rules(rules, n_clients, n_params, *, curvature=False):
 
 
 # ---------------------------------------------------------------------- weights
-def _as_errors(errors):
+def _as_errors(errors: ArrayLike) -> np.ndarray:
     e = np.asarray(errors, dtype=np.float64)
     if e.ndim != 3 or e.shape[0] < 1 or e.shape[1] < 1 or e.shape[2] < 1:
         raise ValueError(f"`errors` must have shape (n_clients, n_runs, n_params) with every size >= 1; got {e.shape}")
@@ -226,7 +227,7 @@ def _as_errors(errors):
     return e
 
 
-def _unit_scale(e):
+def _unit_scale(e: np.ndarray) -> np.ndarray:
     """`e` divided by its largest absolute value (unchanged if all 0): every rule's weights
     are the same for errors in any units, and their second moments neither overflow nor
     underflow."""
@@ -234,7 +235,7 @@ def _unit_scale(e):
     return e / scale if scale > 0 else e
 
 
-def _sizes_weights(sizes, n_clients):
+def _sizes_weights(sizes: ArrayLike | None, n_clients: int) -> np.ndarray:
     if sizes is None:
         return np.full(n_clients, 1.0 / n_clients)
     s = np.asarray(sizes, dtype=np.float64)
@@ -243,7 +244,7 @@ def _sizes_weights(sizes, n_clients):
     return s / s.sum()
 
 
-def _inverse_variance(diag):
+def _inverse_variance(diag: np.ndarray) -> np.ndarray:
     """Per-coordinate weights (K, d) proportional to 1 / diag (K, d); clients with 0 share the weight."""
     zero = diag <= 0
     anyzero = zero.any(axis=0)
@@ -251,7 +252,7 @@ def _inverse_variance(diag):
     return inv / inv.sum(axis=0)
 
 
-def _blue_coordinate(blocks):
+def _blue_coordinate(blocks: ArrayLike) -> np.ndarray:
     """Per-coordinate weights (K, d) ``C^-1 1 / (1' C^-1 1)`` from second moments (d, K, K).
 
     Solved in the clients' own units: ``C^-1 1 = D^-1/2 R^-1 D^-1/2 1`` with ``D`` the
@@ -317,7 +318,7 @@ def best_linear_weights(second_moment: ArrayLike, n_clients: int) -> np.ndarray:
     return sol.T.reshape(d, n_clients, d).transpose(1, 0, 2)
 
 
-def _cholesky_weights(m, n_clients, d):
+def _cholesky_weights(m: np.ndarray, n_clients: int, d: int) -> np.ndarray | None:
     """:func:`best_linear_weights` of a well-conditioned `m` (scaled to a unit mean diagonal)
     as ``W = (J' M^-1 J)^-1 J' M^-1`` by a Cholesky factor, or None where `m` is not
     positive definite or its condition number may exceed about :data:`CHOLESKY_MAX_CONDITION`
@@ -339,14 +340,14 @@ def _cholesky_weights(m, n_clients, d):
     return flat.reshape(d, n_clients, d).transpose(1, 0, 2)
 
 
-def _check_blue_size(n_clients, d):
+def _check_blue_size(n_clients: int, d: int) -> None:
     if n_clients * d > MAX_BLUE_DIMENSION:
         raise ValueError(f"rule 'blue' needs a ({n_clients * d} x {n_clients * d}) error second moment "
                          f"(n_clients x n_params = {n_clients} x {d} > {MAX_BLUE_DIMENSION}): use 'blue_coordinate' "
                          "or fewer parameters (a layer)")
 
 
-def _ledoit_wolf(z):
+def _ledoit_wolf(z: np.ndarray) -> np.ndarray:
     from ...estimators.gaussian import ledoit_wolf_covariance
 
     return ledoit_wolf_covariance(z)
@@ -398,7 +399,7 @@ def rule_weights(rule: str, errors: ArrayLike, *, client_sizes: ArrayLike | None
     return best_linear_weights(moment, k)
 
 
-def _shrunk(n_runs, dimension):
+def _shrunk(n_runs: int, dimension: int) -> bool:
     """Whether "blue" shrinks its second moment: where the Gaussian MI estimator would
     (:func:`mianalysis.analysis.gaussian_settings`: no more runs than twice the dimension)."""
     from .. import gaussian_settings
@@ -444,7 +445,7 @@ def oracle_weights(rule: str, mean: ArrayLike, cov: ArrayLike, *, client_sizes: 
     return best_linear_weights(m, k)
 
 
-def _full(weights):
+def _full(weights: ArrayLike) -> np.ndarray:
     """Weights as (n_clients, d, d) matrices (per-coordinate weights on the diagonal)."""
     w = np.asarray(weights, dtype=np.float64)
     return w if w.ndim == 3 else np.stack([np.diag(row) for row in w])
@@ -562,7 +563,7 @@ def fitting_inflation(rule: str, n_clients: int, n_params: int, n_fit: int, *,
     return 1.0 + used / (n_fit - used - 1) if n_fit > used + 1 else float("nan")
 
 
-def _difference_rank(rule, e):
+def _difference_rank(rule: str, e: np.ndarray) -> float:
     """The number of regressors a fit of `rule` really has: the rank of the clients' error
     differences ``e_1 - e_k`` (all coordinates together for "blue", the mean over coordinates
     of the per-coordinate rank for "blue_coordinate"); 0 for one client."""
@@ -581,7 +582,8 @@ def _difference_rank(rule, e):
 
 
 # ---------------------------------------------------------------------- one checkpoint
-def _headroom_rows_iv(shape, rules, folds, level, fixed_weights):
+def _headroom_rows_iv(shape: tuple[int, ...], rules: Sequence[str] | None, folds: int, level: float,
+                      fixed_weights: Mapping[str, object]) -> tuple[list[str], int, float]:
     """:func:`headroom_rows`' checks of all but the errors' values, for errors of `shape`
     (n_clients, n_runs, n_params): (rules, folds, level), the rules resolved."""
     k, n, d = shape
@@ -598,7 +600,7 @@ def _headroom_rows_iv(shape, rules, folds, level, fixed_weights):
     return rules, folds, level
 
 
-def _jackknife_groups(n, folds):
+def _jackknife_groups(n: int, folds: int) -> tuple[np.ndarray, int]:
     """The jackknife's group of each run (n,) and the number of groups G: run r is in group
     ``r % G``, G a multiple of `folds` (so a group lies within one fold, ``r % folds``), about
     :data:`JACKKNIFE_GROUPS` and at most `n` (a group of one run each: the delete-1 jackknife)."""
@@ -607,7 +609,7 @@ def _jackknife_groups(n, folds):
     return np.arange(n) % n_groups, n_groups
 
 
-def _moment_sum(rule, e):
+def _moment_sum(rule: str, e: np.ndarray) -> np.ndarray:
     """The sum over the runs of `e` of what `rule` fits its weights from: each client's squared
     errors (K, d) ("inverse_mse"), the per-coordinate K x K products (d, K, K)
     ("blue_coordinate"), the (K d) x (K d) products of the stacked errors ("blue")."""
@@ -619,7 +621,7 @@ def _moment_sum(rule, e):
     return stacked.T @ stacked
 
 
-def _weights_from_moment(rule, moment, n_clients):
+def _weights_from_moment(rule: str, moment: np.ndarray, n_clients: int) -> np.ndarray:
     """`rule`'s weights from the mean of :func:`_moment_sum` (as :func:`rule_weights` fits them)."""
     if rule == "inverse_mse":
         return _inverse_variance(moment)
@@ -628,7 +630,8 @@ def _weights_from_moment(rule, moment, n_clients):
     return best_linear_weights(moment, n_clients)
 
 
-def _cross_fitted(rule, e, folds, client_sizes, groups=None):
+def _cross_fitted(rule: str, e: np.ndarray, folds: int, client_sizes: ArrayLike | None,
+                  groups: tuple[np.ndarray, int] | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """Per-run squared errors (n,) with the weights fitted on the other folds (run r in fold
     r % folds), and, given `groups` (:func:`_jackknife_groups`), the jackknife's (G, n): row g
     scored the same way with every fold's weights fitted without the runs of group g (its
@@ -669,13 +672,13 @@ def _cross_fitted(rule, e, folds, client_sizes, groups=None):
     return out, replicates
 
 
-def _jackknife_se(replicates):
+def _jackknife_se(replicates: np.ndarray) -> float:
     """The delete-a-group jackknife's standard error from the G leave-one-group-out values."""
     g = replicates.size
     return float(np.sqrt((g - 1) / g * np.sum((replicates - replicates.mean()) ** 2)))
 
 
-def _fit_bias_shares(n, folds, groups):
+def _fit_bias_shares(n: int, folds: int, groups: tuple[np.ndarray, int]) -> tuple[float, np.ndarray]:
     """How the cost of fitting shows in the full cross-fit and in each replicate, under the
     model that a run's expected excess over the oracle is beta / n_fit (n_fit: the runs its
     weights were fitted on): the mean of 1 / n_fit over the scored runs, (full, (G,) replicates)."""
@@ -694,7 +697,9 @@ def _fit_bias_shares(n, folds, groups):
     return full, shares
 
 
-def _jackknifed(per_run, base, replicates, groups, folds, level):
+def _jackknifed(per_run: np.ndarray, base: np.ndarray, replicates: np.ndarray, groups: tuple[np.ndarray, int],
+                folds: int, level: float
+                ) -> tuple[tuple[float, float, float], tuple[float, float, float], float, int]:
     """The jackknife's intervals of a fitted rule: (mse, low, high), (ratio, low, high), the
     ratio less the jackknife's estimate of what fitting adds to it (NaN without a ratio), and
     the degrees of freedom G - 1 of the t quantile.
@@ -854,8 +859,9 @@ def headroom_rows(errors: ArrayLike, *, rules: Sequence[str] | None = None, fold
 
 
 # ---------------------------------------------------------------------- from a dump
-def _task_of(dump):
-    """The task a dump was sampled from, rebuilt from its settings, or None."""
+def _task_of(dump: ParameterDump) -> Any:
+    """The task a dump was sampled from, rebuilt from its settings (a ``mianalysis.tasks``
+    Task: not named in the hint, since analysis/ may not import tasks/), or None."""
     meta = dump.meta
     if not isinstance(meta, dict) or not isinstance(meta.get("task_settings"), dict):
         return None
@@ -870,12 +876,12 @@ def _task_of(dump):
         return None
 
 
-def _sampling_of(dump):
+def _sampling_of(dump: ParameterDump) -> tuple[int, str, tuple[str, ...]]:
     meta = dump.meta
     return int(meta.get("seed", 0)), str(meta.get("init", "per-run")), tuple(meta.get("shared", ()))
 
 
-def _own_weights(fixed_weights, n_clients, n_params):
+def _own_weights(fixed_weights: Mapping[str, ArrayLike] | None, n_clients: int, n_params: int) -> dict[str, np.ndarray]:
     """:func:`headroom`'s `fixed_weights` as float arrays, each checked against the clients and parameters."""
     own = {}
     for name, weights in dict(fixed_weights or {}).items():
@@ -903,7 +909,7 @@ _MISSING = {
 }
 
 
-def _describe(client):
+def _describe(client: str) -> str:
     """The rows' ``reference`` for a reference held by the dump's client `client`."""
     return _DESCRIBED.get(client, f"{client}{_USERS}")
 
@@ -998,7 +1004,7 @@ def headroom(dump: ParameterDump | str | os.PathLike, *, reference: str | ArrayL
     if n == 0:
         raise ValueError(f"{dump.path} has no completed runs (0 of {dump.n_runs}): nothing to measure; run the "
                          f"sampler on until at least {2 * check_int(folds, 'folds', low=2)} runs are in")
-    task = _task_of(dump)
+    task: Any = _task_of(dump)  # duck-typed below: hasattr picks the tasks with exact moments (gaussian-sgd)
     seed, init, shared = _sampling_of(dump)
     clients = list(dump.clients)
     client_reference = None  # the client that holds the reference, if one does
@@ -1104,7 +1110,7 @@ def reference_phrase(reference: str) -> str:
     return f"the reference {ref}"
 
 
-def _number(row, key):
+def _number(row: Mapping[str, Any], key: str) -> float:
     """`row`'s `key` as a float (a CSV's text too); NaN if absent or empty."""
     value = row.get(key, np.nan)
     try:
@@ -1113,17 +1119,17 @@ def _number(row, key):
         return np.nan
 
 
-def _corrected(row):
+def _corrected(row: Mapping[str, Any]) -> tuple[float, ...] | None:
     """The fit-corrected ratio and its interval of `row`, or None where one of them is not finite."""
     values = tuple(_number(row, k) for k in ("ratio_corrected", "ratio_corrected_low", "ratio_corrected_high"))
     return values if all(np.isfinite(values)) else None
 
 
-def _one_client(by_rule):
+def _one_client(by_rule: Mapping[str, Mapping[str, Any]]) -> bool:
     return any(str(r.get("note", "")).startswith("one client") for r in by_rule.values())
 
 
-def _no_best(by_rule):
+def _no_best(by_rule: Mapping[str, Mapping[str, Any]]) -> str:
     """Why a checkpoint's rows have no best combination to judge by."""
     if _one_client(by_rule):
         return "one client: nothing to combine"
@@ -1139,25 +1145,26 @@ def _no_best(by_rule):
             "(blue's second moment is shrunk, fewer than 2 K d fitting runs: measure blue_coordinate, or more runs)")
 
 
-def _df(row):
+def _df(row: Mapping[str, Any]) -> int | None:
     """The degrees of freedom of the t quantile behind `row`'s intervals (its ``interval_df``:
     a jackknifed fitted rule's), or None for a normal quantile (and tables without the column)."""
     value = _number(row, "interval_df")
     return int(value) if np.isfinite(value) and value >= 1 else None
 
 
-def _widened(values, level, family_level, df=None):
+def _widened(values: Sequence[float], level: float, family_level: float,
+             df: int | None = None) -> tuple[float, float, float]:
     """`values` (estimate, low, high) at `level`, as the interval of the same estimate at
     `family_level` (Student's t quantile with `df` degrees of freedom for both, or the normal one)."""
     estimate, low, high = values
     return (estimate, *normal_interval(estimate, se_from_interval(low, high, level, df), family_level, df))
 
 
-def _share(value):
+def _share(value: float) -> str:
     return format(round(value, 3) + 0.0, ".3f")  # + 0.0: no "-0.000"
 
 
-def _percent(value):
+def _percent(value: float) -> str:
     return format(round(value, 1) + 0.0, ".1f")
 
 
@@ -1286,11 +1293,11 @@ def headroom_verdicts(rows: Sequence[Mapping[str, Any]], *, level: float = 0.95,
     return lines
 
 
-def _interval(values):
+def _interval(values: Sequence[float]) -> str:
     return f"{_share(values[0])} [{_share(values[1])}, {_share(values[2])}]"
 
 
-def _rule_ratio(row):
+def _rule_ratio(row: Mapping[str, Any]) -> str:
     """The ratio part of a rule's line in :func:`headroom_rule_lines`."""
     raw = tuple(_number(row, k) for k in ("ratio", "ratio_low", "ratio_high"))
     if not np.isfinite(raw[0]):
