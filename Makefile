@@ -23,9 +23,10 @@ demo: $(STAMP)
 
 # The type check ([tool.mypy] in pyproject.toml), then the tests on two worker processes
 # (pytest-xdist): most tests are one process on one core, so two workers use both cores.
+# The 25 slowest are listed at the end, to keep the suite's time in view.
 test: $(STAMP)
 	$(PY) -m mypy
-	$(PY) -m pytest -q -n 2
+	$(PY) -m pytest -q -n 2 --durations=25
 
 # The quick subset: every test but those marked slow (tests/slow_tests.txt); well under 90 s.
 test-quick: $(STAMP)
