@@ -86,6 +86,18 @@ class PermutationMomentNull:
     inflation: float
     p_value: float
 
+    def tail(self, statistic: ArrayLike) -> float | np.ndarray:
+        """The upper tail at `statistic` (a value of V for these samples' pairings, e.g. a
+        shuffle's) of the gamma law with :attr:`mean` and :attr:`variance`: the p-value that
+        :attr:`p_value` is at the observed V."""
+        return _gamma_tail(statistic, self.mean, self.variance)
+
+
+def _gamma_tail(statistic: ArrayLike, mean: float, variance: float) -> float | np.ndarray:
+    """The upper tail at `statistic` of the gamma law with `mean` and `variance`."""
+    p = stats.gamma.sf(statistic, mean**2 / variance, scale=variance / mean)
+    return float(p) if np.ndim(p) == 0 else p
+
 
 def _whitened(x: np.ndarray) -> np.ndarray:
     """The centred samples in an orthonormal basis of their column space (features x runs):
@@ -162,6 +174,5 @@ def permutation_moment_null(x: ArrayLike, y: ArrayLike) -> PermutationMomentNull
     inflation = 1.0 + (n - 3) / (2.0 * n * (n - 1)) * _tau(np.sum(zx**2, axis=0), n, p) * _tau(
         np.sum(zy**2, axis=0), n, q)
     variance = 2.0 * p * q * (n - 1 - p) * (n - 1 - q) / ((n + 1) * (n - 1) ** 2 * (n - 2)) * inflation
-    shape, scale = mean**2 / variance, variance / mean
-    p_value = float(stats.gamma.sf(statistic, shape, scale=scale))
-    return PermutationMomentNull(n, p, q, statistic, mean, variance, inflation, p_value)
+    return PermutationMomentNull(n, p, q, statistic, mean, variance, inflation,
+                                 float(_gamma_tail(statistic, mean, variance)))
