@@ -2,7 +2,7 @@
 
 digits_lenet_movers.py and digits_lenet_paired.py analyse the dumps that
 ``digits_lenet_paper.py --only CELL --seed S`` sampled (under runs/digits_lenet_paper/) and
-compare with its committed summary table of that seed (figures/digits_lenet_paper.csv, or
+compare with its committed summary table of that seed (figures/digits_lenet_paper/digits_lenet_paper.csv, or
 ``_seedS.csv``): :func:`dump_path` and :func:`suffix` name them.
 """
 

@@ -1,7 +1,7 @@
 """The figure of experiments/digits_lenet_paper.py, drawn from its summary table.
 
 The script draws it after a run (and with ``--replot``) and experiments/replot.py from
-the committed table (figures/digits_lenet_paper.csv and its sidecar): :func:`summary_figure`.
+the committed table (figures/digits_lenet_paper/digits_lenet_paper.csv and its sidecar): :func:`summary_figure`.
 Everything it draws comes from the table's rows (a cell's start from its ``init`` column).
 """
 
@@ -11,7 +11,7 @@ import numpy as np
 
 __all__ = ["ACCURACY_SPAN_PP", "SEED", "summary_figure"]
 
-SEED = 0  # the seed of figures/digits_lenet_paper.csv (another seed S: digits_lenet_paper_seedS.csv)
+SEED = 0  # the seed of figures/digits_lenet_paper/digits_lenet_paper.csv (another seed S: digits_lenet_paper_seedS.csv)
 
 
 def _series(summary, cell, quantity, key="value"):

@@ -1,7 +1,7 @@
 """The figure of experiments/digits_lenet_seeds.py, drawn from its table.
 
 The script draws it after a run and experiments/replot.py from the committed table
-(figures/digits_lenet_seeds.csv, read back by :func:`read_rows`): :func:`figure`. The
+(figures/digits_lenet_seeds/digits_lenet_seeds.csv, read back by :func:`read_rows`): :func:`figure`. The
 cells are defined here because the figure draws a panel for each, in this order; the
 intervals are at the replication family's level, from :data:`ALPHA`.
 """

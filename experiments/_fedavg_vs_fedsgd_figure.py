@@ -1,7 +1,7 @@
 """The figure of experiments/fedavg_vs_fedsgd.py, drawn from its accuracy curves.
 
 The script draws it after a run (and after ``--at-table-rates``) and experiments/replot.py
-from the committed curves (figures/fedavg_vs_fedsgd_curves.json): :func:`plot`. The target
+from the committed curves (figures/fedavg_vs_fedsgd/fedavg_vs_fedsgd_curves.json): :func:`plot`. The target
 accuracies are defined here because the figure draws them (a dotted line per model).
 """
 

@@ -1,7 +1,7 @@
 """The figure of experiments/fedgradnorm.py, drawn from its table.
 
 The script draws it after a run and experiments/replot.py from the committed table
-(figures/fedgradnorm.csv and its sidecar): :func:`plot`; :func:`task_names` names the four
+(figures/fedgradnorm/fedgradnorm.csv and its sidecar): :func:`plot`; :func:`task_names` names the four
 tasks in the figure and in the script's page.
 """
 

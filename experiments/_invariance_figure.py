@@ -1,7 +1,7 @@
 """The figure of experiments/invariance.py, drawn from its table.
 
 The script draws it after a run and experiments/replot.py from the committed table
-(figures/invariance.csv and its sidecar): :func:`plot`. The configurations are defined
+(figures/invariance/invariance.csv and its sidecar): :func:`plot`. The configurations are defined
 here because the figure draws a line for each, in this order.
 """
 

@@ -4,9 +4,10 @@ Every path here comes from this file's own location, so a script finds the repos
 folders from whatever directory it is started in (``python experiments/x.py`` from the
 root, ``python x.py`` from experiments/, or a test that loads the script by its path).
 
-- ``FIGURES`` (figures/): the figures and the data they are drawn from: ``NAME.png``, the
-  table ``NAME.csv`` and its JSON sidecar ``NAME.csv.json`` (settings, times, provenance;
-  the name :func:`mianalysis.analysis.sidecar_path` gives).
+- ``FIGURES`` (figures/): the figures and the data they are drawn from, one folder per
+  script (:func:`figures_of`: figures/SCRIPT/): ``NAME.png``, the table ``NAME.csv`` and its
+  JSON sidecar ``NAME.csv.json`` (settings, times, provenance; the name
+  :func:`mianalysis.analysis.sidecar_path` gives).
 - ``PAGES`` (docs/results/tables/): the Markdown tables the scripts write, ``NAME.md``,
   which the documentation's results pages include (pymdownx.snippets in mkdocs.yml).
   A run whose ``--out`` is another folder writes its page there instead
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from mianalysis.analysis import sidecar_path
 
-__all__ = ["ROOT", "FIGURES", "PAGES", "WORK", "carried_over_note", "carried_over_record", "pages_for",
+__all__ = ["ROOT", "FIGURES", "PAGES", "WORK", "figures_of", "carried_over_note", "carried_over_record", "pages_for",
            "portable_record", "portable_sidecar", "read_earlier", "read_sidecar", "read_summary_table",
            "repository_relative", "rows_by_design", "timed_rows", "write_atomic", "write_csv", "write_sidecar",
            "write_page"]
@@ -38,10 +39,18 @@ PAGES = ROOT / "docs" / "results" / "tables"
 WORK = ROOT / "runs"
 
 
+def figures_of(script):
+    """The folder of figures/ that holds what `script` writes (a script's path, e.g.
+    ``__file__``, or its name): figures/SCRIPT/, so that the script behind a file is found
+    in one look."""
+    return FIGURES / Path(script).stem
+
+
 def pages_for(out):
     """The folder of a script's Markdown page when its tables go to `out`: ``PAGES`` for
-    figures/, else `out` itself."""
-    return PAGES if Path(out).resolve() == FIGURES.resolve() else Path(out)
+    figures/ or a script's folder in it, else `out` itself."""
+    folder = Path(out).resolve()
+    return PAGES if FIGURES.resolve() in (folder, folder.parent) else Path(out)
 
 
 def write_atomic(path, text):

@@ -7,7 +7,7 @@ import json
 import time
 from pathlib import Path
 
-from _results import FIGURES, WORK, portable_sidecar
+from _results import WORK, figures_of, portable_sidecar
 
 from mianalysis.report.experiment import TRENDS, finding, run_experiment, summary_table, trend_summary
 from mianalysis.tasks import get_task
@@ -21,10 +21,10 @@ LEGACY_ESTIMATORS = ("gaussian", "ksg")
 def main(task_name, configs, description, argv=None):
     """Run the configurations of `configs` (all but "quick", or "quick" alone with --quick)
     of the task `task_name` and print each one's summary; figures, tables and sidecars go to
-    --out (default figures/), dumps to --work (default runs/), wherever the script is run from."""
+    --out (default figures/SCRIPT/, the script named after the task), dumps to --work (default runs/), wherever the script is run from."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true", help="one small configuration, under 2 minutes")
-    parser.add_argument("--out", default=str(FIGURES), help="figures and tables")
+    parser.add_argument("--out", default=str(figures_of(task_name.replace("-", "_"))), help="figures and tables")
     parser.add_argument("--work", default=str(WORK), help="dumps (resumed when rerun)")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--only", choices=sorted(configs), help="run just this configuration")

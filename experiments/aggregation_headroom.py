@@ -40,7 +40,7 @@ the seeds give such a pair).
     python experiments/aggregation_headroom.py --quick    # IID only, tiny, under a minute
     python experiments/aggregation_headroom.py            # both partitions, 3 seeds
 
-Writes figures/aggregation_headroom{_quick}.csv (the table), .png (test accuracy per
+Writes figures/aggregation_headroom/aggregation_headroom{_quick}.csv (the table), .png (test accuracy per
 round at each rule's chosen rate; the paired differences with their intervals) and
 .csv.json (the plan, every rate tried, per-seed results, provenance), and the page
 docs/results/tables/aggregation_headroom{_quick}.md (with --out DIR: all of them into DIR).
@@ -55,10 +55,12 @@ from pathlib import Path
 import numpy as np
 from _ladder import (DidNotTrain, Diverged, command_line, first_round, interval, paired_columns, read_results,
                      tune_rule)
-from _results import FIGURES, write_csv, write_page, write_sidecar
+from _results import figures_of, write_csv, write_page, write_sidecar
 
 from mianalysis.provenance import collect, utc_now
 from mianalysis.federated import FederatedConfig, FederatedData, FederatedSimulation
+
+FIGURES = figures_of(__file__)  # figures/aggregation_headroom/: where this script writes
 
 RULES = [  # (label, aggregator, parameters)
     ("FedAvg", "fedavg", {}),

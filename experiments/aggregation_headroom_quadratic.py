@@ -69,7 +69,7 @@ removes.
     python experiments/aggregation_headroom_quadratic.py --quick   # 2 designs, seconds
     python experiments/aggregation_headroom_quadratic.py           # 8 designs, 50 seeds
 
-Writes figures/aggregation_headroom_quadratic{_quick}.csv (the table), .png (error per
+Writes figures/aggregation_headroom_quadratic/aggregation_headroom_quadratic{_quick}.csv (the table), .png (error per
 round at each rule's chosen rate; the paired differences) and .csv.json (the plan, every
 rate tried, per-seed results, provenance), and the page
 docs/results/tables/aggregation_headroom_quadratic{_quick}.md (with --out DIR: all into DIR).
@@ -84,11 +84,13 @@ from pathlib import Path
 import numpy as np
 from _ladder import (EVAL_SEED, TUNE_SEED, DidNotTrain, Diverged, bonferroni, command_line, first_round, interval,
                      paired_columns, read_results, search, tried_text, tune_rule)
-from _results import FIGURES, write_csv, write_page, write_sidecar
+from _results import figures_of, write_csv, write_page, write_sidecar
 
 from mianalysis.federated.quadratic import SERVER_OPTIMIZERS, QuadraticConfig, QuadraticFederation, fixed_point
 from mianalysis.provenance import collect, utc_now
 from mianalysis.tasks import get_task
+
+FIGURES = figures_of(__file__)  # figures/aggregation_headroom_quadratic/: where this script writes
 
 TUNED = "tuned"  # a setting tuned on a grid with the client rate (the plan's "grids")
 RULES = [  # (label, aggregator, parameters, what the clients and the server do: QuadraticConfig settings)

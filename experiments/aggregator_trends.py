@@ -29,10 +29,10 @@ basis of the remaining 9 is used.
     python experiments/aggregator_trends.py --quick   # 150 replicates, 6 rounds
     python experiments/aggregator_trends.py           # 500 replicates, 10 rounds
 
-Writes figures/aggregator_trends{_quick}.png (one panel per quantity, a line per rule,
+Writes figures/aggregator_trends/aggregator_trends{_quick}.png (one panel per quantity, a line per rule,
 averaged over the three client pairs; MI panels show the permutation null as a dotted
 line), the analysis table per rule (.csv; it also holds each client's rows with "global"),
-the per-round accuracy, and figures/aggregator_trends{_quick}_global.{png,csv} (the three
+the per-round accuracy, and figures/aggregator_trends/aggregator_trends{_quick}_global.{png,csv} (the three
 output-bias quantities per rule, round and client pair, each with its Wishart standard error,
 95 % normal interval and analytic Wilks' Lambda null: ``se``, ``ci_low``, ``ci_high``,
 ``null_mean``, ``null_std``, ``p_value``; the figure draws the mean over pairs, the range
@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 from _aggregator_trends_figure import (CI_LEVEL, QUANTITIES, RULES, accuracy_from_table, global_pair_mean, pair_mean,
                                        plot, plot_global)
-from _results import FIGURES, WORK, portable_sidecar
+from _results import figures_of, WORK, portable_sidecar
 from _runner import LEGACY_ESTIMATORS  # the estimators of the committed tables
 
 from mianalysis.provenance import collect, utc_now
@@ -56,6 +56,8 @@ from mianalysis.report.experiment import TRENDS, overall_trend, step_verdicts
 from mianalysis.federated import FederatedConfig, FederatedData, FederatedSimulation, record_replicates, write_rows
 from mianalysis.analysis.studies.global_dependence import QUANTITIES as GLOBAL_QUANTITIES
 from mianalysis.analysis.studies.global_dependence import dependence_given_global
+
+FIGURES = figures_of(__file__)  # figures/aggregator_trends/: where this script writes
 
 
 def main():

@@ -5,8 +5,8 @@ X ~ N(0, I_d), Y = rho X + sqrt(1 - rho^2) E, so I(X;Y) = -d/2 log(1 - rho^2) ex
 
     python experiments/calibration.py [--quick]
 
-Prints the table and writes figures/calibration.csv, with its provenance (versions,
-machine, command line, times) in figures/calibration.csv.json.
+Prints the table and writes figures/calibration/calibration.csv, with its provenance (versions,
+machine, command line, times) in figures/calibration/calibration.csv.json.
 
     python experiments/calibration.py --regimes [--quick]
 
@@ -25,7 +25,7 @@ copula), a discrete latent (4 well separated clusters shared by x and y: MI log 
 sign mixture (each coordinate pair correlated by +rho or -rho: every correlation 0, the MI
 positive); column ``family``. The last two have their exact MI by Monte Carlo of the known
 densities (10^6 draws; its standard error in ``true_mc_se_nats``, 0 elsewhere). Writes
-figures/calibration_regimes.csv (about 40 s on 2 idle cores, minutes when they are
+figures/calibration/calibration_regimes.csv (about 40 s on 2 idle cores, minutes when they are
 shared; ``_quick`` with --quick, about 10 s) and its ``.csv.json`` sidecar;
 :mod:`mianalysis.analysis.inference.regime` takes its thresholds from the full table (the
 correlated Gaussians and, for the copula, the monotone maps: the other families show where
@@ -37,13 +37,15 @@ import functools
 import time
 
 import numpy as np
-from _results import FIGURES, write_csv, write_sidecar
+from _results import figures_of, write_csv, write_sidecar
 
 from mianalysis import gaussian_mi, ksg_mi, projection_mi_bound
 from mianalysis.provenance import collect, utc_now
 from mianalysis.analysis import gaussian_settings
 from mianalysis.estimators.copula import normal_scores
 from scipy.special import digamma, gammaln, logsumexp, ndtr
+
+FIGURES = figures_of(__file__)  # figures/calibration/: where this script writes
 
 # (n samples, d per side): the paper's signal-rnn scale with its reported 394 parameters,
 # our signal-rnn (358) at the paper scale and at the long and quick runs, and digits-lenet

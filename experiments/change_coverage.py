@@ -27,7 +27,7 @@ change is declared where there is none), a small rise, a rise, a fall. Runs n fr
 
     python experiments/change_coverage.py [--reps 200] [--quick]
 
-Writes figures/change_coverage.csv (one row per estimator, setting, design and method:
+Writes figures/change_coverage/change_coverage.csv (one row per estimator, setting, design and method:
 coverage of the exact change with its 95 % Clopper-Pearson interval, how often the interval
 excludes 0, mean se and the estimate's sd over the replications), its sidecar and the page
 docs/results/tables/change_coverage.md (--quick: 30 replications, a subset of settings,
@@ -40,7 +40,7 @@ import argparse
 from pathlib import Path
 
 import numpy as np
-from _results import FIGURES, timed_rows, write_csv, write_page, write_sidecar
+from _results import figures_of, timed_rows, write_csv, write_page, write_sidecar
 from _stats import clopper_pearson
 from scipy.special import ndtri
 from scipy.stats import t as student_t
@@ -50,6 +50,8 @@ from mianalysis.analysis.inference.intervals import mi_replicates, resample_indi
 from mianalysis.estimators.copula import normal_scores
 from mianalysis.estimators.gaussian_se import gaussian_mi_influence, influence_change_se
 from mianalysis.provenance import collect, utc_now
+
+FIGURES = figures_of(__file__)  # figures/change_coverage/: where this script writes
 
 LEVEL = 0.95
 RESAMPLES = 20  # analyze's default bootstrap resamples for the Gaussian and copula estimators

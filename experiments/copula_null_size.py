@@ -27,7 +27,7 @@ Clients are drawn independently (no stream shared), so every rejection is a fals
 
     python experiments/copula_null_size.py [--reps 400] [--quick]
 
-Writes figures/copula_null_size.csv, its sidecar and docs/results/tables/copula_null_size.md
+Writes figures/copula_null_size/copula_null_size.csv, its sidecar and docs/results/tables/copula_null_size.md
 (--quick: 60 replications of two settings, into *_quick.*; --out DIR: into DIR).
 """
 
@@ -38,11 +38,13 @@ from pathlib import Path
 
 import numpy as np
 from _laws import LAWS, client
-from _results import FIGURES, timed_rows, write_csv, write_page, write_sidecar
+from _results import figures_of, timed_rows, write_csv, write_page, write_sidecar
 from _stats import rejection_cells, rejection_columns
 
 from mianalysis import gaussian_copula_mi, gaussian_mi, gaussian_mi_null
 from mianalysis.provenance import collect, utc_now
+
+FIGURES = figures_of(__file__)  # figures/copula_null_size/: where this script writes
 
 ESTIMATORS = {"gaussian": gaussian_mi, "copula": gaussian_copula_mi}
 ALPHAS = (0.05, 0.01)

@@ -5,7 +5,7 @@
     python experiments/digits_lenet.py --only long   # one configuration
 
 scikit-learn's 8x8 digits (MNIST: add --set mnist_path=DIR through `mianalysis sample`).
-Writes figures/digits_lenet_<config>{_mi,_distances}.png, .csv and .csv.json. The paper preset
+Writes figures/digits_lenet/digits_lenet_<config>{_mi,_distances}.png, .csv and .csv.json. The paper preset
 itself (the pretrained head) is experiments/digits_lenet_paper.py.
 """
 

@@ -13,9 +13,9 @@ Holm verdicts, holding each client's parameters that move in fewer than ``--min-
 runs (default 5: the blocks that make client 2's covariance singular move in 1-4 runs) at their
 most common value (``analyze(..., min_moving_runs=m)``, :mod:`mianalysis.analysis.diagnostics.movers`); each row's note
 bounds the MI they could add. Beside each row: the committed table's estimate and its kind
-(figures/digits_lenet_paper.csv, or _seedS.csv).
+(figures/digits_lenet_paper/digits_lenet_paper.csv, or _seedS.csv).
 
-Writes figures/digits_lenet_movers[_seedS].csv (per cell, pair and trained checkpoint), its
+Writes figures/digits_lenet_movers/digits_lenet_movers[_seedS].csv (per cell, pair and trained checkpoint), its
 sidecar, and docs/results/tables/digits_lenet_movers[_seedS].md; the analysis tables stay
 under runs/ (resumed when rerun).
 """
@@ -31,19 +31,22 @@ from pathlib import Path
 
 import numpy as np
 from _digits_lenet_files import RUNS, dump_path, suffix
-from _results import FIGURES, WORK, portable_record, write_csv, write_page, write_sidecar
+from _results import figures_of, WORK, portable_record, write_csv, write_page, write_sidecar
 
 from mianalysis import analyze
 from mianalysis.analysis import AnalysisTable
 from mianalysis.report.experiment import overall_trend, step_verdicts
 from mianalysis.provenance import collect, utc_now
 
+FIGURES = figures_of(__file__)  # figures/digits_lenet_movers/: where this script writes
+PAPER_TABLES = figures_of("digits_lenet_paper")  # digits_lenet_paper.py's summary tables, read here
+
 CELLS = ("fixed-augmentation-26400", "fixed-nothing-26400")
 PERMUTATIONS = 100
 MIN_MOVING_RUNS = 5
 
 
-def committed(seed: int, folder: Path = FIGURES) -> dict[tuple[str, str, int], dict]:
+def committed(seed: int, folder: Path = PAPER_TABLES) -> dict[tuple[str, str, int], dict]:
     """(cell, pair, iteration) -> the committed summary row of the Gaussian MI for `seed`."""
     path = folder / f"digits_lenet_paper{suffix(seed)}.csv"
     with path.open(newline="") as fh:
@@ -91,7 +94,7 @@ def markdown(rows: list[dict], seed: int, m: int, seconds: dict) -> str:
     lines = [f"digits-lenet, 26,400 runs, seed {seed}: Gaussian MI with each client's parameters moving in fewer than "
              f"{m} runs held at their most common value (`python experiments/digits_lenet_movers.py --seed {seed}`); "
              "100 permutations, Holm over each pair's checkpoints (level) and steps (change). `committed`: the "
-             f"estimate of figures/digits_lenet_paper{suffix(seed)}.csv (all parameters). Bits. Analysis seconds: "
+             f"estimate of figures/digits_lenet_paper/digits_lenet_paper{suffix(seed)}.csv (all parameters). Bits. Analysis seconds: "
              f"{seconds}.", "",
              "| cell | pair | iteration | held (bound) | MI (95 % interval) | null | p adj. | above null | step (se) "
              "| step p adj. | step verdict | committed |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]

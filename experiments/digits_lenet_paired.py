@@ -31,12 +31,12 @@ steps' se combined. This script tests the difference paired by run:
 
 Steps start at the first trained checkpoint: at iteration 0 a run's clients hold the same
 start, and MI is infinite. The full-sample steps are compared with the committed tables'
-(figures/digits_lenet_paper[_seedS].csv; they differ by the tie-breaking noise only).
+(figures/digits_lenet_paper/digits_lenet_paper[_seedS].csv; they differ by the tie-breaking noise only).
 
 Reads the dumps under runs/digits_lenet_paper/full_26400[_seedS]/dumps/ (made by
 ``digits_lenet_paper.py --only per-run-augmentation-26400`` and ``per-run-nothing-26400``,
 with ``--seed S``); resumable per seed and pair (runs/digits_lenet_paired/). Two distance
-matrices of 26,400 runs (11.2 GB) are held at a time. Writes figures/digits_lenet_paired.csv,
+matrices of 26,400 runs (11.2 GB) are held at a time. Writes figures/digits_lenet_paired/digits_lenet_paired.csv,
 its sidecar and docs/results/tables/digits_lenet_paired.md (with --out DIR: into DIR).
 """
 
@@ -51,7 +51,7 @@ from pathlib import Path
 
 import numpy as np
 from _digits_lenet_files import dump_path, suffix
-from _results import FIGURES, WORK, portable_record, write_atomic, write_csv, write_page, write_sidecar
+from _results import figures_of, WORK, portable_record, write_atomic, write_csv, write_page, write_sidecar
 from _stats import detectable
 
 from mianalysis import MarginalDistances
@@ -60,6 +60,9 @@ from mianalysis.analysis.inference.intervals import change_test, resample_indice
 from mianalysis.dumps import ParameterDump
 from mianalysis.estimators.ksg import ksg_estimates_of_subsets
 from mianalysis.provenance import collect
+
+FIGURES = figures_of(__file__)  # figures/digits_lenet_paired/: where this script writes
+PAPER_TABLES = figures_of("digits_lenet_paper")  # digits_lenet_paper.py's summary tables, read here
 
 SHARED, NOTHING = "per-run-augmentation-26400", "per-run-nothing-26400"
 CELLS = (SHARED, NOTHING)
@@ -78,7 +81,7 @@ def cell_dump(seed: int, cell: str, work: Path = WORK) -> Path:
     return dump_path(work / "digits_lenet_paper", cell, seed)
 
 
-def summary_table(seed: int, folder: Path = FIGURES) -> Path:
+def summary_table(seed: int, folder: Path = PAPER_TABLES) -> Path:
     """The committed summary table of digits_lenet_paper.py for `seed`."""
     return folder / f"digits_lenet_paper{suffix(seed)}.csv"
 
@@ -200,7 +203,7 @@ def markdown(rows: list[dict], checks: dict) -> str:
         "augmentation minus nothing shared: > 0 where the fall is smaller with the augmentation shared), tested "
         f"paired by run over {rows[0]['df'] + 1} halves (t, {rows[0]['df']} df): each step (Holm over the "
         f"{len(steps)} steps below) and the whole change from the first trained checkpoint to the last (Holm over "
-        f"the {len(whole)} below). `python experiments/digits_lenet_paired.py`; figures/digits_lenet_paired.csv.", "",
+        f"the {len(whole)} below). `python experiments/digits_lenet_paired.py`; figures/digits_lenet_paired/digits_lenet_paired.csv.", "",
         "| seed | pair | iterations | change, augmentation shared | change, nothing shared | difference | "
         "se paired | se unpaired | correlation | p | p (Holm) | verdict | detectable at 0.8 power (alone / in "
         "family) |",
@@ -223,7 +226,7 @@ def main(argv=None) -> int:
     parser.add_argument("--pairs", default=",".join(PAIRS), help="comma-separated client pairs (default all)")
     parser.add_argument("--halves", type=int, default=HALVES, help=f"halves of the runs (default {HALVES})")
     parser.add_argument("--work", type=Path, default=WORK, help="the runs/ folder of digits_lenet_paper.py")
-    parser.add_argument("--tables", type=Path, default=FIGURES, help="folder of the seeds' summary tables")
+    parser.add_argument("--tables", type=Path, default=PAPER_TABLES, help="folder of the seeds' summary tables")
     parser.add_argument("--out", type=Path, default=FIGURES, help="where the table and page go")
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]

@@ -28,7 +28,7 @@ detectable change, from the intervals), and the clients' test accuracy. Estimate
 the regime where the estimators were calibrated are flagged (`mianalysis.analysis.inference.regime`).
 
     python experiments/digits_lenet_paper.py [--quick] [--runs N] [--only fixed-nothing,...]
-        [--carry-over figures/digits_lenet_paper.csv] [--seed S]
+        [--carry-over figures/digits_lenet_paper/digits_lenet_paper.csv] [--seed S]
 
 (--quick: the first three cells at 300 runs with 10 permutations; --runs N: every cell at N;
 --carry-over CSV: the cells of an earlier summary table that this run does not make are
@@ -38,7 +38,7 @@ others; --seed S: the sampler's seed and the analysis' random_state, default 0, 
 seed's tables in digits_lenet_paper_seedS.* beside the seed-0 ones.)
 
 Resumable per cell: dumps and tables go to runs/digits_lenet_paper/ (a finished cell is
-read back, an interrupted one resumed). Writes figures/digits_lenet_paper.{csv,png}
+read back, an interrupted one resumed). Writes figures/digits_lenet_paper/digits_lenet_paper.{csv,png}
 (`_quick` with --quick) with provenance in the .csv.json sidecar, and the page
 docs/results/tables/digits_lenet_paper.md (with --out DIR: all of them into DIR).
 """
@@ -53,7 +53,7 @@ from pathlib import Path
 
 import numpy as np
 from _digits_lenet_paper_figure import SEED, summary_figure
-from _results import (FIGURES, WORK, carried_over_note, carried_over_record, portable_record, read_earlier,
+from _results import (figures_of, WORK, carried_over_note, carried_over_record, portable_record, read_earlier,
                       read_summary_table, write_atomic, write_csv, write_page, write_sidecar)
 from _runner import LEGACY_ESTIMATORS  # the estimators of the committed tables
 
@@ -62,6 +62,8 @@ from mianalysis.provenance import collect, utc_now
 from mianalysis.analysis import AnalysisTable, sidecar_path
 from mianalysis.report.experiment import correction_text, overall_trend, step_verdicts
 from mianalysis.tasks import get_task
+
+FIGURES = figures_of(__file__)  # figures/digits_lenet_paper/: where this script writes
 
 # The paper sampled 26,400 runs; benchmarks/results/digits_paper.json says why 4,000 here.
 RUNS = 4000
@@ -323,11 +325,11 @@ def main():
     parser.add_argument("--out", default=str(FIGURES))
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--carry-over", metavar="CSV",
-                        help="an earlier summary table of this script (e.g. figures/digits_lenet_paper.csv): its cells "
+                        help="an earlier summary table of this script (e.g. figures/digits_lenet_paper/digits_lenet_paper.csv): its cells "
                              "that this run does not make are copied into the new table; the page and the sidecar "
                              "name them and the sidecar keeps that table's provenance")
     parser.add_argument("--replot", metavar="CSV", help="only draw the figure of this summary table (e.g. "
-                        "figures/digits_lenet_paper.csv) next to it; nothing is sampled or analysed")
+                        "figures/digits_lenet_paper/digits_lenet_paper.csv) next to it; nothing is sampled or analysed")
     args = parser.parse_args()
     if args.replot:
         table = Path(args.replot)

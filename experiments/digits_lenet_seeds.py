@@ -3,7 +3,7 @@
     python experiments/digits_lenet_seeds.py
 
 No new analysis: it reads the committed summary tables of ``digits_lenet_paper.py``, one per
-seed (figures/digits_lenet_paper.csv for seed 0, figures/digits_lenet_paper_seedS.csv for
+seed (figures/digits_lenet_paper/digits_lenet_paper.csv for seed 0, figures/digits_lenet_paper/digits_lenet_paper_seedS.csv for
 seed S), and puts each cell's made steps of every seed and client pair side by side:
 
 - the step's change, its se and its p-value, and the table's own verdict (Holm over the
@@ -18,8 +18,8 @@ seed S), and puts each cell's made steps of every seed and client pair side by s
   degrees of freedom: noncentral t under a change). Where a control finds nothing, this
   says how large a step it would have found.
 
-Writes figures/digits_lenet_seeds.csv (one row per made step), its sidecar (the tables
-read, the correction, the power), figures/digits_lenet_seeds.png and
+Writes figures/digits_lenet_seeds/digits_lenet_seeds.csv (one row per made step), its sidecar (the tables
+read, the correction, the power), figures/digits_lenet_seeds/digits_lenet_seeds.png and
 docs/results/tables/digits_lenet_seeds.md.
 """
 
@@ -32,7 +32,7 @@ import re
 from pathlib import Path
 
 from _digits_lenet_seeds_figure import ALPHA, CELLS, figure
-from _results import FIGURES, portable_record, write_csv, write_page, write_sidecar
+from _results import figures_of, portable_record, write_csv, write_page, write_sidecar
 from _stats import POWER, detectable, law_quantile
 
 from mianalysis.analysis.inference.familywise import holm
@@ -40,12 +40,15 @@ from mianalysis.analysis.inference.intervals import change_method, change_test
 from mianalysis.estimators.registry import get_estimator
 from mianalysis.provenance import collect
 
+FIGURES = figures_of(__file__)  # figures/digits_lenet_seeds/: where this script writes
+PAPER_TABLES = figures_of("digits_lenet_paper")  # digits_lenet_paper.py's summary tables, read here
+
 QUANTITIES = ("mi_ksg", "mi_gaussian")
 NAME = "digits_lenet_seeds"
 JOINT_DIMENSION = 2 * 850  # the two clients' head parameters: the most a pair keeps
 
 
-def seed_tables(folder: Path = FIGURES) -> dict[int, Path]:
+def seed_tables(folder: Path = PAPER_TABLES) -> dict[int, Path]:
     """seed -> the summary table of digits_lenet_paper.py for that seed in `folder`."""
     tables = {0: folder / "digits_lenet_paper.csv"}
     for path in sorted(folder.glob("digits_lenet_paper_seed*.csv")):
@@ -135,7 +138,7 @@ def markdown(rows: list[dict], tables: dict[int, Path], alpha: float = ALPHA) ->
     seeds = sorted(tables)
     lines = [f"Made steps of digits-lenet's 26,400-run cells, seeds {', '.join(map(str, seeds))} "
              f"(`python experiments/{NAME}.py`, from the committed tables "
-             f"{', '.join(f'`figures/{Path(p).name}`' for _, p in sorted(tables.items()))}). "
+             f"{', '.join(f'`figures/digits_lenet_paper/{Path(p).name}`' for _, p in sorted(tables.items()))}). "
              f"Each cell: change of the MI into the iteration (bits), its se, p, the table's verdict after Holm over "
              f"the pair's steps (p_pair), and after Holm over every made step of the cell and quantity, all seeds and "
              f"pairs (p_rep, family-wise error {alpha:g}). *Detectable*: the change found with probability {POWER:g} "
@@ -166,7 +169,7 @@ def markdown(rows: list[dict], tables: dict[int, Path], alpha: float = ALPHA) ->
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--tables", type=Path, default=FIGURES, help="folder of the seeds' summary tables")
+    parser.add_argument("--tables", type=Path, default=PAPER_TABLES, help="folder of the seeds' summary tables")
     parser.add_argument("--out", type=Path, default=FIGURES, help="where the table and figure go")
     args = parser.parse_args(argv)
     tables = seed_tables(args.tables)

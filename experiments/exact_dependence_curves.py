@@ -7,8 +7,8 @@ form only (no sampling): a few seconds of CPU.
 
     python experiments/exact_dependence_curves.py
 
-Writes figures/exact_dependence_curves.csv (case, init, shared, rho, iteration, mi_exact in
-bits) and figures/exact_dependence_curves.png.
+Writes figures/exact_dependence_curves/exact_dependence_curves.csv (case, init, shared, rho, iteration, mi_exact in
+bits) and figures/exact_dependence_curves/exact_dependence_curves.png.
 """
 
 from __future__ import annotations
@@ -16,9 +16,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from _results import FIGURES, write_csv
+from _results import figures_of, write_csv
 
 from mianalysis.tasks import get_task
+
+FIGURES = figures_of(__file__)  # figures/exact_dependence_curves/: where this script writes
 
 # name: (init, shared streams, rho)
 CASES = {

@@ -8,7 +8,7 @@ No experiment is rerun: this script reads what the sources-of-dependence experim
   before that column get it from their intervals). For these cells each procedure's
   verdicts are computed from the p-values, over the steps after the first trained
   checkpoint, as the findings read them (:func:`mianalysis.report.experiment.trend_steps`).
-- Its committed summary (``--summary``, figures/sources_of_dependence.csv) for the cells
+- Its committed summary (``--summary``, figures/sources_of_dependence/sources_of_dependence.csv) for the cells
   that have no table here (the signal-rnn cells, minutes each): their step p-values
   (``step_p``) where every row of the quantity holds them, from which each procedure's
   verdicts are exact; otherwise their step verdicts only, uncorrected where the summary
@@ -25,7 +25,7 @@ exact MI does not change; missed: "no detectable change" where it does).
 
     python experiments/familywise_errors.py [--tables DIR] [--summary CSV] [--out DIR]
 
-Writes figures/familywise_errors.csv (+ .csv.json sidecar with the inputs and provenance)
+Writes figures/familywise_errors/familywise_errors.csv (+ .csv.json sidecar with the inputs and provenance)
 and the page docs/results/tables/familywise_errors.md (with --out DIR: into DIR).
 """
 
@@ -37,12 +37,14 @@ import re
 from pathlib import Path
 
 import numpy as np
-from _results import FIGURES, WORK, write_csv, write_page, write_sidecar
+from _results import figures_of, WORK, write_csv, write_page, write_sidecar
 
 from mianalysis.analysis import AnalysisTable
 from mianalysis.analysis.inference.familywise import adjust
 from mianalysis.report.experiment import trend_steps
 from mianalysis.provenance import collect, utc_now
+
+FIGURES = figures_of(__file__)  # figures/familywise_errors/: where this script writes
 
 ESTIMATORS = (("mi_gaussian", "Gaussian"), ("mi_ksg", "KSG"))
 PROCEDURES = (("none", "pair"), ("holm", "pair"), ("bh", "pair"), ("holm", "cell"), ("bh", "cell"))
@@ -214,7 +216,7 @@ def markdown(rows, tables_used):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tables", default=str(WORK / "sources_of_dependence" / "full"))
-    parser.add_argument("--summary", default=str(FIGURES / "sources_of_dependence.csv"))
+    parser.add_argument("--summary", default=str(figures_of("sources_of_dependence") / "sources_of_dependence.csv"))
     parser.add_argument("--out", default=str(FIGURES))
     args = parser.parse_args()
     started = utc_now()

@@ -11,7 +11,7 @@ the target.
     python experiments/fedavg_vs_fedsgd.py           # both models, both partitions
     python experiments/fedavg_vs_fedsgd.py --at-table-rates  # the table's rates only: curves per replicate
 
-Writes figures/fedavg_vs_fedsgd{_quick}.csv (the table), .csv.json (provenance:
+Writes figures/fedavg_vs_fedsgd/fedavg_vs_fedsgd{_quick}.csv (the table), .csv.json (provenance:
 versions, machine, command line, times), _lr_search.csv, _curves.json and _accuracy.png,
 and the page docs/results/tables/fedavg_vs_fedsgd{_quick}.md.
 """
@@ -22,10 +22,12 @@ import time
 
 import numpy as np
 from _fedavg_vs_fedsgd_figure import TARGET, plot
-from _results import FIGURES, write_csv, write_page, write_sidecar
+from _results import figures_of, write_csv, write_page, write_sidecar
 
 from mianalysis.provenance import collect, utc_now
 from mianalysis.federated import FederatedConfig, FederatedData, FederatedSimulation, rounds_to_accuracy
+
+FIGURES = figures_of(__file__)  # figures/fedavg_vs_fedsgd/: where this script writes
 
 # Learning rates are searched on one log-spaced ladder: each configuration starts from two
 # neighbouring rungs and steps outwards while the best rate sits at the edge of the rates tried,
@@ -167,7 +169,7 @@ def rerun_at_table_rates(table=None, out=None):
     Parameters
     ----------
     table : path-like, optional
-        The table; default ``figures/fedavg_vs_fedsgd.csv``.
+        The table; default ``figures/fedavg_vs_fedsgd/fedavg_vs_fedsgd.csv``.
     out : path-like, optional
         Where to write; default the table's folder.
 
@@ -246,7 +248,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--at-table-rates", action="store_true",
-                        help="rerun each configuration of figures/fedavg_vs_fedsgd.csv at its chosen learning rate "
+                        help="rerun each configuration of figures/fedavg_vs_fedsgd/fedavg_vs_fedsgd.csv at its chosen learning rate "
                              "only (no search): per-replicate curves, the figure and fedavg_vs_fedsgd_rerun_check.csv "
                              "(the table's rounds and final accuracy beside the rerun's); the table is not rewritten")
     args = parser.parse_args()

@@ -11,7 +11,7 @@ examples per client; imbalanced: 3000 / 500 / 500 / 3000.
     python experiments/fedgradnorm.py --quick   # 60 rounds, 2 seeds
     python experiments/fedgradnorm.py           # 1000 rounds, 3 seeds
 
-Writes figures/fedgradnorm{_quick}.png (per-task test loss per round for both methods
+Writes figures/fedgradnorm/fedgradnorm{_quick}.png (per-task test loss per round for both methods
 and the weights p_i per round, balanced and imbalanced), .csv (every 10th round,
 client, method, allocation and seed) and .csv.json (settings, times), and the page
 docs/results/tables/fedgradnorm{_quick}.md (final per-task test metric: accuracy, or MSE
@@ -24,12 +24,14 @@ import time
 
 import numpy as np
 from _fedgradnorm_figure import plot, task_names
-from _results import FIGURES, write_page, write_sidecar
+from _results import figures_of, write_page, write_sidecar
 
 from mianalysis.provenance import collect, utc_now
 from mianalysis.federated import write_rows
 from mianalysis.federated.personalized import PersonalizedConfig, PersonalizedSimulation
 from mianalysis.federated.multitask import make_multitask
+
+FIGURES = figures_of(__file__)  # figures/fedgradnorm/: where this script writes
 
 METHODS = ("fedrep", "fedgradnorm")
 ALLOCATIONS = ("balanced", "imbalanced")

@@ -14,9 +14,9 @@ left out (a per-run start gives identical clients there: infinite MI).
 
     python experiments/gaussian_sgd_truth.py [--runs 2000] [--quick]
 
-Writes figures/gaussian_sgd_truth.csv (one row per preset, design, transform, iteration
+Writes figures/gaussian_sgd_truth/gaussian_sgd_truth.csv (one row per preset, design, transform, iteration
 and client pair: exact and estimated MI in bits, and each estimate's note) with provenance
-in figures/gaussian_sgd_truth.csv.json, and the page docs/results/tables/gaussian_sgd_truth.md
+in figures/gaussian_sgd_truth/gaussian_sgd_truth.csv.json, and the page docs/results/tables/gaussian_sgd_truth.md
 (the mean absolute and relative error of each estimator per preset and transform; with
 --out DIR: all of them into DIR).
 """
@@ -30,11 +30,13 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _results import FIGURES, write_csv, write_page, write_sidecar
+from _results import figures_of, write_csv, write_page, write_sidecar
 
 from mianalysis import ParameterSampler, analyze
 from mianalysis.provenance import collect, utc_now
 from mianalysis.tasks import get_task
+
+FIGURES = figures_of(__file__)  # figures/gaussian_sgd_truth/: where this script writes
 
 PRESETS = ("paper", "high")
 DESIGNS = {"fixed start, shared data": ("fixed", ("data",)), "per-run start, nothing shared": ("per-run", ())}

@@ -51,17 +51,17 @@ and the last (100):
     python experiments/headroom_convex.py [--runs 1000] [--splits iid label-skew] [--data-seeds 0 1 2] [--quick]
     python experiments/headroom_convex.py --gate [--gate-runs 4000]
 
-Writes figures/headroom_convex.csv (one row per cell, iteration and rule),
-figures/headroom_convex_cells.csv (one row per cell: the movement, the split of the headroom,
-the verdicts), figures/headroom_convex.png, their sidecars (provenance), and the page
+Writes figures/headroom_convex/headroom_convex.csv (one row per cell, iteration and rule),
+figures/headroom_convex/headroom_convex_cells.csv (one row per cell: the movement, the split of the headroom,
+the verdicts), figures/headroom_convex/headroom_convex.png, their sidecars (provenance), and the page
 docs/results/tables/headroom_convex.md.
 
 ``--gate`` instead checks the issue's gate: gaussian-sgd (default settings) sampled with
 ``reference="optimum"``, 4,000 runs, per-run start, nothing shared, sampler seed 0:
 at iteration 40 the ratios of inverse_variance, blue_coordinate and curvature must be within
 0.01 of 1.251, 0.661 and 0.171 (the exact ratios of that design in
-figures/headroom_gaussian_sgd.csv); the same dump measured against reference="task" is
-reported beside them. Writes figures/headroom_convex_gate.csv (+ sidecar) and
+figures/headroom_gaussian_sgd/headroom_gaussian_sgd.csv); the same dump measured against reference="task" is
+reported beside them. Writes figures/headroom_convex/headroom_convex_gate.csv (+ sidecar) and
 docs/results/tables/headroom_convex_gate.md; exits 1 when a ratio misses its target.
 With --out DIR, everything goes into DIR.
 """
@@ -77,7 +77,7 @@ from pathlib import Path
 import numpy as np
 
 from _convex import interval_df, widened
-from _results import FIGURES, timed_rows, write_csv, write_page, write_sidecar
+from _results import figures_of, timed_rows, write_csv, write_page, write_sidecar
 
 from mianalysis import ParameterSampler, headroom
 from mianalysis.analysis.inference.intervals import mean_interval
@@ -87,6 +87,8 @@ from mianalysis.dumps import OPTIMUM
 from mianalysis.provenance import collect, utc_now
 from mianalysis.tasks import get_task
 from mianalysis.tasks.convex import softmax_objective, softmax_optimum
+
+FIGURES = figures_of(__file__)  # figures/headroom_convex/: where this script writes
 
 TASK = "softmax-regression"
 SPLITS = ("iid", "label-skew")
@@ -466,7 +468,7 @@ def gate_markdown(rows, checks, verdict, runs, command):
              f"sampled with `reference=\"optimum\"` (each run's exact theta* recorded as the client \"optimum\"), "
              f"{runs} runs, per-run start, nothing shared, sampler seed 0; ratio to averaging's MSE at iteration "
              f"{GATE_ITERATION} (cross-fitted over 2 folds, 95 % intervals), against the issue's targets (the exact "
-             f"ratios of that design, figures/headroom_gaussian_sgd.csv), tolerance {GATE_TOLERANCE}; beside them the "
+             f"ratios of that design, figures/headroom_gaussian_sgd/headroom_gaussian_sgd.csv), tolerance {GATE_TOLERANCE}; beside them the "
              f"same dump against `reference=\"task\"`. Made by `{command}`."
              + ("" if runs == GATE_RUNS else f" **Not the issue's {GATE_RUNS} runs.**"), "",
              "| rule | target | ratio [95 %] | corrected | exact (oracle) | ratio - target | within 0.01 "
@@ -529,7 +531,7 @@ def main(argv=None):
     parser.add_argument("--runs", type=int, default=None, help=f"runs per cell (default {RUNS})")
     parser.add_argument("--splits", nargs="+", choices=SPLITS, default=list(SPLITS))
     parser.add_argument("--data-seeds", type=int, nargs="+", default=list(DATA_SEEDS))
-    parser.add_argument("--quick", action="store_true", help=f"{QUICK_RUNS} runs, into figures/headroom_convex_quick.*")
+    parser.add_argument("--quick", action="store_true", help=f"{QUICK_RUNS} runs, into figures/headroom_convex/headroom_convex_quick.*")
     parser.add_argument("--gate", action="store_true", help="run the gaussian-sgd gate instead (see the docstring)")
     parser.add_argument("--gate-runs", type=int, default=GATE_RUNS)
     parser.add_argument("--out", default=str(FIGURES))

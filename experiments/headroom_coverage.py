@@ -33,10 +33,10 @@ inverse_variance), recomputed here from the same cross-fitted weights.
 
     python experiments/headroom_coverage.py [--reps 1000] [--quick]
 
-Writes figures/headroom_coverage.csv (one row per case and rule: coverage of each interval
+Writes figures/headroom_coverage/headroom_coverage.csv (one row per case and rule: coverage of each interval
 with its 95 % Clopper-Pearson interval, Holm's verdict on under-coverage, how often the
 interval lies above or below the exact ratio, the estimate's mean and sd), its sidecar
-figures/headroom_coverage.csv.json and the page docs/results/tables/headroom_coverage.md
+figures/headroom_coverage/headroom_coverage.csv.json and the page docs/results/tables/headroom_coverage.md
 (--quick: 4 + 2 cases, 5 replications, at most 400 runs, into *_quick.*; --out DIR: all of
 them into DIR).
 """
@@ -49,7 +49,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _results import FIGURES, write_csv, write_page, write_sidecar
+from _results import figures_of, write_csv, write_page, write_sidecar
 from _stats import clopper_pearson
 from scipy.stats import binom
 
@@ -58,6 +58,8 @@ from mianalysis.analysis.studies.headroom import (combination_mse, combine_error
                                                   oracle_weights, ratio_interval, rule_weights)
 from mianalysis.provenance import collect, utc_now
 from mianalysis.tasks import get_task
+
+FIGURES = figures_of(__file__)  # figures/headroom_coverage/: where this script writes
 
 LEVEL = 0.95
 FOLDS = 2

@@ -16,9 +16,9 @@ weights (from the exact error moments). Designs:
 
     python experiments/headroom_gaussian_sgd.py [--runs 4000] [--quick]
 
-Writes figures/headroom_gaussian_sgd.csv (one row per design, iteration and rule) and
-figures/headroom_gaussian_sgd.png (the ratios with their intervals), with provenance in
-figures/headroom_gaussian_sgd.csv.json, and the page docs/results/tables/headroom_gaussian_sgd.md
+Writes figures/headroom_gaussian_sgd/headroom_gaussian_sgd.csv (one row per design, iteration and rule) and
+figures/headroom_gaussian_sgd/headroom_gaussian_sgd.png (the ratios with their intervals), with provenance in
+figures/headroom_gaussian_sgd/headroom_gaussian_sgd.csv.json, and the page docs/results/tables/headroom_gaussian_sgd.md
 (estimated vs exact at iterations 10 and 40; with --out DIR: all of them into DIR).
 """
 
@@ -27,13 +27,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from _results import FIGURES, rows_by_design, write_csv, write_page, write_sidecar
+from _results import figures_of, rows_by_design, write_csv, write_page, write_sidecar
 
 from mianalysis import ParameterSampler, headroom
 from mianalysis.provenance import collect, utc_now
 from mianalysis.analysis.studies.headroom import RULES
 from mianalysis.report.plots import figure_headroom
 from mianalysis.tasks import get_task
+
+FIGURES = figures_of(__file__)  # figures/headroom_gaussian_sgd/: where this script writes
 
 # design -> (init, shared streams, task settings)
 DESIGNS = {
@@ -89,7 +91,7 @@ def markdown(rows, runs, command):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=4000)
-    parser.add_argument("--quick", action="store_true", help="400 runs, into figures/headroom_gaussian_sgd_quick.*")
+    parser.add_argument("--quick", action="store_true", help="400 runs, into figures/headroom_gaussian_sgd/headroom_gaussian_sgd_quick.*")
     parser.add_argument("--out", default=str(FIGURES))
     args = parser.parse_args()
     started = utc_now()

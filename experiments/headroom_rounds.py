@@ -83,10 +83,10 @@ intervals it shows (Bonferroni).
 
     python experiments/headroom_rounds.py [--runs 300] [--head-runs 200] [--rounds 20] [--epochs 2] [--quick]
 
-Writes figures/headroom_rounds.csv (one row per cell, round and rule),
-figures/headroom_rounds_movement.csv (one row per cell and round: distances),
-figures/headroom_rounds.png, their sidecars and docs/results/tables/headroom_rounds.md
-(``--quick``: figures/headroom_rounds_quick.*, its page beside them; with --out DIR, the
+Writes figures/headroom_rounds/headroom_rounds.csv (one row per cell, round and rule),
+figures/headroom_rounds/headroom_rounds_movement.csv (one row per cell and round: distances),
+figures/headroom_rounds/headroom_rounds.png, their sidecars and docs/results/tables/headroom_rounds.md
+(``--quick``: figures/headroom_rounds/headroom_rounds_quick.*, its page beside them; with --out DIR, the
 tables and figure go into DIR, and the page too where DIR is not figures/).
 """
 
@@ -100,13 +100,15 @@ import numpy as np
 
 from _convex import (LEVEL, combined_errors, familywise_verdicts, from_dump, interval_df, per_run_row, probabilities,
                      to_dump, widened)
-from _results import FIGURES, timed_rows, write_csv, write_page, write_sidecar
+from _results import figures_of, timed_rows, write_csv, write_page, write_sidecar
 
 from mianalysis.analysis.inference.intervals import mean_interval, normal_interval
 from mianalysis.analysis.studies.headroom import combine_errors, headroom_rows, rule_weights
 from mianalysis.provenance import collect, utc_now
 from mianalysis.tasks import get_task
 from mianalysis.tasks.convex import softmax_objective, softmax_optimum
+
+FIGURES = figures_of(__file__)  # figures/headroom_rounds/: where this script writes
 
 SOFTMAX, HEAD = "softmax-regression", "digits-head"
 SPLITS = ("iid", "label-skew")

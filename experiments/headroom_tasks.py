@@ -22,7 +22,7 @@ Each design is sampled once per seed (``--seeds``, default 0 1 2: the sampler's 
 seed is a new set of runs); a seed's rows are what the one-seed script wrote for that seed.
 
     python experiments/headroom_tasks.py [--runs 500] [--seeds 0 1 2] [--designs 2 3 ...]
-        [--reuse figures/headroom_tasks.csv] [--cached-only] [--quick]
+        [--reuse figures/headroom_tasks/headroom_tasks.csv] [--cached-only] [--quick]
 
 Every (design, seed) is kept, once computed, under runs/headroom_tasks/ (ignored by git), and
 a rerun takes it from there. ``--reuse CSV`` takes the (design, seed) pairs that a table this
@@ -34,10 +34,10 @@ CPU they need not be; digits-lenet's pretraining, for one, follows the CPU's cod
 computes nothing and writes the pairs at hand. The sidecar records which pairs were
 computed, reused, compared or missing.
 
-Writes figures/headroom_tasks.csv (one row per design, seed, iteration and rule; iteration 0,
-where every error is 0, is left out), figures/headroom_tasks_seeds.csv (per design, iteration
+Writes figures/headroom_tasks/headroom_tasks.csv (one row per design, seed, iteration and rule; iteration 0,
+where every error is 0, is left out), figures/headroom_tasks/headroom_tasks_seeds.csv (per design, iteration
 and rule: the mean of the seeds' ratios with a t interval over seeds, and whether every
-seed's own interval lies below 1), figures/headroom_tasks.png (each seed's ratio with its
+seed's own interval lies below 1), figures/headroom_tasks/headroom_tasks.png (each seed's ratio with its
 interval, and the across-seed interval), the sidecars ``*.csv.json`` and the page
 docs/results/tables/headroom_tasks.md (with --out DIR: all of them into DIR).
 """
@@ -53,13 +53,15 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _results import FIGURES, WORK, write_atomic, write_csv, write_page, write_sidecar
+from _results import figures_of, WORK, write_atomic, write_csv, write_page, write_sidecar
 from scipy import stats
 
 from mianalysis import ParameterSampler, headroom
 from mianalysis.analysis import sidecar_path
 from mianalysis.provenance import collect, utc_now
 from mianalysis.tasks import get_task
+
+FIGURES = figures_of(__file__)  # figures/headroom_tasks/: where this script writes
 
 # design -> (task, preset, shared streams, checkpoint every)
 DESIGNS = {
@@ -332,7 +334,7 @@ def main(args=None):
     parser.add_argument("--cached-only", action="store_true",
                         help="compute nothing: write the pairs already kept or reused")
     parser.add_argument("--cache", default=str(WORK / "headroom_tasks"), help=argparse.SUPPRESS)
-    parser.add_argument("--quick", action="store_true", help="40 runs, into figures/headroom_tasks_quick.*")
+    parser.add_argument("--quick", action="store_true", help="40 runs, into figures/headroom_tasks/headroom_tasks_quick.*")
     parser.add_argument("--out", default=str(FIGURES))
     args = parser.parse_args(args)
     if len(set(args.seeds)) != len(args.seeds) or min(args.seeds) < 0:

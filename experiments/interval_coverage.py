@@ -28,9 +28,9 @@ often the interval excludes 0, and how often the two disagree.
 
     python experiments/interval_coverage.py [--reps 200] [--quick]
 
-Writes figures/interval_coverage.csv (one row per estimator, setting, design and method:
+Writes figures/interval_coverage/interval_coverage.csv (one row per estimator, setting, design and method:
 coverage with its 95 % Clopper-Pearson interval, mean width, the estimate's sd over the
-replications and the mean se of the interval), its sidecar figures/interval_coverage.csv.json
+replications and the mean se of the interval), its sidecar figures/interval_coverage/interval_coverage.csv.json
 and the page docs/results/tables/interval_coverage.md (--quick: 40 replications, into
 *_quick.*; --out DIR: all of them into DIR).
 """
@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _results import FIGURES, write_csv, write_page, write_sidecar
+from _results import figures_of, write_csv, write_page, write_sidecar
 from _stats import clopper_pearson
 from scipy.special import ndtri
 
@@ -50,6 +50,8 @@ from mianalysis import gaussian_mi_null
 from mianalysis.analysis.inference.intervals import mi_interval
 from mianalysis.provenance import collect, utc_now
 from mianalysis.tasks import get_task
+
+FIGURES = figures_of(__file__)  # figures/interval_coverage/: where this script writes
 
 LEVEL = 0.95
 RESAMPLES = 20  # analyze's default bootstrap resamples for the Gaussian and copula estimators

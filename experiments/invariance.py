@@ -32,7 +32,7 @@ interrupted run resumes, and `--sizes equal` / `--sizes unequal` can run in two 
 at once; a final run with the default `--sizes both` writes the table and figure. Torch
 runs on one thread per process (the per-step work is small).
 
-Writes figures/invariance{_quick}.csv (per-round metrics of every configuration), .png
+Writes figures/invariance/invariance{_quick}.csv (per-round metrics of every configuration), .png
 (held-out and validation accuracy per round, with the spread over replicates) and .csv.json
 (settings, times), and the page docs/results/tables/invariance{_quick}.md (the table).
 """
@@ -44,10 +44,12 @@ from pathlib import Path
 
 import numpy as np
 from _invariance_figure import ALGORITHMS, plot
-from _results import FIGURES, WORK, write_page, write_sidecar
+from _results import figures_of, WORK, write_page, write_sidecar
 
 from mianalysis.provenance import collect, utc_now
 from mianalysis.federated import FederatedConfig, FederatedData, FederatedSimulation, build_model, write_rows
+
+FIGURES = figures_of(__file__)  # figures/invariance/: where this script writes
 
 METRICS = ["train_loss", "val_loss", "train_accuracy", "val_accuracy", "test_accuracy"]
 

@@ -14,8 +14,8 @@ A configuration whose training diverges is recorded with the round it diverged i
 
     python experiments/invariance_budget.py
 
-Writes figures/invariance_budget.csv (one row per configuration and round) with
-provenance in figures/invariance_budget.csv.json, and the page
+Writes figures/invariance_budget/invariance_budget.csv (one row per configuration and round) with
+provenance in figures/invariance_budget/invariance_budget.csv.json, and the page
 docs/results/tables/invariance_budget.md (train accuracy at selected rounds). About 15
 minutes on one thread.
 """
@@ -24,10 +24,12 @@ import json
 import re
 import time
 
-from _results import FIGURES, write_page, write_sidecar
+from _results import figures_of, write_page, write_sidecar
 
 from mianalysis.provenance import collect, utc_now
 from mianalysis.federated import FederatedConfig, FederatedData, FederatedSimulation, write_rows
+
+FIGURES = figures_of(__file__)  # figures/invariance_budget/: where this script writes
 
 PROBES = [  # (label, rule, placement, local epochs, rounds, lr)
     ("FedAvg", "fedavg", "update", 50, 40, 0.05),

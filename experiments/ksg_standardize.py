@@ -10,17 +10,19 @@ printed at the end, the mean absolute error per (scales, map), decides the defau
 
     python experiments/ksg_standardize.py [--quick]
 
-Writes figures/ksg_standardize.csv (figures/ksg_standardize_quick.csv with --quick) and its
+Writes figures/ksg_standardize/ksg_standardize.csv (figures/ksg_standardize/ksg_standardize_quick.csv with --quick) and its
 provenance in the ``.csv.json`` sidecar.
 """
 
 import argparse
 
 import numpy as np
-from _results import FIGURES, write_csv, write_sidecar
+from _results import figures_of, write_csv, write_sidecar
 
 from mianalysis import ksg_mi
 from mianalysis.provenance import collect, utc_now
+
+FIGURES = figures_of(__file__)  # figures/ksg_standardize/: where this script writes
 
 MAPS = {"none": lambda z: z, "sinh": np.sinh, "cubic": lambda z: z + z**3}
 SCALES = ("equal", "1e-3..1e3")

@@ -8,7 +8,7 @@ without standardisation (seed 0 for the tie-breaking noise, as the analysis):
     python experiments/signal_rnn.py --only long     # the dump, runs/signal_rnn_long
     python experiments/ksg_standardize_long.py       # about a minute
 
-Writes figures/ksg_standardize_long.csv (pair, iteration, standardize, mi_bits).
+Writes figures/ksg_standardize_long/ksg_standardize_long.csv (pair, iteration, standardize, mi_bits).
 """
 
 from __future__ import annotations
@@ -18,9 +18,11 @@ from itertools import combinations
 from pathlib import Path
 
 import numpy as np
-from _results import FIGURES, WORK, write_csv
+from _results import figures_of, WORK, write_csv
 
 from mianalysis import ParameterDump, ksg_mi
+
+FIGURES = figures_of(__file__)  # figures/ksg_standardize_long/: where this script writes
 
 
 def main():

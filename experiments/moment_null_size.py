@@ -23,7 +23,7 @@ or their normal scores ("copula"); at the paper's shape only the copula estimate
 
     python experiments/moment_null_size.py [--draws 2000] [--paper-draws 2000] [--quick]
 
-Writes figures/moment_null_size.csv, its sidecar and docs/results/tables/moment_null_size.md
+Writes figures/moment_null_size/moment_null_size.csv, its sidecar and docs/results/tables/moment_null_size.md
 (--quick: 200 draws of two small settings and 40 at a small paper-like shape, into
 *_quick.*; --out DIR: into DIR).
 """
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 from _laws import client
-from _results import FIGURES, timed_rows, write_csv, write_page, write_sidecar
+from _results import figures_of, timed_rows, write_csv, write_page, write_sidecar
 from _stats import rejection_cells, rejection_columns
 from scipy import linalg
 
@@ -43,6 +43,8 @@ from mianalysis import gaussian_mi_null
 from mianalysis.estimators.copula import normal_scores
 from mianalysis.estimators.moment_null import permutation_moment_null
 from mianalysis.provenance import collect, utc_now
+
+FIGURES = figures_of(__file__)  # figures/moment_null_size/: where this script writes
 
 ALPHAS = (0.05, 0.01)
 FRESH_LAWS = ("gaussian", "student-t3", "scale-mixture", "ties")

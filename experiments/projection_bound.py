@@ -20,8 +20,8 @@ of rows whose bound itself and whose whole interval (``ci_high``) are at or belo
 exact MI, the fraction of the exact MI the bound captures (rows with exact MI > 1 bit),
 and how often its permutation test rejects independence (p <= 0.05).
 
-Writes figures/projection_bound.csv (one row per design, runs, iteration and client pair)
-with provenance in figures/projection_bound.csv.json, and the page
+Writes figures/projection_bound/projection_bound.csv (one row per design, runs, iteration and client pair)
+with provenance in figures/projection_bound/projection_bound.csv.json, and the page
 docs/results/tables/projection_bound.md (with --out DIR: all of them into DIR).
 
     python experiments/projection_bound.py --transforms
@@ -32,7 +32,7 @@ design at 200 and 400 runs, with the bound as registered (canonical directions o
 parameters) beside its copula variant (``projection_mi_bound(..., copula=True)``: each
 coordinate replaced by its normal scores within each fold, registered here for the run as
 the estimator "bound_copula"), each with its 20-halves interval. Writes
-figures/projection_bound_transforms.csv (.csv.json) and
+figures/projection_bound/projection_bound_transforms.csv (.csv.json) and
 docs/results/tables/projection_bound_transforms.md.
 
     python experiments/projection_bound.py --quick [--transforms] [--out DIR]
@@ -51,13 +51,15 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from _results import FIGURES, rows_by_design, write_csv, write_page, write_sidecar
+from _results import figures_of, rows_by_design, write_csv, write_page, write_sidecar
 
 from mianalysis import ParameterSampler, analyze, projection_mi_bound
 from mianalysis.estimators.bound import RUNS_PER_DIMENSION
 from mianalysis.estimators.registry import estimator_names, get_estimator, register_estimator
 from mianalysis.provenance import collect, utc_now
 from mianalysis.tasks import get_task
+
+FIGURES = figures_of(__file__)  # figures/projection_bound/: where this script writes
 
 PRESET = "high"
 RUNS = (150, 200, 300, 400)

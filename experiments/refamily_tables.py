@@ -1,6 +1,6 @@
 """Re-derive the family-wise columns of the committed analysis tables from their stored p-values.
 
-    python experiments/refamily_tables.py            # every figures/*.csv analysis table
+    python experiments/refamily_tables.py            # every figures/*/*.csv analysis table
     python experiments/refamily_tables.py --check    # exit 1 if any table's columns are stale
 
 A table's ``p_adjusted`` and ``family_verdict`` are a function of its own rows (the steps'
@@ -30,9 +30,9 @@ from mianalysis.analysis.table import COLUMNS
 
 
 def analysis_tables(folder: Path) -> list[Path]:
-    """The CSVs of `folder` that are analysis tables (the analysis' columns, in its order)."""
+    """The CSVs of `folder` and its folders (figures/SCRIPT/) that are analysis tables (the analysis' columns, in its order)."""
     out = []
-    for path in sorted(folder.glob("*.csv")):
+    for path in sorted([*folder.glob("*.csv"), *folder.glob("*/*.csv")]):
         with path.open(newline="") as fh:
             header = next(csv.reader(fh), [])
         if header == list(COLUMNS):
@@ -56,7 +56,7 @@ def refamily(path: Path) -> tuple[AnalysisTable, int]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(FIGURES), help="the folder of tables (default figures/)")
+    parser.add_argument("--out", default=str(FIGURES), help="the folder of tables, and of its folders' (default figures/)")
     parser.add_argument("--check", action="store_true", help="only say which tables are stale; exit 1 if any")
     args = parser.parse_args(argv)
     stale = 0

@@ -1,4 +1,4 @@
-"""Redraw the figures in figures/ from the committed tables, without sampling or training.
+"""Redraw the figures in figures/ (a folder per script) from the committed tables, without sampling or training.
 
     python experiments/replot.py
 
@@ -60,7 +60,7 @@ def _csv_rows(path):
 def replot_core(figures):
     """The MI and distance figures of every core experiment table with a record."""
     done = []
-    for table in sorted(figures.glob("*.csv")):
+    for table in sorted(figures.glob("*/*.csv")):
         name = table.stem
         if not name.startswith(CORE) or any(s in name for s in SKIP):
             continue
@@ -70,8 +70,8 @@ def replot_core(figures):
         checkpoints = len({r["checkpoint"] for r in rows}) - 1
         n_params = record.get("n_params") if record else None
         title = f"{name}: {checkpoints} checkpoints after init" + (f", {n_params} parameters" if n_params else "")
-        done.append(save_figure(rows, "mi", figures / f"{name}_mi.png", title=title, record=record))
-        done.append(save_figure(rows, "distances", figures / f"{name}_distances.png", title=title, record=record))
+        done.append(save_figure(rows, "mi", table.parent / f"{name}_mi.png", title=title, record=record))
+        done.append(save_figure(rows, "distances", table.parent / f"{name}_distances.png", title=title, record=record))
     return done
 
 
@@ -80,7 +80,7 @@ def replot_aggregator_trends(figures):
     committed quick run (``aggregator_trends_quick*``), from their tables."""
     done = []
     for name in ("aggregator_trends", "aggregator_trends_quick"):
-        done += _replot_aggregator_trends(figures, aggregator_trends, name)
+        done += _replot_aggregator_trends(figures / "aggregator_trends", aggregator_trends, name)
     return done
 
 
@@ -108,6 +108,7 @@ def _replot_aggregator_trends(figures, at, name):
 
 
 def replot_fedgradnorm(figures):
+    figures = figures / "fedgradnorm"
     if not (figures / "fedgradnorm.csv").exists():
         return []
     meta = json.loads(sidecar_path(figures / "fedgradnorm.csv").read_text())
@@ -117,6 +118,7 @@ def replot_fedgradnorm(figures):
 
 
 def replot_invariance(figures):
+    figures = figures / "invariance"
     if not (figures / "invariance.csv").exists():
         return []
     meta = json.loads(sidecar_path(figures / "invariance.csv").read_text())
@@ -127,6 +129,7 @@ def replot_invariance(figures):
 
 
 def replot_fedavg_vs_fedsgd(figures):
+    figures = figures / "fedavg_vs_fedsgd"
     curves_path = figures / "fedavg_vs_fedsgd_curves.json"
     if not curves_path.exists():
         return []
@@ -145,22 +148,22 @@ def replot_fedavg_vs_fedsgd(figures):
 def replot_summaries(figures):
     """The figures of the summary tables (not analysis tables), as their scripts draw them."""
     done = []
-    if (figures / "sources_of_dependence.csv").exists():
-        table = figures / "sources_of_dependence.csv"
+    if (figures / "sources_of_dependence" / "sources_of_dependence.csv").exists():
+        table = figures / "sources_of_dependence" / "sources_of_dependence.csv"
         summary = [r for cell in sources_of_dependence.read_summary(table).values() for r in cell]
         parts = [p for p in sources_of_dependence.PARTS if any(r["part"] == p for r in summary)]
-        sources_of_dependence.figure(summary, figures / "sources_of_dependence.png", parts, sources_of_dependence.PARTS)
-        done.append(figures / "sources_of_dependence.png")
-    if (figures / "digits_lenet_paper.csv").exists():
-        sidecar = sidecar_path(figures / "digits_lenet_paper.csv")
+        sources_of_dependence.figure(summary, figures / "sources_of_dependence" / "sources_of_dependence.png", parts, sources_of_dependence.PARTS)
+        done.append(figures / "sources_of_dependence" / "sources_of_dependence.png")
+    if (figures / "digits_lenet_paper" / "digits_lenet_paper.csv").exists():
+        sidecar = sidecar_path(figures / "digits_lenet_paper" / "digits_lenet_paper.csv")
         meta = json.loads(sidecar.read_text()) if sidecar.exists() else {}
-        digits_lenet_paper.summary_figure(read_summary_table(figures / "digits_lenet_paper.csv"),
-                                          figures / "digits_lenet_paper.png", meta.get("permutations"))
-        done.append(figures / "digits_lenet_paper.png")
-    if (figures / "digits_lenet_seeds.csv").exists():
-        digits_lenet_seeds.figure(digits_lenet_seeds.read_rows(figures / "digits_lenet_seeds.csv"),
-                                  figures / "digits_lenet_seeds.png")
-        done.append(figures / "digits_lenet_seeds.png")
+        digits_lenet_paper.summary_figure(read_summary_table(figures / "digits_lenet_paper" / "digits_lenet_paper.csv"),
+                                          figures / "digits_lenet_paper" / "digits_lenet_paper.png", meta.get("permutations"))
+        done.append(figures / "digits_lenet_paper" / "digits_lenet_paper.png")
+    if (figures / "digits_lenet_seeds" / "digits_lenet_seeds.csv").exists():
+        digits_lenet_seeds.figure(digits_lenet_seeds.read_rows(figures / "digits_lenet_seeds" / "digits_lenet_seeds.csv"),
+                                  figures / "digits_lenet_seeds" / "digits_lenet_seeds.png")
+        done.append(figures / "digits_lenet_seeds" / "digits_lenet_seeds.png")
     return done
 
 

@@ -5,7 +5,7 @@
                                                # 16-iteration epoch (2,000 runs) and one
                                                # fixed initial point for all runs
 
-Writes figures/signal_rnn_<config>{_mi,_distances}.png, .csv and its sidecar .csv.json
+Writes figures/signal_rnn/signal_rnn_<config>{_mi,_distances}.png, .csv and its sidecar .csv.json
 (settings, timings).
 """
 

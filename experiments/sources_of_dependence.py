@@ -28,10 +28,10 @@ checkpoint and the verdict of each step for each client pair, and the additive-n
 model's predicted MI change (see mianalysis.analysis.studies.additive, where present).
 
     python experiments/sources_of_dependence.py [--quick] [--only signal-paper,signal-paper-22000,gaussian,signal-long]
-        [--carry-over figures/sources_of_dependence.csv] [--skip-missing]
+        [--carry-over figures/sources_of_dependence/sources_of_dependence.csv] [--skip-missing]
 
 Resumable per cell: dumps and tables go to runs/sources_of_dependence/ (a finished cell is
-read back, an interrupted one resumed). Writes figures/sources_of_dependence.{csv,png}
+read back, an interrupted one resumed). Writes figures/sources_of_dependence/sources_of_dependence.{csv,png}
 (`_quick` with --quick) with provenance and each cell's compute time in the .csv.json
 sidecar (seconds of the session that finished the cell; null where it was not recorded),
 and the page docs/results/tables/sources_of_dependence.md (with --out DIR: all of them
@@ -46,7 +46,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _results import (FIGURES, WORK, carried_over_note, carried_over_record, read_earlier, write_csv, write_page,
+from _results import (figures_of, WORK, carried_over_note, carried_over_record, read_earlier, write_csv, write_page,
                       write_sidecar)
 from _runner import LEGACY_ESTIMATORS  # the estimators of the committed tables
 from _sources_of_dependence_summary import (INITS, PARTS, QUICK, STEP_FIELDS, SUMMARY_COLUMNS, UNCORRECTED, figure,
@@ -58,6 +58,8 @@ from mianalysis.analysis.studies.additive_table import additive_prediction_rows
 from mianalysis.analysis import AnalysisTable, sidecar_path
 from mianalysis.report.experiment import FAMILY, FAMILYWISE, correction_text, overall_trend, trend_steps
 from mianalysis.tasks import get_task
+
+FIGURES = figures_of(__file__)  # figures/sources_of_dependence/: where this script writes
 
 QUANTITIES = ("mi_gaussian", "mi_ksg", "mi_exact", "euclidean", "manhattan", "chebyshev")
 # The correction of a summary row's `trend` and `steps` (UNCORRECTED in rows of a summary made before it).
@@ -285,7 +287,7 @@ def main():
     parser.add_argument("--only", help="comma-separated parts: " + ", ".join(PARTS))
     parser.add_argument("--work", default=str(WORK / "sources_of_dependence"))
     parser.add_argument("--carry-over", metavar="CSV",
-                        help="an earlier summary table of this script (e.g. figures/sources_of_dependence.csv): its "
+                        help="an earlier summary table of this script (e.g. figures/sources_of_dependence/sources_of_dependence.csv): its "
                              "cells that --work has not finished are read from it instead of rerun; the sidecar and "
                              "the markdown name them and the sidecar keeps that table's provenance")
     parser.add_argument("--skip-missing", action="store_true",
@@ -294,7 +296,7 @@ def main():
                              "them): a summary of what is done while a long part is still being run")
     parser.add_argument("--out", default=str(FIGURES))
     parser.add_argument("--replot", metavar="CSV", help="only draw the figure of this summary table (e.g. "
-                        "figures/sources_of_dependence.csv) next to it; nothing is sampled or analysed")
+                        "figures/sources_of_dependence/sources_of_dependence.csv) next to it; nothing is sampled or analysed")
     args = parser.parse_args()
     if args.replot:
         table = Path(args.replot)

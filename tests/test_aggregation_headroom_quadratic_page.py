@@ -1,5 +1,5 @@
 """docs/results/federated.md's section on experiments/aggregation_headroom_quadratic.py quotes
-figures/aggregation_headroom_quadratic.csv (and its sidecar): its two tables are rebuilt here
+figures/aggregation_headroom_quadratic/aggregation_headroom_quadratic.csv (and its sidecar): its two tables are rebuilt here
 from the CSV, and the numbers and ranges of its bullets recomputed."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ BASELINES = ["FedProx", "FedAvgM", "FedAdam", "FedYogi"]
 
 
 def _rows():
-    with open(ROOT / "figures" / "aggregation_headroom_quadratic.csv", newline="") as fh:
+    with open(ROOT / "figures" / "aggregation_headroom_quadratic" / "aggregation_headroom_quadratic.csv", newline="") as fh:
         return list(csv.DictReader(fh))
 
 
@@ -72,7 +72,7 @@ def test_the_bullets_quote_the_csv():
     rows = _rows()
     by = {(r["design"], r["rule"]): r for r in rows}
     text = " ".join(_section().split())
-    sidecar = json.loads((ROOT / "figures" / "aggregation_headroom_quadratic.csv.json").read_text())
+    sidecar = json.loads((ROOT / "figures" / "aggregation_headroom_quadratic" / "aggregation_headroom_quadratic.csv.json").read_text())
     assert f"Bonferroni over the table's {sidecar['bonferroni_family']} rule-design comparisons" in text
     assert f"{sidecar['seconds']:.0f} s on one thread" in text
     # what beats FedAvg under Bonferroni without the oracle: Hutchinson at low noise, FedProx by a few per cent

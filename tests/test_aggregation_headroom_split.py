@@ -32,13 +32,13 @@ def test_the_validation_split_is_held_out_of_the_clients_and_the_test_set_is_unt
 
 def test_the_findings_quote_the_committed_tables_only_significant_differences():
     """The two per-comparison accuracy differences whose 95 % interval excludes 0 in
-    figures/aggregation_headroom.csv are the two that docs/results/findings.md and
+    figures/aggregation_headroom/aggregation_headroom.csv are the two that docs/results/findings.md and
     docs/results/federated.md quote, both below FedAvg."""
     import csv
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    with open(root / "figures" / "aggregation_headroom.csv", newline="") as fh:
+    with open(root / "figures" / "aggregation_headroom" / "aggregation_headroom.csv", newline="") as fh:
         rows = [r for r in csv.DictReader(fh) if r["d_accuracy_low"]]
     excluded = [r for r in rows if float(r["d_accuracy_low"]) > 0 or float(r["d_accuracy_high"]) < 0]
     assert excluded and all(float(r["d_accuracy_high"]) < 0 for r in excluded)

@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments"
 FIGURES = ROOT / "figures"
 # script -> (arguments that keep a run small, another script's summary table)
-SCRIPTS = {"sources_of_dependence.py": (["--quick", "--only", "gaussian"], FIGURES / "digits_lenet_paper.csv"),
-           "digits_lenet_paper.py": (["--quick"], FIGURES / "sources_of_dependence.csv")}
+SCRIPTS = {"sources_of_dependence.py": (["--quick", "--only", "gaussian"], FIGURES / "digits_lenet_paper" / "digits_lenet_paper.csv"),
+           "digits_lenet_paper.py": (["--quick"], FIGURES / "sources_of_dependence" / "sources_of_dependence.csv")}
 
 
 def _run(script, tmp_path, *args):

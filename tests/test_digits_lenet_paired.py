@@ -185,9 +185,9 @@ def test_a_cache_of_another_format_is_made_again(script, tmp_path):
 
 
 def test_committed_table_holds_its_verdicts_and_the_page_quotes_it(script):
-    """figures/digits_lenet_paired.csv: each family's Holm p and verdict follow from its p-values,
+    """figures/digits_lenet_paired/digits_lenet_paired.csv: each family's Holm p and verdict follow from its p-values,
     and docs/results/digits-lenet.md quotes its numbers."""
-    root = script.FIGURES.parent
+    root = script.FIGURES.parents[1]
     with (script.FIGURES / "digits_lenet_paired.csv").open(newline="") as fh:
         rows = list(csv.DictReader(fh))
     page = " ".join((root / "docs" / "results" / "digits-lenet.md").read_text().split())
@@ -228,4 +228,4 @@ def test_committed_table_holds_its_verdicts_and_the_page_quotes_it(script):
     assert f"equal the committed tables' to {checks['max_step_discrepancy']:.1e} bits ({checks['steps_compared']} " \
         "steps;" in page
     seconds = sorted(float(r["seconds_for_pair"]) for r in whole)
-    assert f"(figures/digits_lenet_paired.csv; {seconds[0]:.0f}-{seconds[-1]:.0f} s per seed on the 2 cores" in page
+    assert f"(figures/digits_lenet_paired/digits_lenet_paired.csv; {seconds[0]:.0f}-{seconds[-1]:.0f} s per seed on the 2 cores" in page

@@ -91,7 +91,7 @@ def test_a_table_without_the_step_columns_is_refused(script, tmp_path):
 
 def test_committed_table_recomputes_from_the_seeds_committed_tables(script, tmp_path):
     assert script.main(["--out", str(tmp_path)]) == 0
-    with (ROOT / "figures" / "digits_lenet_seeds.csv").open(newline="") as fh:
+    with (ROOT / "figures" / "digits_lenet_seeds" / "digits_lenet_seeds.csv").open(newline="") as fh:
         committed = list(csv.DictReader(fh))
     with (tmp_path / "digits_lenet_seeds.csv").open(newline="") as fh:
         made = list(csv.DictReader(fh))

@@ -69,7 +69,7 @@ def test_mkdocs_includes_the_tables_and_does_not_build_them_as_pages():
     assert TABLES in exclude
     snippets = text.split("- pymdownx.snippets:\n", 1)[1].split("\n\n", 1)[0]
     assert "base_path: !relative $docs_dir" in snippets and "check_paths: true" in snippets
-    pages = [p.name for p in (ROOT / "figures").glob("*.md") if p.name != "README.md"]
+    pages = [p.name for p in (ROOT / "figures").rglob("*.md") if p.name != "README.md"]
     assert not pages, f"result pages live in docs/results/, not figures/: {pages}"
 
 

@@ -50,10 +50,13 @@ def test_paths_come_from_the_helpers_file_not_the_working_directory(results, tmp
     assert results.pages_for(results.FIGURES) == results.PAGES
     assert results.pages_for(str(ROOT / "experiments" / ".." / "figures")) == results.PAGES  # the same folder
     assert results.pages_for(tmp_path / "out") == tmp_path / "out"
+    assert results.figures_of(EXPERIMENTS / "calibration.py") == ROOT / "figures" / "calibration"
+    assert results.pages_for(results.figures_of("calibration")) == results.PAGES  # a script's folder of figures/
+    assert results.pages_for(ROOT / "figures" / "calibration" / "trial") == ROOT / "figures" / "calibration" / "trial"
 
 
 def test_runner_defaults_are_the_repository_folders_from_any_directory(tmp_path, monkeypatch):
-    """_runner.main, run from another folder: figures and tables into figures/, dumps into runs/."""
+    """_runner.main, run from another folder: figures and tables into figures/SCRIPT/, dumps into runs/."""
     import _runner
 
     monkeypatch.chdir(tmp_path)
@@ -70,7 +73,7 @@ def test_runner_defaults_are_the_repository_folders_from_any_directory(tmp_path,
     monkeypatch.setattr(_runner, "run_experiment", fake_run_experiment)
     with pytest.raises(Stop):
         _runner.main("signal-rnn", {"quick": {"runs": 4}}, "test", argv=["--quick"])
-    assert seen["out_dir"] == str(ROOT / "figures") and seen["name"] == "signal_rnn_quick"
+    assert seen["out_dir"] == str(ROOT / "figures" / "signal_rnn") and seen["name"] == "signal_rnn_quick"
     assert seen["dump_dir"] == ROOT / "runs" / "signal_rnn_quick"
     assert not list(tmp_path.iterdir())  # nothing written where it was started
 
@@ -158,7 +161,7 @@ def test_a_script_writes_its_page_beside_its_out(tmp_path, monkeypatch):
 
 # ------------------------------------------------------------------ the committed outputs
 def test_every_sidecar_is_named_after_its_table():
-    names = {p.name for p in FIGURES.iterdir()}
+    names = {p.name for p in FIGURES.glob("*/*")}
     for name in sorted(names):
         if name.endswith(".csv.json"):
             assert name[:-len(".json")] in names, f"figures/{name} has no table"
@@ -243,8 +246,8 @@ def test_digits_lenet_paper_carries_over_cells_of_the_committed_table_byte_for_b
     # again byte for byte, and its page's table is the committed page.
     script = _load("digits_lenet_paper_carry", EXPERIMENTS / "digits_lenet_paper.py")
     results = _load("experiment_results_carry", EXPERIMENTS / "_results.py")
-    committed = FIGURES / "digits_lenet_paper.csv"
-    sidecar = json.loads((FIGURES / "digits_lenet_paper.csv.json").read_text())
+    committed = FIGURES / "digits_lenet_paper" / "digits_lenet_paper.csv"
+    sidecar = json.loads((FIGURES / "digits_lenet_paper" / "digits_lenet_paper.csv.json").read_text())
     rows = script.read_summary(committed)
     carried = script.carried_cells(rows, [], quick=False)
     assert list(carried) == list(sidecar["runs"])  # the script's cell order
@@ -300,7 +303,7 @@ def test_digits_lenet_paper_rows_read_back_as_cell_rows_made_them(tmp_path):
 
 def test_digits_lenet_paper_carry_over_refuses_what_does_not_fit():
     script = _load("digits_lenet_paper_refuse", EXPERIMENTS / "digits_lenet_paper.py")
-    rows = script.read_summary(FIGURES / "digits_lenet_paper.csv")
+    rows = script.read_summary(FIGURES / "digits_lenet_paper" / "digits_lenet_paper.csv")
     with pytest.raises(ValueError, match=r"cell fixed-nothing has \[4000\] runs there; this run's fixed-nothing has 300"):
         script.carried_cells(rows, [], quick=True)
     with pytest.raises(ValueError, match=r"missing columns \['step_p'\]: not a summary table of this script"):
@@ -317,15 +320,15 @@ def test_digits_lenet_paper_refuses_to_carry_another_seed_into_a_table(tmp_path)
     # The committed table is seed 0's: a seed-1 run cannot carry its cells over, and says so
     # before sampling or writing anything.
     done = subprocess.run([sys.executable, str(EXPERIMENTS / "digits_lenet_paper.py"), "--seed", "1", "--only",
-                           "fixed-augmentation-26400", "--carry-over", str(FIGURES / "digits_lenet_paper.csv"),
+                           "fixed-augmentation-26400", "--carry-over", str(FIGURES / "digits_lenet_paper" / "digits_lenet_paper.csv"),
                            "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out")],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "{'seed': 0}" in done.stderr and "{'seed': 1}" in done.stderr, done.stderr
     assert not (tmp_path / "work").exists() and not (tmp_path / "out").exists()
     script = _load("digits_lenet_paper_seed", EXPERIMENTS / "digits_lenet_paper.py")
-    rows = script.read_summary(FIGURES / "digits_lenet_paper.csv")
+    rows = script.read_summary(FIGURES / "digits_lenet_paper" / "digits_lenet_paper.csv")
     cells, summary = script.assemble({}, script.carried_cells(rows, [], quick=False))
-    sidecar = json.loads((FIGURES / "digits_lenet_paper.csv.json").read_text())
+    sidecar = json.loads((FIGURES / "digits_lenet_paper" / "digits_lenet_paper.csv.json").read_text())
     md = script.markdown(summary, cells, sidecar["runs"], sidecar["permutations"], sidecar["seconds"], seed=2)
     assert ", seed 2. Gaussian MI" in md and "seed 0" not in md
 
@@ -356,7 +359,7 @@ def test_committed_tables_family_columns_follow_their_stored_p_values(monkeypatc
     assert refamily.main(["--check"]) == 0
 
     for name in ("signal_rnn_paper.csv", "signal_rnn_paper.csv.json"):
-        shutil.copy(FIGURES / name, tmp_path / name)
+        shutil.copy(FIGURES / "signal_rnn" / name, tmp_path / name)
     data = (tmp_path / "signal_rnn_paper.csv").read_bytes()  # bytes: line endings included
     newline = b"\r\n" if b"\r\n" in data else b"\n"
     stale = data.replace(b",falling" + newline, b",no detectable change" + newline, 1)

@@ -332,10 +332,10 @@ def test_signal_shared_data_redraws_examples_per_run_the_same_for_its_clients():
 def test_the_committed_truth_table_has_the_copula_within_1_percent_above_1_bit():
     """Issue 52, item 6: on gaussian-sgd's sinh-mapped output at 2,000 runs the copula
     estimate's mean relative error is at most 1 % on the rows whose exact MI exceeds 1 bit
-    (figures/gaussian_sgd_truth.csv, from `python experiments/gaussian_sgd_truth.py`)."""
+    (figures/gaussian_sgd_truth/gaussian_sgd_truth.csv, from `python experiments/gaussian_sgd_truth.py`)."""
     import csv
 
-    path = Path(__file__).resolve().parents[1] / "figures" / "gaussian_sgd_truth.csv"
+    path = Path(__file__).resolve().parents[1] / "figures" / "gaussian_sgd_truth" / "gaussian_sgd_truth.csv"
     with open(path) as fh:
         rows = [r for r in csv.DictReader(fh) if r["transform"] == "sinh" and float(r["mi_exact"]) > 1]
     assert {r["runs"] for r in rows} == {"2000"} and len(rows) == 27

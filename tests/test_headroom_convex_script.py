@@ -211,6 +211,6 @@ def test_replot_redraws_the_figure_from_the_committed_table(script, tmp_path):
 
     with pytest.raises(SystemExit, match="--replot: .* does not exist"):
         script.main(["--replot", "--out", str(tmp_path)])
-    shutil.copy(ROOT / "figures" / "headroom_convex.csv", tmp_path)
+    shutil.copy(ROOT / "figures" / "headroom_convex" / "headroom_convex.csv", tmp_path)
     assert script.main(["--replot", "--out", str(tmp_path)]) == 0
     assert (tmp_path / "headroom_convex.png").stat().st_size > 10_000

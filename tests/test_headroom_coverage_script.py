@@ -1,7 +1,7 @@
 """experiments/headroom_coverage.py on a tiny run (its cases, the exactness of its controls, its
 counts, the files main writes) and the committed page against the committed table: every
 coverage the page and docs/concepts/headroom.md quote is recomputed from
-figures/headroom_coverage.csv. The intervals themselves are headroom_rows', whose coverage
+figures/headroom_coverage/headroom_coverage.csv. The intervals themselves are headroom_rows', whose coverage
 tests/test_headroom_intervals.py checks."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TABLE = ROOT / "figures" / "headroom_coverage.csv"
+TABLE = ROOT / "figures" / "headroom_coverage" / "headroom_coverage.csv"
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +97,7 @@ def test_main_quick_writes_the_table_its_sidecar_and_the_page(script, tmp_path):
 def _committed(script):
     with open(TABLE, newline="") as fh:
         rows = list(csv.DictReader(fh))
-    return rows, json.loads((ROOT / "figures" / "headroom_coverage.csv.json").read_text())
+    return rows, json.loads((ROOT / "figures" / "headroom_coverage" / "headroom_coverage.csv.json").read_text())
 
 
 def test_committed_page_quotes_the_committed_table(script):

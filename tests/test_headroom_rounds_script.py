@@ -173,15 +173,15 @@ def test_bad_input_is_refused_in_one_line(script, capsys, argv, message, tmp_pat
 
 
 def test_the_committed_page_is_made_from_the_committed_tables(script):
-    """docs/results/tables/headroom_rounds.md is what `markdown` makes of figures/headroom_rounds.csv
+    """docs/results/tables/headroom_rounds.md is what `markdown` makes of figures/headroom_rounds/headroom_rounds.csv
     and its movement table (numbers as written, verdicts recomputed), with the settings and the
     command of the sidecar."""
-    table = ROOT / "figures" / "headroom_rounds.csv"
+    table = ROOT / "figures" / "headroom_rounds" / "headroom_rounds.csv"
     if not table.exists():
-        pytest.skip("figures/headroom_rounds.csv is not committed yet")
+        pytest.skip("figures/headroom_rounds/headroom_rounds.csv is not committed yet")
     record = json.loads(table.with_name(table.name + ".json").read_text())
     rows = script.read_rows(table)
-    moves = script.read_rows(ROOT / "figures" / "headroom_rounds_movement.csv")
+    moves = script.read_rows(ROOT / "figures" / "headroom_rounds" / "headroom_rounds_movement.csv")
     settings = {k: record[k] for k in ("runs", "head_runs", "rounds", "epochs")}
     page = script.markdown(rows, moves, script.verdicts(rows), settings, record["command"])
     assert (ROOT / "docs" / "results" / "tables" / "headroom_rounds.md").read_text() == page

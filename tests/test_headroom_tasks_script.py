@@ -91,17 +91,17 @@ def test_reuse_refuses_another_tables_settings(script, tmp_path):
 
 
 def test_the_committed_table_holds_every_seed_of_its_sidecar():
-    """figures/headroom_tasks.csv: the pairs its sidecar says were computed or reused are
+    """figures/headroom_tasks/headroom_tasks.csv: the pairs its sidecar says were computed or reused are
     the ones it holds, and the summary table's seeds are theirs."""
     import csv
 
-    table = ROOT / "figures" / "headroom_tasks.csv"
-    record = json.loads((ROOT / "figures" / "headroom_tasks.csv.json").read_text())
+    table = ROOT / "figures" / "headroom_tasks" / "headroom_tasks.csv"
+    record = json.loads((ROOT / "figures" / "headroom_tasks" / "headroom_tasks.csv.json").read_text())
     with table.open(newline="") as f:
         held = {(r["design"], int(r["seed"])) for r in csv.DictReader(f)}
     said = {(d, s) for pairs in record["pairs"].values() for d, s in pairs}
     assert held == said
-    with (ROOT / "figures" / "headroom_tasks_seeds.csv").open(newline="") as f:
+    with (ROOT / "figures" / "headroom_tasks" / "headroom_tasks_seeds.csv").open(newline="") as f:
         for r in csv.DictReader(f):
             assert {(r["design"], int(s)) for s in r["seeds"].split()} <= held
 

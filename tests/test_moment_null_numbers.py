@@ -1,5 +1,5 @@
 """The numbers the docs quote about the permutation-moment null, recomputed from the committed
-files that made them: figures/moment_null_size.csv (experiments/moment_null_size.py) and
+files that made them: figures/moment_null_size/moment_null_size.csv (experiments/moment_null_size.py) and
 benchmarks/results/paper_scale.json (benchmarks/bench_paper_scale.py)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ def pct(v):
 
 
 def test_size_numbers_of_the_intervals_page_are_the_tables():
-    rows = list(csv.DictReader(open(ROOT / "figures" / "moment_null_size.csv")))
+    rows = list(csv.DictReader(open(ROOT / "figures" / "moment_null_size" / "moment_null_size.csv")))
     page = " ".join((ROOT / "docs" / "concepts" / "intervals.md").read_text().split())
     moments = [r for r in rows if r["null"] == "moments"]
     rates = [float(r["rejected_0.05"]) for r in moments]

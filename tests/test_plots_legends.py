@@ -279,9 +279,10 @@ def test_every_figure_replot_draws_from_the_committed_tables_has_its_legends_pla
     draws covers data, leaves its panel or leaves the figure (each figure checked as it is saved)."""
     figures = tmp_path / "figures"
     figures.mkdir()
-    for path in (ROOT / "figures").iterdir():
+    for path in (ROOT / "figures").glob("*/*"):
         if path.suffix in (".csv", ".json"):
-            shutil.copy(path, figures / path.name)
+            (figures / path.parent.name).mkdir(exist_ok=True)
+            shutil.copy(path, figures / path.parent.name / path.name)
     replot = _experiment("replot")
     problems = {}
 
@@ -295,7 +296,7 @@ def test_every_figure_replot_draws_from_the_committed_tables_has_its_legends_pla
     done = replot.main(figures)
     assert done and set(problems) >= {Path(p).name for p in done}
     assert {name: found for name, found in problems.items() if found} == {}
-    assert json.loads((figures / "fedavg_vs_fedsgd_curves.json").read_text())  # the table it read was copied
+    assert json.loads((figures / "fedavg_vs_fedsgd" / "fedavg_vs_fedsgd_curves.json").read_text())  # the table it read was copied
 
 
 def test_rerun_at_table_rates_keeps_each_replicates_curve_and_compares_with_the_table(tmp_path):

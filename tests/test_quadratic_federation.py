@@ -318,9 +318,9 @@ def test_gradients_per_round_counts_local_steps_and_side_information():
 
 
 def test_default_config_reproduces_the_committed_fedavg_number():
-    """figures/aggregation_headroom_quadratic.csv: FedAvg in the diagonal design (seed 0, 50
+    """figures/aggregation_headroom_quadratic/aggregation_headroom_quadratic.csv: FedAvg in the diagonal design (seed 0, 50
     replicates, at its chosen rate) gives the committed final error to the digit."""
-    with open(ROOT / "figures" / "aggregation_headroom_quadratic.csv", newline="") as fh:
+    with open(ROOT / "figures" / "aggregation_headroom_quadratic" / "aggregation_headroom_quadratic.csv", newline="") as fh:
         row = next(r for r in csv.DictReader(fh) if r["design"] == "diagonal" and r["rule"] == "FedAvg")
     t = get_task("gaussian-sgd", n_clients=4, d=20, sigma=1.0, tau=1.0, s0=1.0, eigenvalues=[0.5, 2.0],
                  curvature="diagonal")

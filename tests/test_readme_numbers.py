@@ -29,12 +29,12 @@ def _flat(text):
 
 
 def _summary():
-    with open(FIGURES / "sources_of_dependence.csv", newline="") as fh:
+    with open(FIGURES / "sources_of_dependence" / "sources_of_dependence.csv", newline="") as fh:
         return list(csv.DictReader(fh))
 
 
 def test_gaussian_sgd_rises_with_a_per_run_start_when_data_and_noise_are_shared():
-    """figures/sources_of_dependence.csv, mi_exact rows: the exact MI's change from the first
+    """figures/sources_of_dependence/sources_of_dependence.csv, mi_exact rows: the exact MI's change from the first
     trained to the last checkpoint (no estimate: no correction needed)."""
     rows = [r for r in _summary() if (r["part"], r["init"], r["shared"], r["quantity"])
             == ("gaussian", "per-run", "data+noise", "mi_exact")]
@@ -48,7 +48,7 @@ def test_gaussian_sgd_rises_with_a_per_run_start_when_data_and_noise_are_shared(
 
 
 def test_signal_rnn_at_22000_runs_falls_with_a_per_run_start():
-    """figures/sources_of_dependence.csv, part signal-paper-22000, seed 0, per-run start: both
+    """figures/sources_of_dependence/sources_of_dependence.csv, part signal-paper-22000, seed 0, per-run start: both
     estimates fall in every pair of every design (one step per pair), adjusted p below 1e-9;
     the ranges docs/results/findings.md and docs/results/sources-of-dependence.md quote."""
     rows = [r for r in _summary() if (r["part"], r["init"], r["seed"]) == ("signal-paper-22000", "per-run", "0")]
@@ -73,7 +73,7 @@ def test_signal_rnn_at_22000_runs_falls_with_a_per_run_start():
 
 
 def test_signal_rnn_shared_data_rise_is_one_step_per_pair_so_holm_keeps_it():
-    """figures/sources_of_dependence.csv: fixed start, data + order + dropout shared, Gaussian:
+    """figures/sources_of_dependence/sources_of_dependence.csv: fixed start, data + order + dropout shared, Gaussian:
     every pair and seed has one step after the first trained checkpoint (iteration 1 -> 2),
     so Holm over the pair's steps (a family of one) leaves its 95 % verdict as it is."""
     rows = [r for r in _summary() if (r["part"], r["init"], r["shared"], r["quantity"])
@@ -86,7 +86,7 @@ def test_signal_rnn_shared_data_rise_is_one_step_per_pair_so_holm_keeps_it():
 
 
 def test_long_preset_ksg_no_false_verdict_after_holm():
-    """figures/sources_of_dependence.csv, signal-long part: every seed's rows are Holm over
+    """figures/sources_of_dependence/sources_of_dependence.csv, signal-long part: every seed's rows are Holm over
     each pair's steps, and no pair-seed with a fixed start and nothing shared (independent
     clients) is called rising or falling, as docs/results/findings.md says."""
     rows = [r for r in _summary() if r["part"] == "signal-long" and r["quantity"] == "mi_ksg"]
@@ -106,9 +106,9 @@ def test_long_preset_ksg_no_false_verdict_after_holm():
 
 
 def test_digits_lenet_ksg_above_null_after_holm():
-    """figures/digits_lenet_paper.csv, mi_ksg rows' permutation p-values at the 4 trained
+    """figures/digits_lenet_paper/digits_lenet_paper.csv, mi_ksg rows' permutation p-values at the 4 trained
     checkpoints: Holm over each pair's 4, and over the cell's 12 pair-checkpoints."""
-    with open(FIGURES / "digits_lenet_paper.csv", newline="") as fh:
+    with open(FIGURES / "digits_lenet_paper" / "digits_lenet_paper.csv", newline="") as fh:
         rows = [r for r in csv.DictReader(fh) if r["quantity"] == "mi_ksg" and r["iteration"] not in ("", "0")]
 
     def pvalues(cell, pair=None):
@@ -125,13 +125,13 @@ def test_digits_lenet_ksg_above_null_after_holm():
 
 
 def test_digits_lenet_gaussian_rises_with_shared_augmentation_and_the_control_is_clean():
-    """docs/results/findings.md and docs/results/digits-lenet.md on figures/digits_lenet_paper.csv: the
+    """docs/results/findings.md and docs/results/digits-lenet.md on figures/digits_lenet_paper/digits_lenet_paper.csv: the
     fixed-start, augmentation-shared cell's Gaussian MI (pair ranges at iterations 1 and 4)
     rises in all 3 pairs and is above its null at iterations 2-4 (Holm over the pair's 4
     checkpoints, recomputed from the p-values); KSG rises in pair 0-1 alone; in the
     independent fixed-start cell no step of either estimator changes and no level is above
     its null."""
-    with open(FIGURES / "digits_lenet_paper.csv", newline="") as fh:
+    with open(FIGURES / "digits_lenet_paper" / "digits_lenet_paper.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     findings, page = _flat(FINDINGS), _flat((ROOT / "docs" / "results" / "digits-lenet.md").read_text())
 
@@ -165,9 +165,9 @@ def test_digits_lenet_gaussian_rises_with_shared_augmentation_and_the_control_is
 
 
 def test_core_paper_long_gaussian_fall_is_the_pair_mean():
-    """figures/signal_rnn_long.csv (an analysis table): the Gaussian MI's mean over the 3
+    """figures/signal_rnn/signal_rnn_long.csv (an analysis table): the Gaussian MI's mean over the 3
     client pairs at iterations 2 and 16, and the pairs' range."""
-    table = AnalysisTable.read(FIGURES / "signal_rnn_long.csv")
+    table = AnalysisTable.read(FIGURES / "signal_rnn" / "signal_rnn_long.csv")
     pairs = sorted({(r["client_a"], r["client_b"]) for r in table if r["quantity"] == "mi_gaussian"})
     at = {it: np.array([r["value"] for a, b in pairs for r in table.select("mi_gaussian", a, b)
                         if r["iteration"] == it]) for it in (2, 16)}
@@ -182,7 +182,7 @@ def test_core_paper_long_ksg_fall_and_holm_verdicts():
     """docs/results/core-paper.md's long-epoch KSG levels (mean over pairs at iterations 2 and
     16) and its corrected verdicts: the Gaussian MI falling at every step of every pair, the
     KSG trend falling in every pair with 3 or 4 of 7 steps falling, the distances rising."""
-    table = AnalysisTable.read(FIGURES / "signal_rnn_long.csv")
+    table = AnalysisTable.read(FIGURES / "signal_rnn" / "signal_rnn_long.csv")
     ksg = {it: np.mean([r["value"] for r in table if r["quantity"] == "mi_ksg" and r["iteration"] == it])
            for it in (2, 16)}
     page = _flat((ROOT / "docs" / "results" / "core-paper.md").read_text())
@@ -202,15 +202,15 @@ def test_core_paper_long_ksg_fall_and_holm_verdicts():
 
 def test_core_paper_long_ksg_shift_is_standardisation():
     """core-paper.md's KSG values of pair 0-1 with and without standardisation come from
-    figures/ksg_standardize_long.csv, and the standardised ones are the analysis table's."""
+    figures/ksg_standardize_long/ksg_standardize_long.csv, and the standardised ones are the analysis table's."""
     import csv
 
-    with open(FIGURES / "ksg_standardize_long.csv", newline="") as fh:
+    with open(FIGURES / "ksg_standardize_long" / "ksg_standardize_long.csv", newline="") as fh:
         rows = {(r["pair"], int(r["iteration"]), r["standardize"]): r["mi_bits"] for r in csv.DictReader(fh)}
     page = _flat((ROOT / "docs" / "results" / "core-paper.md").read_text())
     off, on = (rows["0-1", 2, flag] + " and " + rows["0-1", 16, flag] for flag in ("False", "True"))
     assert f"gives {off} bits for pair 0-1" in page and f"with it {on}" in page
-    table = AnalysisTable.read(FIGURES / "signal_rnn_long.csv")
+    table = AnalysisTable.read(FIGURES / "signal_rnn" / "signal_rnn_long.csv")
     for (pair, it, flag), value in rows.items():
         if flag == "True":
             a, b = pair.split("-")
@@ -220,12 +220,12 @@ def test_core_paper_long_ksg_shift_is_standardisation():
 
 def test_core_paper_paper_scale_falls_with_intervals():
     """docs/results/core-paper.md's paper-scale (22,000 runs) numbers, from
-    figures/signal_rnn_paper.csv: the levels at iteration 1 and the one step's falls with
+    figures/signal_rnn/signal_rnn_paper.csv: the levels at iteration 1 and the one step's falls with
     their se, Holm over each pair's steps (one step here: the raw p), and the sidecar's times."""
     import json
     from datetime import datetime
 
-    table = AnalysisTable.read(FIGURES / "signal_rnn_paper.csv")
+    table = AnalysisTable.read(FIGURES / "signal_rnn" / "signal_rnn_paper.csv")
     page = _flat((ROOT / "docs" / "results" / "core-paper.md").read_text())
     level = [r["value"] for r in table if r["quantity"] == "mi_gaussian" and r["iteration"] == 1]
     assert f"Gaussian {min(level):,.1f}-{max(level):,.1f} bits at iteration 1" in page
@@ -239,7 +239,7 @@ def test_core_paper_paper_scale_falls_with_intervals():
     gaussian = [r for r in table if r["quantity"] == "delta_mi_gaussian" and r["iteration"] == 2]
     assert {round(r["change_se"], 2) for r in gaussian} == {0.19}
     assert max(r["p_adjusted"] for r in table if r["quantity"] == "delta_mi_ksg" and r["iteration"] == 2) <= 5e-11
-    record = json.loads((FIGURES / "signal_rnn_paper.csv.json").read_text())
+    record = json.loads((FIGURES / "signal_rnn" / "signal_rnn_paper.csv.json").read_text())
     (sampled,) = record["dump_provenance"]
     seconds = (datetime.fromisoformat(sampled["ended"]) - datetime.fromisoformat(sampled["started"])).total_seconds()
     assert f"{seconds:.0f} s for the dump behind" in _flat(FINDINGS)
@@ -247,11 +247,11 @@ def test_core_paper_paper_scale_falls_with_intervals():
 
 
 def test_core_paper_fixed_start_shows_no_dependence_and_no_change():
-    """docs/results/core-paper.md's fixed-start numbers, figures/signal_rnn_fixed_init.csv:
+    """docs/results/core-paper.md's fixed-start numbers, figures/signal_rnn/signal_rnn_fixed_init.csv:
     pair 0-1 at iteration 2, the p-value ranges over the 12 trained pair-checkpoints, and
     no KSG change detected (Holm over each pair's steps after the first trained checkpoint:
     the table's summary, recomputed here from the step p-values)."""
-    table = AnalysisTable.read(FIGURES / "signal_rnn_fixed_init.csv")
+    table = AnalysisTable.read(FIGURES / "signal_rnn" / "signal_rnn_fixed_init.csv")
     page = _flat((ROOT / "docs" / "results" / "core-paper.md").read_text())
     (g,) = [r for r in table.select("mi_gaussian", "0", "1") if r["iteration"] == 2]
     (k,) = [r for r in table.select("mi_ksg", "0", "1") if r["iteration"] == 2]
@@ -269,12 +269,12 @@ def test_core_paper_fixed_start_shows_no_dependence_and_no_change():
 
 
 def test_core_paper_random_head_ksg_above_null_but_no_change():
-    """docs/results/core-paper.md's random_head numbers, figures/digits_lenet_random_head.csv:
+    """docs/results/core-paper.md's random_head numbers, figures/digits_lenet/digits_lenet_random_head.csv:
     Gaussian 683 -> 689 bits (pair range at the first and last trained checkpoints), null
     means 0.16-0.24, KSG above its null at every trained checkpoint by Holm over the pair's
     4 checkpoints (4 x 1/101, recomputed from the p-values), no KSG step detected and every
     distance step rising (Holm over each pair's 3 steps after iteration 1)."""
-    table = AnalysisTable.read(FIGURES / "digits_lenet_random_head.csv")
+    table = AnalysisTable.read(FIGURES / "digits_lenet" / "digits_lenet_random_head.csv")
     page = _flat((ROOT / "docs" / "results" / "core-paper.md").read_text())
     gauss = {it: [r["value"] for r in table if r["quantity"] == "mi_gaussian" and r["iteration"] == it] for it in (1, 4)}
     assert f"Gaussian {min(gauss[1]):.0f} -> {max(gauss[4]):.0f} bits" in page
@@ -297,11 +297,11 @@ def test_core_paper_random_head_ksg_above_null_but_no_change():
 
 
 def test_digits_lenet_10000_runs_ksg_rises_in_every_pair():
-    """docs/results/findings.md and docs/results/digits-lenet.md on figures/digits_lenet_paper.csv's
+    """docs/results/findings.md and docs/results/digits-lenet.md on figures/digits_lenet_paper/digits_lenet_paper.csv's
     fixed-augmentation-10000 cell: KSG rising at iteration 4 in all 3 pairs (Holm over each
     pair's 3 steps), the Gaussian MI rising at every step of every pair; the quoted ranges
     and means recomputed from the rows."""
-    with open(FIGURES / "digits_lenet_paper.csv", newline="") as fh:
+    with open(FIGURES / "digits_lenet_paper" / "digits_lenet_paper.csv", newline="") as fh:
         rows = [r for r in csv.DictReader(fh) if r["cell"] == "fixed-augmentation-10000"]
     findings, page = _flat(FINDINGS), _flat((ROOT / "docs" / "results" / "digits-lenet.md").read_text())
 
@@ -335,14 +335,14 @@ def test_digits_lenet_10000_runs_ksg_rises_in_every_pair():
 
 
 def test_digits_lenet_paper_size_and_control_at_10000():
-    """docs/results/findings.md and docs/results/digits-lenet.md on figures/digits_lenet_paper.csv: at 26,400
+    """docs/results/findings.md and docs/results/digits-lenet.md on figures/digits_lenet_paper/digits_lenet_paper.csv: at 26,400
     runs KSG rises in all 3 pairs (adjusted p at iteration 4 as quoted), the Gaussian MI rises
     from iteration 1 to 2 in every pair and is a shrinkage estimate at iterations 3-4 in the
     pairs with client 2; the 10,000-run control has no step verdict and no level above its
     null; the quoted runs per second from the sidecar's seconds."""
     import json
 
-    with open(FIGURES / "digits_lenet_paper.csv", newline="") as fh:
+    with open(FIGURES / "digits_lenet_paper" / "digits_lenet_paper.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     findings, page = _flat(FINDINGS), _flat((ROOT / "docs" / "results" / "digits-lenet.md").read_text())
     pairs = ("0-1", "0-2", "1-2")
@@ -393,16 +393,16 @@ def test_digits_lenet_paper_size_and_control_at_10000():
     after = min(adjust(v, "holm").min() for v in kp.values())
     quoted = f"Gaussian p {min(gp):.2f}-{max(gp):.2f}; KSG's smallest p {smallest:.3f}, {after:.3f} after Holm"
     assert quoted in page, quoted
-    seconds = json.loads((FIGURES / "digits_lenet_paper.csv.json").read_text())["seconds"][cell]
+    seconds = json.loads((FIGURES / "digits_lenet_paper" / "digits_lenet_paper.csv.json").read_text())["seconds"][cell]
     assert f"samples at {26400 / seconds['sampling']:.0f} runs per second" in page
     assert f"takes {seconds['analysis'] / 60:.0f} minutes" in page
 
 
 def test_digits_lenet_control_at_26400_quoted_p_values():
-    """docs/results/digits-lenet.md on figures/digits_lenet_paper.csv's fixed-nothing-26400
+    """docs/results/digits-lenet.md on figures/digits_lenet_paper/digits_lenet_paper.csv's fixed-nothing-26400
     cell: the plain Gaussian p-value range and KSG's smallest p, alone and after Holm over
     each pair's 4 checkpoints."""
-    with open(FIGURES / "digits_lenet_paper.csv", newline="") as fh:
+    with open(FIGURES / "digits_lenet_paper" / "digits_lenet_paper.csv", newline="") as fh:
         rows = [r for r in csv.DictReader(fh) if r["cell"] == "fixed-nothing-26400" and r["iteration"] not in ("", "0")]
     gp = [float(r["p_value"]) for r in rows if r["quantity"] == "mi_gaussian" and "shrinkage" not in r["note"].lower()]
     kp = [[float(r["p_value"]) for r in rows if r["quantity"] == "mi_ksg" and r["pair"] == p] for p in ("0-1", "0-2", "1-2")]
@@ -413,14 +413,14 @@ def test_digits_lenet_control_at_26400_quoted_p_values():
 
 def _cell_rows(seed, cell):
     """The rows of `cell` in seed `seed`'s summary table of digits_lenet_paper.py
-    (figures/digits_lenet_paper.csv for seed 0, figures/digits_lenet_paper_seedS.csv else)."""
+    (figures/digits_lenet_paper/digits_lenet_paper.csv for seed 0, figures/digits_lenet_paper/digits_lenet_paper_seedS.csv else)."""
     name = "digits_lenet_paper" + ("" if seed == 0 else f"_seed{seed}")
-    with open(FIGURES / f"{name}.csv", newline="") as fh:
+    with open(FIGURES / "digits_lenet_paper" / f"{name}.csv", newline="") as fh:
         return [r for r in csv.DictReader(fh) if r["cell"] == cell]
 
 
 def _augmentation_26400(seed):
-    """Seed `seed`'s fixed-augmentation-26400 cell (figures/digits_lenet_paper_seedS.csv): its
+    """Seed `seed`'s fixed-augmentation-26400 cell (figures/digits_lenet_paper/digits_lenet_paper_seedS.csv): its
     row lookup, after checking that KSG rises into iteration 4 in all 3 pairs after Holm and is
     above its null there; the step's adjusted p (as quoted), changes, and the mean KSG level
     over pairs at iterations 1 and 4."""
@@ -458,7 +458,7 @@ def test_digits_lenet_seed1_at_26400_reproduces_the_ksg_rise():
     assert quoted in page and quoted in findings, quoted
     assert f"the step into iteration 4 +{min(changes):.3f} to +{max(changes):.3f} bits" in page
     assert f"mean over pairs {means[0]:.3f} -> {means[1]:.3f} bits" in page
-    assert f"mean over pairs {means[0]:.3f} -> {means[1]:.3f} bits, figures/digits_lenet_paper_seed1.csv" in findings
+    assert f"mean over pairs {means[0]:.3f} -> {means[1]:.3f} bits, figures/digits_lenet_paper/digits_lenet_paper_seed1.csv" in findings
     assert all(f"{float(row('mi_ksg', p, 4)['p_adjusted']):.3f}" == "0.040" for p in PAIRS)
     assert [row("mi_ksg", p, 3)["step_family_verdict"] for p in PAIRS] == ["rising", "no detectable change",
                                                                           "no detectable change"]
@@ -469,7 +469,7 @@ def test_digits_lenet_seed1_at_26400_reproduces_the_ksg_rise():
         for it in (2, 3, 4):
             r = row("mi_gaussian", p, it)
             assert "ledoit-wolf shrinkage" in r["note"].lower() and r["step_family_verdict"].startswith("not made")
-    seconds = json.loads((FIGURES / "digits_lenet_paper_seed1.csv.json").read_text())["seconds"]
+    seconds = json.loads((FIGURES / "digits_lenet_paper" / "digits_lenet_paper_seed1.csv.json").read_text())["seconds"]
     assert f"analysis took {seconds['fixed-augmentation-26400']['analysis']:,.0f} s" in page
 
 
@@ -488,7 +488,7 @@ def _clean_control_26400(seed):
 
 
 def test_digits_lenet_seed1_control_at_26400_is_clean_after_holm():
-    """docs/results/digits-lenet.md on figures/digits_lenet_paper_seed1.csv's
+    """docs/results/digits-lenet.md on figures/digits_lenet_paper/digits_lenet_paper_seed1.csv's
     fixed-nothing-26400 cell: no step verdict after Holm, no level above its null after Holm,
     the quoted p-values, the one step with a verdict alone, and the analysis time."""
     import json
@@ -506,7 +506,7 @@ def test_digits_lenet_seed1_control_at_26400_is_clean_after_holm():
     assert quoted in page, quoted
     assert [r["iteration"] for r in rows if r["quantity"] == "mi_gaussian" and "shrinkage" in r["note"].lower()] == [
         "4", "4"]
-    seconds = json.loads((FIGURES / "digits_lenet_paper_seed1.csv.json").read_text())["seconds"]
+    seconds = json.loads((FIGURES / "digits_lenet_paper" / "digits_lenet_paper_seed1.csv.json").read_text())["seconds"]
     assert f"{seconds['fixed-nothing-26400']['analysis']:,.0f} s of analysis" in page
 
 
@@ -523,7 +523,7 @@ def test_digits_lenet_seed2_at_26400_reproduces_the_ksg_rise_again():
     assert (f"seed 2 again: the step +{min(changes):.3f} to +{max(changes):.3f} bits, se "
             in _flat(FINDINGS))
     assert (f"adjusted p {adjusted[0]}, {adjusted[1]} and {adjusted[2]}, {means[0]:.3f} -> "
-            f"{means[1]:.3f} bits, figures/digits_lenet_paper_seed2.csv") in _flat(FINDINGS)
+            f"{means[1]:.3f} bits, figures/digits_lenet_paper/digits_lenet_paper_seed2.csv") in _flat(FINDINGS)
     assert (f"+{min(changes):.3f} to +{max(changes):.3f} bits; mean over pairs {means[0]:.3f} -> "
             f"{means[1]:.3f} bits) and is") in page
     assert [row("mi_ksg", p, 3)["step_family_verdict"] for p in PAIRS] == ["no detectable change", "rising",
@@ -534,12 +534,12 @@ def test_digits_lenet_seed2_at_26400_reproduces_the_ksg_rise_again():
     for p in ("0-2", "1-2"):
         assert row("mi_gaussian", p, 2)["step_family_verdict"] == "rising"
         assert all("ledoit-wolf shrinkage" in row("mi_gaussian", p, it)["note"].lower() for it in (3, 4))
-    seconds = json.loads((FIGURES / "digits_lenet_paper_seed2.csv.json").read_text())["seconds"]
+    seconds = json.loads((FIGURES / "digits_lenet_paper" / "digits_lenet_paper_seed2.csv.json").read_text())["seconds"]
     assert f"{seconds['fixed-augmentation-26400']['analysis']:,.0f} s of analysis" in page
 
 
 def test_signal_rnn_at_22000_runs_rises_with_shared_order_and_dropout():
-    """figures/sources_of_dependence.csv, part signal-paper-22000 (seed 0, fixed start; one
+    """figures/sources_of_dependence/sources_of_dependence.csv, part signal-paper-22000 (seed 0, fixed start; one
     step per pair, Holm over the pair's steps a family of one): both estimates rise in all 3
     pairs with shared order and dropout and with shared data too, no step verdict in the
     independent control; the changes and their largest adjusted p-values as
@@ -590,7 +590,7 @@ def test_signal_rnn_at_22000_runs_rises_with_shared_order_and_dropout():
 
 
 def test_digits_lenet_seed2_control_at_26400_is_clean_after_holm():
-    """docs/results/digits-lenet.md on figures/digits_lenet_paper_seed2.csv's
+    """docs/results/digits-lenet.md on figures/digits_lenet_paper/digits_lenet_paper_seed2.csv's
     fixed-nothing-26400 cell: no step verdict after Holm, no level above its null after Holm,
     the quoted p-values, the two steps with a verdict alone, client 2's shrinkage from
     iteration 1, and the analysis time."""
@@ -610,17 +610,17 @@ def test_digits_lenet_seed2_control_at_26400_is_clean_after_holm():
     quoted = (f"plain Gaussian p {min(gp):.2f}-{max(gp):.2f} in pair 0-1; KSG's smallest p {min(map(min, kp)):.3f}, "
               f"{min(adjust(v, 'holm').min() for v in kp):.3f} after Holm")
     assert quoted in page, quoted
-    seconds = json.loads((FIGURES / "digits_lenet_paper_seed2.csv.json").read_text())["seconds"]["fixed-nothing-26400"]
+    seconds = json.loads((FIGURES / "digits_lenet_paper" / "digits_lenet_paper_seed2.csv.json").read_text())["seconds"]["fixed-nothing-26400"]
     assert f"{seconds['analysis']:,.0f} s of analysis, {seconds['sampling']:,.0f} s of sampling" in page
 
 
 def test_digits_lenet_rise_and_control_across_seeds():
-    """docs/results/findings.md and docs/results/digits-lenet.md on figures/digits_lenet_seeds.csv: with Holm
+    """docs/results/findings.md and docs/results/digits-lenet.md on figures/digits_lenet_seeds/digits_lenet_seeds.csv: with Holm
     over the 27 made KSG steps of each 26,400-run cell (3 seeds x 3 pairs x 3 steps), the step
     into iteration 4 rises in all 9 seed-pairs of the shared-augmentation cell and none of the
     control's 27 has a verdict; the control's power against the rise's median and smallest
     step."""
-    with open(FIGURES / "digits_lenet_seeds.csv", newline="") as fh:
+    with open(FIGURES / "digits_lenet_seeds" / "digits_lenet_seeds.csv", newline="") as fh:
         rows = [r for r in csv.DictReader(fh) if r["quantity"] == "mi_ksg"]
     aug = [r for r in rows if r["cell"] == "fixed-augmentation-26400"]
     control = [r for r in rows if r["cell"] == "fixed-nothing-26400"]
@@ -630,7 +630,7 @@ def test_digits_lenet_rise_and_control_across_seeds():
     worst = max(float(r["p_replication"]) for r in into4)
     assert np.isclose(worst, max(adjust([float(r["p"]) for r in aug], "holm")[[r["iteration"] == "4" for r in aug]]))
     findings, page = _flat(FINDINGS), _flat((ROOT / "docs" / "results" / "digits-lenet.md").read_text())
-    assert f"rises in all 9 seed-pairs, adjusted p at most {worst:.2g}, figures/digits_lenet_seeds.csv" in findings
+    assert f"rises in all 9 seed-pairs, adjusted p at most {worst:.2g}, figures/digits_lenet_seeds/digits_lenet_seeds.csv" in findings
     changes = sorted(float(r["change"]) for r in into4)
     assert f"all 9 seed-pairs (+{changes[0]:.3f} to +{changes[-1]:.3f} bits, adjusted p at most {worst:.2g})" in page
     assert [(r["seed"], r["pair"]) for r in aug if r["iteration"] == "3" and r["verdict_replication"] == "rising"] == [
@@ -656,7 +656,7 @@ def _ksg_steps(seed, cell):
 @pytest.mark.parametrize("cell, label", [("per-run-augmentation-26400", "With the augmentation shared"),
                                          ("per-run-nothing-26400", "Without it")])
 def test_digits_lenet_per_run_start_at_26400_falls_at_every_step(cell, label):
-    """docs/results/digits-lenet.md on figures/digits_lenet_paper.csv's per-run cells at 26,400
+    """docs/results/digits-lenet.md on figures/digits_lenet_paper/digits_lenet_paper.csv's per-run cells at 26,400
     runs: KSG falls at every step of every pair after Holm over each pair's 3 steps, with the
     quoted levels, steps, ses and largest adjusted p per step; the Gaussian estimate a
     shrinkage number; the times."""
@@ -692,7 +692,7 @@ def test_digits_lenet_per_run_start_at_26400_falls_at_every_step(cell, label):
              if r["quantity"] == "mi_gaussian" and r["iteration"] in ("1", "2", "3", "4")}
     assert len(seed2) == 1
     assert f"(1,304.9 bits in both cells of seed 0, {seed2.pop()} in seed 2's `per-run-nothing-26400`)" in page
-    seconds = json.loads((FIGURES / "digits_lenet_paper.csv.json").read_text())["seconds"][cell]
+    seconds = json.loads((FIGURES / "digits_lenet_paper" / "digits_lenet_paper.csv.json").read_text())["seconds"][cell]
     assert f"{seconds['sampling']:,.0f} s of sampling and {seconds['analysis']:,.0f} s of analysis" in page
 
 
@@ -733,29 +733,29 @@ def test_digits_lenet_per_run_start_falls_less_with_augmentation_shared_in_seeds
     assert min(gap2) > 0
     assert (f"the smaller one in all 9 pair-steps again, by {min(gap2):.4f}-{max(gap2):.4f} bits "
             f"({min(z2):.1f}-{max(z2):.1f} times the combined se)") in page
-    seconds = json.loads((FIGURES / "digits_lenet_paper_seed2.csv.json").read_text())["seconds"]["per-run-nothing-26400"]
+    seconds = json.loads((FIGURES / "digits_lenet_paper" / "digits_lenet_paper_seed2.csv.json").read_text())["seconds"]["per-run-nothing-26400"]
     assert f"({seconds['sampling']:,.0f} s of sampling and {seconds['analysis']:,.0f} s of analysis;" in page
     assert (f"holds in 6 of the 9 pair-steps only: every step into iterations 3 and 4, none into iteration 2, where "
             f"the shared-augmentation cell falls more in all 3 pairs (by {into2[0]:.4f}-{into2[-1]:.4f} bits)") in page
 
 
 def _movers(seed):
-    """figures/digits_lenet_movers[_seedS].csv's rows (trained checkpoints) and trend rows."""
+    """figures/digits_lenet_movers/digits_lenet_movers[_seedS].csv's rows (trained checkpoints) and trend rows."""
     name = "digits_lenet_movers" + ("" if seed == 0 else f"_seed{seed}")
-    with open(FIGURES / f"{name}.csv", newline="") as fh:
+    with open(FIGURES / "digits_lenet_movers" / f"{name}.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     return [r for r in rows if r["iteration"] != ""], [r for r in rows if r["iteration"] == ""]
 
 
 def test_digits_lenet_rare_movers_held_make_every_gaussian_estimate_plain():
-    """docs/results/digits-lenet.md and docs/results/findings.md on figures/digits_lenet_movers*.csv: with the
+    """docs/results/digits-lenet.md and docs/results/findings.md on figures/digits_lenet_movers/digits_lenet_movers*.csv: with the
     weights moving in one run held (their bound quoted), every Gaussian estimate of the
     26,400-run cells is plain; in the shared-augmentation cell every pair rises at every step
     after Holm over its steps and is above its null after Holm over its checkpoints; in the
     control no step and no level has a verdict; where nothing is held the estimate is the
     committed one."""
     page = _flat((ROOT / "docs" / "results" / "digits-lenet.md").read_text())
-    seeds = [s for s in (0, 1, 2) if (FIGURES / ("digits_lenet_movers" + ("" if s == 0 else f"_seed{s}") + ".csv"))
+    seeds = [s for s in (0, 1, 2) if (FIGURES / "digits_lenet_movers" / ("digits_lenet_movers" + ("" if s == 0 else f"_seed{s}") + ".csv"))
              .exists()]
     assert seeds[0] == 0
     for seed in seeds:
@@ -786,17 +786,17 @@ def test_digits_lenet_rare_movers_held_make_every_gaussian_estimate_plain():
     assert (f"`analyze(..., min_moving_runs=5)`, which bounds what they can carry by {bound.pop()} bits, every pair's "
             f"estimate is plain and rises at every step, {min(low):.2f}-{max(low):.2f} -> {min(high):.2f}-"
             f"{max(high):.2f} bits (Holm over each pair's 3 steps; 95 % intervals in the table), while the control "
-            "stays clean, figures/digits_lenet_movers.csv") in _flat(FINDINGS)
+            "stays clean, figures/digits_lenet_movers/digits_lenet_movers.csv") in _flat(FINDINGS)
     assert not bound  # one bound in seed 0
-    assert seeds == [0, 1, 2] and "figures/digits_lenet_movers.csv, and so in seeds 1 and 2);" in _flat(FINDINGS)
+    assert seeds == [0, 1, 2] and "figures/digits_lenet_movers/digits_lenet_movers.csv, and so in seeds 1 and 2);" in _flat(FINDINGS)
     assert ("the Gaussian MI of the fixed-start, shared-augmentation design rises at every step in all 9 "
             "seed-pairs, and the independent control has no verdict in any of its 9") in page
 
 
 def convex_findings_rows():
     """docs/results/findings.md's table against theta* (softmax-regression, last checkpoint,
-    Bonferroni intervals), built from figures/headroom_convex_cells.csv."""
-    with open(FIGURES / "headroom_convex_cells.csv", newline="") as fh:
+    Bonferroni intervals), built from figures/headroom_convex/headroom_convex_cells.csv."""
+    with open(FIGURES / "headroom_convex" / "headroom_convex_cells.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
 
     def ratio(r, key):
@@ -812,7 +812,7 @@ def convex_findings_rows():
 
 
 def test_convex_headroom_table_is_the_committed_cells():
-    """figures/headroom_convex_cells.csv: docs/results/findings.md's table against theta*
+    """figures/headroom_convex/headroom_convex_cells.csv: docs/results/findings.md's table against theta*
     (ratios at the last checkpoint with the table's Bonferroni intervals, the share of the way
     moved, the two own-Hessian rules a federation can run), row by row, and the sentence on the
     runnable rules' target."""
@@ -862,7 +862,7 @@ def _readme_cell(text):
 
 
 def test_readme_dependence_rises_only_with_shared_streams():
-    """figures/sources_of_dependence.csv, signal-paper part (2,000 runs, seeds 0-2): with a
+    """figures/sources_of_dependence/sources_of_dependence.csv, signal-paper part (2,000 runs, seeds 0-2): with a
     fixed start and data, order and dropout shared the Gaussian MI's one step (iteration 1 to
     2) rises in all 9 pair-seeds, each step's 95 % interval above the quoted lower end (one
     step per pair: Holm over the pair's steps leaves it as it is); from a per-run start every
@@ -884,12 +884,12 @@ def test_readme_dependence_rises_only_with_shared_streams():
 
 
 def test_readme_digits_lenet_ksg_rises_in_every_seed_pair():
-    """figures/digits_lenet_seeds.csv: at 26,400 runs, with Holm over the 27 made KSG steps
+    """figures/digits_lenet_seeds/digits_lenet_seeds.csv: at 26,400 runs, with Holm over the 27 made KSG steps
     of each cell (3 seeds x 3 pairs x 3 steps), the shared-augmentation cell's step into
     iteration 4 rises in all 9 seed-pairs, each step's interval (Bonferroni over the 27:
     the file's half-width) above the quoted lower end; no step of the independent control
     has a verdict."""
-    with open(FIGURES / "digits_lenet_seeds.csv", newline="") as fh:
+    with open(FIGURES / "digits_lenet_seeds" / "digits_lenet_seeds.csv", newline="") as fh:
         rows = [r for r in csv.DictReader(fh) if r["quantity"] == "mi_ksg"]
     aug = [r for r in rows if r["cell"] == "fixed-augmentation-26400"]
     control = [r for r in rows if r["cell"] == "fixed-nothing-26400"]
@@ -912,11 +912,11 @@ def _ratio(value, low, high, digits=3):
 
 
 def test_readme_averaging_far_from_optimal_on_gaussian_sgd():
-    """figures/headroom_gaussian_sgd.csv: the best linear combination's fit-corrected ratio to
+    """figures/headroom_gaussian_sgd/headroom_gaussian_sgd.csv: the best linear combination's fit-corrected ratio to
     the average's MSE against the exact optimum (95 % interval over runs) and the exact
     ratio, at iteration 40 without shared streams and at iteration 10 with data and noise
     shared; the same numbers in docs/results/findings.md."""
-    with open(FIGURES / "headroom_gaussian_sgd.csv", newline="") as fh:
+    with open(FIGURES / "headroom_gaussian_sgd" / "headroom_gaussian_sgd.csv", newline="") as fh:
         rows = {(r["design"], r["iteration"], r["rule"]): r for r in csv.DictReader(fh)}
     alone = rows["per-run start, nothing shared", "40", "blue"]
     shared = rows["per-run start, data and noise shared", "10", "blue"]
@@ -931,11 +931,11 @@ def test_readme_averaging_far_from_optimal_on_gaussian_sgd():
 
 
 def test_readme_little_headroom_on_trained_networks():
-    """figures/headroom_tasks_seeds.csv: inverse-variance weighting on digits-lenet's
+    """figures/headroom_tasks/headroom_tasks_seeds.csv: inverse-variance weighting on digits-lenet's
     pretrained head at iteration 4, mean ratio over the 3 seeds with its t interval, below 1
     in every seed; on signal-rnn and digits-lenet's long preset no rule is below the
     average's error in every seed (for signal-rnn's one seed: no rule below 1 at all)."""
-    with open(FIGURES / "headroom_tasks_seeds.csv", newline="") as fh:
+    with open(FIGURES / "headroom_tasks" / "headroom_tasks_seeds.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     (head,) = [r for r in rows if r["design"].startswith("digits-lenet paper") and r["iteration"] == "4"
                and r["rule"] == "inverse_variance"]
@@ -959,8 +959,8 @@ def _spans(rows, key):
 
 def convex_cell():
     """The README's answer on softmax-regression against the exact optimum, from
-    figures/headroom_convex_cells.csv (last checkpoint, Bonferroni intervals)."""
-    with open(FIGURES / "headroom_convex_cells.csv", newline="") as fh:
+    figures/headroom_convex/headroom_convex_cells.csv (last checkpoint, Bonferroni intervals)."""
+    with open(FIGURES / "headroom_convex" / "headroom_convex_cells.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert len(rows) == 6 and all(float(r["blue_coordinate_ratio_fw_high"]) < 0.95 for r in rows)
     assert {r["best_runnable"] for r in rows} == {"newton_merge_own"}
@@ -971,7 +971,7 @@ def convex_cell():
 
 
 def test_readme_runnable_rule_against_the_exact_optimum():
-    """figures/headroom_convex_cells.csv: averaging not near-optimal in any of the 6
+    """figures/headroom_convex/headroom_convex_cells.csv: averaging not near-optimal in any of the 6
     softmax-regression federations (the best per-coordinate combination's Bonferroni interval
     below 0.95 in each; its smallest and largest ratio with their intervals) and the best
     runnable rule, newton_merge_own, with its range over the 6 (its intervals: the table in
@@ -982,10 +982,10 @@ def test_readme_runnable_rule_against_the_exact_optimum():
 
 def rounds_cell():
     """The README's answer over 20 rounds of FedAvg and the longer one docs/results/findings.md
-    gives, from figures/headroom_rounds.csv (round 20: fisher_full_own's ratio, blue_coordinate's
+    gives, from figures/headroom_rounds/headroom_rounds.csv (round 20: fisher_full_own's ratio, blue_coordinate's
     fit-corrected one, over data seeds and designs) and the Bonferroni intervals of
     docs/results/tables/headroom_rounds.md."""
-    with open(FIGURES / "headroom_rounds.csv", newline="") as fh:
+    with open(FIGURES / "headroom_rounds" / "headroom_rounds.csv", newline="") as fh:
         rows = [r for r in csv.DictReader(fh) if r["round"] == "20"]
 
     def span(task, split, rule, key="ratio"):
@@ -1017,7 +1017,7 @@ def rounds_cell():
 
 
 def test_readme_headroom_over_rounds():
-    """figures/headroom_rounds.csv and its page: the README's answer over 20 rounds of FedAvg,
+    """figures/headroom_rounds/headroom_rounds.csv and its page: the README's answer over 20 rounds of FedAvg,
     and the longer one in docs/results/findings.md."""
     short, full = rounds_cell()
     assert _readme_cell(short), short
@@ -1028,15 +1028,15 @@ def test_oracle_headroom_wherever_the_optimum_is_exact():
     """The sentence under the README's second table and the first paragraph of findings.md's
     "Is averaging optimal?": where theta* is exact and the clients differ, the best
     per-coordinate combination has less than 0.95 of averaging's error, its upper interval end
-    included: gaussian-sgd (figures/headroom_gaussian_sgd.csv, every design but the control of
+    included: gaussian-sgd (figures/headroom_gaussian_sgd/headroom_gaussian_sgd.csv, every design but the control of
     identical clients, every checkpoint after the start: 95 % intervals over runs),
-    softmax-regression after one round (figures/headroom_convex_cells.csv, Bonferroni) and at
+    softmax-regression after one round (figures/headroom_convex/headroom_convex_cells.csv, Bonferroni) and at
     round 20 of FedAvg (docs/results/tables/headroom_rounds.md, Bonferroni)."""
-    with open(FIGURES / "headroom_gaussian_sgd.csv", newline="") as fh:
+    with open(FIGURES / "headroom_gaussian_sgd" / "headroom_gaussian_sgd.csv", newline="") as fh:
         gaussian = [r for r in csv.DictReader(fh) if r["rule"] == "blue_coordinate" and r["iteration"] != "0"
                     and not r["design"].startswith("control")]
     assert gaussian and all(float(r["ratio_corrected_high"]) < 0.95 for r in gaussian)
-    with open(FIGURES / "headroom_convex_cells.csv", newline="") as fh:
+    with open(FIGURES / "headroom_convex" / "headroom_convex_cells.csv", newline="") as fh:
         convex = list(csv.DictReader(fh))
     assert len(convex) == 6 and all(float(r["blue_coordinate_ratio_fw_high"]) < 0.95 for r in convex)
     page = (ROOT / "docs" / "results" / "tables" / "headroom_rounds.md").read_text()
@@ -1057,15 +1057,15 @@ def test_readme_fisher_merging_beats_fedavg_only_in_one_regime():
 
 
 def quadratic_cell():
-    """figures/aggregation_headroom_quadratic.csv (gaussian-sgd run as a federation, theta*
+    """figures/aggregation_headroom_quadratic/aggregation_headroom_quadratic.csv (gaussian-sgd run as a federation, theta*
     exact, 50 evaluation seeds, paired t intervals, Bonferroni over the table's comparisons):
     the rules whose error to theta* is below FedAvg's under Bonferroni are Fisher merging with
     the exact curvature (an oracle) in the diagonal design, Fisher merging with the clients' own
     (Hutchinson) curvature only at low gradient noise, and FedProx by a few per cent; FedAvgM,
     FedAdam and FedYogi never; Fisher from 100 probes in the diagonal design only per comparison.
-    figures/aggregation_headroom.csv (8x8 digits, 3 evaluation seeds): no rule's
+    figures/aggregation_headroom/aggregation_headroom.csv (8x8 digits, 3 evaluation seeds): no rule's
     final-accuracy difference to FedAvg has an interval above 0."""
-    with open(FIGURES / "aggregation_headroom_quadratic.csv", newline="") as fh:
+    with open(FIGURES / "aggregation_headroom_quadratic" / "aggregation_headroom_quadratic.csv", newline="") as fh:
         quadratic = [r for r in csv.DictReader(fh) if r["rule"] != "FedAvg"]
     comparisons = [r for r in quadratic if r["d_error"]]
     better = [r for r in comparisons if float(r["d_error_bonf_high"]) < 0]
@@ -1080,9 +1080,9 @@ def quadratic_cell():
     (exact,) = [r for r in better if r["design"] == "diagonal"]
     (probes,) = [r for r in comparisons if r["design"] == "diagonal" and r["rule"] == "Fisher (Hutchinson, 100 probes)"]
     assert float(probes["d_error_high"]) < 0 < float(probes["d_error_bonf_high"])  # per comparison only
-    fedavg = [r for r in csv.DictReader(open(FIGURES / "aggregation_headroom_quadratic.csv", newline=""))
+    fedavg = [r for r in csv.DictReader(open(FIGURES / "aggregation_headroom_quadratic" / "aggregation_headroom_quadratic.csv", newline=""))
               if r["rule"] == "FedAvg" and r["design"] == "diagonal"][0]
-    with open(FIGURES / "aggregation_headroom.csv", newline="") as fh:
+    with open(FIGURES / "aggregation_headroom" / "aggregation_headroom.csv", newline="") as fh:
         digits = [r for r in csv.DictReader(fh) if r["rule"] != "FedAvg"]
     assert digits and all(float(r["d_accuracy_low"]) <= 0 for r in digits if r["d_accuracy_low"])
     exact_quoted = _ratio(exact["d_error"], exact["d_error_low"], exact["d_error_high"])
@@ -1101,7 +1101,7 @@ def test_readme_findings_table_links_and_commands():
     assert len(rows) == 7, rows  # the two tables: what the experiments show, is averaging optimal
     for line in rows:
         figure, page, command = line.rstrip(" |").split(" | ")[-3:]
-        (png,) = re.findall(r"\]\((figures/[\w.]+\.png)\)", figure)
+        (png,) = re.findall(r"\]\((figures/\w+/[\w.]+\.png)\)", figure)
         (md,) = re.findall(r"\]\((docs/results/[\w.-]+\.md)(?:#[\w-]+)?\)", page)
         (script,) = re.findall(r"`python (experiments/\w+\.py)`", command)
         assert all((ROOT / p).is_file() for p in (png, md, script)), line

@@ -212,7 +212,7 @@ def test_analyze_flags_shrinkage_of_a_singular_covariance(tmp_path):
 
 
 def _regime_rows(family=("gaussian",)):
-    with open(ROOT / "figures" / "calibration_regimes.csv", newline="") as fh:
+    with open(ROOT / "figures" / "calibration" / "calibration_regimes.csv", newline="") as fh:
         return [r for r in csv.DictReader(fh) if r["family"] in family]
 
 

@@ -114,11 +114,38 @@ def test_an_entry_removed_from_the_index_is_reported():
     files = tracked_results()
     text = INDEX.read_text()
     assert unindexed(text, files) == []
-    item = "- `figures/signal_rnn_paper_mi.png`, `figures/signal_rnn_paper_distances.png`\n"
+    item = "- `figures/signal_rnn/signal_rnn_paper_mi.png`, `figures/signal_rnn/signal_rnn_paper_distances.png`\n"
     assert item in text
-    assert unindexed(text.replace(item, ""), files) == ["figures/signal_rnn_paper_distances.png",
-                                                        "figures/signal_rnn_paper_mi.png"]
+    assert unindexed(text.replace(item, ""), files) == ["figures/signal_rnn/signal_rnn_paper_distances.png",
+                                                        "figures/signal_rnn/signal_rnn_paper_mi.png"]
     # and a mention in prose or in a command is not an entry
-    prose = text.replace(item, "These figures: `figures/signal_rnn_paper_mi.png`.\n"
-                               "```\npython x.py --out figures/signal_rnn_paper_distances.png\n```\n")
+    prose = text.replace(item, "These figures: `figures/signal_rnn/signal_rnn_paper_mi.png`.\n"
+                               "```\npython x.py --out figures/signal_rnn/signal_rnn_paper_distances.png\n```\n")
     assert len(unindexed(prose, files)) == 2
+
+
+def misplaced(index_sections, files):
+    """The files of `files` under figures/ that are not in the folder of the script whose
+    section lists them (figures/SCRIPT/NAME for experiments/SCRIPT.py); figures/README.md,
+    written by hand, stays at the top."""
+    out = []
+    for f, owners in claims(index_sections, files).items():
+        if not f.startswith("figures/") or f == "figures/README.md":
+            continue
+        scripts = [m.group(1)[:-len(".py")] for o in owners if (m := SCRIPT_HEADING.match(o))]
+        if [f.split("/")[1] if f.count("/") == 2 else None] != scripts:
+            out.append(f)
+    return out
+
+
+def test_every_figure_lies_in_the_folder_of_the_script_that_writes_it():
+    files = tracked_results()
+    index = sections(INDEX.read_text())
+    assert misplaced(index, files) == []
+    folders = {f.split("/")[1] for f in files if f.startswith("figures/") and f.count("/") == 2}
+    assert folders <= {p.stem for p in EXPERIMENTS.glob("*.py") if not p.name.startswith("_")}
+    # a file left at the top of figures/, or put in another script's folder, is reported
+    section = "`experiments/calibration.py`"
+    for stray in ("figures/calibration.csv", "figures/invariance/calibration.csv"):
+        assert misplaced({section: [stray]}, [stray]) == [stray]
+    assert misplaced({section: ["figures/calibration/*.csv"]}, ["figures/calibration/calibration.csv"]) == []

@@ -129,7 +129,7 @@ def test_committed_headroom_tables_read_through_the_schema():
 
     from mianalysis.analysis.studies.headroom import HEADROOM_TABLE
 
-    table = StudyTable.read(Path(__file__).parent.parent / "figures" / "headroom_tasks.csv", HEADROOM_TABLE)
+    table = StudyTable.read(Path(__file__).parent.parent / "figures" / "headroom_tasks" / "headroom_tasks.csv", HEADROOM_TABLE)
     assert len(table) > 0 and all(isinstance(r["ratio"], float) and isinstance(r["n_runs"], int) for r in table)
     assert "interval_df" not in table[0] and isinstance(table[0]["design"], str)
 

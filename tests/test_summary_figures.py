@@ -69,7 +69,9 @@ def test_replot_draws_both_summary_figures_from_the_committed_tables(tmp_path):
     import shutil
 
     replot = _load("replot")
-    for name in ("sources_of_dependence.csv", "digits_lenet_paper.csv", "digits_lenet_paper.csv.json"):
+    for name in ("sources_of_dependence/sources_of_dependence.csv", "digits_lenet_paper/digits_lenet_paper.csv",
+                 "digits_lenet_paper/digits_lenet_paper.csv.json"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
         shutil.copy(ROOT / "figures" / name, tmp_path / name)
     done = replot.replot_summaries(tmp_path)
     assert [p.name for p in done] == ["sources_of_dependence.png", "digits_lenet_paper.png"]

@@ -48,9 +48,10 @@ def test_columns_are_the_declared_fields_in_the_csv_order():
     assert all(c.meaning for c in schema.SCHEMA)
 
 
-@pytest.mark.parametrize("name", ["signal_rnn_paper.csv", "digits_lenet_random_head.csv"])
+@pytest.mark.parametrize("name", ["signal_rnn/signal_rnn_paper.csv", "digits_lenet/digits_lenet_random_head.csv"])
 def test_a_committed_table_reads_and_writes_back_byte_for_byte(tmp_path, name):
     path = ROOT / "figures" / name
+    name = path.name
     table = AnalysisTable.read(path)
     assert isinstance(table[0]["iteration"], int) and isinstance(table[0]["outside_calibration"], bool)
     table.write_rows(tmp_path / name)

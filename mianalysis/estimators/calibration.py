@@ -1,6 +1,6 @@
 """Where the MI estimators were calibrated against known MI, and the warning of an estimate made outside it.
 
-Every threshold below is read off ``figures/calibration_regimes.csv``, written by
+Every threshold below is read off ``figures/calibration/calibration_regimes.csv``, written by
 ``python experiments/calibration.py --regimes`` (correlated Gaussians with known MI for the
 Gaussian and KSG regimes; those and monotone maps of their coordinates, Gaussian copulas,
 for the copula regime; every estimator run as :func:`mianalysis.analyze` runs it;
@@ -29,7 +29,7 @@ __all__ = [
     "warn_outside_calibration"
 ]
 
-# --- from figures/calibration_regimes.csv ---------------------------------------------
+# --- from figures/calibration/calibration_regimes.csv ---------------------------------------------
 # Gaussian: every bias-corrected case (n_runs > 2 x joint dims) was within 5 %, from
 # 2.2 runs per joint dimension (440 runs of 100 + 100) up to 2241.6 bits (4000 runs of
 # 500 + 500, rho 0.999), rounded grids included; no Ledoit-Wolf shrinkage case was

@@ -50,7 +50,7 @@ the change of the estimate has the delta method's variance ``Var(h^{(1)} - h^{(0
 ``"asymptotic"`` level se it does not vanish for independent variables: the sample
 influence values then carry the sample canonical correlations, so it errs on the wide side
 there. Its coverage, against the bootstrap's, is measured by
-``python experiments/change_coverage.py`` (figures/change_coverage.csv; docs/concepts/intervals.md):
+``python experiments/change_coverage.py`` (figures/change_coverage/change_coverage.csv; docs/concepts/intervals.md):
 from n = 4 (p + q) runs on, 91-99.5 % of exact changes covered by 95 % intervals and 0.5-3.5 %
 false verdicts where the change is exactly 0 (the bootstrap: 94.5-100 % and 0-1 %, with
 intervals 1.06-1.62 times wider); at n = 2.2 (p + q), 88-97 % and up to 6.5 % false verdicts,

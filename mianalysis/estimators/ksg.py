@@ -148,7 +148,7 @@ def ksg_mi(
         itself does not change under per-coordinate scaling; with it the estimate is
         invariant to that scaling (up to the tie-breaking noise). On known-MI data with
         coordinates on scales from 1e-3 to 1e3 it moves the estimate toward the truth
-        (``python experiments/ksg_standardize.py``, ``figures/ksg_standardize.csv``);
+        (``python experiments/ksg_standardize.py``, ``figures/ksg_standardize/ksg_standardize.csv``);
         :func:`mianalysis.analyze` uses it by default. False keeps the textbook estimator.
 
     Returns

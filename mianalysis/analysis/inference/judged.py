@@ -176,7 +176,7 @@ def mi(x: ArrayLike, y: ArrayLike, *, estimator: str = "auto", units: str = "bit
 
     Notes
     -----
-    The calibrated regimes were measured against known MI (``figures/calibration_regimes.csv``;
+    The calibrated regimes were measured against known MI (``figures/calibration/calibration_regimes.csv``;
     :mod:`mianalysis.estimators.calibration`). The joint dimension counted is that of the
     varying features (constant ones carry no information and are dropped). Called
     directly, :func:`mianalysis.gaussian_mi`, :func:`mianalysis.gaussian_copula_mi` and

@@ -1,7 +1,7 @@
 """A note for MI estimates outside the regime where their estimator was calibrated against known MI.
 
 The thresholds and the regimes themselves live with the estimators
-(:mod:`mianalysis.estimators.calibration`, read off ``figures/calibration_regimes.csv`` and
+(:mod:`mianalysis.estimators.calibration`, read off ``figures/calibration/calibration_regimes.csv`` and
 re-exported here); ``tests/test_regime.py`` derives them from that file again and fails if
 they disagree. The projection bound's regime is its own
 (:func:`mianalysis.estimators.bound.bound_regime`); the table records its coverage (bound <=
