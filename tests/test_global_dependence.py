@@ -160,7 +160,7 @@ def test_estimates_are_unchanged_and_the_uncertainty_is_the_estimators():
     local, g = _synthetic(rng, n=200, d=3, rounds=2, shared_update=0.5)
     rows = dependence_given_global(local, g)
     assert list(rows[0]) == ["iteration", "global_checkpoint", "client_a", "client_b", "quantity", "value",
-                             "n_runs", "n_features", *UNCERTAINTY_COLUMNS]
+                             "n_runs", "n_features", *UNCERTAINTY_COLUMNS, "p_adjusted"]
     for r in rows:
         t = r["iteration"]
         xa, xb, start = local["a"][t], local["b"][t], g[t - 1]

@@ -217,9 +217,15 @@ def test_dependence_given_global_writes_its_typed_table(tmp_path):
     back = StudyTable.read(tmp_path / "dep.csv", DEPENDENCE_TABLE)
     _same_rows(back.rows, rows)
     assert back.settings == {"units": "nats", "bias_correction": True, "shrinkage": None, "ci_level": 0.95,
-                             "null": "analytic", "estimator": "gaussian"}
+                             "null": "analytic", "estimator": "gaussian",
+                             "familywise": {"method": "holm", "family": "table", "alpha": 0.05}}
     sidecar = json.loads((tmp_path / "dep.csv.json").read_text())
     assert sidecar["format"] == "mianalysis dependence_given_global table" and sidecar["format_version"] == 1
+    assert sidecar["columns"][-2:] == ["p_value", "p_adjusted"]
+    # 2 rounds x 1 pair x 3 quantities: six intervals, each at 0.95 alone, together at 1 - 6 x 0.05
+    assert sidecar["intervals"] == {"level": 0.95, "holds": "per row", "intervals": 6, "simultaneous_level": 0.7,
+                                    "family": DEPENDENCE_TABLE.intervals.family}
+    assert "intervals" not in back.record
 
 
 def test_the_additive_check_writes_its_typed_table(tmp_path):

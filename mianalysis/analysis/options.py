@@ -25,7 +25,7 @@ values once, whichever way they were given. The defaults are unchanged: no null,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Union
 
@@ -37,7 +37,8 @@ if TYPE_CHECKING:  # names used only in type hints
     import distributed
 
 __all__ = ["Permutations", "AnalyticNull", "MomentNull", "Intervals", "Holm", "BenjaminiHochberg", "NoCorrection", "Null",
-           "Correction", "option_keywords", "Execution", "execution_keywords", "Flag", "options_from_flags"]
+           "Correction", "option_keywords", "check_correction", "Execution", "execution_keywords", "Flag",
+           "options_from_flags"]
 
 
 @dataclass(frozen=True)
@@ -150,36 +151,51 @@ class Permutations:
 
 
 @dataclass(frozen=True)
-class MomentNull:
-    """The permutation-moment null (:func:`mianalysis.estimators.moment_null.permutation_moment_null`:
-    Pillai's trace, its exact mean and variance over all permutations, a gamma tail) for the
-    Gaussian and copula rows, at about three shuffles' cost (``analyze(gaussian_null=
-    "moments")``); the other rows, and shrinkage estimates, get `otherwise`'s permutations.
+class _FallbackNull:
+    """A null of the Gaussian and copula rows that falls back on shuffles for the others:
+    what :class:`MomentNull` and :class:`AnalyticNull` share.
 
     Parameters
     ----------
     otherwise : Permutations, optional
-        The null of the rows without a moment null; None: none.
+        The null of the rows without this one (the other estimators' rows, and the
+        Ledoit-Wolf shrinkage estimates): their shuffles; None: none.
     """
 
     otherwise: Permutations | None = None
-    FLAGS: ClassVar[tuple[Flag, ...]] = NULL_FLAGS
+    FLAGS: ClassVar[tuple[Flag, ...]] = NULL_FLAGS  # the command line's --permutations and --gaussian-null
+    GAUSSIAN_NULL: ClassVar[str]  # the ``gaussian_null`` of analyze it stands for
+
+    def _keywords(self) -> dict[str, Any]:
+        """``n_permutations`` and ``gaussian_null`` of :func:`mianalysis.analyze`; TypeError
+        for an `otherwise` that is neither Permutations nor None."""
+        if self.otherwise is not None and not isinstance(self.otherwise, Permutations):
+            raise TypeError(f"`{type(self).__name__}.otherwise` must be Permutations or None; got {self.otherwise!r}")
+        return {"n_permutations": 0 if self.otherwise is None else self.otherwise.n,
+                "gaussian_null": self.GAUSSIAN_NULL}
 
 
 @dataclass(frozen=True)
-class AnalyticNull:
-    """The analytic null of the Gaussian MI (:func:`mianalysis.gaussian_mi_null`, Wilks'
-    Lambda) for the Gaussian and copula rows, at no cost (``analyze(gaussian_null=
-    "analytic")``); the other rows, and shrinkage estimates, get `otherwise`'s permutations.
-
-    Parameters
-    ----------
-    otherwise : Permutations, optional
-        The null of the rows without an analytic one; None: none.
+class MomentNull(_FallbackNull):
+    """The permutation-moment null (:func:`mianalysis.estimators.moment_null.permutation_moment_null`:
+    Pillai's trace, its exact mean and variance over all permutations, a gamma tail) for the
+    Gaussian and copula rows, at about three shuffles' cost (``analyze(gaussian_null=
+    "moments")``); the other rows, and shrinkage estimates, get `otherwise`'s permutations
+    (a :class:`Permutations`; None: no null for them).
     """
 
-    otherwise: Permutations | None = None
-    FLAGS: ClassVar[tuple[Flag, ...]] = NULL_FLAGS
+    GAUSSIAN_NULL: ClassVar[str] = "moments"
+
+
+@dataclass(frozen=True)
+class AnalyticNull(_FallbackNull):
+    """The analytic null of the Gaussian MI (:func:`mianalysis.gaussian_mi_null`, Wilks'
+    Lambda) for the Gaussian and copula rows, at no cost (``analyze(gaussian_null=
+    "analytic")``); the other rows, and shrinkage estimates, get `otherwise`'s permutations
+    (a :class:`Permutations`; None: no null for them).
+    """
+
+    GAUSSIAN_NULL: ClassVar[str] = "analytic"
 
 
 @dataclass(frozen=True)
@@ -203,7 +219,9 @@ class Intervals:
 @dataclass(frozen=True)
 class Holm:
     """Holm's correction of the trend verdicts (family-wise error rate) over each `family`:
-    "pair" (one client pair's steps of a quantity) or "cell" (every pair's)."""
+    "pair" (one client pair's steps of a quantity) or "cell" (every pair's); a study table
+    may have families of its own (the dependence given the global model's "table": all of
+    its rows, :func:`mianalysis.analysis.studies.global_dependence.dependence_given_global`)."""
 
     family: str = "pair"
     method = "holm"
@@ -285,12 +303,8 @@ def option_keywords(*, null: Null | None = None, interval: Intervals | None = No
                 raise ValueError(f"`Permutations.moments` must be 'auto' or 'never'; got {null.moments!r}")
             given["null"] = {"n_permutations": null.n,
                              "gaussian_null": "auto" if null.moments == "auto" else "permutation"}
-        elif isinstance(null, (AnalyticNull, MomentNull)):
-            kind = type(null).__name__
-            if null.otherwise is not None and not isinstance(null.otherwise, Permutations):
-                raise TypeError(f"`{kind}.otherwise` must be Permutations or None; got {null.otherwise!r}")
-            given["null"] = {"n_permutations": 0 if null.otherwise is None else null.otherwise.n,
-                             "gaussian_null": "analytic" if isinstance(null, AnalyticNull) else "moments"}
+        elif isinstance(null, _FallbackNull):
+            given["null"] = null._keywords()
         else:
             raise TypeError(f"`null` must be Permutations, MomentNull or AnalyticNull; got {null!r}")
     if interval is not None:
@@ -298,13 +312,50 @@ def option_keywords(*, null: Null | None = None, interval: Intervals | None = No
             raise TypeError(f"`interval` must be Intervals; got {interval!r}")
         given["interval"] = {"ci_resamples": interval.resamples, "ci_level": interval.level}
     if correction is not None:
-        if not isinstance(correction, (Holm, BenjaminiHochberg, NoCorrection)):
-            raise TypeError(f"`correction` must be Holm, BenjaminiHochberg or NoCorrection; got {correction!r}")
+        correction = check_correction(correction)
         given["correction"] = {"familywise": correction.method, "family": correction.family}
     for option, values in given.items():
         _refuse_both(option, _DEFAULTS[option], keywords)
         out.update(values)
     return out
+
+
+def check_correction(correction: object, families: Sequence[str] | None = None) -> Correction:
+    """`correction` checked: a :class:`Holm`, :class:`BenjaminiHochberg` or
+    :class:`NoCorrection`, whose `family` is one of `families` where they are given.
+
+    Parameters
+    ----------
+    correction : object
+    families : sequence of str, optional
+        The families of the table corrected over (a study table's, such as
+        :data:`mianalysis.analysis.studies.global_dependence.FAMILIES`). None: the family is
+        not checked here (:func:`option_keywords`: :func:`mianalysis.analyze` checks it
+        with its keywords, :func:`mianalysis.analysis.validate.check_request`).
+
+    Returns
+    -------
+    Holm, BenjaminiHochberg or NoCorrection
+        `correction` itself.
+
+    Raises
+    ------
+    TypeError
+        If `correction` is none of the three classes.
+    ValueError
+        If its family is not one of `families`.
+
+    Examples
+    --------
+    >>> from mianalysis.analysis.options import Holm, check_correction
+    >>> check_correction(Holm("table"), families=("table", "pair", "cell"))
+    Holm(family='table')
+    """
+    if not isinstance(correction, (Holm, BenjaminiHochberg, NoCorrection)):
+        raise TypeError(f"`correction` must be Holm, BenjaminiHochberg or NoCorrection; got {correction!r}")
+    if families is not None:
+        check_choice(correction.family, "family", tuple(families))
+    return correction
 
 
 def _refuse_both(option: str, defaults: Mapping[str, Any], keywords: Mapping[str, Any]) -> None:

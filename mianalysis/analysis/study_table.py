@@ -13,9 +13,11 @@ rows once, as a :class:`~typing.TypedDict` whose fields carry their
 version. :class:`StudyTable` writes any of them the same way: the CSV (columns in the
 declared order, NaN as ``nan``) and the sidecar ``T.csv.json`` (:func:`sidecar_path`) with
 the table's format and format version, its columns and their units, the settings that
-made it, what else its writer records and the session's provenance
-(:func:`mianalysis.provenance.collect`), each file through a new temporary file renamed
-into place. :meth:`StudyTable.read` reads one back, typed by the schema.
+made it, at what level its intervals hold (a schema with :class:`IntervalLevel`: each
+interval at the table's level alone, and all of them together by Bonferroni), what else
+its writer records and the session's provenance (:func:`mianalysis.provenance.collect`),
+each file through a new temporary file renamed into place. :meth:`StudyTable.read` reads
+one back, typed by the schema.
 
 Examples
 --------
@@ -48,7 +50,7 @@ from .._internal.io import replaced, write_json
 from .schema import Column
 from .table import sidecar_path
 
-__all__ = ["StudySchema", "StudyTable", "declared_columns", "sidecar_path"]
+__all__ = ["StudySchema", "StudyTable", "IntervalLevel", "declared_columns", "sidecar_path"]
 
 
 def declared_columns(row_type: type) -> tuple[Column, ...]:
@@ -71,6 +73,63 @@ def declared_columns(row_type: type) -> tuple[Column, ...]:
 
 
 @dataclass(frozen=True)
+class IntervalLevel:
+    """Where a study table's confidence intervals are, and the setting that holds their level.
+
+    Every interval of such a table holds at that level for its own row alone: none is
+    widened over the table's rows. The sidecar's ``intervals`` (:attr:`StudyTable.sidecar`)
+    says so, with how many intervals the table has and the level at which all of them hold
+    together by Bonferroni's inequality, ``max(0, 1 - m (1 - level))`` for ``m`` intervals
+    (``simultaneous_level``), and `family`, what the table states family-wise instead.
+
+    Parameters
+    ----------
+    level : str
+        The entry of the table's settings that holds the intervals' level ("ci_level").
+    columns : tuple of (str, str)
+        The (lower end, upper end) columns of each interval of a row.
+    family : str
+        What the table states over several rows at once (its family-wise statement, such
+        as verdicts widened over rows or p-values adjusted over them), or that it states
+        nothing so, in words.
+
+    Examples
+    --------
+    >>> from mianalysis.analysis.study_table import IntervalLevel
+    >>> IntervalLevel("ci_level", (("low", "high"),)).describe([{"low": 0.1, "high": 0.3}] * 4, {"ci_level": 0.95})
+    {'level': 0.95, 'holds': 'per row', 'intervals': 4, 'simultaneous_level': 0.8, 'family': ''}
+    """
+
+    level: str
+    columns: tuple[tuple[str, str], ...]
+    family: str = ""
+
+    def describe(self, rows: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]) -> dict[str, Any]:
+        """The sidecar's ``intervals`` of a table of `rows` made with `settings`: ``level``
+        (None where `settings` lack it), ``holds`` ("per row"), ``intervals`` (the rows'
+        intervals with both ends finite; one row's equal intervals, such as a rule's MSE
+        interval and its fit-corrected one where fitting costs nothing, count once),
+        ``simultaneous_level`` (Bonferroni; None without a level) and ``family``."""
+        level = settings.get(self.level)
+        level = float(level) if isinstance(level, (int, float)) and 0 < level < 1 else None
+        m = 0
+        for row in rows:
+            ends = {(_number(row.get(low)), _number(row.get(high))) for low, high in self.columns}
+            m += sum(1 for low, high in ends if np.isfinite(low) and np.isfinite(high))
+        joint = None if level is None else round(max(0.0, 1 - m * (1 - level)), 12)
+        return {"level": level, "holds": "per row", "intervals": m, "simultaneous_level": joint,
+                "family": self.family}
+
+
+def _number(value: object) -> float:
+    """`value` as a float; NaN where it is none (None, text that is no number)."""
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return np.nan
+
+
+@dataclass(frozen=True)
 class StudySchema:
     """A study table's declaration: its name, rows, format version and what it holds.
 
@@ -88,6 +147,9 @@ class StudySchema:
         required one is added; a reader refuses a newer version than its schema's.
     description : str
         What a row is, in one sentence.
+    intervals : IntervalLevel, optional
+        The table's confidence intervals and the setting of their level; the sidecar then
+        says at what level they hold (``intervals``). None: the table has none.
 
     Attributes
     ----------
@@ -99,6 +161,7 @@ class StudySchema:
     row_type: type
     format_version: int
     description: str
+    intervals: IntervalLevel | None = None
     columns: tuple[Column, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -218,12 +281,15 @@ class StudyTable(Sequence[dict[str, Any]]):
     def sidecar(self) -> dict[str, Any]:
         """What :meth:`write` puts in the sidecar: ``format``, ``format_version``,
         ``columns`` (those of the rows, in order), ``units`` (of the columns that have one),
-        ``settings``, the entries of `record`, and ``provenance`` (``table``, the CSV's
-        name, is added on write)."""
+        ``settings``, ``intervals`` (where the schema has :class:`IntervalLevel`: at what
+        level the intervals hold, :meth:`IntervalLevel.describe`), the entries of `record`,
+        and ``provenance`` (``table``, the CSV's name, is added on write)."""
         names = self.schema.check_rows(self.rows)
         units = {n: self.schema.column(n).unit for n in names if self.schema.column(n).unit}
+        intervals = {} if self.schema.intervals is None else \
+            {"intervals": self.schema.intervals.describe(self.rows, self.settings)}
         return {"format": self.schema.format, "format_version": self.schema.format_version, "columns": names,
-                "units": units, "settings": self.settings, **self.record, "provenance": self.provenance}
+                "units": units, "settings": self.settings, **intervals, **self.record, "provenance": self.provenance}
 
     def write(self, path: str | os.PathLike) -> None:
         """Write the rows as CSV to `path` (NaN as ``nan``) and :attr:`sidecar` to
@@ -284,7 +350,8 @@ class StudyTable(Sequence[dict[str, Any]]):
                         raise ValueError(f"{path}, line {line}: {exc}") from None
                 rows.append(row)
         record = {k: v for k, v in content.items()
-                  if k not in ("format", "format_version", "table", "columns", "units", "settings", "provenance")}
+                  if k not in ("format", "format_version", "table", "columns", "units", "settings", "intervals",
+                               "provenance")}
         provenance = content.get("provenance")
         return cls(schema, rows, settings=content.get("settings") or {}, record=record,
                    provenance=provenance if isinstance(provenance, dict) else None)

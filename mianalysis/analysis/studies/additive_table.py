@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 import numpy as np
 
 from ..schema import Column
-from ..study_table import StudySchema, StudyTable
+from ..study_table import IntervalLevel, StudySchema, StudyTable
 from .additive import additive_model_test
 
 if TYPE_CHECKING:  # names used only in type hints
@@ -62,9 +62,16 @@ class AdditivePredictionRow(TypedDict):
 
 
 #: The table of :func:`additive_prediction_rows`: :class:`AdditivePredictionRow`'s columns, format version 1.
+#: Each row's difference interval, and the verdict read from it, holds at the table's
+#: ``level`` for that step alone (the sidecar's ``intervals`` says so).
 ADDITIVE_TABLE = StudySchema("additive_check", AdditivePredictionRow, 1,
                              "The estimated and the additive-noise model's predicted MI change of one client pair "
-                             "over one step.")
+                             "over one step.",
+                             intervals=IntervalLevel(
+                                 "level", (("difference_ci_low", "difference_ci_high"),),
+                                 "nothing: each step's `verdict` is read from its own difference interval, not "
+                                 "corrected over the table's steps (`estimated_ci_low` and `estimated_ci_high` are "
+                                 "the analysis table's, at its ci_level, also per step)"))
 #: The columns of :data:`ADDITIVE_TABLE`, in order.
 PREDICTION_COLUMNS = tuple(c.name for c in ADDITIVE_TABLE.columns)
 
@@ -90,12 +97,14 @@ def additive_prediction_rows(rows: Sequence[Mapping[str, Any]], dump: ParameterD
     n_resamples : int, default=20
         Bootstrap resamples of :func:`mianalysis.additive_model_test`, which gives the verdict.
     level : float, default=0.95
-        Confidence level of the difference's interval.
+        Confidence level of the difference's interval, for each step alone: the verdicts
+        are not corrected over the table's steps (the written table's sidecar, ``intervals``,
+        gives the level at which all of them hold together by Bonferroni).
     random_state : None or int, default=0
         Seeds the resampling (the same seed for every step).
     out : str or path, optional
         Also write the rows as the typed table :data:`ADDITIVE_TABLE` to this CSV, with its
-        sidecar ``OUT.json`` (these settings, format version, provenance;
+        sidecar ``OUT.json`` (these settings, format version, provenance, ``intervals``;
         :class:`~mianalysis.analysis.study_table.StudyTable`, which reads it back).
 
     Returns

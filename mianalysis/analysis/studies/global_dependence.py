@@ -24,15 +24,21 @@ from ..._internal.validation import check_choice, varying_columns
 from ..._internal.normal_interval import check_level, normal_interval
 from ...estimators import gaussian_cmi, gaussian_mi, gaussian_mi_null
 from ...estimators.gaussian_se import canonical_correlations, wishart_mi_se
+from ..inference.familywise import adjust, familywise_settings
+from ..options import Correction, Holm, check_correction
 from ..schema import Column
-from ..study_table import StudySchema, StudyTable
+from ..study_table import IntervalLevel, StudySchema, StudyTable
 
 QUANTITIES = ("mi_local", "cmi_given_global", "mi_update")
 NULLS = ("analytic", None)
 #: The columns of uncertainty every row has besides the estimate ``value``.
 UNCERTAINTY_COLUMNS = ("se", "ci_low", "ci_high", "null_mean", "null_std", "p_value")
+#: The families ``p_adjusted`` may be corrected over (the `family` of the `correction`):
+#: "table" (every row of the table with a p-value), "pair" (one client pair's rounds of
+#: one quantity) or "cell" (every pair's rounds of one quantity).
+FAMILIES = ("table", "pair", "cell")
 
-__all__ = ["dependence_given_global", "QUANTITIES", "UNCERTAINTY_COLUMNS", "conditional_mi_uncertainty",
+__all__ = ["dependence_given_global", "QUANTITIES", "UNCERTAINTY_COLUMNS", "FAMILIES", "conditional_mi_uncertainty",
            "DependenceRow", "DEPENDENCE_TABLE"]
 
 _MI = "bits or nats (the sidecar's settings[\"units\"])"
@@ -60,17 +66,27 @@ class DependenceRow(TypedDict):
                                        "one.")]
     null_std: Annotated[float, Column(unit=_MI, meaning="Sd of the analytic null; NaN without one.")]
     p_value: Annotated[float, Column(meaning="One-sided p-value of the estimate under the null; NaN without one.")]
+    p_adjusted: Annotated[float, Column(meaning="`p_value` adjusted over its family (settings[\"familywise\"]: Holm "
+                                        "over every row of the table by default); NaN where `p_value` is. Absent "
+                                        "from tables written before it.", default=np.nan)]
 
 
-#: The table of :func:`dependence_given_global`: :class:`DependenceRow`'s columns, format version 1.
+#: The table of :func:`dependence_given_global`: :class:`DependenceRow`'s columns, format version 1
+#: (`p_adjusted`, which came later, may be absent). Each row's interval holds at the table's
+#: ``ci_level`` alone; the family-wise statement is `p_adjusted`'s.
 DEPENDENCE_TABLE = StudySchema("dependence_given_global", DependenceRow, 1,
                                "One quantity (MI, MI given the global model, MI of the updates) of one client pair in "
-                               "one round, with its uncertainty.")
+                               "one round, with its uncertainty.",
+                               intervals=IntervalLevel("ci_level", (("ci_low", "ci_high"),),
+                                                       "the null tests are corrected over their family in "
+                                                       "`p_adjusted` (settings[\"familywise\"]); the intervals are "
+                                                       "not"))
 
 
 def dependence_given_global(local: Mapping[str, ArrayLike], global_model: ArrayLike, *, units: str = "bits",
                             bias_correction: bool = True, shrinkage: str | None = None, ci_level: float = 0.95,
-                            null: str | None = "analytic", out: str | os.PathLike | None = None) -> list[dict]:
+                            null: str | None = "analytic", correction: Correction = Holm("table"),
+                            out: str | os.PathLike | None = None) -> list[dict]:
     r"""Per round and pair of clients: MI of the local models, MI given the broadcast
     global model, and MI of the model updates (all with the Gaussian estimator).
 
@@ -120,11 +136,24 @@ def dependence_given_global(local: Mapping[str, ArrayLike], global_model: ArrayL
         Level of the interval ``ci_low`` to ``ci_high``, in (0, 1).
     null : {"analytic", None}, default="analytic"
         "analytic": the Wilks' Lambda null above. None: no null; the rows keep the columns
-        ``null_mean``, ``null_std`` and ``p_value`` (so that every table has the same
-        columns), as NaN.
+        ``null_mean``, ``null_std``, ``p_value`` and ``p_adjusted`` (so that every table
+        has the same columns), as NaN.
+    correction : Holm, BenjaminiHochberg or NoCorrection, default=Holm("table")
+        How ``p_adjusted`` is made from the rows' ``p_value``
+        (:func:`mianalysis.analysis.inference.familywise.adjust`): Holm's step-down
+        adjustment (family-wise error rate), Benjamini-Hochberg's (false discovery rate) or
+        none (``p_adjusted`` is ``p_value``), over each `family` of :data:`FAMILIES`:
+        "table" (every row with a p-value: one family), "pair" (one client pair's rounds
+        of one quantity) or "cell" (every pair's rounds of one quantity). A row without a
+        p-value (NaN) is in no family and keeps NaN. Rejecting the rows whose
+        ``p_adjusted`` is at most alpha keeps the chance of any false rejection (Holm) or
+        the expected share of false ones (Benjamini-Hochberg) among the family's rows at
+        most alpha.
     out : str or path, optional
         Also write the rows as the typed table :data:`DEPENDENCE_TABLE` to this CSV, with
-        its sidecar ``OUT.json`` (these settings, format version, provenance;
+        its sidecar ``OUT.json`` (these settings, the correction as ``settings["familywise"]``:
+        ``method``, ``family`` and ``alpha`` = 1 - `ci_level`; format version, provenance,
+        and ``intervals``: the intervals' level, per row;
         :class:`~mianalysis.analysis.study_table.StudyTable`, which reads it back).
 
     Returns
@@ -135,16 +164,20 @@ def dependence_given_global(local: Mapping[str, ArrayLike], global_model: ArrayL
         ``quantity`` (one of :data:`QUANTITIES`), ``value`` (in `units`), ``n_runs``,
         ``n_features``, then :data:`UNCERTAINTY_COLUMNS`: ``se``, ``ci_low``, ``ci_high``
         (in `units`), ``null_mean``, ``null_std`` (in `units`; the mean is 0 with
-        `bias_correction`) and ``p_value`` (one-sided: an estimate at least this large
-        under the null).
+        `bias_correction`), ``p_value`` (one-sided: an estimate at least this large
+        under the null) and ``p_adjusted`` (`correction`'s over its family). The interval
+        ``ci_low`` to ``ci_high`` holds at `ci_level` for its row alone; what holds
+        family-wise is ``p_adjusted``.
 
     Raises
     ------
     ValueError
         If the arrays are not 3-D or their shapes differ (naming the argument), if there
-        are fewer than two checkpoints or two clients, for a `ci_level` outside (0, 1) or
-        an unknown `null`, or from the estimators (too few runs for the dimension,
-        non-finite values).
+        are fewer than two checkpoints or two clients, for a `ci_level` outside (0, 1),
+        an unknown `null` or a `correction` family not in :data:`FAMILIES`, or from the
+        estimators (too few runs for the dimension, non-finite values).
+    TypeError
+        If `correction` is not Holm, BenjaminiHochberg or NoCorrection.
 
     Examples
     --------
@@ -167,9 +200,12 @@ def dependence_given_global(local: Mapping[str, ArrayLike], global_model: ArrayL
     {'mi_local': (0.288, 0.3), 'cmi_given_global': (0.14, 0.149), 'mi_update': (0.14, 0.149)}
     >>> [r["p_value"] for r in rows]    # Wilks' Lambda null: independence rejected
     [0.0, 0.0, 0.0]
+    >>> [r["p_adjusted"] for r in rows]  # Holm over the table's three tests: rejected still
+    [0.0, 0.0, 0.0]
     """
     ci_level = check_level(ci_level)
     check_choice(null, "null", NULLS)
+    correction = check_correction(correction, FAMILIES)
     if len(local) < 2:
         raise ValueError(f"`local` must hold at least two clients; got {len(local)}")
     g = _check_stack(global_model, "global_model")
@@ -200,11 +236,26 @@ def dependence_given_global(local: Mapping[str, ArrayLike], global_model: ArrayL
                 else:
                     row.update(dict.fromkeys(UNCERTAINTY_COLUMNS, np.nan))
                 rows.append(row)
+    _adjust_rows(rows, correction)
     if out is not None:
+        familywise = familywise_settings(correction.method, correction.family, round(1 - ci_level, 12))
         StudyTable(DEPENDENCE_TABLE, rows, settings={"units": units, "bias_correction": bias_correction,
                                                      "shrinkage": shrinkage, "ci_level": ci_level, "null": null,
-                                                     "estimator": "gaussian"}).write(out)
+                                                     "estimator": "gaussian", "familywise": familywise}).write(out)
     return rows
+
+
+def _adjust_rows(rows: list[dict], correction: Correction) -> None:
+    """Set each row's ``p_adjusted``: its ``p_value`` adjusted by `correction` over its
+    family (:data:`FAMILIES`); NaN p-values stay NaN and count in no family."""
+    keys = {"table": (), "cell": ("quantity",), "pair": ("quantity", "client_a", "client_b")}[correction.family]
+    families: dict[tuple, list[int]] = {}
+    for i, row in enumerate(rows):
+        families.setdefault(tuple(row[k] for k in keys), []).append(i)
+    for members in families.values():
+        adjusted = adjust([rows[i]["p_value"] for i in members], correction.method)
+        for i, p in zip(members, adjusted):
+            rows[i]["p_adjusted"] = float(p)
 
 
 def conditional_mi_uncertainty(x: ArrayLike, y: ArrayLike, z: ArrayLike | None, estimate: float, *,

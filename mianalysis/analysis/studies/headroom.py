@@ -55,7 +55,7 @@ from ..._internal.validation import check_choice, check_int, check_real
 from ...dumps.manifest import CENTRAL, OPTIMUM, REFERENCE_CLIENTS
 from ..inference.intervals import check_level, mean_interval, normal_interval, se_from_interval
 from ..schema import Column
-from ..study_table import StudySchema
+from ..study_table import IntervalLevel, StudySchema
 
 if TYPE_CHECKING:  # names used only in type hints
     from ...dumps import ParameterDump
@@ -158,9 +158,19 @@ class HeadroomRow(TypedDict):
 
 
 #: The headroom table: :class:`HeadroomRow`'s columns, format version 1 (the version of the
-#: sidecar ``mianalysis headroom --out`` has written since it wrote one).
+#: sidecar ``mianalysis headroom --out`` has written since it wrote one). Its intervals hold
+#: at the table's ``ci_level`` for their row alone (the sidecar's ``intervals`` says so);
+#: the verdicts (:func:`headroom_verdicts`) widen theirs over the checkpoints.
 HEADROOM_TABLE = StudySchema("headroom", HeadroomRow, 1, "One combination rule at one checkpoint: its MSE to the "
-                             "reference over runs and its ratio to averaging's, with intervals.")
+                             "reference over runs and its ratio to averaging's, with intervals.",
+                             intervals=IntervalLevel(
+                                 "ci_level", (("mse_low", "mse_high"), ("ratio_low", "ratio_high"),
+                                              ("mse_corrected_low", "mse_corrected_high"),
+                                              ("ratio_corrected_low", "ratio_corrected_high")),
+                                 "the verdicts (`verdicts`, headroom_verdicts) widen the best combination's "
+                                 "fit-corrected ratio interval over the checkpoints by Bonferroni, and the best "
+                                 "runnable rule's over the checkpoints and runnable rules, so that each holds "
+                                 "together with the others at `level`"))
 
 
 def default_rules(n_clients: int, n_params: int, *, curvature: bool = False) -> list[str]:
@@ -747,7 +757,8 @@ def headroom_rows(errors: ArrayLike, *, rules: Sequence[str] | None = None, fold
         Level of the intervals. Rules with fixed weights: the normal interval of the MSE over
         runs, and the delta-method interval of the ratio, paired by run (:func:`ratio_interval`).
         Fitted rules: the delete-a-group jackknife of the whole cross-fit (Notes), with
-        Student's t quantile.
+        Student's t quantile. Each interval holds at `level` for its row alone, not over
+        the table's rows (:func:`headroom_verdicts` widens the ones it judges by).
     client_sizes : array-like, optional
         For "weighted_mean".
     exact : (mean, cov), optional
