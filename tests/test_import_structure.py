@@ -30,12 +30,6 @@ from mianalysis._internal.stages import STAGES, stage_of
 # The imports that still reach up, each with the reason and the way out; the test fails
 # on any other, and on an entry here that no longer occurs (the list only shrinks).
 KNOWN_UPWARD = {
-    ("mianalysis.analysis.compute", "mianalysis.tasks"):
-        "_exact_mi rebuilds the task from the dump's settings to know the exact MI: "
-        "it should receive the truth as an argument (analyze(..., truth=...))",
-    ("mianalysis.analysis.compute", "mianalysis.tasks.base"): "the same (Task.exact_mi's default)",
-    ("mianalysis.analysis.diagnostics.design", "mianalysis.tasks"):
-        "the design note reads a task's random streams where the dump does not list them",
     ("mianalysis.analysis.studies.headroom", "mianalysis.tasks"):
         "reference='task' rebuilds the task to compute its optimum: the dump should record it (issue 51)",
     ("mianalysis.analysis.studies.headroom", "mianalysis.sampling"):

@@ -13,7 +13,7 @@ import numpy as np
 
 from .._internal.validation import varying_columns
 from ..estimators.distances import UPDATE_METRICS, paired_distances, update_cosines
-from ..dumps import REFERENCE_CLIENTS, SKETCH_SUFFIX
+from ..dumps import REFERENCE_CLIENTS, SKETCH_SUFFIX, exact_mi_of
 from ..estimators import KSG_NOISE, MarginalDistances, gaussian_mi, gaussian_mi_null, mi_permutation_test
 from ..estimators.moment_null import permutation_moment_null
 from ..estimators.significance import gaussian_permutation_test
@@ -838,28 +838,15 @@ def _stream(estimator: str) -> int:
 
 def _exact_mi(dump: ParameterDump, cols: np.ndarray | slice) -> Callable[[int, int, int], float] | None:
     """A function (iteration, a, b) -> the exact MI in bits of clients a and b, when the dump
-    was sampled from a task that knows it (see Task.exact_mi) and every parameter is
-    analysed; else None. The task is rebuilt from the dump's settings."""
+    was sampled from a task that knows it (registered with
+    :func:`mianalysis.dumps.knowledge.register_task_knowledge`) and every parameter of an
+    unsketched dump is analysed; else None."""
     meta = dump.meta
-    if not isinstance(meta, dict) or not isinstance(meta.get("task_settings"), dict):
+    if not isinstance(meta, dict) or dump.sketch is not None:  # a sketch's MI is not the parameters'
         return None
     if not np.array_equal(np.arange(dump.n_params)[cols], np.arange(dump.n_params)):
         return None
-    from ..tasks import TASKS
-    from ..tasks.base import Task
-
-    task = meta.get("task")
-    kind = TASKS.get(task) if isinstance(task, str) else None
-    if kind is None or kind.exact_mi is Task.exact_mi:
-        return None
-    try:
-        task = kind(**meta["task_settings"])
-        init, shared = meta.get("init", "per-run"), tuple(meta.get("shared", ()))
-        task.exact_mi(0, 0, min(1, task.n_clients - 1), init=init, shared=shared)
-    except (TypeError, ValueError):  # settings this version does not know: no exact answer
-        return None
-    # float: a task that overrides exact_mi knows the MI at every iteration (None is the base class's answer)
-    return lambda iteration, a, b: cast(float, task.exact_mi(iteration, a, b, init=init, shared=shared))
+    return exact_mi_of(meta)
 
 
 def _metric_note(name: str, values: np.ndarray) -> str:

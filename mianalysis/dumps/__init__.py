@@ -12,6 +12,9 @@
   recorded instead of the parameters of a large model (``DumpWriter(..., sketch=...)``).
 - :mod:`~mianalysis.dumps.importers`: ``ROOT/CLIENT/CHECKPOINT/RUN.{pt,safetensors}``
   streamed into a dump (``mianalysis import``).
+- :mod:`~mianalysis.dumps.knowledge`: what the task that made a dump knows beyond its
+  samples (its random streams, an exact MI), registered by the tasks and asked for with a
+  dump's meta by the analysis.
 - :mod:`~mianalysis.dumps.arrays`: a dump as a Dask array or an xarray dataset, and its
   export to zarr (the ``dask`` and ``zarr`` extras).
 """
@@ -25,6 +28,7 @@ from .arrays import export_zarr, to_dask, to_xarray
 from .importers import import_checkpoints
 from .writer import DumpWriter, IncompleteChunkWarning
 from .sketch import JL_CONSTANT, SKETCH_SUFFIX, Sketch, jl_error, jl_size
+from .knowledge import TaskKnowledge, exact_mi_of, register_task_knowledge, task_knowledge, task_streams
 
 __all__ = [
     "ParameterDump", "DumpWriter", "IncompleteChunkWarning", "Sketch", "jl_error", "jl_size", "JL_CONSTANT",
@@ -34,4 +38,5 @@ __all__ = [
     "check_manifest", "unwritten_dump_discarded", "discard_unwritten_dump", "FORMAT_VERSION", "MANIFEST", "DTYPE",
     "CENTRAL", "OPTIMUM", "REFERENCE_CLIENTS",
     "CREATING", "parse_manifest", "check_meta", "check_metric_names", "check_checkpoint",
+    "TaskKnowledge", "register_task_knowledge", "task_knowledge", "task_streams", "exact_mi_of",
 ]

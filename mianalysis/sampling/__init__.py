@@ -19,12 +19,17 @@ from .._internal.validation import check_choice, check_int
 from ..dumps import CENTRAL, OPTIMUM, DumpError, ParameterDump, layout_from_shapes, unwritten_dump_discarded
 from ..tasks.base import INIT_MODES, ReplicaGenerators, check_shared
 from ..tasks.optimizers import SGD, Adam  # imports no torch until one is made
+from .knowledge import register_builtin_tasks
 
 if TYPE_CHECKING:  # names used only in type hints
     import distributed
     import torch
 
     from ..tasks.base import Task
+
+# What the built-in tasks know beyond their samples (their streams, an exact MI), where the
+# analysis finds it from a dump's meta (mianalysis.dumps.knowledge).
+register_builtin_tasks()
 
 __all__ = ["ParameterSampler", "replica_seed", "task_optimizer", "ChunkResult", "ChunkMemoryError", "CENTRAL",
            "OPTIMUM", "REFERENCES", "GRAD_NORM"]

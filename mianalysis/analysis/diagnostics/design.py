@@ -29,6 +29,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ...dumps.knowledge import task_streams
+
 __all__ = ["design_note"]
 
 
@@ -45,7 +47,8 @@ def design_note(meta: Mapping[str, Any], streams: Sequence[str] | None = None) -
         reference client, which the analysis leaves out of the client pairs).
     streams : sequence of str, optional
         All of the task's random streams, to say which are not shared; by default those
-        of the task named in ``meta["task"]`` where it is a built-in task.
+        the task named in ``meta["task"]`` registered
+        (:func:`mianalysis.dumps.knowledge.register_task_knowledge`; every built-in task does).
 
     Returns
     -------
@@ -91,12 +94,8 @@ def _reference(meta: Mapping[str, Any]) -> str:
 
 def _design(meta: Mapping[str, Any], init: str, streams: Sequence[str] | None) -> str:
     shared = [str(s) for s in meta.get("shared") or []]
-    if streams is None:
-        from ...tasks import TASKS
-
-        name = meta.get("task")
-        task = TASKS.get(name) if isinstance(name, str) else None
-        streams = task.streams if task is not None else None
+    if streams is None:  # the task's, where it registered them (mianalysis.dumps.knowledge)
+        streams = task_streams(meta)
     others = [s for s in streams if s not in shared] if streams is not None else []
     what = f"shared {'+'.join(shared)}" + (f" (not {'+'.join(others)})" if others else "")
     if init == "fixed":
