@@ -83,3 +83,36 @@ def test_bad_registrations_are_refused_in_one_line(monkeypatch, kwargs, message)
     monkeypatch.setattr(knowledge, "_KNOWN", dict(knowledge._KNOWN))
     with pytest.raises(ValueError, match=message):
         register_task_knowledge(**kwargs)
+
+
+def test_a_registered_toy_reference_is_headrooms_task_reference(monkeypatch, tmp_path):
+    """headroom(reference="task") asks the registry for the rebuilt task and each run's
+    theta*: a toy task's reference of the runs' own shared component gives the mean's MSE
+    as the squared norm of the clients' averaged noise."""
+    from types import SimpleNamespace
+
+    from mianalysis import headroom
+
+    monkeypatch.setattr(knowledge, "_KNOWN", dict(knowledge._KNOWN))
+    rng = np.random.default_rng(1)
+    theta = rng.standard_normal((60, 2))  # each run's optimum
+    noise = {c: rng.standard_normal((3, 60, 2)) for c in ("0", "1", "2")}
+    asked = []
+
+    def reference(meta, n_runs):
+        asked.append(n_runs)
+        return theta[:n_runs]
+
+    register_task_knowledge("toy-optimum", rebuild=lambda meta: SimpleNamespace(
+        central_parameters=None, settings={"transform": "none"}, n_clients=3), reference=reference)
+    dump = ParameterDump.from_arrays(tmp_path / "t", {c: theta + n for c, n in noise.items()}, checkpoints=[0, 2, 4],
+                                     meta={"task": "toy-optimum", "task_settings": {}})
+    (row,) = headroom(dump, reference="task", rules=["mean"], iterations=[4], progress=False)
+    mean_noise = np.mean([n[2] for n in noise.values()], axis=0)
+    assert asked == [60]
+    assert row["mse"] == pytest.approx(np.mean(np.sum(mean_noise ** 2, axis=1)), rel=1e-5)  # float32 samples
+    # a task that registered no optimum is refused in one line naming the way to register one
+    register_task_knowledge("toy-optimum", rebuild=lambda meta: SimpleNamespace(
+        central_parameters=None, settings={"transform": "none"}, n_clients=3))
+    with pytest.raises(ValueError, match="registered no exact optimum"):
+        headroom(dump, reference="task", rules=["mean"], iterations=[4], progress=False)

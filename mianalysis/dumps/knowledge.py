@@ -26,7 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ExactMI", "TaskKnowledge", "register_task_knowledge", "task_knowledge", "task_streams", "exact_mi_of"]
+__all__ = ["ExactMI", "TaskKnowledge", "register_task_knowledge", "task_knowledge", "task_streams", "exact_mi_of",
+           "rebuild_task", "task_reference"]
 
 #: The exact MI in bits between clients ``a`` and ``b`` after ``iteration`` iterations.
 ExactMI = Callable[[int, int, int], float]
@@ -45,17 +46,29 @@ class TaskKnowledge:
         ``exact_mi(meta)`` -> an :data:`ExactMI` for the dump with that meta (its task
         settings, start and shared streams), or None where the dump's settings give no
         exact answer; None: the task never knows it.
+    rebuild : callable, optional
+        ``rebuild(meta)`` -> the task that made the dump, rebuilt from its settings (used
+        duck-typed: e.g. headroom asks it for exact error moments), or None where the
+        settings are not this version's; None: not rebuilt.
+    reference : callable, optional
+        ``reference(meta, n_runs)`` -> (n_runs, n_params) array: the federation's exact
+        optimum theta* of each of the dump's first `n_runs` runs (their data drawn again
+        as the sampler drew them); None: the task has no exact optimum.
     """
 
     streams: tuple[str, ...] | None = None
     exact_mi: Callable[[Mapping[str, Any]], ExactMI | None] | None = None
+    rebuild: Callable[[Mapping[str, Any]], Any] | None = None
+    reference: Callable[[Mapping[str, Any], int], Any] | None = None
 
 
 _KNOWN: dict[str, TaskKnowledge] = {}
 
 
 def register_task_knowledge(task: str, *, streams: Sequence[str] | None = None,
-                            exact_mi: Callable[[Mapping[str, Any]], ExactMI | None] | None = None) -> None:
+                            exact_mi: Callable[[Mapping[str, Any]], ExactMI | None] | None = None,
+                            rebuild: Callable[[Mapping[str, Any]], Any] | None = None,
+                            reference: Callable[[Mapping[str, Any], int], Any] | None = None) -> None:
     """Record what the task named `task` knows of its dumps (see :class:`TaskKnowledge`);
     registering a name again replaces its entry.
 
@@ -63,15 +76,16 @@ def register_task_knowledge(task: str, *, streams: Sequence[str] | None = None,
     ------
     ValueError
         `task` is not a non-empty string, `streams` is not a sequence of strings, or
-        `exact_mi` is not callable.
+        `exact_mi`, `rebuild` or `reference` is not callable.
     """
     if not isinstance(task, str) or not task:
         raise ValueError(f"`task` must be a non-empty string (the name a dump's meta records); got {task!r}")
     if streams is not None and (isinstance(streams, str) or not all(isinstance(s, str) for s in streams)):
         raise ValueError(f"`streams` of task {task!r} must be a sequence of stream names; got {streams!r}")
-    if exact_mi is not None and not callable(exact_mi):
-        raise ValueError(f"`exact_mi` of task {task!r} must be callable (meta -> exact MI or None); got {exact_mi!r}")
-    _KNOWN[task] = TaskKnowledge(None if streams is None else tuple(streams), exact_mi)
+    for name, given in (("exact_mi", exact_mi), ("rebuild", rebuild), ("reference", reference)):
+        if given is not None and not callable(given):
+            raise ValueError(f"`{name}` of task {task!r} must be callable; got {given!r}")
+    _KNOWN[task] = TaskKnowledge(None if streams is None else tuple(streams), exact_mi, rebuild, reference)
 
 
 def task_knowledge(meta: Mapping[str, Any]) -> TaskKnowledge | None:
@@ -94,3 +108,17 @@ def exact_mi_of(meta: Mapping[str, Any]) -> ExactMI | None:
     if known is None or known.exact_mi is None:
         return None
     return known.exact_mi(meta)
+
+
+def rebuild_task(meta: Mapping[str, Any]) -> Any:
+    """The task that made a dump with `meta`, rebuilt from its settings, or None where its
+    task registered no way to (or the settings are not this version's)."""
+    known = task_knowledge(meta)
+    return None if known is None or known.rebuild is None else known.rebuild(meta)
+
+
+def task_reference(meta: Mapping[str, Any], n_runs: int) -> Any:
+    """The exact optimum theta* of each of the first `n_runs` runs of a dump with `meta`, an
+    (n_runs, n_params) array, or None where its task has no exact optimum."""
+    known = task_knowledge(meta)
+    return None if known is None or known.reference is None else known.reference(meta, n_runs)

@@ -27,10 +27,6 @@ if TYPE_CHECKING:  # names used only in type hints
 
     from ..tasks.base import Task
 
-# What the built-in tasks know beyond their samples (their streams, an exact MI), where the
-# analysis finds it from a dump's meta (mianalysis.dumps.knowledge).
-register_builtin_tasks()
-
 __all__ = ["ParameterSampler", "replica_seed", "task_optimizer", "ChunkResult", "ChunkMemoryError", "CENTRAL",
            "OPTIMUM", "REFERENCES", "GRAD_NORM"]
 
@@ -637,3 +633,6 @@ def _check_finite(result, start, stop, dump):
         "another folder")
 
 
+# What the built-in tasks know beyond their samples (their streams, an exact MI, each run's
+# exact optimum), where the analysis finds it from a dump's meta (mianalysis.dumps.knowledge).
+register_builtin_tasks(ParameterSampler)

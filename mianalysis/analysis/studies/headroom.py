@@ -52,6 +52,7 @@ from numpy.typing import ArrayLike
 
 from ..._internal.io import progress_bar
 from ..._internal.validation import check_choice, check_int, check_real
+from ...dumps.knowledge import rebuild_task, task_reference
 from ...dumps.manifest import CENTRAL, OPTIMUM, REFERENCE_CLIENTS
 from ..inference.intervals import check_level, mean_interval, normal_interval, se_from_interval
 from ..schema import Column
@@ -871,20 +872,10 @@ def headroom_rows(errors: ArrayLike, *, rules: Sequence[str] | None = None, fold
 
 # ---------------------------------------------------------------------- from a dump
 def _task_of(dump: ParameterDump) -> Any:
-    """The task a dump was sampled from, rebuilt from its settings (a ``mianalysis.tasks``
-    Task: not named in the hint, since analysis/ may not import tasks/), or None."""
-    meta = dump.meta
-    if not isinstance(meta, dict) or not isinstance(meta.get("task_settings"), dict):
-        return None
-    from ...tasks import TASKS
-
-    kind = TASKS.get(str(meta.get("task")))
-    if kind is None:
-        return None
-    try:
-        return kind(**meta["task_settings"])
-    except (TypeError, ValueError):  # settings this version does not know
-        return None
+    """The task a dump was sampled from, rebuilt from its settings where its task registered
+    how (:func:`mianalysis.dumps.knowledge.rebuild_task`; analysis/ does not import
+    tasks/), or None."""
+    return rebuild_task(dump.meta) if isinstance(dump.meta, dict) else None
 
 
 def _sampling_of(dump: ParameterDump) -> tuple[int, str, tuple[str, ...]]:
@@ -1030,10 +1021,10 @@ def headroom(dump: ParameterDump | str | os.PathLike, *, reference: str | ArrayL
             if task.settings["transform"] != "none":
                 raise ValueError(f"`reference`='task' needs parameters recorded as they are (transform 'none'); "
                                  f"{dump.path} records them through {task.settings['transform']!r}")
-            from ...sampling import ParameterSampler
-
-            sampler = ParameterSampler(task, seed=seed, init=init, shared=shared, progress=False)
-            ref = task.central_parameters([sampler.data_generators(range(n), k) for k in range(task.n_clients)])
+            ref = task_reference(dump.meta, n)  # each run's theta*, its data drawn again as the sampler drew it
+            if ref is None:
+                raise ValueError(f"`reference`='task': task {dump.meta.get('task')!r} registered no exact optimum "
+                                 "(mianalysis.dumps.knowledge.register_task_knowledge(reference=...))")
             ref_name = TASK_REFERENCE
         elif reference in clients:
             client_reference = reference
