@@ -163,7 +163,9 @@ def test_every_public_module_declares_its_public_names(path):
 # Scripts outside the package use it as a user would: through public names only.
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT_FOLDERS = ("experiments", "benchmarks", "examples")
-SCRIPTS = sorted(p for folder in SCRIPT_FOLDERS for p in (ROOT / folder).rglob("*.py"))
+# (not inside hidden folders: benchmarks/.peers-venv, compare_peers.py's environment of other packages)
+SCRIPTS = sorted(p for folder in SCRIPT_FOLDERS for p in (ROOT / folder).rglob("*.py")
+                 if not any(part.startswith(".") for part in p.relative_to(ROOT).parts))
 
 
 def script_private_names(path, tree):

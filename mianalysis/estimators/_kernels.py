@@ -29,14 +29,52 @@ depend on the number of threads either. Rates: benchmarks/bench_estimators.py.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
 import numba
 import numpy as np
-from numba import prange
+from numba import prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+if TYPE_CHECKING:  # names used only in type hints
+    from numba.core.base import BaseContext
+    from numba.core.typing.templates import Signature
 
 GROUP_ROWS = 16  # query rows per group; a multiple of 4 (the register block)
 TILE = 256  # samples per tile of the distance loop
 INSERTION_MAX_K = 32  # above this, select the k-th distance with np.partition
 BLOCK = 256  # samples per block of the symmetric kernels; a multiple of GROUP_ROWS; ksg.DISTANCE_CACHE_BLOCK
+# Extra columns of a BLOCK x BLOCK tile buffer: its rows then lie BLOCK + TILE_PAD values apart, not 2 KiB (float64),
+# so that the accumulator rows of a 4-row block are not 4 KiB apart (loads and stores 4 KiB apart collide in the
+# CPU's memory-order checks).
+TILE_PAD = 8
+
+
+@intrinsic
+def max_distance(typingctx: object, a: types.Type, b: types.Type
+                 ) -> tuple[Signature, Callable[[BaseContext, Any, Signature, Sequence[Any]], Any]] | None:
+    """The larger of the floats `a` and `b` (one type; neither NaN): LLVM's ``maxnum``, a
+    vector ``max`` instruction in a vectorised loop.
+
+    ``out[j] = max(out[j], z)`` written with Python's ``max`` is a select that LLVM may turn
+    into "store z where z > out[j]", vectorised as a masked store, which AMD's Zen cores
+    execute several times slower than a max and a plain store (docs/results/benchmarks.md).
+    The value is the same either way: the larger of two non-NaN numbers (the distances here
+    are never -0.0)."""
+    if not isinstance(a, types.Float) or a != b:
+        return None
+
+    # builder, args and the value returned are llvmlite's, which has no type hints
+    def codegen(context: BaseContext, builder: Any, signature: Signature, args: Sequence[Any]) -> Any:
+        float_type = args[0].type
+        bits = 64 if a == types.float64 else 32
+        function = cgutils.get_or_insert_function(
+            builder.module, cgutils.ir.FunctionType(float_type, [float_type, float_type]), f"llvm.maxnum.f{bits}")
+        return builder.call(function, args, fastmath=("nnan", "nsz"))
+
+    return a(a, b), codegen
 
 
 @numba.njit(fastmath=True, cache=True)
@@ -68,12 +106,13 @@ def _maxabs_tile(data_t: np.ndarray, c0: int, c1: int, query: np.ndarray, out: n
                 v1 = query[q0 + 1, f]
                 v2 = query[q0 + 2, f]
                 v3 = query[q0 + 3, f]
+                # numba's stub gives an intrinsic's call the definition's signature (typingctx included)
                 for j in range(width):
                     a = row[j]
-                    o0[j] = max(o0[j], abs(a - v0))
-                    o1[j] = max(o1[j], abs(a - v1))
-                    o2[j] = max(o2[j], abs(a - v2))
-                    o3[j] = max(o3[j], abs(a - v3))
+                    o0[j] = max_distance(o0[j], abs(a - v0))  # type: ignore[call-arg]
+                    o1[j] = max_distance(o1[j], abs(a - v1))
+                    o2[j] = max_distance(o2[j], abs(a - v2))
+                    o3[j] = max_distance(o3[j], abs(a - v3))
 
 
 @numba.njit(cache=True)
@@ -250,7 +289,7 @@ def _tile_into_rows(data: np.ndarray, data_t: np.ndarray, i0: int, i1: int, bloc
     n = data.shape[0]
     j0 = block * BLOCK
     j1 = min(j0 + BLOCK, n)
-    buf = np.empty((BLOCK, BLOCK), dtype=data.dtype)
+    buf = np.empty((BLOCK, BLOCK + TILE_PAD), dtype=data.dtype)
     _block_tile(data, data_t, i0, i1, j0, j1, buf, 0)
     _copy_rows(buf, i1 - i0, j1 - j0, rows, 0, j0)
     if slot >= 0:
@@ -304,6 +343,63 @@ def block_row_counts(rows_x: np.ndarray, rows_y: np.ndarray, i0: int, i1: int, k
             ny[i] = cy
 
 
+# ------------------------------------------------------------------- repeated values (ties)
+@numba.njit(cache=True)
+def _column_repeats(values: np.ndarray, log_size: int, table: np.ndarray, used: np.ndarray, counts: np.ndarray) -> int:
+    """How many of `values` (float64, -0.0 already read as 0.0) another entry equals: each
+    value's bits go into an open-addressing hash table (linear probing; `table` and `used`
+    of size 2^log_size, above twice the entries), counted, and the counts of 2 or more
+    summed. NaN equals nothing and is never counted."""
+    size = table.shape[0]
+    shift = np.uint64(64 - log_size)
+    used[:] = False
+    bits = values.view(np.uint64)
+    for i in range(values.shape[0]):
+        if values[i] != values[i]:
+            continue
+        slot = np.int64((bits[i] * np.uint64(0x9E3779B97F4A7C15)) >> shift)
+        while used[slot] and table[slot] != bits[i]:
+            slot = (slot + 1) & (size - 1)
+        if used[slot]:
+            counts[slot] += 1
+        else:
+            used[slot] = True
+            table[slot] = bits[i]
+            counts[slot] = 1
+    repeated = 0
+    for slot in range(size):
+        if used[slot] and counts[slot] > 1:
+            repeated += counts[slot]
+    return repeated
+
+
+@numba.njit(parallel=True, cache=True)
+def repeated_value_counts(x: np.ndarray, y: np.ndarray, differences: bool) -> np.ndarray:
+    """Per column, how many entries another row repeats in the same column (exactly, by value):
+    the columns of `x` (n, d_x), then of `y` (n, d_y), then, with `differences` (d_x = d_y),
+    of ``y - x``. Sorting each column and comparing neighbours counts the same."""
+    n, d_x, d_y = x.shape[0], x.shape[1], y.shape[1]
+    n_columns = d_x + d_y + (d_x if differences else 0)
+    out = np.zeros(n_columns, dtype=np.int64)
+    log_size = 4
+    while (1 << log_size) < 2 * n:
+        log_size += 1
+    size = 1 << log_size
+    for c in prange(n_columns):
+        values = np.empty(n, dtype=np.float64)
+        for i in range(n):
+            if c < d_x:
+                v = x[i, c]
+            elif c < d_x + d_y:
+                v = y[i, c - d_x]
+            else:
+                v = y[i, c - d_x - d_y] - x[i, c - d_x - d_y]
+            values[i] = v + 0.0  # -0.0 becomes 0.0, so that equal values have equal bits
+        out[c] = _column_repeats(values, log_size, np.empty(size, dtype=np.uint64), np.empty(size, dtype=np.bool_),
+                                 np.empty(size, dtype=np.int64))
+    return out
+
+
 # ---------------------------------------------------------------------- permutation nulls
 PERMUTED_BLOCK = 64  # rows per work item of the permuted-count kernel
 
@@ -337,7 +433,7 @@ def marginal_distance_matrix(data: np.ndarray, data_t: np.ndarray, out: np.ndarr
         i1 = min(i0 + BLOCK, n)
         j0 = bj * BLOCK
         j1 = min(j0 + BLOCK, n)
-        buf = np.empty((BLOCK, BLOCK), dtype=data.dtype)
+        buf = np.empty((BLOCK, BLOCK + TILE_PAD), dtype=data.dtype)
         _block_tile(data, data_t, i0, i1, j0, j1, buf, 0)
         _copy_rows(buf, i1 - i0, j1 - j0, out, i0, j0)
         if bj != bi:

@@ -819,19 +819,21 @@ def duplicate_share(a: np.ndarray) -> float:
     0.25
     """
     a = np.asarray(a, dtype=np.float64)
-    a = a[:, varying_columns(a)] if a.shape[0] else a
     if a.size == 0:
         return 0.0
-    s = np.sort(a, axis=0)
-    same = s[1:] == s[:-1]
-    repeated = np.zeros(s.shape, dtype=bool)
-    repeated[1:] |= same
-    repeated[:-1] |= same
-    return float(repeated.mean())
+    keep = varying_columns(a)
+    if not keep.any():
+        return 0.0
+    from ._kernels import repeated_value_counts  # numba: loaded on first use
+
+    a = np.ascontiguousarray(a[:, keep])
+    return _repeated_share(repeated_value_counts(a, a[:, :0], False), a.shape[0])
 
 
-def _difference_share(x: np.ndarray, y: np.ndarray) -> float:
-    return duplicate_share(y - x) if x.shape[1] == y.shape[1] else np.nan
+def _repeated_share(counts: np.ndarray, n: int) -> float:
+    """The share of repeated entries among n rows of the columns whose `counts` are given
+    (exact: integer counts over an integer size)."""
+    return int(counts.sum()) / (n * counts.size)
 
 
 def _value_rows(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -857,13 +859,36 @@ def value_tie_shares(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     >>> value_tie_shares(x, x + np.array([[0.5], [0.5], [0.7], [0.9]]))
     (0.0, 0.5)
     """
+    return _tie_shares(x, y, varying=False)
+
+
+def _tie_shares(x: np.ndarray, y: np.ndarray, *, varying: bool) -> tuple[float, float]:
+    """:func:`value_tie_shares`; `varying`: every column of `x` and `y` varies (over all their
+    rows, as after :func:`mianalysis.analysis.varying_columns`), so that with at most
+    TIE_VALUE_ROWS rows nothing is dropped before counting. One pass of exact counts
+    (:func:`repeated_value_counts`) over the values and the differences."""
+    from ._kernels import repeated_value_counts  # numba: loaded on first use
+
+    full = x.shape[0] <= TIE_VALUE_ROWS
     x, y = _value_rows(x, y)
-    return duplicate_share(np.hstack([x, y])), _difference_share(x, y)
+    x, y = np.ascontiguousarray(x, dtype=np.float64), np.ascontiguousarray(y, dtype=np.float64)
+    paired = x.shape[1] == y.shape[1]
+    counts = repeated_value_counts(x, y, paired)
+    sides = counts[:x.shape[1] + y.shape[1]]
+    keep = np.ones(sides.size, dtype=bool) if varying and full else np.concatenate(
+        [varying_columns(x), varying_columns(y)])
+    values = _repeated_share(sides[keep], x.shape[0]) if keep.any() else 0.0
+    if not paired:
+        return values, np.nan
+    keep = varying_columns(y - x)
+    differences = counts[sides.size:]
+    return values, _repeated_share(differences[keep], x.shape[0]) if keep.any() else 0.0
 
 
 def _warn_if_tied(x: np.ndarray, y: np.ndarray, threshold: float = TIE_THRESHOLD) -> None:
-    """A TiedSamplesWarning when the values (or the paired differences) of `x` and `y` are tied."""
-    shares = value_tie_shares(x, y)
+    """A TiedSamplesWarning when the values (or the paired differences) of `x` and `y` are tied;
+    every column of `x` and `y` varies (constant columns were dropped)."""
+    shares = _tie_shares(x, y, varying=True)
     if any(v > threshold for v in shares if not np.isnan(v)):
         differences = "" if np.isnan(shares[1]) else f" and {shares[1]:.0%} of their paired differences y - x"
         warnings.warn(f"{shares[0]:.0%} of the samples' values{differences} repeat within their coordinate: the "
