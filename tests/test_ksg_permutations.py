@@ -8,7 +8,8 @@ import pytest
 from reference import ksg_reference
 
 from mianalysis import MarginalDistances, mi_permutation_test
-from mianalysis.estimators._neighbours import marginal_distances, neighbour_list_length, neighbour_lists
+from mianalysis.estimators._neighbours import (distance_tiles, listed_counts, marginal_distances, neighbour_list_length,
+                                               neighbour_lists, permuted_counts)
 from mianalysis.estimators.ksg import ksg_estimates_from_distances
 
 
@@ -84,11 +85,15 @@ def test_k_above_the_insertion_limit_is_exact(rng):
 
 @pytest.mark.parametrize("algorithm", [1, 2])
 def test_float32_distances_are_exact_too(algorithm, rng):
+    # float32 lists from the distance tiles, as mi_permutation_test(dtype="float32") walks them (its
+    # compiled kernel; the float32 matrices' own, MarginalDistances(compact=True), is tested below)
     n = 400
     x, y = paired_samples("rounded", n, rng)
-    perms = [rng.permutation(n) for _ in range(4)]
-    listed, brute, _ = _both_ways(x, y, perms, 3, algorithm, dtype="float32")
-    assert np.array_equal(listed, brute)
+    perms = [np.arange(n)] + [rng.permutation(n) for _ in range(4)]
+    listed = listed_counts(*distance_tiles(x, y, "float32"), n, perms, 3, algorithm)
+    brute = permuted_counts(marginal_distances(x, "float32"), marginal_distances(y, "float32"), perms, 3, algorithm,
+                            method="brute")
+    assert all(np.array_equal(a, c) and np.array_equal(b, d) for (a, b), (c, d) in zip(listed, brute, strict=True))
 
 
 @pytest.mark.parametrize("kind", ["continuous", "rounded", "duplicates"])

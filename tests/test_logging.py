@@ -51,8 +51,8 @@ def test_resumed_analysis_is_reported(tmp_path, capsys, monkeypatch):
     dump = tmp_path / "dump"
     assert main(["-q", "sample", "--task", "gaussian-sgd", "--runs", "40", "--out", str(dump)]) == 0
     table = tmp_path / "r.csv"
-    analyze = ["analyze", str(dump), "--out", str(table), "--permutations", "2", "--no-progress",
-               "--estimators", "gaussian"]
+    analyze = ["analyze", str(dump), "--out", str(table), "--permutations", "2", "--ci-resamples", "5",
+               "--no-progress", "--estimators", "gaussian"]  # few permutations and resamples: the log is the point
     append = journal.Journal.append
 
     def append_then_stop(self, t, rows):  # Ctrl-C once the second checkpoint is saved

@@ -130,6 +130,18 @@ def test_the_score_map_reproduces_normal_scores_on_its_own_values_and_is_monoton
     assert np.all(np.diff(to_scores(grid), axis=0) >= 0)
 
 
+def test_the_score_map_takes_mid_ranks_among_tied_fitting_values_and_beyond_their_range():
+    # (#below + #below-or-equal) / 2 of each new value among its column's fitting values, counted
+    # one by one: ties in the fit and between fit and new values, values outside the fit's range
+    from scipy.special import ndtri
+    rng = np.random.default_rng(5)
+    fit = rng.integers(-3, 4, size=(30, 4)).astype(float)
+    new = np.vstack([rng.integers(-5, 6, size=(25, 4)).astype(float), fit[:5] + 0.5])
+    twice = np.array([[(fit[:, j] < v).sum() + (fit[:, j] <= v).sum() for j, v in enumerate(row)] for row in new])
+    assert np.array_equal(score_map(fit)(new), ndtri((twice / 2 + 0.5) / 31))
+    assert np.array_equal(score_map(fit)(new.astype(np.float32)), ndtri((twice / 2 + 0.5) / 31))
+
+
 def test_folds_larger_than_all_pairs_average_over_shifts_and_stay_unbiased(monkeypatch):
     """Above MAX_ALL_PAIRS runs the unpaired mean uses cyclic shifts; forcing shifts on a
     small fold gives about the same value as all pairs."""

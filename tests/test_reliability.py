@@ -304,27 +304,51 @@ CLI_TASKS = {
     "gaussian-sgd": (21, ["--task", "gaussian-sgd", "--preset", "small", "--every", "10"]),
     "module": (21, ["--task", "module", "--set", "factory=module_factories:cnn_spec", "--set", "batch_size=5"]),
 }
+# A federated recording on 1 and 2 threads in chunks of 2 and 5 replicates: chunks of 5 leave a
+# last chunk of one replicate, a batch of one on 2 threads.
+FEDERATE = ["federate", "--clients", "3", "--fraction", "1", "--rounds", "2", "--replicates", "6", "--record",
+            "--batch", "10", "--layer", "5", "--seed", "1", "--no-progress"]
+# Commands run one after the other in one process by mianalysis.cli.main (what `python -m
+# mianalysis.cli` runs), each to exit status 0: one start of Python and PyTorch for them all.
+CLI_COMMANDS = """
+import json, sys
+from mianalysis.cli import main
+for args in json.loads(sys.argv[1]):
+    if main(args) != 0:
+        sys.exit(f"mianalysis {' '.join(args)}: exit status not 0")
+"""
 
 
 @code_paths
-@pytest.mark.parametrize("task", sorted(CLI_TASKS))
-def test_same_seed_same_bytes_across_threads_and_chunk_sizes(tmp_path, code_path, task):
+def test_same_seed_same_bytes_across_threads_and_chunk_sizes(tmp_path, code_path):
+    # The commands of both thread counts in one process each (the code path is set where a
+    # process starts): every task sampled and its dump analysed, and the federated recording.
     pytest.importorskip("torch")
-    n_runs, settings = CLI_TASKS[task]
     tests = Path(__file__).resolve().parent
     path = {"PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)])}  # module_factories
-    a, b = tmp_path / "t1", tmp_path / "t2"
-    runs = [(a, 1, 8), (b, 2, 5)]  # (out, threads, chunk size)
-    _run_side_by_side(*[(CLI + ["sample", "--runs", str(n_runs), "--chunk-size", str(chunk), "--seed", "7",
-                                "--out", str(out), "--no-progress", *settings], {**_env(code_path, threads), **path})
-                        for out, threads, chunk in runs])
-    _run_side_by_side(*[(CLI + ["analyze", str(out), "--out", f"{out}.csv", "--permutations", "3", "--no-progress"],
-                         _env(code_path, threads)) for out, threads, _ in runs])
-    names = sorted(p.name for p in a.glob("*.f32"))
-    assert "client_2.f32" in names and "metrics_0.f32" in names
-    for name in names:
-        assert (a / name).read_bytes() == (b / name).read_bytes(), name
-    assert (tmp_path / "t1.csv").read_bytes() == (tmp_path / "t2.csv").read_bytes()
+    runs = [("t1", 1, 8, 2), ("t2", 2, 5, 5)]  # (out, threads, chunk size of sample, of federate)
+
+    def commands(name, chunk, federate_chunk):
+        dumps = {task: tmp_path / task / name for task in sorted(CLI_TASKS)}
+        return ([["sample", "--runs", str(n_runs), "--chunk-size", str(chunk), "--seed", "7", "--out", str(dumps[task]),
+                  "--no-progress", *settings] for task, (n_runs, settings) in sorted(CLI_TASKS.items())]
+                + [FEDERATE + ["--chunk-size", str(federate_chunk), "--out", str(tmp_path / "federate" / name)]]
+                + [["analyze", str(dump), "--out", f"{dump}.csv", "--permutations", "3", "--no-progress"]
+                   for dump in dumps.values()])
+
+    _run_side_by_side(*[([sys.executable, "-c", CLI_COMMANDS, json.dumps(commands(name, chunk, federate_chunk))],
+                         {**_env(code_path, threads), **path}) for name, threads, chunk, federate_chunk in runs])
+    for task in sorted(CLI_TASKS):
+        a, b = tmp_path / task / "t1", tmp_path / task / "t2"
+        names = sorted(p.name for p in a.glob("*.f32"))
+        assert "client_2.f32" in names and "metrics_0.f32" in names, task
+        for name in names:
+            assert (a / name).read_bytes() == (b / name).read_bytes(), f"{task}: {name}"
+        assert (tmp_path / task / "t1.csv").read_bytes() == (tmp_path / task / "t2.csv").read_bytes(), task
+    a, b = tmp_path / "federate" / "t1", tmp_path / "federate" / "t2"
+    for name in ("client_0.f32", "client_2.f32", "metrics_0.f32"):
+        assert (a / "dump" / name).read_bytes() == (b / "dump" / name).read_bytes(), f"federate: {name}"
+    assert (a / "history.csv").read_bytes() == (b / "history.csv").read_bytes()
 
 
 # Runs alone or beside others, on 1 or 2 threads: a lone replica (one client, a chunk of
@@ -383,16 +407,3 @@ def test_estimates_do_not_depend_on_threads():
     assert [proc.returncode for proc in procs] == [0, 0], [err for _, err in outs]
     outs = [out for out, _ in outs]
     assert outs[0] == outs[1] and outs[0].count(" ") == 4
-
-
-@code_paths
-def test_federated_recording_same_bytes_across_threads_and_chunk_sizes(tmp_path, code_path):
-    pytest.importorskip("torch")
-    args = ["federate", "--clients", "3", "--fraction", "1", "--rounds", "2", "--replicates", "6", "--record",
-            "--batch", "10", "--layer", "5", "--seed", "1", "--no-progress"]
-    # Chunks of 5 leave a last chunk of one replicate: a batch of one on 2 threads.
-    _run_side_by_side(*[(CLI + args + ["--chunk-size", str(chunk), "--out", str(tmp_path / name)],
-                         _env(code_path, threads)) for name, threads, chunk in (("a", 1, 2), ("b", 2, 5))])
-    for name in ("client_0.f32", "client_2.f32", "metrics_0.f32"):
-        assert (tmp_path / "a" / "dump" / name).read_bytes() == (tmp_path / "b" / "dump" / name).read_bytes(), name
-    assert (tmp_path / "a" / "history.csv").read_bytes() == (tmp_path / "b" / "history.csv").read_bytes()

@@ -4,6 +4,7 @@ give the same table as the run that made them, and are named as carried over."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,11 +20,20 @@ def _run(*args):
                           cwd=ROOT, capture_output=True, text=True, check=True, timeout=300)
 
 
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    """(work, out) of one quick run of the gaussian part, which the tests below start from:
+    read it, or copy the work folder before changing it."""
+    root = tmp_path_factory.mktemp("quick_run")
+    _run("--work", root / "work", "--out", root / "first")
+    return root / "work", root / "first"
+
+
 @pytest.mark.filterwarnings("ignore")
-def test_carried_over_cells_give_the_same_table(tmp_path):
+def test_carried_over_cells_give_the_same_table(tmp_path, request):
     pytest.importorskip("matplotlib")
-    first, again = tmp_path / "first", tmp_path / "again"
-    _run("--work", tmp_path / "work", "--out", first)
+    _, first = request.getfixturevalue("quick_run")
+    again = tmp_path / "again"
     out = _run("--work", tmp_path / "empty", "--out", again, "--carry-over", first / "sources_of_dependence_quick.csv")
     assert "carried over" in out.stdout and "Where the truth is known" in out.stdout
     assert not list((tmp_path / "empty").rglob("*.csv"))  # nothing was sampled or analysed again
@@ -37,10 +47,11 @@ def test_carried_over_cells_give_the_same_table(tmp_path):
 
 
 @pytest.mark.filterwarnings("ignore")
-def test_skip_missing_leaves_out_unfinished_cells_and_names_them(tmp_path):
+def test_skip_missing_leaves_out_unfinished_cells_and_names_them(tmp_path, request):
     pytest.importorskip("matplotlib")
+    quick_work, first_out = request.getfixturevalue("quick_run")
     work = tmp_path / "work"
-    _run("--work", work, "--out", tmp_path / "first")
+    shutil.copytree(quick_work, work)
     gone = ["gaussian_fixed_noise_seed0", "gaussian_per-run_data+noise_seed0"]
     for name in gone:
         (work / "quick" / f"{name}.csv").unlink()
@@ -48,7 +59,7 @@ def test_skip_missing_leaves_out_unfinished_cells_and_names_them(tmp_path):
     assert all(f"{name}" in out.stdout and "not run (--skip-missing)" in out.stdout for name in gone)
     assert not any((work / "quick" / f"{name}.csv").exists() for name in gone)  # nothing sampled or analysed
     rows = (tmp_path / "second" / "sources_of_dependence_quick.csv").read_text().splitlines()
-    first = (tmp_path / "first" / "sources_of_dependence_quick.csv").read_text().splitlines()
+    first = (first_out / "sources_of_dependence_quick.csv").read_text().splitlines()
     kept = [r for r in first[1:] if not any(f"gaussian-sgd,paper,{i},{sh},0," in r
                                              for i, sh in (("fixed", "noise"), ("per-run", "data+noise")))]
     assert rows[1:] == kept and len(kept) < len(first) - 1
@@ -105,9 +116,8 @@ def test_headings_and_titles_name_the_seeds_the_table_holds():
     assert "22000 runs per cell, checkpoints every 1, seeds 0, 2" in page
 
 
-def test_a_quick_table_is_not_carried_into_the_full_run(tmp_path):
-    first = tmp_path / "first"
-    _run("--work", tmp_path / "work", "--out", first)
+def test_a_quick_table_is_not_carried_into_the_full_run(tmp_path, quick_run):
+    _, first = quick_run
     out = subprocess.run([sys.executable, str(SCRIPT), "--only", "gaussian", "--work", str(tmp_path / "empty"),
                           "--out", str(tmp_path / "full"), "--carry-over", str(first / "sources_of_dependence_quick.csv")],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)

@@ -189,15 +189,14 @@ def score_map(fit: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
     without ties it is :func:`mianalysis.estimators.copula.normal_scores`; a value outside
     their range maps just beyond the extreme scores. Monotone in each column, so the MI of
     the transformed pair is the MI of the pair."""
-    ordered = np.sort(fit, axis=0)
-    n = ordered.shape[0]
+    ordered = np.ascontiguousarray(np.sort(fit, axis=0).T)  # row j: column j sorted
+    n = ordered.shape[1]
 
     def apply(a: np.ndarray) -> np.ndarray:
-        out = np.empty(a.shape, dtype=np.float64)
-        for j in range(a.shape[1]):
-            below = np.searchsorted(ordered[:, j], a[:, j], side="left")
-            at_or_below = np.searchsorted(ordered[:, j], a[:, j], side="right")
-            out[:, j] = ndtri(((below + at_or_below) / 2.0 + 0.5) / (n + 1))
-        return out
+        twice_mid_ranks = np.empty(a.shape, dtype=np.intp)  # #below + #below-or-equal
+        for j, (sorted_fit, values) in enumerate(zip(ordered, np.ascontiguousarray(a.T))):
+            twice_mid_ranks[:, j] = (sorted_fit.searchsorted(values, side="left")
+                                     + sorted_fit.searchsorted(values, side="right"))
+        return ndtri((twice_mid_ranks / 2.0 + 0.5) / (n + 1))
 
     return apply
