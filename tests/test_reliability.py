@@ -395,7 +395,8 @@ def test_estimates_do_not_depend_on_threads():
     code = ("import numpy as np, numba\n"
             "from mianalysis import ksg_mi, gaussian_mi, mi_permutation_test\n"
             "rng = np.random.default_rng(0)\n"
-            "x = rng.standard_normal((700, 6)); y = x + rng.standard_normal((700, 6))\n"
+            # 8 + 8 features from 512 runs: ksg_mi's float64 counts come from checked float32 distances
+            "x = rng.standard_normal((700, 8)); y = x + rng.standard_normal((700, 8))\n"
             "r = mi_permutation_test(x, y, n_permutations=5, random_state=1)\n"
             "print(repr(ksg_mi(x, y, random_state=2)), repr(ksg_mi(x, y, algorithm=2, dtype=np.float32)),"
             " repr(gaussian_mi(x, y)), repr(r.p_value), repr(r.null_mean))\n")

@@ -14,6 +14,8 @@ import numpy as np
 # Squares of values in [2^-450, 2^450] and their sums over up to 2^100 terms stay normal.
 SAFE_LOW = 2.0**-450
 SAFE_HIGH = 2.0**450
+# float32 keeps its relative precision (2^-24) for distances between values whose largest magnitude lies here.
+FLOAT32_RANGE = (2.0**-60, 2.0**60)
 
 
 def pow2_scale(m):

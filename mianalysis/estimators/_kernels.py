@@ -78,7 +78,7 @@ def max_distance(typingctx: object, a: types.Type, b: types.Type
 
 
 @numba.njit(fastmath=True, cache=True)
-def _maxabs_tile(data_t: np.ndarray, c0: int, c1: int, query: np.ndarray, out: np.ndarray, oc: int) -> None:
+def maxabs_tile(data_t: np.ndarray, c0: int, c1: int, query: np.ndarray, out: np.ndarray, oc: int) -> None:
     """out[q, oc + j - c0] = max_f |data_t[f, j] - query[q, f]| for every query row q and
     sample j in [c0, c1).
 
@@ -125,7 +125,7 @@ def _block_tile(data: np.ndarray, data_t: np.ndarray, i0: int, i1: int, j0: int,
     for g0 in range(i0, i1, GROUP_ROWS):
         for r in range(GROUP_ROWS):
             query[r] = data[min(g0 + r, i1 - 1)]
-        _maxabs_tile(data_t, j0, j1, query, out[g0 - i0:g0 - i0 + GROUP_ROWS], oc)
+        maxabs_tile(data_t, j0, j1, query, out[g0 - i0:g0 - i0 + GROUP_ROWS], oc)
 
 
 @numba.njit(cache=True)
@@ -165,7 +165,7 @@ def insert_k_best(best: np.ndarray, k: int, z: float) -> float:
 
 
 @numba.njit(fastmath=REDUCTION_FLAGS, cache=True)
-def _kth_smallest_joint(dx: np.ndarray, dy: np.ndarray, self_index: int, k: int, scratch: np.ndarray) -> float:
+def kth_smallest_joint(dx: np.ndarray, dy: np.ndarray, self_index: int, k: int, scratch: np.ndarray) -> float:
     """k-th smallest max(dx[j], dy[j]) over j != self_index.
 
     For k <= INSERTION_MAX_K, a sorted list of the k smallest so far; a chunk of
@@ -214,7 +214,7 @@ def row_counts(dx: np.ndarray, dy: np.ndarray, i: int, k: int, algorithm: int, s
     contribution back out.
     """
     n = dx.shape[0]
-    eps = _kth_smallest_joint(dx, dy, i, k, scratch)
+    eps = kth_smallest_joint(dx, dy, i, k, scratch)
     nx = 0
     ny = 0
     if algorithm == 1:
@@ -232,6 +232,26 @@ def row_counts(dx: np.ndarray, dy: np.ndarray, i: int, k: int, algorithm: int, s
         nx += dx[j] <= eps_x
         ny += dy[j] <= eps_y
     return nx - (dx[i] <= eps_x), ny - (dy[i] <= eps_y)
+
+
+@numba.njit(cache=True)
+def group_rows(x: np.ndarray, y: np.ndarray, x_t: np.ndarray, y_t: np.ndarray,
+               r0: int) -> tuple[np.ndarray, np.ndarray]:
+    """dx, dy of shape (GROUP_ROWS, n_samples): the full marginal distance rows of samples
+    r0, ..., r0 + GROUP_ROWS - 1. The last group is padded by repeating the last sample, so
+    that the tile always has full blocks."""
+    n = x.shape[0]
+    qx = np.empty((GROUP_ROWS, x.shape[1]), dtype=x.dtype)
+    qy = np.empty((GROUP_ROWS, y.shape[1]), dtype=y.dtype)
+    for q in range(GROUP_ROWS):
+        src = min(r0 + q, n - 1)
+        qx[q] = x[src]
+        qy[q] = y[src]
+    dx = np.empty((GROUP_ROWS, n), dtype=x.dtype)
+    dy = np.empty((GROUP_ROWS, n), dtype=y.dtype)
+    maxabs_tile(x_t, 0, n, qx, dx, 0)
+    maxabs_tile(y_t, 0, n, qy, dy, 0)
+    return dx, dy
 
 
 @numba.njit(parallel=True, cache=True)
@@ -257,17 +277,7 @@ def ksg_neighbour_counts(x: np.ndarray, y: np.ndarray, x_t: np.ndarray, y_t: np.
     for g in prange(n_groups):
         r0 = g * GROUP_ROWS
         r1 = min(r0 + GROUP_ROWS, n)
-        # Pad the last group by repeating its last row, so the tile always has full blocks.
-        qx = np.empty((GROUP_ROWS, x.shape[1]), dtype=x.dtype)
-        qy = np.empty((GROUP_ROWS, y.shape[1]), dtype=y.dtype)
-        for q in range(GROUP_ROWS):
-            src = min(r0 + q, n - 1)
-            qx[q] = x[src]
-            qy[q] = y[src]
-        dx = np.empty((GROUP_ROWS, n), dtype=x.dtype)
-        dy = np.empty((GROUP_ROWS, n), dtype=y.dtype)
-        _maxabs_tile(x_t, 0, n, qx, dx, 0)
-        _maxabs_tile(y_t, 0, n, qy, dy, 0)
+        dx, dy = group_rows(x, y, x_t, y_t, r0)
         scratch = np.empty(n if k > INSERTION_MAX_K else k, dtype=x.dtype)
         for i in range(r0, r1):
             cx, cy = row_counts(dx[i - r0], dy[i - r0], i, k, algorithm, scratch)

@@ -21,6 +21,10 @@ PERMUTATION_BATCH = 32  # pairings per pass over the distance matrices (brute fo
 # neighbour lies beyond a list) read each row once per call, for all the pairings of the call.
 LIST_BATCH = 128
 SYMMETRIC_MIN_FEATURES = 100  # below, computing each distance twice in O(n) memory is faster
+# float64 counts from checked float32 distances (ksg_counts) from this many samples and features (x and y
+# together) on: below, the rows' selection and counts outweigh the distance loops that float32 halves.
+CHECKED_MIN_SAMPLES = 512
+CHECKED_MIN_FEATURES = 16
 
 # One variable's sorted near-neighbour lists (values, indices, cover): see neighbour_lists.
 NeighbourLists = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -133,6 +137,7 @@ def ksg_counts(x: np.ndarray, y: np.ndarray, k: int, algorithm: int, dtype: DTyp
     With the distance cache (see :func:`symmetric_cache_bytes`) every distance is computed
     once; without it, twice, in O(n) memory. The counts are the same either way.
     """
+    from ._checked_kernels import checked_neighbour_counts, float32_copy
     from ._kernels import ksg_neighbour_counts
 
     k = check_k(k, x.shape[0])  # the kernels read k neighbours per row without a bound check
@@ -141,9 +146,21 @@ def ksg_counts(x: np.ndarray, y: np.ndarray, k: int, algorithm: int, dtype: DTyp
     # The cache saves half of the O(n^2 d) distance work and adds O(n^2) memory traffic:
     # with "auto" it is used from SYMMETRIC_MIN_FEATURES features (x and y together) on.
     wide = x.shape[1] + y.shape[1] >= SYMMETRIC_MIN_FEATURES
+    # float64 counts from float32 distances checked in float64 (_checked_kernels.py): the same counts at about
+    # twice the distance rate.
+    checked = None
+    if x.dtype == np.float64 and x.shape[0] >= CHECKED_MIN_SAMPLES and x.shape[1] + y.shape[1] >= CHECKED_MIN_FEATURES:
+        copies = float32_copy(x), float32_copy(y)
+        if copies[0] is not None and copies[1] is not None:
+            checked = (copies[0][0], copies[1][0], copies[0][1], copies[1][1])
+    distance_dtype = np.float32 if checked is not None else x.dtype
     if (distance_cache is True or wide) and use_distance_cache(
-            distance_cache, symmetric_cache_bytes(x.shape[0], dtype)):
-        return ksg_counts_symmetric(x, y, int(k), int(algorithm))
+            distance_cache, symmetric_cache_bytes(x.shape[0], distance_dtype)):
+        return ksg_counts_symmetric(x, y, int(k), int(algorithm), checked)
+    if checked is not None:
+        x32, y32, tol_x, tol_y = checked
+        return checked_neighbour_counts(x, y, x32, y32, np.ascontiguousarray(x32.T), np.ascontiguousarray(y32.T),
+                                        tol_x, tol_y, int(k), int(algorithm))
     return ksg_neighbour_counts(
         x, y, np.ascontiguousarray(x.T), np.ascontiguousarray(y.T), int(k), int(algorithm)
     )
@@ -166,12 +183,21 @@ def symmetric_cache_bytes(n_samples: int, dtype: DTypeLike) -> int:
     return 2 * per_side * np.dtype(dtype).itemsize
 
 
-def ksg_counts_symmetric(x: np.ndarray, y: np.ndarray, k: int, algorithm: int) -> tuple[np.ndarray, np.ndarray]:
+def ksg_counts_symmetric(x: np.ndarray, y: np.ndarray, k: int, algorithm: int,
+                         checked: tuple[np.ndarray, np.ndarray, float, float] | None = None
+                         ) -> tuple[np.ndarray, np.ndarray]:
     """Neighbour counts computing each distance once: row blocks in order, each block's
     tiles right of the diagonal computed and kept transposed for the later blocks' rows.
-    `x`, `y` C-contiguous of one float dtype."""
+    `x`, `y` C-contiguous of one float dtype. With `checked` (for float64 `x`, `y`: their
+    float32 copies and tolerances from :func:`float32_copy`), the distances are float32 and
+    the counts checked in float64."""
+    from ._checked_kernels import checked_block_row_counts
     from ._kernels import BLOCK, block_row_counts, symmetric_block_rows
 
+    x64, y64 = x, y
+    tol_x = tol_y = 0.0
+    if checked is not None:
+        x, y, tol_x, tol_y = checked
     n = x.shape[0]
     n_blocks = -(-n // BLOCK)
     tiles = symmetric_pool_tiles(n)
@@ -192,7 +218,11 @@ def ksg_counts_symmetric(x: np.ndarray, y: np.ndarray, k: int, algorithm: int) -
         for block in range(m + 1, n_blocks):
             new_slots[block] = held[(block, m)] = free.pop()
         symmetric_block_rows(x, x_t, y, y_t, m, rows_x, rows_y, pool_x, pool_y, old_slots, new_slots)
-        block_row_counts(rows_x, rows_y, m * BLOCK, min((m + 1) * BLOCK, n), k, algorithm, nx, ny)
+        if checked is None:
+            block_row_counts(rows_x, rows_y, m * BLOCK, min((m + 1) * BLOCK, n), k, algorithm, nx, ny)
+        else:
+            checked_block_row_counts(rows_x, rows_y, x64, y64, tol_x, tol_y, m * BLOCK, min((m + 1) * BLOCK, n), k,
+                                     algorithm, nx, ny)
     return nx, ny
 
 

@@ -11,7 +11,7 @@ import numpy as np
 from numpy.typing import ArrayLike, DTypeLike
 from scipy.special import digamma
 
-from .._internal.scaling import column_std, pow2_scale
+from .._internal.scaling import FLOAT32_RANGE, column_std, pow2_scale
 from .._internal.validation import (
     check_choice,
     check_flag,
@@ -686,8 +686,6 @@ def add_tie_breaking_noise(a: np.ndarray, noise: float, rng: np.random.Generator
 # float64 distances are exact max-abs differences at any magnitude below this; beyond it a
 # difference of two samples could overflow.
 FLOAT64_MAX_ABS = 2.0**1000
-# float32 keeps its relative precision (2^-24) for distances between values of these sizes.
-FLOAT32_RANGE = (2.0**-60, 2.0**60)
 
 
 def kernel_input(x: np.ndarray, y: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray]:
