@@ -11,6 +11,16 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+import scipy.linalg  # noqa: E402,F401  (loads scipy's BLAS, so that the limit below holds for it too)
+from threadpoolctl import threadpool_limits  # noqa: E402
+
+# BLAS (numpy's and scipy's OpenBLAS) on one thread in the test processes. `make test` runs a
+# worker on each core, so a second BLAS thread has no core of its own, and OpenBLAS's threads
+# wait by spinning: every small product waits for a descheduled spinner (tests/test_bound.py:
+# 165 s on two BLAS threads beside other work, 65 s on one). The package's results do not
+# depend on BLAS threads (gaussian.gram_matrix; tests/test_reliability.py); the tests of
+# thread counts start processes of their own, which this limit does not reach.
+threadpool_limits(limits=1, user_api="blas")
 
 sys.path.insert(0, str(Path(__file__).parent))
 # The experiment scripts import their helpers (experiments/_results.py, _runner.py) by name,
