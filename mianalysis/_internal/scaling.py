@@ -55,3 +55,26 @@ def column_std(a, factor=1.0):
         with np.errstate(under="ignore"):
             std[redo] = (factor * (cols / scale).std(axis=0)) * scale
     return std
+
+
+# Columns below which column_ranges reduces a transposed copy (NumPy reduces a narrow C-ordered array along
+# axis 0 a few values per step: 53 us for 2,000 x 10 float64, against 13 us for a transposed copy and its rows).
+NARROW_COLUMNS = 64
+RANGE_ROWS = 8192  # rows transposed at a time
+
+
+def column_ranges(a):
+    """(minimum, maximum) of each column of the 2-D array `a`: ``a.min(axis=0)`` and
+    ``a.max(axis=0)`` exactly (NaN propagates the same way), faster for arrays of few
+    columns, whose rows are reduced in transposed blocks of RANGE_ROWS rows."""
+    a = np.asarray(a)
+    if a.shape[1] >= NARROW_COLUMNS or a.shape[0] == 0 or not a.flags.c_contiguous:
+        return a.min(axis=0), a.max(axis=0)
+    low = high = None
+    for r0 in range(0, a.shape[0], RANGE_ROWS):
+        block = np.ascontiguousarray(a[r0:r0 + RANGE_ROWS].T)
+        b_low, b_high = block.min(axis=1), block.max(axis=1)
+        low = b_low if low is None else np.minimum(low, b_low)
+        high = b_high if high is None else np.maximum(high, b_high)
+    return low, high
+

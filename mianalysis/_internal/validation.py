@@ -14,7 +14,7 @@ import warnings
 
 import numpy as np
 
-from .scaling import SAFE_LOW, column_std
+from .scaling import SAFE_LOW, column_ranges, column_std
 
 UNITS = {"nats": 1.0, "bits": 1.0 / np.log(2.0)}
 
@@ -159,7 +159,7 @@ def varying_columns(a) -> np.ndarray:
         raise ValueError(f"`a` must be a 2-D array of samples x features; got {a.ndim} dimensions")
     if a.shape[0] == 0:
         return np.zeros(a.shape[1], dtype=bool)
-    lo, hi = a.min(axis=0).astype(np.float64), a.max(axis=0).astype(np.float64)
+    lo, hi = (r.astype(np.float64) for r in column_ranges(a))
     varying = hi > lo
     _, exponent = np.frexp(np.maximum(np.abs(lo), np.abs(hi)))
     # A column whose values span R has sd >= R / sqrt(2 n) (two values at its ends, the rest

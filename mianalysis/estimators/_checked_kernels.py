@@ -39,7 +39,7 @@ import numba
 import numpy as np
 from numba import prange
 
-from .._internal.scaling import FLOAT32_RANGE
+from .._internal.scaling import FLOAT32_RANGE, column_ranges
 from ._kernels import (GROUP_ROWS, INSERTION_MAX_K, REDUCTION_FLAGS, SELECT_CHUNK, group_rows, insert_k_best,
                        kth_smallest_joint, max_distance)
 
@@ -58,7 +58,7 @@ def float32_copy(a: np.ndarray) -> tuple[np.ndarray, float] | None:
     per column: rounding is monotone, so no centred value exceeds them. The midranges and M
     do not depend on the order of the rows.
     """
-    low, high = a.min(axis=0), a.max(axis=0)
+    low, high = column_ranges(a)
     centre = low / 2 + high / 2  # halves first: no overflow
     top = float(max((high - centre).max(), (centre - low).max()))
     if not FLOAT32_RANGE[0] <= top <= FLOAT32_RANGE[1]:
