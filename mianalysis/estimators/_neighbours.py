@@ -149,7 +149,7 @@ def ksg_counts(x: np.ndarray, y: np.ndarray, k: int, algorithm: int, dtype: DTyp
     # float64 counts from float32 distances checked in float64 (_checked_kernels.py): the same counts at about
     # twice the distance rate.
     checked = None
-    if x.dtype == np.float64 and x.shape[0] >= CHECKED_MIN_SAMPLES and x.shape[1] + y.shape[1] >= CHECKED_MIN_FEATURES:
+    if checks_float32_distances(x.shape[0], x.shape[1] + y.shape[1], x.dtype):
         copies = float32_copy(x), float32_copy(y)
         if copies[0] is not None and copies[1] is not None:
             checked = (copies[0][0], copies[1][0], copies[0][1], copies[1][1])
@@ -164,6 +164,13 @@ def ksg_counts(x: np.ndarray, y: np.ndarray, k: int, algorithm: int, dtype: DTyp
     return ksg_neighbour_counts(
         x, y, np.ascontiguousarray(x.T), np.ascontiguousarray(y.T), int(k), int(algorithm)
     )
+
+
+def checks_float32_distances(n_samples: int, n_features: int, dtype: DTypeLike) -> bool:
+    """Whether :func:`ksg_counts` computes float64 data's distances in float32 and checks
+    them in float64 (_checked_kernels.py) for this many samples and features (x and y
+    together), data whose centred scale float32 holds (nearly all) assumed."""
+    return np.dtype(dtype) == np.float64 and n_samples >= CHECKED_MIN_SAMPLES and n_features >= CHECKED_MIN_FEATURES
 
 
 def symmetric_pool_tiles(n_samples: int) -> int:
