@@ -90,6 +90,31 @@ def test_parallel_kernel_cache_is_reused_across_thread_counts(tmp_path):
     assert any(p.suffix == ".nbi" for p in tmp_path.rglob("*"))
 
 
+KERNEL_TYPES_IN_SUBPROCESS = """
+import json, numba, numpy as np
+from mianalysis import MarginalDistances, ksg_mi, mi_permutation_test
+from mianalysis.estimators import _kernels, _neighbour_lists
+rng = np.random.default_rng(0)
+x = rng.standard_normal((1200, 2)); y = x + rng.standard_normal((1200, 2))
+dx, dy = MarginalDistances.of(x, random_state=1), MarginalDistances.of(y, random_state=2)
+ksg_mi(dx, dy)
+mi_permutation_test(dx, dy, n_permutations=9, random_state=0)  # neighbour lists from 1,000 samples
+mi_permutation_test(dx, dy, n_permutations=3, random_state=0)  # brute force over rows
+kernels = [f for module in (_kernels, _neighbour_lists) for f in vars(module).values()
+           if isinstance(f, numba.core.registry.CPUDispatcher)]
+used = [(f.__name__, sig) for f in kernels for sig in f.signatures]
+readonly = [name for name, sig in used if any(isinstance(t, numba.types.Array) and not t.mutable for t in sig)]
+print(json.dumps({"signatures": len(used), "readonly": readonly}))
+"""
+
+
+def test_distance_matrices_reach_the_kernels_writable():
+    # MarginalDistances.matrix is read-only to its users; the kernels get the writable array it was made
+    # from, since Numba compiles every kernel again for a read-only argument type.
+    result = json.loads(run_python(KERNEL_TYPES_IN_SUBPROCESS))
+    assert result["signatures"] >= 3 and result["readonly"] == []
+
+
 @pytest.mark.parametrize("name", ["gaussian_mi", "ksg_mi", "mi_permutation_test", "paired_distances", "mean_paired_distance"])
 def test_public_api_is_documented(name):
     import mianalysis

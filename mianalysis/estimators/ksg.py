@@ -335,7 +335,7 @@ def ksg_estimates_from_marginals(x: MarginalDistances, y: MarginalDistances, *, 
     lists: tuple[NeighbourLists, NeighbourLists] | None = None
     if use_lists(x.n_samples, 1 + n_permutations):  # made once per variable and k, for every pair it is in
         lists = (x.neighbour_lists(k), y.neighbour_lists(k))
-    dx, dy = x.matrix, y.matrix
+    dx, dy = x._kernel_matrix, y._kernel_matrix
     if dx.dtype != dy.dtype:  # one exact float32 matrix, one float64: compare in float64 (exactly the same)
         dx, dy = dx.astype(np.float64), dy.astype(np.float64)
         lists = None if lists is None else (_float64_lists(lists[0]), _float64_lists(lists[1]))
@@ -411,7 +411,7 @@ def ksg_estimates_of_subsets(x: MarginalDistances, y: MarginalDistances, subsets
         if x.n_features == 0 or y.n_features == 0:  # I(c; Y) = 0 (see ksg_mi's Notes)
             out[j] = 0.0
             continue
-        nx, ny = subset_neighbour_counts(x.matrix, y.matrix, subset, neighbours, int(algorithm))
+        nx, ny = subset_neighbour_counts(x._kernel_matrix, y._kernel_matrix, subset, neighbours, int(algorithm))
         out[j] = ksg_from_counts(nx, ny, neighbours, algorithm)
     return out if factor == 1.0 else out / np.log(2)
 
@@ -477,7 +477,7 @@ class MarginalDistances:
     0.01
     """
 
-    __slots__ = ("matrix", "n_features", "_lists")
+    __slots__ = ("matrix", "n_features", "_lists", "_kernel_matrix")
 
     def __init__(self, matrix: np.ndarray, n_features: int) -> None:
         matrix = np.asarray(matrix)
@@ -486,6 +486,9 @@ class MarginalDistances:
                              f"{matrix.dtype} array of shape {matrix.shape} (MarginalDistances.of makes one from "
                              "samples)")
         n_features = check_int(n_features, "n_features", low=0)
+        # The kernels get the array as given where it is writable: Numba types a read-only array apart and
+        # would compile every kernel again for it (about a minute on a cold cache). They never write to it.
+        self._kernel_matrix = matrix
         matrix = matrix.view()
         matrix.flags.writeable = False
         self.matrix = matrix
@@ -499,7 +502,7 @@ class MarginalDistances:
         (0.4 GB at n = 26,400 and k = 3)."""
         k = check_k(k, self.n_samples)
         if k not in self._lists:
-            self._lists[k] = neighbour_lists(self.matrix, k)
+            self._lists[k] = neighbour_lists(self._kernel_matrix, k)
         return self._lists[k]
 
     @property
