@@ -105,3 +105,19 @@ def test_ksg_counts_takes_the_checked_route_for_float64_from_its_threshold(monke
         np.testing.assert_array_equal(got[1], expected[1])
         ksg_counts(x.astype(np.float32), y.astype(np.float32), 3, 1, "float32", distance_cache=False)
     assert calls == [CHECKED_MIN_SAMPLES]  # float64 at both thresholds only; float32 data never
+
+
+@pytest.mark.parametrize("kept_size", [1, 4, 128])  # 1 and 4: the scan keeps more than its work space holds
+@pytest.mark.parametrize("algorithm", [1, 2])
+def test_rows_whose_candidates_overflow_the_work_space_count_the_same(kept_size, algorithm):
+    x, y = _data("lattice", np.random.default_rng(7))  # many samples tie at the k-th distance
+    (x32, tol_x), (y32, tol_y) = float32_copy(x), float32_copy(y)
+    expected = _float64_counts(x, y, 3, algorithm)
+    kept = np.empty(kept_size, dtype=np.int64)
+    kept_x, kept_y = np.empty(kept_size), np.empty(kept_size)
+    for i in range(0, x.shape[0], 37):
+        dx = np.abs(x32 - x32[i]).max(axis=1)
+        dy = np.abs(y32 - y32[i]).max(axis=1)
+        got = _checked_kernels.checked_row_counts(dx, dy, x, y, i, 3, algorithm, tol_x, tol_y,
+                                                  np.empty(3, np.float32), np.empty(3), kept, kept_x, kept_y)
+        assert got == (expected[0][i], expected[1][i])

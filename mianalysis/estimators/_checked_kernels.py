@@ -96,8 +96,9 @@ def above(value: float) -> np.float32:
     return np.nextafter(v, np.float32(np.inf)) if v < value else v
 
 
-# Exact distances a row keeps from its k-th-distance scan, for its counts (beyond, it scans again).
-KEPT = 64
+# Samples a row's k-th-distance scan keeps as candidates (with their exact distances, for the counts); beyond, a
+# second pass finds the candidates and the counts recompute what is in doubt.
+KEPT = 128
 
 
 @numba.njit(fastmath=REDUCTION_FLAGS, cache=True)
@@ -105,14 +106,13 @@ def _exact_kth_joint(dx: np.ndarray, dy: np.ndarray, x: np.ndarray, y: np.ndarra
                      tol_y: float, scratch32: np.ndarray, scratch64: np.ndarray, kept: np.ndarray, kept_x: np.ndarray,
                      kept_y: np.ndarray) -> tuple[float, int]:
     """The k-th smallest float64 joint distance of sample i (j != i) from its float32 rows
-    dx, dy, and how many samples' exact distances it kept (-1: not all it computed).
+    dx, dy, and how many samples' exact distances it kept (-1: none kept).
 
-    One pass over the row: a sample is recomputed in float64 only when its float32 marginal
-    distances are within tol_x, tol_y of the exact k-th smallest joint distance so far (at
-    first, of the float32 k-th of the first chunk plus max(tol_x, tol_y)). The recomputed
-    samples (indices in `kept`, their exact marginal distances in kept_x, kept_y) include
-    every sample within the final k-th distance, which is what the counts look up
-    (:func:`_count_within`).
+    One float32 pass finds the float32 k-th distance t and keeps the samples that may lie
+    within the exact one (float32 distances within t + max(tol_x, tol_y) + tol_x, + tol_y);
+    only those are recomputed in float64. They (indices in `kept`, their exact marginal
+    distances in kept_x, kept_y) include every sample within the exact k-th distance, which
+    is what the counts look up (:func:`_count_within`).
     """
     n = dx.shape[0]
     xi = x[i]
@@ -128,20 +128,15 @@ def _exact_kth_joint(dx: np.ndarray, dy: np.ndarray, x: np.ndarray, y: np.ndarra
                 scratch64[m] = max(exact_distance(xi, x[j]), exact_distance(yi, y[j]))
                 m += 1
         return np.partition(scratch64[:m], k - 1)[k - 1], -1
-    # the seed: the float32 k-th of the first samples bounds the exact k-th by + tol
+    # One float32 pass: the running float32 k-th t32 (final: t) and every sample that was within
+    # t32 + tol + tol_x, t32 + tol + tol_y when it was scanned (in `kept`): t32 only falls, so these
+    # include every sample within t + tol + tol_x, t + tol + tol_y, which holds every sample within
+    # the exact k-th (at most t + tol) in float64.
     seed = scratch32[:k]
     seed[:] = np.inf
     t32 = np.float32(np.inf)
-    for j in range(min(n, max(SELECT_CHUNK, k + 1))):
-        if j != i:
-            z32 = max(dx[j], dy[j])
-            if z32 < t32:
-                t32 = insert_k_best(seed, k, z32)
-    limit_x = above(float(t32) + tol + tol_x)
-    limit_y = above(float(t32) + tol + tol_y)
-    best = scratch64[:k]
-    best[:] = np.inf
-    worst = np.inf
+    limit_x = np.float32(np.inf)
+    limit_y = np.float32(np.inf)
     m = 0
     for c0 in range(0, n, SELECT_CHUNK):
         width = min(SELECT_CHUNK, n - c0)
@@ -155,22 +150,41 @@ def _exact_kth_joint(dx: np.ndarray, dy: np.ndarray, x: np.ndarray, y: np.ndarra
                 continue
         for j in range(width):
             if c0 + j != i and a[j] <= limit_x and b[j] <= limit_y:
-                zx = exact_distance(xi, x[c0 + j])
-                zy = exact_distance(yi, y[c0 + j])
-                if m < KEPT:
+                if m < kept.shape[0]:
                     kept[m] = c0 + j
-                    kept_x[m] = zx
-                    kept_y[m] = zy
-                    m += 1
-                else:
-                    m = KEPT + 1  # one was not kept
-                z = max(zx, zy)
+                m += 1
+                z32 = max(a[j], b[j])
+                if z32 < t32:
+                    t32 = insert_k_best(seed, k, z32)
+                    if t32 < np.inf:
+                        limit_x = above(float(t32) + tol + tol_x)
+                        limit_y = above(float(t32) + tol + tol_y)
+    best = scratch64[:k]
+    best[:] = np.inf
+    worst = np.inf
+    if m > kept.shape[0]:  # more than the work space holds: the final candidates from a second pass
+        m = 0
+        for j in range(n):
+            if j != i and dx[j] <= limit_x and dy[j] <= limit_y:
+                z = max(exact_distance(xi, x[j]), exact_distance(yi, y[j]))
                 if z < worst:
                     worst = insert_k_best(best, k, z)
-                    if worst < np.inf:  # z64 <= worst needs dx32 <= worst + tol_x and dy32 <= worst + tol_y
-                        limit_x = min(limit_x, above(worst + tol_x))
-                        limit_y = min(limit_y, above(worst + tol_y))
-    return worst, (m if m <= KEPT else -1)
+        return worst, -1
+    # the exact distances of the final candidates, kept (compacted) for the counts
+    n_kept = 0
+    for c in range(m):
+        j = kept[c]
+        if dx[j] <= limit_x and dy[j] <= limit_y:
+            zx = exact_distance(xi, x[j])
+            zy = exact_distance(yi, y[j])
+            kept[n_kept] = j
+            kept_x[n_kept] = zx
+            kept_y[n_kept] = zy
+            n_kept += 1
+            z = max(zx, zy)
+            if z < worst:
+                worst = insert_k_best(best, k, z)
+    return worst, n_kept
 
 
 @numba.njit(fastmath=REDUCTION_FLAGS, cache=True)
