@@ -37,8 +37,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from mianalysis import gaussian_mi, ksg_mi
-from mianalysis.estimators.ksg import DISTANCE_CACHE_BLOCK, DISTANCE_CACHE_MIN_FEATURES
-from mianalysis.estimators._neighbours import checks_float32_distances
+from mianalysis.estimators.ksg import DISTANCE_CACHE_BLOCK, DISTANCE_CACHE_MIN_FEATURES, checks_float32_distances
 
 KSG_SIZES = [(2000, 1), (5000, 50), (10000, 100), (22000, 394), (22000, 850)]
 GAUSSIAN_SIZES = KSG_SIZES[:-1] + [(26400, 850)]

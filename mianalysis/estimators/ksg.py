@@ -27,6 +27,7 @@ from .._internal.validation import (
     varying_columns,
 )
 from ._neighbours import SYMMETRIC_MIN_FEATURES as DISTANCE_CACHE_MIN_FEATURES
+from ._neighbours import checks_float32_distances  # noqa: F401  (public here: benchmarks/bench_estimators.py)
 from ._neighbours import (NeighbourLists, check_distance_cache, check_torch_device, distance_tiles, ksg_counts,
                           ksg_counts_torch, listed_counts, marginal_distances, neighbour_list_length, neighbour_lists,
                           permuted_counts, use_distance_cache, use_lists)
