@@ -46,9 +46,7 @@ def _pretrained_cache(tmp_path_factory):
         os.environ["MIANALYSIS_CACHE"] = old
 
 
-TINY_SIGNAL = {"n_layers": 2, "seq_len": 8, "n_examples": 20, "batch_size": 8, "hidden": 3}
-# a fresh head per run, as every digits-lenet run was before `head_start` existed
-TINY_DIGITS = {"per_digit": 2, "batch_size": 8, "pretrain_epochs": 2, "lr": 1e-3, "head_start": "random"}
+from tiny_settings import TINY_DIGITS, TINY_SIGNAL  # noqa: E402,F401  (tests import them from here too)
 
 
 @pytest.fixture

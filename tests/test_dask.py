@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("distributed")
 pytest.importorskip("torch")
 
-from conftest import TINY_SIGNAL  # noqa: E402
+from tiny_settings import TINY_SIGNAL  # noqa: E402  (not conftest: Dask workers import this module by name)
 
 from mianalysis import ParameterDump, ParameterSampler, analyze  # noqa: E402
 from mianalysis.dumps import to_dask, to_xarray  # noqa: E402
