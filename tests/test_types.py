@@ -30,7 +30,7 @@ def test_make_test_runs_mypy_then_pytest():
     recipe = re.search(r"^test:.*\n((?:\t.*\n)+)", makefile, re.MULTILINE)
     assert recipe is not None, "the Makefile has no `test` target"
     lines = [line.strip() for line in recipe.group(1).splitlines()]
-    assert lines == ["$(PY) -m mypy", "$(PY) -m pytest -q -n 2 --durations=25"], lines
+    assert lines == ["$(PY) -m mypy", "$(PY) -m pytest -q -n 2 --dist loadfile --durations=25"], lines
 
 
 def test_the_test_workers_come_with_the_dev_extra():
