@@ -20,11 +20,12 @@ Hence, for a threshold ``eps``:
 
 * ``dx32 < eps - tol_x`` implies ``dx64 < eps``, and ``dx32 > eps + tol_x`` implies
   ``dx64 > eps``; only the samples between are decided in float64;
-* if ``U`` bounds the exact k-th joint distance from above (at first the float32 k-th of a
-  few samples plus tol: k samples lie within it in float64; then the exact k-th of the
-  samples seen so far), every sample within ``U`` in float64 has ``dx32 <= U + tol_x`` and
-  ``dy32 <= U + tol_y``: recomputing exactly those gives the exact k-th distance, and the
-  samples recomputed (kept for the counts) include every one within it.
+* with t the float32 k-th joint distance, the exact k-th is below ``U = t + tol`` (the k
+  samples within t in float32 lie within U in float64), and every sample within U in float64
+  has ``dx32 <= U + tol_x`` and ``dy32 <= U + tol_y``: recomputing exactly those gives the
+  exact k-th distance, and those samples (kept for the counts) include every one within it.
+  One float32 pass finds them: it keeps each sample within the running float32 k-th's
+  limits when scanned, and those limits only fall.
 
 float32 keeps ``2^-24`` relative precision only for values of normal size, so callers use
 these kernels only when M lies in ``FLOAT32_RANGE`` (subnormal results are then far below
@@ -96,9 +97,11 @@ def above(value: float) -> np.float32:
     return np.nextafter(v, np.float32(np.inf)) if v < value else v
 
 
-# Samples a row's k-th-distance scan keeps as candidates (with their exact distances, for the counts); beyond, a
-# second pass finds the candidates and the counts recompute what is in doubt.
+# Samples a row's k-th-distance scan keeps as candidates (with their exact distances, for the counts): KEPT +
+# KEPT_PER_K * k (the scan keeps about k (1 + ln(n / k)): 164 for k = 32, n = 2,000); beyond, a second pass finds
+# the candidates and the counts recompute what is in doubt.
 KEPT = 128
+KEPT_PER_K = 8
 
 
 @numba.njit(fastmath=REDUCTION_FLAGS, cache=True)
@@ -225,7 +228,7 @@ def checked_row_counts(dx: np.ndarray, dy: np.ndarray, x: np.ndarray, y: np.ndar
                        kept_x: np.ndarray, kept_y: np.ndarray) -> tuple[int, int]:
     """Marginal neighbour counts of sample i, as :func:`mianalysis.estimators._kernels.row_counts`
     computes them from float64 rows, from its float32 rows dx, dy and the float64 data.
-    `kept`, kept_x, kept_y: work space of KEPT entries."""
+    `kept`, kept_x, kept_y: work space (KEPT + KEPT_PER_K * k entries in the kernels)."""
     eps, n_kept = _exact_kth_joint(dx, dy, x, y, i, k, tol_x, tol_y, scratch32, scratch64, kept, kept_x, kept_y)
     if algorithm == 1:
         own = 1 if 0.0 < eps else 0  # sample i, at distance 0 from itself
@@ -281,9 +284,9 @@ def checked_neighbour_counts(x: np.ndarray, y: np.ndarray, x32: np.ndarray, y32:
         dx, dy = group_rows(x32, y32, x32_t, y32_t, r0)
         scratch32 = np.empty(n if k > INSERTION_MAX_K else k, dtype=np.float32)
         scratch64 = np.empty(n if k > INSERTION_MAX_K else k, dtype=np.float64)
-        kept = np.empty(KEPT, dtype=np.int64)
-        kept_x = np.empty(KEPT, dtype=np.float64)
-        kept_y = np.empty(KEPT, dtype=np.float64)
+        kept = np.empty(KEPT + KEPT_PER_K * k, dtype=np.int64)
+        kept_x = np.empty(KEPT + KEPT_PER_K * k, dtype=np.float64)
+        kept_y = np.empty(KEPT + KEPT_PER_K * k, dtype=np.float64)
         for i in range(r0, r1):
             cx, cy = checked_row_counts(dx[i - r0], dy[i - r0], x, y, i, k, algorithm, tol_x, tol_y, scratch32,
                                         scratch64, kept, kept_x, kept_y)
@@ -303,9 +306,9 @@ def checked_block_row_counts(rows_x: np.ndarray, rows_y: np.ndarray, x: np.ndarr
     for g in prange(n_groups):
         scratch32 = np.empty(n if k > INSERTION_MAX_K else k, dtype=np.float32)
         scratch64 = np.empty(n if k > INSERTION_MAX_K else k, dtype=np.float64)
-        kept = np.empty(KEPT, dtype=np.int64)
-        kept_x = np.empty(KEPT, dtype=np.float64)
-        kept_y = np.empty(KEPT, dtype=np.float64)
+        kept = np.empty(KEPT + KEPT_PER_K * k, dtype=np.int64)
+        kept_x = np.empty(KEPT + KEPT_PER_K * k, dtype=np.float64)
+        kept_y = np.empty(KEPT + KEPT_PER_K * k, dtype=np.float64)
         for i in range(i0 + g * GROUP_ROWS, min(i0 + (g + 1) * GROUP_ROWS, i1)):
             cx, cy = checked_row_counts(rows_x[i - i0], rows_y[i - i0], x, y, i, k, algorithm, tol_x, tol_y,
                                         scratch32, scratch64, kept, kept_x, kept_y)
