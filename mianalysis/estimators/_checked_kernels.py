@@ -228,7 +228,7 @@ def checked_row_counts(dx: np.ndarray, dy: np.ndarray, x: np.ndarray, y: np.ndar
                        kept_x: np.ndarray, kept_y: np.ndarray) -> tuple[int, int]:
     """Marginal neighbour counts of sample i, as :func:`mianalysis.estimators._kernels.row_counts`
     computes them from float64 rows, from its float32 rows dx, dy and the float64 data.
-    `kept`, kept_x, kept_y: work space (KEPT + KEPT_PER_K * k entries in the kernels)."""
+    The kernels take the work space (scratch32 to kept_y) from :func:`row_work`."""
     eps, n_kept = _exact_kth_joint(dx, dy, x, y, i, k, tol_x, tol_y, scratch32, scratch64, kept, kept_x, kept_y)
     if algorithm == 1:
         own = 1 if 0.0 < eps else 0  # sample i, at distance 0 from itself
@@ -258,6 +258,17 @@ def checked_row_counts(dx: np.ndarray, dy: np.ndarray, x: np.ndarray, y: np.ndar
             _count_within(dy, y, i, eps_y, True, tol_y, kept, kept_y, n_kept) - 1)
 
 
+@numba.njit(cache=True)
+def row_work(n: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One thread's work space for :func:`checked_row_counts` on rows of `n` samples: the
+    float32 and float64 scratch of the k-th-distance selection and the kept candidates'
+    indices and exact distances (KEPT + KEPT_PER_K * k entries)."""
+    scratch = n if k > INSERTION_MAX_K else k
+    kept = KEPT + KEPT_PER_K * k
+    return (np.empty(scratch, dtype=np.float32), np.empty(scratch, dtype=np.float64), np.empty(kept, dtype=np.int64),
+            np.empty(kept, dtype=np.float64), np.empty(kept, dtype=np.float64))
+
+
 @numba.njit(parallel=True, cache=True)
 def checked_neighbour_counts(x: np.ndarray, y: np.ndarray, x32: np.ndarray, y32: np.ndarray, x32_t: np.ndarray,
                              y32_t: np.ndarray, tol_x: float, tol_y: float, k: int,
@@ -282,11 +293,7 @@ def checked_neighbour_counts(x: np.ndarray, y: np.ndarray, x32: np.ndarray, y32:
         r0 = g * GROUP_ROWS
         r1 = min(r0 + GROUP_ROWS, n)
         dx, dy = group_rows(x32, y32, x32_t, y32_t, r0)
-        scratch32 = np.empty(n if k > INSERTION_MAX_K else k, dtype=np.float32)
-        scratch64 = np.empty(n if k > INSERTION_MAX_K else k, dtype=np.float64)
-        kept = np.empty(KEPT + KEPT_PER_K * k, dtype=np.int64)
-        kept_x = np.empty(KEPT + KEPT_PER_K * k, dtype=np.float64)
-        kept_y = np.empty(KEPT + KEPT_PER_K * k, dtype=np.float64)
+        scratch32, scratch64, kept, kept_x, kept_y = row_work(n, k)
         for i in range(r0, r1):
             cx, cy = checked_row_counts(dx[i - r0], dy[i - r0], x, y, i, k, algorithm, tol_x, tol_y, scratch32,
                                         scratch64, kept, kept_x, kept_y)
@@ -304,11 +311,7 @@ def checked_block_row_counts(rows_x: np.ndarray, rows_y: np.ndarray, x: np.ndarr
     n = rows_x.shape[1]
     n_groups = (i1 - i0 + GROUP_ROWS - 1) // GROUP_ROWS
     for g in prange(n_groups):
-        scratch32 = np.empty(n if k > INSERTION_MAX_K else k, dtype=np.float32)
-        scratch64 = np.empty(n if k > INSERTION_MAX_K else k, dtype=np.float64)
-        kept = np.empty(KEPT + KEPT_PER_K * k, dtype=np.int64)
-        kept_x = np.empty(KEPT + KEPT_PER_K * k, dtype=np.float64)
-        kept_y = np.empty(KEPT + KEPT_PER_K * k, dtype=np.float64)
+        scratch32, scratch64, kept, kept_x, kept_y = row_work(n, k)
         for i in range(i0 + g * GROUP_ROWS, min(i0 + (g + 1) * GROUP_ROWS, i1)):
             cx, cy = checked_row_counts(rows_x[i - i0], rows_y[i - i0], x, y, i, k, algorithm, tol_x, tol_y,
                                         scratch32, scratch64, kept, kept_x, kept_y)
